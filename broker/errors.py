@@ -1,0 +1,172 @@
+"""Every error a rafka client can meet: a code, a name, and an exception class.
+
+Theory of operation: the wire carries an integer ``error`` (and optionally a ``message``) in
+response bodies. ``ErrorCode`` numbers follow Kafka where Kafka has the same error, so people
+who know Kafka can read them; rafka-only errors live at 1000 and above. Each code has an
+exception class named after it (``NOT_LEADER_OR_FOLLOWER`` → ``NotLeaderOrFollowerError``), all
+subclasses of ``RafkaError``, with ``.code``, ``.retriable`` and ``.message``. ``error_for`` turns
+a code into an exception instance; ``raise_for`` raises from a response body.
+
+Local errors (you broke the protocol: ``ProtocolError``) and remote ones (the broker says so:
+``RafkaError`` with a code) are kept apart, as h11 does.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+__all__ = [
+    "ErrorCode",
+    "RafkaError",
+    "ProtocolError",
+    "RETRIABLE",
+    "error_class",
+    "error_for",
+    "raise_for",
+]
+
+
+class ErrorCode(IntEnum):
+    NONE = 0
+    UNKNOWN_SERVER_ERROR = -1
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    REPLICA_NOT_AVAILABLE = 9
+    MESSAGE_TOO_LARGE = 10
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    STALE_BROKER_EPOCH = 77
+    OFFSET_NOT_AVAILABLE = 78
+    INVALID_RECORD = 87
+    FENCED_MEMBER_EPOCH = 110
+    UNKNOWN_TOPIC_ID = 100
+    # rafka-only
+    MALFORMED_FRAME = 1000
+    FRAME_TOO_LARGE = 1001
+    UNKNOWN_API = 1002
+    TOO_MANY_CONNECTIONS = 1003
+    TOO_MANY_IN_FLIGHT = 1004
+    BROKER_FENCED = 1005
+    STALE_PARTITION_EPOCH = 1006
+    STALE_MEMBER = 1007
+
+
+# Errors a client may retry after refreshing metadata / backing off.
+RETRIABLE: frozenset[ErrorCode] = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.TOO_MANY_IN_FLIGHT,
+        ErrorCode.BROKER_FENCED,
+    }
+)
+
+
+class RafkaError(Exception):
+    """An error reported by a rafka node (or met by a client), with its wire code."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        self.message = message or self.code.name.lower().replace("_", " ")
+        self.details = details
+        super().__init__(f"{self.code.name}: {self.message}")
+
+    @property
+    def retriable(self) -> bool:
+        return self.code in RETRIABLE
+
+
+class ProtocolError(RafkaError):
+    """The peer (or the local caller) broke the framing or the schema of the protocol."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.lower().split("_"))
+
+
+_CLASSES: dict[ErrorCode, type[RafkaError]] = {}
+for _code in ErrorCode:
+    if _code is ErrorCode.NONE:
+        continue
+    _name = _camel(_code.name)
+    if not _name.endswith("Error") and not _name.endswith("Exception"):
+        _name += "Error"
+    _cls = type(_name, (RafkaError,), {"code": _code, "__module__": __name__})
+    _CLASSES[_code] = _cls
+    globals()[_name] = _cls
+    __all__.append(_name)
+
+
+def error_class(code: int | ErrorCode) -> type[RafkaError]:
+    """The exception class for a wire error code (unknown codes → UnknownServerError)."""
+    try:
+        return _CLASSES[ErrorCode(code)]
+    except ValueError:
+        return _CLASSES[ErrorCode.UNKNOWN_SERVER_ERROR]
+
+
+def error_for(code: int | ErrorCode, message: str = "", **details: Any) -> RafkaError:
+    """An exception instance for ``code`` (which must not be NONE)."""
+    return error_class(code)(message, **details)
+
+
+def raise_for(body: dict[str, Any]) -> None:
+    """Raise the error a response body (or a per-partition entry) carries, if any."""
+    code = body.get("error", 0)
+    if code:
+        raise error_for(code, body.get("message") or "")

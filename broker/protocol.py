@@ -1,0 +1,496 @@
+"""The rafka wire protocol, sans I/O: bytes in, requests/responses out.
+
+Theory of operation
+-------------------
+A frame is a 4-byte big-endian length ``N`` followed by ``N`` payload bytes.
+
+* Request payload: one msgpack array ``[api_key, api_version, correlation_id, client_id, body]``
+  where ``body`` is a map with str keys. Record batches travel inside the body as msgpack ``bin``
+  (the broker validates and stores them as opaque bytes; it never decodes records).
+* Response payload: a 4-byte big-endian length ``H``, then ``H`` bytes of msgpack
+  ``[correlation_id, body]``, then optional *raw* bytes. Only fetch responses carry raw bytes:
+  each partition entry of the body says how many (``records_len``), in body order, so the broker
+  can write the head with one ``send`` and then ``sendfile`` the batches straight from segment
+  files (page cache), and the client can slice them without copying.
+
+Several requests may be in flight on one connection; responses carry the correlation id and may
+come back in any order. ``acks=0`` produce requests are never answered.
+
+``SCHEMAS`` is the reference for every request body (checked by ``validate_request``) and, in
+comments, the response body. Validation is structural (required keys, types, nesting); extra
+keys are ignored so that newer clients can talk to older brokers.
+
+Nothing here touches a socket: ``FrameDecoder`` buffers bytes and yields whole frames,
+``encode_*`` / ``decode_*`` convert between frames and ``Request`` / ``Response`` objects. The trio
+edges live in ``broker/server.py`` and ``client/connection.py``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Final
+
+import msgpack
+
+from broker.errors import ErrorCode, ProtocolError, error_for
+
+__all__ = [
+    "ApiKey",
+    "SCHEMAS",
+    "API_VERSION",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "NEED_DATA",
+    "Opt",
+    "MapOf",
+    "Request",
+    "Response",
+    "FrameDecoder",
+    "FrameTooLargeError",
+    "MalformedFrameError",
+    "UnknownApiError",
+    "encode_request",
+    "decode_request",
+    "encode_response",
+    "encode_response_head",
+    "decode_response",
+    "peek_correlation_id",
+    "validate_request",
+    "ClientProtocol",
+]
+
+API_VERSION: Final = 0
+DEFAULT_MAX_FRAME_BYTES: Final = 100 * 1024 * 1024
+_LEN = struct.Struct(">I")
+
+
+class ApiKey(IntEnum):
+    # data plane (brokers)
+    API_VERSIONS = 0
+    METADATA = 1
+    PRODUCE = 2
+    FETCH = 3
+    LIST_OFFSETS = 4
+    CREATE_TOPICS = 5
+    DELETE_TOPICS = 6
+    DESCRIBE_CONFIGS = 7
+    CREATE_PARTITIONS = 8
+    INIT_PRODUCER_ID = 9
+    ALTER_CONFIGS = 10
+    ELECT_LEADERS = 11
+    # controller quorum
+    BROKER_REGISTRATION = 20
+    BROKER_HEARTBEAT = 21
+    METADATA_FETCH = 22
+    ALTER_PARTITION = 23
+    DESCRIBE_QUORUM = 24
+    # consumer groups (coordinated by the active controller)
+    CONSUMER_GROUP_HEARTBEAT = 30
+    OFFSET_COMMIT = 31
+    OFFSET_FETCH = 32
+    LIST_GROUPS = 33
+    DESCRIBE_GROUPS = 34
+    DELETE_GROUPS = 35
+    ALTER_GROUP_OFFSETS = 36
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+@dataclass(frozen=True, slots=True)
+class Opt:
+    """An optional field: may be missing or None."""
+
+    spec: Any
+
+
+@dataclass(frozen=True, slots=True)
+class MapOf:
+    """A free-form map with keys and values of the given specs."""
+
+    key: Any
+    value: Any
+
+
+_TP_LIST = [{"name": str, "partitions": [int]}]
+
+SCHEMAS: dict[ApiKey, dict[str, Any]] = {
+    # -> {error, apis: [[api_key, min_version, max_version]]}
+    ApiKey.API_VERSIONS: {},
+    # -> {cluster_id, controller_id, brokers: [{node_id, host, port, rack}],
+    #     topics: [{name, error, topic_id, is_internal, configs?,
+    #               partitions: [{partition, error, leader, leader_epoch, replicas, isr}]}]}
+    ApiKey.METADATA: {"topics": Opt([str])},
+    # -> {topics: [{name, partitions: [{partition, error, message, base_offset,
+    #                                   log_append_time, log_start_offset}]}]}
+    ApiKey.PRODUCE: {
+        "acks": int,
+        "timeout_ms": int,
+        "topics": [{"name": str, "partitions": [{"partition": int, "records": bytes}]}],
+    },
+    # replica_id -1 = consumer; >= 0 = follower broker id (then broker_epoch is required)
+    # -> {topics: [{name, partitions: [{partition, error, message, high_watermark,
+    #     log_start_offset, log_end_offset, diverging_epoch: {epoch, end_offset} | None,
+    #     records_len}]}]} + raw bytes (records_len of each partition, in order)
+    ApiKey.FETCH: {
+        "replica_id": int,
+        "broker_epoch": Opt(int),
+        "max_wait_ms": int,
+        "min_bytes": int,
+        "max_bytes": int,
+        "topics": [
+            {
+                "name": str,
+                "partitions": [
+                    {
+                        "partition": int,
+                        "fetch_offset": int,
+                        "partition_max_bytes": int,
+                        "current_leader_epoch": Opt(int),
+                        "last_fetched_epoch": Opt(int),
+                    }
+                ],
+            }
+        ],
+    },
+    # timestamp: -2 earliest, -1 latest (high watermark), >= 0 first offset with ts >= it
+    # -> {topics: [{name, partitions: [{partition, error, offset, timestamp, leader_epoch}]}]}
+    ApiKey.LIST_OFFSETS: {
+        "replica_id": Opt(int),
+        "topics": [
+            {
+                "name": str,
+                "partitions": [
+                    {"partition": int, "timestamp": int, "current_leader_epoch": Opt(int)}
+                ],
+            }
+        ],
+    },
+    # -> {topics: [{name, error, message, topic_id, num_partitions, replication_factor}]}
+    ApiKey.CREATE_TOPICS: {
+        "topics": [
+            {
+                "name": str,
+                "num_partitions": int,
+                "replication_factor": int,
+                "configs": Opt(MapOf(str, str)),
+            }
+        ],
+        "timeout_ms": int,
+        "validate_only": Opt(bool),
+    },
+    # -> {topics: [{name, error, message}]}
+    ApiKey.DELETE_TOPICS: {"topics": [str], "timeout_ms": int},
+    # -> {topics: [{name, error, message, configs: {name: value}}]}
+    ApiKey.DESCRIBE_CONFIGS: {"topics": [str]},
+    # count = the new total number of partitions -> {topics: [{name, error, message}]}
+    ApiKey.CREATE_PARTITIONS: {"topics": [{"name": str, "count": int}], "timeout_ms": int},
+    # -> {error, message, producer_id, producer_epoch}
+    ApiKey.INIT_PRODUCER_ID: {"producer_id": Opt(int), "producer_epoch": Opt(int)},
+    # value None deletes the override -> {topics: [{name, error, message}]}
+    ApiKey.ALTER_CONFIGS: {"topics": [{"name": str, "configs": MapOf(str, Opt(str))}]},
+    # election_type 0 preferred, 1 unclean; topics None = all
+    # -> {error, topics: [{name, partitions: [{partition, error, message}]}]}
+    ApiKey.ELECT_LEADERS: {"election_type": int, "topics": Opt(_TP_LIST)},
+    # ---- controller
+    # -> {error, message, broker_epoch}
+    ApiKey.BROKER_REGISTRATION: {
+        "broker_id": int,
+        "incarnation_id": str,
+        "host": str,
+        "port": int,
+        "rack": Opt(str),
+    },
+    # -> {error, message, is_caught_up, is_fenced, should_shutdown}
+    ApiKey.BROKER_HEARTBEAT: {
+        "broker_id": int,
+        "broker_epoch": int,
+        "metadata_offset": int,
+        "want_fence": bool,
+        "want_shutdown": bool,
+    },
+    # long-poll the @metadata log from from_offset
+    # -> {error, message, leader_id, entries: [[offset, epoch, record]], committed_offset,
+    #     log_start_offset, snapshot: {offset, epoch, records} | None}
+    ApiKey.METADATA_FETCH: {
+        "node_id": Opt(int),
+        "from_offset": int,
+        "max_records": int,
+        "max_wait_ms": int,
+    },
+    # -> {error, message, leader, leader_epoch, partition_epoch, isr}
+    ApiKey.ALTER_PARTITION: {
+        "broker_id": int,
+        "broker_epoch": int,
+        "topic": str,
+        "partition": int,
+        "leader_epoch": int,
+        "partition_epoch": int,
+        "new_isr": [int],
+    },
+    # -> {error, leader_id, epoch, high_watermark,
+    #     voters: [{id, rpc, metadata_offset, lag}], observers: [{id, metadata_offset, lag}]}
+    ApiKey.DESCRIBE_QUORUM: {},
+    # ---- consumer groups: bodies are defined with the group coordinator (see kraft/groups)
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: {"group_id": str},
+    ApiKey.OFFSET_COMMIT: {"group_id": str},
+    ApiKey.OFFSET_FETCH: {"group_id": str},
+    ApiKey.LIST_GROUPS: {},
+    ApiKey.DESCRIBE_GROUPS: {"groups": [str]},
+    ApiKey.DELETE_GROUPS: {"groups": [str]},
+    ApiKey.ALTER_GROUP_OFFSETS: {"group_id": str},
+}
+
+
+def _type_name(spec: Any) -> str:
+    if isinstance(spec, type):
+        return spec.__name__
+    if isinstance(spec, list):
+        return "list"
+    if isinstance(spec, dict | MapOf):
+        return "map"
+    return str(spec)
+
+
+def _check(spec: Any, value: Any, path: str) -> None:
+    if isinstance(spec, Opt):
+        if value is not None:
+            _check(spec.spec, value, path)
+        return
+    if spec is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ProtocolError(f"{path}: expected int, got {type(value).__name__}")
+    elif spec is bytes:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise ProtocolError(f"{path}: expected bytes, got {type(value).__name__}")
+    elif isinstance(spec, type):
+        if not isinstance(value, spec):
+            raise ProtocolError(f"{path}: expected {spec.__name__}, got {type(value).__name__}")
+    elif isinstance(spec, list):
+        if not isinstance(value, list):
+            raise ProtocolError(f"{path}: expected list, got {type(value).__name__}")
+        for i, item in enumerate(value):
+            _check(spec[0], item, f"{path}[{i}]")
+    elif isinstance(spec, MapOf):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{path}: expected map, got {type(value).__name__}")
+        for k, v in value.items():
+            _check(spec.key, k, f"{path} key")
+            _check(spec.value, v, f"{path}[{k!r}]")
+    elif isinstance(spec, dict):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{path}: expected map, got {type(value).__name__}")
+        for name, sub in spec.items():
+            if name not in value:
+                if isinstance(sub, Opt):
+                    continue
+                raise ProtocolError(f"{path}.{name}: missing ({_type_name(sub)} required)")
+            _check(sub, value[name], f"{path}.{name}")
+    else:  # pragma: no cover - a bug in SCHEMAS
+        raise TypeError(f"bad schema spec {spec!r}")
+
+
+def validate_request(api_key: int, body: Any) -> None:
+    """Check ``body`` against the schema of ``api_key``; raise ``ProtocolError`` naming the path."""
+    try:
+        key = ApiKey(api_key)
+    except ValueError:
+        raise UnknownApiError(f"unknown api key {api_key}") from None
+    _check(SCHEMAS[key], body, key.name.lower())
+
+
+# --------------------------------------------------------------------------- frames
+
+
+class FrameTooLargeError(ProtocolError):
+    code = ErrorCode.FRAME_TOO_LARGE
+
+
+class MalformedFrameError(ProtocolError):
+    code = ErrorCode.MALFORMED_FRAME
+
+
+class UnknownApiError(ProtocolError):
+    code = ErrorCode.UNKNOWN_API
+
+
+class _NeedData:
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = _NeedData()
+
+
+class FrameDecoder:
+    """Accumulates bytes and yields whole frame payloads.
+
+    ``receive_data(data)`` then call ``next_frame()`` until it returns ``NEED_DATA``. A declared
+    length above ``max_frame_bytes`` raises ``FrameTooLargeError`` before any of it is buffered,
+    so a hostile length cannot make the peer allocate memory.
+    """
+
+    __slots__ = ("_buf", "_pos", "max_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self.max_frame_bytes = max_frame_bytes
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        if self._pos and self._pos > len(self._buf) // 2:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos
+
+    def next_frame(self) -> bytes | _NeedData:
+        avail = len(self._buf) - self._pos
+        if avail < 4:
+            return NEED_DATA
+        (n,) = _LEN.unpack_from(self._buf, self._pos)
+        if n > self.max_frame_bytes:
+            raise FrameTooLargeError(
+                f"frame of {n} bytes exceeds the limit of {self.max_frame_bytes} bytes"
+            )
+        if avail < 4 + n:
+            return NEED_DATA
+        start = self._pos + 4
+        payload = bytes(self._buf[start : start + n])
+        self._pos = start + n
+        if self._pos == len(self._buf):
+            self._buf.clear()
+            self._pos = 0
+        return payload
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api_key: int
+    correlation_id: int
+    body: dict[str, Any]
+    api_version: int = API_VERSION
+    client_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    correlation_id: int
+    body: dict[str, Any]
+    raw: bytes | memoryview = field(default=b"")
+
+    def raise_for_error(self) -> None:
+        code = self.body.get("error", 0)
+        if code:
+            raise error_for(code, self.body.get("message") or "")
+
+
+_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def encode_request(req: Request) -> bytes:
+    """A whole frame (length prefix included) for ``req``."""
+    payload = _packb([req.api_key, req.api_version, req.correlation_id, req.client_id, req.body])
+    return _LEN.pack(len(payload)) + payload
+
+
+def peek_correlation_id(payload: bytes) -> int:
+    """Best effort: the correlation id of a request payload whose body may be malformed (-1)."""
+    try:
+        up = msgpack.Unpacker(raw=False, max_buffer_size=len(payload) + 16)
+        up.feed(payload[:64])
+        if up.read_array_header() < 3:
+            return -1
+        up.unpack()
+        up.unpack()
+        cid = up.unpack()
+        return cid if isinstance(cid, int) and not isinstance(cid, bool) else -1
+    except Exception:
+        return -1
+
+
+def decode_request(payload: bytes, *, validate: bool = True) -> Request:
+    """Parse a request payload. Raises ``MalformedFrameError`` / ``UnknownApiError`` /
+    ``ProtocolError``; the caller answers with ``peek_correlation_id(payload)``."""
+    try:
+        obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise MalformedFrameError(f"request is not valid msgpack: {exc}") from None
+    if not isinstance(obj, list) or len(obj) != 5:
+        raise MalformedFrameError("request must be [api_key, api_version, correlation_id, client_id, body]")
+    api_key, api_version, cid, client_id, body = obj
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (api_key, api_version, cid)):
+        raise MalformedFrameError("api_key, api_version and correlation_id must be integers")
+    if not isinstance(client_id, str) or not isinstance(body, dict):
+        raise MalformedFrameError("client_id must be a string and body a map")
+    if validate:
+        validate_request(api_key, body)
+        if api_version != API_VERSION:
+            raise error_for(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"api {ApiKey(api_key).name} version {api_version} is not supported (only {API_VERSION})",
+            )
+    return Request(api_key, cid, body, api_version, client_id)
+
+
+def encode_response_head(correlation_id: int, body: dict[str, Any], raw_len: int = 0) -> bytes:
+    """Frame length + head for a response whose ``raw_len`` raw bytes the caller sends next."""
+    head = _packb([correlation_id, body])
+    return _LEN.pack(4 + len(head) + raw_len) + _LEN.pack(len(head)) + head
+
+
+def encode_response(resp: Response) -> bytes:
+    raw = bytes(resp.raw)
+    return encode_response_head(resp.correlation_id, resp.body, len(raw)) + raw
+
+
+def decode_response(payload: bytes) -> Response:
+    if len(payload) < 4:
+        raise MalformedFrameError("response shorter than its head length")
+    (hlen,) = _LEN.unpack_from(payload, 0)
+    if 4 + hlen > len(payload):
+        raise MalformedFrameError("response head runs past the frame")
+    try:
+        obj = msgpack.unpackb(memoryview(payload)[4 : 4 + hlen], raw=False, strict_map_key=False)
+        cid, body = obj
+    except Exception as exc:
+        raise MalformedFrameError(f"response head is not valid: {exc}") from None
+    raw = memoryview(payload)[4 + hlen :] if len(payload) > 4 + hlen else b""
+    return Response(cid, body, raw)
+
+
+class ClientProtocol:
+    """Client side of one connection, sans I/O: numbers requests and matches responses."""
+
+    __slots__ = ("_decoder", "_next_cid", "client_id", "in_flight")
+
+    def __init__(self, client_id: str = "rafka-python", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._next_cid = 0
+        self.client_id = client_id
+        self.in_flight: set[int] = set()
+
+    def send(self, api_key: int, body: dict[str, Any], *, expect_response: bool = True) -> tuple[int, bytes]:
+        cid = self._next_cid
+        self._next_cid = (cid + 1) & 0x7FFFFFFF
+        if expect_response:
+            self.in_flight.add(cid)
+        return cid, encode_request(Request(int(api_key), cid, body, API_VERSION, self.client_id))
+
+    def receive_data(self, data: bytes) -> None:
+        self._decoder.receive_data(data)
+
+    def next_response(self) -> Response | _NeedData:
+        payload = self._decoder.next_frame()
+        if payload is NEED_DATA:
+            return NEED_DATA
+        resp = decode_response(payload)  # type: ignore[arg-type]
+        self.in_flight.discard(resp.correlation_id)
+        return resp

@@ -1,0 +1,229 @@
+"""One pipelined TCP connection to a rafka node, and a pool of them (trio).
+
+Theory of operation
+-------------------
+``Connection`` wraps a trio stream and the sans-I/O ``ClientProtocol``. ``request()`` writes a
+frame and waits for the response with the same correlation id; any number of callers may have
+requests in flight at once (bounded by ``max_in_flight``), so one connection carries a whole
+pipeline. A single reader task, started in the nursery of whoever opened the connection
+(``await nursery.start(conn.run)`` or the ``connect()`` context manager), reads frames and
+wakes the waiters. When the stream breaks, every waiter gets ``NetworkExceptionError`` and the
+connection is marked closed; callers (usually ``ConnectionPool``) open a new one.
+
+No ``timeout=`` parameters: callers wrap requests in ``trio.fail_after`` / ``move_on_after``.
+A request cancelled while in flight simply abandons its slot; the late response is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError, error_for
+from broker.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, ClientProtocol, Response
+
+__all__ = ["Connection", "ConnectionPool", "connect", "parse_address", "parse_bootstrap"]
+
+_READ_CHUNK = 256 * 1024
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    """'host:port' → (host, port), with a clear error."""
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"bad address {addr!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def parse_bootstrap(servers: str | list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = [parse_address(s) for s in items if s.strip()]
+    if not out:
+        raise ValueError("bootstrap_servers is empty")
+    return out
+
+
+class _Waiter:
+    __slots__ = ("event", "response", "error")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.response: Response | None = None
+        self.error: BaseException | None = None
+
+
+class Connection:
+    """A pipelined request/response connection. Start ``run`` in a nursery before use."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        address: tuple[str, int] = ("?", 0),
+        client_id: str = "rafka-python",
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_in_flight: int = 64,
+    ) -> None:
+        self.stream = stream
+        self.address = address
+        self._proto = ClientProtocol(client_id, max_frame_bytes)
+        self._waiters: dict[int, _Waiter] = {}
+        self._slots = trio.Semaphore(max_in_flight)
+        self._send_lock = trio.Lock()
+        self._closed_error: BaseException | None = None
+        self._cancel_scope = trio.CancelScope()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed_error is not None
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """The reader loop; returns when the connection closes."""
+        task_status.started()
+        with self._cancel_scope:
+            try:
+                while True:
+                    data = await self.stream.receive_some(_READ_CHUNK)
+                    if not data:
+                        raise error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()} closed the connection")
+                    self._proto.receive_data(data)
+                    while True:
+                        resp = self._proto.next_response()
+                        if resp is NEED_DATA:
+                            break
+                        waiter = self._waiters.pop(resp.correlation_id, None)  # type: ignore[union-attr]
+                        if waiter is not None:
+                            waiter.response = resp  # type: ignore[assignment]
+                            waiter.event.set()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._fail_all(error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()}: {exc}"))
+            except RafkaError as exc:
+                self._fail_all(exc)
+        if self._closed_error is None:
+            self._fail_all(error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()}: connection closed"))
+        with contextlib.suppress(Exception):
+            await self.stream.aclose()
+
+    def _where(self) -> str:
+        return f"{self.address[0]}:{self.address[1]}"
+
+    def _fail_all(self, exc: BaseException) -> None:
+        if self._closed_error is None:
+            self._closed_error = exc
+        for waiter in self._waiters.values():
+            waiter.error = exc
+            waiter.event.set()
+        self._waiters.clear()
+
+    async def request(self, api_key: int, body: dict[str, Any]) -> Response:
+        """Send one request and wait for its response (errors in the body are not raised)."""
+        if self._closed_error is not None:
+            raise self._closed_error
+        async with self._slots:
+            waiter = _Waiter()
+            cid, frame = self._proto.send(api_key, body)
+            self._waiters[cid] = waiter
+            try:
+                await self._send(frame)
+                await waiter.event.wait()
+            finally:
+                self._waiters.pop(cid, None)
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.response is not None
+        return waiter.response
+
+    async def send_only(self, api_key: int, body: dict[str, Any]) -> None:
+        """Send a request that gets no response (produce with acks=0)."""
+        if self._closed_error is not None:
+            raise self._closed_error
+        _, frame = self._proto.send(api_key, body, expect_response=False)
+        await self._send(frame)
+
+    async def _send(self, frame: bytes) -> None:
+        try:
+            async with self._send_lock:
+                await self.stream.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            err = error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()}: {exc}")
+            self._fail_all(err)
+            self._cancel_scope.cancel()
+            raise err from None
+
+    async def aclose(self) -> None:
+        self._fail_all(error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()}: connection closed"))
+        self._cancel_scope.cancel()
+        with contextlib.suppress(Exception):
+            await self.stream.aclose()
+
+
+async def _open(host: str, port: int, **kw: Any) -> Connection:
+    try:
+        stream = await trio.open_tcp_stream(host, port)
+    except OSError as exc:
+        raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"cannot connect to {host}:{port}: {exc}") from None
+    try:
+        stream.setsockopt(6, 1, 1)  # TCP_NODELAY: requests are whole frames already
+    except OSError:
+        pass
+    return Connection(stream, address=(host, port), **kw)
+
+
+@contextlib.asynccontextmanager
+async def connect(host: str, port: int, **kw: Any) -> AsyncIterator[Connection]:
+    """``async with connect(host, port) as conn: await conn.request(...)``."""
+    conn = await _open(host, port, **kw)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(conn.run)
+        try:
+            yield conn
+        finally:
+            await conn.aclose()
+
+
+class ConnectionPool:
+    """At most one live connection per address, opened on demand, reader tasks in ``nursery``."""
+
+    def __init__(self, nursery: trio.Nursery, **conn_kw: Any) -> None:
+        self._nursery = nursery
+        self._kw = conn_kw
+        self._conns: dict[tuple[str, int], Connection] = {}
+        self._locks: dict[tuple[str, int], trio.Lock] = {}
+
+    async def get(self, host: str, port: int) -> Connection:
+        key = (host, port)
+        conn = self._conns.get(key)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._locks.setdefault(key, trio.Lock())
+        async with lock:
+            conn = self._conns.get(key)
+            if conn is None or conn.closed:
+                conn = await _open(host, port, **self._kw)
+                await self._nursery.start(conn.run)
+                self._conns[key] = conn
+            return conn
+
+    async def request(self, host: str, port: int, api_key: int, body: dict[str, Any]) -> Response:
+        conn = await self.get(host, port)
+        return await conn.request(api_key, body)
+
+    def discard(self, host: str, port: int) -> None:
+        conn = self._conns.pop((host, port), None)
+        if conn is not None:
+            self._nursery.start_soon(conn.aclose)
+
+    async def aclose(self) -> None:
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            await conn.aclose()
+
+
+def backoff_ms(attempt: int, base_ms: int = 50, max_ms: int = 1000) -> float:
+    """Exponential backoff for retries, capped."""
+    return min(max_ms, base_ms * math.pow(2, min(attempt, 16)))
