@@ -1,0 +1,195 @@
+"""Immutable metadata images — what a node knows after folding the ``@metadata`` log.
+
+Theory of operation
+-------------------
+A :class:`MetadataImage` is the fold of every record up to ``image.offset``. It is made of
+per-domain images (cluster, topics, configs, producer ids, groups, quorum), each immutable
+and each with an ``EMPTY``. Mappings are read-only views (``MappingProxyType``); nobody
+mutates an image. :class:`metadata.delta.MetadataDelta` builds the next image from a batch
+of records and reuses every part that the batch did not touch (unchanged ``TopicImage``
+objects, or a whole domain, are shared between consecutive images).
+
+Images compare by value (dataclass equality), which is what the fold tests rely on: any
+split of the same record sequence into batches must give an equal image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar, NamedTuple
+
+from metadata.records import LEADER_RECOVERED, NO_LEADER
+
+__all__ = [
+    "BrokerRegistration",
+    "ClusterImage",
+    "ConfigsImage",
+    "GroupImage",
+    "GroupMemberImage",
+    "GroupsImage",
+    "MetadataImage",
+    "PartitionRegistration",
+    "ProducerIdsImage",
+    "QuorumImage",
+    "TopicImage",
+    "TopicPartition",
+    "TopicsImage",
+    "frozen_map",
+]
+
+_EMPTY_MAP: Mapping[Any, Any] = MappingProxyType({})
+
+
+def frozen_map(d: dict[Any, Any] | None = None) -> Mapping[Any, Any]:
+    """A read-only view over ``d`` (the caller must not keep mutating ``d``)."""
+    return MappingProxyType(d) if d else _EMPTY_MAP
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    epoch: int
+    incarnation_id: str
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = True
+
+    @property
+    def id(self) -> int:
+        return self.broker_id
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int = NO_LEADER
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    leader_recovery_state: int = LEADER_RECOVERED
+
+    def __post_init__(self) -> None:
+        assert set(self.isr) <= set(self.replicas), (self.isr, self.replicas)
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0] if self.replicas else NO_LEADER
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: str
+    partitions: Mapping[int, PartitionRegistration] = field(default_factory=lambda: _EMPTY_MAP)
+    configs: Mapping[str, str] = field(default_factory=lambda: _EMPTY_MAP)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsImage:
+    by_id: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY_MAP)
+    by_name: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY_MAP)
+    EMPTY: ClassVar[TopicsImage]
+
+    def get(self, name: str) -> TopicImage | None:
+        return self.by_name.get(name)
+
+    def partition(self, topic: str, partition: int) -> PartitionRegistration | None:
+        t = self.by_name.get(topic)
+        return None if t is None else t.partitions.get(partition)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterImage:
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: _EMPTY_MAP)
+    EMPTY: ClassVar[ClusterImage]
+
+    def unfenced_ids(self) -> list[int]:
+        return sorted(b for b, reg in self.brokers.items() if not reg.fenced)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigsImage:
+    """Broker-level configs: ``brokers["<id>"]`` or ``brokers[""]`` (cluster default).
+    Topic configs live in ``TopicImage.configs``."""
+
+    brokers: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY_MAP)
+    EMPTY: ClassVar[ConfigsImage]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsImage:
+    next_producer_id: int = 0
+    EMPTY: ClassVar[ProducerIdsImage]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberImage:
+    member_id: str
+    member_epoch: int = 0
+    group_epoch: int = 0
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topics: tuple[str, ...] = ()
+    session_timeout_ms: int = 45000
+    rebalance_timeout_ms: int = 300000
+    assignment: tuple[tuple[str, int], ...] = ()
+    assignment_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupImage:
+    group_id: str
+    members: Mapping[str, GroupMemberImage] = field(default_factory=lambda: _EMPTY_MAP)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsImage:
+    """Placeholder for the group coordinator (extend, don't reinvent). A group exists
+    while it has members."""
+
+    groups: Mapping[str, GroupImage] = field(default_factory=lambda: _EMPTY_MAP)
+    EMPTY: ClassVar[GroupsImage]
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumImage:
+    """The last ``LeaderChange``: who was active controller, in which epoch."""
+
+    leader_id: int = -1
+    epoch: int = -1
+    EMPTY: ClassVar[QuorumImage]
+
+
+TopicsImage.EMPTY = TopicsImage()
+ClusterImage.EMPTY = ClusterImage()
+ConfigsImage.EMPTY = ConfigsImage()
+ProducerIdsImage.EMPTY = ProducerIdsImage()
+GroupsImage.EMPTY = GroupsImage()
+QuorumImage.EMPTY = QuorumImage()
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    offset: int = -1  # offset of the last record folded in (-1: none)
+    epoch: int = -1  # epoch of that record
+    cluster: ClusterImage = ClusterImage.EMPTY
+    topics: TopicsImage = TopicsImage.EMPTY
+    configs: ConfigsImage = ConfigsImage.EMPTY
+    producer_ids: ProducerIdsImage = ProducerIdsImage.EMPTY
+    groups: GroupsImage = GroupsImage.EMPTY
+    quorum: QuorumImage = QuorumImage.EMPTY
+    EMPTY: ClassVar[MetadataImage]
+
+    def is_empty(self) -> bool:
+        return self == MetadataImage.EMPTY
+
+
+MetadataImage.EMPTY = MetadataImage()

@@ -1,0 +1,301 @@
+"""Metadata record types — the vocabulary of the ``@metadata`` log.
+
+Theory of operation
+-------------------
+Every decision of the active controller is a short list of records appended to the
+``@metadata`` log (see ``kraft/``). Brokers and controllers fold those records, in offset
+order, into a :class:`metadata.image.MetadataImage`. A record is a small frozen, slotted
+dataclass; ``to_dict()`` turns it into a msgpack-able map tagged with ``"type"`` (the record
+type name, e.g. ``"RegisterBroker"``) and :func:`record_from_dict` turns it back.
+
+Conventions
+-----------
+* Sequences are tuples in Python and lists on the wire; :func:`record_from_dict` converts
+  lists back to tuples (recursively) so that ``from_dict(r.to_dict()) == r``.
+* Unknown keys in a dict are ignored (a newer writer may add fields); missing optional
+  keys take the field default. An unknown ``type`` raises :class:`UnknownRecordType`.
+* ``PartitionChange`` carries only changed fields; ``None`` means "unchanged". ``leader=-1``
+  means "no leader". The fold bumps epochs as Kafka does: a leader change bumps
+  ``leader_epoch`` and ``partition_epoch``; any other change bumps ``partition_epoch``.
+* ``RegisterBroker.broker_epoch == -1`` means "the offset of this record" (the broker epoch
+  of KIP-631); snapshots write the explicit epoch and fenced state.
+* Group records are reserved for the consumer-group coordinator: simple now, to be extended
+  (add optional fields with defaults; never rename).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+__all__ = [
+    "ConfigRecord",
+    "FenceBroker",
+    "GroupAssignment",
+    "GroupDeleted",
+    "GroupMember",
+    "GroupMemberRemoved",
+    "LeaderChange",
+    "MetadataRecord",
+    "NoOp",
+    "Partition",
+    "PartitionChange",
+    "ProducerIds",
+    "RECORD_TYPES",
+    "RegisterBroker",
+    "RemoveTopic",
+    "Topic",
+    "UnfenceBroker",
+    "UnknownRecordType",
+    "UnregisterBroker",
+    "record_from_dict",
+    "LEADER_RECOVERED",
+    "LEADER_RECOVERING",
+    "NO_LEADER",
+]
+
+NO_LEADER = -1
+LEADER_RECOVERED = 0
+LEADER_RECOVERING = 1
+
+
+class UnknownRecordType(ValueError):
+    """A dict carried a ``type`` tag no record class is registered for."""
+
+
+def _to_wire(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_to_wire(v) for v in value]
+    return value
+
+
+def _from_wire(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_from_wire(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    record_type: ClassVar[str] = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.record_type}
+        for f in dataclasses.fields(self):
+            out[f.name] = _to_wire(getattr(self, f.name))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: _from_wire(v) for k, v in d.items() if k in names})
+
+
+# -- cluster ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBroker(_Record):
+    record_type: ClassVar[str] = "RegisterBroker"
+    broker_id: int
+    incarnation_id: str
+    host: str
+    port: int
+    rack: str | None = None
+    broker_epoch: int = -1  # -1: the offset of this record
+    fenced: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBroker(_Record):
+    record_type: ClassVar[str] = "UnregisterBroker"
+    broker_id: int
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FenceBroker(_Record):
+    record_type: ClassVar[str] = "FenceBroker"
+    broker_id: int
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceBroker(_Record):
+    record_type: ClassVar[str] = "UnfenceBroker"
+    broker_id: int
+    broker_epoch: int = -1
+
+
+# -- topics ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Topic(_Record):
+    record_type: ClassVar[str] = "Topic"
+    name: str
+    topic_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTopic(_Record):
+    record_type: ClassVar[str] = "RemoveTopic"
+    topic_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Partition(_Record):
+    record_type: ClassVar[str] = "Partition"
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    leader_recovery_state: int = LEADER_RECOVERED
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange(_Record):
+    record_type: ClassVar[str] = "PartitionChange"
+    topic_id: str
+    partition: int
+    leader: int | None = None
+    isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+    leader_recovery_state: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRecord(_Record):
+    """A config entry; ``value=None`` deletes it. ``resource_type`` is "topic" or "broker"
+    (``resource_name`` is then the topic name, or the broker id as a string, "" = cluster
+    default)."""
+
+    record_type: ClassVar[str] = "ConfigRecord"
+    resource_type: str
+    resource_name: str
+    name: str
+    value: str | None
+
+
+# -- producer ids, quorum, misc ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIds(_Record):
+    """A block of producer ids was handed to ``broker_id``: the next free id is now
+    ``next_producer_id`` (the end, exclusive, of the block)."""
+
+    record_type: ClassVar[str] = "ProducerIds"
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderChange(_Record):
+    """Written by a newly elected active controller; ``epoch`` is its quorum epoch (term)."""
+
+    record_type: ClassVar[str] = "LeaderChange"
+    leader_id: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoOp(_Record):
+    record_type: ClassVar[str] = "NoOp"
+
+
+# -- groups (reserved; the group coordinator extends these) -----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember(_Record):
+    record_type: ClassVar[str] = "GroupMember"
+    group_id: str
+    member_id: str
+    member_epoch: int = 0
+    group_epoch: int = 0
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topics: tuple[str, ...] = ()
+    session_timeout_ms: int = 45000
+    rebalance_timeout_ms: int = 300000
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberRemoved(_Record):
+    record_type: ClassVar[str] = "GroupMemberRemoved"
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAssignment(_Record):
+    """Target assignment of one member: a tuple of (topic, partition) pairs."""
+
+    record_type: ClassVar[str] = "GroupAssignment"
+    group_id: str
+    member_id: str
+    member_epoch: int = 0
+    partitions: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDeleted(_Record):
+    record_type: ClassVar[str] = "GroupDeleted"
+    group_id: str
+
+
+MetadataRecord = (
+    RegisterBroker
+    | UnregisterBroker
+    | FenceBroker
+    | UnfenceBroker
+    | Topic
+    | RemoveTopic
+    | Partition
+    | PartitionChange
+    | ConfigRecord
+    | ProducerIds
+    | LeaderChange
+    | NoOp
+    | GroupMember
+    | GroupMemberRemoved
+    | GroupAssignment
+    | GroupDeleted
+)
+
+RECORD_TYPES: dict[str, type[_Record]] = {
+    cls.record_type: cls
+    for cls in (
+        RegisterBroker,
+        UnregisterBroker,
+        FenceBroker,
+        UnfenceBroker,
+        Topic,
+        RemoveTopic,
+        Partition,
+        PartitionChange,
+        ConfigRecord,
+        ProducerIds,
+        LeaderChange,
+        NoOp,
+        GroupMember,
+        GroupMemberRemoved,
+        GroupAssignment,
+        GroupDeleted,
+    )
+}
+
+
+def record_from_dict(d: dict[str, Any]) -> MetadataRecord:
+    """Inverse of ``record.to_dict()``."""
+    try:
+        cls = RECORD_TYPES[d["type"]]
+    except KeyError:
+        raise UnknownRecordType(f"unknown metadata record type {d.get('type')!r}") from None
+    return cls.from_dict(d)  # type: ignore[no-any-return]
