@@ -1,0 +1,90 @@
+# rafka — one Makefile for newcomers, CI and developers.
+#
+#   make run     set everything up, start a local 3-node quorum cluster (foreground; Ctrl-C stops it)
+#   make test    set everything up (incl. Spark), run the default test suite (short chaos + Spark runs)
+#   make bench   run the benchmarks; prints a table, writes bench/results/latest.json
+#   make lint    ruff
+#
+# Everything lands in ./.venv; nothing is installed globally except the Debian packages the
+# chaos tests need (iproute2, iptables, faketime), and only when running as root.
+
+SHELL := /bin/bash
+VENV  ?= .venv
+PY    := $(VENV)/bin/python
+PIP   := $(VENV)/bin/pip
+RAFKA := $(VENV)/bin/rafka
+NODES ?= 3
+DATA_DIR ?= ./rafka-data
+PYTEST_ARGS ?=
+
+# The first Python >= 3.11 on PATH.
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	  command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; \
+	done)
+
+JAVA_HOME ?= $(shell ls -d /usr/lib/jvm/java-17-openjdk-* 2>/dev/null | head -n1)
+export JAVA_HOME
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON = $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON = $(abspath $(PY))
+
+.PHONY: help install install-spark os-deps run test test-all bench lint chaos chaos-docker spark-demo clean
+
+help:
+	@sed -n '2,9p' Makefile
+
+$(VENV)/.installed: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: rafka needs Python >= 3.11 on PATH" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e ".[test,dev,chaos,bench]"
+	touch $@
+
+$(VENV)/.spark: $(VENV)/.installed
+	$(PIP) install -q --no-cache-dir -e ".[spark]"
+	touch $@
+
+install: $(VENV)/.installed
+install-spark: $(VENV)/.spark
+
+# Debian packages for the chaos tests (network namespaces, iptables, libfaketime). Root only;
+# without root the netns backend is skipped and the local (proxy) backend is used.
+os-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=""; \
+	  command -v ip >/dev/null || missing="$$missing iproute2"; \
+	  command -v iptables >/dev/null || missing="$$missing iptables"; \
+	  ls /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing="$$missing faketime"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi; \
+	fi
+
+run: install
+	$(RAFKA) cluster up --nodes $(NODES) --data-dir $(DATA_DIR)
+
+test: install install-spark os-deps
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all: install install-spark os-deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install install-spark
+	$(PY) -m bench
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+chaos: install os-deps
+	$(RAFKA) chaos run --backend netns --nemesis kill,pause,partition,clock --time-limit 120 --seed $${SEED:-1}
+
+chaos-docker: install
+	bash deploy/chaos-docker.sh
+
+spark-demo: install install-spark
+	$(PY) -m spark_source.demo --start-cluster
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

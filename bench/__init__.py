@@ -1,0 +1,1 @@
+"""rafka benchmarks (not timed tests): run with ``make bench`` / ``python -m bench``."""

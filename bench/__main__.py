@@ -1,0 +1,93 @@
+"""Benchmark runner: ``python -m bench [--only NAME] [--runs N]``.
+
+Theory of operation: every ``bench/bench_<name>.py`` module exposes ``run(runs: int) -> dict``
+mapping a metric name to ``{"median": float, "unit": str, "runs": [floats...]}`` and, for
+comparisons measured side by side in the same run, ``{"ratio_of": "<other metric>"}`` entries
+are computed here. Figures are medians of ``runs`` repetitions; machines are noisy, so ratios
+taken in one run matter more than absolute numbers. The table is printed and the same figures
+are written to ``bench/results/latest.json`` (metric → median, unit, runs, ratios) so they can
+be tracked over time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import platform
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _modules(only: list[str] | None) -> list[str]:
+    names = sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_"))
+    if only:
+        names = [n for n in names if any(o in n for o in only)]
+    return names
+
+
+def _fmt(v: float) -> str:
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 1:
+        return f"{v:,.2f}"
+    return f"{v:.4f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench")
+    ap.add_argument("--only", action="append", help="run only bench modules whose name contains this")
+    ap.add_argument("--runs", type=int, default=3, help="repetitions per figure (medians are reported)")
+    args = ap.parse_args(argv)
+    results: dict[str, Any] = {}
+    failures: dict[str, str] = {}
+    for name in _modules(args.only):
+        print(f"== {name}", flush=True)
+        t0 = time.monotonic()
+        try:
+            mod = importlib.import_module(f"bench.{name}")
+            got = mod.run(args.runs)
+        except Exception:
+            failures[name] = traceback.format_exc()
+            print(failures[name], file=sys.stderr)
+            continue
+        for metric, fig in got.items():
+            if "median" not in fig and fig.get("runs"):
+                fig["median"] = statistics.median(fig["runs"])
+            results[f"{name[6:]}.{metric}"] = fig
+        print(f"   ({time.monotonic() - t0:.0f} s)", flush=True)
+    # ratios: a figure may name the figure it is compared with (same module)
+    for key, fig in results.items():
+        other = fig.get("ratio_of")
+        if other:
+            mod = key.split(".", 1)[0]
+            base = results.get(f"{mod}.{other}") or results.get(other)
+            if base and base.get("median"):
+                fig["ratio"] = fig["median"] / base["median"]
+    print()
+    print(f"{'metric':58} {'median':>14} {'unit':<10} {'ratio':>8}  vs")
+    for key, fig in results.items():
+        ratio = f"{fig['ratio']:.2f}x" if "ratio" in fig else ""
+        print(f"{key:58} {_fmt(fig['median']):>14} {fig.get('unit',''):<10} {ratio:>8}  {fig.get('ratio_of','')}")
+    RESULTS.mkdir(exist_ok=True)
+    doc = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        "runs": args.runs,
+        "metrics": results,
+        "failures": {k: v.splitlines()[-1] for k, v in failures.items()},
+    }
+    (RESULTS / "latest.json").write_text(json.dumps(doc, indent=2, sort_keys=True))
+    print(f"\nwrote {RESULTS / 'latest.json'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
