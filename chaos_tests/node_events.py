@@ -1,0 +1,235 @@
+"""Node invariants, checked from structured event lines that rafka nodes write to their logs.
+
+Log line format (for the broker / controller engineers)
+-------------------------------------------------------
+A node event is one JSON object on one line of the node's log (stdout/stderr or a log file).
+Either the whole line is the object, or the object follows the marker ``rafka-event: `` (so a
+logging prefix such as a timestamp and level is allowed before it).  Every other line is
+ignored.  Keys (``tp`` is ``"topic/partition"``)::
+
+    {"event": "start", "node": 1}
+        the node process (re)started; begins a new *incarnation* of that node
+    {"event": "raft-leader", "node": 1, "epoch": 5}
+        node 1 became the active controller (Raft leader) for Raft term/epoch 5
+    {"event": "hw", "node": 1, "tp": "t/0", "leader_epoch": 3, "hw": 10}
+        node 1's high watermark of t/0 is now 10 (emit on every change, leader and follower)
+    {"event": "truncate", "node": 1, "tp": "t/0", "to": 7, "from": 9, "leader_epoch": 4,
+     "reason": "diverging-epoch"}
+        node 1 removed offsets [to, from) of t/0 (``from`` = log end offset before; optional).
+        Emit for EVERY suffix removal, including recovery after an unclean start
+        (``"reason": "recovery"``).
+    {"event": "partition", "node": 1, "tp": "t/0", "leader": 2, "leader_epoch": 3,
+     "partition_epoch": 7, "replicas": [1, 2, 3], "isr": [1, 2]}
+        node 1 applied this partition state from the metadata log (leader -1 = none)
+
+Optional on every event: ``"mono_ns"`` = ``time.monotonic_ns()`` when it happened (CLOCK_MONOTONIC
+is system-wide on Linux, and libfaketime is told not to fake it, so it is comparable with the
+harness's history clock), ``"wall_ms"``.  Unknown events and keys are ignored.
+
+Invariants
+----------
+``multiple-controller-leaders``  two nodes claimed controller leadership in the same epoch.
+``multiple-partition-leaders``   two different leaders reported for one (tp, leader_epoch).
+``isr-not-subset``               ISR not a subset of replicas, or the leader not in the ISR.
+``hw-regression``                a node's hw for a tp went down within one (incarnation,
+                                 leader_epoch).
+``acked-truncated``              (a) a node truncated below a high watermark it had itself
+                                 reported in the same incarnation (committed data removed); or
+                                 (b) given ``start_mono_ns``, a truncation stamped after an
+                                 ``acks=all`` send to that tp was acknowledged removed its offset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .checkers import Anomaly, CheckResult, Facts, _Collector
+
+__all__ = [
+    "EVENT_MARKER",
+    "NODE_CHECKERS",
+    "parse_node_log_line",
+    "read_node_events",
+    "check_controller_leaders",
+    "check_partition_states",
+    "check_hw_monotonic",
+    "check_acked_not_truncated",
+    "check_node_events",
+]
+
+EVENT_MARKER = "rafka-event: "
+NODE_CHECKERS = ("controller-leader", "partition-state", "hw-monotonic", "acked-not-truncated")
+
+
+def parse_node_log_line(line: str) -> dict[str, Any] | None:
+    """The event on this log line, or None when the line carries none."""
+    i = line.find(EVENT_MARKER)
+    text = line[i + len(EVENT_MARKER):] if i >= 0 else line.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
+        return None
+    return obj
+
+
+def read_node_events(paths: Iterable[str | os.PathLike[str]]) -> list[dict[str, Any]]:
+    """Events from node log files, file after file, each in file order.
+
+    Each event gets ``"_src": "path:line"``; an anomaly's ``events`` are positions in the list.
+    """
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh, 1):
+                ev = parse_node_log_line(line)
+                if ev is not None:
+                    ev["_src"] = f"{path}:{n}"
+                    out.append(ev)
+    return out
+
+
+def check_controller_leaders(events: Sequence[Mapping[str, Any]]) -> CheckResult:
+    out = _Collector()
+    leaders: dict[int, tuple[Any, int]] = {}
+    reported: set[int] = set()
+    for i, ev in enumerate(events):
+        if ev.get("event") != "raft-leader":
+            continue
+        epoch, node = ev["epoch"], ev["node"]
+        first = leaders.setdefault(epoch, (node, i))
+        if first[0] != node and epoch not in reported:
+            reported.add(epoch)
+            out.add(Anomaly("multiple-controller-leaders",
+                            {"epoch": epoch, "nodes": [first[0], node]}, [], [first[1], i]))
+    return out.result(epochs=len(leaders))
+
+
+def check_partition_states(events: Sequence[Mapping[str, Any]]) -> CheckResult:
+    out = _Collector()
+    leaders: dict[tuple[str, int], tuple[int, int]] = {}
+    reported: set[tuple[str, int]] = set()
+    for i, ev in enumerate(events):
+        if ev.get("event") != "partition":
+            continue
+        replicas, isr, leader = set(ev.get("replicas", ())), set(ev.get("isr", ())), ev["leader"]
+        if not isr <= replicas or (leader != -1 and isr and leader not in isr):
+            out.add(Anomaly("isr-not-subset",
+                            {"node": ev.get("node"), "tp": ev["tp"], "leader": leader,
+                             "replicas": sorted(replicas), "isr": sorted(isr)}, [], [i]))
+        if leader == -1:
+            continue
+        key = (ev["tp"], ev["leader_epoch"])
+        first = leaders.setdefault(key, (leader, i))
+        if first[0] != leader and key not in reported:
+            reported.add(key)
+            out.add(Anomaly("multiple-partition-leaders",
+                            {"tp": key[0], "leader_epoch": key[1], "leaders": [first[0], leader]},
+                            [], [first[1], i]))
+    return out.result()
+
+
+def _incarnations(events: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Incarnation number of each event's node at that event (bumped by ``start``)."""
+    inc: dict[Any, int] = {}
+    out = []
+    for ev in events:
+        node = ev.get("node")
+        if ev.get("event") == "start":
+            inc[node] = inc.get(node, 0) + 1
+        out.append(inc.get(node, 0))
+    return out
+
+
+def check_hw_monotonic(events: Sequence[Mapping[str, Any]]) -> CheckResult:
+    out = _Collector()
+    incs = _incarnations(events)
+    last: dict[tuple[Any, int, str, Any], tuple[int, int]] = {}
+    for i, ev in enumerate(events):
+        if ev.get("event") != "hw":
+            continue
+        key = (ev["node"], incs[i], ev["tp"], ev.get("leader_epoch"))
+        prev = last.get(key)
+        hw = int(ev["hw"])
+        if prev is not None and hw < prev[0]:
+            out.add(Anomaly("hw-regression",
+                            {"node": ev["node"], "tp": ev["tp"],
+                             "leader_epoch": ev.get("leader_epoch"), "hw": [prev[0], hw]},
+                            [], [prev[1], i]))
+        if prev is None or hw >= prev[0]:
+            last[key] = (hw, i)
+    return out.result()
+
+
+def check_acked_not_truncated(events: Sequence[Mapping[str, Any]], facts: Facts | None = None,
+                              *, start_mono_ns: int | None = None) -> CheckResult:
+    out = _Collector()
+    incs = _incarnations(events)
+    max_hw: dict[tuple[Any, int, str], tuple[int, int]] = {}
+    truncations: list[tuple[int, Mapping[str, Any]]] = []
+    for i, ev in enumerate(events):
+        kind = ev.get("event")
+        if kind == "hw":
+            key = (ev["node"], incs[i], ev["tp"])
+            if key not in max_hw or ev["hw"] > max_hw[key][0]:
+                max_hw[key] = (int(ev["hw"]), i)
+        elif kind == "truncate":
+            truncations.append((i, ev))
+            top = max_hw.get((ev["node"], incs[i], ev["tp"]))
+            if top is not None and ev["to"] < top[0]:
+                out.add(Anomaly("acked-truncated",
+                                {"why": "below-own-hw", "node": ev["node"], "tp": ev["tp"],
+                                 "to": ev["to"], "hw": top[0]}, [], [top[1], i]))
+    if facts is not None and start_mono_ns is not None:
+        _truncated_acks(out, facts, truncations, start_mono_ns)
+    return out.result(truncations=len(truncations))
+
+
+def _truncated_acks(out: _Collector, facts: Facts, truncations: list[tuple[int, Any]],
+                    start_mono_ns: int) -> None:
+    # per tp: acks=all sends sorted by ack time, with a running max of offset
+    acks: dict[str, list[tuple[int, int, int, int]]] = {}
+    for s in facts.acked_order:
+        if s.acks in ("all", -1, "-1"):
+            assert s.offset is not None and s.completion is not None
+            acks.setdefault(f"{s.topic}/{s.partition}", []).append(
+                (s.time, s.offset, s.invoke, s.completion))
+    prefix: dict[str, tuple[list[int], list[tuple[int, int, int, int]]]] = {}
+    for tp, rows in acks.items():
+        rows.sort()
+        best: list[tuple[int, int, int, int]] = []
+        for r in rows:
+            best.append(r if not best or r[1] > best[-1][1] else best[-1])
+        prefix[tp] = ([r[0] for r in rows], best)
+    for i, ev in truncations:
+        if "mono_ns" not in ev or ev["tp"] not in prefix:
+            continue
+        t = int(ev["mono_ns"]) - start_mono_ns
+        times, best = prefix[ev["tp"]]
+        k = bisect_left(times, t)  # acks strictly before the truncation
+        if k == 0:
+            continue
+        _t, offset, inv, comp = best[k - 1]
+        removed_end = ev.get("from")
+        if ev["to"] <= offset and (removed_end is None or offset < removed_end):
+            out.add(Anomaly("acked-truncated",
+                            {"why": "acked-offset-removed", "node": ev["node"], "tp": ev["tp"],
+                             "to": ev["to"], "acked_offset": offset}, [inv, comp], [i]))
+
+
+def check_node_events(events: Sequence[Mapping[str, Any]], facts: Facts | None = None, *,
+                      start_mono_ns: int | None = None) -> dict[str, CheckResult]:
+    return {
+        "controller-leader": check_controller_leaders(events),
+        "partition-state": check_partition_states(events),
+        "hw-monotonic": check_hw_monotonic(events),
+        "acked-not-truncated": check_acked_not_truncated(events, facts,
+                                                         start_mono_ns=start_mono_ns),
+    }
