@@ -1,0 +1,513 @@
+"""The active controller's decisions, as pure functions.
+
+Theory of operation
+-------------------
+Every function here takes the current :class:`MetadataImage` (plus, where needed, the
+in-memory :class:`ControllerState` — heartbeat contact times, which are *not* in the log —
+and ``now_ms``) and returns either the records to write together with the guards that must
+still hold when they apply (a :class:`Decision`), or raises the ``RafkaError`` to answer.
+No I/O, no clock, no randomness: the caller injects ``now_ms`` and the placement
+``start_index``/``shift``. :mod:`kraft.service` wraps a decision into a ``Command``.
+
+Kafka semantics followed here:
+
+* broker epoch = offset of its ``RegisterBroker`` record; a broker is registered fenced and
+  unfenced once a heartbeat reports a metadata offset ≥ its registration offset; fenced again
+  after ``broker.session.timeout.ms`` without a heartbeat;
+* fencing (or controlled shutdown) moves leadership away: new leader = first replica that is
+  in the ISR and live; the fenced broker leaves the ISR unless it is the last member (then the
+  partition is leaderless, ``leader=-1``, ISR keeps it); an out-of-sync replica is chosen only
+  when the topic sets ``unclean.leader.election.enable=true``;
+* ``AlterPartition`` is guarded by leader epoch and partition epoch; the new ISR must be a
+  subset of the replicas, contain the leader and hold only unfenced brokers;
+* replica placement is Kafka's rack-unaware round robin with a start index and a shift;
+* preferred-leader election moves leadership back to ``replicas[0]`` when it is in the ISR
+  and live.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from broker.errors import ErrorCode, error_for
+from kraft.quorum import Guard
+from metadata import (
+    NO_LEADER,
+    ConfigRecord,
+    FenceBroker,
+    MetadataImage,
+    MetadataRecord,
+    Partition,
+    PartitionChange,
+    PartitionRegistration,
+    ProducerIds,
+    RegisterBroker,
+    RemoveTopic,
+    Topic,
+    TopicImage,
+    UnfenceBroker,
+)
+
+__all__ = [
+    "ControllerState",
+    "Decision",
+    "PRODUCER_ID_BLOCK_SIZE",
+    "alter_configs",
+    "alter_partition",
+    "create_partitions",
+    "create_topic",
+    "describe_configs",
+    "HeartbeatOutcome",
+    "delete_topic",
+    "elect_leaders",
+    "elect_partition_leader",
+    "expired_brokers",
+    "fence_broker",
+    "heartbeat",
+    "leaderless_elections",
+    "place_replicas",
+    "preferred_elections",
+    "allocate_producer_ids",
+    "register_broker",
+    "validate_topic_configs",
+]
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+@dataclass(slots=True)
+class Decision:
+    records: list[MetadataRecord] = field(default_factory=list)
+    guards: list[Guard] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.records)
+
+
+@dataclass(slots=True)
+class ControllerState:
+    """The active controller's memory (lost on failover; rebuilt with a grace period)."""
+
+    last_contact_ms: dict[int, int] = field(default_factory=dict)  # broker id -> ms
+    metadata_offsets: dict[int, int] = field(default_factory=dict)  # broker id -> offset
+    shutting_down: set[int] = field(default_factory=set)
+
+    def touch_all(self, image: MetadataImage, now_ms: int) -> None:
+        """On activation: every registered broker gets a fresh session (grace period)."""
+        for bid in image.cluster.brokers:
+            self.last_contact_ms[bid] = now_ms
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+def _live(image: MetadataImage, state: ControllerState | None = None) -> set[int]:
+    down = state.shutting_down if state else set()
+    return {b for b, r in image.cluster.brokers.items() if not r.fenced and b not in down}
+
+
+def _unclean_ok(topic: TopicImage) -> bool:
+    return topic.configs.get("unclean.leader.election.enable", "false").lower() == "true"
+
+
+def elect_partition_leader(
+    reg: PartitionRegistration, live: set[int], removed: Iterable[int] = (), unclean: bool = False
+) -> PartitionChange | None:
+    """The change (without topic id/partition filled in: see callers) that keeps ``reg``
+    led by a live in-sync replica after ``removed`` brokers leave; None if nothing changes."""
+    removed = set(removed)
+    isr = [r for r in reg.isr if r not in removed]
+    if not isr and reg.isr:
+        isr = [reg.isr[-1]]  # never shrink to empty: keep the last member (ELR-less Kafka)
+    leader = reg.leader
+    if leader not in live or leader not in isr or leader in removed:
+        leader = next((r for r in reg.replicas if r in isr and r in live), NO_LEADER)
+    if leader == NO_LEADER and unclean:
+        candidate = next((r for r in reg.replicas if r in live), NO_LEADER)
+        if candidate != NO_LEADER:
+            leader, isr = candidate, [candidate]
+    new_isr = tuple(isr)
+    if leader == reg.leader and new_isr == reg.isr:
+        return None
+    return PartitionChange(
+        "", -1, leader=None if leader == reg.leader else leader,
+        isr=None if new_isr == reg.isr else new_isr,
+    )
+
+
+def _changes_for(
+    image: MetadataImage, live: set[int], removed: set[int], only_leaderless: bool = False
+) -> list[MetadataRecord]:
+    out: list[MetadataRecord] = []
+    for t in image.topics.by_id.values():
+        unclean = _unclean_ok(t)
+        for p, reg in t.partitions.items():
+            if only_leaderless and reg.leader != NO_LEADER:
+                continue
+            if not only_leaderless and not (
+                removed & set(reg.isr) or reg.leader in removed or reg.leader not in live
+            ):
+                continue
+            ch = elect_partition_leader(reg, live, removed, unclean)
+            if ch is not None:
+                out.append(PartitionChange(t.topic_id, p, ch.leader, ch.isr))
+    return out
+
+
+# -- brokers -----------------------------------------------------------------------------
+
+
+def register_broker(
+    image: MetadataImage,
+    broker_id: int,
+    incarnation_id: str,
+    host: str,
+    port: int,
+    rack: str | None = None,
+) -> Decision:
+    """Empty decision if this very incarnation is already registered (idempotent)."""
+    cur = image.cluster.brokers.get(broker_id)
+    if cur is not None and cur.incarnation_id == incarnation_id:
+        return Decision()
+    records: list[MetadataRecord] = [RegisterBroker(broker_id, incarnation_id, host, port, rack)]
+    if cur is not None:
+        # a new incarnation: the old one is gone; move its leaderships away now
+        live = _live(image) - {broker_id}
+        records += _changes_for(image, live, {broker_id})
+    return Decision(records, [Guard.broker_epoch(broker_id, -1 if cur is None else cur.epoch)])
+
+
+def fence_broker(image: MetadataImage, broker_id: int, state: ControllerState | None = None) -> Decision:
+    cur = image.cluster.brokers.get(broker_id)
+    if cur is None:
+        return Decision()
+    live = _live(image, state) - {broker_id}
+    records: list[MetadataRecord] = []
+    if not cur.fenced:
+        records.append(FenceBroker(broker_id, cur.epoch))
+    records += _changes_for(image, live, {broker_id})
+    if not records:
+        return Decision()
+    return Decision(records, [Guard.broker_epoch(broker_id, cur.epoch)])
+
+
+def expired_brokers(
+    image: MetadataImage, state: ControllerState, now_ms: int, session_timeout_ms: int
+) -> list[int]:
+    out = []
+    for bid, reg in image.cluster.brokers.items():
+        if reg.fenced:
+            continue
+        last = state.last_contact_ms.get(bid)
+        if last is None:
+            state.last_contact_ms[bid] = now_ms
+        elif now_ms - last > session_timeout_ms:
+            out.append(bid)
+    return out
+
+
+@dataclass(slots=True)
+class HeartbeatOutcome:
+    decision: Decision
+    is_caught_up: bool
+    is_fenced: bool  # after the decision applies
+    should_shutdown: bool
+
+
+def heartbeat(
+    image: MetadataImage,
+    state: ControllerState,
+    broker_id: int,
+    broker_epoch: int,
+    metadata_offset: int,
+    want_fence: bool,
+    want_shutdown: bool,
+    now_ms: int,
+) -> HeartbeatOutcome:
+    reg = image.cluster.brokers.get(broker_id)
+    if reg is None or reg.epoch != broker_epoch:
+        raise error_for(ErrorCode.STALE_BROKER_EPOCH, f"broker {broker_id} epoch {broker_epoch}")
+    state.last_contact_ms[broker_id] = now_ms
+    state.metadata_offsets[broker_id] = metadata_offset
+    caught_up = metadata_offset >= reg.epoch
+    guards = [Guard.broker_epoch(broker_id, reg.epoch)]
+    if want_shutdown:
+        state.shutting_down.add(broker_id)
+        # controlled shutdown: move leadership and ISR membership away, then fence
+        live = _live(image, state)
+        moves = _changes_for(image, live, {broker_id})
+        if moves:
+            return HeartbeatOutcome(Decision(moves, guards), caught_up, reg.fenced, False)
+        leads = any(
+            p.leader == broker_id for t in image.topics.by_id.values() for p in t.partitions.values()
+        )
+        if not reg.fenced:
+            return HeartbeatOutcome(
+                Decision([FenceBroker(broker_id, reg.epoch)], guards), caught_up, True, not leads
+            )
+        return HeartbeatOutcome(Decision(), caught_up, True, not leads)
+    state.shutting_down.discard(broker_id)
+    if want_fence and not reg.fenced:
+        d = fence_broker(image, broker_id, state)
+        return HeartbeatOutcome(d, caught_up, True, False)
+    if reg.fenced and caught_up and not want_fence:
+        live = _live(image, state) | {broker_id}
+        records: list[MetadataRecord] = [UnfenceBroker(broker_id, reg.epoch)]
+        records += _changes_for(image, live, set(), only_leaderless=True)
+        return HeartbeatOutcome(Decision(records, guards), caught_up, False, False)
+    return HeartbeatOutcome(Decision(), caught_up, reg.fenced, False)
+
+
+def leaderless_elections(image: MetadataImage, state: ControllerState | None = None) -> Decision:
+    """Give a leader to leaderless partitions that can have one (periodic safety net)."""
+    return Decision(_changes_for(image, _live(image, state), set(), only_leaderless=True))
+
+
+# -- topics ------------------------------------------------------------------------------
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> None:
+    try:
+        from log.config import LogConfig
+    except ImportError:  # pragma: no cover - log/ always ships with rafka
+        return
+    try:
+        LogConfig.from_dict({k: v for k, v in configs.items() if v is not None})
+    except Exception as exc:
+        raise error_for(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    known = LogConfig.from_dict({}).to_dict()
+    for k, v in configs.items():
+        if v is None and k not in known:
+            raise error_for(ErrorCode.INVALID_CONFIG, f"unknown topic config {k!r}")
+
+
+def place_replicas(
+    brokers: list[int], num_partitions: int, replication_factor: int, start_index: int,
+    shift: int, first_partition: int = 0,
+) -> list[tuple[int, ...]]:
+    """Kafka's rack-unaware assignment: partition p's first replica is
+    brokers[(start + p) % n]; the others follow with a shift that grows every n partitions."""
+    n = len(brokers)
+    if replication_factor > n or n == 0:
+        raise error_for(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {replication_factor} > {n} available brokers",
+        )
+    brokers = sorted(brokers)
+    out = []
+    for p in range(first_partition, first_partition + num_partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (start_index + p) % n
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+        out.append(tuple(replicas))
+    return out
+
+
+def create_topic(
+    image: MetadataImage,
+    name: str,
+    num_partitions: int,
+    replication_factor: int,
+    configs: Mapping[str, str] | None,
+    topic_id: str,
+    start_index: int,
+    shift: int,
+    default_partitions: int = 1,
+    default_replication_factor: int = 1,
+) -> Decision:
+    if not _TOPIC_NAME.match(name) or name in (".", ".."):
+        raise error_for(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {name!r}")
+    if name in image.topics.by_name:
+        raise error_for(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+    num_partitions = default_partitions if num_partitions == -1 else num_partitions
+    if replication_factor == -1:
+        replication_factor = default_replication_factor
+    if num_partitions < 1:
+        raise error_for(ErrorCode.INVALID_PARTITIONS, "partitions must be >= 1")
+    if replication_factor < 1:
+        raise error_for(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be >= 1")
+    configs = dict(configs or {})
+    validate_topic_configs(configs)
+    live = sorted(_live(image))
+    assignment = place_replicas(live, num_partitions, replication_factor, start_index, shift)
+    records: list[MetadataRecord] = [Topic(name, topic_id)]
+    records += [ConfigRecord("topic", name, k, v) for k, v in sorted(configs.items())]
+    for p, replicas in enumerate(assignment):
+        records.append(Partition(topic_id, p, replicas, replicas, replicas[0]))
+    return Decision(records, [Guard.topic_absent(name)])
+
+
+def delete_topic(image: MetadataImage, name: str) -> Decision:
+    t = image.topics.by_name.get(name)
+    if t is None:
+        raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+    return Decision([RemoveTopic(t.topic_id)], [Guard.topic_is(name, t.topic_id)])
+
+
+def create_partitions(
+    image: MetadataImage, name: str, count: int, start_index: int, shift: int
+) -> Decision:
+    t = image.topics.by_name.get(name)
+    if t is None:
+        raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+    cur = len(t.partitions)
+    if count <= cur:
+        raise error_for(
+            ErrorCode.INVALID_PARTITIONS, f"topic {name!r} has {cur} partitions; {count} is not more"
+        )
+    rf = len(t.partitions[0].replicas) if t.partitions else 1
+    assignment = place_replicas(sorted(_live(image)), count - cur, rf, start_index, shift, cur)
+    records: list[MetadataRecord] = [
+        Partition(t.topic_id, cur + i, r, r, r[0]) for i, r in enumerate(assignment)
+    ]
+    return Decision(records, [Guard.partition_count(t.topic_id, cur)])
+
+
+def alter_configs(image: MetadataImage, name: str, configs: Mapping[str, str | None]) -> Decision:
+    t = image.topics.by_name.get(name)
+    if t is None:
+        raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+    validate_topic_configs(configs)
+    merged = {**t.configs, **{k: v for k, v in configs.items() if v is not None}}
+    for k, v in configs.items():
+        if v is None:
+            merged.pop(k, None)
+    validate_topic_configs(merged)
+    records: list[MetadataRecord] = [
+        ConfigRecord("topic", name, k, v) for k, v in sorted(configs.items())
+        if t.configs.get(k) != v
+    ]
+    return Decision(records, [Guard.topic_is(name, t.topic_id)])
+
+
+# -- partitions --------------------------------------------------------------------------
+
+
+def alter_partition(
+    image: MetadataImage,
+    broker_id: int,
+    broker_epoch: int,
+    topic: str,
+    partition: int,
+    leader_epoch: int,
+    partition_epoch: int,
+    new_isr: list[int],
+) -> tuple[Decision, PartitionRegistration]:
+    """Returns the decision and the registration it will produce."""
+    b = image.cluster.brokers.get(broker_id)
+    if b is None or b.epoch != broker_epoch:
+        raise error_for(ErrorCode.STALE_BROKER_EPOCH, f"broker {broker_id} epoch {broker_epoch}")
+    t = image.topics.by_name.get(topic)
+    reg = None if t is None else t.partitions.get(partition)
+    if t is None or reg is None:
+        raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
+    if reg.leader != broker_id:
+        raise error_for(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {broker_id} does not lead")
+    if leader_epoch != reg.leader_epoch:
+        raise error_for(
+            ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {leader_epoch} != {reg.leader_epoch}"
+        )
+    if partition_epoch != reg.partition_epoch:
+        raise error_for(
+            ErrorCode.STALE_PARTITION_EPOCH,
+            f"partition epoch {partition_epoch} != {reg.partition_epoch}",
+        )
+    isr = tuple(dict.fromkeys(new_isr))
+    if not set(isr) <= set(reg.replicas) or broker_id not in isr:
+        raise error_for(ErrorCode.INVALID_REQUEST, f"ISR {list(isr)} must be ⊆ replicas and hold the leader")
+    fenced = [r for r in isr if r not in _live(image) and r != broker_id]
+    if fenced:
+        raise error_for(ErrorCode.INVALID_REQUEST, f"ISR holds fenced brokers {fenced}")
+    isr = tuple(r for r in reg.replicas if r in isr)  # replica order: deterministic
+    if isr == reg.isr:
+        return Decision(), reg
+    new = PartitionRegistration(
+        reg.replicas, isr, reg.leader, reg.leader_epoch, reg.partition_epoch + 1,
+        reg.leader_recovery_state,
+    )
+    d = Decision(
+        [PartitionChange(t.topic_id, partition, isr=isr)],
+        [Guard.partition_epochs(t.topic_id, partition, leader_epoch, partition_epoch),
+         Guard.broker_epoch(broker_id, broker_epoch)],
+    )
+    return d, new
+
+
+def preferred_elections(
+    image: MetadataImage, partitions: Iterable[tuple[str, int]] | None = None,
+    state: ControllerState | None = None,
+) -> Decision:
+    live = _live(image, state)
+    records: list[MetadataRecord] = []
+    guards: list[Guard] = []
+    for t, p, reg in _select(image, partitions):
+        pref = reg.preferred_leader
+        if pref != reg.leader and pref in reg.isr and pref in live:
+            records.append(PartitionChange(t.topic_id, p, leader=pref))
+            guards.append(Guard.partition_epochs(t.topic_id, p, reg.leader_epoch, reg.partition_epoch))
+    return Decision(records, guards)
+
+
+def elect_leaders(
+    image: MetadataImage, election_type: int,
+    partitions: Iterable[tuple[str, int]] | None = None, state: ControllerState | None = None,
+) -> Decision:
+    """ELECT_LEADERS: type 0 preferred, 1 unclean (leaderless partitions take any live replica)."""
+    if election_type == 0:
+        return preferred_elections(image, partitions, state)
+    live = _live(image, state)
+    records: list[MetadataRecord] = []
+    guards: list[Guard] = []
+    for t, p, reg in _select(image, partitions):
+        if reg.leader != NO_LEADER:
+            continue
+        ch = elect_partition_leader(reg, live, (), unclean=True)
+        if ch is not None:
+            records.append(PartitionChange(t.topic_id, p, ch.leader, ch.isr))
+            guards.append(Guard.partition_epochs(t.topic_id, p, reg.leader_epoch, reg.partition_epoch))
+    return Decision(records, guards)
+
+
+def _select(
+    image: MetadataImage, partitions: Iterable[tuple[str, int]] | None
+) -> list[tuple[TopicImage, int, PartitionRegistration]]:
+    if partitions is None:
+        return [(t, p, r) for t in image.topics.by_id.values() for p, r in t.partitions.items()]
+    out = []
+    for name, p in partitions:
+        t = image.topics.by_name.get(name)
+        if t is not None and p in t.partitions:
+            out.append((t, p, t.partitions[p]))
+    return out
+
+
+# -- producer ids ------------------------------------------------------------------------
+
+
+def allocate_producer_ids(
+    image: MetadataImage, broker_id: int = -1, broker_epoch: int = -1,
+    block_size: int = PRODUCER_ID_BLOCK_SIZE,
+) -> tuple[Decision, int]:
+    """A new block [start, start + block_size) — returns the decision and ``start``."""
+    start = image.producer_ids.next_producer_id
+    return (
+        Decision(
+            [ProducerIds(broker_id, broker_epoch, start + block_size)],
+            [Guard.next_producer_id(start)],
+        ),
+        start,
+    )
+
+
+def describe_configs(image: MetadataImage, name: str) -> dict[str, str]:
+    t = image.topics.by_name.get(name)
+    if t is None:
+        raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+    return dict(t.configs)
+

@@ -1,0 +1,559 @@
+"""ControllerService — the controller role of a node, as a trio service.
+
+Theory of operation
+-------------------
+``ControllerService(...)`` owns a :class:`~kraft.quorum.MetadataQuorum` (pysyncobj by
+default, built in ``run()`` on the trio main thread; tests pass ``quorum=`` a
+:class:`~kraft.memory.MemoryQuorum`). ``await nursery.start(service.run)`` starts it;
+``service.handlers[api_key](body) -> body`` serves the controller APIs and the admin APIs a
+broker forwards (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS,
+ALTER_CONFIGS, INIT_PRODUCER_ID, ELECT_LEADERS, BROKER_REGISTRATION, BROKER_HEARTBEAT,
+ALTER_PARTITION, DESCRIBE_QUORUM, METADATA_FETCH).
+
+Active controller: when the quorum reports this node leader of epoch E, the service proposes
+``LeaderChange(node, E)`` and becomes *active* only when it has applied — every earlier record
+is then applied too. Its in-memory :class:`~kraft.controller.ControllerState` (heartbeat
+times) starts fresh, with a full session of grace for every broker. Decisions are made one at
+a time under a lock (pure functions of image + state + now in :mod:`kraft.controller`) and
+proposed as guarded commands; the state machine rejects them if this node has been deposed
+meanwhile (epoch check), so "I think I lead" is never trusted for correctness.
+
+A non-active voter answers ``NOT_CONTROLLER`` with ``leader_id``/``leader_host``/
+``leader_port`` (the leader's RPC address) so the caller can go there. ``METADATA_FETCH`` is
+served by every voter from its own fsynced ``@metadata`` log (long-poll up to ``max_wait_ms``;
+a fetcher below the log start gets the latest snapshot).
+
+Settings (Kafka-style names; unknown names are ignored here): ``broker.session.timeout.ms``
+(3000), ``metadata.snapshot.records`` / ``metadata.snapshot.min.records`` (10000),
+``metadata.snapshot.interval.ms`` (3600000), ``leader.imbalance.check.interval.ms`` (300000),
+``auto.leader.rebalance.enable`` (true), ``num.partitions`` (1), ``default.replication.factor``
+(1), ``raft.min.timeout.ms`` (150), ``raft.max.timeout.ms`` (600),
+``controller.propose.timeout.ms`` (10000), ``raft.compaction.min.entries`` (5000).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError, error_for
+from broker.protocol import ApiKey
+from kraft import controller as ctl
+from kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, ProposeResult
+from metadata import LeaderChange, MetadataImage
+
+__all__ = ["ControllerService", "VoterSpec", "parse_voters"]
+
+log = logging.getLogger("rafka.controller")
+
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+VoterSpec = tuple[int, tuple[str, int], tuple[str, int]]  # (id, raft addr, rpc addr)
+
+MAX_FETCH_RECORDS = 10_000
+MAX_FETCH_WAIT_MS = 30_000
+
+
+def _addr(a: Any) -> tuple[str, int]:
+    if isinstance(a, str):
+        host, _, port = a.rpartition(":")
+        return host.strip("[]"), int(port)
+    return str(a[0]), int(a[1])
+
+
+def parse_voters(voters: Sequence[Any]) -> list[VoterSpec]:
+    """Accepts (id, raft, rpc) tuples (addresses as "host:port" or (host, port)) or objects
+    with ``.id``, ``.raft``, ``.rpc`` (broker.config.Voter)."""
+    out = []
+    for v in voters:
+        if hasattr(v, "raft"):
+            out.append((int(v.id), _addr(v.raft), _addr(v.rpc)))
+        else:
+            vid, raft, rpc = v
+            out.append((int(vid), _addr(raft), _addr(rpc)))
+    return sorted(out)
+
+
+class _Active:
+    def __init__(self, epoch: int, image: MetadataImage, now_ms: int) -> None:
+        self.epoch = epoch
+        self.state = ctl.ControllerState()
+        self.state.touch_all(image, now_ms)
+        self.pid_next = 0
+        self.pid_end = 0
+        self.last_rebalance_ms = now_ms
+
+
+class ControllerService:
+    def __init__(
+        self,
+        node_id: int,
+        voters: Sequence[Any],
+        raft_listener: Any,
+        data_dir: str | Path,
+        cluster_secret: str | None,
+        settings: Mapping[str, Any] | None = None,
+        *,
+        quorum: MetadataQuorum | None = None,
+        wall_clock_ms: Callable[[], int] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.voters = parse_voters(voters)
+        self.raft_listener = _addr(raft_listener) if raft_listener else None
+        self.data_dir = Path(data_dir)
+        self.cluster_secret = cluster_secret
+        self.settings = dict(settings or {})
+        self.quorum: MetadataQuorum | None = quorum
+        self._wall_ms = wall_clock_ms or (lambda: int(time.time() * 1000))
+        self._rng = rng or random.Random()
+        self._active: _Active | None = None
+        self._lock = trio.Lock()
+        self._ids = itertools.count()
+        self._observers: dict[int, int] = {}  # node id -> metadata offset seen in fetches
+        self._active_changed = trio.Event()
+        self.handlers: dict[int, Handler] = {
+            ApiKey.BROKER_REGISTRATION: self._guard(self.broker_registration),
+            ApiKey.BROKER_HEARTBEAT: self._guard(self.broker_heartbeat),
+            ApiKey.METADATA_FETCH: self._errors(self.metadata_fetch),
+            ApiKey.CREATE_TOPICS: self._guard(self.create_topics),
+            ApiKey.DELETE_TOPICS: self._guard(self.delete_topics),
+            ApiKey.CREATE_PARTITIONS: self._guard(self.create_partitions),
+            ApiKey.DESCRIBE_CONFIGS: self._guard(self.describe_configs),
+            ApiKey.ALTER_CONFIGS: self._guard(self.alter_configs),
+            ApiKey.ALTER_PARTITION: self._guard(self.alter_partition),
+            ApiKey.INIT_PRODUCER_ID: self._guard(self.init_producer_id),
+            ApiKey.ELECT_LEADERS: self._guard(self.elect_leaders),
+            ApiKey.DESCRIBE_QUORUM: self._errors(self.describe_quorum),
+        }
+
+    # -- settings ---------------------------------------------------------------------
+
+    def setting(self, name: str, default: Any) -> Any:
+        v = self.settings.get(name, default)
+        if isinstance(default, bool):
+            return v if isinstance(v, bool) else str(v).lower() == "true"
+        return type(default)(v)
+
+    @property
+    def session_timeout_ms(self) -> int:
+        return self.setting("broker.session.timeout.ms", 3000)
+
+    @property
+    def is_active(self) -> bool:
+        return self._active is not None
+
+    def _now_ms(self) -> int:
+        return int(trio.current_time() * 1000)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def _build_quorum(self) -> MetadataQuorum:
+        from kraft.syncobj_engine import SyncObjQuorum
+
+        return SyncObjQuorum(
+            node_id=self.node_id,
+            voters=[(vid, raft) for vid, raft, _rpc in self.voters],
+            data_dir=self.data_dir,
+            cluster_secret=self.cluster_secret,
+            settings=self.settings,
+        )
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        if self.quorum is None:
+            self.quorum = self._build_quorum()  # on the trio (main) thread: see notes
+        try:
+            async with trio.open_nursery() as nursery:
+                if hasattr(self.quorum, "run"):
+                    await nursery.start(self.quorum.run)
+                nursery.start_soon(self._leadership_loop)
+                nursery.start_soon(self._periodic_loop)
+                task_status.started()
+        finally:
+            self._active = None
+
+    async def _leadership_loop(self) -> None:
+        assert self.quorum is not None
+        events = self.quorum.leadership_events()
+        activation: trio.CancelScope | None = None
+        async with trio.open_nursery() as nursery:
+            async for ev in events:
+                if activation is not None:
+                    activation.cancel()
+                    activation = None
+                self._set_active(None)
+                if ev.is_self:
+                    activation = trio.CancelScope()
+                    nursery.start_soon(self._activate, ev.epoch, activation)
+
+    def _set_active(self, active: _Active | None) -> None:
+        if (self._active is None) != (active is None):
+            log.info("node %s: active controller %s", self.node_id, active is not None)
+        self._active = active
+        self._active_changed.set()
+        self._active_changed = trio.Event()
+
+    async def _activate(self, epoch: int, scope: trio.CancelScope) -> None:
+        assert self.quorum is not None
+        with scope:
+            cmd = Command(
+                request_id=f"leader-{self.node_id}-{epoch}",
+                epoch=epoch,
+                timestamp_ms=self._wall_ms(),
+                records=(LeaderChange(self.node_id, epoch),),
+            )
+            delay = 0.05
+            while True:
+                try:
+                    await self.quorum.propose(cmd)
+                    break
+                except RafkaError as exc:
+                    if self.quorum.epoch() != epoch or self.quorum.leader_id() != self.node_id:
+                        return
+                    log.warning("LeaderChange for epoch %s not applied yet: %s", epoch, exc)
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+            if self.quorum.image().quorum.epoch == epoch:
+                self._set_active(_Active(epoch, self.quorum.image(), self._now_ms()))
+
+    async def _periodic_loop(self) -> None:
+        period_s = max(0.02, min(0.25, self.session_timeout_ms / 4000))
+        while True:
+            await trio.sleep(period_s)
+            if self._active is None:
+                continue
+            try:
+                async with self._lock:
+                    await self._periodic_once()
+            except RafkaError as exc:
+                log.info("periodic controller work failed: %s", exc)
+
+    async def _periodic_once(self) -> None:
+        active = self._require_active()
+        now = self._now_ms()
+        q = self._q()
+        for bid in ctl.expired_brokers(q.image(), active.state, now, self.session_timeout_ms):
+            log.info("fencing broker %s: no heartbeat for %s ms", bid, self.session_timeout_ms)
+            await self._propose(ctl.fence_broker(q.image(), bid, active.state))
+        d = ctl.leaderless_elections(q.image(), active.state)
+        if d:
+            await self._propose(d)
+        interval = self.setting("leader.imbalance.check.interval.ms", 300_000)
+        if self.setting("auto.leader.rebalance.enable", True) and now - active.last_rebalance_ms >= interval:
+            active.last_rebalance_ms = now
+            d = ctl.preferred_elections(q.image(), None, active.state)
+            if d:
+                await self._propose(d)
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _q(self) -> MetadataQuorum:
+        assert self.quorum is not None, "ControllerService.run() has not started"
+        return self.quorum
+
+    def _leader_hint(self) -> dict[str, Any]:
+        leader = self.quorum.leader_id() if self.quorum is not None else None
+        if self._active is None and leader == self.node_id:
+            leader = None  # elected but not active yet: no useful hint
+        for vid, _raft, rpc in self.voters:
+            if vid == leader:
+                return {"leader_id": vid, "leader_host": rpc[0], "leader_port": rpc[1]}
+        return {"leader_id": -1, "leader_host": None, "leader_port": None}
+
+    def _require_active(self) -> _Active:
+        if self._active is None:
+            raise error_for(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
+        return self._active
+
+    def _errors(self, fn: Handler) -> Handler:
+        async def handler(body: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return {"error": 0, **await fn(body)}
+            except RafkaError as exc:
+                out: dict[str, Any] = {"error": int(exc.code), "message": exc.message}
+                if exc.code == ErrorCode.NOT_CONTROLLER:
+                    out.update(self._leader_hint())
+                return out
+
+        handler.__name__ = getattr(fn, "__name__", "handler")
+        return handler
+
+    def _guard(self, fn: Handler) -> Handler:
+        """Active controller only; decisions serialized; bounded in time."""
+
+        async def guarded(body: dict[str, Any]) -> dict[str, Any]:
+            self._require_active()
+            timeout_s = self.setting("controller.propose.timeout.ms", 10_000) / 1000
+            with trio.move_on_after(timeout_s) as cs:
+                async with self._lock:
+                    return await fn(body)
+            assert cs.cancelled_caught
+            raise error_for(ErrorCode.REQUEST_TIMED_OUT, "the controller quorum did not decide in time")
+
+        return self._errors(guarded)
+
+    async def _propose(self, decision: ctl.Decision, request_id: str | None = None) -> ProposeResult:
+        active = self._require_active()
+        cmd = Command(
+            request_id=request_id or f"c{self.node_id}-e{active.epoch}-{next(self._ids)}",
+            epoch=active.epoch,
+            timestamp_ms=self._wall_ms(),
+            records=tuple(decision.records),
+            guards=tuple(decision.guards),
+        )
+        try:
+            return await self._q().propose(cmd)
+        except RafkaError as exc:
+            if exc.code == ErrorCode.NOT_CONTROLLER and self._active is active:
+                self._set_active(None)  # deposed: the log says someone else leads
+            raise
+
+    def _placement(self) -> tuple[int, int]:
+        n = max(1, len(self._q().image().cluster.brokers))
+        return self._rng.randrange(n), self._rng.randrange(n)
+
+    @staticmethod
+    def _per_item(name: str, exc: RafkaError) -> dict[str, Any]:
+        return {"name": name, "error": int(exc.code), "message": exc.message}
+
+    # -- brokers ----------------------------------------------------------------------
+
+    async def broker_registration(self, body: dict[str, Any]) -> dict[str, Any]:
+        active = self._require_active()
+        bid = body["broker_id"]
+        d = ctl.register_broker(
+            self._q().image(), bid, body["incarnation_id"], body["host"], body["port"], body.get("rack")
+        )
+        if d:
+            await self._propose(d)
+        active.state.last_contact_ms[bid] = self._now_ms()
+        active.state.shutting_down.discard(bid)
+        return {"broker_epoch": self._q().image().cluster.brokers[bid].epoch}
+
+    async def broker_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
+        active = self._require_active()
+        out = ctl.heartbeat(
+            self._q().image(), active.state, body["broker_id"], body["broker_epoch"],
+            body["metadata_offset"], body["want_fence"], body["want_shutdown"], self._now_ms(),
+        )
+        if out.decision:
+            await self._propose(out.decision)
+        return {
+            "is_caught_up": out.is_caught_up,
+            "is_fenced": out.is_fenced,
+            "should_shutdown": out.should_shutdown,
+        }
+
+    async def alter_partition(self, body: dict[str, Any]) -> dict[str, Any]:
+        d, reg = ctl.alter_partition(
+            self._q().image(), body["broker_id"], body["broker_epoch"], body["topic"],
+            body["partition"], body["leader_epoch"], body["partition_epoch"], body["new_isr"],
+        )
+        if d:
+            await self._propose(d)
+        return {
+            "leader": reg.leader,
+            "leader_epoch": reg.leader_epoch,
+            "partition_epoch": reg.partition_epoch,
+            "isr": list(reg.isr),
+        }
+
+    # -- topics -----------------------------------------------------------------------
+
+    async def create_topics(self, body: dict[str, Any]) -> dict[str, Any]:
+        results = []
+        for t in body["topics"]:
+            name = t["name"]
+            try:
+                start, shift = self._placement()
+                d = ctl.create_topic(
+                    self._q().image(), name, t["num_partitions"], t["replication_factor"],
+                    t.get("configs") or {}, uuid.uuid4().hex, start, shift,
+                    self.setting("num.partitions", 1), self.setting("default.replication.factor", 1),
+                )
+                if not body.get("validate_only"):
+                    await self._propose(d)
+                parts = [r for r in d.records if r.record_type == "Partition"]
+                results.append({
+                    "name": name, "error": 0, "message": None, "topic_id": d.records[0].topic_id,  # type: ignore[union-attr]
+                    "num_partitions": len(parts),
+                    "replication_factor": len(parts[0].replicas) if parts else 0,  # type: ignore[union-attr]
+                })
+            except RafkaError as exc:
+                if exc.code == ErrorCode.NOT_CONTROLLER:
+                    raise
+                results.append(self._per_item(name, exc))
+        return {"topics": results}
+
+    async def delete_topics(self, body: dict[str, Any]) -> dict[str, Any]:
+        results = []
+        for name in body["topics"]:
+            try:
+                await self._propose(ctl.delete_topic(self._q().image(), name))
+                results.append({"name": name, "error": 0, "message": None})
+            except RafkaError as exc:
+                if exc.code == ErrorCode.NOT_CONTROLLER:
+                    raise
+                results.append(self._per_item(name, exc))
+        return {"topics": results}
+
+    async def create_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
+        results = []
+        for t in body["topics"]:
+            try:
+                start, shift = self._placement()
+                await self._propose(ctl.create_partitions(self._q().image(), t["name"], t["count"], start, shift))
+                results.append({"name": t["name"], "error": 0, "message": None})
+            except RafkaError as exc:
+                if exc.code == ErrorCode.NOT_CONTROLLER:
+                    raise
+                results.append(self._per_item(t["name"], exc))
+        return {"topics": results}
+
+    async def describe_configs(self, body: dict[str, Any]) -> dict[str, Any]:
+        results = []
+        for name in body["topics"]:
+            try:
+                cfg = ctl.describe_configs(self._q().image(), name)
+                results.append({"name": name, "error": 0, "message": None, "configs": cfg})
+            except RafkaError as exc:
+                results.append({**self._per_item(name, exc), "configs": {}})
+        return {"topics": results}
+
+    async def alter_configs(self, body: dict[str, Any]) -> dict[str, Any]:
+        results = []
+        for t in body["topics"]:
+            try:
+                d = ctl.alter_configs(self._q().image(), t["name"], t["configs"])
+                if d:
+                    await self._propose(d)
+                results.append({"name": t["name"], "error": 0, "message": None})
+            except RafkaError as exc:
+                if exc.code == ErrorCode.NOT_CONTROLLER:
+                    raise
+                results.append(self._per_item(t["name"], exc))
+        return {"topics": results}
+
+    async def elect_leaders(self, body: dict[str, Any]) -> dict[str, Any]:
+        active = self._require_active()
+        topics = body.get("topics")
+        parts = None
+        if topics is not None:
+            parts = [(t["name"], p) for t in topics for p in t["partitions"]]
+        image = self._q().image()
+        d = ctl.elect_leaders(image, body["election_type"], parts, active.state)
+        if d:
+            await self._propose(d)
+        image = self._q().image()
+        selected = parts if parts is not None else [
+            (t.name, p) for t in image.topics.by_name.values() for p in t.partitions
+        ]
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for name, p in selected:
+            reg = image.topics.partition(name, p)
+            if reg is None:
+                e = {"partition": p, "error": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), "message": None}
+            elif reg.leader == -1:
+                e = {"partition": p, "error": int(ErrorCode.LEADER_NOT_AVAILABLE), "message": "no eligible leader"}
+            else:
+                e = {"partition": p, "error": 0, "message": None, "leader": reg.leader}
+            by_topic.setdefault(name, []).append(e)
+        return {"topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+    async def init_producer_id(self, body: dict[str, Any]) -> dict[str, Any]:
+        active = self._require_active()
+        pid, pepoch = body.get("producer_id"), body.get("producer_epoch")
+        if pid is not None and pid >= 0 and pepoch is not None and 0 <= pepoch < 32766:
+            if pid < self._q().image().producer_ids.next_producer_id:
+                return {"producer_id": pid, "producer_epoch": pepoch + 1}
+        if active.pid_next >= active.pid_end:
+            d, start = ctl.allocate_producer_ids(self._q().image(), self.node_id, active.epoch)
+            await self._propose(d)
+            active.pid_next, active.pid_end = start, start + ctl.PRODUCER_ID_BLOCK_SIZE
+        pid = active.pid_next
+        active.pid_next += 1
+        return {"producer_id": pid, "producer_epoch": 0}
+
+    # -- metadata log, quorum ---------------------------------------------------------
+
+    async def metadata_fetch(self, body: dict[str, Any]) -> dict[str, Any]:
+        q = self._q()
+        from_offset = body["from_offset"]
+        max_records = max(1, min(body["max_records"], MAX_FETCH_RECORDS))
+        wait_s = max(0, min(body["max_wait_ms"], MAX_FETCH_WAIT_MS)) / 1000
+        node = body.get("node_id")
+        if node is not None and node not in {v[0] for v in self.voters} and len(self._observers) < 10_000:
+            self._observers[node] = from_offset - 1
+        if from_offset > q.committed_offset() and wait_s > 0:
+            with trio.move_on_after(wait_s):
+                await q.wait_for_offset(from_offset)
+        out: dict[str, Any] = {
+            "leader_id": self._leader_hint()["leader_id"],
+            "committed_offset": q.committed_offset(),
+            "log_start_offset": q.log_start_offset(),
+            "entries": [],
+            "snapshot": None,
+        }
+        try:
+            entries = q.read(from_offset, max_records)
+            out["entries"] = [[e.offset, e.epoch, e.record.to_dict()] for e in entries]
+        except OffsetOutOfRange:
+            snap = q.latest_snapshot()
+            if snap is None:
+                raise error_for(ErrorCode.OFFSET_OUT_OF_RANGE, "below the log start and no snapshot") from None
+            out["snapshot"] = {
+                "offset": snap.offset, "epoch": snap.epoch, "records": [r.to_dict() for r in snap.records]
+            }
+        return out
+
+    async def describe_quorum(self, body: dict[str, Any]) -> dict[str, Any]:
+        q = self._q()
+        mine = {"id": self.node_id, "metadata_offset": q.committed_offset()}
+        if body.get("local_only"):
+            return {"leader_id": q.leader_id(), "epoch": q.epoch(), "voters": [mine]}
+        self._require_active()
+        hw = q.committed_offset()
+        offsets: dict[int, int] = {self.node_id: hw}
+
+        async def ask(vid: int, rpc: tuple[str, int]) -> None:
+            from client.connection import connect
+
+            with trio.move_on_after(0.5):
+                try:
+                    async with connect(*rpc) as conn:
+                        resp = await conn.request(ApiKey.DESCRIBE_QUORUM, {"local_only": True})
+                        for v in resp.body.get("voters", []):
+                            if v.get("id") == vid:
+                                offsets[vid] = v["metadata_offset"]
+                except (OSError, RafkaError, trio.BrokenResourceError) as exc:
+                    log.debug("describe quorum: voter %s unreachable: %s", vid, exc)
+
+        async with trio.open_nursery() as n:
+            for vid, _raft, rpc in self.voters:
+                if vid != self.node_id:
+                    n.start_soon(ask, vid, rpc)
+        voters = []
+        for vid, _raft, rpc in self.voters:
+            off = offsets.get(vid, -1)
+            voters.append({
+                "id": vid, "rpc": f"{rpc[0]}:{rpc[1]}", "metadata_offset": off,
+                "lag": hw - off if vid in offsets else None, "reachable": vid in offsets,
+            })
+        active = self._active
+        observers = []
+        if active is not None:
+            seen = {**self._observers, **active.state.metadata_offsets}
+            observers = [
+                {"id": bid, "metadata_offset": off, "lag": max(0, hw - off)} for bid, off in sorted(seen.items())
+            ]
+        return {
+            "leader_id": self.node_id, "epoch": q.epoch(), "high_watermark": hw,
+            "voters": voters, "observers": observers,
+        }

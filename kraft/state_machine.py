@@ -1,0 +1,108 @@
+"""The replicated state machine every voter runs: commands in, ``@metadata`` entries out.
+
+Theory of operation
+-------------------
+``ControllerStateMachine.apply(command, raft_index)`` is deterministic: given the same state
+and the same command it produces the same entries on every voter. State = the current
+:class:`MetadataImage`, a bounded FIFO dedup table (request id → result; the oldest entry is
+evicted first, so eviction is the same everywhere) and ``last_raft_index`` (the engine's log
+index of the last command applied, used to skip commands replayed after a restart). The
+dedup table is part of every snapshot.
+
+A command is accepted when (1) the proposer is the current active controller: its epoch
+equals the image's ``quorum.epoch``, or the command is a ``LeaderChange`` to a newer epoch;
+(2) every guard holds. Then its records are folded at consecutive offsets after
+``image.offset``. A rejected command appends nothing; only accepted commands are remembered
+for dedup (a rejected request may be retried once the reason is gone).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.errors import RafkaError
+from kraft.quorum import Command, LogEntry, ProposeResult, not_controller
+from metadata import LeaderChange, MetadataDelta, MetadataImage
+
+__all__ = ["Applied", "ControllerStateMachine", "DEFAULT_DEDUP_CAPACITY"]
+
+DEFAULT_DEDUP_CAPACITY = 4096
+
+
+@dataclass(slots=True)
+class Applied:
+    entries: list[LogEntry] = field(default_factory=list)
+    result: ProposeResult | None = None
+    error: RafkaError | None = None
+
+
+class ControllerStateMachine:
+    def __init__(
+        self,
+        image: MetadataImage = MetadataImage.EMPTY,
+        dedup: list[tuple[str, int, int, int]] | None = None,
+        last_raft_index: int = 0,
+        dedup_capacity: int = DEFAULT_DEDUP_CAPACITY,
+    ) -> None:
+        self.image = image
+        self.dedup_capacity = dedup_capacity
+        self.dedup: OrderedDict[str, tuple[int, int, int]] = OrderedDict(
+            (rid, (b, last, e)) for rid, b, last, e in (dedup or [])
+        )
+        self.last_raft_index = last_raft_index
+
+    def dedup_state(self) -> list[tuple[str, int, int, int]]:
+        return [(rid, b, last, e) for rid, (b, last, e) in self.dedup.items()]
+
+    def remember(self, request_id: str, result: ProposeResult) -> None:
+        if not request_id:
+            return
+        self.dedup[request_id] = (result.base_offset, result.last_offset, result.epoch)
+        while len(self.dedup) > self.dedup_capacity:
+            self.dedup.popitem(last=False)
+
+    def check(self, command: Command) -> RafkaError | None:
+        image = self.image
+        leader_change = next((r for r in command.records if isinstance(r, LeaderChange)), None)
+        if leader_change is not None:
+            if leader_change.epoch <= image.quorum.epoch or command.epoch != leader_change.epoch:
+                return not_controller(image.quorum.leader_id, "stale LeaderChange")
+        elif command.epoch != image.quorum.epoch or image.quorum.epoch < 0:
+            return not_controller(
+                image.quorum.leader_id,
+                f"proposer epoch {command.epoch} is not the active epoch {image.quorum.epoch}",
+            )
+        for guard in command.guards:
+            err = guard.check(image)
+            if err is not None:
+                return err
+        return None
+
+    def apply(self, command: Command, raft_index: int = 0) -> Applied:
+        if raft_index:
+            self.last_raft_index = max(self.last_raft_index, raft_index)
+        hit = self.dedup.get(command.request_id) if command.request_id else None
+        if hit is not None:
+            return Applied(result=ProposeResult(hit[0], hit[1], hit[2], duplicate=True))
+        err = self.check(command)
+        if err is not None:
+            return Applied(error=err)
+        delta = MetadataDelta(self.image)
+        entries: list[LogEntry] = []
+        offset = self.image.offset
+        for record in command.records:
+            offset += 1
+            delta.replay(record, offset, command.epoch)
+            entries.append(LogEntry(offset, command.epoch, record))
+        if entries:
+            self.image = delta.apply()
+        base = entries[0].offset if entries else -1
+        result = ProposeResult(base, self.image.offset, command.epoch)
+        self.remember(command.request_id, result)
+        return Applied(entries=entries, result=result)
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """Everything but the image (which snapshots write as records)."""
+        return {"dedup": self.dedup_state(), "last_raft_index": self.last_raft_index}

@@ -1,0 +1,134 @@
+"""ControllerService over the in-memory quorum, under trio's mock clock."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import trio
+import trio.testing
+
+from broker.errors import ErrorCode
+from broker.protocol import ApiKey
+from kraft.memory import MemoryQuorumCluster
+from kraft.service import ControllerService
+
+VOTERS = [(1, "127.0.0.1:19001", "127.0.0.1:9001"), (2, "127.0.0.1:19002", "127.0.0.1:9002")]
+
+
+@pytest.fixture
+def autojump_clock():
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+async def start(nursery, cluster, node_id=1, **settings):
+    svc = ControllerService(
+        node_id, VOTERS, None, "/nonexistent", None,
+        {"broker.session.timeout.ms": 3000, **settings},
+        quorum=cluster.voters[node_id], rng=random.Random(7),
+    )
+    await nursery.start(svc.run)
+    return svc
+
+
+async def wait_active(svc):
+    while not svc.is_active:
+        await trio.sleep(0.01)
+
+
+async def register(svc, bid):
+    r = await svc.handlers[ApiKey.BROKER_REGISTRATION](
+        {"broker_id": bid, "incarnation_id": f"inc-{bid}", "host": "h", "port": 9000 + bid}
+    )
+    assert r["error"] == 0, r
+    return r["broker_epoch"]
+
+
+async def heartbeat(svc, bid, epoch, offset, **kw):
+    body = {"broker_id": bid, "broker_epoch": epoch, "metadata_offset": offset,
+            "want_fence": False, "want_shutdown": False, **kw}
+    return await svc.handlers[ApiKey.BROKER_HEARTBEAT](body)
+
+
+async def test_register_unfence_create_fence_failover(autojump_clock):
+    cluster = MemoryQuorumCluster([1, 2])
+    async with trio.open_nursery() as nursery:
+        s1 = await start(nursery, cluster, 1)
+        s2 = await start(nursery, cluster, 2)
+        r = await s1.handlers[ApiKey.CREATE_TOPICS]({"topics": [], "timeout_ms": 1000})
+        assert r["error"] == ErrorCode.NOT_CONTROLLER
+        cluster.elect(1)
+        await wait_active(s1)
+        r = await s2.handlers[ApiKey.BROKER_HEARTBEAT](
+            {"broker_id": 1, "broker_epoch": 1, "metadata_offset": 0, "want_fence": False, "want_shutdown": False}
+        )
+        assert r["error"] == ErrorCode.NOT_CONTROLLER
+        assert (r["leader_id"], r["leader_host"], r["leader_port"]) == (1, "127.0.0.1", 9001)
+
+        epochs = {b: await register(s1, b) for b in (1, 2, 3)}
+        assert await register(s1, 2) == epochs[2]  # idempotent
+        img = cluster.state_machine.image
+        assert all(img.cluster.brokers[b].fenced for b in (1, 2, 3))
+        for b in (1, 2, 3):
+            hb = await heartbeat(s1, b, epochs[b], img.offset)
+            assert hb["error"] == 0 and hb["is_caught_up"] and not hb["is_fenced"]
+        assert cluster.state_machine.image.cluster.unfenced_ids() == [1, 2, 3]
+
+        r = await s1.handlers[ApiKey.CREATE_TOPICS](
+            {"topics": [{"name": "t", "num_partitions": 3, "replication_factor": 3},
+                        {"name": "bad name", "num_partitions": 1, "replication_factor": 1},
+                        {"name": "u", "num_partitions": 1, "replication_factor": 4}],
+             "timeout_ms": 1000}
+        )
+        errs = [t["error"] for t in r["topics"]]
+        assert errs == [0, ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.INVALID_REPLICATION_FACTOR]
+        t = cluster.state_machine.image.topics.by_name["t"]
+        assert {p.leader for p in t.partitions.values()} == {1, 2, 3}  # leaders spread
+        r = await s1.handlers[ApiKey.CREATE_TOPICS](
+            {"topics": [{"name": "t", "num_partitions": 3, "replication_factor": 3}], "timeout_ms": 1}
+        )
+        assert r["topics"][0]["error"] == ErrorCode.TOPIC_ALREADY_EXISTS
+
+        # broker 3 stops heartbeating: fenced after the session timeout, leadership moves
+        for _ in range(20):
+            await trio.sleep(0.25)
+            for b in (1, 2):
+                await heartbeat(s1, b, epochs[b], cluster.state_machine.image.offset)
+        img = cluster.state_machine.image
+        assert img.cluster.brokers[3].fenced
+        for reg in img.topics.by_name["t"].partitions.values():
+            assert reg.leader in (1, 2) and 3 not in reg.isr
+
+        # failover: node 2 becomes active once its LeaderChange applies; node 1 is deposed
+        cluster.elect(2)
+        await wait_active(s2)
+        assert not s1.is_active
+        assert cluster.state_machine.image.quorum.leader_id == 2
+        r = await s2.handlers[ApiKey.INIT_PRODUCER_ID]({})
+        r2 = await s2.handlers[ApiKey.INIT_PRODUCER_ID]({})
+        assert (r["producer_id"], r["producer_epoch"], r2["producer_id"]) == (0, 0, 1)
+        assert cluster.state_machine.image.producer_ids.next_producer_id == 1000
+
+        # metadata fetch from any voter, and from below the log start (snapshot)
+        f = await s1.handlers[ApiKey.METADATA_FETCH](
+            {"from_offset": 0, "max_records": 5, "max_wait_ms": 0}
+        )
+        assert f["error"] == 0 and [e[0] for e in f["entries"]] == [0, 1, 2, 3, 4]
+        cluster.snapshot()
+        f = await s1.handlers[ApiKey.METADATA_FETCH](
+            {"from_offset": 0, "max_records": 5, "max_wait_ms": 0}
+        )
+        assert f["snapshot"]["offset"] == cluster.state_machine.image.offset
+
+        # long poll wakes up on a new record
+        async def later():
+            await trio.sleep(1)
+            await s2.handlers[ApiKey.DELETE_TOPICS]({"topics": ["t"], "timeout_ms": 1})
+
+        nursery.start_soon(later)
+        nxt = cluster.state_machine.image.offset + 1
+        f = await s1.handlers[ApiKey.METADATA_FETCH](
+            {"from_offset": nxt, "max_records": 5, "max_wait_ms": 5000}
+        )
+        assert [e[2]["type"] for e in f["entries"]] == ["RemoveTopic"]
+        nursery.cancel_scope.cancel()
