@@ -231,7 +231,8 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     },
     # -> {error, leader_id, epoch, high_watermark,
     #     voters: [{id, rpc, metadata_offset, lag}], observers: [{id, metadata_offset, lag}]}
-    ApiKey.DESCRIBE_QUORUM: {},
+    # local_only: a voter answers with its own metadata offset only (the leader asks each voter)
+    ApiKey.DESCRIBE_QUORUM: {"local_only": Opt(bool)},
     # ---- consumer groups: bodies are defined with the group coordinator (see kraft/groups)
     ApiKey.CONSUMER_GROUP_HEARTBEAT: {"group_id": str},
     ApiKey.OFFSET_COMMIT: {"group_id": str},
