@@ -1,0 +1,269 @@
+"""Read one offset range of one partition into Arrow record batches (runs on executors).
+
+Theory of operation
+-------------------
+``read_range`` fetches ``[start, end)`` from the partition leader and yields one
+``pyarrow.RecordBatch`` per fetch response, with exactly the columns and Arrow types of the
+declared Spark schema (``SCHEMA`` / ``arrow_schema``). The next fetch is sent before the current
+response is decoded, so the broker reads while we decode.
+
+Records are not decoded one by one into objects: each batch's records section is unpacked in one
+``msgpack.unpackb`` (``log.batch.decode_raw_records``), transposed with ``zip``, and its offsets
+and timestamps are computed with numpy from the batch header. Only the first and last batch of a
+range may need trimming (a fetch returns whole batches, which may start before ``start`` and end
+after ``end``). Offsets may have gaps (compaction): the position always advances to the batch's
+``last_offset + 1``, and the range is done once the position reaches ``end``.
+
+Data loss: when the broker answers OFFSET_OUT_OF_RANGE because retention deleted the start of
+the range, or the partition is gone, ``on_loss(topic, partition, lost_from, lost_to, why)`` is
+called; it raises (``failOnDataLoss=true``) or logs a warning, and the read continues from the
+log start offset (or stops, if the partition is gone).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from broker.errors import ErrorCode, RafkaError
+from log.batch import TIMESTAMP_LOG_APPEND_TIME, decode_raw_records, iter_batches
+
+from .offsets import OffsetRange
+from .wire import Cluster, PartitionGone
+
+__all__ = ["SCHEMA", "HEADERS_FIELD", "source_schema", "arrow_schema", "read_range",
+           "DataLossError", "LossHandler", "loss_handler"]
+
+log = logging.getLogger("spark_source")
+
+HEADERS_FIELD = StructField(
+    "headers",
+    ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+)
+SCHEMA = StructType([
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+])
+
+LossHandler = Callable[[str, int, int, int, str], None]
+
+
+class DataLossError(RuntimeError):
+    """Records a query needs are gone (retention, deleted topic) and failOnDataLoss is true."""
+
+
+def source_schema(include_headers: bool) -> StructType:
+    return StructType(SCHEMA.fields + [HEADERS_FIELD]) if include_headers else SCHEMA
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", pa.list_(pa.struct(
+            [pa.field("key", pa.string()), pa.field("value", pa.binary())]))))
+    return pa.schema(fields)
+
+
+def loss_handler(fail: bool) -> LossHandler:
+    def on_loss(topic: str, partition: int, lost_from: int, lost_to: int, why: str) -> None:
+        what = (f"data loss in topic {topic!r} partition {partition}: offsets "
+                f"[{lost_from}, {lost_to}) are no longer available ({why})")
+        if fail:
+            raise DataLossError(
+                what + ". Set the source option failOnDataLoss to false to skip lost records "
+                "with a warning instead of failing the query.")
+        log.warning("%s; skipping them (failOnDataLoss=false)", what)
+    return on_loss
+
+
+class _Columns:
+    """Column chunks of the record batch being built."""
+
+    __slots__ = ("keys", "values", "offsets", "ts_us", "ts_types", "headers", "with_headers")
+
+    def __init__(self, with_headers: bool) -> None:
+        self.keys: list = []
+        self.values: list = []
+        self.offsets: list[np.ndarray] = []
+        self.ts_us: list[np.ndarray] = []
+        self.ts_types: list[np.ndarray] = []
+        self.headers: list = []
+        self.with_headers = with_headers
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def to_batch(self, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
+        n = len(self.values)
+        arrays = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.array(np.concatenate(self.offsets), pa.int64()),
+            pa.array(np.concatenate(self.ts_us), pa.timestamp("us", tz="UTC")),
+            pa.array(np.concatenate(self.ts_types), pa.int32()),
+        ]
+        if self.with_headers:
+            arrays.append(pa.array(self.headers, schema.field("headers").type))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _add_batch(cols: _Columns, buf: memoryview, pos: int, header, start: int, end: int) -> None:
+    recs = decode_raw_records(buf, pos, header)
+    if not recs:
+        return
+    ods, tds, ks, vs, hs = zip(*recs, strict=True)
+    offsets = np.fromiter(ods, dtype=np.int64, count=len(ods)) + header.base_offset
+    lo, hi = 0, len(offsets)
+    if offsets[0] < start:
+        lo = int(np.searchsorted(offsets, start, side="left"))
+    if offsets[-1] >= end:
+        hi = int(np.searchsorted(offsets, end, side="left"))
+    if lo >= hi:
+        return
+    n = hi - lo
+    if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+        ts = np.full(n, header.max_timestamp * 1000, dtype=np.int64)
+    else:
+        ts = (np.fromiter(tds[lo:hi], dtype=np.int64, count=n) + header.first_timestamp) * 1000
+    cols.offsets.append(offsets[lo:hi])
+    cols.ts_us.append(ts)
+    cols.ts_types.append(np.full(n, header.timestamp_type, dtype=np.int32))
+    if lo == 0 and hi == len(ods):
+        cols.keys.extend(ks)
+        cols.values.extend(vs)
+        if cols.with_headers:
+            cols.headers.extend([tuple(x) for x in h] if h else [] for h in hs)
+    else:
+        cols.keys.extend(ks[lo:hi])
+        cols.values.extend(vs[lo:hi])
+        if cols.with_headers:
+            cols.headers.extend([tuple(x) for x in h] if h else [] for h in hs[lo:hi])
+
+
+def read_range(cluster: Cluster, rng: OffsetRange, *, include_headers: bool,
+               on_loss: LossHandler, fetch_max_bytes: int = 8 << 20,
+               stall_timeout_s: float = 30.0) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``rng`` as Arrow batches; see the module docstring."""
+    tp = (rng.topic, rng.partition)
+    schema = arrow_schema(include_headers)
+    position, end = rng.start, rng.end
+    max_bytes = fetch_max_bytes
+    stalled_since: float | None = None
+    inflight = None  # (conn, cid, offset) of the fetch already sent
+    while position < end:
+        try:
+            if inflight is None or inflight[2] != position:
+                inflight = (*cluster.send_fetch(tp, position, max_bytes), position)
+            conn, cid, _ = inflight
+            inflight = None
+            entry, raw = cluster.receive_fetch(conn, cid)
+        except PartitionGone:
+            on_loss(rng.topic, rng.partition, position, end, "the topic or partition was deleted")
+            return
+        except RafkaError as exc:
+            if exc.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.BROKER_NOT_AVAILABLE):
+                cluster.leaders.pop(tp, None)
+                stalled_since = _stall(stalled_since, stall_timeout_s, exc)
+                continue
+            raise
+        err = int(entry.get("error", 0) or 0)
+        if err:
+            if err == ErrorCode.OFFSET_OUT_OF_RANGE:
+                position = _out_of_range(cluster, rng, position, on_loss)
+                continue
+            if err == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                cluster.leaders.pop(tp, None)
+                try:
+                    cluster.leader_address(tp)
+                except PartitionGone:
+                    on_loss(rng.topic, rng.partition, position, end,
+                            "the topic or partition was deleted")
+                    return
+            cluster.leaders.pop(tp, None)
+            stalled_since = _stall(stalled_since, stall_timeout_s,
+                                   RuntimeError(f"fetch {tp}: error {ErrorCode(err).name}"))
+            continue
+        batches = list(iter_batches(raw))
+        if not batches:
+            if len(raw):  # one batch larger than max_bytes: ask for more
+                max_bytes = max(max_bytes * 2, len(raw) * 2)
+                continue
+            hw = int(entry.get("high_watermark", -1))
+            if hw >= end:    # nothing left in [position, end): compacted away
+                return
+            stalled_since = _stall(stalled_since, stall_timeout_s, RuntimeError(
+                f"{tp[0]}-{tp[1]}: high watermark {hw} is below the end of the range {end}"))
+            inflight = (*cluster.send_fetch(tp, position, max_bytes, max_wait_ms=200), position)
+            continue
+        stalled_since = None
+        next_position = batches[-1][1].last_offset + 1
+        if next_position < end:  # pipeline: the broker reads while we decode
+            inflight = (*cluster.send_fetch(tp, next_position, max_bytes), next_position)
+        cols = _Columns(include_headers)
+        for pos, header in batches:
+            if header.last_offset >= position and header.base_offset < end:
+                _add_batch(cols, raw, pos, header, position, end)
+        position = max(position, next_position)
+        if len(cols):
+            yield cols.to_batch(rng.topic, rng.partition, schema)
+
+
+def _stall(since: float | None, timeout_s: float, exc: BaseException) -> float:
+    now = time.monotonic()
+    if since is None:
+        return now
+    if now - since > timeout_s:
+        raise TimeoutError(f"no progress for {timeout_s:.0f} s: {exc}") from exc
+    time.sleep(0.1)
+    return since
+
+
+def _out_of_range(cluster: Cluster, rng: OffsetRange, position: int,
+                  on_loss: LossHandler) -> int:
+    """OFFSET_OUT_OF_RANGE at ``position``: report the loss, return where to go on."""
+    tp = (rng.topic, rng.partition)
+    bounds = cluster.list_offsets({tp: -2})
+    if tp not in bounds:
+        on_loss(rng.topic, rng.partition, position, rng.end, "the topic or partition was deleted")
+        return rng.end
+    log_start = bounds[tp]
+    if position < log_start:
+        on_loss(rng.topic, rng.partition, position, min(log_start, rng.end),
+                f"deleted by retention; the log now starts at offset {log_start}")
+        return min(log_start, rng.end)
+    latest = cluster.list_offsets({tp: -1}).get(tp, -1)
+    if position <= latest:  # a transient answer (leadership moved): fetch again
+        time.sleep(0.1)
+        return position
+    on_loss(rng.topic, rng.partition, position, rng.end,
+            f"the log now ends at offset {latest} (truncated or recreated)")
+    return rng.end
