@@ -1,0 +1,269 @@
+"""Record batch codec (docs/internals.md section 1).
+
+Theory of operation: a batch is a 61-byte big-endian header in Kafka v2 field order followed by
+the records section, one msgpack array of ``[offset_delta, timestamp_delta, key, value,
+headers]`` records, lz4.frame-compressed as a whole when attributes bits 0-2 say 1.  The CRC-32C
+covers bytes ``[21, end)`` — everything from ``attributes`` on — so the leader can ``stamp`` the
+base offset and leader epoch (bytes 0-16) without recomputing it.  Stamping ``max_timestamp``
+for LogAppendTime topics *does* touch the covered range: ``stamp_log_append_time`` rewrites the
+field and recomputes the CRC (one crc32c pass, ~29 GB/s).
+
+The broker only calls ``parse_header``, ``crc_ok``, ``stamp`` and ``iter_batches``: whole
+batches, never records.  ``build_batch`` (producers) packs the record list with one
+``Packer.pack`` call; ``decode_records`` (consumers, compaction) unpacks it with one
+``unpackb``.  With LogAppendTime every record's timestamp is the batch ``max_timestamp``.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import lz4.frame
+import msgpack
+from crc32c import crc32c
+
+from .errors import CorruptBatchError
+
+__all__ = [
+    "HEADER_SIZE",
+    "MAGIC",
+    "COMPRESSION_NONE",
+    "COMPRESSION_LZ4",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "BatchHeader",
+    "Record",
+    "CorruptBatchError",
+    "parse_header",
+    "build_batch",
+    "build_raw_batch",
+    "stamp",
+    "stamp_log_append_time",
+    "crc_ok",
+    "iter_batches",
+    "decode_records",
+    "decode_raw_records",
+]
+
+HEADER_SIZE = 61
+MAGIC = 2
+COMPRESSION_NONE = 0
+COMPRESSION_LZ4 = 1
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+_COMPRESSION_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+_CRC_START = 21
+_MIN_BATCH_LENGTH = HEADER_SIZE - 12
+_COMPRESSIONS = {"none": COMPRESSION_NONE, "lz4": COMPRESSION_LZ4}
+_COMPRESSION_NAMES = {v: k for k, v in _COMPRESSIONS.items()}
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_TAIL = struct.Struct(">hiqqqhii")  # attributes .. record_count, bytes [21, 61)
+_HEAD = struct.Struct(">qiibI")  # base_offset .. crc, bytes [0, 21)
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+assert _HEADER.size == HEADER_SIZE and _HEAD.size + _TAIL.size == HEADER_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """Every field of the fixed batch header, in wire order."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the batch, header included."""
+        return self.batch_length + 12
+
+    @property
+    def compression(self) -> str:
+        return _COMPRESSION_NAMES.get(self.attributes & _COMPRESSION_MASK, "unknown")
+
+    @property
+    def timestamp_type(self) -> int:
+        return 1 if self.attributes & _TIMESTAMP_TYPE_BIT else 0
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse and sanity-check the header at ``pos`` (not the CRC: see ``crc_ok``)."""
+    if len(buf) - pos < HEADER_SIZE or pos < 0:
+        raise CorruptBatchError(f"truncated batch header at byte {pos}")
+    f = _HEADER.unpack_from(buf, pos)
+    if f[3] != MAGIC:
+        raise CorruptBatchError(f"bad magic {f[3]} at byte {pos} (expected {MAGIC})")
+    if f[1] < _MIN_BATCH_LENGTH:
+        raise CorruptBatchError(f"bad batch_length {f[1]} at byte {pos}")
+    if f[6] < 0 or f[12] < 0 or f[0] < 0:
+        raise CorruptBatchError(f"negative offset delta, record count or base offset at byte {pos}")
+    if f[5] & _COMPRESSION_MASK not in _COMPRESSION_NAMES:
+        raise CorruptBatchError(f"unknown compression {f[5] & _COMPRESSION_MASK} at byte {pos}")
+    return BatchHeader(*f)
+
+
+def crc_ok(buf: bytes | bytearray | memoryview, pos: int = 0) -> bool:
+    """True if the batch at ``pos`` is whole and its CRC-32C matches."""
+    if len(buf) - pos < HEADER_SIZE:
+        return False
+    (length,) = _INT32.unpack_from(buf, pos + 8)
+    end = pos + 12 + length
+    if length < _MIN_BATCH_LENGTH or end > len(buf):
+        return False
+    (stored,) = _UINT32.unpack_from(buf, pos + 17)
+    with memoryview(buf) as mv:
+        return crc32c(mv[pos + _CRC_START:end]) == stored
+
+
+def stamp(buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int) -> None:
+    """Write ``base_offset`` and ``partition_leader_epoch``; both lie outside the CRC."""
+    _INT64.pack_into(buf, pos, base_offset)
+    _INT32.pack_into(buf, pos + 12, leader_epoch)
+
+
+def stamp_log_append_time(buf: bytearray | memoryview, pos: int, now_ms: int) -> None:
+    """Set the LogAppendTime attribute bit and ``max_timestamp = now_ms``, then re-CRC.
+
+    Both fields are inside the CRC range, so this costs one crc32c pass over the batch.
+    """
+    (attrs,) = struct.unpack_from(">h", buf, pos + 21)
+    struct.pack_into(">h", buf, pos + 21, attrs | _TIMESTAMP_TYPE_BIT)
+    _INT64.pack_into(buf, pos + 35, now_ms)
+    (length,) = _INT32.unpack_from(buf, pos + 8)
+    with memoryview(buf) as mv:
+        _UINT32.pack_into(buf, pos + 17, crc32c(mv[pos + _CRC_START:pos + 12 + length]))
+
+
+_local = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    p = getattr(_local, "packer", None)
+    if p is None:
+        p = _local.packer = msgpack.Packer(use_bin_type=True)
+    return p
+
+
+def build_raw_batch(records_section: bytes, *, base_offset: int, last_offset_delta: int,
+                    record_count: int, first_timestamp: int, max_timestamp: int,
+                    attributes: int, producer_id: int = -1, producer_epoch: int = -1,
+                    base_sequence: int = -1, leader_epoch: int = -1) -> bytes:
+    """Frame an already packed (and compressed) records section; computes the CRC."""
+    tail = _TAIL.pack(attributes, last_offset_delta, first_timestamp, max_timestamp,
+                      producer_id, producer_epoch, base_sequence, record_count)
+    crc = crc32c(records_section, crc32c(tail))
+    head = _HEAD.pack(base_offset, HEADER_SIZE - 12 + len(records_section), leader_epoch,
+                      MAGIC, crc)
+    return b"".join((head, tail, records_section))
+
+
+def build_batch(records: Sequence[tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]],
+                *, compression: str = "none", producer_id: int = -1, producer_epoch: int = -1,
+                base_sequence: int = -1, base_offset: int = 0, leader_epoch: int = -1,
+                timestamp_type: int = 0) -> bytes:
+    """Build a batch from ``(key, value, headers, timestamp_ms)`` tuples; offset deltas 0..n-1."""
+    n = len(records)
+    if n == 0:
+        raise ValueError("a record batch needs at least one record")
+    codec = _COMPRESSIONS.get(compression)
+    if codec is None:
+        raise ValueError(f"unknown compression {compression!r} (none | lz4)")
+    ts0 = records[0][3]
+    max_ts = max([r[3] for r in records])
+    section = _packer().pack([[i, r[3] - ts0, r[0], r[1], r[2]] for i, r in enumerate(records)])
+    if codec == COMPRESSION_LZ4:
+        section = lz4.frame.compress(section)
+    attributes = codec | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+    return build_raw_batch(section, base_offset=base_offset, last_offset_delta=n - 1,
+                           record_count=n, first_timestamp=ts0, max_timestamp=max_ts,
+                           attributes=attributes, producer_id=producer_id,
+                           producer_epoch=producer_epoch, base_sequence=base_sequence,
+                           leader_epoch=leader_epoch)
+
+
+def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` of each whole batch; stops at a partial one.
+
+    Raises ``CorruptBatchError`` for a malformed header; does not check CRCs.
+    """
+    pos = 0
+    end = len(buf)
+    while end - pos >= HEADER_SIZE:
+        h = parse_header(buf, pos)
+        if pos + h.size > end:
+            return
+        yield pos, h
+        pos += h.size
+
+
+def decode_raw_records(buf: bytes | bytearray | memoryview, pos: int = 0,
+                       header: BatchHeader | None = None) -> list[list]:
+    """The undecorated ``[offset_delta, timestamp_delta, key, value, headers]`` lists.
+
+    Validates the CRC.  Used by compaction, which re-packs what it keeps.
+    """
+    h = header if header is not None else parse_header(buf, pos)
+    if not crc_ok(buf, pos):
+        raise CorruptBatchError(f"CRC mismatch in batch at offset {h.base_offset}")
+    with memoryview(buf) as mv:
+        section = mv[pos + HEADER_SIZE:pos + h.size]
+        try:
+            if h.attributes & _COMPRESSION_MASK == COMPRESSION_LZ4:
+                section = lz4.frame.decompress(section)
+            recs = msgpack.unpackb(section, raw=False)
+        except Exception as exc:  # msgpack/lz4 raise a zoo of types on bad input
+            raise CorruptBatchError(f"undecodable records in batch at offset {h.base_offset}: "
+                                    f"{exc}") from exc
+    if not isinstance(recs, list) or len(recs) != h.record_count:
+        raise CorruptBatchError(f"batch at offset {h.base_offset}: record count mismatch")
+    return recs
+
+
+def decode_records(buf: bytes | bytearray | memoryview, pos: int = 0) -> list[Record]:
+    """Decode every record of the batch at ``pos`` (validates the CRC first)."""
+    h = parse_header(buf, pos)
+    recs = decode_raw_records(buf, pos, h)
+    base = h.base_offset
+    try:
+        if h.attributes & _TIMESTAMP_TYPE_BIT:
+            ts = h.max_timestamp
+            return [Record(base + od, ts, k, v, [tuple(x) for x in hs] if hs else [])
+                    for od, _td, k, v, hs in recs]
+        ts0 = h.first_timestamp
+        return [Record(base + od, ts0 + td, k, v, [tuple(x) for x in hs] if hs else [])
+                for od, td, k, v, hs in recs]
+    except (TypeError, ValueError) as exc:
+        raise CorruptBatchError(f"malformed record in batch at offset {base}: {exc}") from exc

@@ -1,0 +1,670 @@
+"""PartitionLog: the storage of one partition replica.
+
+Theory of operation
+-------------------
+A directory of segments (``log/segment.py``) sorted by base offset; the last one is *active*
+and takes appends, the others are immutable (except for truncation and compaction swaps).
+``bisect`` over the base offsets finds the segment for an offset.
+
+Write path (leader, ``append``): the payload is copied once into a ``bytearray``; each batch
+header is parsed and its CRC checked (records are never decoded, except the key check on
+compacted topics), the producer state is checked, then ``base_offset`` and the leader epoch are
+stamped in place (outside the CRC).  LogAppendTime topics also get ``max_timestamp`` stamped,
+which lies inside the CRC range, so that CRC is recomputed (cheap, ~29 GB/s).  The whole
+payload is written with one ``os.write`` to the active segment (rolled first if it is full or
+old).  Followers (``append_as_follower``) keep the leader's offsets and epochs.
+
+Read path (``read``): the batch containing ``fetch_offset`` is found through the sparse index;
+whole batches are returned as a ``FetchSlice`` (an owned, dup'ed fd + position + length, ready
+for ``os.sendfile``), bounded by ``max_bytes`` (the first batch always whole) and by
+``max_offset`` (the high watermark), within one segment.  Every returned batch's CRC is checked
+on the way: damage at ``fetch_offset`` raises ``CorruptSegmentError`` with the damaged range,
+damage later cuts the slice short — a segment damaged in the middle keeps serving the rest.
+
+Durability (``flush``): ``fdatasync`` of every segment written since the last flush, the
+directory when files were created, then ``recovery_point`` advances to the log end offset seen
+before the fsync.  ``flush`` may run in a worker thread while the owner thread appends:
+``_lock`` guards the segment list and the published sizes (held for microseconds, never across
+a syscall that waits for the disk); ``_flush_lock`` serialises flushes with the rare operations
+that close file descriptors (truncation, retention, compaction swaps, close).  Every other
+method belongs to the one owner thread (the broker's trio thread).
+
+The recovery point is checkpointed (``recovery-point-checkpoint``) when it moves into another
+segment, on truncation and on close; an unclean open validates every batch from the start of
+the segment that holds it (``log/recovery.py``).  ``close`` leaves a ``.clean_shutdown`` marker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from . import recovery
+from .batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    CorruptBatchError,
+    crc_ok,
+    decode_raw_records,
+    decode_records,
+    parse_header,
+    stamp,
+    stamp_log_append_time,
+)
+from .config import LogConfig
+from .epoch_cache import CHECKPOINT_NAME, LeaderEpochCache
+from .errors import (
+    InvalidRecordError,
+    LogError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+    UnexpectedAppendOffsetError,
+)
+from .index import write_file_atomic
+from .producer_state import ProducerStateManager
+from .segment import Segment
+
+__all__ = ["PartitionLog", "AppendInfo", "FetchSlice", "CLEAN_SHUTDOWN_FILE",
+           "RECOVERY_POINT_FILE"]
+
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+RECOVERY_POINT_FILE = "recovery-point-checkpoint"
+DELETED_SUFFIX = ".deleted"
+_MAX_PENDING_DELETES = 1024
+logger = logging.getLogger("rafka.log")
+
+
+class AppendInfo(NamedTuple):
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    duplicate: bool = False  # an idempotent retry: offsets are those of the original
+
+
+class FetchSlice:
+    """Whole batches ``[position, position + length)`` of a file, behind an owned fd."""
+
+    __slots__ = ("fd", "position", "length", "first_offset", "last_offset")
+
+    def __init__(self, fd: int, position: int, length: int, first_offset: int,
+                 last_offset: int) -> None:
+        self.fd = fd
+        self.position = position
+        self.length = length
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def read_bytes(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> FetchSlice:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"FetchSlice(offsets {self.first_offset}..{self.last_offset}, "
+                f"{self.length} bytes at {self.position})")
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PartitionLog:
+    """See the module docstring.  Create with ``PartitionLog.open``."""
+
+    def __init__(self, directory: Path, config: LogConfig, now_ms: Callable[[], int]) -> None:
+        self.directory = directory
+        self.config = config
+        self._now_ms = now_ms
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._checkpointed_base = -1  # base offset of the segment holding the checkpointed rp
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._dir_dirty = False
+        self._closed = False
+        self._offline: StorageError | None = None
+        self._pending_deletes: deque[tuple[int, list[Path]]] = deque()
+        self.fsync_count = 0  # flushes that issued fsyncs (statistics, group-commit tests)
+        self.epochs = LeaderEpochCache(directory / CHECKPOINT_NAME, lambda: self.log_end_offset)
+        self.producer_state = ProducerStateManager(directory)
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, *,
+             now_ms: Callable[[], int] | None = None) -> PartitionLog:
+        """Open (creating if needed) and recover the log in ``directory``."""
+        directory = Path(directory)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create {directory}", exc) from exc
+        log = cls(directory, config, now_ms or _wall_clock_ms)
+        recovery.recover(log)
+        return log
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def statistics(self) -> dict[str, int]:
+        return {"segments": len(self._segments), "size_bytes": self.size_bytes,
+                "log_start_offset": self._log_start_offset,
+                "log_end_offset": self.log_end_offset, "recovery_point": self._recovery_point,
+                "fsyncs": self.fsync_count, "producers": len(self.producer_state)}
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.directory} is closed")
+        if self._offline is not None:
+            raise StorageError(f"log {self.directory} is offline after an I/O error",
+                               self._offline.os_error)
+
+    # -- append -------------------------------------------------------------------------------
+
+    def append(self, batch: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
+        """Append a produce payload (one or more batches) as the leader."""
+        self._check_usable()
+        buf = bytearray(batch)
+        n = len(buf)
+        if n == 0:
+            raise InvalidRecordError("empty produce payload")
+        cfg = self.config
+        now = self._now_ms()
+        log_append_time = cfg.log_append_time
+        offset = self.log_end_offset
+        metas: list[tuple[int, int, int, int, int]] = []
+        overlay = None
+        state = self.producer_state
+        max_ts = -1
+        pos = 0
+        while pos < n:
+            h = parse_header(buf, pos)
+            size = h.size
+            if pos + size > n:
+                raise CorruptBatchError(f"truncated batch: {n - pos} of {size} bytes")
+            if size > cfg.max_message_bytes:
+                raise RecordTooLargeError(size, cfg.max_message_bytes)
+            if size > cfg.segment_bytes:
+                raise RecordTooLargeError(size, cfg.segment_bytes)
+            if not crc_ok(buf, pos):
+                raise CorruptBatchError(f"CRC mismatch in batch {len(metas)} of the payload")
+            if h.record_count == 0 or h.record_count != h.last_offset_delta + 1:
+                raise InvalidRecordError(f"batch has {h.record_count} records but last offset "
+                                         f"delta {h.last_offset_delta}")
+            if cfg.compact:
+                self._check_keys(buf, pos, h)
+            ts = now if log_append_time else h.max_timestamp
+            if h.producer_id >= 0:
+                if overlay is None:
+                    overlay = state.begin()
+                dup = state.check(h, overlay)
+                if dup is not None:
+                    return AppendInfo(dup.base_offset, dup.last_offset, dup.timestamp, -1, True)
+                state.update(h, offset, overlay, timestamp=ts)
+            stamp(buf, pos, offset, leader_epoch)
+            if log_append_time:
+                stamp_log_append_time(buf, pos, now)
+            nxt = offset + h.last_offset_delta + 1
+            metas.append((pos, offset, nxt, size, ts))
+            max_ts = max(max_ts, ts)
+            offset = nxt
+            pos += size
+        base = metas[0][1]
+        self._write(buf, metas, now)
+        if overlay:
+            state.commit(overlay)
+        latest = self.epochs.latest_epoch
+        if latest is None or leader_epoch > latest:
+            self.epochs.assign(leader_epoch, base)
+        return AppendInfo(base, offset - 1, max_ts, now if log_append_time else -1)
+
+    @staticmethod
+    def _check_keys(buf: bytearray, pos: int, h: BatchHeader) -> None:
+        for rec in decode_raw_records(buf, pos, h):
+            if rec[2] is None:
+                raise InvalidRecordError("compacted topics require a key on every record")
+
+    def append_as_follower(self, batches: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches fetched from the leader, keeping their offsets and epochs."""
+        self._check_usable()
+        buf = memoryview(batches)
+        n = len(buf)
+        if n == 0:
+            raise InvalidRecordError("empty follower append")
+        expected = self.log_end_offset
+        metas: list[tuple[int, int, int, int, int]] = []
+        headers: list[BatchHeader] = []
+        pos = 0
+        while pos < n:
+            h = parse_header(buf, pos)
+            if pos + h.size > n:
+                raise CorruptBatchError(f"truncated batch: {n - pos} of {h.size} bytes")
+            if not crc_ok(buf, pos):
+                raise CorruptBatchError(f"CRC mismatch in batch at offset {h.base_offset}")
+            if h.base_offset < expected:
+                raise UnexpectedAppendOffsetError(expected, h.base_offset)
+            metas.append((pos, h.base_offset, h.next_offset, h.size, h.max_timestamp))
+            headers.append(h)
+            expected = h.next_offset
+            pos += h.size
+        self._write(buf, metas, self._now_ms())
+        overlay = self.producer_state.begin()
+        for h in headers:
+            self.producer_state.update(h, h.base_offset, overlay)
+            if h.partition_leader_epoch >= 0:
+                self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+        self.producer_state.commit(overlay)
+        return AppendInfo(headers[0].base_offset, headers[-1].last_offset,
+                          max(h.max_timestamp for h in headers), -1)
+
+    def _write(self, buf: bytes | bytearray | memoryview,
+               metas: list[tuple[int, int, int, int, int]], now: int) -> None:
+        """Write stamped batches, rolling segments as needed (several chunks if big)."""
+        seg_bytes = self.config.segment_bytes
+        i = 0
+        while i < len(metas):
+            # The largest run of batches that fits a segment (at least one batch).
+            j, start = i + 1, metas[i][0]
+            while j < len(metas) and metas[j][0] + metas[j][3] - start <= seg_bytes:
+                j += 1
+            end = metas[j - 1][0] + metas[j - 1][3]
+            chunk = [(p - start, b, nx, s, t) for p, b, nx, s, t in metas[i:j]]
+            seg = self._maybe_roll(end - start, metas[i][1], metas[j - 1][2] - 1, now)
+            try:
+                pos = seg.write(memoryview(buf)[start:end])
+            except StorageError as exc:
+                if "torn write" in str(exc):
+                    self._offline = exc
+                raise
+            with self._lock:
+                seg.record_appended(pos, end - start, chunk, now)
+            i = j
+
+    def _maybe_roll(self, incoming: int, first_offset: int, last_offset: int,
+                    now: int) -> Segment:
+        seg = self._segments[-1]
+        reason = seg.roll_reason(incoming, last_offset, now)
+        if reason is None:
+            return seg
+        new = Segment.create(self.directory, first_offset, self.config, now)
+        with self._lock:
+            self._segments.append(new)
+            self._bases.append(first_offset)
+            self._dir_dirty = True
+        logger.debug("%s: rolled segment %d -> %d (%s)", self.directory, seg.base_offset,
+                     first_offset, reason)
+        try:
+            self.producer_state.write_snapshot(first_offset)
+        except OSError as exc:
+            logger.warning("%s: cannot write producer snapshot: %s", self.directory, exc)
+        return new
+
+    def roll(self) -> None:
+        """Force a roll of a non-empty active segment (tests, compaction of everything)."""
+        seg = self._segments[-1]
+        if seg.size:
+            with self._lock:
+                new = Segment.create(self.directory, seg.next_offset, self.config,
+                                     self._now_ms())
+                self._segments.append(new)
+                self._bases.append(new.base_offset)
+                self._dir_dirty = True
+            self.producer_state.write_snapshot(new.base_offset)
+
+    # -- read ---------------------------------------------------------------------------------
+
+    def _segment_index(self, offset: int) -> int:
+        return max(0, bisect_right(self._bases, offset) - 1)
+
+    def _locate(self, fetch_offset: int, max_bytes: int, max_offset: int | None
+                ) -> tuple[Segment, int, memoryview, int, int] | None:
+        self._check_usable()
+        leo = self.log_end_offset
+        if fetch_offset < self._log_start_offset or fetch_offset > leo:
+            raise OffsetOutOfRangeError(fetch_offset, self._log_start_offset, leo)
+        if fetch_offset == leo or (max_offset is not None and fetch_offset >= max_offset):
+            return None
+        for seg in self._segments[self._segment_index(fetch_offset):]:
+            found = seg.find_batch(fetch_offset)
+            if found is not None:
+                break
+        else:
+            return None
+        pos, h, prev_next = found
+        if max_offset is not None and h.last_offset >= max_offset:
+            return None
+        buf = memoryview(seg.pread(min(max(h.size, max_bytes), seg.size - pos), pos))
+        if not crc_ok(buf, 0):
+            raise seg.damage(prev_next, pos, f"CRC mismatch in batch at offset {h.base_offset}")
+        p, last = h.size, h.last_offset
+        while len(buf) - p >= HEADER_SIZE:
+            try:
+                nh = parse_header(buf, p)
+            except CorruptBatchError as exc:
+                logger.warning("%s: corrupt batch header after offset %d at byte %d: %s",
+                               seg.path, last, pos + p, exc)
+                break
+            if p + nh.size > len(buf) or (max_offset is not None and nh.last_offset >= max_offset):
+                break
+            if nh.base_offset <= last or not crc_ok(buf, p):
+                logger.warning("%s: corrupt batch after offset %d at byte %d; serving up to it",
+                               seg.path, last, pos + p)
+                break
+            p += nh.size
+            last = nh.last_offset
+        return seg, pos, buf[:p], h.base_offset, last
+
+    def read(self, fetch_offset: int, max_bytes: int,
+             max_offset: int | None = None) -> FetchSlice | None:
+        """Whole batches from the one containing ``fetch_offset``; None at the end."""
+        found = self._locate(fetch_offset, max_bytes, max_offset)
+        if found is None:
+            return None
+        seg, pos, data, first, last = found
+        return FetchSlice(os.dup(seg.fd), pos, len(data), first, last)
+
+    def read_bytes(self, fetch_offset: int, max_bytes: int,
+                   max_offset: int | None = None) -> bytes:
+        """Like ``read`` but returns the bytes (b"" at the end)."""
+        found = self._locate(fetch_offset, max_bytes, max_offset)
+        return b"" if found is None else bytes(found[2])
+
+    def iter_headers(self, from_offset: int = 0) -> Iterator[tuple[Segment, int, BatchHeader]]:
+        """(segment, position, header) of every batch whose last offset ≥ ``from_offset``."""
+        for seg in self._segments[self._segment_index(from_offset):]:
+            found = seg.find_batch(from_offset)
+            if found is None:
+                continue
+            pos = found[0]
+            while pos < seg.size:
+                h = parse_header(seg.pread(HEADER_SIZE, pos))
+                yield seg, pos, h
+                pos += h.size
+
+    def offset_for_timestamp(self, timestamp_ms: int,
+                             max_offset: int | None = None) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp ≥ ``timestamp_ms``."""
+        self._check_usable()
+        for seg in self._segments:
+            if seg.max_timestamp < timestamp_ms:
+                continue
+            start = max(seg.time_index.lookup(timestamp_ms), self._log_start_offset)
+            for _seg, pos, h in self._iter_segment(seg, start):
+                if h.max_timestamp < timestamp_ms:
+                    continue
+                for rec in decode_records(seg.pread(h.size, pos)):
+                    if rec.timestamp >= timestamp_ms and rec.offset >= self._log_start_offset:
+                        if max_offset is not None and rec.offset >= max_offset:
+                            return None
+                        return rec.offset, rec.timestamp
+        return None
+
+    def _iter_segment(self, seg: Segment, from_offset: int
+                      ) -> Iterator[tuple[Segment, int, BatchHeader]]:
+        found = seg.find_batch(from_offset)
+        if found is None:
+            return
+        pos = found[0]
+        while pos < seg.size:
+            h = parse_header(seg.pread(HEADER_SIZE, pos))
+            yield seg, pos, h
+            pos += h.size
+
+    # -- durability ---------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync everything appended so far; returns the new recovery point.  Thread-safe."""
+        with self._flush_lock:
+            with self._lock:
+                if self._closed:
+                    return self._recovery_point
+                target = self.log_end_offset
+                work = [(s, s.size) for s in self._segments if s.size > s.flushed_size]
+                index_work = [s for s in self._segments[:-1] if s.index_dirty]
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+            try:
+                for seg, _size in work:
+                    os.fdatasync(seg.fd)
+                for seg in index_work:
+                    seg.persist_indexes(fsync=True)
+                if dir_dirty:
+                    self._fsync_dir()
+            except OSError as exc:
+                self._dir_dirty = self._dir_dirty or dir_dirty
+                raise StorageError(f"flush of {self.directory} failed", exc) from exc
+            with self._lock:
+                for seg, size in work:
+                    seg.flushed_size = max(seg.flushed_size, size)
+                if target > self._recovery_point:
+                    self._recovery_point = target
+                if work or dir_dirty:
+                    self.fsync_count += 1
+                rp = self._recovery_point
+                seg_base = self._bases[self._segment_index(rp)]
+            if seg_base != self._checkpointed_base:
+                self._write_recovery_checkpoint(rp, seg_base)
+            return rp
+
+    def _fsync_dir(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _write_recovery_checkpoint(self, rp: int, seg_base: int | None = None) -> None:
+        try:
+            write_file_atomic(self.directory / RECOVERY_POINT_FILE, f"{rp}\n".encode(), fsync=True)
+        except OSError as exc:
+            raise StorageError("cannot write the recovery point checkpoint", exc) from exc
+        self._checkpointed_base = seg_base if seg_base is not None else -1
+
+    def close(self) -> None:
+        """Flush, persist indexes and producer state, and leave the clean-shutdown marker."""
+        if self._closed:
+            return
+        if self._offline is None:
+            self.flush()
+        with self._flush_lock, self._lock:
+            clean = self._offline is None
+            try:
+                if clean:
+                    for seg in self._segments:
+                        if seg.index_dirty:
+                            seg.persist_indexes(fsync=True)
+                    self.producer_state.write_snapshot(self.log_end_offset, fsync=True)
+                    self._write_recovery_checkpoint(self._recovery_point)
+            finally:
+                for seg in self._segments:
+                    seg.close()
+                self._purge_deleted(None)
+                self._closed = True
+            if clean:
+                write_file_atomic(self.directory / CLEAN_SHUTDOWN_FILE, b"", fsync=True)
+                self._fsync_dir()
+
+    def _crash(self) -> None:
+        """Tests only: drop everything on the floor like a killed process."""
+        for seg in self._segments:
+            seg.close()
+        self._closed = True
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- truncation ---------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch at or after ``offset`` (follower divergence); fsynced."""
+        self._check_usable()
+        if offset >= self.log_end_offset:
+            return
+        if offset <= self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        with self._flush_lock:
+            with self._lock:
+                keep = self._segment_index(offset - 1) + 1
+                doomed = self._segments[keep:]
+                del self._segments[keep:]
+                del self._bases[keep:]
+                for seg in doomed:
+                    seg.delete_files()
+                active = self._segments[-1]
+                active.truncate_to_offset(offset)
+                active.index_dirty = True
+                os.fdatasync(active.fd)
+                self._fsync_dir()
+                self._recovery_point = min(self._recovery_point, self.log_end_offset)
+            self._write_recovery_checkpoint(self._recovery_point)
+        leo = self.log_end_offset
+        logger.info("%s: truncated to offset %d (log end offset now %d)", self.directory,
+                    offset, leo)
+        self.epochs.truncate_from_end(leo)
+        self.producer_state.delete_snapshots_above(leo)
+        recovery.rebuild_producer_state(self)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything and start an empty log at ``offset``."""
+        self._check_usable()
+        with self._flush_lock:
+            with self._lock:
+                for seg in self._segments:
+                    seg.delete_files()
+                new = Segment.create(self.directory, offset, self.config, self._now_ms())
+                self._segments = [new]
+                self._bases = [offset]
+                self._log_start_offset = offset
+                self._recovery_point = offset
+                self._fsync_dir()
+            self._write_recovery_checkpoint(offset)
+        logger.info("%s: truncated fully, log now starts at %d", self.directory, offset)
+        self.epochs.clear()
+        self.producer_state.clear()
+        self.producer_state.delete_snapshots_above(-1)
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def enforce_retention(self, now_ms: int | None = None) -> list[int]:
+        """Delete old segments by retention.ms / retention.bytes; returns their base offsets."""
+        self._check_usable()
+        now = self._now_ms() if now_ms is None else now_ms
+        self._purge_deleted(now)
+        self.producer_state.expire(now)
+        cfg = self.config
+        if not cfg.delete:
+            return []
+        candidates = self._segments[:-1]
+        k_time = 0
+        if cfg.retention_ms >= 0:
+            horizon = now - cfg.retention_ms
+            while k_time < len(candidates) and candidates[k_time].max_timestamp < horizon:
+                k_time += 1
+        k_size = 0
+        if cfg.retention_bytes >= 0:
+            excess = self.size_bytes - cfg.retention_bytes
+            while k_size < len(candidates) and excess - candidates[k_size].size >= 0:
+                excess -= candidates[k_size].size
+                k_size += 1
+        k = max(k_time, k_size)
+        if k == 0:
+            return []
+        return self._delete_oldest(k, now, "retention")
+
+    def _delete_oldest(self, k: int, now: int, why: str) -> list[int]:
+        with self._flush_lock, self._lock:
+            doomed = self._segments[:k]
+            del self._segments[:k]
+            del self._bases[:k]
+            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+            paths = []
+            for seg in doomed:
+                seg.close()
+                for p in (seg.path, seg.offset_index.path, seg.time_index.path):
+                    if p.exists():
+                        dead = p.with_name(p.name + DELETED_SUFFIX)
+                        os.replace(p, dead)
+                        paths.append(dead)
+            self._pending_deletes.append((now + self.config.file_delete_delay_ms, paths))
+            while len(self._pending_deletes) > _MAX_PENDING_DELETES:
+                for p in self._pending_deletes.popleft()[1]:
+                    p.unlink(missing_ok=True)
+        self.epochs.truncate_from_start(self._log_start_offset)
+        logger.info("%s: %s deleted segments %s; log start offset now %d", self.directory, why,
+                    [s.base_offset for s in doomed], self._log_start_offset)
+        return [s.base_offset for s in doomed]
+
+    def _purge_deleted(self, now: int | None) -> None:
+        while self._pending_deletes and (now is None or self._pending_deletes[0][0] <= now):
+            for p in self._pending_deletes.popleft()[1]:
+                p.unlink(missing_ok=True)
+
+    # -- compaction support (log/compaction.py) -----------------------------------------------
+
+    def _swap_segment(self, old: Segment, cleaned_path: Path) -> Segment:
+        """Atomically replace ``old``'s file by ``cleaned_path`` (fsynced by the caller)."""
+        with self._flush_lock:
+            for p in (old.offset_index.path, old.time_index.path):
+                p.unlink(missing_ok=True)
+            self._fsync_dir()
+            os.replace(cleaned_path, old.path)
+            self._fsync_dir()
+            new = Segment.open_existing(old.path, self.config)
+            res = new.scan(validate=False)
+            if res.problem is not None:  # we just wrote and fsynced it
+                raise LogError(f"cleaned segment {old.path} is unreadable: {res.problem}")
+            new.roll_base_ms = old.roll_base_ms
+            new.next_offset = old.next_offset  # keeps its offset range even if emptied
+            new.persist_indexes(fsync=True)
+            with self._lock:
+                i = self._segments.index(old)
+                self._segments[i] = new
+            old.close()
+        return new

@@ -1,0 +1,161 @@
+"""Opening a partition directory: leftovers, clean/unclean start, validation, state rebuild.
+
+Theory of operation: ``recover(log)`` runs once from ``PartitionLog.open``.
+
+1. Leftovers of interrupted work are removed: ``*.cleaned`` (a compaction that did not reach
+   its atomic rename — the original ``.log`` is intact), ``*.tmp`` (atomic writes that did
+   not reach their rename), ``*.deleted`` (retention's delayed deletes) and index files whose
+   ``.log`` is gone.
+2. ``.clean_shutdown`` present → clean start: the marker is removed (durably, so a later crash
+   is not mistaken for a clean stop) and the index files are trusted; each segment still
+   CRC-checks the batches after its last index entry (so the active segment's last batch is
+   always checked), and a segment whose indexes fail the sanity checks is fully validated.
+3. No marker → unclean start: every batch from the start of the segment holding the
+   checkpointed recovery point to the end is validated (header sanity, offsets increasing,
+   whole, CRC-32C) while its indexes are rebuilt and leader epochs re-learned from the
+   headers.  At the first bad or partial batch the segment is truncated there and every later
+   segment deleted; what was dropped (bytes, offset range, reason) is logged at WARNING on
+   logger ``rafka.log``.  The validated data is then fsynced and becomes the recovery point.
+4. Producer state is rebuilt from the newest snapshot ≤ log end offset plus a header scan, the
+   epoch cache is trimmed to ``[log_start, log_end)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from bisect import bisect_right
+from typing import TYPE_CHECKING
+
+from .batch import HEADER_SIZE, CorruptBatchError, parse_header
+from .segment import ScanResult, Segment
+
+if TYPE_CHECKING:
+    from .partition_log import PartitionLog
+
+__all__ = ["recover", "rebuild_producer_state"]
+
+logger = logging.getLogger("rafka.log")
+_SEGMENT_RE = re.compile(r"^\d{20}\.log$")
+_INDEX_RE = re.compile(r"^(\d{20})\.(index|timeindex)$")
+
+
+def _remove_leftovers(log: PartitionLog) -> None:
+    d = log.directory
+    for p in d.iterdir():
+        name = p.name
+        if name.endswith((".cleaned", ".tmp", ".deleted")):
+            logger.info("%s: removing leftover %s", d, name)
+            p.unlink(missing_ok=True)
+            continue
+        m = _INDEX_RE.match(name)
+        if m and not (d / f"{m.group(1)}.log").exists():
+            logger.info("%s: removing orphan index %s", d, name)
+            p.unlink(missing_ok=True)
+
+
+def _read_recovery_point(log: PartitionLog) -> int:
+    from .partition_log import RECOVERY_POINT_FILE
+    try:
+        return max(0, int((log.directory / RECOVERY_POINT_FILE).read_text().strip()))
+    except (OSError, ValueError):
+        return 0
+
+
+def recover(log: PartitionLog) -> None:
+    from .partition_log import CLEAN_SHUTDOWN_FILE
+    d, cfg = log.directory, log.config
+    _remove_leftovers(log)
+    marker = d / CLEAN_SHUTDOWN_FILE
+    clean = marker.exists()
+    if clean:
+        marker.unlink()
+        log._fsync_dir()
+    rp = _read_recovery_point(log)
+    paths = sorted(p for p in d.iterdir() if _SEGMENT_RE.match(p.name))
+    segments = [Segment.open_existing(p, cfg) for p in paths]
+    now = log._now_ms()
+    fresh = not segments
+    if fresh:
+        segments = [Segment.create(d, 0, cfg, now)]
+        log._fsync_dir()
+    bases = [s.base_offset for s in segments]
+    first_unsafe = len(segments) if clean else max(0, bisect_right(bases, rp) - 1)
+    log._segments, log._bases = segments, bases
+    validated: list[Segment] = []
+
+    def learn_epoch(h) -> None:
+        if h.partition_leader_epoch >= 0:
+            log.epochs.assign(h.partition_leader_epoch, h.base_offset)
+
+    for i, seg in enumerate(segments):
+        if i < first_unsafe:
+            if seg.load_indexes():
+                continue
+            logger.info("%s: rebuilding indexes of %s", d, seg.path.name)
+        res = seg.scan(validate=True, on_batch=learn_epoch if i >= first_unsafe else None)
+        validated.append(seg)
+        first = seg.first_batch_header()
+        seg.roll_base_ms = first.max_timestamp if first is not None else now
+        if res.problem is not None:
+            _drop_tail(log, i, res)
+            break
+    segments = log._segments  # _drop_tail may have shortened it
+    log._bases = [s.base_offset for s in segments]
+    log._log_start_offset = segments[0].base_offset
+    for seg in validated:
+        seg.flushed_size = 0
+    log._recovery_point = 0
+    log.flush()  # fsyncs the validated segments, checkpoints recovery point = log end
+    leo = log.log_end_offset
+    log.epochs.truncate_from_end(leo)
+    log.epochs.truncate_from_start(log.log_start_offset)
+    rebuild_producer_state(log)
+    logger.info("%s: opened (%s start), offsets [%d, %d), %d segment(s), %d validated", d,
+                "new" if fresh else "clean" if clean else "unclean", log.log_start_offset, leo, len(segments),
+                len(validated))
+
+
+def _drop_tail(log: PartitionLog, i: int, res: ScanResult) -> None:
+    """Truncate segment ``i`` at its last good batch and delete every later segment."""
+    seg = log._segments[i]
+    later = log._segments[i + 1:]
+    first_dropped = res.next_offset
+    end_guess = first_dropped
+    try:  # how far did the damaged batch claim to reach?
+        h = parse_header(seg.pread(HEADER_SIZE, res.valid_size))
+        end_guess = max(end_guess, h.next_offset)
+    except CorruptBatchError:
+        pass
+    dropped = res.file_size - res.valid_size
+    for s in later:
+        s.scan(validate=False)
+        end_guess = max(end_guess, s.next_offset, s.base_offset)
+        dropped += os.fstat(s.fd).st_size
+    os.ftruncate(seg.fd, res.valid_size)
+    os.fdatasync(seg.fd)
+    for s in later:
+        s.delete_files()
+    log._fsync_dir()
+    del log._segments[i + 1:]
+    rng = (f"offsets [{first_dropped}, {end_guess})" if end_guess > first_dropped
+           else f"offsets >= {first_dropped} (no whole batch header in the dropped bytes)")
+    logger.warning(
+        "%s: recovery dropped %d bytes, %s: %s truncated at byte %d (%s)%s; log end offset "
+        "is now %d", log.directory, dropped, rng, seg.path.name, res.valid_size, res.problem,
+        f"; deleted {len(later)} later segment(s) {[s.base_offset for s in later]}"
+        if later else "", first_dropped)
+
+
+def rebuild_producer_state(log: PartitionLog) -> None:
+    """Producer state = newest snapshot ≤ log end + the batch headers after it."""
+    ps = log.producer_state
+    leo = log.log_end_offset
+    ps.delete_snapshots_above(leo)
+    snap = ps.load_latest_snapshot(leo)
+    start = snap if snap is not None else log.log_start_offset
+    for _seg, _pos, h in log.iter_headers(start):
+        if h.base_offset >= start and h.producer_id >= 0:
+            ps.update(h, h.base_offset)
+    ps.trim()
