@@ -1,0 +1,1 @@
+"""Cluster backends: network namespaces (root), local processes + proxies, later docker."""
