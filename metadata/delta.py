@@ -26,13 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from metadata.groups import GROUP_RECORD_TYPES, GroupsDelta
 from metadata.image import (
     BrokerRegistration,
     ClusterImage,
     ConfigsImage,
-    GroupImage,
-    GroupMemberImage,
-    GroupsImage,
     MetadataImage,
     PartitionRegistration,
     ProducerIdsImage,
@@ -45,10 +43,6 @@ from metadata.image import (
 from metadata.records import (
     ConfigRecord,
     FenceBroker,
-    GroupAssignment,
-    GroupDeleted,
-    GroupMember,
-    GroupMemberRemoved,
     LeaderChange,
     MetadataRecord,
     NoOp,
@@ -309,69 +303,6 @@ class _ConfigsDelta:
         return ConfigsImage(brokers=frozen_map(dict(sorted(brokers.items()))))
 
 
-class _GroupsDelta:
-    def __init__(self, image: GroupsImage) -> None:
-        self.image = image
-        self.changed: dict[str, dict[str, GroupMemberImage] | None] = {}
-
-    def _members(self, group_id: str, create: bool) -> dict[str, GroupMemberImage] | None:
-        if group_id in self.changed:
-            members = self.changed[group_id]
-            if members is None and create:
-                members = self.changed[group_id] = {}
-            return members
-        base = self.image.groups.get(group_id)
-        if base is None and not create:
-            return None
-        members = dict(base.members) if base is not None else {}
-        self.changed[group_id] = members
-        return members
-
-    def replay(self, record: MetadataRecord) -> None:
-        if isinstance(record, GroupMember):
-            members = self._members(record.group_id, create=True)
-            assert members is not None
-            prev = members.get(record.member_id)
-            members[record.member_id] = GroupMemberImage(
-                member_id=record.member_id,
-                member_epoch=record.member_epoch,
-                group_epoch=record.group_epoch,
-                client_id=record.client_id,
-                client_host=record.client_host,
-                subscribed_topics=tuple(record.subscribed_topics),
-                session_timeout_ms=record.session_timeout_ms,
-                rebalance_timeout_ms=record.rebalance_timeout_ms,
-                assignment=prev.assignment if prev else (),
-                assignment_epoch=prev.assignment_epoch if prev else 0,
-            )
-        elif isinstance(record, GroupMemberRemoved):
-            members = self._members(record.group_id, create=False)
-            if members is not None:
-                members.pop(record.member_id, None)
-        elif isinstance(record, GroupAssignment):
-            members = self._members(record.group_id, create=False)
-            if members is not None and record.member_id in members:
-                members[record.member_id] = replace(
-                    members[record.member_id],
-                    assignment=tuple(tuple(p) for p in record.partitions),  # type: ignore[misc]
-                    assignment_epoch=record.member_epoch,
-                )
-        elif isinstance(record, GroupDeleted):
-            if record.group_id in self.image.groups or record.group_id in self.changed:
-                self.changed[record.group_id] = None
-
-    def apply(self) -> GroupsImage:
-        if not self.changed:
-            return self.image
-        groups = dict(self.image.groups)
-        for gid, members in self.changed.items():
-            if not members:  # deleted, or no members left: groups only exist with members
-                groups.pop(gid, None)
-            else:
-                groups[gid] = GroupImage(gid, frozen_map(dict(sorted(members.items()))))
-        return GroupsImage(groups=frozen_map(dict(sorted(groups.items()))))
-
-
 class MetadataDelta:
     """Records folded on top of ``image``; ``apply()`` gives the next image."""
 
@@ -380,7 +311,7 @@ class MetadataDelta:
         self.cluster = ClusterDelta(image.cluster)
         self.topics = TopicsDelta(image.topics)
         self.configs = _ConfigsDelta(image.configs)
-        self.groups = _GroupsDelta(image.groups)
+        self.groups = GroupsDelta(image.groups)
         self.producer_ids: ProducerIdsImage | None = None
         self.quorum: QuorumImage | None = None
         self.offset = image.offset
@@ -407,8 +338,8 @@ class MetadataDelta:
                 self.producer_ids = ProducerIdsImage(record.next_producer_id)
         elif isinstance(record, LeaderChange):
             self.quorum = QuorumImage(leader_id=record.leader_id, epoch=record.epoch)
-        elif isinstance(record, GroupMember | GroupMemberRemoved | GroupAssignment | GroupDeleted):
-            self.groups.replay(record)
+        elif isinstance(record, GROUP_RECORD_TYPES):
+            self.groups.replay(record)  # type: ignore[arg-type]
         elif isinstance(record, NoOp):
             pass
 

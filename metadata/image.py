@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple
 
+from metadata.groups import GroupImage, GroupMemberImage, GroupsImage
 from metadata.records import LEADER_RECOVERED, NO_LEADER
 
 __all__ = [
@@ -131,35 +132,6 @@ class ProducerIdsImage:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupMemberImage:
-    member_id: str
-    member_epoch: int = 0
-    group_epoch: int = 0
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topics: tuple[str, ...] = ()
-    session_timeout_ms: int = 45000
-    rebalance_timeout_ms: int = 300000
-    assignment: tuple[tuple[str, int], ...] = ()
-    assignment_epoch: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class GroupImage:
-    group_id: str
-    members: Mapping[str, GroupMemberImage] = field(default_factory=lambda: _EMPTY_MAP)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupsImage:
-    """Placeholder for the group coordinator (extend, don't reinvent). A group exists
-    while it has members."""
-
-    groups: Mapping[str, GroupImage] = field(default_factory=lambda: _EMPTY_MAP)
-    EMPTY: ClassVar[GroupsImage]
-
-
-@dataclass(frozen=True, slots=True)
 class QuorumImage:
     """The last ``LeaderChange``: who was active controller, in which epoch."""
 
@@ -172,7 +144,6 @@ TopicsImage.EMPTY = TopicsImage()
 ClusterImage.EMPTY = ClusterImage()
 ConfigsImage.EMPTY = ConfigsImage()
 ProducerIdsImage.EMPTY = ProducerIdsImage()
-GroupsImage.EMPTY = GroupsImage()
 QuorumImage.EMPTY = QuorumImage()
 
 

@@ -19,8 +19,8 @@ Conventions
   ``leader_epoch`` and ``partition_epoch``; any other change bumps ``partition_epoch``.
 * ``RegisterBroker.broker_epoch == -1`` means "the offset of this record" (the broker epoch
   of KIP-631); snapshots write the explicit epoch and fenced state.
-* Group records are reserved for the consumer-group coordinator: simple now, to be extended
-  (add optional fields with defaults; never rename).
+* Group records (``GroupEpoch``, ``GroupMember``, ``GroupMemberRemoved``, ``GroupAssignment``,
+  ``GroupDeleted``) are defined in :mod:`metadata.groups` with their image and fold.
 """
 
 from __future__ import annotations
@@ -29,11 +29,20 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from metadata.groups import (
+    GroupAssignment,
+    GroupDeleted,
+    GroupEpoch,
+    GroupMember,
+    GroupMemberRemoved,
+)
+
 __all__ = [
     "ConfigRecord",
     "FenceBroker",
     "GroupAssignment",
     "GroupDeleted",
+    "GroupEpoch",
     "GroupMember",
     "GroupMemberRemoved",
     "LeaderChange",
@@ -209,45 +218,7 @@ class NoOp(_Record):
     record_type: ClassVar[str] = "NoOp"
 
 
-# -- groups (reserved; the group coordinator extends these) -----------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class GroupMember(_Record):
-    record_type: ClassVar[str] = "GroupMember"
-    group_id: str
-    member_id: str
-    member_epoch: int = 0
-    group_epoch: int = 0
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topics: tuple[str, ...] = ()
-    session_timeout_ms: int = 45000
-    rebalance_timeout_ms: int = 300000
-
-
-@dataclass(frozen=True, slots=True)
-class GroupMemberRemoved(_Record):
-    record_type: ClassVar[str] = "GroupMemberRemoved"
-    group_id: str
-    member_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class GroupAssignment(_Record):
-    """Target assignment of one member: a tuple of (topic, partition) pairs."""
-
-    record_type: ClassVar[str] = "GroupAssignment"
-    group_id: str
-    member_id: str
-    member_epoch: int = 0
-    partitions: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDeleted(_Record):
-    record_type: ClassVar[str] = "GroupDeleted"
-    group_id: str
+# -- groups: concrete types live in metadata/groups.py (the group coordinator's domain)
 
 
 MetadataRecord = (
@@ -263,6 +234,7 @@ MetadataRecord = (
     | ProducerIds
     | LeaderChange
     | NoOp
+    | GroupEpoch
     | GroupMember
     | GroupMemberRemoved
     | GroupAssignment
@@ -284,6 +256,7 @@ RECORD_TYPES: dict[str, type[_Record]] = {
         ProducerIds,
         LeaderChange,
         NoOp,
+        GroupEpoch,
         GroupMember,
         GroupMemberRemoved,
         GroupAssignment,

@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from metadata.delta import MetadataDelta
+from metadata.groups import groups_to_records
 from metadata.image import MetadataImage
 from metadata.records import (
     ConfigRecord,
-    GroupAssignment,
-    GroupMember,
     LeaderChange,
     MetadataRecord,
     Partition,
@@ -67,25 +66,7 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
             )
     if image.producer_ids.next_producer_id > 0:
         out.append(ProducerIds(-1, -1, image.producer_ids.next_producer_id))
-    for g in image.groups.groups.values():
-        for m in g.members.values():
-            out.append(
-                GroupMember(
-                    group_id=g.group_id,
-                    member_id=m.member_id,
-                    member_epoch=m.member_epoch,
-                    group_epoch=m.group_epoch,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    subscribed_topics=m.subscribed_topics,
-                    session_timeout_ms=m.session_timeout_ms,
-                    rebalance_timeout_ms=m.rebalance_timeout_ms,
-                )
-            )
-            if m.assignment or m.assignment_epoch:
-                out.append(
-                    GroupAssignment(g.group_id, m.member_id, m.assignment_epoch, m.assignment)
-                )
+    out.extend(groups_to_records(image.groups))
     return out
 
 

@@ -45,7 +45,10 @@ def assign(
     partitions (topics absent or with 0 partitions are ignored). ``current``: the previous target
     assignment (stickiness base); may mention departed members or stale partitions.
     """
-    subs = {m: frozenset(t for t in topics if partition_counts.get(t, 0) > 0) for m, topics in members.items()}
+    subs = {
+        m: frozenset(t for t in topics if partition_counts.get(t, 0) > 0)
+        for m, topics in members.items()
+    }
     ids = sorted(subs)
     subscribers: dict[str, list[str]] = {}
     for m in ids:

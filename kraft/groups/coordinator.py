@@ -104,7 +104,9 @@ class HeartbeatRequest:
     client_host: str = ""
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any], client_id: str = "", client_host: str = "") -> HeartbeatRequest:
+    def from_body(
+        cls, body: Mapping[str, Any], client_id: str = "", client_host: str = ""
+    ) -> HeartbeatRequest:
         """From a validated CONSUMER_GROUP_HEARTBEAT body (see ``broker/protocol.py``)."""
         subs = body.get("subscribed_topics")
         owned = body.get("owned_partitions")
@@ -229,7 +231,11 @@ class _Work:
     def records(self) -> tuple[GroupRecord, ...]:
         orig_members = self.orig.members if self.orig else {}
         out: list[GroupRecord] = []
-        removed = [GroupMemberRemoved(self.group_id, mid) for mid in orig_members if mid not in self.members]
+        removed = [
+            GroupMemberRemoved(self.group_id, mid)
+            for mid in orig_members
+            if mid not in self.members
+        ]
         if not self.members:
             return (*removed, GroupDeleted(self.group_id)) if self.orig else ()
         o = self.orig
@@ -238,12 +244,18 @@ class _Work:
             self.assignment_epoch,
             self.topic_partitions,
         ):
-            out.append(GroupEpoch(self.group_id, self.group_epoch, self.assignment_epoch, self.topic_partitions))
+            out.append(
+                GroupEpoch(
+                    self.group_id, self.group_epoch, self.assignment_epoch, self.topic_partitions
+                )
+            )
         out.extend(removed)
         targets: list[GroupRecord] = []
         for mid, m in sorted(self.members.items()):
             before = orig_members.get(mid)
-            if before is None or member_record(self.group_id, before) != member_record(self.group_id, m):
+            if before is None or member_record(self.group_id, before) != member_record(
+                self.group_id, m
+            ):
                 out.append(member_record(self.group_id, m))
             if before is None or (before.target, before.target_epoch) != (m.target, m.target_epoch):
                 targets.append(GroupAssignment(self.group_id, mid, m.target_epoch, m.target))
@@ -268,9 +280,13 @@ def _error(req: HeartbeatRequest, code: ErrorCode, message: str) -> Decision:
 
 def _validate_join(req: HeartbeatRequest, work: _Work, config: GroupConfig) -> Decision | None:
     if not req.subscribed_topics:
-        return _error(req, ErrorCode.INVALID_REQUEST, "a joining member must subscribe to at least one topic")
+        return _error(
+            req, ErrorCode.INVALID_REQUEST, "a joining member must subscribe to at least one topic"
+        )
     if len(req.subscribed_topics) > config.max_subscribed_topics:
-        return _error(req, ErrorCode.INVALID_REQUEST, f"more than {config.max_subscribed_topics} topics")
+        return _error(
+            req, ErrorCode.INVALID_REQUEST, f"more than {config.max_subscribed_topics} topics"
+        )
     st = req.session_timeout_ms
     if st is not None and not config.min_session_timeout_ms <= st <= config.max_session_timeout_ms:
         return _error(
@@ -279,7 +295,9 @@ def _validate_join(req: HeartbeatRequest, work: _Work, config: GroupConfig) -> D
             f"session_timeout_ms must be in [{config.min_session_timeout_ms}, {config.max_session_timeout_ms}]",
         )
     if req.member_id not in work.members and len(work.members) >= config.max_group_size:
-        return _error(req, ErrorCode.INVALID_REQUEST, f"group is full ({config.max_group_size} members)")
+        return _error(
+            req, ErrorCode.INVALID_REQUEST, f"group is full ({config.max_group_size} members)"
+        )
     return None
 
 
@@ -301,8 +319,14 @@ def heartbeat(
         work.remove(req.member_id)
         work.compute_target(partition_count)
         return Decision(
-            {"error": 0, "message": "", "member_id": req.member_id, "member_epoch": LEAVE_EPOCH,
-             "heartbeat_interval_ms": 0, "assignment": None},
+            {
+                "error": 0,
+                "message": "",
+                "member_id": req.member_id,
+                "member_epoch": LEAVE_EPOCH,
+                "heartbeat_interval_ms": 0,
+                "assignment": None,
+            },
             work.records(),
         )
 
@@ -326,7 +350,11 @@ def heartbeat(
         member_id = req.member_id
         m = work.members.get(member_id)
         if m is None:
-            return _error(req, ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {req.group_id!r}")
+            return _error(
+                req,
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"member {member_id!r} is not in group {req.group_id!r}",
+            )
         owned = req.owned_partitions
         if req.member_epoch != m.member_epoch:
             holds = set(m.assigned) | set(m.pending_revocation)
@@ -341,8 +369,13 @@ def heartbeat(
                     f"member epoch {req.member_epoch} is stale (current {m.member_epoch}); rejoin",
                 )
         if req.subscribed_topics is not None and req.subscribed_topics != m.subscribed_topics:
-            if not req.subscribed_topics or len(req.subscribed_topics) > config.max_subscribed_topics:
-                return _error(req, ErrorCode.INVALID_REQUEST, "subscribed_topics must name 1..256 topics")
+            if (
+                not req.subscribed_topics
+                or len(req.subscribed_topics) > config.max_subscribed_topics
+            ):
+                return _error(
+                    req, ErrorCode.INVALID_REQUEST, "subscribed_topics must name 1..256 topics"
+                )
             work.members[member_id] = replace(m, subscribed_topics=req.subscribed_topics)
             work.bump()
 
@@ -350,14 +383,20 @@ def heartbeat(
     work.compute_target(partition_count)
     work.reconcile(member_id, owned)
     m = work.members[member_id]
-    converged = m.member_epoch == work.assignment_epoch and m.assigned == m.target and not m.pending_revocation
+    converged = (
+        m.member_epoch == work.assignment_epoch
+        and m.assigned == m.target
+        and not m.pending_revocation
+    )
     return Decision(
         {
             "error": 0,
             "message": "",
             "member_id": member_id,
             "member_epoch": m.member_epoch,
-            "heartbeat_interval_ms": interval if converged else min(interval, RECONCILE_HEARTBEAT_MS),
+            "heartbeat_interval_ms": interval
+            if converged
+            else min(interval, RECONCILE_HEARTBEAT_MS),
             "assignment": assignment_body(m.assigned),
         },
         work.records(),
@@ -375,7 +414,9 @@ def remove_members(
     return work.records()
 
 
-def refresh_topics(group: GroupImage, *, partition_count: PartitionCount) -> tuple[GroupRecord, ...]:
+def refresh_topics(
+    group: GroupImage, *, partition_count: PartitionCount
+) -> tuple[GroupRecord, ...]:
     """Records that re-target the group if a subscribed topic appeared, vanished or grew."""
     work = _Work(group, group.group_id)
     work.refresh(partition_count)
