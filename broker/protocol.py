@@ -233,14 +233,62 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     #     voters: [{id, rpc, metadata_offset, lag}], observers: [{id, metadata_offset, lag}]}
     # local_only: a voter answers with its own metadata offset only (the leader asks each voter)
     ApiKey.DESCRIBE_QUORUM: {"local_only": Opt(bool)},
-    # ---- consumer groups: bodies are defined with the group coordinator (see kraft/groups)
-    ApiKey.CONSUMER_GROUP_HEARTBEAT: {"group_id": str},
-    ApiKey.OFFSET_COMMIT: {"group_id": str},
-    ApiKey.OFFSET_FETCH: {"group_id": str},
+    # ---- consumer groups (kraft/groups; docs in kraft/groups/offsets.py and coordinator.py)
+    # to the active controller (brokers forward it). member_epoch 0 = join (member_id "" → the
+    # controller picks one), -1 = leave, > 0 = heartbeat. subscribed_topics None = unchanged.
+    # owned_partitions: what the member holds now (acks revocations).
+    # -> {error, message, member_id, member_epoch, heartbeat_interval_ms,
+    #     assignment: [{name, partitions}] | None, metadata_offset}
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: {
+        "group_id": str,
+        "member_id": str,
+        "member_epoch": int,
+        "subscribed_topics": Opt([str]),
+        "owned_partitions": Opt(_TP_LIST),
+        "session_timeout_ms": Opt(int),
+        "rebalance_timeout_ms": Opt(int),
+        "client_host": Opt(str),
+    },
+    # to the leader of __consumer_offsets partition crc32(group_id) % partitions (the group's
+    # coordinator). member_epoch -1 / member_id None: a commit from outside the group (only
+    # while it has no members). min_metadata_offset: the metadata_offset of the member's last
+    # heartbeat (the coordinator waits until its image has it before validating).
+    # -> {error, message, topics: [{name, partitions: [{partition, error, message}]}]}
+    ApiKey.OFFSET_COMMIT: {
+        "group_id": str,
+        "member_id": Opt(str),
+        "member_epoch": Opt(int),
+        "min_metadata_offset": Opt(int),
+        "topics": [
+            {
+                "name": str,
+                "partitions": [{"partition": int, "offset": int, "metadata": Opt(str)}],
+            }
+        ],
+    },
+    # topics None = every committed partition of the group
+    # -> {error, message, topics: [{name, partitions: [{partition, offset (-1: none),
+    #     metadata, commit_timestamp, error}]}]}
+    ApiKey.OFFSET_FETCH: {"group_id": str, "topics": Opt(_TP_LIST)},
+    # any broker: groups in its image + groups with offsets it coordinates
+    # -> {error, groups: [{group_id, state, members, group_epoch}]}
     ApiKey.LIST_GROUPS: {},
+    # to each group's coordinator
+    # -> {error, groups: [{group_id, error, message, state, group_epoch, assignment_epoch,
+    #     members: [{member_id, member_epoch, client_id, client_host, subscribed_topics,
+    #                assignment, target, pending_revocation}],   (assignment lists as _TP_LIST)
+    #     offsets: [{name, partitions: [{partition, offset, metadata, commit_timestamp}]}]}]}
     ApiKey.DESCRIBE_GROUPS: {"groups": [str]},
+    # to each group's coordinator; only groups without members (tombstones their offsets)
+    # -> {error, groups: [{group_id, error, message}]}
     ApiKey.DELETE_GROUPS: {"groups": [str]},
-    ApiKey.ALTER_GROUP_OFFSETS: {"group_id": str},
+    # to the group's coordinator; only without members. offset >= 0 (resolve earliest/latest/
+    # timestamp with LIST_OFFSETS first) -> {error, message, topics: [{name, partitions:
+    # [{partition, error, message}]}]}
+    ApiKey.ALTER_GROUP_OFFSETS: {
+        "group_id": str,
+        "topics": [{"name": str, "partitions": [{"partition": int, "offset": int}]}],
+    },
 }
 
 
