@@ -1,0 +1,369 @@
+"""The follower side of replication: one fetcher task per (this broker → leader) link.
+
+Theory of operation
+-------------------
+``ReplicaFetcherManager`` knows, for each partition this broker follows, the leader and the
+leader epoch the metadata image names (``add_partitions`` / ``remove_partitions``, called by the
+replica manager on every metadata delta). Partitions are grouped by leader; each leader gets one
+fetcher task (as Kafka's ``ReplicaFetcherThread``) that loops:
+
+1. build one FETCH for every partition it serves that is not backing off: ``replica_id`` = our
+   id, ``broker_epoch``, per partition ``fetch_offset`` = local log end offset,
+   ``last_fetched_epoch`` = the local epoch cache's latest epoch, ``current_leader_epoch`` = the
+   epoch we believe in (the leader fences us if we are behind, says "unknown" if it is);
+2. send it over the shared ``ConnectionPool`` (long poll: ``max_wait_ms``), bounded by
+   ``max_wait_ms + request_timeout_ms``;
+3. handle each partition of the answer, synchronously (no ``await``), and only if the partition
+   is still followed from *this* leader in *this* epoch (a response that raced a leadership
+   change is dropped: a partition this broker now leads must never get a follower append):
+
+   * ``diverging_epoch`` → ``epochs.truncation_offset`` (KIP-279) → ``log.truncate_to``; the next
+     fetch names the new last epoch, so the two-step case iterates by itself. A cut at the log
+     end still trims the epoch cache (an epoch started at the log end and never written);
+   * records → ``log.append_as_follower(raw batches)``; then the follower HW is
+     ``min(leader HW, local LEO)`` (``on_high_watermark``);
+   * ``OFFSET_OUT_OF_RANGE`` with our end below the leader's log start → start over empty at
+     the leader's log start (``truncate_fully_and_start_at``); above the leader's end (only
+     possible for a log without epochs) → truncate to the leader's end;
+   * fencing / not leader / unknown partition → back off that partition until the metadata
+     moves it (or the backoff ends and we try again); other errors → back off with capped
+     exponential delay.
+
+A link with no partitions left ends its task; ``add_partitions`` for a new leader starts one.
+Everything runs in the nursery of ``run`` (structured concurrency: cancelling ``run`` stops every
+link). Bounded: one request in flight per link, ``max_bytes`` per response,
+``partition_max_bytes`` per partition, capped backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError
+from broker.protocol import ApiKey
+from broker.replication.epochs import EpochEndOffset, EpochLookup, truncation_offset
+
+__all__ = ["FollowerLog", "FollowerPartition", "ReplicaFetcherManager"]
+
+log = logging.getLogger("rafka.replication.fetcher")
+
+TP = tuple[str, int]
+
+# Errors that mean "our metadata (or the leader's) is behind": wait, the image will move us.
+_WAIT_FOR_METADATA = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+})
+
+
+class FollowerLog(Protocol):
+    """What the fetcher needs of a ``log.partition_log.PartitionLog``."""
+
+    epochs: Any  # EpochLookup + truncate_from_end(offset)
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def append_as_follower(self, batches: bytes | bytearray | memoryview) -> Any: ...
+
+    def truncate_to(self, offset: int) -> None: ...
+
+    def truncate_fully_and_start_at(self, offset: int) -> None: ...
+
+
+@dataclass(slots=True)
+class FollowerPartition:
+    """Fetch state of one followed partition (one leader, one leader epoch)."""
+
+    tp: TP
+    leader_id: int
+    leader_epoch: int
+    log: FollowerLog
+    high_watermark: int = 0
+    backoff_until: float = 0.0  # trio time
+    failures: int = 0
+
+    def fetch_entry(self, partition_max_bytes: int) -> dict[str, Any]:
+        epochs: EpochLookup = self.log.epochs
+        return {"partition": self.tp[1], "fetch_offset": self.log.log_end_offset,
+                "partition_max_bytes": partition_max_bytes,
+                "current_leader_epoch": self.leader_epoch,
+                "last_fetched_epoch": epochs.latest_epoch}
+
+
+class ReplicaFetcherManager:
+    """Fetcher tasks for every leader this broker follows (see the module docstring).
+
+    ``lookup_broker_address(broker_id)`` → ``(host, port)`` or None (unknown/fenced broker);
+    ``broker_epoch`` is our registration epoch (an int or a callable returning it). Callbacks,
+    all synchronous and on the trio thread: ``on_append(tp, append_info)``,
+    ``on_high_watermark(tp, hw)``, ``on_truncate(tp, from_offset, to_offset, leader_epoch)``.
+    """
+
+    def __init__(self, broker_id: int, pool: Any,
+                 lookup_broker_address: Callable[[int], tuple[str, int] | None], *,
+                 broker_epoch: int | Callable[[], int] = -1,
+                 max_wait_ms: int = 500, min_bytes: int = 1, max_bytes: int = 10 * 1024 * 1024,
+                 partition_max_bytes: int = 1024 * 1024, request_timeout_ms: int = 30_000,
+                 backoff_ms: int = 100, max_backoff_ms: int = 2_000,
+                 on_append: Callable[[TP, Any], None] | None = None,
+                 on_high_watermark: Callable[[TP, int], None] | None = None,
+                 on_truncate: Callable[[TP, int, int, int], None] | None = None) -> None:
+        self.broker_id = broker_id
+        self.pool = pool
+        self.lookup_broker_address = lookup_broker_address
+        self._broker_epoch = broker_epoch
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.partition_max_bytes = partition_max_bytes
+        self.request_timeout_ms = request_timeout_ms
+        self.backoff_ms = backoff_ms
+        self.max_backoff_ms = max_backoff_ms
+        self.on_append = on_append
+        self.on_high_watermark = on_high_watermark
+        self.on_truncate = on_truncate
+        self.partitions: dict[TP, FollowerPartition] = {}
+        self._links: dict[int, trio.Event] = {}  # leader id -> "partitions changed" wakeup
+        self._nursery: trio.Nursery | None = None
+        self.stats = {"fetches": 0, "errors": 0, "truncations": 0, "appended_batches_bytes": 0}
+
+    @property
+    def broker_epoch(self) -> int:
+        be = self._broker_epoch
+        return be() if callable(be) else be
+
+    # -- membership --------------------------------------------------------------------------
+
+    def add_partitions(self, parts: Mapping[TP, tuple[int, int, FollowerLog]]) -> None:
+        """Follow ``tp`` from ``leader_id`` in ``leader_epoch`` (replacing any older state)."""
+        for tp, (leader_id, leader_epoch, plog) in parts.items():
+            tp = (tp[0], tp[1])
+            old = self.partitions.get(tp)
+            if (old is not None and old.leader_id == leader_id
+                    and old.leader_epoch == leader_epoch and old.log is plog):
+                continue
+            hw = old.high_watermark if old is not None else 0
+            self.partitions[tp] = FollowerPartition(tp, leader_id, leader_epoch, plog,
+                                                    min(hw, plog.log_end_offset))
+            if old is not None and old.leader_id != leader_id:
+                self._wake(old.leader_id)
+            self._ensure_link(leader_id)
+            self._wake(leader_id)
+
+    def remove_partitions(self, tps: Iterable[TP]) -> None:
+        """Stop following (we lead it now, or it moved, or it was deleted)."""
+        for tp in tps:
+            old = self.partitions.pop((tp[0], tp[1]), None)
+            if old is not None:
+                self._wake(old.leader_id)
+
+    def high_watermark(self, tp: TP) -> int | None:
+        p = self.partitions.get((tp[0], tp[1]))
+        return None if p is None else p.high_watermark
+
+    def _wake(self, leader_id: int) -> None:
+        ev = self._links.get(leader_id)
+        if ev is not None:
+            ev.set()
+
+    def _ensure_link(self, leader_id: int) -> None:
+        if leader_id in self._links or self._nursery is None:
+            return
+        self._links[leader_id] = trio.Event()
+        self._nursery.start_soon(self._run_link, leader_id)
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for leader_id in sorted({p.leader_id for p in self.partitions.values()}):
+                self._ensure_link(leader_id)
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+                self._links.clear()
+
+    def _serving(self, leader_id: int) -> list[FollowerPartition]:
+        return [p for p in self.partitions.values() if p.leader_id == leader_id]
+
+    async def _run_link(self, leader_id: int) -> None:
+        failures = 0
+        try:
+            while True:
+                serving = self._serving(leader_id)
+                if not serving:
+                    return
+                now = trio.current_time()
+                ready = [p for p in serving if p.backoff_until <= now]
+                addr = self.lookup_broker_address(leader_id)
+                if addr is None or not ready:
+                    wake_at = (now + self.backoff_ms / 1000 if addr is None
+                               else min(p.backoff_until for p in serving))
+                    await self._sleep_until(leader_id, wake_at)
+                    continue
+                ok = await self._fetch_once(leader_id, addr, ready)
+                if ok:
+                    failures = 0
+                else:
+                    failures += 1
+                    self.stats["errors"] += 1
+                    await self._sleep_until(leader_id, trio.current_time()
+                                            + self._delay_ms(failures) / 1000)
+        finally:
+            self._links.pop(leader_id, None)
+
+    async def _sleep_until(self, leader_id: int, when: float) -> None:
+        ev = self._links.get(leader_id)
+        if ev is None:
+            ev = self._links[leader_id] = trio.Event()
+        with trio.move_on_at(when):
+            await ev.wait()
+        if ev.is_set():
+            self._links[leader_id] = trio.Event()
+
+    def _delay_ms(self, failures: int) -> int:
+        return min(self.max_backoff_ms, self.backoff_ms * (2 ** min(failures - 1, 16)))
+
+    def build_request(self, parts: list[FollowerPartition]) -> dict[str, Any]:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for p in parts:
+            topics.setdefault(p.tp[0], []).append(p.fetch_entry(self.partition_max_bytes))
+        return {"replica_id": self.broker_id, "broker_epoch": self.broker_epoch,
+                "max_wait_ms": self.max_wait_ms, "min_bytes": self.min_bytes,
+                "max_bytes": self.max_bytes,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+
+    async def _fetch_once(self, leader_id: int, addr: tuple[str, int],
+                          parts: list[FollowerPartition]) -> bool:
+        body = self.build_request(parts)
+        sent = {p.tp: p for p in parts}
+        resp = None
+        with trio.move_on_after((self.max_wait_ms + self.request_timeout_ms) / 1000):
+            try:
+                resp = await self.pool.request(addr[0], addr[1], ApiKey.FETCH, body)
+            except RafkaError as exc:
+                log.info("fetch from broker %d at %s:%d failed: %s", leader_id, *addr, exc)
+                discard = getattr(self.pool, "discard", None)
+                if discard is not None:
+                    discard(*addr)
+                return False
+        if resp is None:
+            log.warning("fetch from broker %d timed out", leader_id)
+            return False
+        self.stats["fetches"] += 1
+        code = resp.body.get("error", 0) or 0
+        if code:
+            log.info("fetch from broker %d refused: %s %s", leader_id, ErrorCode(code).name,
+                     resp.body.get("message") or "")
+            return False
+        self.handle_response(leader_id, sent, resp.body, resp.raw)
+        return True
+
+    # -- responses (synchronous: nothing may change between the checks and the appends) --------
+
+    def handle_response(self, leader_id: int, sent: Mapping[TP, FollowerPartition],
+                        body: Mapping[str, Any], raw: bytes | memoryview) -> None:
+        raw = memoryview(raw)
+        pos = 0
+        for t in body.get("topics", ()):
+            for entry in t.get("partitions", ()):
+                n = int(entry.get("records_len") or 0)
+                chunk = raw[pos:pos + n]
+                pos += n
+                tp = (t["name"], entry["partition"])
+                p = self.partitions.get(tp)
+                if p is None or p is not sent.get(tp) or p.leader_id != leader_id:
+                    continue  # raced a metadata change: not ours to apply any more
+                try:
+                    self._handle_partition(p, entry, chunk)
+                except Exception as exc:  # noqa: BLE001 - one bad partition must not stop the link
+                    log.warning("%s/%d: follower fetch handling failed: %r", tp[0], tp[1], exc)
+                    self._backoff(p)
+
+    def _handle_partition(self, p: FollowerPartition, entry: Mapping[str, Any],
+                          chunk: memoryview) -> None:
+        code = ErrorCode(entry.get("error", 0) or 0)
+        plog = p.log
+        if code == ErrorCode.NONE:
+            div = entry.get("diverging_epoch")
+            if div:
+                self._truncate(p, EpochEndOffset.from_dict(div))
+                return
+            if len(chunk):
+                info = plog.append_as_follower(chunk)
+                self.stats["appended_batches_bytes"] += len(chunk)
+                if self.on_append is not None:
+                    self.on_append(p.tp, info)
+            p.failures = 0
+            leader_hw = int(entry.get("high_watermark", -1))
+            if leader_hw >= 0:
+                self._set_hw(p, min(leader_hw, plog.log_end_offset))
+            return
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            leader_start = int(entry.get("log_start_offset", -1))
+            leader_end = int(entry.get("log_end_offset", -1))
+            leo = plog.log_end_offset
+            if 0 <= leader_start and leo < leader_start:
+                log.warning("%s/%d: our end %d is below the leader's log start %d: restarting "
+                            "the log there", *p.tp, leo, leader_start)
+                plog.truncate_fully_and_start_at(leader_start)
+                self._after_truncate(p, leo, leader_start)
+                return
+            if 0 <= leader_end < leo:
+                log.warning("%s/%d: our end %d is above the leader's end %d without epoch "
+                            "evidence: truncating to it", *p.tp, leo, leader_end)
+                plog.truncate_to(leader_end)
+                self._after_truncate(p, leo, leader_end)
+                return
+        log.info("%s/%d: fetch from leader %d: %s %s", *p.tp, p.leader_id, code.name,
+                 entry.get("message") or "")
+        self._backoff(p, wait_for_metadata=code in _WAIT_FOR_METADATA)
+
+    def _truncate(self, p: FollowerPartition, div: EpochEndOffset) -> None:
+        plog = p.log
+        leo = plog.log_end_offset
+        t = truncation_offset(plog.epochs, leo, div)
+        if t.offset < leo:
+            plog.truncate_to(t.offset)
+        else:
+            plog.epochs.truncate_from_end(t.offset)  # an empty trailing epoch
+        log.info("%s/%d: diverging epoch %s from leader %d (epoch %d): truncated %d -> %d%s",
+                 *p.tp, div, p.leader_id, p.leader_epoch, leo, plog.log_end_offset,
+                 "" if t.complete else " (and asking again)")
+        self._after_truncate(p, leo, plog.log_end_offset)
+
+    def _after_truncate(self, p: FollowerPartition, from_offset: int, to_offset: int) -> None:
+        self.stats["truncations"] += 1
+        if p.high_watermark > to_offset:
+            self._set_hw(p, to_offset)
+        if self.on_truncate is not None:
+            self.on_truncate(p.tp, from_offset, to_offset, p.leader_epoch)
+
+    def _set_hw(self, p: FollowerPartition, hw: int) -> None:
+        if hw != p.high_watermark:
+            p.high_watermark = hw
+            if self.on_high_watermark is not None:
+                self.on_high_watermark(p.tp, hw)
+
+    def _backoff(self, p: FollowerPartition, wait_for_metadata: bool = False) -> None:
+        p.failures += 1
+        delay = self.max_backoff_ms if wait_for_metadata else self._delay_ms(p.failures)
+        p.backoff_until = trio.current_time() + delay / 1000
+
+    def statistics(self) -> dict[str, Any]:
+        return {**self.stats, "partitions": len(self.partitions), "links": len(self._links)}
