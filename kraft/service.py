@@ -47,6 +47,7 @@ import trio
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey
 from kraft import controller as ctl
+from kraft.groups.service import GroupsController, group_config_from_settings
 from kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, ProposeResult
 from metadata import LeaderChange, MetadataImage
 
@@ -82,10 +83,13 @@ def parse_voters(voters: Sequence[Any]) -> list[VoterSpec]:
 
 
 class _Active:
-    def __init__(self, epoch: int, image: MetadataImage, now_ms: int) -> None:
+    def __init__(self, epoch: int, image: MetadataImage, now_ms: int,
+                 groups: GroupsController | None = None) -> None:
         self.epoch = epoch
         self.state = ctl.ControllerState()
         self.state.touch_all(image, now_ms)
+        self.groups = groups or GroupsController()  # consumer-group sessions (kraft/groups)
+        self.groups.activate(image, now_ms)
         self.pid_next = 0
         self.pid_end = 0
         self.last_rebalance_ms = now_ms
@@ -132,6 +136,7 @@ class ControllerService:
             ApiKey.INIT_PRODUCER_ID: self._guard(self.init_producer_id),
             ApiKey.ELECT_LEADERS: self._guard(self.elect_leaders),
             ApiKey.DESCRIBE_QUORUM: self._errors(self.describe_quorum),
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self._guard(self.consumer_group_heartbeat),
         }
 
     # -- settings ---------------------------------------------------------------------
@@ -221,7 +226,8 @@ class ControllerService:
                     await trio.sleep(delay)
                     delay = min(delay * 2, 1.0)
             if self.quorum.image().quorum.epoch == epoch:
-                self._set_active(_Active(epoch, self.quorum.image(), self._now_ms()))
+                groups = GroupsController(group_config_from_settings(self.settings))
+                self._set_active(_Active(epoch, self.quorum.image(), self._now_ms(), groups))
 
     async def _periodic_loop(self) -> None:
         period_s = max(0.02, min(0.25, self.session_timeout_ms / 4000))
@@ -245,6 +251,8 @@ class ControllerService:
         d = ctl.leaderless_elections(q.image(), active.state)
         if d:
             await self._propose(d)
+        for records in active.groups.periodic(q.image(), now):  # group session timeouts
+            await self._propose(ctl.Decision(list(records)))
         interval = self.setting("leader.imbalance.check.interval.ms", 300_000)
         if self.setting("auto.leader.rebalance.enable", True) and now - active.last_rebalance_ms >= interval:
             active.last_rebalance_ms = now
@@ -322,6 +330,18 @@ class ControllerService:
     @staticmethod
     def _per_item(name: str, exc: RafkaError) -> dict[str, Any]:
         return {"name": name, "error": int(exc.code), "message": exc.message}
+
+    # -- consumer groups (decisions in kraft/groups) -----------------------------------
+
+    async def consumer_group_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
+        active = self._require_active()
+        image = self._q().image()
+        resp, records = active.groups.heartbeat(image, body, self._now_ms())
+        resp["metadata_offset"] = image.offset
+        if records:
+            res = await self._propose(ctl.Decision(list(records)))
+            resp["metadata_offset"] = res.last_offset
+        return resp
 
     # -- brokers ----------------------------------------------------------------------
 
