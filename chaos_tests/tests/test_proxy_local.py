@@ -148,3 +148,34 @@ async def test_local_backend_clock_skew(tmp_path):
         assert abs(await node_time() - time.time() - 3600) < 30
         await b.skew_clock(1, 0)
         assert abs(await node_time() - time.time()) < 30
+
+
+async def test_nemesis_runner_applies_and_heals_schedule(tmp_path):
+    from chaos_tests.history import HistoryWriter, read_history
+    from chaos_tests.nemesis import Fault, NemesisRunner, Schedule, ScheduledFault
+    from chaos_tests.report import fault_windows
+
+    schedule = Schedule(0, (
+        ScheduledFault(0.0, 2.0, Fault("partition-isolate-one", (2,))),
+        ScheduledFault(2.2, 0.8, Fault("kill", (1,))),
+        ScheduledFault(3.2, 0.8, Fault("pause", (2,))),
+    ), heal_at_s=4.3)
+    async with LocalBackend(_spec(tmp_path)) as b:
+        for n in (1, 2):
+            await b.start_node(n)
+        with HistoryWriter(tmp_path / "h.jsonl") as w:
+            runner = NemesisRunner(b, w, [1, 2])
+            async with trio.open_nursery() as nursery:
+                t0 = trio.current_time()
+                nursery.start_soon(runner.run, schedule)
+                await trio.sleep(0.3)
+                assert not await _probe(b, 1, 2, 0.5)  # partitioned
+                await trio.sleep_until(t0 + 2.6)
+                assert not b.running(1)  # killed
+                await trio.sleep_until(t0 + 3.6)
+                assert 2 in b.statistics()["paused"]
+        assert await _probe(b, 1, 2) and await _probe(b, 2, 1)  # all healed, 1 restarted
+    ops = read_history(tmp_path / "h.jsonl")
+    assert all(op.f == "nemesis" for op in ops)
+    assert [w[2] for w in fault_windows(ops)] == ["partition-isolate-one", "kill", "pause"]
+    assert ops[-1].value["action"] == "heal-all" and ops[-1].type == "ok"
