@@ -1,0 +1,340 @@
+"""The pysyncobj-backed :class:`~kraft.quorum.MetadataQuorum`.
+
+Theory of operation
+-------------------
+pysyncobj orders opaque commands; rafka's :class:`~kraft.metadata_log.MetadataLog` is the
+state machine's output. One ``@replicated`` method, ``apply_command(bytes)``, runs on
+pysyncobj's tick thread for every committed command on every voter: it decodes the msgpack
+:class:`~kraft.quorum.Command`, skips it if the metadata log already holds its Raft index
+(replay after a restart), otherwise lets the state machine dedup it by request id, check the
+proposer's epoch and the guards against the current image, and write the records (no fsync
+on the tick thread). A flusher task fsyncs in groups (``trio.to_thread``) and only then are
+waiters woken and results reported: ``propose`` returns after the command is applied *and*
+fsynced locally; brokers read only fsynced records.
+
+Bridging (measured traps, docs/../notes): the ``SyncObj`` is built on the trio main thread;
+``propose`` passes a callback that hands the result to trio via ``TrioToken.run_sync_soon``;
+state changes (``onStateChanged``) are handed over the same way, and a light poll notices
+leader changes seen by followers. ``LeadershipEvent(leader_id, epoch=Raft term, is_self)``.
+An apply that raises (a bug, a failed disk write) stops the process: a voter that cannot
+record a committed command must not go on voting (fail-stop, as Kafka does for its metadata
+log directory).
+
+Snapshots: pysyncobj compacts its log every ``raft.compaction.min.entries`` entries (or
+``logCompactionMinTime``) by calling our serializer, which writes the metadata log's current
+state (image records + dedup + Raft index) next to pysyncobj's bookkeeping. A far-behind
+voter receives that file and our deserializer resets its metadata log to that image
+(:meth:`MetadataLog.install`; ignored when the local log is already ahead).
+
+Security: pysyncobj pickles its messages. A multi-voter quorum refuses to start without a
+cluster secret (pysyncobj's ``password``: encrypted and authenticated transport).
+
+Durability (see docs/internals.md §5.1): the Raft journal is a :mod:`kraft.durable_journal`
+(msync before acknowledging, fsynced term/vote), and the metadata log is fsynced before a
+decision is reported done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.node import TCPNode
+
+from broker.errors import ErrorCode, error_for
+from kraft.durable_journal import patched_create_journal
+from kraft.metadata_log import MetadataLog, decode_frames, encode_frame
+from kraft.quorum import (
+    Command,
+    LeadershipEvent,
+    LogEntry,
+    ProposeResult,
+    Snapshot,
+    not_controller,
+)
+from metadata import MetadataImage
+
+__all__ = ["QuorumConfigError", "SyncObjQuorum", "raft_conf_from_settings"]
+
+log = logging.getLogger("rafka.kraft.engine")
+
+_EVENTS_BUFFER = 64
+_PROPOSE_ATTEMPTS = 3
+
+
+class QuorumConfigError(ValueError):
+    """The quorum cannot start with this configuration (the message says why and how)."""
+
+
+def _ms(settings: Mapping[str, Any], name: str, default: int) -> float:
+    return int(settings.get(name, default)) / 1000.0
+
+
+def raft_conf_from_settings(settings: Mapping[str, Any], single_voter: bool = False) -> dict[str, Any]:
+    min_s = _ms(settings, "raft.min.timeout.ms", 150)
+    max_s = max(_ms(settings, "raft.max.timeout.ms", 600), min_s + 0.05)
+    period_s = min(_ms(settings, "raft.append.entries.period.ms", 30), min_s / 3.5)
+    return {
+        "raftMinTimeout": min_s,
+        "raftMaxTimeout": max_s,
+        "appendEntriesPeriod": period_s,
+        "connectionTimeout": max(_ms(settings, "raft.connection.timeout.ms", 2000), max_s),
+        "connectionRetryTime": _ms(settings, "raft.connection.retry.ms", 300),
+        "leaderFallbackTimeout": max(_ms(settings, "raft.leader.fallback.timeout.ms", 600), period_s * 2),
+        "appendEntriesUseBatch": str(settings.get("raft.append.entries.batch", "false")).lower() == "true",
+        "logCompactionMinEntries": max(2, int(settings.get("raft.compaction.min.entries", 5000))),
+        "logCompactionMinTime": max(1, int(settings.get("raft.compaction.min.time.s", 300))),
+        "commandsWaitLeader": False,
+        "dynamicMembershipChange": False,
+        "useFork": False,
+        # a lone voter has no peer messages to wake its tick loop: tick faster
+        "autoTickPeriod": 0.05 if not single_voter else 0.002,
+    }
+
+
+class _RaftNode(SyncObj):  # type: ignore[misc]
+    def __init__(self, engine: SyncObjQuorum, self_addr: str, others: list[str], conf: SyncObjConf) -> None:
+        self._engine = engine
+        super().__init__(self_addr, others, conf)
+
+    @replicated
+    def apply_command(self, data: bytes) -> tuple[Any, ...]:
+        return self._engine._apply_on_tick(data)
+
+
+class SyncObjQuorum:
+    def __init__(
+        self,
+        node_id: int,
+        voters: Sequence[tuple[int, tuple[str, int]]],
+        data_dir: str | Path,
+        cluster_secret: str | None,
+        settings: Mapping[str, Any] | None = None,
+        bind_address: tuple[str, int] | None = None,
+    ) -> None:
+        settings = dict(settings or {})
+        self.node_id = node_id
+        self._addr_to_id = {f"{h}:{p}": vid for vid, (h, p) in voters}
+        self._id_to_addr = {vid: a for a, vid in self._addr_to_id.items()}
+        if node_id not in self._id_to_addr:
+            raise QuorumConfigError(f"node {node_id} is not among the controller voters {sorted(self._id_to_addr)}")
+        if len(voters) > 1 and not cluster_secret:
+            raise QuorumConfigError(
+                f"refusing to start a {len(voters)}-voter controller quorum without a cluster secret: "
+                "the Raft transport (pysyncobj) pickles its messages, so anyone who can reach a Raft "
+                "port could run code on this node. Set cluster_secret (or cluster_secret_file) to the "
+                "same value on every node."
+            )
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.metadata_log = MetadataLog(
+            self.data_dir / "metadata",
+            snapshot_every_records=int(
+                settings.get("metadata.snapshot.records", settings.get("metadata.snapshot.min.records", 10_000))
+            ),
+            snapshot_interval_ms=int(settings.get("metadata.snapshot.interval.ms", 3_600_000)),
+        )
+        self._token = trio.lowlevel.current_trio_token()
+        self._events_send, self._events_recv = trio.open_memory_channel[LeadershipEvent](_EVENTS_BUFFER)
+        self._last_event: tuple[int | None, int, bool] | None = None
+        self._durable = trio.Event()
+        self._applied = trio.Event()
+        self._closed = False
+        raft = raft_conf_from_settings(settings, single_voter=len(voters) == 1)
+        self.raft_settings = raft
+        conf = SyncObjConf(
+            password=cluster_secret or None,
+            journalFile=str(self.data_dir / "raft.journal"),
+            fullDumpFile=str(self.data_dir / "raft.dump"),
+            serializer=self._serialize,
+            deserializer=self._deserialize,
+            onStateChanged=self._on_state_changed,
+            bindAddress=f"{bind_address[0]}:{bind_address[1]}" if bind_address else None,
+            **raft,
+        )
+        self_addr = self._id_to_addr[node_id]
+        others = [a for a in self._addr_to_id if a != self_addr]
+        with patched_create_journal():  # main (trio) thread: the tick thread watches it
+            self._node = _RaftNode(self, self_addr, others, conf)
+
+    # -- tick thread side ---------------------------------------------------------------
+
+    def _apply_on_tick(self, data: bytes) -> tuple[Any, ...]:
+        try:
+            raft_index = self._node.raftLastApplied + 1
+            applied = self.metadata_log.apply(Command.from_bytes(data), raft_index)
+        except BaseException:  # fail-stop: never go on voting without recording a command
+            log.critical("applying a committed command failed; stopping this voter", exc_info=True)
+            os._exit(70)
+        self._wake_trio(self._on_applied)
+        if applied.error is not None:
+            return ("err", int(applied.error.code), applied.error.message)
+        if applied.result is None:
+            return ("skip",)
+        r = applied.result
+        return ("ok", r.base_offset, r.last_offset, r.epoch, r.duplicate)
+
+    def _wake_trio(self, fn: Any, *args: Any) -> None:
+        try:
+            self._token.run_sync_soon(fn, *args)
+        except trio.RunFinishedError:
+            pass
+
+    def _on_state_changed(self, old: int, new: int) -> None:
+        self._wake_trio(self._poll_leadership)
+
+    def _serialize(self, filename: str, raft_data: tuple[Any, ...]) -> None:
+        entry1, entry0, cluster = raft_data
+        payload = self.metadata_log.snapshot_payload()
+        payload["ri"] = max(payload["ri"], int(entry1[1]))
+        obj = {
+            "raft": [[bytes(entry1[0]), entry1[1], entry1[2]], [bytes(entry0[0]), entry0[1], entry0[2]],
+                     sorted(n.address for n in cluster)],
+            "state": payload,
+        }
+        with open(filename, "wb") as f:
+            f.write(encode_frame(obj))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _deserialize(self, filename: str) -> tuple[Any, ...]:
+        with open(filename, "rb") as f:
+            frames, _ = decode_frames(f.read())
+        if not frames:
+            raise ValueError(f"corrupt raft dump {filename}")
+        obj = frames[0][0]
+        if self.metadata_log.install(obj["state"]):
+            log.warning("installed a snapshot from the leader at metadata offset %s", obj["state"]["o"])
+            self._wake_trio(self._on_applied)
+        e1, e0, cluster = obj["raft"]
+        return (tuple(e1), tuple(e0), {TCPNode(a) for a in cluster})
+
+    # -- trio side ------------------------------------------------------------------------
+
+    def _on_applied(self) -> None:
+        self._applied.set()
+
+    def _poll_leadership(self) -> None:
+        ev = (self.leader_id(), self.epoch(), bool(self._node._isLeader()))
+        if ev != self._last_event:
+            self._last_event = ev
+            try:
+                self._events_send.send_nowait(LeadershipEvent(*ev))
+            except trio.WouldBlock:
+                self._events_recv.receive_nowait()
+                self._events_send.send_nowait(LeadershipEvent(*ev))
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._flush_loop)
+                nursery.start_soon(self._leadership_poll_loop)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                self._closed = True
+                await trio.to_thread.run_sync(self._node.destroy_synchronous)
+                await trio.to_thread.run_sync(self.metadata_log.close)
+
+    async def _leadership_poll_loop(self) -> None:
+        while True:
+            self._poll_leadership()
+            await trio.sleep(0.05)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._applied.wait()
+            self._applied = trio.Event()
+            before = self.metadata_log.durable_offset
+            await trio.to_thread.run_sync(self.metadata_log.sync)
+            if self.metadata_log.durable_offset != before:
+                self._durable.set()
+                self._durable = trio.Event()
+            await trio.to_thread.run_sync(self.metadata_log.maybe_snapshot)
+
+    # -- MetadataQuorum -------------------------------------------------------------------
+
+    def leader_id(self) -> int | None:
+        node = self._node._getLeader()
+        return None if node is None else self._addr_to_id.get(node.address)
+
+    def epoch(self) -> int:
+        return int(self._node.raftCurrentTerm)
+
+    def committed_offset(self) -> int:
+        return self.metadata_log.durable_offset
+
+    def log_start_offset(self) -> int:
+        return self.metadata_log.log_start
+
+    def image(self) -> MetadataImage:
+        return self.metadata_log.sm.image
+
+    def read(self, from_offset: int, max_records: int) -> list[LogEntry]:
+        return self.metadata_log.read(from_offset, max_records)
+
+    def latest_snapshot(self) -> Snapshot | None:
+        return self.metadata_log.latest_snapshot()
+
+    def leadership_events(self) -> trio.MemoryReceiveChannel[LeadershipEvent]:
+        return self._events_recv
+
+    async def wait_for_offset(self, offset: int) -> None:
+        while self.committed_offset() < offset:
+            await self._durable.wait()
+
+    async def _submit(self, data: bytes) -> tuple[Any, int]:
+        done = trio.Event()
+        box: list[Any] = []
+
+        def finish(res: Any, err: int) -> None:
+            box.append((res, err))
+            done.set()
+
+        def callback(res: Any, err: int) -> None:  # tick thread
+            self._wake_trio(finish, res, err)
+
+        self._node.apply_command(data, callback=callback)
+        await done.wait()
+        return box[0]  # type: ignore[no-any-return]
+
+    async def propose(self, command: Command) -> ProposeResult:
+        if self._closed:
+            raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, "the controller quorum is shutting down")
+        data = command.to_bytes()
+        for _attempt in range(_PROPOSE_ATTEMPTS):
+            if not self._node._isLeader():
+                raise not_controller(self.leader_id())
+            res, err = await self._submit(data)
+            if err == FAIL_REASON.SUCCESS:
+                if res[0] == "err":
+                    raise error_for(res[1], res[2], leader_id=self.image().quorum.leader_id)
+                if res[0] == "skip":
+                    raise error_for(ErrorCode.UNKNOWN_SERVER_ERROR, "command replayed, outcome unknown")
+                _, base, last, epoch, dup = res
+                await self.wait_for_offset(last)
+                return ProposeResult(base, last, epoch, dup)
+            if err in (FAIL_REASON.LEADER_CHANGED, FAIL_REASON.UNKNOWN_OUTCOME, FAIL_REASON.DISCARDED):
+                continue  # may or may not have applied: retry, the request id dedups it
+            if err == FAIL_REASON.QUEUE_FULL:
+                raise error_for(ErrorCode.REQUEST_TIMED_OUT, "raft command queue full")
+            raise not_controller(self.leader_id(), f"raft proposal failed (reason {err})")
+        raise not_controller(self.leader_id(), "leadership changed while proposing")
+
+    def statistics(self) -> dict[str, Any]:
+        st = self._node.getStatus()
+        return {
+            "raft_term": st.get("raft_term"),
+            "raft_commit_index": st.get("commit_idx"),
+            "raft_last_applied": st.get("last_applied"),
+            "raft_log_len": st.get("log_len"),
+            "metadata_durable_offset": self.metadata_log.durable_offset,
+            "metadata_fsyncs": self.metadata_log.fsyncs,
+        }
+
+
