@@ -1,0 +1,26 @@
+"""rafka clients.
+
+``Producer`` / ``Consumer`` / ``Admin`` (blocking, ``client.sync``) are thin facades over the
+trio-native ``AsyncProducer`` / ``AsyncConsumer`` / ``AsyncAdmin`` (``client.aio``). Names follow
+kafka-python / aiokafka. Every error is a ``client.errors.RafkaError`` subclass with a name.
+"""
+
+from client import errors
+from client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer, NewTopic
+from client.sync import Admin, Consumer, Producer
+from client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
+
+__all__ = [
+    "Admin",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "Consumer",
+    "ConsumerRecord",
+    "NewTopic",
+    "OffsetAndTimestamp",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+    "errors",
+]

@@ -1,0 +1,284 @@
+"""What every async client shares: connections, the metadata cache, request routing.
+
+Theory of operation
+-------------------
+A ``ClientCore`` lives inside the nursery of the client that owns it (producer, consumer or
+admin); its ``ConnectionPool`` keeps at most one pipelined connection per broker, with the
+reader tasks in that nursery.
+
+``ClusterMetadata`` is a plain, synchronous fold of METADATA responses (testable without
+sockets): brokers by id, partitions by topic, the controller id. ``ClientCore.refresh_metadata``
+fetches it from any known broker, falling back to the bootstrap list, and is *single-flight*
+(concurrent callers share one request) and *rate-limited* (at most one request per
+``retry_backoff_ms``, doubling while every broker fails, up to 1 s): callers that meet
+NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION / LEADER_NOT_AVAILABLE or a broken
+connection call ``invalidate()`` and then refresh, and cannot hammer the cluster.
+
+``request_node`` / ``request_any`` wrap each request in ``request_timeout_ms``; a timed-out
+connection is discarded (its late responses would be orphans anyway), as Kafka does.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError, error_for
+from broker.protocol import ApiKey, Response
+from client.connection import ConnectionPool, backoff_ms, parse_bootstrap
+from client.errors import KafkaTimeoutError, NoBrokersAvailableError
+from client.types import BrokerMetadata, PartitionMetadata, TopicPartition
+
+__all__ = ["ClusterMetadata", "ClientCore", "REFRESH_CODES", "is_retriable"]
+
+# Errors after which the client's idea of who leads what is probably stale.
+REFRESH_CODES: frozenset[int] = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.BROKER_FENCED,
+    }
+)
+
+
+def is_retriable(exc: BaseException) -> bool:
+    return isinstance(exc, RafkaError) and exc.retriable
+
+
+class ClusterMetadata:
+    """The client's view of the cluster, folded from METADATA responses (no I/O)."""
+
+    def __init__(self) -> None:
+        self.cluster_id: str | None = None
+        self.controller_id: int = -1
+        self.brokers: dict[int, BrokerMetadata] = {}
+        self.topics: dict[str, dict[int, PartitionMetadata]] = {}
+        self.topic_errors: dict[str, int] = {}
+        self.topic_ids: dict[str, Any] = {}
+        self.internal: set[str] = set()
+        self.version = 0
+        self.updated_at = 0.0
+
+    def update(self, body: dict[str, Any], *, all_topics: bool) -> None:
+        self.cluster_id = body.get("cluster_id", self.cluster_id)
+        cid = body.get("controller_id")
+        self.controller_id = -1 if cid is None else int(cid)
+        self.brokers = {
+            int(b["node_id"]): BrokerMetadata(int(b["node_id"]), b["host"], int(b["port"]), b.get("rack"))
+            for b in body.get("brokers") or []
+        }
+        if all_topics:
+            self.topics = {}
+            self.topic_errors = {}
+            self.internal = set()
+        for t in body.get("topics") or []:
+            name = t["name"]
+            err = t.get("error") or 0
+            if err and not t.get("partitions"):
+                self.topics.pop(name, None)
+                self.topic_errors[name] = err
+                continue
+            self.topic_errors.pop(name, None)
+            self.topic_ids[name] = t.get("topic_id")
+            if t.get("is_internal"):
+                self.internal.add(name)
+            self.topics[name] = {
+                int(p["partition"]): PartitionMetadata(
+                    name,
+                    int(p["partition"]),
+                    -1 if p.get("leader") is None else int(p["leader"]),
+                    int(p.get("leader_epoch", -1) if p.get("leader_epoch") is not None else -1),
+                    tuple(p.get("replicas") or ()),
+                    tuple(p.get("isr") or ()),
+                    p.get("error") or 0,
+                )
+                for p in t.get("partitions") or []
+            }
+        self.version += 1
+        self.updated_at = time.monotonic()
+
+    def num_partitions(self, topic: str) -> int | None:
+        parts = self.topics.get(topic)
+        return len(parts) if parts else None
+
+    def partitions_for(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in sorted(self.topics.get(topic) or ())]
+
+    def leader(self, tp: TopicPartition) -> int:
+        p = (self.topics.get(tp.topic) or {}).get(tp.partition)
+        if p is None or p.leader < 0 or p.leader not in self.brokers:
+            return -1
+        return p.leader
+
+    def partition(self, tp: TopicPartition) -> PartitionMetadata | None:
+        return (self.topics.get(tp.topic) or {}).get(tp.partition)
+
+    def invalidate_leader(self, tp: TopicPartition) -> None:
+        """Forget ``tp``'s leader until the next refresh."""
+        parts = self.topics.get(tp.topic)
+        if parts and tp.partition in parts:
+            parts[tp.partition] = parts[tp.partition]._replace(leader=-1)
+
+
+class ClientCore:
+    """Connections + metadata for one client; open with ``await core.open(nursery)``."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str],
+        *,
+        client_id: str,
+        request_timeout_ms: int = 30000,
+        retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300000,
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self.metadata = ClusterMetadata()
+        self.pool: ConnectionPool | None = None
+        self.wanted_topics: set[str] = set()
+        self._refreshing: trio.Event | None = None
+        self._last_refresh = -1e9
+        self._failures = 0
+        self._stale = True
+
+    def open(self, nursery: trio.Nursery) -> None:
+        self.pool = ConnectionPool(nursery, client_id=self.client_id)
+
+    async def aclose(self) -> None:
+        if self.pool is not None:
+            await self.pool.aclose()
+
+    # ------------------------------------------------------------------ requests
+
+    async def request_address(
+        self, host: str, port: int, api_key: ApiKey, body: dict[str, Any], *, extra_timeout_ms: int = 0
+    ) -> Response:
+        assert self.pool is not None, "client is not open"
+        timeout = (self.request_timeout_ms + extra_timeout_ms) / 1000
+        with trio.move_on_after(timeout) as scope:
+            return await self.pool.request(host, port, int(api_key), body)
+        if scope.cancelled_caught:
+            self.pool.discard(host, port)
+        raise error_for(
+            ErrorCode.REQUEST_TIMED_OUT,
+            f"{api_key.name} to {host}:{port} got no answer within {timeout * 1000:.0f} ms",
+        )
+
+    async def request_node(
+        self, node_id: int, api_key: ApiKey, body: dict[str, Any], *, extra_timeout_ms: int = 0
+    ) -> Response:
+        b = self.metadata.brokers.get(node_id)
+        if b is None:
+            self.invalidate()
+            raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {node_id} is not in the metadata")
+        try:
+            return await self.request_address(b.host, b.port, api_key, body, extra_timeout_ms=extra_timeout_ms)
+        except RafkaError as exc:
+            if exc.code in REFRESH_CODES:
+                self.invalidate()
+            raise
+
+    def send_only_node(self, node_id: int) -> tuple[str, int]:
+        b = self.metadata.brokers[node_id]
+        return b.host, b.port
+
+    def candidates(self) -> list[tuple[str, int]]:
+        known = [(b.host, b.port) for b in self.metadata.brokers.values()]
+        random.shuffle(known)
+        return known + [a for a in self.bootstrap if a not in known]
+
+    async def request_any(self, api_key: ApiKey, body: dict[str, Any]) -> Response:
+        """Send to the first broker that answers (known brokers, then the bootstrap list)."""
+        last: BaseException | None = None
+        for host, port in self.candidates():
+            try:
+                return await self.request_address(host, port, api_key, body)
+            except RafkaError as exc:
+                if exc.code not in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.BROKER_NOT_AVAILABLE,
+                                    ErrorCode.REQUEST_TIMED_OUT):
+                    raise
+                last = exc
+        addrs = ",".join(f"{h}:{p}" for h, p in self.candidates())
+        raise NoBrokersAvailableError(f"no broker answered ({addrs}): {last}")
+
+    # ------------------------------------------------------------------ metadata
+
+    def invalidate(self) -> None:
+        self._stale = True
+
+    @property
+    def stale(self) -> bool:
+        age_ms = (time.monotonic() - self.metadata.updated_at) * 1000
+        return self._stale or age_ms > self.metadata_max_age_ms
+
+    async def refresh_metadata(self, topics: Iterable[str] = (), *, all_topics: bool = False) -> ClusterMetadata:
+        """Refresh the cache (single-flight, rate limited); returns it."""
+        self.wanted_topics.update(topics)
+        want = set(self.wanted_topics)
+        while self._refreshing is not None:
+            ev = self._refreshing
+            await ev.wait()
+            if not all_topics and want <= self.wanted_topics and not self._stale:
+                return self.metadata
+        ev = self._refreshing = trio.Event()
+        try:
+            delay = backoff_ms(self._failures, self.retry_backoff_ms, 1000) if self._failures else self.retry_backoff_ms
+            await trio.sleep(max(0.0, self._last_refresh + delay / 1000 - time.monotonic()))
+            self._last_refresh = time.monotonic()
+            body = {"topics": None if all_topics else sorted(self.wanted_topics)}
+            try:
+                resp = await self.request_any(ApiKey.METADATA, body)
+                resp.raise_for_error()
+            except RafkaError:
+                self._failures += 1
+                raise
+            self._failures = 0
+            self._stale = False
+            self.metadata.update(resp.body, all_topics=all_topics or not self.wanted_topics)
+            return self.metadata
+        finally:
+            self._refreshing = None
+            ev.set()
+
+    async def ensure_fresh(self) -> None:
+        if self.stale:
+            try:
+                await self.refresh_metadata()
+            except RafkaError:
+                pass  # callers work with what they have and retry later
+
+    async def wait_for_topic(self, topic: str, timeout_ms: float) -> int:
+        """Partition count of ``topic``, refreshing until it is known or ``timeout_ms`` passes."""
+        n = self.metadata.num_partitions(topic)
+        if n:
+            return n
+        last: BaseException | None = None
+        with trio.move_on_after(timeout_ms / 1000):
+            while True:
+                self.invalidate()
+                try:
+                    await self.refresh_metadata([topic])
+                except RafkaError as exc:
+                    last = exc
+                n = self.metadata.num_partitions(topic)
+                if n:
+                    return n
+        code = self.metadata.topic_errors.get(topic)
+        if code:
+            raise error_for(code, f"topic {topic!r}: {ErrorCode(code).name.lower()} after {timeout_ms:.0f} ms")
+        raise KafkaTimeoutError(f"no metadata for topic {topic!r} within {timeout_ms:.0f} ms: {last}")

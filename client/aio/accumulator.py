@@ -1,0 +1,257 @@
+"""Record accumulator and per-partition send state of the producer (no I/O).
+
+Theory of operation
+-------------------
+``RecordAccumulator.append`` is the whole per-record cost of ``send``: under one lock it picks
+the open batch of the partition (creating it if needed), appends a ``(key, value, headers,
+timestamp_ms)`` tuple, and charges an estimated size to ``buffer_memory``. It is thread safe,
+so the sync facade appends from the user's thread without crossing into the event loop. A batch
+*closes* when its estimated size reaches ``batch_size``; the sender *drains* closed batches and
+open ones older than ``linger_ms`` (or all of them while flushing). Batch bytes are built with
+``log.batch.build_batch`` only at drain time, once per batch. Memory is released when the
+batch's fate is settled; ``append`` refuses (returns ``None``) while the buffer is full and
+the producer waits on ``wait_for_memory*`` up to ``max_block_ms``.
+
+Keyless records with no explicit partition use the sticky partitioner: ``partition = -1`` makes
+the accumulator reuse the topic's sticky partition until that partition's batch closes or is
+drained, then pick a new random one (KIP-480).
+
+``PartitionState`` orders the sends of one partition: FIFO ``pending`` batches, the sorted
+``inflight`` list (at most ``max_in_flight``), and ``retry`` — batches sent before that must go
+again. With idempotence a batch gets its base sequence the first time it is sent and keeps it
+on every retry, so the broker can drop duplicates; while retries are outstanding the partition
+sends one batch at a time, lowest sequence first, so sequences reach the broker in order.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+import trio
+
+from client.aio.futures import BatchResult, FutureRecordMetadata
+
+__all__ = ["ProducerBatch", "RecordAccumulator", "PartitionState", "record_size", "SEQ_MASK"]
+
+SEQ_MASK = 0x7FFFFFFF
+Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> int:
+    """Estimated encoded size of one record (msgpack overhead included, roughly)."""
+    n = 12
+    if key is not None:
+        n += len(key)
+    if value is not None:
+        n += len(value)
+    if headers:
+        for hk, hv in headers:
+            n += len(hk) + len(hv) + 4
+    return n
+
+
+class ProducerBatch:
+    __slots__ = ("topic", "partition", "records", "size", "created", "result", "base_sequence",
+                 "payload", "attempts", "retry_at", "producer_epoch")
+
+    def __init__(self, topic: str, partition: int, created: float, loop_thread: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.records: list[Record] = []
+        self.size = 0
+        self.created = created
+        self.result = BatchResult(topic, partition, loop_thread)
+        self.base_sequence = -1
+        self.payload: bytes | None = None
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.producer_epoch = -1
+
+    @property
+    def record_count(self) -> int:
+        return len(self.records)
+
+    def __repr__(self) -> str:
+        return (f"<ProducerBatch {self.topic}-{self.partition} n={len(self.records)} "
+                f"seq={self.base_sequence} attempts={self.attempts}>")
+
+
+class RecordAccumulator:
+    def __init__(self, *, batch_size: int, buffer_memory: int, linger_ms: float,
+                 wakeup: Callable[[], None], loop_thread: int) -> None:
+        self.batch_size = batch_size
+        self.buffer_memory = buffer_memory
+        self.linger_s = linger_ms / 1000
+        self._wakeup = wakeup
+        self._loop_thread = loop_thread
+        self._lock = threading.Lock()
+        self._mem_cond = threading.Condition(self._lock)
+        self._sync_waiters = 0
+        self._mem_event: trio.Event | None = None
+        self._open: dict[tuple[str, int], ProducerBatch] = {}
+        self._closed: deque[ProducerBatch] = deque()
+        self._sticky: dict[str, int] = {}
+        self.used = 0
+        self.incomplete: set[BatchResult] = set()
+
+    # ------------------------------------------------------------------ hot path
+
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+               headers: list[tuple[str, bytes]], timestamp_ms: int, size: int,
+               num_partitions: int) -> FutureRecordMetadata | None:
+        """Append one record; ``partition=-1`` = sticky. ``None`` when the buffer is full."""
+        wake = False
+        with self._lock:
+            if self.used + size > self.buffer_memory and self.used:
+                return None
+            if partition < 0:
+                partition = self._sticky.get(topic, -1)
+                if partition < 0 or partition >= num_partitions:
+                    partition = self._sticky[topic] = random.randrange(num_partitions)
+            batch = self._open.get((topic, partition))
+            if batch is None:
+                batch = ProducerBatch(topic, partition, time.monotonic(), self._loop_thread)
+                self._open[(topic, partition)] = batch
+                self.incomplete.add(batch.result)
+                wake = True
+            records = batch.records
+            index = len(records)
+            records.append((key, value, headers, timestamp_ms))
+            batch.size += size
+            self.used += size
+            if batch.size >= self.batch_size:
+                del self._open[(topic, partition)]
+                self._closed.append(batch)
+                if self._sticky.get(topic) == partition:
+                    del self._sticky[topic]
+                wake = True
+        if wake:
+            self._wakeup()
+        return FutureRecordMetadata(batch.result, index, timestamp_ms)
+
+    # ------------------------------------------------------------------ sender side
+
+    def drain(self, now: float, *, force: bool = False) -> list[ProducerBatch]:
+        """Take every closed batch, and open ones that lingered long enough (all if ``force``)."""
+        with self._lock:
+            out = list(self._closed)
+            self._closed.clear()
+            if self._open:
+                cutoff = now - self.linger_s
+                for key, batch in list(self._open.items()):
+                    if force or batch.created <= cutoff:
+                        del self._open[key]
+                        out.append(batch)
+                        if self._sticky.get(batch.topic) == batch.partition:
+                            del self._sticky[batch.topic]
+            return out
+
+    def next_deadline(self) -> float | None:
+        """When the oldest open batch has lingered enough (``None``: nothing open)."""
+        with self._lock:
+            if self._closed:
+                return 0.0
+            if not self._open:
+                return None
+            return min(b.created for b in self._open.values()) + self.linger_s
+
+    def has_unsent(self) -> bool:
+        with self._lock:
+            return bool(self._open or self._closed)
+
+    def release(self, batch: ProducerBatch) -> None:
+        """The batch is settled: return its memory and wake blocked senders."""
+        with self._lock:
+            self.used -= batch.size
+            self.incomplete.discard(batch.result)
+            if self._sync_waiters:
+                self._mem_cond.notify_all()
+        ev, self._mem_event = self._mem_event, None
+        if ev is not None:
+            ev.set()
+        batch.records = []  # free the tuples; payload stays for nobody
+
+    def wait_for_memory_sync(self, size: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self._mem_cond:
+            self._sync_waiters += 1
+            try:
+                while self.used and self.used + size > self.buffer_memory:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._mem_cond.wait(left)
+                return True
+            finally:
+                self._sync_waiters -= 1
+
+    async def wait_for_memory(self, size: int) -> None:
+        """Loop-thread twin of ``wait_for_memory_sync``; wrap in ``move_on_after``."""
+        while self.used and self.used + size > self.buffer_memory:
+            if self._mem_event is None:
+                self._mem_event = trio.Event()
+            await self._mem_event.wait()
+
+
+class PartitionState:
+    """Send ordering and idempotent sequence numbers of one partition (loop thread only)."""
+
+    __slots__ = ("next_seq", "pending", "inflight", "retry")
+
+    def __init__(self) -> None:
+        self.next_seq = 0
+        self.pending: deque[ProducerBatch] = deque()
+        self.inflight: list[ProducerBatch] = []
+        self.retry: list[ProducerBatch] = []
+
+    def idle(self) -> bool:
+        return not (self.pending or self.inflight or self.retry)
+
+    def next_to_send(self, now: float, max_in_flight: int) -> ProducerBatch | None:
+        """The batch this partition may send now, removed from its queue (or ``None``)."""
+        if self.retry:
+            if self.inflight or self.retry[0].retry_at > now:
+                return None
+            return self.retry.pop(0)
+        if self.pending and len(self.inflight) < max_in_flight:
+            return self.pending.popleft()
+        return None
+
+    def assign_sequence(self, batch: ProducerBatch) -> None:
+        if batch.base_sequence < 0:
+            batch.base_sequence = self.next_seq
+            self.next_seq = (self.next_seq + len(batch.records)) & SEQ_MASK
+
+    def sent(self, batch: ProducerBatch) -> None:
+        self.inflight.append(batch)
+        self.inflight.sort(key=_seq_key)
+
+    def done(self, batch: ProducerBatch) -> None:
+        if batch in self.inflight:
+            self.inflight.remove(batch)
+
+    def requeue(self, batch: ProducerBatch, retry_at: float) -> None:
+        self.done(batch)
+        batch.retry_at = retry_at
+        self.retry.append(batch)
+        self.retry.sort(key=_seq_key)
+
+    def has_earlier(self, batch: ProducerBatch) -> bool:
+        """Is a lower-sequence batch of this partition still unacknowledged?"""
+        seq = batch.base_sequence
+        return any(b.base_sequence < seq for b in self.inflight if b is not batch) or any(
+            b.base_sequence < seq for b in self.retry
+        )
+
+    def next_ready_time(self) -> float | None:
+        if self.retry and not self.inflight:
+            return self.retry[0].retry_at
+        return None
+
+
+def _seq_key(b: ProducerBatch) -> int:
+    return b.base_sequence

@@ -1,0 +1,285 @@
+"""AsyncAdmin: topic, config, cluster and quorum administration (trio).
+
+Theory of operation: admin requests that change metadata (CREATE_TOPICS, DELETE_TOPICS,
+CREATE_PARTITIONS, ALTER_CONFIGS) go to any broker, which forwards them to the active
+controller; NOT_CONTROLLER and connection errors (a controller election in progress) are retried
+with backoff for up to ``request_timeout_ms``. Reads come from METADATA (topics, leaders,
+replicas, ISR), LIST_OFFSETS to each leader (high watermarks and log start offsets), and
+DESCRIBE_QUORUM. Per-topic errors are raised as their named ``RafkaError`` subclasses
+(``TopicAlreadyExistsError``, ``UnknownTopicOrPartitionError``, …), or returned per topic by the
+plural methods with ``raise_on_error=False``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, NamedTuple
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError, error_for
+from broker.protocol import ApiKey, Response
+from client.aio._core import REFRESH_CODES, ClientCore
+from client.aio.offsets import EARLIEST, LATEST, list_offsets
+from client.connection import backoff_ms
+from client.errors import IllegalStateError
+from client.types import BrokerMetadata, TopicPartition
+
+__all__ = ["AsyncAdmin", "NewTopic", "PartitionDescription", "TopicDescription", "ClusterDescription"]
+
+
+class NewTopic(NamedTuple):
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    config: Mapping[str, str] | None = None
+
+
+class PartitionDescription(NamedTuple):
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    high_watermark: int | None  # None when the leader could not be asked
+    log_start_offset: int | None
+
+
+class TopicDescription(NamedTuple):
+    name: str
+    topic_id: Any
+    internal: bool
+    partitions: list[PartitionDescription]
+    configs: dict[str, str]
+
+
+class ClusterDescription(NamedTuple):
+    cluster_id: str | None
+    controller_id: int
+    brokers: list[BrokerMetadata]
+
+
+class AsyncAdmin:
+    """``async with AsyncAdmin(bootstrap_servers=...) as a: await a.create_topic("t", 3, 1)``."""
+
+    def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
+                 client_id: str = "rafka-admin", request_timeout_ms: int = 30000,
+                 retry_backoff_ms: int = 100) -> None:
+        self.request_timeout_ms = request_timeout_ms
+        self._core = ClientCore(bootstrap_servers, client_id=client_id,
+                                request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncAdmin:
+        if self._stack is not None or self._closed:
+            raise IllegalStateError("an admin client can be started once; create a new one")
+        stack = contextlib.AsyncExitStack()
+        self._nursery = await stack.enter_async_context(trio.open_nursery())
+        self._core.open(self._nursery)
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None:
+        await self.close()
+        return None
+
+    async def close(self) -> None:
+        if self._closed or self._stack is None:
+            self._closed = True
+            return
+        self._closed = True
+        stack, self._stack = self._stack, None
+        assert self._nursery is not None
+        try:
+            await self._core.aclose()
+        finally:
+            self._nursery.cancel_scope.cancel()
+            await stack.aclose()
+
+    def _check_open(self) -> None:
+        if self._stack is None or self._closed:
+            raise IllegalStateError("admin client is not open (use `async with AsyncAdmin(...)`)")
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _request(self, api: ApiKey, body: dict[str, Any]) -> Response:
+        """Any broker; retries NOT_CONTROLLER / unreachable brokers until request_timeout_ms."""
+        self._check_open()
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        attempt = 0
+        while True:
+            try:
+                resp = await self._core.request_any(api, body)
+                code = resp.body.get("error") or 0
+                if code in (ErrorCode.NOT_CONTROLLER, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                    raise error_for(code, resp.body.get("message") or "")
+                return resp
+            except RafkaError as exc:
+                if not (exc.retriable or exc.code in REFRESH_CODES) or time.monotonic() >= deadline:
+                    raise
+            attempt += 1
+            await trio.sleep(backoff_ms(attempt, self._core.retry_backoff_ms, 1000) / 1000)
+
+    async def _per_topic(self, api: ApiKey, body: dict[str, Any], raise_on_error: bool) -> dict[str, RafkaError | None]:
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        attempt = 0
+        while True:
+            resp = await self._request(api, body)
+            resp.raise_for_error()
+            out: dict[str, RafkaError | None] = {}
+            retry = False
+            for t in resp.body.get("topics") or []:
+                code = t.get("error") or 0
+                out[t["name"]] = error_for(code, f"topic {t['name']!r}: {t.get('message') or ''}".rstrip(": ")) if code else None
+                if code == ErrorCode.NOT_CONTROLLER:
+                    retry = True
+            if retry and time.monotonic() < deadline:
+                attempt += 1
+                await trio.sleep(backoff_ms(attempt, self._core.retry_backoff_ms, 1000) / 1000)
+                continue
+            if raise_on_error:
+                for err in out.values():
+                    if err is not None:
+                        raise err
+            self._core.invalidate()
+            return out
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                           config: Mapping[str, str] | None = None, *, validate_only: bool = False) -> None:
+        await self.create_topics([NewTopic(name, partitions, replication_factor, config)],
+                                 validate_only=validate_only)
+
+    async def create_topics(self, topics: Iterable[NewTopic | tuple[Any, ...]], *, validate_only: bool = False,
+                            raise_on_error: bool = True) -> dict[str, RafkaError | None]:
+        items = [NewTopic(*t) for t in topics]
+        body = {"topics": [{"name": t.name, "num_partitions": int(t.num_partitions),
+                            "replication_factor": int(t.replication_factor),
+                            "configs": {str(k): str(v) for k, v in (t.config or {}).items()}}
+                           for t in items],
+                "timeout_ms": self.request_timeout_ms, "validate_only": validate_only}
+        out = await self._per_topic(ApiKey.CREATE_TOPICS, body, raise_on_error)
+        if not validate_only:
+            await self._wait_topics({t.name for t in items if out.get(t.name) is None}, present=True)
+        return out
+
+    async def delete_topic(self, name: str) -> None:
+        await self.delete_topics([name])
+
+    async def delete_topics(self, names: Iterable[str], *, raise_on_error: bool = True) -> dict[str, RafkaError | None]:
+        names = list(names)
+        out = await self._per_topic(ApiKey.DELETE_TOPICS, {"topics": names, "timeout_ms": self.request_timeout_ms},
+                                    raise_on_error)
+        await self._wait_topics({n for n in names if out.get(n) is None}, present=False)
+        return out
+
+    async def _wait_topics(self, names: set[str], *, present: bool) -> None:
+        """Best effort: until the brokers' metadata shows the change (bounded)."""
+        if not names:
+            return
+        with trio.move_on_after(self.request_timeout_ms / 1000):
+            while True:
+                with contextlib.suppress(RafkaError):
+                    meta = await self._core.refresh_metadata(all_topics=True)
+                    if present and all(meta.num_partitions(n) and all(
+                            p.leader >= 0 for p in meta.topics[n].values()) for n in names):
+                        return
+                    if not present and not (names & set(meta.topics)):
+                        return
+                await trio.sleep(0.05)
+
+    async def create_partitions(self, topic: str, total_count: int) -> None:
+        """Grow ``topic`` to ``total_count`` partitions."""
+        await self._per_topic(ApiKey.CREATE_PARTITIONS,
+                              {"topics": [{"name": topic, "count": int(total_count)}],
+                               "timeout_ms": self.request_timeout_ms}, True)
+
+    async def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        self._check_open()
+        meta = await self._core.refresh_metadata(all_topics=True)
+        return sorted(n for n in meta.topics if include_internal or n not in meta.internal)
+
+    async def describe_topic(self, name: str) -> TopicDescription:
+        return (await self.describe_topics([name]))[0]
+
+    async def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        """Leader, replicas, ISR and high watermark of every partition."""
+        self._check_open()
+        wanted = None if names is None else list(names)
+        resp = await self._request(ApiKey.METADATA, {"topics": wanted})
+        resp.raise_for_error()
+        self._core.metadata.update(resp.body, all_topics=False)
+        topics = []
+        for t in resp.body.get("topics") or []:
+            code = t.get("error") or 0
+            if code and not t.get("partitions"):
+                raise error_for(code, f"topic {t['name']!r}: {t.get('message') or ''}".rstrip(": "))
+            if wanted is None and t.get("is_internal"):
+                continue
+            topics.append(t)
+        tps = [TopicPartition(t["name"], int(p["partition"])) for t in topics for p in t.get("partitions") or []]
+        hw: dict[TopicPartition, tuple[int, int]] = {}
+        ls: dict[TopicPartition, tuple[int, int]] = {}
+        alive = [tp for tp in tps if self._core.metadata.leader(tp) >= 0]
+        if alive:
+            with contextlib.suppress(RafkaError):
+                hw = await list_offsets(self._core, {tp: LATEST for tp in alive}, attempts=2)
+            with contextlib.suppress(RafkaError):
+                ls = await list_offsets(self._core, {tp: EARLIEST for tp in alive}, attempts=2)
+        out = []
+        for t in topics:
+            parts = []
+            for p in sorted(t.get("partitions") or [], key=lambda p: p["partition"]):
+                tp = TopicPartition(t["name"], int(p["partition"]))
+                parts.append(PartitionDescription(
+                    tp.partition, int(p.get("leader", -1)), int(p.get("leader_epoch", -1)),
+                    tuple(p.get("replicas") or ()), tuple(p.get("isr") or ()),
+                    hw[tp][0] if tp in hw else None, ls[tp][0] if tp in ls else None))
+            out.append(TopicDescription(t["name"], t.get("topic_id"), bool(t.get("is_internal")), parts,
+                                        dict(t.get("configs") or {})))
+        return out
+
+    # ------------------------------------------------------------------ configs
+
+    async def describe_configs(self, topic: str) -> dict[str, Any]:
+        """Effective config of ``topic`` (defaults merged with its overrides)."""
+        resp = await self._request(ApiKey.DESCRIBE_CONFIGS, {"topics": [topic]})
+        resp.raise_for_error()
+        for t in resp.body.get("topics") or []:
+            if t["name"] == topic:
+                if t.get("error"):
+                    raise error_for(t["error"], f"topic {topic!r}: {t.get('message') or ''}".rstrip(": "))
+                return dict(t.get("configs") or {})
+        raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r}")
+
+    async def alter_configs(self, topic: str, configs: Mapping[str, str | None]) -> None:
+        """Set (or, with value ``None``, remove) per-topic overrides."""
+        body = {"topics": [{"name": topic, "configs": {str(k): (None if v is None else str(v))
+                                                       for k, v in configs.items()}}]}
+        await self._per_topic(ApiKey.ALTER_CONFIGS, body, True)
+
+    # ------------------------------------------------------------------ cluster
+
+    async def describe_cluster(self) -> ClusterDescription:
+        self._check_open()
+        meta = await self._core.refresh_metadata(all_topics=True)
+        return ClusterDescription(meta.cluster_id, meta.controller_id,
+                                  sorted(meta.brokers.values(), key=lambda b: b.node_id))
+
+    async def describe_quorum(self) -> dict[str, Any]:
+        """Voters, leader, epoch, metadata offsets and lag (DESCRIBE_QUORUM body)."""
+        resp = await self._request(ApiKey.DESCRIBE_QUORUM, {})
+        resp.raise_for_error()
+        return dict(resp.body)
+
+    async def list_offsets(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+        """Raw LIST_OFFSETS: ``{tp: ts}`` (-2 earliest, -1 latest) → ``{tp: (offset, timestamp)}``."""
+        self._check_open()
+        return await list_offsets(self._core, dict(timestamps))

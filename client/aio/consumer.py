@@ -1,0 +1,583 @@
+"""AsyncConsumer: trio-native consumer with prefetching (manual assignment; groups plug in).
+
+Theory of operation
+-------------------
+Per assigned partition the consumer keeps a ``_PartitionState``: the *position* (next offset
+``poll`` returns), the *fetch offset* (next offset to ask the broker for; ahead of the position
+while data is buffered), up to ``max_buffered_fetches`` ``CompletedFetch`` objects, a paused
+flag and an *epoch* bumped by every seek / reset / unassign so that in-flight responses for an
+old position are dropped.
+
+One fetch loop task (in the consumer's nursery) resets unknown positions (committed offset
+from the group coordinator if any, else ``auto_offset_reset`` via LIST_OFFSETS), groups the
+fetchable partitions by leader and keeps one FETCH in flight per broker. A partition is
+fetchable when it is assigned, not paused, has a position and fewer than
+``max_buffered_fetches`` completed fetches waiting — so the next FETCH is in flight while the
+user processes the previous one, and the buffer is bounded (≤ partitions × buffered ×
+``max_partition_fetch_bytes``). ``poll`` only decodes buffered batches (``client.aio.fetch``).
+
+Errors per partition: OFFSET_OUT_OF_RANGE resets the position (or is raised from ``poll`` with
+``auto_offset_reset='none'``); leadership errors refresh metadata and back off; anything else
+is raised from the next ``poll``.
+
+Consumer groups: ``group_id`` needs a coordinator. ``AsyncConsumer.coordinator_factory`` (set by
+the group module) builds one per consumer; it runs in the consumer's nursery, assigns
+partitions via ``_set_assignment`` and provides committed offsets and ``commit``. Without one,
+``group_id`` raises ``NotImplementedError``; ``AsyncConsumer("t1", "t2")`` without a group
+assigns every partition of the topics (a standalone subscription).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any, ClassVar, Protocol
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError, error_for
+from broker.protocol import ApiKey
+from client.aio._core import REFRESH_CODES, ClientCore
+from client.aio.fetch import CompletedFetch, split_fetch_response
+from client.aio.offsets import EARLIEST, LATEST, list_offsets
+from client.connection import backoff_ms
+from client.errors import IllegalStateError, RecordTooLargeError
+from client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+
+__all__ = ["AsyncConsumer", "Coordinator"]
+
+
+class Coordinator(Protocol):
+    """What a consumer-group implementation provides (see the module docstring)."""
+
+    async def run(self, *, task_status: Any = ...) -> None: ...
+    async def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]: ...
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None: ...
+    async def subscribe(self, topics: list[str]) -> None: ...
+    async def close(self) -> None: ...
+
+
+class _PartitionState:
+    __slots__ = ("position", "fetch_offset", "buffered", "paused", "epoch", "inflight",
+                 "high_watermark", "log_start_offset", "error", "retry_at")
+
+    def __init__(self) -> None:
+        self.position: int | None = None
+        self.fetch_offset: int | None = None
+        self.buffered: deque[CompletedFetch] = deque()
+        self.paused = False
+        self.epoch = 0
+        self.inflight = False
+        self.high_watermark = -1
+        self.log_start_offset = -1
+        self.error: BaseException | None = None
+        self.retry_at = 0.0
+
+    def seek(self, offset: int | None) -> None:
+        self.position = offset
+        self.fetch_offset = offset
+        self.buffered.clear()
+        self.epoch += 1
+
+
+class AsyncConsumer:
+    """``async with AsyncConsumer(bootstrap_servers=...) as c: c.assign([...]); await c.poll()``."""
+
+    coordinator_factory: ClassVar[Callable[[AsyncConsumer], Coordinator] | None] = None
+
+    def __init__(
+        self,
+        *topics: str,
+        bootstrap_servers: str | list[str] = "127.0.0.1:9092",
+        client_id: str = "rafka-consumer",
+        group_id: str | None = None,
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        fetch_max_bytes: int = 50 * 1024 * 1024,
+        max_partition_fetch_bytes: int = 1024 * 1024,
+        max_poll_records: int = 500,
+        max_buffered_fetches: int = 2,
+        request_timeout_ms: int = 30000,
+        retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300000,
+        consumer_timeout_ms: float | None = None,
+        **group_options: Any,
+    ) -> None:
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
+        if group_id is not None and type(self).coordinator_factory is None:
+            raise NotImplementedError(
+                "consumer groups are not supported yet: omit group_id and use assign() "
+                "(or pass topics to consume every partition without a group)")
+        self.group_id = group_id
+        self.auto_offset_reset = auto_offset_reset
+        self.enable_auto_commit = enable_auto_commit
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.group_options = group_options
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.max_poll_records = max_poll_records
+        self.max_buffered_fetches = max(1, max_buffered_fetches)
+        self.consumer_timeout_ms = consumer_timeout_ms
+        self._core = ClientCore(bootstrap_servers, client_id=client_id,
+                                request_timeout_ms=request_timeout_ms,
+                                retry_backoff_ms=retry_backoff_ms,
+                                metadata_max_age_ms=metadata_max_age_ms)
+        self._initial_topics = list(topics)
+        self._subscription: list[str] = []
+        self._states: dict[TopicPartition, _PartitionState] = {}
+        self._node_busy: set[int] = set()
+        self._fetch_wake = trio.Event()
+        self._data = trio.Event()
+        self._rr = 0
+        self._iter_buf: deque[ConsumerRecord] = deque()
+        self._coordinator: Coordinator | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._started = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> AsyncConsumer:
+        if self._started:
+            raise IllegalStateError("a consumer can be started once; create a new one")
+        self._started = True
+        stack = contextlib.AsyncExitStack()
+        self._nursery = await stack.enter_async_context(trio.open_nursery())
+        self._stack = stack
+        self._core.open(self._nursery)
+        try:
+            if self.group_id is not None:
+                assert type(self).coordinator_factory is not None
+                self._coordinator = type(self).coordinator_factory(self)
+                await self._nursery.start(self._coordinator.run)
+            self._nursery.start_soon(self._fetch_loop)
+            if self._initial_topics:
+                await self.subscribe(self._initial_topics)
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None:
+        await self.close()
+        return None
+
+    async def close(self) -> None:
+        """Stop fetching and close connections. Idempotent."""
+        if self._closed or self._stack is None:
+            self._closed = True
+            return
+        self._closed = True
+        stack, self._stack = self._stack, None
+        assert self._nursery is not None
+        try:
+            if self._coordinator is not None:
+                with contextlib.suppress(RafkaError):
+                    await self._coordinator.close()
+            await self._core.aclose()
+        finally:
+            self._nursery.cancel_scope.cancel()
+            await stack.aclose()
+
+    def _check_open(self) -> None:
+        if self._nursery is None or self._closed:
+            raise IllegalStateError("consumer is not open (use `async with AsyncConsumer(...)`)")
+
+    # ------------------------------------------------------------------ assignment
+
+    async def subscribe(self, topics: Iterable[str]) -> None:
+        """With a group: join it for ``topics``. Without: assign every partition of them."""
+        self._check_open()
+        names = list(topics)
+        self._subscription = names
+        if self._coordinator is not None:
+            await self._coordinator.subscribe(names)
+            return
+        tps: list[TopicPartition] = []
+        for t in names:
+            await self._core.wait_for_topic(t, self._core.request_timeout_ms)
+            tps.extend(self._core.metadata.partitions_for(t))
+        self.assign(tps)
+
+    def subscription(self) -> set[str]:
+        return set(self._subscription)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these partitions (replaces the assignment)."""
+        if self._coordinator is not None and self._subscription:
+            raise IllegalStateError("assign() and a group subscription cannot be mixed")
+        self._set_assignment([TopicPartition(*tp) for tp in partitions])
+
+    def _set_assignment(self, partitions: list[TopicPartition],
+                        offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Hook for coordinators: new assignment, with optional starting offsets."""
+        new = set(partitions)
+        for tp in list(self._states):
+            if tp not in new:
+                self._states.pop(tp).epoch += 1
+        for tp in partitions:
+            if tp not in self._states:
+                self._states[tp] = _PartitionState()
+            if offsets and tp in offsets:
+                self._states[tp].seek(offsets[tp])
+        self._core.wanted_topics.update(tp.topic for tp in partitions)
+        self._iter_buf.clear()
+        self._fetch_wake.set()
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._states)
+
+    def unsubscribe(self) -> None:
+        self._subscription = []
+        self._set_assignment([])
+
+    def _state(self, tp: TopicPartition) -> _PartitionState:
+        st = self._states.get(tp)
+        if st is None:
+            raise IllegalStateError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
+        return st
+
+    # ------------------------------------------------------------------ positions
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        self._state(partition).seek(offset)
+        self._drop_iter(partition)
+        self._fetch_wake.set()
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        await self._seek_to(EARLIEST, partitions)
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        await self._seek_to(LATEST, partitions)
+
+    async def _seek_to(self, ts: int, partitions: tuple[TopicPartition, ...]) -> None:
+        self._check_open()
+        tps = list(partitions) or list(self._states)
+        for tp in tps:
+            self._state(tp)
+        found = await list_offsets(self._core, {tp: ts for tp in tps})
+        for tp, (off, _) in found.items():
+            if tp in self._states:
+                self.seek(tp, off)
+
+    async def position(self, partition: TopicPartition) -> int:
+        """Offset of the next record ``poll`` returns (resolves a pending reset first)."""
+        st = self._state(partition)
+        if st.position is None:
+            await self._reset([partition])
+        st = self._state(partition)
+        if st.error is not None:
+            raise st.error
+        assert st.position is not None
+        return st.position
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """High watermark seen in the last fetch of ``partition`` (None before any)."""
+        hw = self._state(partition).high_watermark
+        return None if hw < 0 else hw
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state(tp).paused = True
+            self._drop_iter(tp, rewind=True)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state(tp).paused = False
+        self._fetch_wake.set()
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, st in self._states.items() if st.paused}
+
+    def _drop_iter(self, tp: TopicPartition, *, rewind: bool = False) -> None:
+        """Forget records of ``tp`` already taken by the iterator; ``rewind`` = seek back to
+        the first of them (pause: they will be returned after resume)."""
+        if not self._iter_buf:
+            return
+        mine = [r for r in self._iter_buf if r.topic == tp.topic and r.partition == tp.partition]
+        if mine:
+            self._iter_buf = deque(r for r in self._iter_buf
+                                   if not (r.topic == tp.topic and r.partition == tp.partition))
+            if rewind:
+                self._states[tp].seek(mine[0].offset)
+
+    async def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        self._check_open()
+        found = await list_offsets(self._core, {TopicPartition(*tp): ts for tp, ts in timestamps.items()})
+        return {tp: (OffsetAndTimestamp(off, ts) if off >= 0 else None) for tp, (off, ts) in found.items()}
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        self._check_open()
+        found = await list_offsets(self._core, {TopicPartition(*tp): EARLIEST for tp in partitions})
+        return {tp: off for tp, (off, _) in found.items()}
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        self._check_open()
+        found = await list_offsets(self._core, {TopicPartition(*tp): LATEST for tp in partitions})
+        return {tp: off for tp, (off, _) in found.items()}
+
+    async def partitions_for_topic(self, topic: str) -> set[int]:
+        self._check_open()
+        await self._core.wait_for_topic(topic, self._core.request_timeout_ms)
+        return set(self._core.metadata.topics.get(topic) or ())
+
+    async def topics(self) -> set[str]:
+        self._check_open()
+        meta = await self._core.refresh_metadata(all_topics=True)
+        return set(meta.topics)
+
+    # ------------------------------------------------------------------ groups
+
+    async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (default: the current positions) to the group."""
+        if self._coordinator is None:
+            raise IllegalStateError("commit() needs a group_id (consumer groups)")
+        if offsets is None:
+            offsets = {tp: st.position for tp, st in self._states.items() if st.position is not None}
+        await self._coordinator.commit(offsets)
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        if self._coordinator is None:
+            raise IllegalStateError("committed() needs a group_id (consumer groups)")
+        return (await self._coordinator.committed([partition])).get(partition)
+
+    # ------------------------------------------------------------------ poll
+
+    async def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records by partition; waits up to ``timeout_ms`` for some (``{}`` if none came)."""
+        self._check_open()
+        limit = max_records or self.max_poll_records
+        out = self._collect(limit)
+        if out or timeout_ms <= 0:
+            return out
+        with trio.move_on_after(timeout_ms / 1000):
+            while not out:
+                self._data = trio.Event()
+                await self._data.wait()
+                out = self._collect(limit)
+        return out
+
+    def _collect(self, limit: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        tps = list(self._states)
+        if not tps:
+            return out
+        self._rr = (self._rr + 1) % len(tps)
+        n = 0
+        freed = False
+        for tp in tps[self._rr:] + tps[: self._rr]:
+            st = self._states[tp]
+            if st.error is not None:
+                if out:
+                    break
+                err, st.error = st.error, None
+                raise err
+            if st.paused or st.position is None:
+                continue
+            while st.buffered and n < limit:
+                cf = st.buffered[0]
+                if cf.epoch != st.epoch:
+                    st.buffered.popleft()
+                    continue
+                try:
+                    recs, st.position = cf.take(st.position, limit - n)
+                except RafkaError as exc:
+                    st.buffered.clear()
+                    st.fetch_offset = st.position
+                    st.epoch += 1
+                    if out:
+                        st.error = exc
+                        return out
+                    raise
+                if recs:
+                    out.setdefault(tp, []).extend(recs)
+                    n += len(recs)
+                if cf.exhausted:
+                    st.buffered.popleft()
+                    freed = True
+            if n >= limit:
+                break
+        if freed:
+            self._fetch_wake.set()
+        return out
+
+    def __aiter__(self) -> AsyncConsumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        if not self._iter_buf:
+            deadline = None if self.consumer_timeout_ms is None else time.monotonic() + self.consumer_timeout_ms / 1000
+            while not self._iter_buf:
+                wait_ms = 1000.0 if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
+                for recs in (await self.poll(timeout_ms=wait_ms)).values():
+                    self._iter_buf.extend(recs)
+                if not self._iter_buf and deadline is not None and time.monotonic() >= deadline:
+                    raise StopAsyncIteration
+        return self._iter_buf.popleft()
+
+    # ------------------------------------------------------------------ fetching
+
+    async def _fetch_loop(self) -> None:
+        assert self._nursery is not None
+        while True:
+            self._fetch_wake = trio.Event()
+            now = time.monotonic()
+            unknown = [tp for tp, st in self._states.items() if st.position is None and st.error is None]
+            if unknown:
+                with contextlib.suppress(RafkaError):
+                    await self._reset(unknown)
+            need_meta = False
+            by_node: dict[int, list[TopicPartition]] = {}
+            next_retry: float | None = None
+            for tp, st in self._states.items():
+                if (st.paused or st.position is None or st.inflight or st.error is not None
+                        or len(st.buffered) >= self.max_buffered_fetches):
+                    continue
+                if st.retry_at > now:
+                    next_retry = st.retry_at if next_retry is None else min(next_retry, st.retry_at)
+                    continue
+                leader = self._core.metadata.leader(tp)
+                if leader < 0:
+                    need_meta = True
+                    continue
+                if leader not in self._node_busy:
+                    by_node.setdefault(leader, []).append(tp)
+            for node, tps in by_node.items():
+                self._node_busy.add(node)
+                for tp in tps:
+                    self._states[tp].inflight = True
+                self._nursery.start_soon(self._fetch_node, node, tps)
+            timeout = 1.0
+            if need_meta or self._core.stale:
+                with contextlib.suppress(RafkaError):
+                    await self._core.refresh_metadata()
+                if need_meta:
+                    timeout = self._core.retry_backoff_ms / 1000
+            if next_retry is not None:
+                timeout = min(timeout, max(0.0, next_retry - time.monotonic()))
+            with trio.move_on_after(timeout):
+                await self._fetch_wake.wait()
+
+    async def _fetch_node(self, node: int, tps: list[TopicPartition]) -> None:
+        epochs = {tp: self._states[tp].epoch for tp in tps}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition,
+                "fetch_offset": self._states[tp].fetch_offset,
+                "partition_max_bytes": self.max_partition_fetch_bytes,
+            })
+        body = {"replica_id": -1, "max_wait_ms": self.fetch_max_wait_ms, "min_bytes": self.fetch_min_bytes,
+                "max_bytes": self.fetch_max_bytes,
+                "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+        try:
+            resp = await self._core.request_node(node, ApiKey.FETCH, body,
+                                                 extra_timeout_ms=self.fetch_max_wait_ms)
+            resp.raise_for_error()
+            parts = split_fetch_response(resp.body, resp.raw)
+        except RafkaError as exc:
+            retry_at = time.monotonic() + self._core.retry_backoff_ms / 1000
+            for tp in tps:
+                st = self._states.get(tp)
+                if st is not None and st.epoch == epochs[tp]:
+                    if exc.retriable or exc.code in REFRESH_CODES:
+                        st.retry_at = retry_at
+                        self._core.metadata.invalidate_leader(tp)
+                    else:
+                        st.error = exc
+            self._data.set()
+            return
+        finally:
+            self._node_busy.discard(node)
+            for tp in tps:
+                st = self._states.get(tp)
+                if st is not None:
+                    st.inflight = False
+            self._fetch_wake.set()
+        got = False
+        for pd in parts:
+            st = self._states.get(pd.tp)
+            if st is None or st.epoch != epochs.get(pd.tp):
+                continue  # unassigned or sought meanwhile: stale data
+            if pd.high_watermark >= 0:
+                st.high_watermark = pd.high_watermark
+            if pd.log_start_offset >= 0:
+                st.log_start_offset = pd.log_start_offset
+            if pd.error:
+                self._partition_error(pd.tp, st, pd.error, pd.message)
+                got = True
+                continue
+            if not len(pd.raw):
+                continue
+            cf = CompletedFetch(pd.tp, pd.raw, st.epoch)
+            if cf.end_offset < 0:
+                if len(pd.raw) >= self.max_partition_fetch_bytes:
+                    st.error = RecordTooLargeError(
+                        f"{pd.tp.topic}-{pd.tp.partition}: the batch at offset {st.fetch_offset} is larger "
+                        f"than max_partition_fetch_bytes={self.max_partition_fetch_bytes}")
+                    got = True
+                continue
+            st.fetch_offset = cf.end_offset
+            st.buffered.append(cf)
+            got = True
+        if got:
+            self._data.set()
+
+    def _partition_error(self, tp: TopicPartition, st: _PartitionState, code: int, message: str) -> None:
+        exc = error_for(code, f"{tp.topic}-{tp.partition}: {message}" if message else f"{tp.topic}-{tp.partition}")
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if self.auto_offset_reset == "none":
+                st.error = exc
+            else:
+                st.seek(None)
+            return
+        if exc.retriable or code in REFRESH_CODES:
+            self._core.metadata.invalidate_leader(tp)
+            self._core.invalidate()
+            st.retry_at = time.monotonic() + self._core.retry_backoff_ms / 1000
+            return
+        st.error = exc
+
+    async def _reset(self, tps: list[TopicPartition]) -> None:
+        """Give positions to partitions that have none: committed, else auto_offset_reset."""
+        if self._coordinator is not None:
+            committed = await self._coordinator.committed(tps)
+            for tp, off in committed.items():
+                st = self._states.get(tp)
+                if off is not None and st is not None and st.position is None:
+                    st.seek(off)
+            tps = [tp for tp in tps if tp in self._states and self._states[tp].position is None]
+        if not tps:
+            return
+        if self.auto_offset_reset == "none":
+            for tp in tps:
+                self._states[tp].error = error_for(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"{tp.topic}-{tp.partition}: no position and auto_offset_reset='none'")
+            self._data.set()
+            return
+        ts = EARLIEST if self.auto_offset_reset == "earliest" else LATEST
+        epochs = {tp: self._states[tp].epoch for tp in tps}
+        try:
+            found = await list_offsets(self._core, {tp: ts for tp in tps}, attempts=3)
+        except RafkaError:
+            await trio.sleep(backoff_ms(1, self._core.retry_backoff_ms, 1000) / 1000)
+            raise
+        for tp, (off, _) in found.items():
+            st = self._states.get(tp)
+            if st is not None and st.position is None and st.epoch == epochs[tp]:
+                st.seek(off)
+        self._fetch_wake.set()

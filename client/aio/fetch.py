@@ -1,0 +1,166 @@
+"""Turning FETCH responses into records (no I/O).
+
+Theory of operation
+-------------------
+A FETCH response body lists, per partition, ``records_len``: how many raw bytes of the frame's
+tail belong to it, in body order. ``split_fetch_response`` slices the tail (memoryviews, no
+copies) into ``PartitionData``. A ``CompletedFetch`` then hands records out lazily, batch by
+batch, so ``poll(max_records=...)`` decodes only what it returns:
+
+* batches whose last offset is below the consumer's position are skipped without decoding
+  (a fetch starts at the batch that *contains* the position);
+* records below the position inside the first batch are dropped;
+* after a batch is exhausted the position moves to ``base_offset + last_offset_delta + 1``,
+  which steps over offset gaps left by compaction;
+* each batch's CRC-32C is checked (``log.batch.decode_raw_records``); a bad batch raises
+  ``CorruptRecordError`` naming the topic, partition and offset range;
+* a trailing partial batch (cut by ``max_bytes``) is ignored; the next fetch starts there.
+
+Records are built with ``tuple.__new__`` on ``ConsumerRecord`` in one comprehension: about
+0.3 µs per record on top of msgpack's unpacking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from client.errors import CorruptRecordError
+from client.types import ConsumerRecord, TopicPartition
+from log.batch import HEADER_SIZE, BatchHeader, CorruptBatchError, decode_raw_records, parse_header
+
+__all__ = ["PartitionData", "split_fetch_response", "CompletedFetch", "batch_headers"]
+
+_new = tuple.__new__
+_EMPTY: tuple[()] = ()
+
+
+@dataclass(slots=True)
+class PartitionData:
+    tp: TopicPartition
+    error: int
+    message: str
+    high_watermark: int
+    log_start_offset: int
+    raw: memoryview
+
+
+def split_fetch_response(body: dict[str, Any], raw: bytes | memoryview) -> list[PartitionData]:
+    mv = memoryview(raw) if not isinstance(raw, memoryview) else raw
+    out: list[PartitionData] = []
+    pos = 0
+    for t in body.get("topics") or []:
+        name = t["name"]
+        for p in t.get("partitions") or []:
+            n = int(p.get("records_len") or 0)
+            out.append(PartitionData(
+                TopicPartition(name, int(p["partition"])),
+                int(p.get("error") or 0),
+                p.get("message") or "",
+                int(p.get("high_watermark", -1) if p.get("high_watermark") is not None else -1),
+                int(p.get("log_start_offset", -1) if p.get("log_start_offset") is not None else -1),
+                mv[pos:pos + n],
+            ))
+            pos += n
+    if pos > len(mv):
+        raise CorruptRecordError(f"fetch response declares {pos} raw bytes but carries {len(mv)}")
+    return out
+
+
+def batch_headers(raw: memoryview | bytes) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each whole batch in ``raw``; stops at a partial or bad one."""
+    pos = 0
+    end = len(raw)
+    while end - pos >= HEADER_SIZE:
+        try:
+            h = parse_header(raw, pos)
+        except CorruptBatchError:
+            return
+        if pos + h.size > end:
+            return
+        yield pos, h
+        pos += h.size
+
+
+class CompletedFetch:
+    """The raw bytes fetched for one partition, consumed lazily by ``take``."""
+
+    __slots__ = ("tp", "raw", "pos", "epoch", "end_offset", "_left", "_left_end")
+
+    def __init__(self, tp: TopicPartition, raw: memoryview, epoch: int = 0) -> None:
+        self.tp = tp
+        self.raw = raw
+        self.pos = 0
+        self.epoch = epoch
+        self._left: list[ConsumerRecord] = []
+        self._left_end = -1
+        last = -1
+        for _, h in batch_headers(raw):
+            last = h.next_offset
+        self.end_offset = last  # next fetch offset after this data (-1: no whole batch)
+
+    @property
+    def exhausted(self) -> bool:
+        return not self._left and len(self.raw) - self.pos < HEADER_SIZE
+
+    def take(self, position: int, max_records: int) -> tuple[list[ConsumerRecord], int]:
+        """Up to ``max_records`` records at offsets ≥ ``position``, and the new position."""
+        out: list[ConsumerRecord] = []
+        raw = self.raw
+        end = len(raw)
+        topic, partition = self.tp
+        while len(out) < max_records:
+            if self._left:
+                need = max_records - len(out)
+                chunk = self._left[:need]
+                del self._left[:need]
+                out.extend(chunk)
+                position = chunk[-1].offset + 1
+                if not self._left:
+                    position = max(position, self._left_end)
+                continue
+            if end - self.pos < HEADER_SIZE:
+                break
+            pos = self.pos
+            try:
+                h = parse_header(raw, pos)
+            except CorruptBatchError as exc:
+                self.pos = end
+                raise CorruptRecordError(
+                    f"{topic}-{partition}: bad batch header at offset {position}: {exc}",
+                    topic=topic, partition=partition, start_offset=position, end_offset=position,
+                ) from None
+            if pos + h.size > end:
+                self.pos = end  # partial tail batch: the next fetch starts there
+                break
+            self.pos = pos + h.size
+            nxt = h.next_offset
+            if nxt <= position:
+                continue
+            try:
+                recs = decode_raw_records(raw, pos, h)
+            except CorruptBatchError as exc:
+                raise CorruptRecordError(
+                    f"{topic}-{partition}: corrupt batch at offsets [{h.base_offset}, {h.last_offset}]: "
+                    f"{exc} (seek to {nxt} to skip it)",
+                    topic=topic, partition=partition, start_offset=h.base_offset, end_offset=h.last_offset,
+                ) from None
+            base = h.base_offset
+            tstype = h.timestamp_type
+            if tstype:
+                ts = h.max_timestamp
+                crs = [_new(ConsumerRecord, (topic, partition, base + od, ts, 1, k, v,
+                                             [tuple(x) for x in hs] if hs else []))
+                       for od, _td, k, v, hs in recs if base + od >= position]
+            else:
+                ts0 = h.first_timestamp
+                crs = [_new(ConsumerRecord, (topic, partition, base + od, ts0 + td, 0, k, v,
+                                             [tuple(x) for x in hs] if hs else []))
+                       for od, td, k, v, hs in recs if base + od >= position]
+            if not crs:
+                position = max(position, nxt)
+                continue
+            self._left = crs
+            self._left_end = nxt
+        return out, position

@@ -1,0 +1,532 @@
+"""AsyncProducer: trio-native, batching, pipelined, idempotent producer.
+
+Theory of operation
+-------------------
+``send`` partitions the record (explicit partition; murmur2 of the key; or sticky for keyless
+records — see ``client.partitioner``) and appends a tuple to the partition's open batch in the
+``RecordAccumulator``; that is all the per-record work. One *sender* task, in the producer's
+nursery, loops:
+
+1. drain closed and lingered batches from the accumulator into per-partition ``PartitionState``
+   queues;
+2. for every partition whose leader is known and that may send (``max_in_flight``, retry
+   ordering), take one batch, assign its idempotent sequence and build its bytes once
+   (``log.batch.build_batch``, lz4 when asked);
+3. group the batches by leader broker — all partitions led by one broker travel in one PRODUCE
+   request (up to ``max_request_size``) — and start one request task per group; a broker has at
+   most ``max_in_flight_requests_per_connection`` requests in flight, pipelined on one
+   connection;
+4. sleep until woken (a batch closed or was created, a response came back) or until the next
+   linger / retry deadline.
+
+Response handling per partition: success settles the batch (``BatchResult``) and frees its
+memory; DUPLICATE_SEQUENCE_NUMBER counts as success (the broker already has it);
+OUT_OF_ORDER_SEQUENCE_NUMBER is retried when an earlier batch of the partition is still
+unacknowledged (the usual consequence of that earlier batch failing) and fatal otherwise;
+retriable errors (NOT_LEADER_OR_FOLLOWER, timeouts, broken connections…) invalidate the
+metadata and retry the batch with the same sequence after ``retry_backoff_ms``, as long as
+``retries`` and ``delivery_timeout_ms`` allow; anything else fails the batch. ``acks=0``
+requests get no response: their batches settle as sent, with offset -1.
+
+Idempotence (default on when ``acks='all'``, as in Kafka) gets a producer id and epoch with
+INIT_PRODUCER_ID before the first send.
+
+Thread model: every method except ``send_threadsafe`` must run in the producer's trio loop.
+``send_threadsafe`` is the sync facade's hot path: it appends straight from the caller's
+thread (the accumulator is locked) and wakes the sender with ``run_sync_soon``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError, error_for
+from broker.protocol import ApiKey
+from client.aio._core import REFRESH_CODES, ClientCore
+from client.aio.accumulator import PartitionState, ProducerBatch, RecordAccumulator, record_size
+from client.aio.futures import FutureRecordMetadata
+from client.connection import backoff_ms
+from client.errors import (
+    BufferExhaustedError,
+    IllegalStateError,
+    KafkaTimeoutError,
+    RecordTooLargeError,
+)
+from client.partitioner import Partitioner, make_partitioner
+from client.types import TopicPartition
+from log.batch import build_batch
+
+__all__ = ["AsyncProducer"]
+
+Acks = Literal[0, 1, -1, "all"]
+Headers = Sequence[tuple[str, bytes]] | None
+
+
+class AsyncProducer:
+    """``async with AsyncProducer(bootstrap_servers=...) as p: fut = await p.send(...)``."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str] = "127.0.0.1:9092",
+        *,
+        client_id: str = "rafka-producer",
+        acks: Acks | str = "all",
+        enable_idempotence: bool | None = None,
+        compression_type: str | None = None,
+        batch_size: int = 16384,
+        linger_ms: float = 5,
+        buffer_memory: int = 32 * 1024 * 1024,
+        max_block_ms: float = 60000,
+        max_request_size: int = 1024 * 1024,
+        retries: int = 2**31 - 1,
+        retry_backoff_ms: int = 100,
+        delivery_timeout_ms: int = 120000,
+        request_timeout_ms: int = 30000,
+        max_in_flight_requests_per_connection: int = 5,
+        partitioner: str | Partitioner | None = None,
+        metadata_max_age_ms: int = 300000,
+    ) -> None:
+        self.acks = _parse_acks(acks)
+        if enable_idempotence is None:
+            enable_idempotence = self.acks == -1
+        elif enable_idempotence and self.acks != -1:
+            raise ValueError("enable_idempotence=True requires acks='all' (or -1)")
+        if enable_idempotence and max_in_flight_requests_per_connection > 5:
+            raise ValueError("enable_idempotence allows at most 5 in-flight requests per connection")
+        if compression_type not in (None, "none", "lz4"):
+            raise ValueError(f"unknown compression_type {compression_type!r} (None | 'lz4')")
+        self.enable_idempotence = enable_idempotence
+        self.compression = "lz4" if compression_type == "lz4" else "none"
+        self.max_block_ms = max_block_ms
+        self.max_request_size = max_request_size
+        self.buffer_memory = buffer_memory
+        self.retries = retries
+        self.retry_backoff_ms = retry_backoff_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.max_in_flight = max_in_flight_requests_per_connection
+        self._partitioner = make_partitioner(partitioner)
+        self._core = ClientCore(bootstrap_servers, client_id=client_id,
+                                request_timeout_ms=request_timeout_ms,
+                                retry_backoff_ms=retry_backoff_ms,
+                                metadata_max_age_ms=metadata_max_age_ms)
+        self._batch_size = batch_size
+        self._linger_ms = linger_ms
+        self._acc: RecordAccumulator | None = None
+        self._parts: dict[TopicPartition, PartitionState] = {}
+        self._node_inflight: dict[int, int] = {}
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._wake = trio.Event()
+        self._flushing = 0
+        self._closed = False
+        self._started = False
+        self._nursery: trio.Nursery | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._loop_thread = 0
+        self._fatal: BaseException | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> AsyncProducer:
+        if self._started:
+            raise IllegalStateError("a producer can be started once; create a new one")
+        self._started = True
+        self._loop_thread = threading.get_ident()
+        self._token = trio.lowlevel.current_trio_token()
+        self._acc = RecordAccumulator(batch_size=self._batch_size, buffer_memory=self.buffer_memory,
+                                      linger_ms=self._linger_ms, wakeup=self._wakeup,
+                                      loop_thread=self._loop_thread)
+        stack = contextlib.AsyncExitStack()
+        self._nursery = await stack.enter_async_context(trio.open_nursery())
+        self._core.open(self._nursery)
+        self._stack = stack
+        self._nursery.start_soon(self._sender)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None:
+        await self.close(flush=exc_type is None)
+        return None
+
+    async def close(self, *, flush: bool = True) -> None:
+        """Flush (unless ``flush=False``: unsent records fail) and stop. Idempotent."""
+        if self._closed or self._stack is None:
+            self._closed = True
+            return
+        try:
+            if flush:
+                with contextlib.suppress(RafkaError):
+                    await self.flush()
+        finally:
+            self._closed = True
+            assert self._nursery is not None and self._acc is not None
+            stack, self._stack = self._stack, None
+            await self._core.aclose()
+            self._nursery.cancel_scope.cancel()
+            await stack.aclose()
+            self._fail_everything(IllegalStateError("producer closed before the record was sent"))
+
+    def _fail_everything(self, err: BaseException) -> None:
+        assert self._acc is not None
+        for batch in self._acc.drain(0, force=True):
+            batch.result.complete(error=err)
+            self._acc.release(batch)
+        for st in self._parts.values():
+            for b in [*st.pending, *st.inflight, *st.retry]:
+                b.result.complete(error=err)
+                self._acc.release(b)
+            st.pending.clear()
+            st.inflight.clear()
+            st.retry.clear()
+
+    # ------------------------------------------------------------------ send
+
+    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                   headers: Headers = None, partition: int | None = None,
+                   timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        """Queue a record; returns its future (``await fut`` → ``RecordMetadata``).
+
+        Waits up to ``max_block_ms`` for topic metadata and for buffer room, then raises
+        ``KafkaTimeoutError`` / ``BufferExhaustedError``.
+        """
+        acc = self._check_open()
+        n = self._core.metadata.num_partitions(topic)
+        if n is None:
+            n = await self._core.wait_for_topic(topic, self.max_block_ms)
+        hdrs = list(headers) if headers else []
+        size = record_size(key, value, hdrs)
+        self._check_size(size)
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        p = self._choose(topic, key, partition, n)
+        fut = acc.append(topic, p, key, value, hdrs, ts, size, n)
+        if fut is None:
+            with trio.move_on_after(self.max_block_ms / 1000):
+                while fut is None:
+                    await acc.wait_for_memory(size)
+                    fut = acc.append(topic, p, key, value, hdrs, ts, size, n)
+            if fut is None:
+                raise BufferExhaustedError(
+                    f"buffer_memory={self.buffer_memory} bytes stayed full for max_block_ms={self.max_block_ms:.0f}"
+                )
+        return fut
+
+    def send_nowait(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                    headers: Headers = None, partition: int | None = None,
+                    timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        """Non-blocking ``send``: raises ``BufferExhaustedError`` at once when the buffer is
+        full, ``KafkaTimeoutError`` when the topic's metadata is not cached yet."""
+        return self._append(topic, value, key, headers, partition, timestamp_ms, block_s=0.0)
+
+    def send_threadsafe(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                        headers: Headers = None, partition: int | None = None,
+                        timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        """``send`` from a thread other than the loop's (the sync facade). The topic's metadata
+        must be cached already (see ``wait_for_topic``); blocks up to ``max_block_ms`` on a
+        full buffer."""
+        return self._append(topic, value, key, headers, partition, timestamp_ms,
+                            block_s=self.max_block_ms / 1000)
+
+    def _append(self, topic: str, value: bytes | None, key: bytes | None, headers: Headers,
+                partition: int | None, timestamp_ms: int | None, block_s: float) -> FutureRecordMetadata:
+        acc = self._check_open()
+        n = self._core.metadata.num_partitions(topic)
+        if n is None:
+            raise KafkaTimeoutError(f"no metadata for topic {topic!r} yet (await wait_for_topic)")
+        hdrs = list(headers) if headers else []
+        size = record_size(key, value, hdrs)
+        if size > self.max_request_size or size > self.buffer_memory:
+            self._check_size(size)
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        if partition is None:
+            p = self._partitioner(key, n) if key is not None else -1
+        else:
+            p = self._choose(topic, key, partition, n)
+        fut = acc.append(topic, p, key, value, hdrs, ts, size, n)
+        if fut is None:
+            deadline = time.monotonic() + block_s
+            while fut is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not acc.wait_for_memory_sync(size, left):
+                    raise BufferExhaustedError(
+                        f"buffer_memory={self.buffer_memory} bytes stayed full for "
+                        f"max_block_ms={block_s * 1000:.0f}")
+                self._check_open()
+                fut = acc.append(topic, p, key, value, hdrs, ts, size, n)
+        return fut
+
+    async def wait_for_topic(self, topic: str) -> int:
+        """Make sure ``topic``'s metadata is cached; returns its partition count."""
+        return await self._core.wait_for_topic(topic, self.max_block_ms)
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        await self.wait_for_topic(topic)
+        return set(self._core.metadata.topics.get(topic) or ())
+
+    def _check_open(self) -> RecordAccumulator:
+        if self._acc is None or self._closed:
+            raise IllegalStateError("producer is not open (use `async with AsyncProducer(...)`)")
+        if self._fatal is not None:
+            raise self._fatal
+        return self._acc
+
+    def _check_size(self, size: int) -> None:
+        if size > self.max_request_size:
+            raise RecordTooLargeError(f"record of ~{size} bytes exceeds max_request_size={self.max_request_size}")
+        if size > self.buffer_memory:
+            raise RecordTooLargeError(f"record of ~{size} bytes exceeds buffer_memory={self.buffer_memory}")
+
+    def _choose(self, topic: str, key: bytes | None, partition: int | None, n: int) -> int:
+        if partition is not None:
+            if not 0 <= partition < n:
+                raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                f"topic {topic!r} has partitions 0..{n - 1}, not {partition}")
+            return partition
+        return self._partitioner(key, n) if key is not None else -1
+
+    async def flush(self) -> None:
+        """Wait until every record sent before this call is acknowledged or has failed."""
+        acc = self._check_open()
+        pending = list(acc.incomplete)
+        if not pending:
+            return
+        self._flushing += 1
+        self._wakeup()
+        try:
+            for res in pending:
+                await res.wait_async()
+        finally:
+            self._flushing -= 1
+
+    def statistics(self) -> dict[str, Any]:
+        acc = self._acc
+        return {
+            "buffer_used_bytes": acc.used if acc else 0,
+            "incomplete_batches": len(acc.incomplete) if acc else 0,
+            "requests_in_flight": sum(self._node_inflight.values()),
+            "producer_id": self._producer_id,
+            "producer_epoch": self._producer_epoch,
+        }
+
+    # ------------------------------------------------------------------ sender
+
+    def _wakeup(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._wake.set()
+        elif self._token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._wake.set)
+
+    async def _sender(self) -> None:
+        assert self._acc is not None and self._nursery is not None
+        acc = self._acc
+        if self.enable_idempotence:
+            await self._init_producer_id()
+            if self._fatal is not None:
+                return
+        while True:
+            self._wake = trio.Event()
+            now = time.monotonic()
+            for batch in acc.drain(now, force=self._flushing > 0 or self._closed):
+                tp = TopicPartition(batch.topic, batch.partition)
+                st = self._parts.get(tp)
+                if st is None:
+                    st = self._parts[tp] = PartitionState()
+                st.pending.append(batch)
+            self._expire(now)
+            need_meta = self._dispatch(now)
+            if need_meta:
+                self._nursery.start_soon(self._refresh_for_sender)
+            deadline = self._next_deadline()
+            timeout = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            if need_meta:
+                timeout = min(timeout, self.retry_backoff_ms / 1000)
+            with trio.move_on_after(timeout):
+                await self._wake.wait()
+
+    def _next_deadline(self) -> float | None:
+        assert self._acc is not None
+        candidates = [d for d in (self._acc.next_deadline(),) if d is not None]
+        for st in self._parts.values():
+            t = st.next_ready_time()
+            if t is not None:
+                candidates.append(t)
+        return min(candidates) if candidates else None
+
+    async def _refresh_for_sender(self) -> None:
+        with contextlib.suppress(RafkaError):
+            await self._core.refresh_metadata()
+        self._wake.set()
+
+    async def _init_producer_id(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                resp = await self._core.request_any(ApiKey.INIT_PRODUCER_ID, {})
+                resp.raise_for_error()
+                self._producer_id = int(resp.body["producer_id"])
+                self._producer_epoch = int(resp.body["producer_epoch"])
+                return
+            except RafkaError as exc:
+                if not exc.retriable and not isinstance(exc, KafkaTimeoutError) and exc.code not in REFRESH_CODES:
+                    self._fatal = exc  # later sends raise it; the sender stops
+                    self._fail_everything(exc)
+                    return
+                attempt += 1
+                await trio.sleep(backoff_ms(attempt, self.retry_backoff_ms, 1000) / 1000)
+
+    def _expire(self, now: float) -> None:
+        """Fail batches older than delivery_timeout_ms that are not in flight."""
+        limit = now - self.delivery_timeout_ms / 1000
+        for tp, st in self._parts.items():
+            expired = [b for b in (*st.pending, *st.retry) if b.created < limit]
+            for b in expired:
+                if b in st.retry:
+                    st.retry.remove(b)
+                else:
+                    st.pending.remove(b)
+                self._settle(b, error=KafkaTimeoutError(
+                    f"{tp.topic}-{tp.partition}: {len(b.records)} records expired after "
+                    f"delivery_timeout_ms={self.delivery_timeout_ms} ({b.attempts} attempts)"))
+
+    def _dispatch(self, now: float) -> bool:
+        """Start produce requests for every sendable batch; True if some leader is unknown.
+
+        Rounds: each takes at most one batch per partition (one partition entry per request),
+        grouped by leader; repeat while something was sendable.
+        """
+        assert self._nursery is not None
+        meta = self._core.metadata
+        need_meta = False
+        while True:
+            by_node: dict[int, list[tuple[PartitionState, ProducerBatch]]] = {}
+            for tp, st in self._parts.items():
+                if not (st.pending or st.retry):
+                    continue
+                leader = meta.leader(tp)
+                if leader < 0:
+                    need_meta = True
+                    continue
+                if self._node_inflight.get(leader, 0) >= self.max_in_flight:
+                    continue
+                batch = st.next_to_send(now, self.max_in_flight)
+                if batch is not None:
+                    by_node.setdefault(leader, []).append((st, batch))
+            if not by_node:
+                return need_meta
+            for node, items in by_node.items():
+                while items:
+                    if self._node_inflight.get(node, 0) >= self.max_in_flight:
+                        for st, batch in reversed(items):  # not prepared yet: put back in front
+                            if batch.attempts:
+                                st.retry.insert(0, batch)
+                            else:
+                                st.pending.appendleft(batch)
+                        break
+                    group: list[tuple[PartitionState, ProducerBatch]] = []
+                    size = 0
+                    while items and (not group or size + items[0][1].size <= self.max_request_size):
+                        st, batch = items.pop(0)
+                        self._prepare(st, batch)
+                        size += len(batch.payload or b"")
+                        group.append((st, batch))
+                    self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
+                    for st, batch in group:
+                        st.sent(batch)
+                    self._nursery.start_soon(self._produce, node, group)
+
+    def _prepare(self, st: PartitionState, batch: ProducerBatch) -> None:
+        if batch.payload is None:
+            if self.enable_idempotence:
+                st.assign_sequence(batch)
+                batch.producer_epoch = self._producer_epoch
+            batch.payload = build_batch(
+                batch.records, compression=self.compression,
+                producer_id=self._producer_id if self.enable_idempotence else -1,
+                producer_epoch=self._producer_epoch if self.enable_idempotence else -1,
+                base_sequence=batch.base_sequence)
+        batch.attempts += 1
+
+    async def _produce(self, node: int, group: list[tuple[PartitionState, ProducerBatch]]) -> None:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for _, b in group:
+            topics.setdefault(b.topic, []).append({"partition": b.partition, "records": b.payload})
+        body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
+                "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+        try:
+            if self.acks == 0:
+                host, port = self._core.send_only_node(node)
+                assert self._core.pool is not None
+                conn = await self._core.pool.get(host, port)
+                await conn.send_only(int(ApiKey.PRODUCE), body)
+                for st, b in group:
+                    st.done(b)
+                    self._settle(b, base_offset=-1)
+                return
+            resp = await self._core.request_node(node, ApiKey.PRODUCE, body)
+            resp.raise_for_error()
+        except RafkaError as exc:
+            for st, b in group:
+                self._failed(st, b, exc)
+            return
+        except KeyError:
+            for st, b in group:
+                self._failed(st, b, error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {node} left the metadata"))
+            return
+        finally:
+            self._node_inflight[node] -= 1
+            self._wake.set()
+        results = {(t["name"], p["partition"]): p for t in resp.body.get("topics") or []
+                   for p in t.get("partitions") or []}
+        for st, b in group:
+            r = results.get((b.topic, b.partition))
+            if r is None:
+                self._failed(st, b, error_for(ErrorCode.UNKNOWN_SERVER_ERROR, "partition missing from the produce response"))
+                continue
+            code = r.get("error") or 0
+            if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                st.done(b)
+                self._settle(b, base_offset=int(r.get("base_offset", -1)),
+                             log_append_time=int(r.get("log_append_time") or -1))
+            else:
+                self._failed(st, b, error_for(code, r.get("message") or ""))
+
+    def _failed(self, st: PartitionState, b: ProducerBatch, exc: RafkaError) -> None:
+        tp = TopicPartition(b.topic, b.partition)
+        now = time.monotonic()
+        retriable = exc.retriable or exc.code in REFRESH_CODES
+        if exc.code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
+            retriable = st.has_earlier(b)  # an earlier batch failed first: go again in order
+        if exc.code in REFRESH_CODES:
+            self._core.metadata.invalidate_leader(tp)
+            self._core.invalidate()
+        expired = now - b.created > self.delivery_timeout_ms / 1000
+        if retriable and b.attempts <= self.retries and not expired:
+            st.requeue(b, now + backoff_ms(b.attempts - 1, self.retry_backoff_ms, 1000) / 1000)
+            return
+        st.done(b)
+        if exc.message and f"{b.topic}-{b.partition}" not in exc.message:
+            exc = type(exc)(f"{b.topic}-{b.partition}: {exc.message}", **exc.details)
+        self._settle(b, error=exc)
+
+    def _settle(self, b: ProducerBatch, *, base_offset: int = -1, log_append_time: int = -1,
+                error: BaseException | None = None) -> None:
+        assert self._acc is not None
+        b.result.complete(base_offset, log_append_time, error)
+        self._acc.release(b)
+
+
+def _parse_acks(acks: Acks | str) -> int:
+    if acks in ("all", -1, "-1"):
+        return -1
+    if acks in (0, 1, "0", "1"):
+        return int(acks)
+    raise ValueError(f"acks must be 0, 1, 'all' or -1, not {acks!r}")

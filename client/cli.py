@@ -1,0 +1,312 @@
+"""The ``rafka`` command: client commands here, ``server`` / ``cluster`` from ``broker.cli``.
+
+Every client command takes ``--bootstrap`` (env ``RAFKA_BOOTSTRAP``, default 127.0.0.1:9092);
+``list`` / ``describe`` take ``--json``. Errors print one line to stderr —
+``error: <ErrorName>: <message>`` — and exit with status 1 (no tracebacks); Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from client.errors import RafkaError
+
+__all__ = ["main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def _fail(msg: str, code: int = 1) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(code)
+
+
+def _handle_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except RafkaError as exc:
+            _fail(f"{type(exc).__name__}: {exc.message}")
+        except NotImplementedError as exc:
+            _fail(f"not supported: {exc}")
+        except (ValueError, OSError) as exc:
+            _fail(f"{type(exc).__name__}: {exc}")
+        except KeyboardInterrupt:
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+bootstrap_option = click.option(
+    "--bootstrap", envvar="RAFKA_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
+    help="HOST:PORT[,HOST:PORT] of any brokers (env RAFKA_BOOTSTRAP).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """rafka — a Kafka-style distributed commit log."""
+
+
+# ---------------------------------------------------------------------- topics
+
+
+@main.group()
+def topic() -> None:
+    """Create, list, describe and delete topics."""
+
+
+def _parse_configs(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--config")
+        out[k] = v
+    return out
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, default=1, show_default=True)
+@click.option("--replication-factor", "-r", type=int, default=1, show_default=True)
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config (repeatable).")
+@bootstrap_option
+@_handle_errors
+def topic_create(name: str, partitions: int, replication_factor: int, configs: tuple[str, ...],
+                 bootstrap: str) -> None:
+    """Create topic NAME."""
+    from client.sync import Admin
+
+    with Admin(bootstrap) as admin:
+        admin.create_topic(name, partitions, replication_factor, _parse_configs(configs))
+    click.echo(f"created topic {name} ({partitions} partitions, replication factor {replication_factor})")
+
+
+@topic.command("list")
+@bootstrap_option
+@json_option
+@click.option("--internal", is_flag=True, help="Include internal topics.")
+@_handle_errors
+def topic_list(bootstrap: str, as_json: bool, internal: bool) -> None:
+    """List topics."""
+    from client.sync import Admin
+
+    with Admin(bootstrap) as admin:
+        names = admin.list_topics(include_internal=internal)
+    if as_json:
+        click.echo(json.dumps(names))
+    else:
+        for n in names:
+            click.echo(n)
+
+
+@topic.command("describe")
+@click.argument("name")
+@bootstrap_option
+@json_option
+@_handle_errors
+def topic_describe(name: str, bootstrap: str, as_json: bool) -> None:
+    """Leader, replicas, ISR and high watermark of each partition of NAME."""
+    from client.sync import Admin
+
+    with Admin(bootstrap) as admin:
+        d = admin.describe_topic(name)
+    if as_json:
+        click.echo(json.dumps({
+            "name": d.name, "topic_id": str(d.topic_id) if d.topic_id is not None else None,
+            "internal": d.internal, "configs": d.configs,
+            "partitions": [p._asdict() | {"replicas": list(p.replicas), "isr": list(p.isr)}
+                           for p in d.partitions],
+        }))
+        return
+    click.echo(f"topic {d.name}  partitions {len(d.partitions)}  id {d.topic_id}")
+    if d.configs:
+        click.echo("  configs: " + ", ".join(f"{k}={v}" for k, v in sorted(d.configs.items())))
+    click.echo(f"  {'partition':>9}  {'leader':>6}  {'epoch':>5}  {'replicas':<12} {'isr':<12} {'high_watermark':>14}")
+    for p in d.partitions:
+        hw = "?" if p.high_watermark is None else str(p.high_watermark)
+        click.echo(f"  {p.partition:>9}  {p.leader:>6}  {p.leader_epoch:>5}  "
+                   f"{','.join(map(str, p.replicas)):<12} {','.join(map(str, p.isr)):<12} {hw:>14}")
+
+
+@topic.command("delete")
+@click.argument("name")
+@bootstrap_option
+@_handle_errors
+def topic_delete(name: str, bootstrap: str) -> None:
+    """Delete topic NAME."""
+    from client.sync import Admin
+
+    with Admin(bootstrap) as admin:
+        admin.delete_topic(name)
+    click.echo(f"deleted topic {name}")
+
+
+# ---------------------------------------------------------------------- produce / consume
+
+
+@main.command()
+@click.argument("topic_name", metavar="TOPIC")
+@click.option("--key-separator", default=None, help="Split each line into KEY<SEP>VALUE.")
+@click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="all", show_default=True)
+@click.option("--compression", type=click.Choice(["none", "lz4"]), default="none", show_default=True)
+@click.option("--linger-ms", type=float, default=5, show_default=True)
+@bootstrap_option
+@_handle_errors
+def produce(topic_name: str, key_separator: str | None, acks: str, compression: str, linger_ms: float,
+            bootstrap: str) -> None:
+    """Send one record per stdin line to TOPIC."""
+    from client.sync import Producer
+
+    sep = key_separator.encode() if key_separator else None
+    n = 0
+    with Producer(bootstrap, acks=acks if acks == "all" else int(acks),
+                  compression_type=None if compression == "none" else compression,
+                  linger_ms=linger_ms) as producer:
+        futures = []
+        for line in sys.stdin.buffer:
+            line = line.rstrip(b"\r\n")
+            key = None
+            if sep is not None:
+                k, found, v = line.partition(sep)
+                if found:
+                    key, line = k, v
+            futures.append(producer.send(topic_name, value=line, key=key))
+            n += 1
+            if len(futures) >= 10000:
+                _check(futures)
+        producer.flush()
+        _check(futures)
+    click.echo(f"produced {n} records to {topic_name}", err=True)
+
+
+def _check(futures: list[Any]) -> None:
+    for f in futures:
+        f.result()
+    futures.clear()
+
+
+@main.command()
+@click.argument("topic_name", metavar="TOPIC")
+@click.option("--group", default=None, help="Consumer group.")
+@click.option("--from-beginning", is_flag=True, help="Start at the earliest offset (default: the end).")
+@click.option("--max-messages", type=int, default=None, help="Exit after N records.")
+@click.option("--timeout-ms", type=int, default=None, help="Exit when no record came for T ms.")
+@click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
+@bootstrap_option
+@_handle_errors
+def consume(topic_name: str, group: str | None, from_beginning: bool, max_messages: int | None,
+            timeout_ms: int | None, print_key: bool, bootstrap: str) -> None:
+    """Print the values of TOPIC's records, one per line."""
+    from client.sync import Consumer
+
+    if max_messages is not None and max_messages <= 0:
+        return
+    out = sys.stdout.buffer
+    n = 0
+    with Consumer(topic_name, bootstrap_servers=bootstrap, group_id=group,
+                  auto_offset_reset="earliest" if from_beginning else "latest",
+                  consumer_timeout_ms=timeout_ms) as consumer:
+        if from_beginning and group is None:
+            consumer.seek_to_beginning()
+        for rec in consumer:
+            if print_key:
+                out.write((rec.key or b"") + b"\t")
+            out.write((rec.value or b"") + b"\n")
+            n += 1
+            if max_messages is not None and n >= max_messages:
+                break
+            if n % 1000 == 0:
+                out.flush()
+        out.flush()
+
+
+# ---------------------------------------------------------------------- quorum / groups
+
+
+@main.group()
+def quorum() -> None:
+    """The controller quorum."""
+
+
+@quorum.command("describe")
+@bootstrap_option
+@json_option
+@_handle_errors
+def quorum_describe(bootstrap: str, as_json: bool) -> None:
+    """Voters, leader, epoch, metadata offsets and lag."""
+    from client.sync import Admin
+
+    with Admin(bootstrap) as admin:
+        q = admin.describe_quorum()
+    q.pop("error", None)
+    if as_json:
+        click.echo(json.dumps(q, default=str))
+        return
+    click.echo(f"leader {q.get('leader_id')}  epoch {q.get('epoch')}  high watermark {q.get('high_watermark')}")
+    for v in q.get("voters") or []:
+        click.echo(f"  voter {v.get('id')}  {v.get('rpc', '')}  offset {v.get('metadata_offset')}  lag {v.get('lag')}")
+    for o in q.get("observers") or []:
+        click.echo(f"  observer {o.get('id')}  offset {o.get('metadata_offset')}  lag {o.get('lag')}")
+
+
+@main.group()
+def group() -> None:
+    """Consumer groups."""
+
+
+@group.command("list")
+@bootstrap_option
+@json_option
+def group_list(bootstrap: str, as_json: bool) -> None:
+    """List consumer groups."""
+    _fail("not supported yet: consumer groups are not implemented in this client")
+
+
+@group.command("describe")
+@click.argument("group_id", metavar="G")
+@bootstrap_option
+@json_option
+def group_describe(group_id: str, bootstrap: str, as_json: bool) -> None:
+    """Members, assignment, committed offsets and lag of group G."""
+    _fail("not supported yet: consumer groups are not implemented in this client")
+
+
+# ---------------------------------------------------------------------- node commands
+
+
+def _add_broker_commands() -> None:
+    try:
+        from broker.cli import cluster, server  # the broker engineer's commands
+    except ImportError as exc:
+        missing = str(exc)
+
+        @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+        def server() -> None:
+            """Run one node (not available in this build)."""
+            _fail(f"the broker is not available: {missing}")
+
+        @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+        def cluster() -> None:
+            """Start/stop a local cluster (not available in this build)."""
+            _fail(f"the broker is not available: {missing}")
+
+        return
+    main.add_command(server, "server")
+    main.add_command(cluster, "cluster")
+
+
+_add_broker_commands()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

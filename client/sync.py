@@ -1,0 +1,340 @@
+"""Blocking ``Producer``, ``Consumer``, ``Admin``: thin facades over the async clients.
+
+Theory of operation
+-------------------
+Each facade owns a ``_LoopThread``: a daemon thread running ``trio.run`` with the async client
+entered as a context manager, parked on a stop event. Methods are forwarded with
+``trio.from_thread.run`` (one thread hop per call) — there is no second implementation.
+
+The producer's hot path is the exception: ``Producer.send`` appends straight from the caller's
+thread into the (locked) record accumulator via ``AsyncProducer.send_threadsafe`` and only wakes
+the sender task; the first send to a topic hops once to fetch its metadata. ``send`` returns a
+``concurrent.futures.Future`` (``FutureRecordMetadata``).
+
+``close()`` is idempotent; it exits the async context (the producer flushes first) and joins
+the thread. Errors raised in the loop propagate to the calling thread unchanged.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import trio
+
+from client.aio.admin import AsyncAdmin, ClusterDescription, NewTopic, TopicDescription
+from client.aio.consumer import AsyncConsumer
+from client.aio.futures import FutureRecordMetadata
+from client.aio.producer import AsyncProducer, Headers
+from client.errors import IllegalStateError, RafkaError
+from client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+
+__all__ = ["Producer", "Consumer", "Admin"]
+
+T = TypeVar("T")
+C = TypeVar("C", AsyncProducer, AsyncConsumer, AsyncAdmin)
+
+
+class _LoopThread(Generic[C]):
+    """A trio loop in a daemon thread, holding one entered async client."""
+
+    def __init__(self, client: C, name: str) -> None:
+        self.client = client
+        self._ready = threading.Event()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            err, self._error = self._error, None
+            self._closed = True
+            raise err
+
+    def _main(self) -> None:
+        try:
+            trio.run(self._serve)
+        except BaseException as exc:  # reported to whoever waits (start or close)
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._stop = trio.Event()
+        async with self.client:
+            self._token = trio.lowlevel.current_trio_token()
+            self._ready.set()
+            await self._stop.wait()
+
+    def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        if self._closed or self._token is None:
+            raise IllegalStateError("client is closed")
+        try:
+            return trio.from_thread.run(fn, *args, trio_token=self._token)
+        except trio.RunFinishedError:
+            raise IllegalStateError("client is closed") from None
+
+    def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed or self._token is None:
+            raise IllegalStateError("client is closed")
+        try:
+            return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
+        except trio.RunFinishedError:
+            raise IllegalStateError("client is closed") from None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._token is not None and self._stop is not None:
+            try:
+                self._token.run_sync_soon(self._stop.set)
+            except trio.RunFinishedError:
+                pass
+        self._thread.join()
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+
+class _Facade(Generic[C]):
+    _loop: _LoopThread[C]
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the client and its thread. Idempotent."""
+        self._loop.close()
+
+
+class Producer(_Facade[AsyncProducer]):
+    """Blocking producer; same options as ``AsyncProducer``."""
+
+    def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", **options: Any) -> None:
+        self._async = AsyncProducer(bootstrap_servers, **options)
+        self._loop = _LoopThread(self._async, "rafka-producer")
+        self._known: set[str] = set()
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+             headers: Headers = None, partition: int | None = None,
+             timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        """Queue a record; returns a ``concurrent.futures.Future`` of ``RecordMetadata``."""
+        if topic not in self._known:
+            self._loop.run(self._async.wait_for_topic, topic)
+            self._known.add(topic)
+        return self._async.send_threadsafe(topic, value, key, headers, partition, timestamp_ms)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every record sent so far is acknowledged or failed."""
+        if timeout is None:
+            self._loop.run(self._async.flush)
+        else:
+            self._loop.run(_with_timeout, self._async.flush, timeout)
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return self._loop.run(self._async.partitions_for, topic)
+
+    def statistics(self) -> dict[str, Any]:
+        return self._loop.run_sync(self._async.statistics)
+
+
+class Consumer(_Facade[AsyncConsumer]):
+    """Blocking consumer; same options as ``AsyncConsumer``. Iterate it for records."""
+
+    def __init__(self, *topics: str, bootstrap_servers: str | list[str] = "127.0.0.1:9092",
+                 **options: Any) -> None:
+        self._async = AsyncConsumer(*topics, bootstrap_servers=bootstrap_servers, **options)
+        self._loop = _LoopThread(self._async, "rafka-consumer")
+        self._buf: list[ConsumerRecord] = []
+        self._pos = 0
+
+    def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        return self._loop.run(self._async.poll, timeout_ms, max_records)
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        if self._pos >= len(self._buf):
+            self._buf = self._loop.run(_next_chunk, self._async)
+            self._pos = 0
+            if not self._buf:
+                raise StopIteration
+        rec = self._buf[self._pos]
+        self._pos += 1
+        return rec
+
+    def _drop_chunk(self) -> None:
+        """Records taken by the iterator but not yet yielded go back (seek/pause semantics)."""
+        rest = self._buf[self._pos:]
+        self._buf, self._pos = [], 0
+        if rest:
+            self._loop.run_sync(_rewind, self._async, rest)
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        self._drop_chunk()
+        self._loop.run(self._async.subscribe, list(topics))
+
+    def subscription(self) -> set[str]:
+        return self._loop.run_sync(self._async.subscription)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._drop_chunk()
+        self._loop.run_sync(self._async.assign, list(partitions))
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._loop.run_sync(self._async.assignment)
+
+    def unsubscribe(self) -> None:
+        self._drop_chunk()
+        self._loop.run_sync(self._async.unsubscribe)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._drop_chunk()
+        self._loop.run_sync(self._async.seek, partition, offset)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._drop_chunk()
+        self._loop.run(self._async.seek_to_beginning, *partitions)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._drop_chunk()
+        self._loop.run(self._async.seek_to_end, *partitions)
+
+    def position(self, partition: TopicPartition) -> int:
+        self._drop_chunk()
+        return self._loop.run(self._async.position, partition)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return self._loop.run_sync(self._async.highwater, partition)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._drop_chunk()
+        self._loop.run_sync(self._async.pause, *partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._loop.run_sync(self._async.resume, *partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._loop.run_sync(self._async.paused)
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        return self._loop.run(self._async.offsets_for_times, dict(timestamps))
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._loop.run(self._async.beginning_offsets, list(partitions))
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._loop.run(self._async.end_offsets, list(partitions))
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return self._loop.run(self._async.partitions_for_topic, topic)
+
+    def topics(self) -> set[str]:
+        return self._loop.run(self._async.topics)
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        self._loop.run(self._async.commit, None if offsets is None else dict(offsets))
+
+    def committed(self, partition: TopicPartition) -> int | None:
+        return self._loop.run(self._async.committed, partition)
+
+
+class Admin(_Facade[AsyncAdmin]):
+    """Blocking admin client; same methods as ``AsyncAdmin``."""
+
+    def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", **options: Any) -> None:
+        self._async = AsyncAdmin(bootstrap_servers, **options)
+        self._loop = _LoopThread(self._async, "rafka-admin")
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                     config: Mapping[str, str] | None = None, *, validate_only: bool = False) -> None:
+        self._loop.run(_kw(self._async.create_topic, validate_only=validate_only), name, partitions,
+                       replication_factor, config)
+
+    def create_topics(self, topics: Iterable[NewTopic | tuple[Any, ...]], *, validate_only: bool = False,
+                      raise_on_error: bool = True) -> dict[str, RafkaError | None]:
+        return self._loop.run(_kw(self._async.create_topics, validate_only=validate_only,
+                                  raise_on_error=raise_on_error), list(topics))
+
+    def delete_topic(self, name: str) -> None:
+        self._loop.run(self._async.delete_topic, name)
+
+    def delete_topics(self, names: Iterable[str], *, raise_on_error: bool = True) -> dict[str, RafkaError | None]:
+        return self._loop.run(_kw(self._async.delete_topics, raise_on_error=raise_on_error), list(names))
+
+    def create_partitions(self, topic: str, total_count: int) -> None:
+        self._loop.run(self._async.create_partitions, topic, total_count)
+
+    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        return self._loop.run(_kw(self._async.list_topics, include_internal=include_internal))
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        return self._loop.run(self._async.describe_topic, name)
+
+    def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        return self._loop.run(self._async.describe_topics, None if names is None else list(names))
+
+    def describe_configs(self, topic: str) -> dict[str, Any]:
+        return self._loop.run(self._async.describe_configs, topic)
+
+    def alter_configs(self, topic: str, configs: Mapping[str, str | None]) -> None:
+        self._loop.run(self._async.alter_configs, topic, dict(configs))
+
+    def describe_cluster(self) -> ClusterDescription:
+        return self._loop.run(self._async.describe_cluster)
+
+    def describe_quorum(self) -> dict[str, Any]:
+        return self._loop.run(self._async.describe_quorum)
+
+    def list_offsets(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+        return self._loop.run(self._async.list_offsets, dict(timestamps))
+
+
+# ---------------------------------------------------------------------- helpers (loop side)
+
+
+async def _with_timeout(fn: Callable[[], Awaitable[T]], timeout: float) -> T:
+    from client.errors import KafkaTimeoutError
+
+    with trio.move_on_after(timeout):
+        return await fn()
+    raise KafkaTimeoutError(f"not done within {timeout} s")
+
+
+def _kw(fn: Callable[..., Awaitable[T]], **kw: Any) -> Callable[..., Awaitable[T]]:
+    async def call(*args: Any) -> T:
+        return await fn(*args, **kw)
+
+    return call
+
+
+async def _next_chunk(consumer: AsyncConsumer) -> list[ConsumerRecord]:
+    """Records for the sync iterator: waits like ``__anext__`` (consumer_timeout_ms)."""
+    out: list[ConsumerRecord] = []
+    try:
+        out.append(await consumer.__anext__())
+    except StopAsyncIteration:
+        return out
+    out.extend(consumer._iter_buf)
+    consumer._iter_buf.clear()
+    return out
+
+
+def _rewind(consumer: AsyncConsumer, records: list[ConsumerRecord]) -> None:
+    firsts: dict[TopicPartition, int] = {}
+    for r in records:
+        firsts.setdefault(TopicPartition(r.topic, r.partition), r.offset)
+    for tp, off in firsts.items():
+        if tp in consumer._states:
+            consumer.seek(tp, off)
