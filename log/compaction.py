@@ -80,7 +80,7 @@ def compact(log: PartitionLog, now_ms: int | None = None, *,
     lag_horizon = now - cfg.min_compaction_lag_ms
     tail: list[Segment] = []
     for seg in log.segments[:-1]:
-        if seg.max_timestamp > lag_horizon:
+        if cfg.min_compaction_lag_ms > 0 and seg.max_timestamp > lag_horizon:
             break
         tail.append(seg)
     if not tail:

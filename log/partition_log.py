@@ -636,6 +636,7 @@ class PartitionLog:
             while len(self._pending_deletes) > _MAX_PENDING_DELETES:
                 for p in self._pending_deletes.popleft()[1]:
                     p.unlink(missing_ok=True)
+            self._purge_deleted(now)
         self.epochs.truncate_from_start(self._log_start_offset)
         logger.info("%s: %s deleted segments %s; log start offset now %d", self.directory, why,
                     [s.base_offset for s in doomed], self._log_start_offset)
