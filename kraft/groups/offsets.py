@@ -1,0 +1,488 @@
+"""Committed offsets: data in ``__consumer_offsets``, served by the broker that leads its partition.
+
+Theory of operation
+-------------------
+Committed offsets are high-rate data, not metadata, so they live in the internal compacted topic
+``__consumer_offsets`` (``offsets.topic.num.partitions``, default 10 — Kafka's 50 is heavy for a
+small local cluster; replication factor ``min(3, brokers)``; ``cleanup.policy=compact``), as in
+Kafka. A group's offsets all live in partition ``crc32(group_id) % partitions``
+(:func:`offsets_partition`); the leader of that partition is the group's *coordinator* for
+offsets and the admin APIs. Finding it needs no extra API: it is the METADATA of
+``__consumer_offsets`` (the client creates the topic when it is missing).
+
+Record format: key = msgpack ``[group, topic, partition]``; value = msgpack ``[offset, metadata,
+commit_timestamp_ms, member_epoch]``, or ``None`` (a tombstone: the group was deleted). Compaction
+keeps the last record per key.
+
+The coordinator keeps an in-memory map key → value per offsets partition it leads
+(:class:`OffsetsCache`). It is rebuilt lazily: the first request after this broker became
+leader in a new leader epoch reads the whole (compacted) partition, synchronously (no await in
+between, so no append can interleave). A commit is appended with ``acks=all`` and enters the map
+only once it is acknowledged, so OFFSET_FETCH never returns an offset that a leader failover could
+lose.
+
+Validation of OFFSET_COMMIT against this broker's metadata image (the group's membership is
+metadata, decided by the controller): a member commit (``member_epoch >= 0``) first waits
+(bounded) until the image includes ``min_metadata_offset`` — the offset of the member's last
+heartbeat — then: unknown member → ``UNKNOWN_MEMBER_ID``; epoch ≠ the member's epoch →
+``FENCED_MEMBER_EPOCH``; a partition the member does not own (``assigned ∪ pending_revocation``)
+→ ``STALE_MEMBER`` for that partition. A commit from outside the group (``member_epoch -1``, e.g.
+``assign()`` consumers, admin resets) is accepted only while the group has no members.
+
+Broker seam (what the broker calls; see :class:`GroupOffsetsManager`)::
+
+    groups = GroupOffsetsManager(replica_manager, publisher)   # broker/replica_manager.py, broker/metadata_listener.py
+    # dispatch: api keys OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS,
+    # ALTER_GROUP_OFFSETS (31-36) -> await groups.handlers[api_key](body)
+    # CONSUMER_GROUP_HEARTBEAT (30) is forwarded to the active controller like the other controller APIs.
+
+It needs of the replica manager only ``get_leader(topic, partition)`` (a ``Partition`` or a raised
+wire error), ``append(partition, batch, acks)`` and ``image``; of a ``Partition``
+``leader_epoch``, ``high_watermark``, ``wait_produce(last_offset, acks)`` and ``log``
+(``log_start_offset``, ``log_end_offset``, ``read_bytes(offset, max_bytes)``); of the publisher
+``wait_for_offset(offset)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import msgpack
+import trio
+
+from broker.errors import ErrorCode, RafkaError, error_for
+from broker.protocol import ApiKey
+from kraft.groups.coordinator import assignment_body
+from log.batch import build_batch, decode_records, iter_batches
+from metadata.groups import GroupImage
+from metadata.image import MetadataImage
+
+__all__ = [
+    "DEFAULT_OFFSETS_PARTITIONS",
+    "OFFSETS_TOPIC",
+    "GroupOffsetsManager",
+    "OffsetValue",
+    "OffsetsCache",
+    "decode_key",
+    "decode_value",
+    "encode_key",
+    "encode_value",
+    "offsets_partition",
+    "offsets_topic_spec",
+]
+
+log = logging.getLogger("rafka.groups.offsets")
+
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+DEFAULT_OFFSETS_PARTITIONS: Final = 10
+MAX_METADATA_LEN: Final = 4096
+MAX_COMMIT_PARTITIONS: Final = 10_000
+_READ_CHUNK: Final = 1024 * 1024
+_ACKS_ALL: Final = -1
+
+Key = tuple[str, str, int]
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def offsets_partition(group_id: str, num_partitions: int) -> int:
+    """The ``__consumer_offsets`` partition holding ``group_id``'s offsets (stable everywhere)."""
+    return zlib.crc32(group_id.encode()) % num_partitions
+
+
+def offsets_topic_spec(live_brokers: int, num_partitions: int = DEFAULT_OFFSETS_PARTITIONS) -> dict[str, Any]:
+    """The CREATE_TOPICS entry for ``__consumer_offsets``."""
+    return {
+        "name": OFFSETS_TOPIC,
+        "num_partitions": num_partitions,
+        "replication_factor": max(1, min(3, live_brokers)),
+        "configs": {"cleanup.policy": "compact", "min.insync.replicas": "1" if live_brokers < 3 else "2"},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    offset: int
+    metadata: str = ""
+    commit_timestamp: int = -1
+    member_epoch: int = -1
+
+
+def encode_key(group_id: str, topic: str, partition: int) -> bytes:
+    return msgpack.packb([group_id, topic, partition], use_bin_type=True)
+
+
+def decode_key(data: bytes) -> Key:
+    g, t, p = msgpack.unpackb(data, raw=False)
+    return str(g), str(t), int(p)
+
+
+def encode_value(v: OffsetValue | None) -> bytes | None:
+    if v is None:
+        return None
+    return msgpack.packb([v.offset, v.metadata, v.commit_timestamp, v.member_epoch], use_bin_type=True)
+
+
+def decode_value(data: bytes | None) -> OffsetValue | None:
+    if data is None:
+        return None
+    off, meta, ts, epoch = msgpack.unpackb(data, raw=False)
+    return OffsetValue(int(off), str(meta or ""), int(ts), int(epoch))
+
+
+# --------------------------------------------------------------------------- cache
+
+
+class OffsetsCache:
+    """The latest committed value per key of one offsets partition, as of ``leader_epoch``."""
+
+    def __init__(self, leader_epoch: int) -> None:
+        self.leader_epoch = leader_epoch
+        self.values: dict[Key, tuple[OffsetValue, int]] = {}  # key -> (value, log offset)
+        self.by_group: dict[str, set[Key]] = {}
+        self.loaded_to = 0
+
+    def apply(self, key: Key, value: OffsetValue | None, log_offset: int) -> None:
+        cur = self.values.get(key)
+        if cur is not None and cur[1] > log_offset:
+            return  # an older append acknowledged late
+        if value is None:
+            self.values.pop(key, None)
+            keys = self.by_group.get(key[0])
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.by_group[key[0]]
+        else:
+            self.values[key] = (value, log_offset)
+            self.by_group.setdefault(key[0], set()).add(key)
+
+    def load(self, buf: bytes) -> int:
+        """Fold whole batches of ``buf``; returns the next offset to read (0 if none whole)."""
+        nxt = 0
+        for pos, h in iter_batches(buf):
+            for rec in decode_records(buf, pos):
+                if rec.key is None:
+                    continue
+                try:
+                    self.apply(decode_key(rec.key), decode_value(rec.value), rec.offset)
+                except Exception as exc:  # a foreign record must not break the coordinator
+                    log.warning("skipping bad offsets record at %d: %s", rec.offset, exc)
+            nxt = h.last_offset + 1
+        return nxt
+
+    def group(self, group_id: str) -> dict[tuple[str, int], OffsetValue]:
+        return {(k[1], k[2]): self.values[k][0] for k in sorted(self.by_group.get(group_id, ()))}
+
+
+# --------------------------------------------------------------------------- broker seam
+
+
+class _Log(Protocol):
+    log_start_offset: int
+    log_end_offset: int
+
+    def read_bytes(self, fetch_offset: int, max_bytes: int, max_offset: int | None = None) -> bytes: ...
+
+
+class _Partition(Protocol):
+    leader_epoch: int
+    high_watermark: int
+    log: _Log
+
+    async def wait_produce(self, last_offset: int, acks: int) -> ErrorCode: ...
+
+
+class _ReplicaManager(Protocol):
+    image: MetadataImage
+
+    def get_leader(self, topic: str, partition: int) -> Any: ...
+    def append(self, p: Any, records: bytes, acks: int) -> Any: ...
+
+
+class _Publisher(Protocol):
+    async def wait_for_offset(self, offset: int) -> MetadataImage: ...
+
+
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _err(code: ErrorCode, message: str = "") -> dict[str, Any]:
+    return {"error": int(code), "message": message or code.name}
+
+
+class GroupOffsetsManager:
+    """The broker side of groups: ``handlers[api_key](body) -> body`` for api keys 31–36."""
+
+    def __init__(
+        self,
+        replica_manager: _ReplicaManager,
+        publisher: _Publisher,
+        *,
+        wall_clock_ms: Callable[[], int] | None = None,
+        metadata_wait_ms: int = 5000,
+        append_timeout_ms: int = 10_000,
+    ) -> None:
+        self.rm = replica_manager
+        self.publisher = publisher
+        self._wall_ms = wall_clock_ms or (lambda: int(time.time() * 1000))
+        self.metadata_wait_ms = metadata_wait_ms
+        self.append_timeout_ms = append_timeout_ms
+        self.caches: dict[int, OffsetsCache] = {}
+        self.handlers: dict[int, Handler] = {
+            ApiKey.OFFSET_COMMIT: self._errors(self.offset_commit),
+            ApiKey.OFFSET_FETCH: self._errors(self.offset_fetch),
+            ApiKey.LIST_GROUPS: self._errors(self.list_groups),
+            ApiKey.DESCRIBE_GROUPS: self._errors(self.describe_groups),
+            ApiKey.DELETE_GROUPS: self._errors(self.delete_groups),
+            ApiKey.ALTER_GROUP_OFFSETS: self._errors(self.alter_group_offsets),
+        }
+
+    @staticmethod
+    def _errors(fn: Handler) -> Handler:
+        async def handler(body: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return {"error": 0, "message": "", **await fn(body)}
+            except RafkaError as exc:
+                return {"error": int(exc.code), "message": exc.message}
+
+        handler.__name__ = fn.__name__
+        return handler
+
+    # -- coordinator lookup -----------------------------------------------------------------
+
+    def _num_partitions(self) -> int:
+        t = self.rm.image.topics.by_name.get(OFFSETS_TOPIC)
+        if t is None or not t.partitions:
+            raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
+        return len(t.partitions)
+
+    def _coordinator(self, group_id: str) -> tuple[_Partition, OffsetsCache]:
+        """The offsets partition of ``group_id`` (we must lead it) and its loaded cache."""
+        n = offsets_partition(group_id, self._num_partitions())
+        try:
+            p: _Partition = self.rm.get_leader(OFFSETS_TOPIC, n)
+        except RafkaError as exc:
+            if exc.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                raise error_for(ErrorCode.NOT_COORDINATOR, f"not the coordinator of {group_id!r}: {exc.message}") from None
+            raise
+        cache = self.caches.get(n)
+        if cache is None or cache.leader_epoch != p.leader_epoch:
+            cache = self.caches[n] = self._load(p)
+        return p, cache
+
+    def _load(self, p: _Partition) -> OffsetsCache:
+        cache = OffsetsCache(p.leader_epoch)
+        off, end = p.log.log_start_offset, p.log.log_end_offset
+        while off < end:
+            buf = p.log.read_bytes(off, _READ_CHUNK)
+            if not buf:
+                break
+            nxt = cache.load(buf)
+            if nxt <= off:
+                break
+            off = nxt
+        cache.loaded_to = off
+        log.info("loaded %d committed offsets (%d groups) up to offset %d",
+                 len(cache.values), len(cache.by_group), off)
+        return cache
+
+    async def _append(self, group_id: str, entries: list[tuple[Key, OffsetValue | None]]) -> None:
+        """Append ``entries`` as one batch with acks=all; then (only then) update the cache."""
+        p, cache = self._coordinator(group_id)
+        now = self._wall_ms()
+        batch = build_batch([(encode_key(*k), encode_value(v), [], now) for k, v in entries])
+        info = self.rm.append(p, batch, _ACKS_ALL)
+        with trio.move_on_after(self.append_timeout_ms / 1000):
+            code = await p.wait_produce(info.last_offset, _ACKS_ALL)
+            if code:
+                raise error_for(code, f"{OFFSETS_TOPIC}: {code.name}")
+            if cache is self.caches.get(offsets_partition(group_id, self._num_partitions())):
+                for i, (k, v) in enumerate(entries):
+                    cache.apply(k, v, info.base_offset + i)
+            return
+        raise error_for(ErrorCode.REQUEST_TIMED_OUT, "the offsets commit was not replicated in time")
+
+    # -- OFFSET_COMMIT / OFFSET_FETCH -------------------------------------------------------
+
+    async def offset_commit(self, body: dict[str, Any]) -> dict[str, Any]:
+        group_id: str = body["group_id"]
+        epoch = body.get("member_epoch")
+        epoch = -1 if epoch is None else epoch
+        member_id = body.get("member_id") or ""
+        image = self.rm.image
+        if epoch >= 0 and body.get("min_metadata_offset") is not None:
+            with trio.move_on_after(self.metadata_wait_ms / 1000):
+                image = await self.publisher.wait_for_offset(body["min_metadata_offset"])
+            if image.offset < body["min_metadata_offset"]:
+                raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker's metadata is behind the group's")
+        self._coordinator(group_id)  # NOT_COORDINATOR before anything else
+        group = image.groups.get(group_id)
+        owns = _validate_member(group, group_id, member_id, epoch)
+        out: list[dict[str, Any]] = []
+        entries: list[tuple[Key, OffsetValue | None]] = []
+        now = self._wall_ms()
+        count = 0
+        for t in body["topics"]:
+            parts: list[dict[str, Any]] = []
+            out.append({"name": t["name"], "partitions": parts})
+            for pd in t["partitions"]:
+                count += 1
+                entry = {"partition": pd["partition"], "error": 0, "message": ""}
+                parts.append(entry)
+                meta = pd.get("metadata") or ""
+                if count > MAX_COMMIT_PARTITIONS or len(meta) > MAX_METADATA_LEN or pd["offset"] < 0:
+                    entry.update(error=int(ErrorCode.INVALID_REQUEST), message="bad offset, metadata or too many partitions")
+                elif owns is not None and not owns(t["name"], pd["partition"]):
+                    entry.update(error=int(ErrorCode.STALE_MEMBER),
+                                 message=f"member {member_id} does not own {t['name']}-{pd['partition']}")
+                else:
+                    entries.append(((group_id, t["name"], pd["partition"]), OffsetValue(pd["offset"], meta, now, epoch)))
+        if entries:
+            await self._append(group_id, entries)
+        return {"topics": out}
+
+    async def offset_fetch(self, body: dict[str, Any]) -> dict[str, Any]:
+        _, cache = self._coordinator(body["group_id"])
+        committed = cache.group(body["group_id"])
+        wanted = body.get("topics")
+        if wanted is None:
+            keys = sorted(committed)
+        else:
+            keys = [(t["name"], p) for t in wanted for p in t["partitions"]]
+        return {"topics": _offsets_body(committed, keys, with_error=True)}
+
+    # -- admin ------------------------------------------------------------------------------
+
+    async def list_groups(self, body: dict[str, Any]) -> dict[str, Any]:
+        image = self.rm.image
+        out: dict[str, dict[str, Any]] = {}
+        for g in image.groups.groups.values():
+            out[g.group_id] = {"group_id": g.group_id, "state": g.state, "members": len(g.members),
+                               "group_epoch": g.group_epoch}
+        for cache in self.caches.values():
+            for gid in cache.by_group:
+                out.setdefault(gid, {"group_id": gid, "state": "Empty", "members": 0, "group_epoch": 0})
+        return {"groups": [out[k] for k in sorted(out)]}
+
+    async def describe_groups(self, body: dict[str, Any]) -> dict[str, Any]:
+        out = []
+        for gid in body["groups"][:1000]:
+            try:
+                _, cache = self._coordinator(gid)
+            except RafkaError as exc:
+                out.append({"group_id": gid, "error": int(exc.code), "message": exc.message})
+                continue
+            g = self.rm.image.groups.get(gid)
+            committed = cache.group(gid)
+            if g is None and not committed:
+                out.append({"group_id": gid, "error": int(ErrorCode.GROUP_ID_NOT_FOUND),
+                            "message": f"no group {gid!r}"})
+                continue
+            out.append({
+                "group_id": gid, "error": 0, "message": "",
+                "state": g.state if g else "Empty",
+                "group_epoch": g.group_epoch if g else 0,
+                "assignment_epoch": g.assignment_epoch if g else 0,
+                "members": [_member_body(m) for m in g.members.values()] if g else [],
+                "offsets": _offsets_body(committed, sorted(committed), with_error=False),
+            })
+        return {"groups": out}
+
+    async def delete_groups(self, body: dict[str, Any]) -> dict[str, Any]:
+        out = []
+        for gid in body["groups"][:1000]:
+            try:
+                _, cache = self._coordinator(gid)
+                self._check_empty(gid)
+                keys = sorted(cache.by_group.get(gid, ()))
+                if not keys:
+                    raise error_for(ErrorCode.GROUP_ID_NOT_FOUND, f"no committed offsets for {gid!r}")
+                await self._append(gid, [(k, None) for k in keys])
+                out.append({"group_id": gid, "error": 0, "message": ""})
+            except RafkaError as exc:
+                out.append({"group_id": gid, "error": int(exc.code), "message": exc.message})
+        return {"groups": out}
+
+    async def alter_group_offsets(self, body: dict[str, Any]) -> dict[str, Any]:
+        gid = body["group_id"]
+        self._coordinator(gid)
+        self._check_empty(gid)
+        now = self._wall_ms()
+        out, entries = [], []
+        for t in body["topics"]:
+            parts = []
+            out.append({"name": t["name"], "partitions": parts})
+            for pd in t["partitions"]:
+                if pd["offset"] < 0:
+                    parts.append({"partition": pd["partition"], "error": int(ErrorCode.INVALID_REQUEST),
+                                  "message": "offset must be >= 0"})
+                    continue
+                parts.append({"partition": pd["partition"], "error": 0, "message": ""})
+                entries.append(((gid, t["name"], pd["partition"]), OffsetValue(pd["offset"], "", now, -1)))
+        if entries:
+            await self._append(gid, entries[:MAX_COMMIT_PARTITIONS])
+        return {"topics": out}
+
+    def _check_empty(self, group_id: str) -> None:
+        g = self.rm.image.groups.get(group_id)
+        if g is not None and g.members:
+            raise error_for(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has {len(g.members)} members")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _validate_member(
+    group: GroupImage | None, group_id: str, member_id: str, epoch: int
+) -> Callable[[str, int], bool] | None:
+    """None: a commit from outside the group (allowed while it is empty); else the ownership test."""
+    if epoch < 0:
+        if group is not None and group.members:
+            raise error_for(ErrorCode.UNKNOWN_MEMBER_ID,
+                            f"group {group_id!r} has members: commit as a member (with its epoch)")
+        return None
+    m = group.members.get(member_id) if group is not None else None
+    if m is None:
+        raise error_for(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}")
+    if epoch != m.member_epoch:
+        raise error_for(ErrorCode.FENCED_MEMBER_EPOCH,
+                        f"member epoch {epoch} is not the member's epoch {m.member_epoch}")
+    return m.owns
+
+
+def _offsets_body(
+    committed: Mapping[tuple[str, int], OffsetValue], keys: Iterable[tuple[str, int]], *, with_error: bool
+) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for t, p in keys:
+        v = committed.get((t, p))
+        entry: dict[str, Any] = {
+            "partition": p,
+            "offset": -1 if v is None else v.offset,
+            "metadata": "" if v is None else v.metadata,
+            "commit_timestamp": -1 if v is None else v.commit_timestamp,
+        }
+        if with_error:
+            entry["error"] = 0
+        by_topic.setdefault(t, []).append(entry)
+    return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+def _member_body(m: Any) -> dict[str, Any]:
+    return {
+        "member_id": m.member_id,
+        "member_epoch": m.member_epoch,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "subscribed_topics": list(m.subscribed_topics),
+        "assignment": assignment_body(m.assigned),
+        "target": assignment_body(m.target),
+        "pending_revocation": assignment_body(m.pending_revocation),
+    }
