@@ -96,13 +96,18 @@ def offsets_partition(group_id: str, num_partitions: int) -> int:
     return zlib.crc32(group_id.encode()) % num_partitions
 
 
-def offsets_topic_spec(live_brokers: int, num_partitions: int = DEFAULT_OFFSETS_PARTITIONS) -> dict[str, Any]:
+def offsets_topic_spec(
+    live_brokers: int, num_partitions: int = DEFAULT_OFFSETS_PARTITIONS
+) -> dict[str, Any]:
     """The CREATE_TOPICS entry for ``__consumer_offsets``."""
     return {
         "name": OFFSETS_TOPIC,
         "num_partitions": num_partitions,
         "replication_factor": max(1, min(3, live_brokers)),
-        "configs": {"cleanup.policy": "compact", "min.insync.replicas": "1" if live_brokers < 3 else "2"},
+        "configs": {
+            "cleanup.policy": "compact",
+            "min.insync.replicas": "1" if live_brokers < 3 else "2",
+        },
     }
 
 
@@ -126,7 +131,9 @@ def decode_key(data: bytes) -> Key:
 def encode_value(v: OffsetValue | None) -> bytes | None:
     if v is None:
         return None
-    return msgpack.packb([v.offset, v.metadata, v.commit_timestamp, v.member_epoch], use_bin_type=True)
+    return msgpack.packb(
+        [v.offset, v.metadata, v.commit_timestamp, v.member_epoch], use_bin_type=True
+    )
 
 
 def decode_value(data: bytes | None) -> OffsetValue | None:
@@ -188,7 +195,9 @@ class _Log(Protocol):
     log_start_offset: int
     log_end_offset: int
 
-    def read_bytes(self, fetch_offset: int, max_bytes: int, max_offset: int | None = None) -> bytes: ...
+    def read_bytes(
+        self, fetch_offset: int, max_bytes: int, max_offset: int | None = None
+    ) -> bytes: ...
 
 
 class _Partition(Protocol):
@@ -260,7 +269,9 @@ class GroupOffsetsManager:
     def _num_partitions(self) -> int:
         t = self.rm.image.topics.by_name.get(OFFSETS_TOPIC)
         if t is None or not t.partitions:
-            raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
+            raise error_for(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet"
+            )
         return len(t.partitions)
 
     def _coordinator(self, group_id: str) -> tuple[_Partition, OffsetsCache]:
@@ -270,7 +281,9 @@ class GroupOffsetsManager:
             p: _Partition = self.rm.get_leader(OFFSETS_TOPIC, n)
         except RafkaError as exc:
             if exc.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                raise error_for(ErrorCode.NOT_COORDINATOR, f"not the coordinator of {group_id!r}: {exc.message}") from None
+                raise error_for(
+                    ErrorCode.NOT_COORDINATOR, f"not the coordinator of {group_id!r}: {exc.message}"
+                ) from None
             raise
         cache = self.caches.get(n)
         if cache is None or cache.leader_epoch != p.leader_epoch:
@@ -289,8 +302,12 @@ class GroupOffsetsManager:
                 break
             off = nxt
         cache.loaded_to = off
-        log.info("loaded %d committed offsets (%d groups) up to offset %d",
-                 len(cache.values), len(cache.by_group), off)
+        log.info(
+            "loaded %d committed offsets (%d groups) up to offset %d",
+            len(cache.values),
+            len(cache.by_group),
+            off,
+        )
         return cache
 
     async def _append(self, group_id: str, entries: list[tuple[Key, OffsetValue | None]]) -> None:
@@ -307,7 +324,9 @@ class GroupOffsetsManager:
                 for i, (k, v) in enumerate(entries):
                     cache.apply(k, v, info.base_offset + i)
             return
-        raise error_for(ErrorCode.REQUEST_TIMED_OUT, "the offsets commit was not replicated in time")
+        raise error_for(
+            ErrorCode.REQUEST_TIMED_OUT, "the offsets commit was not replicated in time"
+        )
 
     # -- OFFSET_COMMIT / OFFSET_FETCH -------------------------------------------------------
 
@@ -321,7 +340,10 @@ class GroupOffsetsManager:
             with trio.move_on_after(self.metadata_wait_ms / 1000):
                 image = await self.publisher.wait_for_offset(body["min_metadata_offset"])
             if image.offset < body["min_metadata_offset"]:
-                raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker's metadata is behind the group's")
+                raise error_for(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    "this broker's metadata is behind the group's",
+                )
         self._coordinator(group_id)  # NOT_COORDINATOR before anything else
         group = image.groups.get(group_id)
         owns = _validate_member(group, group_id, member_id, epoch)
@@ -337,13 +359,27 @@ class GroupOffsetsManager:
                 entry = {"partition": pd["partition"], "error": 0, "message": ""}
                 parts.append(entry)
                 meta = pd.get("metadata") or ""
-                if count > MAX_COMMIT_PARTITIONS or len(meta) > MAX_METADATA_LEN or pd["offset"] < 0:
-                    entry.update(error=int(ErrorCode.INVALID_REQUEST), message="bad offset, metadata or too many partitions")
+                if (
+                    count > MAX_COMMIT_PARTITIONS
+                    or len(meta) > MAX_METADATA_LEN
+                    or pd["offset"] < 0
+                ):
+                    entry.update(
+                        error=int(ErrorCode.INVALID_REQUEST),
+                        message="bad offset, metadata or too many partitions",
+                    )
                 elif owns is not None and not owns(t["name"], pd["partition"]):
-                    entry.update(error=int(ErrorCode.STALE_MEMBER),
-                                 message=f"member {member_id} does not own {t['name']}-{pd['partition']}")
+                    entry.update(
+                        error=int(ErrorCode.STALE_MEMBER),
+                        message=f"member {member_id} does not own {t['name']}-{pd['partition']}",
+                    )
                 else:
-                    entries.append(((group_id, t["name"], pd["partition"]), OffsetValue(pd["offset"], meta, now, epoch)))
+                    entries.append(
+                        (
+                            (group_id, t["name"], pd["partition"]),
+                            OffsetValue(pd["offset"], meta, now, epoch),
+                        )
+                    )
         if entries:
             await self._append(group_id, entries)
         return {"topics": out}
@@ -364,11 +400,17 @@ class GroupOffsetsManager:
         image = self.rm.image
         out: dict[str, dict[str, Any]] = {}
         for g in image.groups.groups.values():
-            out[g.group_id] = {"group_id": g.group_id, "state": g.state, "members": len(g.members),
-                               "group_epoch": g.group_epoch}
+            out[g.group_id] = {
+                "group_id": g.group_id,
+                "state": g.state,
+                "members": len(g.members),
+                "group_epoch": g.group_epoch,
+            }
         for cache in self.caches.values():
             for gid in cache.by_group:
-                out.setdefault(gid, {"group_id": gid, "state": "Empty", "members": 0, "group_epoch": 0})
+                out.setdefault(
+                    gid, {"group_id": gid, "state": "Empty", "members": 0, "group_epoch": 0}
+                )
         return {"groups": [out[k] for k in sorted(out)]}
 
     async def describe_groups(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -382,17 +424,26 @@ class GroupOffsetsManager:
             g = self.rm.image.groups.get(gid)
             committed = cache.group(gid)
             if g is None and not committed:
-                out.append({"group_id": gid, "error": int(ErrorCode.GROUP_ID_NOT_FOUND),
-                            "message": f"no group {gid!r}"})
+                out.append(
+                    {
+                        "group_id": gid,
+                        "error": int(ErrorCode.GROUP_ID_NOT_FOUND),
+                        "message": f"no group {gid!r}",
+                    }
+                )
                 continue
-            out.append({
-                "group_id": gid, "error": 0, "message": "",
-                "state": g.state if g else "Empty",
-                "group_epoch": g.group_epoch if g else 0,
-                "assignment_epoch": g.assignment_epoch if g else 0,
-                "members": [_member_body(m) for m in g.members.values()] if g else [],
-                "offsets": _offsets_body(committed, sorted(committed), with_error=False),
-            })
+            out.append(
+                {
+                    "group_id": gid,
+                    "error": 0,
+                    "message": "",
+                    "state": g.state if g else "Empty",
+                    "group_epoch": g.group_epoch if g else 0,
+                    "assignment_epoch": g.assignment_epoch if g else 0,
+                    "members": [_member_body(m) for m in g.members.values()] if g else [],
+                    "offsets": _offsets_body(committed, sorted(committed), with_error=False),
+                }
+            )
         return {"groups": out}
 
     async def delete_groups(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -403,7 +454,9 @@ class GroupOffsetsManager:
                 self._check_empty(gid)
                 keys = sorted(cache.by_group.get(gid, ()))
                 if not keys:
-                    raise error_for(ErrorCode.GROUP_ID_NOT_FOUND, f"no committed offsets for {gid!r}")
+                    raise error_for(
+                        ErrorCode.GROUP_ID_NOT_FOUND, f"no committed offsets for {gid!r}"
+                    )
                 await self._append(gid, [(k, None) for k in keys])
                 out.append({"group_id": gid, "error": 0, "message": ""})
             except RafkaError as exc:
@@ -421,11 +474,18 @@ class GroupOffsetsManager:
             out.append({"name": t["name"], "partitions": parts})
             for pd in t["partitions"]:
                 if pd["offset"] < 0:
-                    parts.append({"partition": pd["partition"], "error": int(ErrorCode.INVALID_REQUEST),
-                                  "message": "offset must be >= 0"})
+                    parts.append(
+                        {
+                            "partition": pd["partition"],
+                            "error": int(ErrorCode.INVALID_REQUEST),
+                            "message": "offset must be >= 0",
+                        }
+                    )
                     continue
                 parts.append({"partition": pd["partition"], "error": 0, "message": ""})
-                entries.append(((gid, t["name"], pd["partition"]), OffsetValue(pd["offset"], "", now, -1)))
+                entries.append(
+                    ((gid, t["name"], pd["partition"]), OffsetValue(pd["offset"], "", now, -1))
+                )
         if entries:
             await self._append(gid, entries[:MAX_COMMIT_PARTITIONS])
         return {"topics": out}
@@ -433,7 +493,9 @@ class GroupOffsetsManager:
     def _check_empty(self, group_id: str) -> None:
         g = self.rm.image.groups.get(group_id)
         if g is not None and g.members:
-            raise error_for(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has {len(g.members)} members")
+            raise error_for(
+                ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has {len(g.members)} members"
+            )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -445,20 +507,29 @@ def _validate_member(
     """None: a commit from outside the group (allowed while it is empty); else the ownership test."""
     if epoch < 0:
         if group is not None and group.members:
-            raise error_for(ErrorCode.UNKNOWN_MEMBER_ID,
-                            f"group {group_id!r} has members: commit as a member (with its epoch)")
+            raise error_for(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"group {group_id!r} has members: commit as a member (with its epoch)",
+            )
         return None
     m = group.members.get(member_id) if group is not None else None
     if m is None:
-        raise error_for(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}")
+        raise error_for(
+            ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}"
+        )
     if epoch != m.member_epoch:
-        raise error_for(ErrorCode.FENCED_MEMBER_EPOCH,
-                        f"member epoch {epoch} is not the member's epoch {m.member_epoch}")
+        raise error_for(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            f"member epoch {epoch} is not the member's epoch {m.member_epoch}",
+        )
     return m.owns
 
 
 def _offsets_body(
-    committed: Mapping[tuple[str, int], OffsetValue], keys: Iterable[tuple[str, int]], *, with_error: bool
+    committed: Mapping[tuple[str, int], OffsetValue],
+    keys: Iterable[tuple[str, int]],
+    *,
+    with_error: bool,
 ) -> list[dict[str, Any]]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for t, p in keys:

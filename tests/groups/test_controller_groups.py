@@ -24,9 +24,14 @@ def autojump_clock():
 
 async def start(nursery, cluster, node_id):
     svc = ControllerService(
-        node_id, VOTERS, None, "/nonexistent", None,
+        node_id,
+        VOTERS,
+        None,
+        "/nonexistent",
+        None,
         {"broker.session.timeout.ms": 3000, "group.consumer.heartbeat.interval.ms": 500},
-        quorum=cluster.voters[node_id], rng=random.Random(7),
+        quorum=cluster.voters[node_id],
+        rng=random.Random(7),
     )
     await nursery.start(svc.run)
     return svc
@@ -38,9 +43,14 @@ async def wait_active(svc):
 
 
 async def hb(svc, member_id="", epoch=0, subs=("t",), owned=None, session_timeout_ms=2000):
-    body = {"group_id": "g", "member_id": member_id, "member_epoch": epoch,
-            "subscribed_topics": list(subs) if subs is not None else None,
-            "owned_partitions": owned, "session_timeout_ms": session_timeout_ms}
+    body = {
+        "group_id": "g",
+        "member_id": member_id,
+        "member_epoch": epoch,
+        "subscribed_topics": list(subs) if subs is not None else None,
+        "owned_partitions": owned,
+        "session_timeout_ms": session_timeout_ms,
+    }
     validate_request(ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
     return await svc.handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT](body)
 
@@ -54,16 +64,31 @@ async def test_heartbeat_timeout_and_failover(autojump_clock):
         await wait_active(s1)
         for b in (1, 2):
             r = await s1.handlers[ApiKey.BROKER_REGISTRATION](
-                {"broker_id": b, "incarnation_id": f"i{b}", "host": "h", "port": 9000 + b})
+                {"broker_id": b, "incarnation_id": f"i{b}", "host": "h", "port": 9000 + b}
+            )
             await s1.handlers[ApiKey.BROKER_HEARTBEAT](
-                {"broker_id": b, "broker_epoch": r["broker_epoch"], "want_fence": False, "want_shutdown": False,
-                 "metadata_offset": cluster.state_machine.image.offset})
+                {
+                    "broker_id": b,
+                    "broker_epoch": r["broker_epoch"],
+                    "want_fence": False,
+                    "want_shutdown": False,
+                    "metadata_offset": cluster.state_machine.image.offset,
+                }
+            )
         r = await s1.handlers[ApiKey.CREATE_TOPICS](
-            {"topics": [{"name": "t", "num_partitions": 4, "replication_factor": 1}], "timeout_ms": 1000})
+            {
+                "topics": [{"name": "t", "num_partitions": 4, "replication_factor": 1}],
+                "timeout_ms": 1000,
+            }
+        )
         assert r["topics"][0]["error"] == 0
 
         a = await hb(s1)
-        assert a["error"] == 0 and a["member_epoch"] == 1 and len(a["assignment"][0]["partitions"]) == 4
+        assert (
+            a["error"] == 0
+            and a["member_epoch"] == 1
+            and len(a["assignment"][0]["partitions"]) == 4
+        )
         assert a["metadata_offset"] == cluster.state_machine.image.offset
         b = await hb(s1)
         assert b["assignment"] == []  # a must revoke first

@@ -1,0 +1,203 @@
+"""Committed offsets: encoding, the coordinator's cache rebuilt from a real partition log,
+member-epoch validation, and the admin APIs (with a fake replica manager around a real log)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from broker.errors import ErrorCode, error_for
+from broker.protocol import ApiKey, validate_request
+from kraft.groups.offsets import (
+    OFFSETS_TOPIC,
+    GroupOffsetsManager,
+    OffsetValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    offsets_partition,
+    offsets_topic_spec,
+)
+from log.config import LogConfig
+from log.partition_log import PartitionLog
+from metadata import MetadataDelta, MetadataImage, Partition, Topic
+from metadata.groups import GroupEpoch, GroupMember
+
+
+def test_encoding_round_trip_and_partitioning():
+    assert decode_key(encode_key("g", "t", 3)) == ("g", "t", 3)
+    v = OffsetValue(42, "meta", 1700, 5)
+    assert decode_value(encode_value(v)) == v
+    assert encode_value(None) is None and decode_value(None) is None
+    # stable, spread, in range
+    assert offsets_partition("g", 10) == offsets_partition("g", 10)
+    assert {offsets_partition(f"group-{i}", 10) for i in range(200)} == set(range(10))
+    spec = offsets_topic_spec(5)
+    assert spec["replication_factor"] == 3 and spec["configs"]["cleanup.policy"] == "compact"
+    assert offsets_topic_spec(1)["replication_factor"] == 1
+
+
+class FakePartition:
+    def __init__(self, plog):
+        self.log = plog
+        self.leader_epoch = 0
+        self.high_watermark = 0
+        self.leader = True
+
+    async def wait_produce(self, last_offset, acks):
+        self.high_watermark = self.log.log_end_offset
+        return ErrorCode.NONE
+
+
+class FakeRM:
+    def __init__(self, plog, image):
+        self.p = FakePartition(plog)
+        self.image = image
+
+    def get_leader(self, topic, partition):
+        assert topic == OFFSETS_TOPIC
+        if not self.p.leader:
+            raise error_for(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not leader")
+        return self.p
+
+    def append(self, p, records, acks):
+        return p.log.append(records, p.leader_epoch)
+
+
+class FakePublisher:
+    def __init__(self, rm):
+        self.rm = rm
+
+    async def wait_for_offset(self, offset):
+        return self.rm.image
+
+
+def image_with(records):
+    d = MetadataDelta(MetadataImage.EMPTY)
+    for i, r in enumerate(
+        [Topic(OFFSETS_TOPIC, "oid"), Partition("oid", 0, (1,), (1,), 1), *records]
+    ):
+        d.replay(r, i, 1)
+    return d.apply()
+
+
+@pytest.fixture
+def setup(tmp_path):
+    plog = PartitionLog.open(tmp_path / "o-0", LogConfig.from_dict({"cleanup.policy": "compact"}))
+    rm = FakeRM(plog, image_with([]))
+    mgr = GroupOffsetsManager(rm, FakePublisher(rm), wall_clock_ms=lambda: 1000)
+    yield rm, mgr
+    plog.close()
+
+
+async def call(mgr, api, body):
+    validate_request(api, body)
+    return await mgr.handlers[api](body)
+
+
+def commit_body(group, offsets, member_id=None, epoch=None):
+    return {
+        "group_id": group,
+        "member_id": member_id,
+        "member_epoch": epoch,
+        "topics": [
+            {"name": t, "partitions": [{"partition": p, "offset": o}]}
+            for (t, p), o in offsets.items()
+        ],
+    }
+
+
+async def test_commit_fetch_reload_delete(setup):
+    rm, mgr = setup
+    r = await call(mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 5, ("t", 1): 7}))
+    assert r["error"] == 0 and all(p["error"] == 0 for t in r["topics"] for p in t["partitions"])
+    await call(mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 9}))
+    await call(mgr, ApiKey.OFFSET_COMMIT, commit_body("h", {("t", 0): 1}))
+    f = await call(
+        mgr,
+        ApiKey.OFFSET_FETCH,
+        {"group_id": "g", "topics": [{"name": "t", "partitions": [0, 1, 2]}]},
+    )
+    assert [(p["partition"], p["offset"]) for p in f["topics"][0]["partitions"]] == [
+        (0, 9),
+        (1, 7),
+        (2, -1),
+    ]
+    # a new leader epoch rebuilds the cache from the log
+    rm.p.leader_epoch = 1
+    mgr.caches.clear()
+    f = await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "g", "topics": None})
+    assert [(p["partition"], p["offset"]) for p in f["topics"][0]["partitions"]] == [(0, 9), (1, 7)]
+    lg = await call(mgr, ApiKey.LIST_GROUPS, {})
+    assert [g["group_id"] for g in lg["groups"]] == ["g", "h"]
+    d = await call(mgr, ApiKey.DESCRIBE_GROUPS, {"groups": ["g", "zz"]})
+    assert (
+        d["groups"][0]["state"] == "Empty"
+        and d["groups"][0]["offsets"][0]["partitions"][0]["offset"] == 9
+    )
+    assert d["groups"][1]["error"] == ErrorCode.GROUP_ID_NOT_FOUND
+    r = await call(mgr, ApiKey.DELETE_GROUPS, {"groups": ["g"]})
+    assert r["groups"][0]["error"] == 0
+    mgr.caches.clear()  # tombstones survive a reload
+    f = await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "g", "topics": None})
+    assert f["topics"] == []
+    r = await call(mgr, ApiKey.DELETE_GROUPS, {"groups": ["g"]})
+    assert r["groups"][0]["error"] == ErrorCode.GROUP_ID_NOT_FOUND
+    # not the leader -> NOT_COORDINATOR
+    rm.p.leader = False
+    f = await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "h", "topics": None})
+    assert f["error"] == ErrorCode.NOT_COORDINATOR
+
+
+async def test_member_validation_and_non_empty_group(setup):
+    rm, mgr = setup
+    member = GroupMember(
+        "g",
+        "m1",
+        member_epoch=3,
+        subscribed_topics=("t",),
+        assigned=(("t", 0),),
+        pending_revocation=(("t", 1),),
+    )
+    rm.image = image_with([GroupEpoch("g", 3, 3), member])
+    ok = await call(
+        mgr,
+        ApiKey.OFFSET_COMMIT,
+        commit_body("g", {("t", 0): 1, ("t", 1): 2, ("t", 2): 3}, "m1", 3),
+    )
+    errs = [p["error"] for t in ok["topics"] for p in t["partitions"]]
+    assert errs == [0, 0, ErrorCode.STALE_MEMBER]
+    stale = await call(mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 4}, "m1", 2))
+    assert stale["error"] == ErrorCode.FENCED_MEMBER_EPOCH
+    unknown = await call(mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 4}, "zombie", 3))
+    assert unknown["error"] == ErrorCode.UNKNOWN_MEMBER_ID
+    outsider = await call(mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 4}))
+    assert outsider["error"] == ErrorCode.UNKNOWN_MEMBER_ID
+    r = await call(mgr, ApiKey.DELETE_GROUPS, {"groups": ["g"]})
+    assert r["groups"][0]["error"] == ErrorCode.NON_EMPTY_GROUP
+    r = await call(
+        mgr,
+        ApiKey.ALTER_GROUP_OFFSETS,
+        {"group_id": "g", "topics": [{"name": "t", "partitions": [{"partition": 0, "offset": 0}]}]},
+    )
+    assert r["error"] == ErrorCode.NON_EMPTY_GROUP
+    f = await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "g", "topics": None})
+    assert [(p["partition"], p["offset"]) for p in f["topics"][0]["partitions"]] == [(0, 1), (1, 2)]
+    d = await call(mgr, ApiKey.DESCRIBE_GROUPS, {"groups": ["g"]})
+    m = d["groups"][0]["members"][0]
+    assert m["member_id"] == "m1" and m["assignment"] == [{"name": "t", "partitions": [0]}]
+    # the member leaves: now the group can be reset and deleted
+    rm.image = image_with([GroupEpoch("g", 4, 4), replace(member, member_epoch=3)])
+    rm.image = image_with([GroupEpoch("g", 4, 4)])  # an empty group: allowed
+    r = await call(
+        mgr,
+        ApiKey.ALTER_GROUP_OFFSETS,
+        {"group_id": "g", "topics": [{"name": "t", "partitions": [{"partition": 0, "offset": 0}]}]},
+    )
+    assert r["error"] == 0
+    f = await call(
+        mgr, ApiKey.OFFSET_FETCH, {"group_id": "g", "topics": [{"name": "t", "partitions": [0]}]}
+    )
+    assert f["topics"][0]["partitions"][0]["offset"] == 0
