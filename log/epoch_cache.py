@@ -13,7 +13,10 @@ follower truncates to that offset and its log can no longer diverge from the lea
 
 ``PartitionLog`` assigns on leader appends (a new epoch starts at the batch's base offset),
 on follower appends (from batch headers), on recovery (from the headers it validates) and
-truncates on log truncation and retention.  The list is bounded by ``max_entries`` (the oldest
+truncates on log truncation and retention.  A failed checkpoint write (disk full) after data
+was appended does not fail the append: the cache stays right in memory, ``dirty`` is set and
+the next change or ``persist()`` (called by flush and close) writes it; an unclean recovery
+re-learns epochs from the batch headers anyway.  The list is bounded by ``max_entries`` (the oldest
 entries go first; they only describe data long deleted).
 """
 
@@ -44,6 +47,7 @@ class LeaderEpochCache:
         self.max_entries = max_entries
         self._epochs: list[int] = []
         self._offsets: list[int] = []
+        self.dirty = False  # the last checkpoint write failed; persist() retries
         self._load()
 
     # -- queries ----------------------------------------------------------------------------
@@ -135,7 +139,14 @@ class LeaderEpochCache:
         try:
             write_file_atomic(self.path, ("\n".join(lines) + "\n").encode(), fsync=True)
         except OSError as exc:
+            self.dirty = True
             raise StorageError(f"cannot write {self.path}", exc) from exc
+        self.dirty = False
+
+    def persist(self) -> None:
+        """Retry a checkpoint write that failed earlier (e.g. disk full); no-op if clean."""
+        if self.dirty:
+            self._write()
 
     def _load(self) -> None:
         try:

@@ -82,6 +82,7 @@ class Flusher:
             if len(self._states) >= self.max_logs:
                 raise RuntimeError(f"Flusher already tracks max_logs={self.max_logs} logs")
             self._states[log] = _LogState(last_flush=_now())
+            self._wakeup.set()  # the run loop recomputes its interval deadline
 
     def unregister(self, log: PartitionLog) -> None:
         st = self._states.pop(log, None)

@@ -259,8 +259,16 @@ class PartitionLog:
             state.commit(overlay)
         latest = self.epochs.latest_epoch
         if latest is None or leader_epoch > latest:
-            self.epochs.assign(leader_epoch, base)
+            self._assign_epoch(leader_epoch, base)
         return AppendInfo(base, offset - 1, max_ts, now if log_append_time else -1)
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """After data is written, a failed checkpoint write must not fail the append."""
+        try:
+            self.epochs.assign(epoch, start_offset)
+        except StorageError as exc:
+            logger.error("%s: leader epoch checkpoint not written (will retry): %s",
+                         self.directory, exc)
 
     @staticmethod
     def _check_keys(buf: bytearray, pos: int, h: BatchHeader) -> None:
@@ -296,7 +304,7 @@ class PartitionLog:
         for h in headers:
             self.producer_state.update(h, h.base_offset, overlay)
             if h.partition_leader_epoch >= 0:
-                self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+                self._assign_epoch(h.partition_leader_epoch, h.base_offset)
         self.producer_state.commit(overlay)
         return AppendInfo(headers[0].base_offset, headers[-1].last_offset,
                           max(h.max_timestamp for h in headers), -1)
@@ -513,6 +521,7 @@ class PartitionLog:
             clean = self._offline is None
             try:
                 if clean:
+                    self.epochs.persist()
                     for seg in self._segments:
                         if seg.index_dirty:
                             seg.persist_indexes(fsync=True)
