@@ -123,6 +123,8 @@ class Flusher:
         while log.recovery_point < end_offset:
             if self._closed:
                 raise trio.ClosedResourceError("the flusher is stopped")
+            if log.closed:
+                raise trio.ClosedResourceError(f"log {log.directory} is closed")
             gen = st.gen
             st.requested = True
             self._wakeup.set()

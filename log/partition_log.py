@@ -179,6 +179,10 @@ class PartitionLog:
         return self._recovery_point
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def segments(self) -> tuple[Segment, ...]:
         return tuple(self._segments)
 
@@ -321,7 +325,10 @@ class PartitionLog:
                 j += 1
             end = metas[j - 1][0] + metas[j - 1][3]
             chunk = [(p - start, b, nx, s, t) for p, b, nx, s, t in metas[i:j]]
-            seg = self._maybe_roll(end - start, metas[i][1], metas[j - 1][2] - 1, now)
+            # A roll in the middle of a payload must not snapshot producer state: the
+            # earlier chunks' batches are not committed to it yet (open rescans instead).
+            seg = self._maybe_roll(end - start, metas[i][1], metas[j - 1][2] - 1, now,
+                                   snapshot=i == 0)
             try:
                 pos = seg.write(memoryview(buf)[start:end])
             except StorageError as exc:
@@ -333,7 +340,7 @@ class PartitionLog:
             i = j
 
     def _maybe_roll(self, incoming: int, first_offset: int, last_offset: int,
-                    now: int) -> Segment:
+                    now: int, *, snapshot: bool = True) -> Segment:
         seg = self._segments[-1]
         reason = seg.roll_reason(incoming, last_offset, now)
         if reason is None:
@@ -346,7 +353,8 @@ class PartitionLog:
         logger.debug("%s: rolled segment %d -> %d (%s)", self.directory, seg.base_offset,
                      first_offset, reason)
         try:
-            self.producer_state.write_snapshot(first_offset)
+            if snapshot:
+                self.producer_state.write_snapshot(first_offset)
         except OSError as exc:
             logger.warning("%s: cannot write producer snapshot: %s", self.directory, exc)
         return new

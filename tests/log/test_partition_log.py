@@ -204,3 +204,37 @@ def test_truncate_fully_and_start_at(open_log):
     assert log.append(make_batch(1), 1).base_offset == 100
     with pytest.raises(OffsetOutOfRangeError):
         log.read(5, 100)
+
+
+def test_flush_from_a_thread_while_appending(open_log):
+    import threading
+
+    log = open_log({"segment.bytes": "4000", "index.interval.bytes": "500"})
+    stop, errors, points = threading.Event(), [], []
+
+    def flush_loop():
+        while not stop.is_set():
+            try:
+                points.append(log.flush())
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+
+    t = threading.Thread(target=flush_loop)
+    t.start()
+    try:
+        for _ in range(400):
+            log.append(make_batch(2), 0)
+    finally:
+        stop.set()
+        t.join()
+    assert not errors and points == sorted(points)
+    assert log.flush() == log.recovery_point == 800
+    log._crash()
+    log = open_log({"segment.bytes": "4000", "index.interval.bytes": "500"})
+    assert log.log_end_offset == 800
+    seen, off = [], 0
+    while data := log.read_bytes(off, 1 << 20):  # one segment per read
+        seen += offsets_in(data)
+        off = seen[-1] + 1
+    assert seen == list(range(800))
