@@ -25,7 +25,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from itertools import chain
 
+import lz4.frame
+import msgpack
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import (
@@ -40,7 +43,14 @@ from pyspark.sql.types import (
 )
 
 from broker.errors import ErrorCode, RafkaError
-from log.batch import TIMESTAMP_LOG_APPEND_TIME, decode_raw_records, iter_batches
+from log.batch import (
+    HEADER_SIZE,
+    TIMESTAMP_LOG_APPEND_TIME,
+    BatchHeader,
+    CorruptBatchError,
+    crc_ok,
+    iter_batches,
+)
 
 from .offsets import OffsetRange
 from .wire import Cluster, PartitionGone
@@ -104,27 +114,32 @@ def loss_handler(fail: bool) -> LossHandler:
 
 
 class _Columns:
-    """Column chunks of the record batch being built."""
+    """Column chunks of the record batch being built (one chunk per record batch)."""
 
-    __slots__ = ("keys", "values", "offsets", "ts_us", "ts_types", "headers", "with_headers")
+    __slots__ = ("keys", "values", "offsets", "ts_us", "ts_types", "headers", "with_headers",
+                 "rows", "null_keys")
 
     def __init__(self, with_headers: bool) -> None:
-        self.keys: list = []
-        self.values: list = []
+        self.keys: list[tuple] = []
+        self.values: list[tuple] = []
         self.offsets: list[np.ndarray] = []
         self.ts_us: list[np.ndarray] = []
         self.ts_types: list[np.ndarray] = []
-        self.headers: list = []
+        self.headers: list[tuple] = []
         self.with_headers = with_headers
+        self.rows = 0
+        self.null_keys = True
 
     def __len__(self) -> int:
-        return len(self.values)
+        return self.rows
 
     def to_batch(self, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
-        n = len(self.values)
+        n = self.rows
+        keys = (pa.nulls(n, pa.binary()) if self.null_keys
+                else pa.array(list(chain.from_iterable(self.keys)), pa.binary()))
         arrays = [
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
+            keys,
+            pa.array(list(chain.from_iterable(self.values)), pa.binary()),
             pa.repeat(pa.scalar(topic, pa.string()), n),
             pa.repeat(pa.scalar(partition, pa.int32()), n),
             pa.array(np.concatenate(self.offsets), pa.int64()),
@@ -132,17 +147,37 @@ class _Columns:
             pa.array(np.concatenate(self.ts_types), pa.int32()),
         ]
         if self.with_headers:
-            arrays.append(pa.array(self.headers, schema.field("headers").type))
+            hs = [[tuple(x) for x in h] if h else [] for h in chain.from_iterable(self.headers)]
+            arrays.append(pa.array(hs, schema.field("headers").type))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _add_batch(cols: _Columns, buf: memoryview, pos: int, header, start: int, end: int) -> None:
-    recs = decode_raw_records(buf, pos, header)
+def _unpack(buf: memoryview, pos: int, header: BatchHeader) -> tuple:
+    """The records of one batch as a tuple of ``(od, td, key, value, headers)`` tuples."""
+    if not crc_ok(buf, pos):
+        raise CorruptBatchError(f"CRC mismatch in batch at offset {header.base_offset}")
+    section = buf[pos + HEADER_SIZE:pos + header.size]
+    if header.compression == "lz4":
+        section = lz4.frame.decompress(section)
+    recs = msgpack.unpackb(section, raw=False, use_list=False)
+    if not isinstance(recs, tuple) or len(recs) != header.record_count:
+        raise CorruptBatchError(f"batch at offset {header.base_offset}: record count mismatch")
+    return recs
+
+
+def _add_batch(cols: _Columns, buf: memoryview, pos: int, header: BatchHeader, start: int,
+               end: int) -> None:
+    recs = _unpack(buf, pos, header)
     if not recs:
         return
     ods, tds, ks, vs, hs = zip(*recs, strict=True)
-    offsets = np.fromiter(ods, dtype=np.int64, count=len(ods)) + header.base_offset
-    lo, hi = 0, len(offsets)
+    n_all = len(ods)
+    base = header.base_offset
+    if n_all == header.last_offset_delta + 1:          # no compaction gap: offsets contiguous
+        offsets = np.arange(base, base + n_all, dtype=np.int64)
+    else:
+        offsets = np.fromiter(ods, dtype=np.int64, count=n_all) + base
+    lo, hi = 0, n_all
     if offsets[0] < start:
         lo = int(np.searchsorted(offsets, start, side="left"))
     if offsets[-1] >= end:
@@ -150,23 +185,23 @@ def _add_batch(cols: _Columns, buf: memoryview, pos: int, header, start: int, en
     if lo >= hi:
         return
     n = hi - lo
-    if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+    if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME or \
+            header.first_timestamp == header.max_timestamp:
         ts = np.full(n, header.max_timestamp * 1000, dtype=np.int64)
     else:
         ts = (np.fromiter(tds[lo:hi], dtype=np.int64, count=n) + header.first_timestamp) * 1000
+    if lo or hi != n_all:
+        ks, vs, hs = ks[lo:hi], vs[lo:hi], hs[lo:hi]
     cols.offsets.append(offsets[lo:hi])
     cols.ts_us.append(ts)
     cols.ts_types.append(np.full(n, header.timestamp_type, dtype=np.int32))
-    if lo == 0 and hi == len(ods):
-        cols.keys.extend(ks)
-        cols.values.extend(vs)
-        if cols.with_headers:
-            cols.headers.extend([tuple(x) for x in h] if h else [] for h in hs)
-    else:
-        cols.keys.extend(ks[lo:hi])
-        cols.values.extend(vs[lo:hi])
-        if cols.with_headers:
-            cols.headers.extend([tuple(x) for x in h] if h else [] for h in hs[lo:hi])
+    cols.keys.append(ks)
+    cols.values.append(vs)
+    if cols.null_keys and ks.count(None) != n:
+        cols.null_keys = False
+    if cols.with_headers:
+        cols.headers.append(hs)
+    cols.rows += n
 
 
 def read_range(cluster: Cluster, rng: OffsetRange, *, include_headers: bool,

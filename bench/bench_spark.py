@@ -1,0 +1,221 @@
+"""Spark: rows/s from a rafka topic into Spark's ``noop`` sink, against the Python-source ceiling.
+
+Theory of operation: one SparkSession (``local[2]``) measures, in the same run,
+
+* ``rafka_rows_per_s`` — ``spark.read.format("rafka")`` over a 2-partition topic filled
+  beforehand (``ROWS`` records of ``VALUE_BYTES`` bytes), written to the ``noop`` sink;
+* ``ceiling_rows_per_s`` — a trivial in-memory Python data source that yields ready-made Arrow
+  batches of the very same schema and sizes from 2 partitions: the cost of the Python data source
+  machinery itself, i.e. the most any Python source can deliver here.
+
+The ratio rafka/ceiling is the figure to watch (target >= 0.5). Each figure is the median of
+``runs`` timed repetitions after one warm-up. Standalone::
+
+    python -m bench.bench_spark [--bootstrap HOST:PORT] [--rows N] [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run"]
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = 1_000_000
+VALUE_BYTES = 100
+PARTITIONS = 2
+BATCH_ROWS = 2_000          # records per produced batch; also the ceiling's Arrow batch size
+
+
+def _spark_env() -> None:
+    jvm = "/usr/lib/jvm/java-17-openjdk-amd64"
+    if not os.environ.get("JAVA_HOME") and Path(jvm).exists():
+        os.environ["JAVA_HOME"] = jvm
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
+def _ceiling_source() -> type:
+    """The in-memory Python data source (defined lazily: needs PySpark)."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from spark_source.fetch import SCHEMA, arrow_schema
+
+    class CeilingReader(DataSourceReader):
+        def __init__(self, rows: int, parts: int) -> None:
+            self.rows, self.parts = rows, parts
+
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(self.parts)]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            n = self.rows // self.parts
+            # build each batch as the rafka reader does (fresh Python objects), so the ceiling
+            # is the Python data source path, not a zero-copy replay of one batch
+            value = b"x" * VALUE_BYTES
+            schema = arrow_schema(False)
+            base = partition.value * n
+            now_us = int(time.time() * 1e6)
+            for lo in range(0, n, BATCH_ROWS):
+                k = min(BATCH_ROWS, n - lo)
+                yield pa.RecordBatch.from_arrays([
+                    pa.array([None] * k, pa.binary()),
+                    pa.array([value] * k, pa.binary()),
+                    pa.repeat(pa.scalar("ceiling", pa.string()), k),
+                    pa.repeat(pa.scalar(partition.value, pa.int32()), k),
+                    pa.array(range(base + lo, base + lo + k), pa.int64()),
+                    pa.array([now_us] * k, pa.timestamp("us", tz="UTC")),
+                    pa.array([0] * k, pa.int32()),
+                ], schema=schema)
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "rafka_ceiling"
+
+        def schema(self) -> Any:
+            return SCHEMA
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return CeilingReader(int(self.options.get("rows", ROWS)), PARTITIONS)
+
+    return CeilingSource
+
+
+def _fill_topic(bootstrap: str, topic: str, rows: int) -> None:
+    """Create ``topic`` and write ``rows`` records straight to the partition leaders."""
+    from broker.protocol import ApiKey
+    from client import Admin
+    from log.batch import build_batch
+    from spark_source.wire import Cluster
+
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topic(topic, partitions=PARTITIONS, replication_factor=1)
+    value = b"x" * VALUE_BYTES
+    now_ms = int(time.time() * 1000)
+    with Cluster(bootstrap) as cluster:
+        deadline = time.monotonic() + 30
+        while len(cluster.refresh([topic]).get(topic, [])) < PARTITIONS:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {topic} did not appear")
+            time.sleep(0.1)
+        per_part = rows // PARTITIONS
+        for p in range(PARTITIONS):
+            batch = build_batch([(None, value, [], now_ms)] * BATCH_ROWS)
+            inflight = []
+            for lo in range(0, per_part, BATCH_ROWS):
+                k = min(BATCH_ROWS, per_part - lo)
+                records = batch if k == BATCH_ROWS else build_batch(
+                    [(None, value, [], now_ms)] * k)
+                conn = cluster.conn(cluster.leader_address((topic, p)))
+                body = {"acks": 1, "timeout_ms": 30_000, "topics": [
+                    {"name": topic, "partitions": [{"partition": p, "records": records}]}]}
+                inflight.append((conn, conn.send(ApiKey.PRODUCE, body)))
+                if len(inflight) >= 16:
+                    _check_produce(*inflight.pop(0))
+            for conn, cid in inflight:
+                _check_produce(conn, cid)
+        got = cluster.list_offsets({(topic, p): -1 for p in range(PARTITIONS)})
+        if sum(got.values()) != per_part * PARTITIONS:
+            raise RuntimeError(f"topic {topic} holds {got}, expected {per_part} per partition")
+
+
+def _check_produce(conn: Any, cid: int) -> None:
+    resp = conn.receive(cid)
+    resp.raise_for_error()
+    for t in resp.body.get("topics", []):
+        for p in t.get("partitions", []):
+            if p.get("error"):
+                raise RuntimeError(f"produce failed: {p}")
+
+
+def _timed(spark: Any, fmt: str, options: dict[str, str]) -> float:
+    reader = spark.read.format(fmt)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    t0 = time.perf_counter()
+    reader.load().write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def _bootstrap(given: str | None) -> Iterator[str]:
+    if given:
+        yield given
+        return
+    from bench.cluster import cluster
+
+    with cluster(1) as bs:
+        yield bs
+
+
+def run(runs: int = 3, *, bootstrap: str | None = None, rows: int = ROWS) -> dict[str, Any]:
+    _spark_env()
+    from pyspark.sql import SparkSession
+
+    from spark_source import RafkaDataSource
+
+    with _bootstrap(bootstrap or os.environ.get("RAFKA_BENCH_BOOTSTRAP")) as bs:
+        topic = f"bench-spark-{uuid.uuid4().hex[:8]}"
+        t0 = time.perf_counter()
+        _fill_topic(bs, topic, rows)
+        print(f"   filled {topic}: {rows:,} rows in {time.perf_counter() - t0:.1f} s", flush=True)
+        spark = (SparkSession.builder.master("local[2]").appName("rafka-bench-spark")
+                 .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
+                 .getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            spark.dataSource.register(RafkaDataSource)
+            spark.dataSource.register(_ceiling_source())
+            rafka_opts = {"bootstrap.servers": bs, "subscribe": topic,
+                          "startingOffsets": "earliest"}
+            ceil_opts = {"rows": str(rows)}
+            _timed(spark, "rafka", rafka_opts)          # warm-up: workers, imports, page cache
+            _timed(spark, "rafka_ceiling", ceil_opts)
+            rafka_runs, ceil_runs = [], []
+            for _ in range(runs):                       # interleaved: same machine state
+                rafka_runs.append(rows / _timed(spark, "rafka", rafka_opts))
+                ceil_runs.append(rows / _timed(spark, "rafka_ceiling", ceil_opts))
+        finally:
+            spark.stop()
+    ratios = [r / c for r, c in zip(rafka_runs, ceil_runs, strict=True)]
+    result = {
+        "rafka_rows_per_s": {"median": statistics.median(rafka_runs), "unit": "rows/s",
+                             "runs": rafka_runs, "ratio_of": "ceiling_rows_per_s"},
+        "ceiling_rows_per_s": {"median": statistics.median(ceil_runs), "unit": "rows/s",
+                               "runs": ceil_runs},
+        "rafka_vs_ceiling": {"median": statistics.median(ratios), "unit": "ratio",
+                             "runs": ratios},
+    }
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.bench_spark")
+    ap.add_argument("--bootstrap", help="an existing cluster (default: start a 1-node one)")
+    ap.add_argument("--rows", type=int, default=ROWS)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args(argv)
+    res = run(args.runs, bootstrap=args.bootstrap, rows=args.rows)
+    r, c = res["rafka_rows_per_s"]["median"], res["ceiling_rows_per_s"]["median"]
+    print(f"rafka source -> noop : {r:>12,.0f} rows/s")
+    print(f"Python ceiling       : {c:>12,.0f} rows/s")
+    print(f"ratio                : {r / c:>12.2f}  (target >= 0.50)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
