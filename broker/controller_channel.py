@@ -1,0 +1,103 @@
+"""Requests from a broker to the controller quorum.
+
+Theory of operation
+-------------------
+``ControllerChannel.request(api_key, body)`` sends a request to the *active* controller and
+returns its response body. The active controller is not known in advance: the channel starts
+with the voter it last succeeded with (or the first voter), and
+
+* a ``NOT_CONTROLLER`` answer names the leader (``leader_id`` / ``leader_host`` /
+  ``leader_port``): go there next; with no hint, try the next voter;
+* a network error (connection refused, reset) drops that connection and tries the next voter;
+* between attempts it sleeps with capped exponential backoff; after ``max_attempts`` it gives
+  up with the last error (``NotControllerError`` / ``BrokerNotAvailableError``).
+
+``request_any(api_key, body)`` is the same without the leader requirement (any voter may answer,
+e.g. ``METADATA_FETCH``); it rotates on failure. Callers bound the total time with
+``trio.fail_after``/``move_on_after``; the channel bounds the attempts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError, error_for
+from client.connection import ConnectionPool, backoff_ms
+
+__all__ = ["ControllerChannel", "FORWARDED_KEY"]
+
+log = logging.getLogger("rafka.controller_channel")
+
+# Marks an admin request forwarded by a broker so that the receiving node hands it to its
+# controller instead of forwarding it again (extra body keys are ignored by the schema).
+FORWARDED_KEY = "_forwarded"
+
+
+class ControllerChannel:
+    def __init__(self, pool: ConnectionPool, voters: Sequence[tuple[int, str, int]],
+                 *, max_attempts: int = 40) -> None:
+        if not voters:
+            raise ValueError("no controller voters configured")
+        self.pool = pool
+        self.voters = list(voters)
+        self.max_attempts = max_attempts
+        self._next = 0
+        self._leader: tuple[str, int] | None = None
+
+    def _rotate(self) -> tuple[str, int]:
+        _vid, host, port = self.voters[self._next % len(self.voters)]
+        self._next += 1
+        return host, port
+
+    @property
+    def leader_hint(self) -> tuple[str, int] | None:
+        return self._leader
+
+    async def request(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+        """The active controller's answer to ``body`` (errors other than NOT_CONTROLLER are
+        returned in the body, not raised)."""
+        target = self._leader or self._rotate()
+        last: RafkaError = error_for(ErrorCode.NOT_CONTROLLER, "no active controller found")
+        for attempt in range(self.max_attempts):
+            try:
+                resp = await self.pool.request(target[0], target[1], api_key, body)
+            except RafkaError as exc:
+                last = exc
+                self.pool.discard(*target)
+                self._leader = None
+                target = self._rotate()
+            else:
+                out = resp.body
+                if out.get("error") != ErrorCode.NOT_CONTROLLER:
+                    self._leader = target
+                    return out
+                last = error_for(ErrorCode.NOT_CONTROLLER, out.get("message") or "")
+                self._leader = None
+                host, port = out.get("leader_host"), out.get("leader_port")
+                hinted = isinstance(host, str) and isinstance(port, int) and (host, port) != target
+                target = (host, port) if hinted else self._rotate()  # type: ignore[assignment]
+                if hinted:
+                    continue  # a fresh hint is worth trying at once
+            await trio.sleep(backoff_ms(attempt, 20, 500) / 1000)
+        raise last
+
+    async def request_any(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+        """Any voter's answer; rotates on network errors, bounded like ``request``."""
+        last: RafkaError = error_for(ErrorCode.BROKER_NOT_AVAILABLE, "no controller reachable")
+        target = self._leader or self._rotate()
+        for attempt in range(self.max_attempts):
+            try:
+                resp = await self.pool.request(target[0], target[1], api_key, body)
+                return resp.body
+            except RafkaError as exc:
+                last = exc
+                self.pool.discard(*target)
+                if self._leader == target:
+                    self._leader = None
+                target = self._rotate()
+            await trio.sleep(backoff_ms(attempt, 20, 500) / 1000)
+        raise last

@@ -1,0 +1,98 @@
+"""Request dispatch of a node: which code answers which api key.
+
+Theory of operation
+-------------------
+``NodeApi.dispatch(request)`` is the ``Dispatch`` the server calls. The rule, per api key:
+
+1. data plane and metadata (PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS,
+   DESCRIBE_CONFIGS) → this broker's handlers (``data``, ``metadata_api``), if it is a broker;
+2. admin and group APIs → forwarded to the active controller (``admin.forward``), unless the
+   body carries ``_forwarded`` and this node is a controller: then its controller answers;
+3. controller APIs (20–29) → this node's ``ControllerService.handlers`` if it is a controller;
+   a broker-only node answers ``NOT_CONTROLLER`` with the leader it last saw.
+
+Handlers are plain async functions of (request body, broker state); all I/O waits (long-poll,
+acks, forwarding) are awaited inside them and bounded by the request's own timeouts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from broker.controller_channel import FORWARDED_KEY, ControllerChannel
+from broker.errors import ErrorCode, error_for
+from broker.handlers import admin, data, metadata_api
+from broker.metadata_listener import MetadataPublisher
+from broker.protocol import ApiKey, Request
+from broker.replica_manager import ReplicaManager
+from broker.server import Reply
+
+__all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS"]
+
+ControllerHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+BROKER_APIS = frozenset({
+    ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS,
+    ApiKey.DESCRIBE_CONFIGS,
+})
+FORWARDED_APIS = frozenset({
+    ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
+    ApiKey.INIT_PRODUCER_ID, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH,
+    ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.ALTER_GROUP_OFFSETS,
+})
+
+
+class NodeApi:
+    def __init__(self, *, cluster_id: str, replica_manager: ReplicaManager | None,
+                 publisher: MetadataPublisher, channel: ControllerChannel | None,
+                 controller_handlers: Mapping[int, ControllerHandler] | None = None,
+                 topic_defaults: Mapping[str, Any] | None = None) -> None:
+        self.cluster_id = cluster_id
+        self.rm = replica_manager
+        self.publisher = publisher
+        self.channel = channel
+        self.controller = dict(controller_handlers or {})
+        self.topic_defaults = dict(topic_defaults or {})
+
+    def api_keys(self) -> list[int]:
+        keys = set(self.controller)
+        if self.rm is not None:
+            keys |= BROKER_APIS | FORWARDED_APIS
+        return sorted(int(k) for k in keys)
+
+    async def dispatch(self, req: Request) -> Reply | dict[str, Any] | None:
+        key, body = req.api_key, req.body
+        if key == ApiKey.API_VERSIONS:
+            return metadata_api.api_versions(self.api_keys())
+        if self.rm is not None and key in BROKER_APIS:
+            return await self._broker(key, body)
+        if key in self.controller and (key not in FORWARDED_APIS or body.get(FORWARDED_KEY)
+                                       or self.rm is None):
+            return await self.controller[key](body)
+        if key in FORWARDED_APIS and self.channel is not None and self.rm is not None:
+            return await admin.forward(self.channel, self.publisher, key, body)
+        if ApiKey.BROKER_REGISTRATION <= key < ApiKey.CONSUMER_GROUP_HEARTBEAT or key in FORWARDED_APIS:
+            hint = self.channel.leader_hint if self.channel is not None else None
+            return {"error": int(ErrorCode.NOT_CONTROLLER),
+                    "message": "this node is not a controller",
+                    "leader_id": -1,
+                    "leader_host": hint[0] if hint else None,
+                    "leader_port": hint[1] if hint else None}
+        raise error_for(ErrorCode.UNKNOWN_API, f"api {ApiKey(key).name} is not served by this node")
+
+    async def _broker(self, key: int, body: dict[str, Any]) -> Reply | dict[str, Any] | None:
+        assert self.rm is not None
+        image = self.publisher.image
+        if key == ApiKey.METADATA:
+            return metadata_api.metadata(body, image, self.cluster_id)
+        if key == ApiKey.DESCRIBE_CONFIGS:
+            return metadata_api.describe_configs(body, image, self.topic_defaults)
+        if key == ApiKey.PRODUCE:
+            return await data.produce(self.rm, body)
+        if key == ApiKey.FETCH:
+            return await data.fetch(self.rm, body)
+        if key == ApiKey.LIST_OFFSETS:
+            return data.list_offsets(self.rm, body)
+        raise error_for(ErrorCode.UNKNOWN_API, f"api {key} has no broker handler")

@@ -1,0 +1,75 @@
+"""Admin APIs on a broker: forward to the active controller, then wait for our own metadata.
+
+Theory of operation
+-------------------
+A broker does not decide anything about topics: CREATE_TOPICS, DELETE_TOPICS,
+CREATE_PARTITIONS, ALTER_CONFIGS, ELECT_LEADERS and INIT_PRODUCER_ID (and the group APIs) are
+forwarded through the ``ControllerChannel`` (which finds the active controller and follows
+``NOT_CONTROLLER`` hints, bounded) with ``_forwarded: true`` in the body, so the receiving node
+hands them to its controller role instead of forwarding again.
+
+For the APIs that change topics, the broker then waits — bounded by the request's
+``timeout_ms`` — until its *own* metadata image has caught up with the controller: the offset
+the controller reports in ``metadata_offset`` when it does, else the active controller's
+committed offset fetched right after the answer (a ``METADATA_FETCH`` with ``max_wait_ms=0``).
+So a client that created a topic through this broker can produce to it at once (its leader may
+be another broker that is a few milliseconds behind; that is the retriable
+``UNKNOWN_TOPIC_OR_PARTITION`` every Kafka client handles).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from broker.controller_channel import FORWARDED_KEY, ControllerChannel
+from broker.errors import ErrorCode, RafkaError
+from broker.metadata_listener import MetadataPublisher
+from broker.protocol import ApiKey
+
+__all__ = ["forward", "WAIT_FOR_METADATA"]
+
+log = logging.getLogger("rafka.admin")
+
+WAIT_FOR_METADATA = frozenset({
+    ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
+    ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
+})
+_DEFAULT_TIMEOUT_MS = 30_000
+
+
+async def forward(channel: ControllerChannel, publisher: MetadataPublisher, api_key: int,
+                  body: Mapping[str, Any], *, timeout_ms: int | None = None) -> dict[str, Any]:
+    """The active controller's answer to ``body``; waits for local metadata where it matters."""
+    limit_ms = body.get("timeout_ms") if isinstance(body.get("timeout_ms"), int) else None
+    limit_ms = limit_ms if limit_ms and limit_ms > 0 else (timeout_ms or _DEFAULT_TIMEOUT_MS)
+    deadline = trio.current_time() + limit_ms / 1000
+    with trio.move_on_at(deadline):
+        try:
+            answer = await channel.request(api_key, {**body, FORWARDED_KEY: True})
+        except RafkaError as exc:
+            return {"error": int(exc.code), "message": f"forwarding to the controller: {exc.message}"}
+        if api_key in WAIT_FOR_METADATA and not answer.get("error"):
+            await _wait_for_metadata(channel, publisher, answer)
+        return answer
+    return {"error": int(ErrorCode.REQUEST_TIMED_OUT),
+            "message": f"the controller did not answer within {limit_ms} ms"}
+
+
+async def _wait_for_metadata(channel: ControllerChannel, publisher: MetadataPublisher,
+                             answer: Mapping[str, Any]) -> None:
+    offset = answer.get("metadata_offset")
+    if not isinstance(offset, int):
+        try:
+            probe = await channel.request(ApiKey.METADATA_FETCH, {
+                "node_id": publisher.broker_id, "from_offset": 2**62, "max_records": 1,
+                "max_wait_ms": 0})
+            offset = probe.get("committed_offset")
+        except RafkaError as exc:
+            log.info("cannot learn the controller's committed offset: %s", exc)
+            return
+    if isinstance(offset, int) and offset >= 0:
+        await publisher.wait_for_offset(offset)

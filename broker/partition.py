@@ -1,0 +1,229 @@
+"""One partition replica on this broker: its log, its role, its high watermark, its waiters.
+
+Theory of operation
+-------------------
+A ``Partition`` wraps a ``log.PartitionLog`` and the registration this broker last applied from
+the metadata image (leader, leader epoch, partition epoch, replicas, ISR).
+
+* As **leader** it owns a ``broker.replication.state.LeaderState`` (the replication engineer's
+  pure state machine) fed with the log end offset after each append and with follower fetch
+  positions; the state computes the replicated high watermark. Durability is layered on top:
+  with flush policy ``batch`` a record is exposed only once fsynced, so the partition's high
+  watermark is ``min(state.high_watermark, durable_end)`` where ``durable_end`` is the log end
+  offset the last group-commit flush covered (for other policies ``durable_end`` is the log end
+  offset at once). Both terms never decrease within a leader epoch, so neither does the HW.
+  With a single replica the HW is simply the durable log end offset.
+* As **follower** it serves nobody; the replica fetcher (``broker/replication``) appends with
+  ``append_as_follower`` and sets the HW the leader reports.
+
+Waiting is event driven: ``changed`` is a ``trio.Event`` replaced on every change of the log end
+offset, durable end or HW; long-poll fetches and ``acks`` waits sleep on it, never poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import trio
+
+from broker.errors import ErrorCode, error_for
+from broker.events import EventLog
+from broker.replication.state import (
+    HighWatermarkAdvanced,
+    IsrChanged,
+    LeaderState,
+    validate_leader_epoch,
+)
+from log.partition_log import AppendInfo, FetchSlice, PartitionLog
+from metadata.image import PartitionRegistration
+
+__all__ = ["Partition"]
+
+log = logging.getLogger("rafka.partition")
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class Partition:
+    def __init__(self, topic: str, partition: int, plog: PartitionLog, broker_id: int,
+                 events: EventLog, *, fsync_acks: bool, min_insync_replicas: int = 1,
+                 replica_lag_time_max_ms: int = 30_000) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.log = plog
+        self.broker_id = broker_id
+        self.events = events
+        self.fsync_acks = fsync_acks  # flush policy "batch": expose only fsynced records
+        self.min_insync_replicas = min_insync_replicas
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.registration: PartitionRegistration | None = None
+        self.leader_state: LeaderState | None = None
+        self.durable_end = plog.recovery_point if fsync_acks else plog.log_end_offset
+        self.high_watermark = min(self.durable_end, plog.log_end_offset)
+        self.follower_hw = 0
+        self.changed = trio.Event()
+        self.pending_flush = False
+        self.pending_alter: Any = None  # an AlterPartitionRequest for the replication glue
+        self.deleted = False
+
+    # -- role ---------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_state is not None
+
+    @property
+    def leader_id(self) -> int:
+        return -1 if self.registration is None else self.registration.leader
+
+    @property
+    def leader_epoch(self) -> int:
+        return -1 if self.registration is None else self.registration.leader_epoch
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}/{self.partition}"
+
+    def apply_registration(self, reg: PartitionRegistration) -> None:
+        """Become leader or follower as ``reg`` says (idempotent for the same epochs)."""
+        old = self.registration
+        self.registration = reg
+        self.events.partition(self.topic, self.partition, reg.leader, reg.leader_epoch,
+                              reg.partition_epoch, list(reg.replicas), list(reg.isr))
+        if reg.leader == self.broker_id:
+            st = self.leader_state
+            if st is not None and st.leader_epoch == reg.leader_epoch:
+                self._apply_effects(st.on_metadata_registration(reg))
+            else:
+                self._become_leader(reg)
+        else:
+            if old is None or old.leader == self.broker_id or old.leader_epoch != reg.leader_epoch:
+                log.info("%s: follower of %d in epoch %d", self.name, reg.leader, reg.leader_epoch)
+            self.leader_state = None
+        self.notify()
+
+    def _become_leader(self, reg: PartitionRegistration) -> None:
+        leo = self.log.log_end_offset
+        self.log.epochs.assign(reg.leader_epoch, leo)
+        hw = min(self.high_watermark, leo)
+        self.leader_state = LeaderState(
+            partition=(self.topic, self.partition), leader_id=self.broker_id,
+            leader_epoch=reg.leader_epoch, partition_epoch=reg.partition_epoch,
+            replicas=reg.replicas, isr=reg.isr, log_end_offset=leo, high_watermark=hw,
+            min_insync_replicas=self.min_insync_replicas,
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms, now_ms=_now_ms())
+        log.info("%s: leader in epoch %d at log end offset %d", self.name, reg.leader_epoch, leo)
+        self._apply_effects(self.leader_state.on_append(leo))
+        self._update_hw()
+
+    def check_leader(self, current_leader_epoch: int | None = None) -> LeaderState:
+        st = self.leader_state
+        if st is None:
+            raise error_for(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                            f"broker {self.broker_id} is not the leader of {self.name} "
+                            f"(leader is {self.leader_id})", leader_id=self.leader_id)
+        code = validate_leader_epoch(current_leader_epoch, st.leader_epoch)
+        if code:
+            raise error_for(code, f"{self.name}: request epoch {current_leader_epoch}, "
+                                  f"leader epoch {st.leader_epoch}")
+        return st
+
+    # -- appends and durability ---------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes, acks: int) -> AppendInfo:
+        st = self.check_leader()
+        code = st.check_produce(acks)
+        if code:
+            raise error_for(code, f"{self.name}: ISR {list(st.isr)} is smaller than "
+                                  f"min.insync.replicas={self.min_insync_replicas}")
+        info = self.log.append(records, st.leader_epoch)
+        if not info.duplicate:
+            self.after_append()
+        return info
+
+    def after_append(self) -> None:
+        leo = self.log.log_end_offset
+        if not self.fsync_acks:
+            self.durable_end = leo
+        if self.leader_state is not None:
+            self._apply_effects(self.leader_state.on_append(leo))
+        self.pending_flush = True
+        self._update_hw()
+        self.notify()
+
+    def on_flushed(self, end_offset: int) -> None:
+        if end_offset > self.durable_end:
+            self.durable_end = end_offset
+            self._update_hw()
+            self.notify()
+
+    def _apply_effects(self, effects: list[Any]) -> None:
+        for eff in effects:
+            if isinstance(eff, HighWatermarkAdvanced | IsrChanged):
+                continue  # _update_hw / notify below cover both
+            self.pending_alter = eff  # AlterPartitionRequest: sent by the replication glue
+
+    def _update_hw(self) -> None:
+        st = self.leader_state
+        if st is None:
+            new = self.follower_hw
+        else:
+            new = min(st.high_watermark, self.durable_end)
+        new = min(new, self.log.log_end_offset)
+        if new > self.high_watermark or (st is None and new != self.high_watermark):
+            self.high_watermark = new
+            self.events.hw(self.topic, self.partition, new, self.leader_epoch)
+
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, broker_epoch: int = -1) -> None:
+        st = self.leader_state
+        if st is None or replica_id not in st.followers:
+            return
+        self._apply_effects(st.on_follower_fetch(replica_id, min(fetch_offset, st.log_end_offset),
+                                                 _now_ms(), broker_epoch=broker_epoch))
+        before = self.high_watermark
+        self._update_hw()
+        if self.high_watermark != before:
+            self.notify()
+
+    def produce_outcome(self, last_offset: int, acks: int) -> ErrorCode | None:
+        """None while an appended produce must still wait; else its final error code."""
+        if acks == 0:
+            return ErrorCode.NONE
+        if self.deleted:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        st = self.leader_state
+        if acks == 1:
+            return ErrorCode.NONE if last_offset < self.durable_end else None
+        if st is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if last_offset >= self.durable_end:
+            return None
+        if last_offset < self.high_watermark:
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND if st.under_min_isr else ErrorCode.NONE
+        return st.produce_outcome(last_offset)
+
+    async def wait_produce(self, last_offset: int, acks: int) -> ErrorCode:
+        while True:
+            out = self.produce_outcome(last_offset, acks)
+            if out is not None:
+                return out
+            await self.changed.wait()
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def read(self, fetch_offset: int, max_bytes: int, *, consumer: bool) -> FetchSlice | None:
+        limit = self.high_watermark if consumer else self.log.log_end_offset
+        return self.log.read(fetch_offset, max_bytes, limit)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def statistics(self) -> dict[str, Any]:
+        return {"leader": self.is_leader, "leader_epoch": self.leader_epoch,
+                "high_watermark": self.high_watermark, "durable_end": self.durable_end,
+                **self.log.statistics()}

@@ -1,0 +1,239 @@
+"""ReplicaManager: the partitions this broker hosts, their durability and their housekeeping.
+
+Theory of operation
+-------------------
+The manager is a metadata subscriber. ``on_metadata(image, changes)`` runs before each new
+image becomes current and reacts only to ``changes`` (``delta.topics.local_changes``): deletes
+first (close the log, remove its directory — a topic deleted and re-created in one delta shows
+up in both), then partitions it now leads or follows (open or create the log in
+``DATA_DIR/<topic>-<partition>`` with the topic's effective ``LogConfig``, then apply the
+registration). The partition table is a plain dict owned by the trio thread.
+
+Durability (``log.flush.policy``):
+
+* ``batch`` (default) — group commit: every append marks its partition dirty and pokes the
+  flusher; the flusher takes *all* dirty partitions, fsyncs them in one worker thread and then
+  advances each one's durable end. Appends that arrive during a flush ride the next one, so a
+  busy broker does one fsync per partition per flush round, not per request. ``acks >= 1``
+  answers wait for the durable end (``Partition.produce_outcome``).
+* ``messages`` / ``interval`` — fsync when ``flush.messages`` records are unflushed / every
+  ``flush.ms``; answers do not wait for it.
+* ``none`` — the OS decides.
+
+Housekeeping runs in the same nursery, bounded and periodic: retention
+(``log.retention.check.interval.ms``) and compaction of compacted topics
+(``log.cleaner.backoff.ms``). A ``PartitionLog`` belongs to the trio thread (only ``flush`` may
+run in a worker thread), so both run on the trio thread, one partition at a time with a
+checkpoint in between.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from broker.config import effective_topic_config
+from broker.errors import ErrorCode, error_for
+from broker.events import EventLog
+from broker.partition import Partition
+from log.compaction import compact
+from log.errors import LogError
+from log.partition_log import PartitionLog
+from metadata.delta import LocalChanges
+from metadata.image import MetadataImage, PartitionRegistration, TopicPartition
+
+__all__ = ["ReplicaManager", "partition_dir_name"]
+
+log = logging.getLogger("rafka.replica_manager")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, data_dir: Path, settings: dict[str, Any],
+                 topic_defaults: dict[str, Any], events: EventLog) -> None:
+        self.broker_id = broker_id
+        self.data_dir = data_dir
+        self.settings = settings
+        self.topic_defaults = topic_defaults
+        self.events = events
+        self.flush_policy: str = settings.get("log.flush.policy", "batch")
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.image = MetadataImage.EMPTY
+        self._dirty = trio.Event()
+        self._unflushed_messages = 0
+        self.flush_rounds = 0
+
+    # -- lookup -------------------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> Partition:
+        """The local partition, or the wire error a client should see."""
+        p = self.partitions.get(TopicPartition(topic, partition))
+        if p is not None:
+            return p
+        reg = self.image.topics.partition(topic, partition)
+        if reg is None:
+            raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            f"unknown topic or partition {topic}/{partition}")
+        raise error_for(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                        f"broker {self.broker_id} does not host {topic}/{partition} "
+                        f"(leader is {reg.leader})", leader_id=reg.leader)
+
+    def get_leader(self, topic: str, partition: int, current_leader_epoch: int | None = None) -> Partition:
+        p = self.get(topic, partition)
+        p.check_leader(current_leader_epoch)
+        return p
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    async def on_metadata(self, image: MetadataImage, changes: LocalChanges) -> None:
+        self.image = image
+        for tp in sorted(changes.deletes):
+            self._delete(tp)
+        for tp, reg in sorted({**changes.followers, **changes.leaders}.items()):
+            try:
+                self._apply(image, tp, reg)
+            except LogError as exc:
+                log.error("cannot open %s/%d: %s", tp.topic, tp.partition, exc)
+            await trio.lowlevel.checkpoint()
+
+    def _apply(self, image: MetadataImage, tp: TopicPartition, reg: PartitionRegistration) -> None:
+        p = self.partitions.get(tp)
+        if p is None:
+            topic = image.topics.by_name.get(tp.topic)
+            cfg = effective_topic_config(topic, self.topic_defaults)
+            directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
+            plog = PartitionLog.open(directory, cfg)
+            p = Partition(tp.topic, tp.partition, plog, self.broker_id, self.events,
+                          fsync_acks=self.flush_policy == "batch",
+                          min_insync_replicas=cfg.min_insync_replicas,
+                          replica_lag_time_max_ms=self.settings.get("replica.lag.time.max.ms", 30_000))
+            self.partitions[tp] = p
+        p.apply_registration(reg)
+
+    def _delete(self, tp: TopicPartition) -> None:
+        p = self.partitions.pop(tp, None)
+        directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
+        if p is not None:
+            p.deleted = True
+            p.notify()
+            try:
+                p.log.close()
+            except LogError as exc:
+                log.warning("closing deleted %s: %s", p.name, exc)
+        if directory.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+        self.events.emit("delete-partition", tp=f"{tp.topic}/{tp.partition}")
+        log.info("deleted partition %s/%d", tp.topic, tp.partition)
+
+    # -- appends ------------------------------------------------------------------------------
+
+    def append(self, p: Partition, records: bytes, acks: int) -> Any:
+        """Leader append (raises log / wire errors); pokes the flusher."""
+        info = p.append_as_leader(records, acks)
+        if not info.duplicate:
+            self.appended(p, info.last_offset - info.base_offset + 1)
+        return info
+
+    def appended(self, p: Partition, records: int) -> None:
+        self._unflushed_messages += records
+        if self.flush_policy == "batch" or (
+            self.flush_policy == "messages"
+            and self._unflushed_messages >= self.settings.get("log.flush.interval.messages", 10_000)
+        ):
+            self._dirty.set()
+
+    # -- background tasks ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flusher)
+            if self.flush_policy == "interval":
+                nursery.start_soon(self._interval_flusher)
+            nursery.start_soon(self._retention_loop)
+            nursery.start_soon(self._cleaner_loop)
+            task_status.started()
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty = trio.Event()
+            await self.flush_dirty()
+
+    async def _interval_flusher(self) -> None:
+        while True:
+            await trio.sleep(self.settings.get("log.flush.interval.ms", 1000) / 1000)
+            await self.flush_dirty()
+
+    async def flush_dirty(self) -> None:
+        """One group-commit round: fsync every partition appended to since the last round."""
+        work = [p for p in self.partitions.values() if p.pending_flush]
+        if not work:
+            return
+        self._unflushed_messages = 0
+        for p in work:
+            p.pending_flush = False
+        self.flush_rounds += 1
+        results = await trio.to_thread.run_sync(_flush_all, work)
+        for p, res in zip(work, results, strict=True):
+            if isinstance(res, BaseException):
+                log.error("flush of %s failed: %s", p.name, res)
+                continue
+            p.on_flushed(res)
+
+    async def _retention_loop(self) -> None:
+        interval = self.settings.get("log.retention.check.interval.ms", 300_000) / 1000
+        while True:
+            await trio.sleep(interval)
+            for p in list(self.partitions.values()):
+                if p.deleted:
+                    continue
+                try:
+                    p.log.enforce_retention()
+                except LogError as exc:
+                    log.warning("retention of %s: %s", p.name, exc)
+                await trio.lowlevel.checkpoint()
+
+    async def _cleaner_loop(self) -> None:
+        interval = self.settings.get("log.cleaner.backoff.ms", 15_000) / 1000
+        while True:
+            await trio.sleep(interval)
+            for p in list(self.partitions.values()):
+                if p.deleted or not p.log.config.compact:
+                    continue
+                try:
+                    compact(p.log)
+                except LogError as exc:
+                    log.warning("compaction of %s: %s", p.name, exc)
+                await trio.lowlevel.checkpoint()
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every log cleanly (flush + clean-shutdown marker)."""
+        for p in list(self.partitions.values()):
+            try:
+                p.log.close()
+            except LogError as exc:
+                log.error("closing %s: %s", p.name, exc)
+        self.partitions.clear()
+
+    def leader_partitions(self) -> Iterable[Partition]:
+        return (p for p in self.partitions.values() if p.is_leader)
+
+
+def _flush_all(parts: list[Partition]) -> list[int | BaseException]:
+    out: list[int | BaseException] = []
+    for p in parts:
+        try:
+            out.append(p.log.flush())
+        except Exception as exc:  # reported per partition by the caller
+            out.append(exc)
+    return out

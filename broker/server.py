@@ -1,0 +1,298 @@
+"""The trio TCP server: frames in, dispatch, responses out (in any order).
+
+Theory of operation
+-------------------
+``Server.serve`` binds the listener and calls ``task_status.started(port)``; each accepted
+connection runs in its own nursery (``_Connection.run``):
+
+* one reader loop feeds the sans-I/O ``FrameDecoder`` and starts one task per request in the
+  connection's nursery, at most ``max_in_flight`` at a time (an excess request is answered at
+  once with ``TOO_MANY_IN_FLIGHT``);
+* a request task calls ``dispatch(request)`` and writes the ``Reply`` under the connection's
+  send lock, so responses leave in completion order, never interleaved;
+* a reply is a msgpack head plus optional raw parts: ``bytes`` or a ``FileSlice`` (an owned
+  duplicate of a segment's fd + position + length), which is written with ``os.sendfile``
+  from the page cache straight to the non-blocking socket (``wait_writable`` when it would
+  block); streams that are not sockets fall back to ``os.pread`` + ``send_all``.
+
+Limits: more than ``max_connections`` open connections → the new one gets a
+``TOO_MANY_CONNECTIONS`` response (correlation id −1) and is closed; a frame longer than
+``max_frame_bytes`` → ``FRAME_TOO_LARGE`` (−1) and close; a payload that is not a request, an
+unknown api or a body that fails its schema → an error response carrying the correlation id
+when ``peek_correlation_id`` can read it (the framing is intact, so the connection stays open).
+Any exception escaping a handler is logged and answered as ``UNKNOWN_SERVER_ERROR`` with its
+message: a bad request never takes the broker down. A ``FileSlice`` that comes up short (the
+segment was truncated under us) cannot be patched in a frame whose length is already on the
+wire, so that connection is closed and the client retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError
+from broker.protocol import (
+    DEFAULT_MAX_FRAME_BYTES,
+    NEED_DATA,
+    FrameDecoder,
+    FrameTooLargeError,
+    Request,
+    decode_request,
+    encode_response_head,
+    peek_correlation_id,
+)
+
+__all__ = ["FileSlice", "Reply", "Dispatch", "ServerLimits", "ServerStats", "Server", "error_body"]
+
+log = logging.getLogger("rafka.server")
+
+_READ_CHUNK = 256 * 1024
+_SENDFILE_CHUNK = 4 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class FileSlice:
+    """``length`` bytes at ``position`` of ``fd``; the server owns ``fd`` and closes it.
+    Any object with ``fd``, ``position``, ``length`` and ``close()`` will do
+    (``log.partition_log.FetchSlice`` is one)."""
+
+    fd: int
+    position: int
+    length: int
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+
+RawPart = bytes | bytearray | memoryview | FileSlice
+_BYTES = (bytes, bytearray, memoryview)
+
+
+@dataclass(slots=True)
+class Reply:
+    """A response body plus the raw bytes that follow it on the wire (fetch)."""
+
+    body: dict[str, Any]
+    raw: Sequence[RawPart] = ()
+
+    @property
+    def raw_len(self) -> int:
+        return sum(len(p) if isinstance(p, _BYTES) else p.length for p in self.raw)
+
+    def close(self) -> None:
+        for p in self.raw:
+            if not isinstance(p, _BYTES):
+                with contextlib.suppress(OSError):
+                    p.close()
+
+
+# A handler returns a Reply, a bare body, or None (no response: produce with acks=0).
+Dispatch = Callable[[Request], Awaitable[Reply | dict[str, Any] | None]]
+
+
+def error_body(code: int | ErrorCode, message: str = "") -> dict[str, Any]:
+    return {"error": int(code), "message": message or ErrorCode(code).name}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    max_connections: int = 1000
+    max_in_flight: int = 64
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+
+
+@dataclass(slots=True)
+class ServerStats:
+    connections_open: int = 0
+    connections_accepted: int = 0
+    connections_refused: int = 0
+    requests: int = 0
+    request_errors: int = 0
+    handler_crashes: int = 0
+    bytes_sendfile: int = 0
+
+
+class _ShortFileError(Exception):
+    pass
+
+
+@dataclass
+class Server:
+    """One listener serving ``dispatch``. ``await nursery.start(server.serve)`` → bound port."""
+
+    dispatch: Dispatch
+    host: str = "127.0.0.1"
+    port: int = 0
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    stats: ServerStats = field(default_factory=ServerStats)
+
+    def statistics(self) -> ServerStats:
+        return self.stats
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host, backlog=512)
+        port = listeners[0].socket.getsockname()[1]
+        log.info("listening on %s:%d", self.host, port)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._handle, listeners)
+            task_status.started(port)
+
+    async def _handle(self, stream: trio.abc.Stream) -> None:
+        self.stats.connections_accepted += 1
+        try:
+            if self.stats.connections_open >= self.limits.max_connections:
+                self.stats.connections_refused += 1
+                msg = f"connection limit of {self.limits.max_connections} reached"
+                with trio.move_on_after(1):
+                    await stream.send_all(encode_response_head(-1, error_body(ErrorCode.TOO_MANY_CONNECTIONS, msg)))
+                return
+            self.stats.connections_open += 1
+            try:
+                await _Connection(self, stream).run()
+            finally:
+                self.stats.connections_open -= 1
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                await trio.aclose_forcefully(stream)
+
+
+class _Connection:
+    def __init__(self, server: Server, stream: trio.abc.Stream) -> None:
+        self.server = server
+        self.stream = stream
+        self.decoder = FrameDecoder(server.limits.max_frame_bytes)
+        self.send_lock = trio.Lock()
+        self.in_flight = 0
+        self.nursery: trio.Nursery | None = None
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            try:
+                await self._read_loop(nursery)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _read_loop(self, nursery: trio.Nursery) -> None:
+        while True:
+            data = await self.stream.receive_some(_READ_CHUNK)
+            if not data:
+                return
+            self.decoder.receive_data(data)
+            while True:
+                try:
+                    payload = self.decoder.next_frame()
+                except FrameTooLargeError as exc:
+                    await self._send_error(-1, ErrorCode.FRAME_TOO_LARGE, exc.message)
+                    return
+                if payload is NEED_DATA:
+                    break
+                await self._on_frame(payload, nursery)  # type: ignore[arg-type]
+
+    async def _on_frame(self, payload: bytes, nursery: trio.Nursery) -> None:
+        stats = self.server.stats
+        stats.requests += 1
+        try:
+            req = decode_request(payload)
+        except RafkaError as exc:
+            stats.request_errors += 1
+            await self._send_error(peek_correlation_id(payload), exc.code, exc.message)
+            return
+        if self.in_flight >= self.server.limits.max_in_flight:
+            stats.request_errors += 1
+            msg = f"more than {self.server.limits.max_in_flight} requests in flight on this connection"
+            await self._send_error(req.correlation_id, ErrorCode.TOO_MANY_IN_FLIGHT, msg)
+            return
+        self.in_flight += 1
+        nursery.start_soon(self._run_request, req)
+
+    async def _run_request(self, req: Request) -> None:
+        try:
+            reply = await self._call(req)
+            if reply is not None:
+                await self._send_reply(req.correlation_id, reply)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, _ShortFileError) as exc:
+            log.debug("connection closed while answering %d: %r", req.correlation_id, exc)
+            self._close()
+        except Exception:  # a reply we cannot encode: drop this connection, not the broker
+            self.server.stats.handler_crashes += 1
+            log.exception("cannot send the reply to correlation id %d", req.correlation_id)
+            self._close()
+        finally:
+            self.in_flight -= 1
+
+    def _close(self) -> None:
+        if self.nursery is not None:
+            self.nursery.cancel_scope.cancel()
+
+    async def _call(self, req: Request) -> Reply | None:
+        try:
+            out = await self.server.dispatch(req)
+        except RafkaError as exc:
+            self.server.stats.request_errors += 1
+            return Reply(error_body(exc.code, exc.message))
+        except Exception as exc:  # a bug in a handler must not take the broker down
+            self.server.stats.handler_crashes += 1
+            log.exception("handler for api %d (correlation id %d) failed", req.api_key, req.correlation_id)
+            return Reply(error_body(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
+        if out is None:
+            return None
+        return out if isinstance(out, Reply) else Reply(out)
+
+    async def _send_error(self, cid: int, code: int, message: str) -> None:
+        await self._send_reply(cid, Reply(error_body(code, message)))
+
+    async def _send_reply(self, cid: int, reply: Reply) -> None:
+        try:
+            head = encode_response_head(cid, reply.body, reply.raw_len)
+            async with self.send_lock:
+                await self.stream.send_all(head)
+                for part in reply.raw:
+                    if not isinstance(part, _BYTES):
+                        await self._send_file(part)
+                    elif part:
+                        await self.stream.send_all(part)
+        finally:
+            reply.close()
+
+    async def _send_file(self, part: Any) -> None:
+        sock = getattr(self.stream, "socket", None)
+        if sock is None:
+            await self._send_file_copy(part)
+            return
+        out_fd = sock.fileno()
+        offset, remaining = part.position, part.length
+        while remaining > 0:
+            try:
+                n = os.sendfile(out_fd, part.fd, offset, min(remaining, _SENDFILE_CHUNK))
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(sock)
+                continue
+            if n == 0:
+                raise _ShortFileError(f"segment ended {remaining} bytes early")
+            offset += n
+            remaining -= n
+            self.server.stats.bytes_sendfile += n
+        await trio.lowlevel.checkpoint()
+
+    async def _send_file_copy(self, part: Any) -> None:
+        offset, remaining = part.position, part.length
+        while remaining > 0:
+            chunk = os.pread(part.fd, min(remaining, _SENDFILE_CHUNK), offset)
+            if not chunk:
+                raise _ShortFileError(f"segment ended {remaining} bytes early")
+            await self.stream.send_all(chunk)
+            offset += len(chunk)
+            remaining -= len(chunk)
