@@ -1,8 +1,9 @@
 """Sparse offset index and time index of one segment.
 
 Theory of operation: both indexes live in memory as ``array('q')`` columns (absolute values)
-and are persisted as files only when the segment stops changing — on roll, close and after
-compaction — written to a temp file and renamed into place.  They are pure accelerators: every
+and are persisted as files only when the segment stops changing — by the first ``flush`` after
+a roll (in the flusher's thread, fsynced), on close and after compaction — written to a temp
+file and renamed into place.  The active segment's indexes exist only in memory until close.  They are pure accelerators: every
 entry can be recomputed from the ``.log`` file (``Segment.rebuild_indexes``), and ``load``
 refuses (returns False) a file that is not sane for the segment's current size, which makes the
 caller rebuild.  Recovery rebuilds the indexes of every segment it validates, so an index file
