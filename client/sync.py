@@ -123,15 +123,16 @@ class Producer(_Facade[AsyncProducer]):
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", **options: Any) -> None:
         self._async = AsyncProducer(bootstrap_servers, **options)
         self._loop = _LoopThread(self._async, "rafka-producer")
-        self._known: set[str] = set()
+        # The hot path, bound once: ``send`` costs one call into the accumulator.
+        self.send = self._async.send_threadsafe  # type: ignore[method-assign]
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
              headers: Headers = None, partition: int | None = None,
              timestamp_ms: int | None = None) -> FutureRecordMetadata:
-        """Queue a record; returns a ``concurrent.futures.Future`` of ``RecordMetadata``."""
-        if topic not in self._known:
-            self._loop.run(self._async.wait_for_topic, topic)
-            self._known.add(topic)
+        """Queue a record; returns a ``concurrent.futures.Future`` of ``RecordMetadata``.
+
+        (Replaced per instance by ``AsyncProducer.send_threadsafe``; this is its signature.)
+        """
         return self._async.send_threadsafe(topic, value, key, headers, partition, timestamp_ms)
 
     def flush(self, timeout: float | None = None) -> None:
@@ -162,17 +163,21 @@ class Consumer(_Facade[AsyncConsumer]):
         return self._loop.run(self._async.poll, timeout_ms, max_records)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        return self
-
-    def __next__(self) -> ConsumerRecord:
-        if self._pos >= len(self._buf):
+        """Records one by one, fetched in chunks (one thread hop per chunk); stops after
+        ``consumer_timeout_ms`` without records (never, by default). Breaking out and iterating
+        again resumes where it stopped."""
+        while True:
+            buf = self._buf
+            pos = self._pos
+            while pos < len(buf):
+                rec = buf[pos]
+                pos += 1
+                self._pos = pos
+                yield rec
             self._buf = self._loop.run(_next_chunk, self._async)
             self._pos = 0
             if not self._buf:
-                raise StopIteration
-        rec = self._buf[self._pos]
-        self._pos += 1
-        return rec
+                return
 
     def _drop_chunk(self) -> None:
         """Records taken by the iterator but not yet yielded go back (seek/pause semantics)."""

@@ -97,6 +97,9 @@ class RecordAccumulator:
         self._sticky: dict[str, int] = {}
         self.used = 0
         self.incomplete: set[BatchResult] = set()
+        # True while the sender sleeps and wants a wakeup: at most one wakeup per sleep, since
+        # each costs a thread hop (and a GIL hand-off) when the caller is the sync facade.
+        self.wake_armed = False
 
     # ------------------------------------------------------------------ hot path
 
@@ -129,7 +132,8 @@ class RecordAccumulator:
                 if self._sticky.get(topic) == partition:
                     del self._sticky[topic]
                 wake = True
-        if wake:
+        if wake and self.wake_armed:
+            self.wake_armed = False
             self._wakeup()
         return FutureRecordMetadata(batch.result, index, timestamp_ms)
 
@@ -158,6 +162,9 @@ class RecordAccumulator:
             if not self._open:
                 return None
             return min(b.created for b in self._open.values()) + self.linger_s
+
+    def has_closed(self) -> bool:
+        return bool(self._closed)
 
     def has_unsent(self) -> bool:
         with self._lock:

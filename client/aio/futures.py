@@ -102,6 +102,9 @@ class BatchResult:
 class FutureRecordMetadata(cf.Future):  # type: ignore[type-arg]
     """A ``concurrent.futures.Future`` of ``RecordMetadata``, settled by its batch."""
 
+    # Slots keep the instance ``__dict__`` unallocated until the future materializes.
+    __slots__ = ("_batch", "_index", "_ts")
+
     def __init__(self, batch: BatchResult, index: int, timestamp_ms: int) -> None:
         # Deliberately no Future.__init__ here: see the module docstring.
         self._batch = batch
@@ -117,7 +120,7 @@ class FutureRecordMetadata(cf.Future):  # type: ignore[type-arg]
         raise AttributeError(name)
 
     def _materialize(self) -> None:
-        if "_condition" in self.__dict__:
+        if self._materialized():
             return
         cf.Future.__init__(self)
         if not self._batch.attach(self):
@@ -131,7 +134,11 @@ class FutureRecordMetadata(cf.Future):  # type: ignore[type-arg]
             cf.Future.set_result(self, self._metadata())
 
     def _materialized(self) -> bool:
-        return "_condition" in self.__dict__
+        try:
+            object.__getattribute__(self, "_condition")
+        except AttributeError:
+            return False
+        return True
 
     def _metadata(self) -> RecordMetadata:
         b = self._batch

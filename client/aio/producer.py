@@ -67,6 +67,7 @@ __all__ = ["AsyncProducer"]
 
 Acks = Literal[0, 1, -1, "all"]
 Headers = Sequence[tuple[str, bytes]] | None
+_NO_HEADERS: Any = ()  # shared: a record without headers allocates nothing for them
 
 
 class AsyncProducer:
@@ -133,6 +134,7 @@ class AsyncProducer:
         self._token: trio.lowlevel.TrioToken | None = None
         self._loop_thread = 0
         self._fatal: BaseException | None = None
+        self._max_record_size = min(max_request_size, buffer_memory)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -202,10 +204,10 @@ class AsyncProducer:
         n = self._core.metadata.num_partitions(topic)
         if n is None:
             n = await self._core.wait_for_topic(topic, self.max_block_ms)
-        hdrs = list(headers) if headers else []
+        hdrs = list(headers) if headers else _NO_HEADERS
         size = record_size(key, value, hdrs)
         self._check_size(size)
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         p = self._choose(topic, key, partition, n)
         fut = acc.append(topic, p, key, value, hdrs, ts, size, n)
         if fut is None:
@@ -219,49 +221,75 @@ class AsyncProducer:
                 )
         return fut
 
-    def send_nowait(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                    headers: Headers = None, partition: int | None = None,
-                    timestamp_ms: int | None = None) -> FutureRecordMetadata:
-        """Non-blocking ``send``: raises ``BufferExhaustedError`` at once when the buffer is
-        full, ``KafkaTimeoutError`` when the topic's metadata is not cached yet."""
-        return self._append(topic, value, key, headers, partition, timestamp_ms, block_s=0.0)
-
     def send_threadsafe(self, topic: str, value: bytes | None = None, key: bytes | None = None,
                         headers: Headers = None, partition: int | None = None,
                         timestamp_ms: int | None = None) -> FutureRecordMetadata:
-        """``send`` from a thread other than the loop's (the sync facade). The topic's metadata
-        must be cached already (see ``wait_for_topic``); blocks up to ``max_block_ms`` on a
-        full buffer."""
-        return self._append(topic, value, key, headers, partition, timestamp_ms,
-                            block_s=self.max_block_ms / 1000)
+        """``send`` from a thread other than the loop's (the sync facade's hot path).
 
-    def _append(self, topic: str, value: bytes | None, key: bytes | None, headers: Headers,
-                partition: int | None, timestamp_ms: int | None, block_s: float) -> FutureRecordMetadata:
-        acc = self._check_open()
-        n = self._core.metadata.num_partitions(topic)
-        if n is None:
-            raise KafkaTimeoutError(f"no metadata for topic {topic!r} yet (await wait_for_topic)")
-        hdrs = list(headers) if headers else []
-        size = record_size(key, value, hdrs)
-        if size > self.max_request_size or size > self.buffer_memory:
+        Appends under the accumulator's lock without entering the loop; the first send to a
+        topic hops into the loop once for its metadata. Blocks up to ``max_block_ms`` on a full
+        buffer. Kept flat on purpose: it is the whole per-record cost of the sync ``send``.
+        """
+        acc = self._acc
+        if acc is None or self._closed or self._fatal is not None:
+            acc = self._check_open()
+        parts = self._core.metadata.topics.get(topic)
+        if not parts:
+            trio.from_thread.run(self.wait_for_topic, topic, trio_token=self._token)
+            parts = self._core.metadata.topics[topic]
+        n = len(parts)
+        if headers:
+            hdrs = list(headers)
+            size = record_size(key, value, hdrs)
+        else:
+            hdrs = _NO_HEADERS
+            size = 12 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+        if size > self._max_record_size:
             self._check_size(size)
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         if partition is None:
             p = self._partitioner(key, n) if key is not None else -1
         else:
             p = self._choose(topic, key, partition, n)
         fut = acc.append(topic, p, key, value, hdrs, ts, size, n)
         if fut is None:
-            deadline = time.monotonic() + block_s
-            while fut is None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not acc.wait_for_memory_sync(size, left):
-                    raise BufferExhaustedError(
-                        f"buffer_memory={self.buffer_memory} bytes stayed full for "
-                        f"max_block_ms={block_s * 1000:.0f}")
-                self._check_open()
-                fut = acc.append(topic, p, key, value, hdrs, ts, size, n)
+            return self._append_blocking(acc, topic, p, key, value, hdrs, ts, size, n,
+                                         self.max_block_ms / 1000)
         return fut
+
+    def send_nowait(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                    headers: Headers = None, partition: int | None = None,
+                    timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        """Non-blocking ``send`` (loop thread): raises ``BufferExhaustedError`` at once when the
+        buffer is full, ``KafkaTimeoutError`` when the topic's metadata is not cached yet."""
+        acc = self._check_open()
+        n = self._core.metadata.num_partitions(topic)
+        if n is None:
+            raise KafkaTimeoutError(f"no metadata for topic {topic!r} yet (await wait_for_topic)")
+        hdrs = list(headers) if headers else _NO_HEADERS
+        size = record_size(key, value, hdrs)
+        self._check_size(size)
+        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        p = self._choose(topic, key, partition, n)
+        fut = acc.append(topic, p, key, value, hdrs, ts, size, n)
+        if fut is None:
+            raise BufferExhaustedError(f"buffer_memory={self.buffer_memory} bytes is full")
+        return fut
+
+    def _append_blocking(self, acc: RecordAccumulator, topic: str, p: int, key: bytes | None,
+                         value: bytes | None, hdrs: Any, ts: int, size: int, n: int,
+                         block_s: float) -> FutureRecordMetadata:
+        deadline = time.monotonic() + block_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not acc.wait_for_memory_sync(size, left):
+                raise BufferExhaustedError(
+                    f"buffer_memory={self.buffer_memory} bytes stayed full for "
+                    f"max_block_ms={block_s * 1000:.0f}")
+            self._check_open()
+            fut = acc.append(topic, p, key, value, hdrs, ts, size, n)
+            if fut is not None:
+                return fut
 
     async def wait_for_topic(self, topic: str) -> int:
         """Make sure ``topic``'s metadata is cached; returns its partition count."""
@@ -349,8 +377,13 @@ class AsyncProducer:
             timeout = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
             if need_meta:
                 timeout = min(timeout, self.retry_backoff_ms / 1000)
+            acc.wake_armed = True
+            if acc.has_closed():
+                acc.wake_armed = False
+                continue
             with trio.move_on_after(timeout):
                 await self._wake.wait()
+            acc.wake_armed = False
 
     def _next_deadline(self) -> float | None:
         assert self._acc is not None

@@ -55,6 +55,7 @@ def _acc(**kw: object) -> tuple[RecordAccumulator, list[int]]:
 
 def test_batches_close_at_batch_size_and_drain_in_order() -> None:
     acc, wakes = _acc()
+    acc.wake_armed = True  # the sender is asleep
     futs = [acc.append("t", 0, None, b"x" * 88, [], 1000 + i, 100, 3) for i in range(25)]
     assert all(f is not None for f in futs)
     assert acc.used == 2500
