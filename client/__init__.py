@@ -6,6 +6,7 @@ kafka-python / aiokafka. Every error is a ``client.errors.RafkaError`` subclass 
 """
 
 from client import errors
+from client import groups as _groups  # noqa: F401,E402  registers the consumer-group coordinator
 from client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer, NewTopic
 from client.sync import Admin, Consumer, Producer
 from client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition

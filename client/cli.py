@@ -259,26 +259,13 @@ def quorum_describe(bootstrap: str, as_json: bool) -> None:
         click.echo(f"  observer {o.get('id')}  offset {o.get('metadata_offset')}  lag {o.get('lag')}")
 
 
-@main.group()
-def group() -> None:
-    """Consumer groups."""
+def _add_group_commands() -> None:
+    from client.group_cli import group  # rafka group list|describe|reset-offsets|delete
+
+    main.add_command(group, "group")
 
 
-@group.command("list")
-@bootstrap_option
-@json_option
-def group_list(bootstrap: str, as_json: bool) -> None:
-    """List consumer groups."""
-    _fail("not supported yet: consumer groups are not implemented in this client")
-
-
-@group.command("describe")
-@click.argument("group_id", metavar="G")
-@bootstrap_option
-@json_option
-def group_describe(group_id: str, bootstrap: str, as_json: bool) -> None:
-    """Members, assignment, committed offsets and lag of group G."""
-    _fail("not supported yet: consumer groups are not implemented in this client")
+_add_group_commands()
 
 
 # ---------------------------------------------------------------------- node commands

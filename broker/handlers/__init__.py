@@ -6,8 +6,11 @@ Theory of operation
 
 1. data plane and metadata (PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS,
    DESCRIBE_CONFIGS) → this broker's handlers (``data``, ``metadata_api``), if it is a broker;
-2. admin and group APIs → forwarded to the active controller (``admin.forward``), unless the
-   body carries ``_forwarded`` and this node is a controller: then its controller answers;
+2. admin APIs and CONSUMER_GROUP_HEARTBEAT → forwarded to the active controller
+   (``admin.forward``), unless the body carries ``_forwarded`` and this node is a controller: then
+   its controller answers; the other group APIs (31–36: offsets, group admin) are answered here
+   by ``kraft.groups.offsets.GroupOffsetsManager`` (this broker must lead the group's
+   ``__consumer_offsets`` partition, else ``NOT_COORDINATOR``);
 3. controller APIs (20–29) → this node's ``ControllerService.handlers`` if it is a controller;
    a broker-only node answers ``NOT_CONTROLLER`` with the leader it last saw.
 
@@ -27,8 +30,9 @@ from broker.metadata_listener import MetadataPublisher
 from broker.protocol import ApiKey, Request
 from broker.replica_manager import ReplicaManager
 from broker.server import Reply
+from kraft.groups.offsets import GroupOffsetsManager
 
-__all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS"]
+__all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS", "GROUP_BROKER_APIS"]
 
 ControllerHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -39,8 +43,12 @@ BROKER_APIS = frozenset({
 FORWARDED_APIS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
     ApiKey.INIT_PRODUCER_ID, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
-    ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH,
-    ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.ALTER_GROUP_OFFSETS,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT,
+})
+# committed offsets and group admin: served by the group's coordinator broker (kraft/groups/offsets.py)
+GROUP_BROKER_APIS = frozenset({
+    ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS,
+    ApiKey.DELETE_GROUPS, ApiKey.ALTER_GROUP_OFFSETS,
 })
 
 
@@ -55,11 +63,12 @@ class NodeApi:
         self.channel = channel
         self.controller = dict(controller_handlers or {})
         self.topic_defaults = dict(topic_defaults or {})
+        self.groups = GroupOffsetsManager(replica_manager, publisher) if replica_manager is not None else None
 
     def api_keys(self) -> list[int]:
         keys = set(self.controller)
         if self.rm is not None:
-            keys |= BROKER_APIS | FORWARDED_APIS
+            keys |= BROKER_APIS | FORWARDED_APIS | GROUP_BROKER_APIS
         return sorted(int(k) for k in keys)
 
     async def dispatch(self, req: Request) -> Reply | dict[str, Any] | None:
@@ -68,6 +77,8 @@ class NodeApi:
             return metadata_api.api_versions(self.api_keys())
         if self.rm is not None and key in BROKER_APIS:
             return await self._broker(key, body)
+        if self.groups is not None and key in GROUP_BROKER_APIS:
+            return await self.groups.handlers[key](body)
         if key in self.controller and (key not in FORWARDED_APIS or body.get(FORWARDED_KEY)
                                        or self.rm is None):
             return await self.controller[key](body)

@@ -232,7 +232,8 @@ class AsyncConsumer:
             if offsets and tp in offsets:
                 self._states[tp].seek(offsets[tp])
         self._core.wanted_topics.update(tp.topic for tp in partitions)
-        self._iter_buf.clear()
+        if self._iter_buf:  # keep fetched-but-unyielded records of partitions still assigned
+            self._iter_buf = deque(r for r in self._iter_buf if (r.topic, r.partition) in new)
         self._fetch_wake.set()
 
     def assignment(self) -> set[TopicPartition]:
@@ -359,6 +360,9 @@ class AsyncConsumer:
     async def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records by partition; waits up to ``timeout_ms`` for some (``{}`` if none came)."""
         self._check_open()
+        on_poll = getattr(self._coordinator, "on_poll", None)  # groups: processed offsets, max_poll_interval
+        if on_poll is not None:
+            on_poll()
         limit = max_records or self.max_poll_records
         out = self._collect(limit)
         if out or timeout_ms <= 0:

@@ -1,0 +1,450 @@
+"""Consumer-group membership on the client: heartbeats, reconciliation, commits.
+
+Theory of operation
+-------------------
+``GroupMembership`` is the ``Coordinator`` an :class:`~client.aio.consumer.AsyncConsumer` builds
+when it has a ``group_id`` (importing this module sets ``AsyncConsumer.coordinator_factory``).
+It runs two tasks in its own nursery, inside the consumer's:
+
+* the **heartbeat loop** sends CONSUMER_GROUP_HEARTBEAT to any broker (brokers forward it to the
+  active controller) every ``heartbeat_interval_ms`` the controller asks for — sooner while a
+  rebalance is in flight — reporting the partitions it owns. The controller answers with the
+  member's epoch and the partitions it may own now. **Reconciliation**: partitions no longer
+  in the answer are *revoked* first (stop fetching them, commit their processed offsets when
+  auto-commit is on, ``on_partitions_revoked``), then the next heartbeat — sent at once —
+  acknowledges by not reporting them; the controller hands a partition to another member only
+  after that acknowledgement (or after this member's session timed out). New partitions are
+  *assigned* at once (``on_partitions_assigned``); their positions come from the committed
+  offsets, else ``auto_offset_reset``.
+* the **auto-commit loop** (``enable_auto_commit``) commits every ``auto_commit_interval_ms``
+  the *processed* offsets: the positions as of the start of the latest ``poll()`` — records a
+  poll returned count as processed once the application polls again (kafka-python's rule), so
+  auto-commit never commits a record the application has not finished (at-least-once).
+
+Errors: ``UNKNOWN_MEMBER_ID`` / ``FENCED_MEMBER_EPOCH`` (the session expired, or a newer epoch
+exists) mean the partitions may already belong to someone else: they are *lost* — dropped
+without committing (``on_partitions_lost``, default: ``on_partitions_revoked``) — and the member
+rejoins with epoch 0. Without a successful heartbeat for ``session_timeout_ms`` the member drops
+its partitions the same way (it has probably been removed: don't act as a zombie).
+
+``max_poll_interval_ms``: if the application does not call ``poll()`` within it, the member
+*leaves* the group proactively (processed offsets committed, partitions revoked) so that the
+others take over, and rejoins on the next ``poll()``. What to do when that happens: process
+fewer records per poll (``max_poll_records``) or raise ``max_poll_interval_ms``; a member that
+leaves on every batch makes the whole group rebalance on every batch.
+
+Commits go to the group's coordinator: the leader of ``__consumer_offsets`` partition
+``crc32(group) % partitions`` (``kraft/groups/offsets.py``), found through METADATA; the client
+creates that topic when it is missing. The module also holds the small admin helpers used by
+``client/group_cli.py`` (list, describe with lag, delete, reset offsets).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError, error_for
+from broker.protocol import ApiKey
+from client.aio._core import ClientCore
+from client.aio.consumer import AsyncConsumer
+from client.aio.offsets import list_offsets
+from client.types import TopicPartition
+from kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
+
+__all__ = [
+    "GroupMembership",
+    "alter_group_offsets",
+    "coordinator_request",
+    "delete_groups",
+    "describe_group",
+    "fetch_committed",
+    "list_groups",
+]
+
+log = logging.getLogger("rafka.client.groups")
+
+_COORDINATOR_RETRY = frozenset({
+    ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.NOT_CONTROLLER,
+})
+_MAX_ATTEMPTS = 20
+
+
+# --------------------------------------------------------------------------- coordinator
+
+
+async def _coordinator_node(core: ClientCore, group_id: str) -> int:
+    n = core.metadata.num_partitions(OFFSETS_TOPIC)
+    if not n:
+        await core.refresh_metadata([OFFSETS_TOPIC])
+        n = core.metadata.num_partitions(OFFSETS_TOPIC)
+    if not n:
+        live = max(1, len(core.metadata.brokers))
+        resp = await core.request_any(
+            ApiKey.CREATE_TOPICS, {"topics": [offsets_topic_spec(live)], "timeout_ms": core.request_timeout_ms}
+        )
+        code = (resp.body.get("topics") or [{}])[0].get("error", resp.body.get("error", 0))
+        if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
+            raise error_for(code, f"creating {OFFSETS_TOPIC}")
+        n = await core.wait_for_topic(OFFSETS_TOPIC, core.request_timeout_ms)
+    leader = core.metadata.leader(TopicPartition(OFFSETS_TOPIC, offsets_partition(group_id, n)))
+    if leader < 0:
+        core.invalidate()
+        raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no leader for the coordinator of {group_id!r}")
+    return leader
+
+
+async def coordinator_request(core: ClientCore, group_id: str, api_key: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
+    """Send ``body`` to ``group_id``'s coordinator, following moves; raises the body's error."""
+    last: RafkaError | None = None
+    for attempt in range(_MAX_ATTEMPTS):
+        try:
+            node = await _coordinator_node(core, group_id)
+            resp = await core.request_node(node, api_key, body)
+            resp.raise_for_error()
+            return resp.body
+        except RafkaError as exc:
+            if exc.code not in _COORDINATOR_RETRY:
+                raise
+            last = exc
+            core.invalidate()
+            await trio.sleep(min(1.0, core.retry_backoff_ms / 1000 * (attempt + 1)))
+    assert last is not None
+    raise last
+
+
+def _tp_list(tps: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    by: dict[str, list[int]] = {}
+    for tp in sorted(tps):
+        by.setdefault(tp.topic, []).append(tp.partition)
+    return [{"name": t, "partitions": ps} for t, ps in by.items()]
+
+
+def _from_tp_list(entries: Iterable[dict[str, Any]] | None) -> set[TopicPartition]:
+    return {TopicPartition(e["name"], p) for e in entries or () for p in e["partitions"]}
+
+
+async def fetch_committed(core: ClientCore, group_id: str, tps: Iterable[TopicPartition] | None) -> dict[TopicPartition, int | None]:
+    body = await coordinator_request(core, group_id, ApiKey.OFFSET_FETCH,
+                                     {"group_id": group_id, "topics": None if tps is None else _tp_list(tps)})
+    return {
+        TopicPartition(t["name"], p["partition"]): (p["offset"] if p["offset"] >= 0 else None)
+        for t in body.get("topics", ()) for p in t["partitions"]
+    }
+
+
+async def _call(cb: Callable[[set[TopicPartition]], Any] | None, tps: set[TopicPartition], what: str) -> None:
+    if cb is None or not tps:
+        return
+    try:
+        res = cb(set(tps))
+        if inspect.isawaitable(res):
+            await res
+    except Exception:
+        log.exception("%s callback failed", what)
+
+
+# --------------------------------------------------------------------------- membership
+
+
+class GroupMembership:
+    """The consumer's group member (see the module docstring). Options (consumer kwargs):
+    ``session_timeout_ms`` (45000), ``rebalance_timeout_ms`` (300000), ``max_poll_interval_ms``
+    (300000), ``on_partitions_revoked`` / ``on_partitions_assigned`` / ``on_partitions_lost``
+    (callables taking a set of ``TopicPartition``; may be async)."""
+
+    def __init__(self, consumer: AsyncConsumer) -> None:
+        opts = dict(consumer.group_options)
+        self.consumer = consumer
+        self.core: ClientCore = consumer._core
+        assert consumer.group_id is not None
+        self.group_id: str = consumer.group_id
+        self.session_timeout_ms = int(opts.pop("session_timeout_ms", 45000))
+        self.rebalance_timeout_ms = int(opts.pop("rebalance_timeout_ms", 300000))
+        self.max_poll_interval_ms = int(opts.pop("max_poll_interval_ms", 300000))
+        self.on_partitions_revoked = opts.pop("on_partitions_revoked", None)
+        self.on_partitions_assigned = opts.pop("on_partitions_assigned", None)
+        self.on_partitions_lost = opts.pop("on_partitions_lost", None) or self.on_partitions_revoked
+        if opts:
+            raise TypeError(f"unknown consumer options: {sorted(opts)}")
+        self.member_id = ""
+        self.member_epoch = 0
+        self.metadata_offset = -1
+        self.subscription: list[str] = []
+        self._subscription_sent: list[str] | None = None
+        self.owned: set[TopicPartition] = set()
+        self.safe: dict[TopicPartition, int] = {}  # processed offsets (positions at poll start)
+        self._committed_safe: dict[TopicPartition, int] = {}
+        self._interval_s = 0.1
+        self._wake = trio.Event()
+        self._last_ok = time.monotonic()
+        self._last_poll = time.monotonic()
+        self._poll_hook = False
+        self._left_for_poll = False
+        self._lock = trio.Lock()  # one reconciliation / commit-on-revoke at a time
+        self._nursery: trio.Nursery | None = None
+
+    # -- Coordinator protocol ------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._heartbeat_loop)
+            if self.consumer.enable_auto_commit:
+                nursery.start_soon(self._auto_commit_loop)
+            task_status.started()
+
+    async def subscribe(self, topics: list[str]) -> None:
+        self.subscription = sorted(set(topics))
+        self._wake.set()
+
+    async def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        got = await fetch_committed(self.core, self.group_id, tps)
+        return {tp: got.get(tp) for tp in tps}
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit as the current member (or from outside the group when not a member)."""
+        if not offsets:
+            return
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, off in sorted(offsets.items()):
+            topics.setdefault(tp.topic, []).append({"partition": tp.partition, "offset": off})
+        member = self.member_epoch > 0
+        body = {
+            "group_id": self.group_id,
+            "member_id": self.member_id if member else None,
+            "member_epoch": self.member_epoch if member else -1,
+            "min_metadata_offset": self.metadata_offset if member else None,
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+        }
+        resp = await coordinator_request(self.core, self.group_id, ApiKey.OFFSET_COMMIT, body)
+        for t in resp.get("topics", ()):
+            for p in t["partitions"]:
+                if p.get("error"):
+                    raise error_for(p["error"], p.get("message") or f"commit of {t['name']}-{p['partition']}")
+        for tp, off in offsets.items():
+            self._committed_safe[tp] = off
+
+    async def close(self) -> None:
+        """Commit what was processed (auto-commit), then leave the group."""
+        with trio.move_on_after(self.core.request_timeout_ms / 1000):
+            if self.consumer.enable_auto_commit and self.member_epoch > 0:
+                with contextlib.suppress(RafkaError):
+                    await self._commit_safe(self.owned)
+            if self.member_epoch > 0:
+                with contextlib.suppress(RafkaError):
+                    await self._send({"member_epoch": -1})
+        self.member_epoch = 0
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    def on_poll(self) -> None:
+        """Called by ``AsyncConsumer.poll`` on entry: what earlier polls returned is processed."""
+        self._poll_hook = True
+        self._last_poll = time.monotonic()
+        for tp, st in self.consumer._states.items():
+            if st.position is not None and tp in self.owned:
+                self.safe[tp] = st.position
+        if self._left_for_poll:
+            self._left_for_poll = False
+            self._wake.set()
+
+    # -- heartbeats ----------------------------------------------------------------------
+
+    async def _send(self, fields: dict[str, Any]) -> dict[str, Any]:
+        body = {
+            "group_id": self.group_id,
+            "member_id": self.member_id,
+            "member_epoch": self.member_epoch,
+            "subscribed_topics": None,
+            "owned_partitions": _tp_list(self.owned),
+            "session_timeout_ms": self.session_timeout_ms,
+            "rebalance_timeout_ms": self.rebalance_timeout_ms,
+            **fields,
+        }
+        resp = await self.core.request_any(ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
+        return resp.body
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            self._wake = trio.Event()
+            if self.subscription and not self._left_for_poll:
+                await self._heartbeat_once()
+                if self._poll_hook and self.owned and (time.monotonic() - self._last_poll) * 1000 > self.max_poll_interval_ms:
+                    await self._leave_for_poll()
+            with trio.move_on_after(self._interval_s):
+                await self._wake.wait()
+
+    async def _heartbeat_once(self) -> None:
+        fields: dict[str, Any] = {}
+        if self.member_epoch == 0 or self._subscription_sent != self.subscription:
+            fields["subscribed_topics"] = list(self.subscription)
+        try:
+            body = await self._send(fields)
+        except RafkaError as exc:
+            body = {"error": int(exc.code), "message": exc.message}
+        code = body.get("error", 0)
+        if code == 0:
+            self._last_ok = time.monotonic()
+            self._subscription_sent = list(self.subscription)
+            self.member_id = body["member_id"]
+            self.member_epoch = body["member_epoch"]
+            self.metadata_offset = max(self.metadata_offset, body.get("metadata_offset", -1))
+            self._interval_s = max(0.02, body.get("heartbeat_interval_ms", 1000) / 1000)
+            await self._reconcile(_from_tp_list(body.get("assignment")))
+            return
+        if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH):
+            log.warning("group %s: %s; partitions lost, rejoining", self.group_id, body.get("message"))
+            await self._lose_all()
+            self.member_epoch = 0
+            self._interval_s = 0.05
+            return
+        log.info("group %s: heartbeat failed: %s %s", self.group_id, code, body.get("message"))
+        self._interval_s = min(1.0, max(0.1, self.core.retry_backoff_ms / 1000))
+        if (time.monotonic() - self._last_ok) * 1000 > self.session_timeout_ms and self.owned:
+            log.warning("group %s: no heartbeat for %d ms; dropping partitions", self.group_id, self.session_timeout_ms)
+            await self._lose_all()
+            self.member_epoch = 0
+
+    async def _reconcile(self, assignment: set[TopicPartition]) -> None:
+        async with self._lock:
+            revoked = self.owned - assignment
+            added = assignment - self.owned
+            if revoked:
+                keep = self.owned - revoked
+                self.consumer._set_assignment(sorted(keep))  # stop fetching first
+                if self.consumer.enable_auto_commit:
+                    try:
+                        await self._commit_safe(revoked)
+                    except RafkaError as exc:
+                        log.warning("group %s: commit on revoke failed: %s", self.group_id, exc)
+                await _call(self.on_partitions_revoked, revoked, "on_partitions_revoked")
+                self.owned = keep
+                self._forget(revoked)
+                self._wake.set()  # acknowledge at once
+            if added:
+                self.owned |= added
+                self.consumer._set_assignment(sorted(self.owned))
+                await _call(self.on_partitions_assigned, added, "on_partitions_assigned")
+
+    async def _lose_all(self) -> None:
+        async with self._lock:
+            lost, self.owned = self.owned, set()
+            self.consumer._set_assignment([])
+            self._forget(lost)
+            await _call(self.on_partitions_lost, lost, "on_partitions_lost")
+
+    async def _leave_for_poll(self) -> None:
+        log.warning("group %s: poll() not called within max_poll_interval_ms=%d; leaving the group "
+                    "(lower max_poll_records or raise max_poll_interval_ms)", self.group_id, self.max_poll_interval_ms)
+        await self._reconcile(set())
+        with contextlib.suppress(RafkaError):
+            await self._send({"member_epoch": -1})
+        self.member_epoch = 0
+        self._left_for_poll = True
+
+    def _forget(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self.safe.pop(tp, None)
+            self._committed_safe.pop(tp, None)
+
+    # -- auto-commit ---------------------------------------------------------------------
+
+    async def _commit_safe(self, tps: Iterable[TopicPartition]) -> None:
+        offsets = {tp: self.safe[tp] for tp in tps if tp in self.safe and self._committed_safe.get(tp) != self.safe[tp]}
+        if offsets and self.member_epoch > 0:
+            await self.commit(offsets)
+
+    async def _auto_commit_loop(self) -> None:
+        while True:
+            await trio.sleep(self.consumer.auto_commit_interval_ms / 1000)
+            if self.member_epoch > 0 and not self._lock.locked():
+                try:
+                    await self._commit_safe(set(self.owned))
+                except RafkaError as exc:
+                    log.info("group %s: auto-commit failed: %s", self.group_id, exc)
+
+
+AsyncConsumer.coordinator_factory = GroupMembership
+
+
+# --------------------------------------------------------------------------- admin helpers
+
+
+async def list_groups(core: ClientCore) -> list[dict[str, Any]]:
+    """Every group any broker knows (members in the image, or committed offsets it coordinates)."""
+    meta = await core.refresh_metadata(all_topics=True)
+    merged: dict[str, dict[str, Any]] = {}
+    nodes = list(meta.brokers) or [None]
+    for node in nodes:
+        try:
+            resp = await (core.request_any(ApiKey.LIST_GROUPS, {}) if node is None
+                          else core.request_node(node, ApiKey.LIST_GROUPS, {}))
+            resp.raise_for_error()
+        except RafkaError as exc:
+            log.info("LIST_GROUPS to broker %s failed: %s", node, exc)
+            continue
+        for g in resp.body.get("groups", ()):
+            cur = merged.get(g["group_id"])
+            if cur is None or g["members"] > cur["members"]:
+                merged[g["group_id"]] = g
+    return [merged[k] for k in sorted(merged)]
+
+
+async def describe_group(core: ClientCore, group_id: str) -> dict[str, Any]:
+    """DESCRIBE_GROUPS plus, per committed partition, the high watermark and the lag."""
+    body = await coordinator_request(core, group_id, ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]})
+    g = body["groups"][0]
+    if g.get("error"):
+        raise error_for(g["error"], g.get("message") or group_id)
+    committed = {TopicPartition(t["name"], p["partition"]): p for t in g.get("offsets", ()) for p in t["partitions"]}
+    assigned = {TopicPartition(t["name"], p): m["member_id"] for m in g.get("members", ())
+                for t in m["assignment"] for p in t["partitions"]}
+    tps = sorted(set(committed) | set(assigned))
+    ends: dict[TopicPartition, tuple[int, int]] = {}
+    if tps:
+        with contextlib.suppress(RafkaError):
+            ends = await list_offsets(core, {tp: -1 for tp in tps}, attempts=3)
+    rows = []
+    for tp in tps:
+        c = committed.get(tp)
+        off = c["offset"] if c else -1
+        hw = ends.get(tp, (-1, -1))[0]
+        rows.append({"topic": tp.topic, "partition": tp.partition, "member_id": assigned.get(tp, ""),
+                     "committed": off, "high_watermark": hw,
+                     "lag": (hw - off if off >= 0 else hw) if hw >= 0 else None})
+    return {**g, "partitions": rows}
+
+
+async def delete_groups(core: ClientCore, group_ids: Iterable[str]) -> dict[str, RafkaError | None]:
+    out: dict[str, RafkaError | None] = {}
+    for gid in group_ids:
+        try:
+            body = await coordinator_request(core, gid, ApiKey.DELETE_GROUPS, {"groups": [gid]})
+            r = body["groups"][0]
+            out[gid] = error_for(r["error"], r.get("message") or gid) if r.get("error") else None
+        except RafkaError as exc:
+            out[gid] = exc
+    return out
+
+
+async def alter_group_offsets(core: ClientCore, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+    """Set committed offsets (the group must have no members: NON_EMPTY_GROUP otherwise)."""
+    body = {"group_id": group_id, "topics": [
+        {"name": e["name"], "partitions": [{"partition": p, "offset": offsets[TopicPartition(e["name"], p)]}
+                                           for p in e["partitions"]]}
+        for e in _tp_list(offsets)]}
+    resp = await coordinator_request(core, group_id, ApiKey.ALTER_GROUP_OFFSETS, body)
+    for t in resp.get("topics", ()):
+        for p in t["partitions"]:
+            if p.get("error"):
+                raise error_for(p["error"], p.get("message") or "")
