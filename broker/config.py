@@ -122,7 +122,13 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
 
 CONTROLLER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "broker.session.timeout.ms": (_int(100, 600_000), 3000),
+    "metadata.snapshot.records": (_int(1), 10_000),
     "metadata.snapshot.min.records": (_int(1), 10_000),
+    "metadata.snapshot.interval.ms": (_int(1), 3_600_000),
+    "leader.imbalance.check.interval.ms": (_int(1), 300_000),
+    "auto.leader.rebalance.enable": (_bool, True),
+    "controller.propose.timeout.ms": (_int(100, 600_000), 10_000),
+    "raft.compaction.min.entries": (_int(10), 5000),
     "raft.min.timeout.ms": (_int(10, 60_000), 150),
     "raft.max.timeout.ms": (_int(10, 60_000), 600),
 }

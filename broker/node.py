@@ -1,0 +1,189 @@
+"""One rafka node process: ``python -m broker.node --config node.toml`` (= ``rafka server``).
+
+Theory of operation
+-------------------
+``run_node(config)`` runs on the trio main thread (pysyncobj's ``SyncObj`` must be built there:
+``ControllerService.run`` builds it). Everything lives in one nursery:
+
+1. the listener (``Server``) dispatching through ``NodeApi``: broker APIs to this broker,
+   controller APIs to ``ControllerService.handlers`` when this node is a controller;
+2. the ``ControllerService`` (controllers);
+3. for brokers: the ``ReplicaManager`` (partitions, group commit, retention, compaction), the
+   ``MetadataListener`` tailing the ``@metadata`` log into the ``MetadataPublisher`` (the broker's
+   only source of metadata), and the ``BrokerLifecycle`` (register, heartbeat).
+
+SIGINT/SIGTERM: a broker first does a controlled shutdown (bounded by
+``controlled.shutdown.timeout.ms``), then the nursery is cancelled and every partition log is
+closed cleanly (flush + clean-shutdown marker). A second signal skips the controlled shutdown.
+Logs go to ``DATA_DIR/node.log`` and stderr; node events to ``DATA_DIR/events.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import Any
+
+import trio
+
+from broker.config import ConfigError, NodeConfig, load_config
+from broker.controller_channel import ControllerChannel
+from broker.events import EventLog
+from broker.handlers import NodeApi
+from broker.lifecycle import BrokerLifecycle
+from broker.metadata_listener import MetadataListener, MetadataPublisher
+from broker.replica_manager import ReplicaManager
+from broker.server import Server, ServerLimits
+from client.connection import ConnectionPool
+
+__all__ = ["run_node", "main", "setup_logging"]
+
+log = logging.getLogger("rafka.node")
+
+# broker settings the controller also needs (topic defaults for CREATE_TOPICS)
+_SHARED_WITH_CONTROLLER = ("num.partitions", "default.replication.factor", "min.insync.replicas",
+                           "unclean.leader.election.enable")
+
+
+def setup_logging(config: NodeConfig, level: int = logging.INFO) -> None:
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter(f"%(asctime)s node-{config.node_id} %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(level)
+    for h in (logging.FileHandler(config.data_dir / "node.log"), logging.StreamHandler(sys.stderr)):
+        h.setFormatter(fmt)
+        root.addHandler(h)
+    logging.getLogger("pysyncobj").setLevel(logging.WARNING)
+
+
+class _Node:
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.events = EventLog(config.data_dir / "events.jsonl", config.node_id)
+        self.controller: Any = None
+        self.rm: ReplicaManager | None = None
+        self.lifecycle: BrokerLifecycle | None = None
+        self.publisher = MetadataPublisher(config.node_id)
+        if config.is_controller:
+            from kraft.service import ControllerService
+
+            settings = {k: config.broker[k] for k in _SHARED_WITH_CONTROLLER}
+            settings.update(config.controller)
+            self.controller = ControllerService(
+                config.node_id, config.voters, config.raft_listener, config.data_dir / "controller",
+                config.cluster_secret, settings)
+        if config.is_broker:
+            self.rm = ReplicaManager(config.node_id, config.data_dir, dict(config.broker),
+                                     config.topic_defaults(), self.events)
+            self.publisher.subscribe(self.rm.on_metadata)
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.config
+        self.events.emit("start")
+        try:
+            async with trio.open_nursery() as nursery:
+                pool = ConnectionPool(nursery, client_id=f"rafka-node-{cfg.node_id}")
+                channel = ControllerChannel(pool, [(v.id, *v.rpc) for v in cfg.voters])
+                api = NodeApi(cluster_id=cfg.cluster_id, replica_manager=self.rm,
+                              publisher=self.publisher, channel=channel,
+                              controller_handlers=self.controller.handlers if self.controller else None,
+                              topic_defaults=cfg.topic_defaults())
+                limits = ServerLimits(cfg.broker["max.connections"],
+                                      cfg.broker["max.inflight.requests.per.connection"],
+                                      cfg.broker["socket.request.max.bytes"])
+                server = Server(api.dispatch, cfg.listener[0], cfg.listener[1], limits)
+                port = await nursery.start(server.serve)
+                if self.controller is not None:
+                    await nursery.start(self.controller.run)
+                if self.rm is not None:
+                    await nursery.start(self.rm.run)
+                    listener = MetadataListener(self.publisher, channel,
+                                                max_wait_ms=cfg.broker["metadata.fetch.max.wait.ms"])
+                    await nursery.start(listener.run)
+                    self.lifecycle = BrokerLifecycle(
+                        cfg.node_id, cfg.advertised, channel, self.publisher,
+                        heartbeat_interval_ms=cfg.broker["broker.heartbeat.interval.ms"],
+                        rack=cfg.broker["rack"])
+                    await nursery.start(self.lifecycle.run)
+                log.info("node %d up: roles %s, listener %s:%d", cfg.node_id, sorted(cfg.roles),
+                         cfg.listener[0], port)
+                task_status.started(port)
+                await self._wait_for_signal()
+                nursery.cancel_scope.cancel()
+        finally:
+            if self.rm is not None:
+                self.rm.close()
+            self.events.emit("stop")
+            self.events.close()
+            log.info("node %d stopped", cfg.node_id)
+
+    async def _wait_for_signal(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for sig in signals:
+                log.info("received %s: shutting down", signal.Signals(sig).name)
+                break
+            if self.lifecycle is None:
+                return
+            timeout_s = self.config.broker["controlled.shutdown.timeout.ms"] / 1000
+            async with trio.open_nursery() as nursery:
+                async def second_signal() -> None:
+                    async for _ in signals:
+                        log.info("second signal: skipping the controlled shutdown")
+                        nursery.cancel_scope.cancel()
+
+                nursery.start_soon(second_signal)
+                with trio.move_on_after(timeout_s) as cs:
+                    await self.lifecycle.controlled_shutdown()
+                if cs.cancelled_caught:
+                    log.warning("controlled shutdown did not finish within %.1f s", timeout_s)
+                else:
+                    log.info("controlled shutdown complete")
+                nursery.cancel_scope.cancel()
+
+
+async def run_node(config: NodeConfig, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Run one node until SIGINT/SIGTERM (see the module docstring)."""
+    await _Node(config).run(task_status=task_status)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rafka server", description="run one rafka node")
+    parser.add_argument("--config", required=True, help="the node's TOML config")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"rafka: config error: {exc}", file=sys.stderr)
+        return 2
+    return serve_config(config)
+
+
+def serve_config(config: NodeConfig) -> int:
+    try:
+        setup_logging(config)
+    except OSError as exc:
+        print(f"rafka: cannot use data_dir {config.data_dir}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        trio.run(run_node, config)
+    except Exception as exc:
+        leaf = _leaf(exc)
+        if isinstance(leaf, OSError) or "Config" in type(leaf).__name__:
+            # a port in use, a bad quorum config (kraft's QuorumConfigError): one clear line
+            log.error("node %d failed: %s", config.node_id, leaf)
+            print(f"rafka: node {config.node_id}: {leaf}", file=sys.stderr)
+            return 2 if "Config" in type(leaf).__name__ else 1
+        raise
+    return 0
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
