@@ -26,7 +26,7 @@ import trio
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, ClientProtocol, Response
 
-__all__ = ["Connection", "ConnectionPool", "connect", "parse_address", "parse_bootstrap"]
+__all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_address", "parse_bootstrap"]
 
 _READ_CHUNK = 256 * 1024
 
@@ -137,6 +137,27 @@ class Connection:
         assert waiter.response is not None
         return waiter.response
 
+    async def send_request(self, api_key: int, body: dict[str, Any]) -> PendingResponse:
+        """Write one request now and return a handle to await its response later.
+
+        Requests written by successive ``send_request`` calls from one task reach the wire in
+        call order (``request`` from many tasks does not promise that: tasks start in any
+        order). The in-flight slot is held until ``PendingResponse.wait`` returns.
+        """
+        if self._closed_error is not None:
+            raise self._closed_error
+        await self._slots.acquire()
+        waiter = _Waiter()
+        cid, frame = self._proto.send(api_key, body)
+        self._waiters[cid] = waiter
+        try:
+            await self._send(frame)
+        except BaseException:
+            self._waiters.pop(cid, None)
+            self._slots.release()
+            raise
+        return PendingResponse(self, cid, waiter)
+
     async def send_only(self, api_key: int, body: dict[str, Any]) -> None:
         """Send a request that gets no response (produce with acks=0)."""
         if self._closed_error is not None:
@@ -159,6 +180,35 @@ class Connection:
         self._cancel_scope.cancel()
         with contextlib.suppress(Exception):
             await self.stream.aclose()
+
+
+class PendingResponse:
+    """A request already written by ``Connection.send_request``; ``await wait()`` once."""
+
+    __slots__ = ("_conn", "_cid", "_waiter", "_released")
+
+    def __init__(self, conn: Connection, cid: int, waiter: _Waiter) -> None:
+        self._conn = conn
+        self._cid = cid
+        self._waiter = waiter
+        self._released = False
+
+    async def wait(self) -> Response:
+        try:
+            await self._waiter.event.wait()
+        finally:
+            self.abandon()
+        if self._waiter.error is not None:
+            raise self._waiter.error
+        assert self._waiter.response is not None
+        return self._waiter.response
+
+    def abandon(self) -> None:
+        """Give up on the response (frees the in-flight slot; a late response is dropped)."""
+        if not self._released:
+            self._released = True
+            self._conn._waiters.pop(self._cid, None)
+            self._conn._slots.release()
 
 
 async def _open(host: str, port: int, **kw: Any) -> Connection:

@@ -56,7 +56,7 @@ def record_size(key: bytes | None, value: bytes | None, headers: list[tuple[str,
 
 class ProducerBatch:
     __slots__ = ("topic", "partition", "records", "size", "created", "result", "base_sequence",
-                 "payload", "attempts", "retry_at", "producer_epoch")
+                 "payload", "attempts", "retry_at", "producer_epoch", "after_earlier")
 
     def __init__(self, topic: str, partition: int, created: float, loop_thread: int) -> None:
         self.topic = topic
@@ -70,6 +70,7 @@ class ProducerBatch:
         self.attempts = 0
         self.retry_at = 0.0
         self.producer_epoch = -1
+        self.after_earlier = False  # sent while an earlier batch of its partition was in flight
 
     @property
     def record_count(self) -> int:

@@ -48,11 +48,11 @@ from typing import Any, Literal
 import trio
 
 from broker.errors import ErrorCode, RafkaError, error_for
-from broker.protocol import ApiKey
+from broker.protocol import ApiKey, Response
 from client.aio._core import REFRESH_CODES, ClientCore
 from client.aio.accumulator import PartitionState, ProducerBatch, RecordAccumulator, record_size
 from client.aio.futures import FutureRecordMetadata
-from client.connection import backoff_ms
+from client.connection import PendingResponse, backoff_ms
 from client.errors import (
     BufferExhaustedError,
     IllegalStateError,
@@ -370,7 +370,7 @@ class AsyncProducer:
                     st = self._parts[tp] = PartitionState()
                 st.pending.append(batch)
             self._expire(now)
-            need_meta = self._dispatch(now)
+            need_meta = await self._dispatch(now)
             if need_meta:
                 self._nursery.start_soon(self._refresh_for_sender)
             deadline = self._next_deadline()
@@ -430,11 +430,13 @@ class AsyncProducer:
                     f"{tp.topic}-{tp.partition}: {len(b.records)} records expired after "
                     f"delivery_timeout_ms={self.delivery_timeout_ms} ({b.attempts} attempts)"))
 
-    def _dispatch(self, now: float) -> bool:
+    async def _dispatch(self, now: float) -> bool:
         """Start produce requests for every sendable batch; True if some leader is unknown.
 
         Rounds: each takes at most one batch per partition (one partition entry per request),
-        grouped by leader; repeat while something was sendable.
+        grouped by leader; repeat while something was sendable. Requests are *written* here,
+        in order (so a partition's batches reach its leader in sequence order), and their
+        responses awaited by one task per request.
         """
         assert self._nursery is not None
         meta = self._core.metadata
@@ -473,8 +475,9 @@ class AsyncProducer:
                         group.append((st, batch))
                     self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
                     for st, batch in group:
+                        batch.after_earlier = bool(st.inflight)
                         st.sent(batch)
-                    self._nursery.start_soon(self._produce, node, group)
+                    await self._produce(node, group)
 
     def _prepare(self, st: PartitionState, batch: ProducerBatch) -> None:
         if batch.payload is None:
@@ -489,34 +492,60 @@ class AsyncProducer:
         batch.attempts += 1
 
     async def _produce(self, node: int, group: list[tuple[PartitionState, ProducerBatch]]) -> None:
+        """Write one PRODUCE request (in the sender task); a child task awaits the answer."""
+        assert self._nursery is not None and self._core.pool is not None
         topics: dict[str, list[dict[str, Any]]] = {}
         for _, b in group:
             topics.setdefault(b.topic, []).append({"partition": b.partition, "records": b.payload})
         body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
                 "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
         try:
-            if self.acks == 0:
-                host, port = self._core.send_only_node(node)
-                assert self._core.pool is not None
+            host, port = self._core.send_only_node(node)
+            with trio.fail_after(self.request_timeout_ms / 1000):
                 conn = await self._core.pool.get(host, port)
-                await conn.send_only(int(ApiKey.PRODUCE), body)
-                for st, b in group:
-                    st.done(b)
-                    self._settle(b, base_offset=-1)
-                return
-            resp = await self._core.request_node(node, ApiKey.PRODUCE, body)
-            resp.raise_for_error()
+                if self.acks == 0:
+                    await conn.send_only(int(ApiKey.PRODUCE), body)
+                else:
+                    pending = await conn.send_request(int(ApiKey.PRODUCE), body)
+        except (RafkaError, KeyError, trio.TooSlowError) as exc:
+            err = exc if isinstance(exc, RafkaError) else error_for(
+                ErrorCode.NETWORK_EXCEPTION, f"cannot send to broker {node}: {exc!r}")
+            self._node_inflight[node] -= 1
+            for st, b in group:
+                self._failed(st, b, err)
+            return
+        if self.acks == 0:
+            self._node_inflight[node] -= 1
+            for st, b in group:
+                st.done(b)
+                self._settle(b, base_offset=-1)
+            return
+        self._nursery.start_soon(self._await_response, node, (host, port), group, pending)
+
+    async def _await_response(self, node: int, addr: tuple[str, int],
+                              group: list[tuple[PartitionState, ProducerBatch]], pending: PendingResponse) -> None:
+        resp: Response | None = None
+        try:
+            with trio.move_on_after(self.request_timeout_ms / 1000):
+                resp = await pending.wait()
+            if resp is not None:
+                resp.raise_for_error()
+            else:
+                pending.abandon()
+                assert self._core.pool is not None
+                self._core.pool.discard(*addr)
+                raise error_for(ErrorCode.REQUEST_TIMED_OUT,
+                                f"PRODUCE to broker {node} got no answer within {self.request_timeout_ms} ms")
         except RafkaError as exc:
+            if exc.code in REFRESH_CODES:
+                self._core.invalidate()
             for st, b in group:
                 self._failed(st, b, exc)
-            return
-        except KeyError:
-            for st, b in group:
-                self._failed(st, b, error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {node} left the metadata"))
             return
         finally:
             self._node_inflight[node] -= 1
             self._wake.set()
+        assert resp is not None
         results = {(t["name"], p["partition"]): p for t in resp.body.get("topics") or []
                    for p in t.get("partitions") or []}
         for st, b in group:
@@ -537,7 +566,9 @@ class AsyncProducer:
         now = time.monotonic()
         retriable = exc.retriable or exc.code in REFRESH_CODES
         if exc.code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
-            retriable = st.has_earlier(b)  # an earlier batch failed first: go again in order
+            # an earlier batch was unacknowledged when this one was sent (or still is): it
+            # probably failed first, so go again in sequence order; otherwise it is fatal
+            retriable = b.after_earlier or st.has_earlier(b)
         if exc.code in REFRESH_CODES:
             self._core.metadata.invalidate_leader(tp)
             self._core.invalidate()
