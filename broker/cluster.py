@@ -1,0 +1,296 @@
+"""A self-contained local cluster: N combined nodes as subprocesses (``rafka cluster up/down``).
+
+Theory of operation
+-------------------
+``DATA_DIR`` holds everything: ``cluster.secret`` (mode 0600, the Raft transport's key),
+``cluster.json`` (the cluster's shape and the pid of each node) and ``node-<id>/`` with each
+node's ``node.toml``, its data and its ``stdout.log``. Node ``i`` (1-based) listens for clients
+on ``PORT + i - 1`` and for Raft on ``PORT + 10000 + i - 1``; every node is a voter and a broker.
+
+``up`` creates that layout the first time; on a data dir that already holds a cluster it keeps
+the existing layout (ids, ports, secret, data) and starts only the nodes that are not running
+— so it restarts a stopped cluster and brings back a killed node. A node counts as running when
+its recorded pid is alive *and* that process's command line names its config (no confusion
+with a recycled pid). Nodes run ``python -m broker.node --config …`` in their own session, so a
+Ctrl-C in the terminal reaches only ``cluster up``, which then stops them in order.
+
+Ready means: every node answers METADATA, a controller leader is known, and every broker is
+registered and unfenced in the metadata of every node. ``down`` sends SIGTERM (controlled
+shutdown, clean logs), waits, and SIGKILLs whatever is left after the timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from broker.protocol import ApiKey
+from client.connection import connect
+
+__all__ = ["ClusterError", "NodeSpec", "cluster_up", "cluster_down", "load_cluster",
+           "wait_ready", "stop_nodes", "start_missing", "RAFT_PORT_OFFSET"]
+
+RAFT_PORT_OFFSET = 10000
+CLUSTER_FILE = "cluster.json"
+SECRET_FILE = "cluster.secret"
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ClusterError(Exception):
+    """Something the user must fix; the message says what."""
+
+
+@dataclass
+class NodeSpec:
+    id: int
+    host: str
+    port: int
+    raft_port: int
+    data_dir: Path
+    pid: int | None = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.data_dir / "node.toml"
+
+    @property
+    def client(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def controller(self) -> str:
+        return f"{self.host}:{self.raft_port}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "roles": ["broker", "controller"], "client": self.client,
+                "controller": self.controller, "rpc": self.client, "pid": self.pid,
+                "config": str(self.config_path), "data_dir": str(self.data_dir)}
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file: Path) -> str:
+    lines = [
+        f"node_id = {n.id}",
+        'roles = ["broker", "controller"]',
+        f"data_dir = {json.dumps(str(n.data_dir))}",
+        f'listener = "{n.client}"',
+        f'raft_listener = "{n.controller}"',
+        f'cluster_id = "{cluster_id}"',
+        f"cluster_secret_file = {json.dumps(str(secret_file))}",
+    ]
+    for v in nodes:
+        lines += ["", "[[voters]]", f"id = {v.id}", f'raft = "{v.controller}"', f'rpc = "{v.client}"']
+    lines += ["", "[broker]", '"log.flush.policy" = "batch"', "", "[controller]",
+              '"broker.session.timeout.ms" = 3000', ""]
+    return "\n".join(lines)
+
+
+def _create(data_dir: Path, count: int, host: str, port: int) -> dict[str, Any]:
+    if count < 1:
+        raise ClusterError("--nodes must be at least 1")
+    if port + RAFT_PORT_OFFSET + count - 1 > 65535:
+        raise ClusterError(f"--port {port} is too high: Raft ports are PORT+{RAFT_PORT_OFFSET}+i")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secret_file = data_dir / SECRET_FILE
+    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    os.chmod(secret_file, 0o600)
+    cluster_id = uuid.uuid4().hex
+    nodes = [NodeSpec(i, host, port + i - 1, port + RAFT_PORT_OFFSET + i - 1, data_dir / f"node-{i}")
+             for i in range(1, count + 1)]
+    for n in nodes:
+        n.data_dir.mkdir(parents=True, exist_ok=True)
+        n.config_path.write_text(_node_toml(n, nodes, cluster_id, secret_file))
+    state = {"cluster_id": cluster_id, "nodes": nodes}
+    _save(data_dir, state)
+    return state
+
+
+def _save(data_dir: Path, state: dict[str, Any]) -> None:
+    nodes: list[NodeSpec] = state["nodes"]
+    doc = {"cluster_id": state["cluster_id"],
+           "bootstrap": ",".join(n.client for n in nodes),
+           "raft_port_offset": RAFT_PORT_OFFSET,
+           "nodes": [n.to_json() for n in nodes]}
+    tmp = data_dir / (CLUSTER_FILE + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, data_dir / CLUSTER_FILE)
+
+
+def load_cluster(data_dir: Path) -> dict[str, Any] | None:
+    path = data_dir / CLUSTER_FILE
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+        nodes = []
+        for d in doc["nodes"]:
+            host, _, port = d["client"].rpartition(":")
+            raft_port = int(d["controller"].rpartition(":")[2])
+            nodes.append(NodeSpec(int(d["id"]), host, int(port), raft_port, Path(d["data_dir"]), d.get("pid")))
+        return {"cluster_id": doc["cluster_id"], "nodes": nodes}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ClusterError(f"{path} is damaged ({exc}); move it away to create a new cluster") from None
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def is_running(n: NodeSpec) -> bool:
+    if not n.pid:
+        return False
+    try:
+        os.kill(n.pid, 0)
+        cmdline = Path(f"/proc/{n.pid}/cmdline").read_bytes()
+    except (OSError, ProcessLookupError):
+        return False
+    if Path(f"/proc/{n.pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+        return False  # a zombie: exited, not yet reaped
+    return str(n.config_path).encode() in cmdline
+
+
+def start_missing(data_dir: Path, state: dict[str, Any]) -> list[int]:
+    """Start every node that is not running; returns their ids."""
+    started = []
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+    for n in state["nodes"]:
+        if is_running(n):
+            continue
+        n.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(n.data_dir / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "broker.node", "--config", str(n.config_path)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, env=env, cwd=str(data_dir))
+        n.pid = proc.pid
+        started.append(n.id)
+    _save(data_dir, state)
+    return started
+
+
+def stop_nodes(data_dir: Path, state: dict[str, Any], timeout_s: float = 30.0) -> list[int]:
+    """SIGTERM every running node, wait, SIGKILL the rest; returns the ids stopped."""
+    running = [n for n in state["nodes"] if is_running(n)]
+    for n in running:
+        _signal(n, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(is_running(n) for n in running):
+        _reap()
+        time.sleep(0.05)
+    for n in running:
+        if is_running(n):
+            _signal(n, signal.SIGKILL)
+    for n in state["nodes"]:
+        n.pid = None
+    _save(data_dir, state)
+    return [n.id for n in running]
+
+
+def _signal(n: NodeSpec, sig: int) -> None:
+    if n.pid:
+        try:
+            os.kill(n.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _reap() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+async def _node_view(n: NodeSpec) -> dict[str, Any] | None:
+    try:
+        with trio.move_on_after(2):
+            async with connect(n.host, n.port) as conn:
+                return (await conn.request(ApiKey.METADATA, {"topics": []})).body
+    except Exception:  # noqa: BLE001 - not up yet
+        return None
+    return None
+
+
+async def _ready_once(nodes: list[NodeSpec]) -> str | None:
+    """None when ready, else what we are still waiting for."""
+    ids = {n.id for n in nodes}
+    for n in nodes:
+        view = await _node_view(n)
+        if view is None:
+            return f"node {n.id} ({n.client}) is not answering"
+        if view.get("controller_id", -1) < 0:
+            return f"node {n.id} knows no active controller yet"
+        unfenced = {b["node_id"] for b in view.get("brokers", []) if not b.get("fenced")}
+        if not ids <= unfenced:
+            return f"node {n.id} sees brokers {sorted(unfenced)} unfenced, waiting for {sorted(ids)}"
+    return None
+
+
+def wait_ready(state: dict[str, Any], timeout_s: float = 60.0) -> None:
+    async def run() -> None:
+        why: str | None = "not checked"
+        with trio.move_on_after(timeout_s):
+            while True:
+                why = await _ready_once(state["nodes"])
+                if why is None:
+                    return
+                await trio.sleep(0.2)
+        raise ClusterError(f"cluster not ready after {timeout_s:.0f} s: {why}")
+
+    trio.run(run)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cluster_up(data_dir: Path, nodes: int, host: str, port: int, *,
+               ready_timeout_s: float = 60.0, echo: Any = print) -> dict[str, Any]:
+    data_dir = data_dir.resolve()
+    state = load_cluster(data_dir)
+    if state is None:
+        state = _create(data_dir, nodes, host, port)
+        echo(f"created a {nodes}-node cluster in {data_dir}")
+    elif len(state["nodes"]) != nodes:
+        echo(f"{data_dir} holds a {len(state['nodes'])}-node cluster; restarting it as it is")
+    started = start_missing(data_dir, state)
+    if started:
+        echo(f"started node(s) {', '.join(map(str, started))}")
+    else:
+        echo("every node is already running")
+    try:
+        wait_ready(state, ready_timeout_s)
+    except ClusterError as exc:
+        logs = ", ".join(str(n.data_dir / "stdout.log") for n in state["nodes"])
+        raise ClusterError(f"{exc} (see {logs})") from None
+    return state
+
+
+def cluster_down(data_dir: Path, timeout_s: float = 30.0) -> list[int]:
+    data_dir = data_dir.resolve()
+    state = load_cluster(data_dir)
+    if state is None:
+        raise ClusterError(f"no cluster in {data_dir} (no {CLUSTER_FILE})")
+    return stop_nodes(data_dir, state, timeout_s)
+
+
+def bootstrap(state: dict[str, Any]) -> str:
+    return ",".join(n.client for n in state["nodes"])
