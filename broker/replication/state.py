@@ -87,6 +87,14 @@ _WAIT_FOR_METADATA = frozenset({
     ErrorCode.STALE_BROKER_EPOCH,
     ErrorCode.UNKNOWN_LEADER_EPOCH,
 })
+# Definitive refusals of this very request (the controller checks the leader and partition
+# epochs first, so an earlier attempt that committed would have shown as STALE_PARTITION_EPOCH):
+# drop the proposal and fall back to the committed ISR.
+_REJECTED = frozenset({
+    ErrorCode.INVALID_REQUEST,
+    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+    ErrorCode.BROKER_FENCED,
+})
 
 
 # --------------------------------------------------------------------------- effects
@@ -335,11 +343,14 @@ class LeaderState:
         return self._apply_committed(tuple(body["isr"]), int(body["partition_epoch"]))
 
     def on_alter_partition_error(self, code: ErrorCode, now_ms: int) -> list[Effect]:
-        """The request failed: retriable → re-send later; rejected → wait for metadata."""
+        """The request failed: retriable → re-send later; stale → wait for metadata; refused
+        outright (e.g. a fenced replica in the new ISR) → back to the committed ISR."""
         if self.pending is None:
             return []
         if code in _WAIT_FOR_METADATA:
             self.pending.waiting_for_metadata = True
+        elif code in _REJECTED:
+            self.pending = None
         else:
             self.pending.retry_at_ms = now_ms + self.alter_partition_retry_ms
         return []

@@ -16,9 +16,9 @@ import trio.testing
 
 from broker.errors import ErrorCode
 from broker.protocol import (
+    NEED_DATA,
     ApiKey,
     FrameDecoder,
-    NEED_DATA,
     decode_request,
     encode_response_head,
 )
