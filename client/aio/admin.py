@@ -136,7 +136,7 @@ class AsyncAdmin:
             retry = False
             for t in resp.body.get("topics") or []:
                 code = t.get("error") or 0
-                out[t["name"]] = error_for(code, f"topic {t['name']!r}: {t.get('message') or ''}".rstrip(": ")) if code else None
+                out[t["name"]] = error_for(code, _topic_message(t)) if code else None
                 if code == ErrorCode.NOT_CONTROLLER:
                     retry = True
             if retry and time.monotonic() < deadline:
@@ -220,7 +220,7 @@ class AsyncAdmin:
         for t in resp.body.get("topics") or []:
             code = t.get("error") or 0
             if code and not t.get("partitions"):
-                raise error_for(code, f"topic {t['name']!r}: {t.get('message') or ''}".rstrip(": "))
+                raise error_for(code, _topic_message(t))
             if wanted is None and t.get("is_internal"):
                 continue
             topics.append(t)
@@ -283,3 +283,10 @@ class AsyncAdmin:
         """Raw LIST_OFFSETS: ``{tp: ts}`` (-2 earliest, -1 latest) → ``{tp: (offset, timestamp)}``."""
         self._check_open()
         return await list_offsets(self._core, dict(timestamps))
+
+
+def _topic_message(t: Mapping[str, Any]) -> str:
+    """The broker's message for a topic entry, naming the topic once."""
+    msg = t.get("message") or ""
+    name = t["name"]
+    return msg if name in msg else (f"topic {name!r}: {msg}" if msg else f"topic {name!r}")
