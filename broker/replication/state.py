@@ -44,6 +44,9 @@ network) keeps it and re-sends it after ``alter_partition_retry_ms``; a rejectio
 partition epoch, fenced leader epoch) keeps it until the metadata that explains the rejection
 arrives — a rejection after a lost success answer looks the same, so reverting to the old,
 smaller ISR early could let the HW run past a replica the controller already counts as in sync.
+Only a refusal of this very request (``INVALID_REQUEST``, ``INVALID_REPLICA_ASSIGNMENT``,
+``BROKER_FENCED``: e.g. the newcomer is fenced) drops the proposal at once; that relies on the
+controller checking the leader and partition epochs before anything else.
 
 ``acks=all``: a produce is refused up front (``NOT_ENOUGH_REPLICAS``, nothing appended) when the
 committed ISR is smaller than ``min_insync_replicas``. Once appended with last offset ``L``, it
