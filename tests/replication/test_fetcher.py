@@ -157,7 +157,7 @@ async def test_follower_catches_up_and_tracks_hw(tmp_path: Path) -> None:
         lead.append(batch(b"a%d" % i, b"b%d" % i))
     flog = open_log(tmp_path / "follower")
     mgr, truncs = await replicate(
-        lead, flog, 1, lambda m: m.high_watermark(TP) == 10 and lead.state.high_watermark == 10)
+        lead, flog, 1, lambda m: m.high_watermark(TP) == 10 and lead.state.isr == (1, 2))
     assert flog.log_end_offset == 10 and all_bytes(flog) == all_bytes(lead.log)
     assert lead.state.isr == (1, 2)  # the follower caught up and joined
     assert flog.epochs.entries == [(1, 0)]
