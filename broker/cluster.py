@@ -183,15 +183,22 @@ def start_missing(data_dir: Path, state: dict[str, Any]) -> list[int]:
     return started
 
 
-def stop_nodes(data_dir: Path, state: dict[str, Any], timeout_s: float = 30.0) -> list[int]:
-    """SIGTERM every running node, wait, SIGKILL the rest; returns the ids stopped."""
+def stop_nodes(data_dir: Path, state: dict[str, Any], timeout_s: float = 30.0,
+               controlled_s: float = 3.0) -> list[int]:
+    """Stop every running node; returns the ids stopped.
+
+    SIGTERM starts each node's controlled shutdown. When the whole cluster stops, the quorum
+    goes with it and leadership has nowhere to move, so after ``controlled_s`` a second SIGTERM
+    tells the nodes still up to skip it (they still close their logs cleanly); SIGKILL after
+    ``timeout_s``."""
     running = [n for n in state["nodes"] if is_running(n)]
     for n in running:
         _signal(n, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(is_running(n) for n in running):
-        _reap()
-        time.sleep(0.05)
+    _wait_stopped(running, controlled_s)
+    for n in running:
+        if is_running(n):
+            _signal(n, signal.SIGTERM)
+    _wait_stopped(running, timeout_s)
     for n in running:
         if is_running(n):
             _signal(n, signal.SIGKILL)
@@ -199,6 +206,13 @@ def stop_nodes(data_dir: Path, state: dict[str, Any], timeout_s: float = 30.0) -
         n.pid = None
     _save(data_dir, state)
     return [n.id for n in running]
+
+
+def _wait_stopped(nodes: list[NodeSpec], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(is_running(n) for n in nodes):
+        _reap()
+        time.sleep(0.05)
 
 
 def _signal(n: NodeSpec, sig: int) -> None:

@@ -1,0 +1,108 @@
+"""Real node processes: ``cluster up/down``, topics seen by every broker, restart, revive."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import trio
+
+from broker.protocol import ApiKey
+from client.connection import connect
+from tests.broker.harness import batch, fetch_body, part, produce_body
+
+RETRY = 60  # hang guard (seconds) for conditions that become true
+
+
+async def request(addr, api, body):
+    async with connect(*addr) as conn:
+        return (await conn.request(api, body)).body
+
+
+async def create_topic(addr, name, partitions=1, rf=1):
+    body = await request(addr, ApiKey.CREATE_TOPICS, {
+        "topics": [{"name": name, "num_partitions": partitions, "replication_factor": rf}],
+        "timeout_ms": 30_000})
+    assert body.get("error", 0) == 0 and body["topics"][0]["error"] == 0, body
+    return body
+
+
+async def leader_of(addrs, topic, partition=0):
+    md = await request(addrs[0], ApiKey.METADATA, {"topics": [topic]})
+    leader = md["topics"][0]["partitions"][partition]["leader"]
+    b = next(b for b in md["brokers"] if b["node_id"] == leader)
+    return b["host"], b["port"]
+
+
+async def eventually(fn):
+    with trio.fail_after(RETRY):
+        while True:
+            try:
+                out = await fn()
+                if out:
+                    return out
+            except Exception:  # noqa: BLE001 - not yet
+                pass
+            await trio.sleep(0.1)
+
+
+async def test_topic_created_via_any_node_is_visible_on_every_broker(cluster3):
+    addrs = cluster3.addresses()
+    await create_topic(addrs[2], "seen", partitions=3)
+    for addr in addrs:
+        async def visible(addr=addr):
+            md = await request(addr, ApiKey.METADATA, {"topics": ["seen"]})
+            t = md["topics"][0]
+            return t["error"] == 0 and all(p["leader"] >= 0 for p in t["partitions"]) \
+                and len(t["partitions"]) == 3
+        assert await eventually(visible)
+    # produce to the leader right away, then read it back
+    leader = await leader_of(addrs, "seen")
+    r = await eventually(lambda: request(leader, ApiKey.PRODUCE, produce_body("seen", batch(b"hi"))))
+    assert part(r)["error"] == 0
+
+
+async def test_down_then_up_restarts_with_data(cluster3):
+    addrs = cluster3.addresses()
+    await create_topic(addrs[0], "keep")
+    leader = await leader_of(addrs, "keep")
+    r = await eventually(lambda: request(leader, ApiKey.PRODUCE, produce_body("keep", batch(b"v1", b"v2"))))
+    assert part(r)["error"] == 0
+    old = set(cluster3.pids().values())
+    down = cluster3.down()
+    assert down.returncode == 0, down.stderr
+    assert all(p is None for p in cluster3.pids().values())
+    for pid in old:  # every node process is gone
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] == "Z"
+    cluster3.up()
+
+    async def data_back():
+        ldr = await leader_of(addrs, "keep")
+        p = part(await request(ldr, ApiKey.FETCH, fetch_body("keep", 0)))
+        return p["error"] == 0 and p["high_watermark"] == 2 and p["records_len"] > 0
+
+    assert await eventually(data_back)
+
+
+async def test_killed_node_is_brought_back_by_up(cluster3):
+    before = cluster3.pids()
+    cluster3.kill(2, signal.SIGKILL)
+    r = cluster3.up()
+    assert "started node(s) 2" in r.stderr
+    after = cluster3.pids()
+    assert after[1] == before[1] and after[3] == before[3] and after[2] != before[2]
+
+    async def unfenced_again():
+        md = await request(cluster3.addresses()[0], ApiKey.METADATA, {"topics": []})
+        return any(b["node_id"] == 2 and not b["fenced"] for b in md["brokers"])
+
+    assert await eventually(unfenced_again)
+
+
+async def test_single_node_cluster_round_trip(cluster1):
+    addr = cluster1.addresses()[0]
+    await create_topic(addr, "one", partitions=2)
+    r = await request(addr, ApiKey.PRODUCE, produce_body("one", batch(b"a"), partition=1))
+    assert part(r)["error"] == 0
+    p = part(await request(addr, ApiKey.FETCH, fetch_body("one", 0, partition=1)))
+    assert p["high_watermark"] == 1 and p["records_len"] > 0
