@@ -42,7 +42,7 @@ class ConsumerRecord(NamedTuple):
     timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    headers: tuple[tuple[str, bytes], ...]  # immutable; () when the record has none
 
 
 class OffsetAndTimestamp(NamedTuple):

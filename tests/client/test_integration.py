@@ -69,7 +69,7 @@ def test_100k_records_round_trip_in_order(bootstrap: str, make_topic) -> None:  
     for r in got:
         i = where[(r.partition, r.offset)]
         key, value, headers, ts = sent[i]
-        assert (r.key, r.value, r.headers, r.timestamp, r.topic) == (key, value, headers, ts, topic)
+        assert (r.key, r.value, list(r.headers), r.timestamp, r.topic) == (key, value, headers, ts, topic)
         assert r.offset > prev.get(r.partition, -1)
         prev[r.partition] = r.offset
 

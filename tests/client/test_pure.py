@@ -217,8 +217,8 @@ def test_split_and_decode_with_position_inside_first_batch() -> None:
     assert cf0.end_offset == 20
     got, pos = cf0.take(12, 4)
     assert [r.offset for r in got] == [12, 13, 14, 15] and pos == 16
-    assert got[0] == ConsumerRecord("t", 0, 12, 1002, 0, b"k2", b"v2", [])
-    assert got[1].headers == [("h", b"x")]
+    assert got[0] == ConsumerRecord("t", 0, 12, 1002, 0, b"k2", b"v2", ())
+    assert got[1].headers == (("h", b"x"),)
     got, pos = cf0.take(pos, 100)
     assert [r.offset for r in got] == [16, 17, 18, 19] and pos == 20
     assert cf0.exhausted
