@@ -1,0 +1,256 @@
+"""End to end in one process: a real broker (ReplicaManager, NodeApi, trio Server on loopback)
+whose metadata comes from a ControllerService over the in-memory quorum, and real
+AsyncConsumers in a group. Checks: 3 consumers on 6 partitions get 2 each; a crashed member's
+partitions move within its session timeout; no record is skipped (at-least-once, record by
+record); two groups each get every record; a stale member's commit is rejected."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any
+
+import trio
+
+from broker.errors import ErrorCode, error_for
+from broker.events import EventLog
+from broker.handlers import NodeApi
+from broker.metadata_listener import MetadataPublisher
+from broker.protocol import ApiKey
+from broker.replica_manager import ReplicaManager
+from broker.server import Server
+from client import AsyncConsumer, AsyncProducer, TopicPartition
+from client.groups import describe_group
+from kraft.memory import MemoryQuorumCluster
+from kraft.service import ControllerService
+from tests.broker.harness import node_config
+
+N_RECORDS = 600
+SESSION_MS = 1500
+
+
+class DirectChannel:
+    """A ControllerChannel that calls the in-process controller's handlers."""
+
+    leader_hint = None
+
+    def __init__(self, svc: ControllerService) -> None:
+        self.svc = svc
+
+    async def request(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.svc.handlers[api_key](dict(body))
+
+    request_any = request
+
+
+@contextlib.asynccontextmanager
+async def cluster(tmp_path):
+    q = MemoryQuorumCluster([1])
+    svc = ControllerService(
+        1,
+        [(1, "127.0.0.1:1", "127.0.0.1:2")],
+        None,
+        tmp_path / "ctl",
+        None,
+        {"broker.session.timeout.ms": 5000, "group.consumer.heartbeat.interval.ms": 200},
+        quorum=q.voters[1],
+        rng=random.Random(1),
+    )
+    cfg = node_config(tmp_path)
+    events = EventLog(cfg.data_dir / "events.jsonl", 1)
+    rm = ReplicaManager(1, cfg.data_dir, dict(cfg.broker), cfg.topic_defaults(), events)
+    pub = MetadataPublisher(1)
+    pub.subscribe(rm.on_metadata)
+    api = NodeApi(
+        cluster_id="t",
+        replica_manager=rm,
+        publisher=pub,
+        channel=DirectChannel(svc),  # type: ignore[arg-type]
+        topic_defaults=cfg.topic_defaults(),
+    )
+    server = Server(api.dispatch, "127.0.0.1", 0)
+
+    async def bridge() -> None:  # what MetadataListener does over the network
+        nxt = 0
+        while True:
+            entries = q.voters[1].read(nxt, 1000)
+            if entries:
+                await pub.publish_records([(e.offset, e.epoch, e.record) for e in entries])
+                nxt = entries[-1].offset + 1
+            else:
+                await q.voters[1].wait_for_offset(nxt)
+
+    async def broker_heartbeats(epoch: int) -> None:
+        while True:
+            await svc.handlers[ApiKey.BROKER_HEARTBEAT](
+                {
+                    "broker_id": 1,
+                    "broker_epoch": epoch,
+                    "metadata_offset": pub.image.offset,
+                    "want_fence": False,
+                    "want_shutdown": False,
+                }
+            )
+            await trio.sleep(0.5)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(svc.run)
+            q.elect(1)
+            while not svc.is_active:
+                await trio.sleep(0.01)
+            await nursery.start(rm.run)
+            port = await nursery.start(server.serve)
+            nursery.start_soon(bridge)
+            r = await svc.handlers[ApiKey.BROKER_REGISTRATION](
+                {"broker_id": 1, "incarnation_id": "i", "host": "127.0.0.1", "port": port}
+            )
+            nursery.start_soon(broker_heartbeats, r["broker_epoch"])
+            await pub.wait_for(
+                lambda img: (
+                    img.cluster.brokers.get(1) is not None and not img.cluster.brokers[1].fenced
+                )
+            )
+            r = await svc.handlers[ApiKey.CREATE_TOPICS](
+                {
+                    "topics": [{"name": "t", "num_partitions": 6, "replication_factor": 1}],
+                    "timeout_ms": 5000,
+                }
+            )
+            assert r["topics"][0]["error"] == 0, r
+            await pub.wait_for(lambda img: "t" in img.topics.by_name)
+            yield f"127.0.0.1:{port}", svc, pub
+            nursery.cancel_scope.cancel()
+    finally:
+        rm.close()
+        events.close()
+
+
+async def consume(
+    bootstrap, group, seen: dict, stop: trio.Event, out: list, scope: trio.CancelScope
+):
+    with scope:
+        async with AsyncConsumer(
+            "t",
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=SESSION_MS,
+            fetch_max_wait_ms=100,
+        ) as c:
+            c.cancel_scope = scope  # to "kill" this very consumer
+            out.append(c)
+            await _loop(c, seen, stop)
+
+
+async def _loop(c, seen, stop):
+    if True:
+        while not stop.is_set():
+            got = await c.poll(timeout_ms=100)
+            for tp, recs in got.items():
+                for r in recs:
+                    seen.setdefault((tp.partition, r.offset), r.value)
+            if got:
+                with contextlib.suppress(Exception):  # a commit may race a rebalance: at-least-once
+                    await c.commit()
+
+
+async def wait_until(pred, timeout_s, what):
+    with trio.move_on_after(timeout_s):
+        while not pred():
+            await trio.sleep(0.05)
+        return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_groups_end_to_end(tmp_path):
+    async with cluster(tmp_path) as (bootstrap, svc, pub):
+        async with AsyncProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=1) as p:
+            for i in range(N_RECORDS):
+                await p.send("t", value=b"%d" % i, partition=i % 6)
+            await p.flush()
+        expected_per_partition = N_RECORDS // 6
+
+        seen: dict = {}
+        other: dict = {}
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            scopes = [trio.CancelScope() for _ in range(4)]
+            consumers: list = []
+            for i in range(3):
+                nursery.start_soon(consume, bootstrap, "g", seen, stop, consumers, scopes[i])
+            others: list = []
+            nursery.start_soon(consume, bootstrap, "h", other, stop, others, scopes[3])
+            await wait_until(lambda: len(consumers) == 3 and others, 10, "consumers to start")
+
+            def sizes():
+                return sorted(len(c.assignment()) for c in consumers)
+
+            await wait_until(lambda: sizes() == [2, 2, 2], 20, "3 members with 2 partitions each")
+            assert set().union(*(c.assignment() for c in consumers)) == {
+                TopicPartition("t", i) for i in range(6)
+            }
+
+            # "kill -9" one member: its nursery dies without leaving the group
+            victim = consumers[2]
+            victim_parts = victim.assignment()
+            victim._coordinator.close = _crash  # no commit, no leave heartbeat
+            victim.cancel_scope.cancel()
+            survivors = consumers[:2]
+            t0 = trio.current_time()
+            try:
+                await wait_until(
+                    lambda: sorted(len(c.assignment()) for c in survivors) == [3, 3],
+                    20,
+                    "the dead member's partitions to move",
+                )
+            except AssertionError:
+                print("GROUP", pub.image.groups.get("g"))
+                print(
+                    "SURVIVORS",
+                    [
+                        (c._coordinator.member_id, c._coordinator.member_epoch, c.assignment())
+                        for c in survivors
+                    ],
+                )
+                raise
+            moved_after = trio.current_time() - t0
+            assert moved_after < SESSION_MS / 1000 + 3, moved_after
+            assert victim_parts <= set().union(*(c.assignment() for c in survivors))
+
+            await wait_until(
+                lambda: len(seen) == N_RECORDS and len(other) == N_RECORDS, 30, "every record"
+            )
+            # at-least-once, record by record: every offset of every partition, right value
+            for part in range(6):
+                for off in range(expected_per_partition):
+                    assert seen[(part, off)] == b"%d" % (off * 6 + part)
+                    assert other[(part, off)] == seen[(part, off)]
+
+            # a stale member's commit is rejected: forge an old epoch for a live member
+            m = survivors[0]._coordinator
+            real = m.member_epoch
+            m.member_epoch = real - 1 if real > 1 else real + 7
+            tp = next(iter(survivors[0].assignment()))
+            try:
+                await m.commit({tp: 0})
+                raise AssertionError("stale commit accepted")
+            except Exception as exc:
+                assert getattr(exc, "code", None) == ErrorCode.FENCED_MEMBER_EPOCH, exc
+            finally:
+                m.member_epoch = real
+
+            # describe shows the 2 members, committed offsets and zero lag once all is committed
+            for c in survivors:
+                await c.commit()
+            d = await describe_group(survivors[0]._core, "g")
+            assert len(d["members"]) == 2
+            assert {(r["partition"], r["lag"]) for r in d["partitions"]} == {
+                (i, 0) for i in range(6)
+            }
+            stop.set()
+
+
+async def _crash() -> None:
+    raise error_for(ErrorCode.NETWORK_EXCEPTION, "crashed")
