@@ -98,14 +98,15 @@ class _Node:
                 if self.controller is not None:
                     await nursery.start(self.controller.run)
                 if self.rm is not None:
-                    await nursery.start(self.rm.run)
-                    listener = MetadataListener(self.publisher, channel,
-                                                max_wait_ms=cfg.broker["metadata.fetch.max.wait.ms"])
-                    await nursery.start(listener.run)
                     self.lifecycle = BrokerLifecycle(
                         cfg.node_id, cfg.advertised, channel, self.publisher,
                         heartbeat_interval_ms=cfg.broker["broker.heartbeat.interval.ms"],
                         rack=cfg.broker["rack"])
+                    self._attach_replication(pool, channel)
+                    await nursery.start(self.rm.run)
+                    listener = MetadataListener(self.publisher, channel,
+                                                max_wait_ms=cfg.broker["metadata.fetch.max.wait.ms"])
+                    await nursery.start(listener.run)
                     await nursery.start(self.lifecycle.run)
                 log.info("node %d up: roles %s, listener %s:%d", cfg.node_id, sorted(cfg.roles),
                          cfg.listener[0], port)
@@ -118,6 +119,22 @@ class _Node:
             self.events.emit("stop")
             self.events.close()
             log.info("node %d stopped", cfg.node_id)
+
+    def _attach_replication(self, pool: ConnectionPool, channel: ControllerChannel) -> None:
+        from broker.replication.fetcher import ReplicaFetcherManager
+
+        assert self.rm is not None and self.lifecycle is not None
+        lifecycle, publisher, b = self.lifecycle, self.publisher, self.config.broker
+
+        def lookup(broker_id: int) -> tuple[str, int] | None:
+            reg = publisher.image.cluster.brokers.get(broker_id)
+            return None if reg is None else (reg.host, reg.port)
+
+        fetcher = ReplicaFetcherManager(
+            self.config.node_id, pool, lookup, broker_epoch=lambda: lifecycle.broker_epoch,
+            max_wait_ms=b["replica.fetch.wait.max.ms"],
+            partition_max_bytes=b["replica.fetch.max.bytes"])
+        self.rm.attach_replication(fetcher, channel, lambda: lifecycle.broker_epoch)
 
     async def _wait_for_signal(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -68,6 +68,7 @@ class Partition:
         self.changed = trio.Event()
         self.pending_flush = False
         self.pending_alter: Any = None  # an AlterPartitionRequest for the replication glue
+        self.alter_poke: Any = None  # called when pending_alter is set (wakes the sender)
         self.deleted = False
 
     # -- role ---------------------------------------------------------------------------------
@@ -165,7 +166,41 @@ class Partition:
         for eff in effects:
             if isinstance(eff, HighWatermarkAdvanced | IsrChanged):
                 continue  # _update_hw / notify below cover both
-            self.pending_alter = eff  # AlterPartitionRequest: sent by the replication glue
+            self.pending_alter = eff  # AlterPartitionRequest: the replica manager sends it
+            if self.alter_poke is not None:
+                self.alter_poke()
+
+    def take_alter_request(self) -> Any:
+        """The AlterPartition to send now (ISR shrink checks run here, periodically)."""
+        st = self.leader_state
+        if st is None:
+            self.pending_alter = None
+            return None
+        self._apply_effects(st.maybe_shrink_isr(_now_ms()))
+        req, self.pending_alter = self.pending_alter, None
+        return req
+
+    def on_alter_result(self, body: dict[str, Any] | None, code: ErrorCode) -> None:
+        st = self.leader_state
+        if st is None:
+            return
+        if body is not None:
+            self._apply_effects(st.on_alter_partition_response(body, _now_ms()))
+        else:
+            self._apply_effects(st.on_alter_partition_error(code, _now_ms()))
+        self.refresh_hw()
+
+    def refresh_hw(self) -> None:
+        before = self.high_watermark
+        self._update_hw()
+        if self.high_watermark != before:
+            self.notify()
+
+    def on_truncated(self, to_offset: int) -> None:
+        """A follower truncation (diverging epoch): durable end and HW cannot exceed it."""
+        self.durable_end = min(self.durable_end, to_offset)
+        self.follower_hw = min(self.follower_hw, to_offset)
+        self.refresh_hw()
 
     def _update_hw(self) -> None:
         st = self.leader_state
@@ -184,10 +219,7 @@ class Partition:
             return
         self._apply_effects(st.on_follower_fetch(replica_id, min(fetch_offset, st.log_end_offset),
                                                  _now_ms(), broker_epoch=broker_epoch))
-        before = self.high_watermark
-        self._update_hw()
-        if self.high_watermark != before:
-            self.notify()
+        self.refresh_hw()
 
     def produce_outcome(self, last_offset: int, acks: int) -> ErrorCode | None:
         """None while an appended produce must still wait; else its final error code."""

@@ -31,16 +31,17 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from broker.config import effective_topic_config
-from broker.errors import ErrorCode, error_for
+from broker.errors import ErrorCode, RafkaError, error_for
 from broker.events import EventLog
 from broker.partition import Partition
+from broker.protocol import ApiKey
 from log.compaction import compact
 from log.errors import LogError
 from log.partition_log import PartitionLog
@@ -70,6 +71,21 @@ class ReplicaManager:
         self._dirty = trio.Event()
         self._unflushed_messages = 0
         self.flush_rounds = 0
+        # replication seam (broker/replication): set by attach_replication()
+        self.fetcher: Any = None
+        self.channel: Any = None
+        self.broker_epoch: Callable[[], int] = lambda: -1
+        self._isr_poke = trio.Event()
+
+    def attach_replication(self, fetcher: Any, channel: Any, broker_epoch: Callable[[], int]) -> None:
+        """Plug in the follower fetcher (``ReplicaFetcherManager``) and the controller channel
+        that carries AlterPartition; without them the manager serves single-replica partitions."""
+        self.fetcher = fetcher
+        self.channel = channel
+        self.broker_epoch = broker_epoch
+        fetcher.on_append = self._on_follower_append
+        fetcher.on_high_watermark = self._on_follower_hw
+        fetcher.on_truncate = self._on_follower_truncate
 
     # -- lookup -------------------------------------------------------------------------------
 
@@ -115,11 +131,21 @@ class ReplicaManager:
                           fsync_acks=self.flush_policy == "batch",
                           min_insync_replicas=cfg.min_insync_replicas,
                           replica_lag_time_max_ms=self.settings.get("replica.lag.time.max.ms", 30_000))
+            p.alter_poke = self._isr_poke_set
             self.partitions[tp] = p
         p.apply_registration(reg)
+        if self.fetcher is not None:
+            if p.is_leader or reg.leader < 0:
+                self.fetcher.remove_partitions([tp])
+            else:
+                self.fetcher.add_partitions({tp: (reg.leader, reg.leader_epoch, p.log)})
+        if p.pending_alter is not None:
+            self._isr_poke.set()
 
     def _delete(self, tp: TopicPartition) -> None:
         p = self.partitions.pop(tp, None)
+        if self.fetcher is not None:
+            self.fetcher.remove_partitions([tp])
         directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
         if p is not None:
             p.deleted = True
@@ -150,6 +176,55 @@ class ReplicaManager:
         ):
             self._dirty.set()
 
+    # -- follower callbacks (ReplicaFetcherManager, trio thread) -------------------------------
+
+    def _on_follower_append(self, tp: tuple[str, int], info: Any) -> None:
+        p = self.partitions.get(TopicPartition(*tp))
+        if p is not None:
+            p.after_append()
+            self.appended(p, info.last_offset - info.base_offset + 1)
+
+    def _on_follower_hw(self, tp: tuple[str, int], hw: int) -> None:
+        p = self.partitions.get(TopicPartition(*tp))
+        if p is not None:
+            p.follower_hw = hw
+            p.refresh_hw()
+
+    def _on_follower_truncate(self, tp: tuple[str, int], from_offset: int, to_offset: int,
+                              leader_epoch: int) -> None:
+        p = self.partitions.get(TopicPartition(*tp))
+        if p is not None:
+            p.on_truncated(to_offset)
+        self.events.truncate(tp[0], tp[1], to_offset, from_offset, leader_epoch, "diverging-epoch")
+
+    # -- ISR changes (AlterPartition) ---------------------------------------------------------
+
+    def _isr_poke_set(self) -> None:
+        self._isr_poke.set()
+
+    async def _isr_loop(self) -> None:
+        period = self.settings.get("replica.lag.time.max.ms", 30_000) / 2000
+        while True:
+            with trio.move_on_after(period):
+                await self._isr_poke.wait()
+            self._isr_poke = trio.Event()
+            if self.channel is None:
+                continue
+            for p in list(self.leader_partitions()):
+                req = p.take_alter_request()
+                if req is not None:
+                    await self._send_alter(p, req)
+
+    async def _send_alter(self, p: Partition, req: Any) -> None:
+        body = req.to_body(self.broker_id, self.broker_epoch())
+        try:
+            with trio.fail_after(10):
+                answer = await self.channel.request(ApiKey.ALTER_PARTITION, body)
+        except (RafkaError, trio.TooSlowError) as exc:
+            p.on_alter_result(None, getattr(exc, "code", ErrorCode.REQUEST_TIMED_OUT))
+            return
+        p.on_alter_result(answer, ErrorCode(answer.get("error", 0)))
+
     # -- background tasks ---------------------------------------------------------------------
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -159,6 +234,9 @@ class ReplicaManager:
                 nursery.start_soon(self._interval_flusher)
             nursery.start_soon(self._retention_loop)
             nursery.start_soon(self._cleaner_loop)
+            nursery.start_soon(self._isr_loop)
+            if self.fetcher is not None:
+                await nursery.start(self.fetcher.run)
             task_status.started()
 
     async def _flusher(self) -> None:

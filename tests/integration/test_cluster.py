@@ -106,3 +106,23 @@ async def test_single_node_cluster_round_trip(cluster1):
     assert part(r)["error"] == 0
     p = part(await request(addr, ApiKey.FETCH, fetch_body("one", 0, partition=1)))
     assert p["high_watermark"] == 1 and p["records_len"] > 0
+
+
+async def test_replicated_topic_acks_all_round_trip(cluster3):
+    addrs = cluster3.addresses()
+    await create_topic(addrs[1], "rep", partitions=1, rf=3)
+    leader = await leader_of(addrs, "rep")
+
+    async def produced():
+        r = await request(leader, ApiKey.PRODUCE, produce_body("rep", batch(b"r1", b"r2")))
+        return part(r)["error"] == 0
+
+    assert await eventually(produced)
+
+    async def replicated():
+        md = await request(addrs[0], ApiKey.METADATA, {"topics": ["rep"]})
+        isr = md["topics"][0]["partitions"][0]["isr"]
+        p = part(await request(leader, ApiKey.FETCH, fetch_body("rep", 0)))
+        return len(isr) == 3 and p["high_watermark"] >= 2
+
+    assert await eventually(replicated)
