@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,14 +228,21 @@ class NemesisRunner:
     ``resolve`` turns ``@controller`` / ``@leader`` into a node id at fault start (it needs
     the cluster's metadata, so it is supplied by the workload).  ``restart`` is awaited for
     nodes killed by ``kill`` / ``lose-unfsynced-writes`` when the fault ends.
+
+    ``handlers`` (optional) maps a fault kind to an object with ``async start(fault,
+    targets)`` / ``async stop(fault, targets)`` that replaces the built-in behaviour for that
+    kind (``chaos_tests.faults``: disk-full, lose-unfsynced-writes).
     """
 
     def __init__(self, backend: Any, history: HistoryWriter, nodes: Sequence[int], *,
-                 resolve: Resolver | None = None) -> None:
+                 resolve: Resolver | None = None,
+                 handlers: Mapping[str, Any] | None = None) -> None:
         self.backend = backend
         self.history = history
         self.nodes = list(nodes)
         self.resolve = resolve
+        self.handlers = dict(handlers or {})
+        self.errors: list[str] = []  # faults that could not be applied or undone
         self._next_id = 0
 
     async def _targets(self, fault: Fault) -> list[int]:
@@ -265,7 +272,9 @@ class NemesisRunner:
 
     async def _apply(self, fault: Fault, targets: list[int]) -> None:
         b = self.backend
-        if fault.kind in ("kill", "lose-unfsynced-writes"):
+        if fault.kind in self.handlers:
+            await self.handlers[fault.kind].start(fault, targets)
+        elif fault.kind in ("kill", "lose-unfsynced-writes"):
             for n in targets:
                 await b.kill_node(n)
         elif fault.kind == "pause":
@@ -287,8 +296,19 @@ class NemesisRunner:
     async def stop(self, fault: Fault, fid: int, targets: list[int]) -> None:
         inv = self.history.invoke(NEMESIS, "nemesis", {"action": "stop", "id": fid,
                                                          "fault": fault.kind})
+        try:
+            await self._unapply(fault, targets)
+        except Exception as exc:
+            self.history.info(inv, {"action": "stop", "id": fid, "fault": fault.kind,
+                                    "error": repr(exc)})
+            raise
+        self.history.ok(inv)
+
+    async def _unapply(self, fault: Fault, targets: list[int]) -> None:
         b = self.backend
-        if fault.kind in ("kill", "lose-unfsynced-writes"):
+        if fault.kind in self.handlers:
+            await self.handlers[fault.kind].stop(fault, targets)
+        elif fault.kind in ("kill", "lose-unfsynced-writes"):
             for n in targets:
                 await b.start_node(n)
         elif fault.kind == "pause":
@@ -299,7 +319,6 @@ class NemesisRunner:
         elif fault.kind == "clock-skew":
             for n in targets:
                 await b.skew_clock(n, 0.0)
-        self.history.ok(inv)
 
     async def heal_all(self) -> None:
         inv = self.history.invoke(NEMESIS, "nemesis", {"action": "heal-all"})
@@ -319,6 +338,13 @@ class NemesisRunner:
 
     async def _one(self, t0: float, sf: ScheduledFault) -> None:
         await trio.sleep_until(t0 + sf.start_s)
-        fid, targets = await self.start(sf.fault)
+        try:
+            fid, targets = await self.start(sf.fault)
+        except Exception as exc:  # recorded as info by start(); the schedule goes on
+            self.errors.append(f"start {sf.fault.kind}: {exc!r}")
+            return
         await trio.sleep_until(t0 + sf.end_s)
-        await self.stop(sf.fault, fid, targets)
+        try:
+            await self.stop(sf.fault, fid, targets)
+        except Exception as exc:  # recorded as info by stop(); heal_all follows anyway
+            self.errors.append(f"stop {sf.fault.kind}: {exc!r}")

@@ -1,0 +1,86 @@
+"""``rafka chaos ...``: run a Jepsen-style campaign against a real cluster from the command line.
+
+``rafka chaos run --backend netns|docker|local --nemesis kill,pause,partition,clock
+--time-limit 120 --seed S [--results DIR] [--unsafe-ack-before-replication]`` runs
+:func:`chaos_tests.campaign.run` and exits 0 (no anomaly), 1 (anomalies; the results folder
+says which) or 2 (the campaign could not run).  ``rafka chaos nemeses`` lists the fault names.
+The same group runs as ``python -m chaos_tests``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from .campaign import NEMESIS_ALIASES, CampaignOptions, expand_nemesis, main_run
+from .nemesis import FAULT_KINDS
+from .workloads.queue import QueueSpec
+
+__all__ = ["chaos"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def chaos() -> None:
+    """Fault-injection (Jepsen-style) campaigns against a real rafka cluster."""
+
+
+@chaos.command("run")
+@click.option("--backend", type=click.Choice(["netns", "docker", "local"]), default="netns",
+              show_default=True, help="Where nodes run (netns needs root).")
+@click.option("--nemesis", default="kill,partition", show_default=True,
+              help="Comma-separated faults: " + ", ".join(NEMESIS_ALIASES)
+              + " (or exact fault kinds, see `rafka chaos nemeses`).")
+@click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,
+              help="Seconds of workload + faults (the last --quiet seconds are fault-free).")
+@click.option("--seed", type=int, default=1, show_default=True,
+              help="Seeds the fault schedule; print it to reproduce a failure.")
+@click.option("--results", "results_dir", type=click.Path(path_type=Path), default=None,
+              help="Results folder (default chaos-results/<time>-seed<S>).")
+@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("chaos-work"),
+              show_default=True, help="Node configs and data (wiped at start).")
+@click.option("--nodes", type=int, default=3, show_default=True)
+@click.option("--partitions", type=int, default=4, show_default=True)
+@click.option("--producers", type=int, default=3, show_default=True)
+@click.option("--group-consumers", type=int, default=2, show_default=True,
+              help="0 turns the consumer-group workload off.")
+@click.option("--no-metadata", is_flag=True, help="Turn the topic create/delete workload off.")
+@click.option("--quiet", "quiet_s", type=float, default=5.0, show_default=True,
+              help="Fault-free seconds at the end of the time limit.")
+@click.option("--unsafe-ack-before-replication", is_flag=True,
+              help="Test-only: acknowledge writes before replication (the checker must fail).")
+@click.option("--no-png", is_flag=True, help="Skip timeline.png (no matplotlib needed).")
+@click.option("-v", "--verbose", count=True)
+def run_cmd(backend: str, nemesis: str, time_limit_s: float, seed: int,
+            results_dir: Path | None, work_dir: Path, nodes: int, partitions: int,
+            producers: int, group_consumers: int, no_metadata: bool, quiet_s: float,
+            unsafe_ack_before_replication: bool, no_png: bool, verbose: int) -> None:
+    """Run one campaign; exit 0 = valid, 1 = anomalies found, 2 = could not run."""
+    logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    names = [n for n in nemesis.split(",") if n.strip()]
+    try:
+        expand_nemesis(names)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--nemesis") from None
+    opts = CampaignOptions(
+        backend=backend, nemesis=tuple(names), time_limit_s=time_limit_s, seed=seed,
+        work_dir=work_dir, results_dir=results_dir, nodes=nodes,
+        unsafe_ack_before_replication=unsafe_ack_before_replication,
+        queue=QueueSpec(partitions=partitions, producers=producers,
+                        group_consumers=group_consumers),
+        metadata=not no_metadata, quiet_s=quiet_s, png=not no_png)
+    sys.exit(main_run(opts))
+
+
+@chaos.command("nemeses")
+def nemeses_cmd() -> None:
+    """List the fault names --nemesis accepts."""
+    for alias, kinds in NEMESIS_ALIASES.items():
+        click.echo(f"{alias:10s} {', '.join(kinds)}")
+    click.echo("")
+    for k in FAULT_KINDS:
+        root = " (root)" if k.needs_root else ""
+        click.echo(f"{k.name:30s} {k.family:8s} {k.description}{root}")
