@@ -1,0 +1,150 @@
+"""Foundation benchmark: one broker on loopback, 200-byte values, 16-byte keys, acks=1.
+
+Figures (medians of ``runs``), each measured in the same run as its reference:
+
+* ``producer_send``: records/s through the sync ``Producer.send()`` (linger 5 ms, 256 KiB
+  batches, no compression, idempotence off since acks=1), from the first send to ``flush()``.
+  Compared with NATS JetStream's publish rate (nats-py, file store R1).
+* ``consumer``: records/s of the sync ``Consumer`` reading the same records from the beginning.
+  Compared with NATS's ordered push consumer.
+* ``produce_latency_p50/p99``: send → acknowledged, at a fixed moderate rate (5,000 rec/s).
+* ``large_batch``: MB/s of pipelined PRODUCE requests, each one pre-built ~1 MiB batch, straight
+  over the protocol (the broker's socket → segment path). Compared with the machine's raw limit:
+  a plain Python socket → file copy.
+
+The broker runs with its default flush policy (``log.flush.policy = batch``: every acknowledged
+batch is fsynced, with group commit) — JetStream fsyncs only every 2 minutes, so the comparison
+is conservative for rafka. Each figure names its flush policy in the JSON (``flush_policy``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import trio
+
+from bench.cluster import cluster
+from bench.peers import nats_rates, raw_socket_to_file_mb_s
+from broker.protocol import ApiKey
+from client import Admin, Consumer, Producer, TopicPartition
+from client.connection import connect, parse_address
+from log.batch import build_batch
+
+N_RECORDS = 300_000
+VALUE = b"v" * 200
+KEYS = [f"key-{i:012d}".encode() for i in range(1024)]  # 16 bytes each
+FLUSH = "batch"
+
+
+def _producer_rate(bootstrap: str, topic: str, n: int) -> float:
+    with Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=256 * 1024,
+                  enable_idempotence=False) as p:
+        p.send(topic, value=VALUE, key=KEYS[0]).result(timeout=30)  # metadata warm-up
+        send = p.send
+        t0 = time.perf_counter()
+        for i in range(n):
+            send(topic, value=VALUE, key=KEYS[i & 1023])
+        p.flush()
+        return n / (time.perf_counter() - t0)
+
+
+def _consumer_rate(bootstrap: str, topic: str, partitions: int, n: int) -> float:
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                  enable_auto_commit=False) as c:
+        c.assign([TopicPartition(topic, p) for p in range(partitions)])
+        c.seek_to_beginning()
+        got = 0
+        t0 = time.perf_counter()
+        while got < n:
+            batch = c.poll(timeout_ms=1000, max_records=100_000)
+            got += sum(len(v) for v in batch.values())
+        return got / (time.perf_counter() - t0)
+
+
+def _latencies_ms(bootstrap: str, topic: str, rate: int = 5000, seconds: float = 3.0) -> list[float]:
+    lat: list[float] = []
+    with Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=0, enable_idempotence=False) as p:
+        p.send(topic, value=VALUE, key=KEYS[0]).result(timeout=30)
+        futs = []
+        t_start = time.perf_counter()
+        n = int(rate * seconds)
+        for i in range(n):
+            due = t_start + i / rate
+            while (now := time.perf_counter()) < due:
+                time.sleep(min(0.001, due - now))
+            sent = time.perf_counter()
+            f = p.send(topic, value=VALUE, key=KEYS[i & 1023])
+            f.add_done_callback(lambda _f, s=sent: lat.append((time.perf_counter() - s) * 1000))
+            futs.append(f)
+        p.flush()
+        for f in futs:
+            f.result(timeout=30)
+    return lat
+
+
+async def _large_batch_mb_s(bootstrap: str, topic: str, total_mb: int = 512, in_flight: int = 8) -> float:
+    records = [(KEYS[i & 1023], VALUE, [], int(time.time() * 1000)) for i in range(4600)]
+    batch = build_batch(records)  # ~1 MiB
+    host, port = parse_address(bootstrap.split(",")[0])
+    body = {"acks": 1, "timeout_ms": 30000,
+            "topics": [{"name": topic, "partitions": [{"partition": 0, "records": batch}]}]}
+    n = total_mb * (1 << 20) // len(batch)
+    async with connect(host, port) as conn:
+        (await conn.request(ApiKey.PRODUCE, body)).raise_for_error()
+        limiter = trio.Semaphore(in_flight)
+        t0 = time.perf_counter()
+
+        async def one() -> None:
+            try:
+                resp = await conn.request(ApiKey.PRODUCE, body)
+                err = resp.body["topics"][0]["partitions"][0]["error"]
+                assert err == 0, f"produce failed: {resp.body}"
+            finally:
+                limiter.release()
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(n):
+                await limiter.acquire()
+                nursery.start_soon(one)
+        return n * len(batch) / (time.perf_counter() - t0) / 1e6
+
+
+def _fig(values: list[float], unit: str, **extra: Any) -> dict[str, Any]:
+    return {"median": statistics.median(values), "unit": unit, "runs": values, **extra}
+
+
+def run(runs: int = 3) -> dict[str, Any]:
+    prod, cons, p50, p99, large, raw = [], [], [], [], [], []
+    with cluster(nodes=1) as bootstrap:
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            admin.create_topic("big", partitions=1, replication_factor=1)
+            admin.create_topic("lat", partitions=1, replication_factor=1)
+            for r in range(runs):
+                admin.create_topic(f"perf{r}", partitions=3, replication_factor=1)
+        for r in range(runs):
+            prod.append(_producer_rate(bootstrap, f"perf{r}", N_RECORDS))
+            cons.append(_consumer_rate(bootstrap, f"perf{r}", 3, N_RECORDS))
+            lat = sorted(_latencies_ms(bootstrap, "lat"))
+            p50.append(lat[len(lat) // 2])
+            p99.append(lat[int(len(lat) * 0.99)])
+            large.append(trio.run(_large_batch_mb_s, bootstrap, "big"))
+            raw.append(raw_socket_to_file_mb_s(512))
+    nats = [r for r in (nats_rates(100_000) for _ in range(runs)) if r is not None]
+    rec_mb = (len(VALUE) + 16) / 1e6
+    out = {
+        "producer_send": _fig(prod, "rec/s", flush_policy=FLUSH),
+        "producer_send_mb": _fig([x * rec_mb for x in prod], "MB/s", flush_policy=FLUSH),
+        "consumer": _fig(cons, "rec/s"),
+        "produce_latency_p50": _fig(p50, "ms", flush_policy=FLUSH, rate="5000 rec/s"),
+        "produce_latency_p99": _fig(p99, "ms", flush_policy=FLUSH, rate="5000 rec/s"),
+        "raw_socket_to_file": _fig(raw, "MB/s"),
+        "large_batch": _fig(large, "MB/s", flush_policy=FLUSH, ratio_of="raw_socket_to_file"),
+    }
+    if nats:
+        out["nats_publish"] = _fig([p for p, _ in nats], "msg/s", flush_policy="JetStream default (2 min)")
+        out["nats_consume"] = _fig([c for _, c in nats], "msg/s")
+        out["producer_send"]["ratio_of"] = "nats_publish"
+        out["consumer"]["ratio_of"] = "nats_consume"
+    return out
