@@ -41,7 +41,7 @@ class _LoopThread(Generic[C]):
     """A trio loop in a daemon thread, holding one entered async client."""
 
     def __init__(self, client: C, name: str) -> None:
-        self.client = client
+        self.client: C = client
         self._ready = threading.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None

@@ -157,8 +157,9 @@ class AsyncConsumer:
         self._core.open(self._nursery)
         try:
             if self.group_id is not None:
-                assert type(self).coordinator_factory is not None
-                self._coordinator = type(self).coordinator_factory(self)
+                factory = type(self).coordinator_factory
+                assert factory is not None
+                self._coordinator = factory(self)
                 await self._nursery.start(self._coordinator.run)
             self._nursery.start_soon(self._fetch_loop)
             if self._initial_topics:

@@ -71,10 +71,10 @@ async def list_offsets(core: ClientCore, wanted: Mapping[TopicPartition, int], *
                     tp = TopicPartition(t["name"], int(p["partition"]))
                     code = p.get("error") or 0
                     if code:
-                        exc = error_for(code, f"{tp.topic}-{tp.partition}: {p.get('message') or ''}")
-                        if code in REFRESH_CODES or exc.retriable:
+                        err = error_for(code, f"{tp.topic}-{tp.partition}: {p.get('message') or ''}")
+                        if code in REFRESH_CODES or err.retriable:
                             core.metadata.invalidate_leader(tp)
-                        errors.append(exc)
+                        errors.append(err)
                         continue
                     off = p.get("offset")
                     out[tp] = (-1 if off is None else int(off), int(p.get("timestamp") or -1))
@@ -83,10 +83,10 @@ async def list_offsets(core: ClientCore, wanted: Mapping[TopicPartition, int], *
         async with trio.open_nursery() as nursery:
             for node, parts in by_node.items():
                 nursery.start_soon(one, node, parts, errors)
-        for exc in errors:
-            if not (exc.retriable or exc.code in REFRESH_CODES):
-                raise exc
-            last = exc
+        for err in errors:
+            if not (err.retriable or err.code in REFRESH_CODES):
+                raise err
+            last = err
     if todo:
         names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in list(todo)[:5])
         raise last or error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"no offsets for {names}")
