@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +145,35 @@ async def setup_broker(c: VoterCluster, leader: int, broker_id: int = 100) -> in
                          "want_fence": False, "want_shutdown": False})
     assert r["error"] == 0 and not r["is_fenced"], r
     return epoch
+
+
+@asynccontextmanager
+async def live_broker(c: VoterCluster, broker_id: int = 100, interval_s: float = 0.1) -> AsyncIterator[int]:
+    """Register a broker and keep it heartbeating to whichever voter is the active controller
+    (across failovers) while the block runs; yields its broker epoch.
+
+    A broker that registers and then goes quiet is fenced after ``broker.session.timeout.ms``
+    — a write the test did not ask for, at a time that depends on the machine's load, and
+    after which no broker is live (CREATE_TOPICS fails with INVALID_REPLICATION_FACTOR). Tests
+    that are not about fencing keep their broker alive with this instead."""
+    epoch = await setup_broker(c, await c.active_controller(), broker_id)
+    body = {"broker_id": broker_id, "broker_epoch": epoch, "metadata_offset": 10**9,
+            "want_fence": False, "want_shutdown": False}
+
+    async def beat() -> None:
+        target: int | None = None
+        while True:
+            for i in ([target] if target in c.procs else []) + [i for i in c.procs if i != target]:
+                r = await c.try_request(i, ApiKey.BROKER_HEARTBEAT, body, 1)
+                if r is not None and r.get("error") == 0:
+                    target = i
+                    break
+            await trio.sleep(interval_s)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(beat)
+        yield epoch
+        nursery.cancel_scope.cancel()
 
 
 def monotonic() -> float:

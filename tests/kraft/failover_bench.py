@@ -18,7 +18,7 @@ from pathlib import Path
 import trio
 
 from broker.protocol import ApiKey
-from tests.kraft.cluster_util import VoterCluster, setup_broker
+from tests.kraft.cluster_util import VoterCluster, live_broker
 
 
 async def main(kills: int) -> None:
@@ -28,24 +28,24 @@ async def main(kills: int) -> None:
         samples = []
         try:
             leader = await c.active_controller()
-            await setup_broker(c, leader)
-            for k in range(kills):
-                await c.wait_converged(c.ids)
-                leader = await c.active_controller()
-                t0 = time.monotonic()
-                c.kill(leader)
-                new = await c.active_controller([i for i in c.ids if i != leader])
-                t_active = time.monotonic() - t0
-                body = {"topics": [{"name": f"f{k}", "num_partitions": 1, "replication_factor": 1}],
-                        "timeout_ms": 5000}
-                r = await c.request(new, ApiKey.CREATE_TOPICS, body)
-                t_commit = time.monotonic() - t0
-                assert r["topics"][0]["error"] == 0, r
-                samples.append(t_commit)
-                print(f"kill {k + 1}: voter {leader} -> {new}: active after {t_active:.3f}s, "
-                      f"first decision committed after {t_commit:.3f}s", flush=True)
-                c.start(leader)
-                await c.wait_rpc(leader)
+            async with live_broker(c):
+                for k in range(kills):
+                    await c.wait_converged(c.ids)
+                    leader = await c.active_controller()
+                    t0 = time.monotonic()
+                    c.kill(leader)
+                    new = await c.active_controller([i for i in c.ids if i != leader])
+                    t_active = time.monotonic() - t0
+                    body = {"topics": [{"name": f"f{k}", "num_partitions": 1, "replication_factor": 1}],
+                            "timeout_ms": 5000}
+                    r = await c.request(new, ApiKey.CREATE_TOPICS, body)
+                    t_commit = time.monotonic() - t0
+                    assert r["topics"][0]["error"] == 0, r
+                    samples.append(t_commit)
+                    print(f"kill {k + 1}: voter {leader} -> {new}: active after {t_active:.3f}s, "
+                          f"first decision committed after {t_commit:.3f}s", flush=True)
+                    c.start(leader)
+                    await c.wait_rpc(leader)
         finally:
             c.stop_all()
         print(f"failover over {len(samples)} kills: median {statistics.median(samples):.3f}s, "

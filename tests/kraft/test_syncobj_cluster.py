@@ -11,7 +11,7 @@ from broker.errors import ErrorCode
 from broker.protocol import ApiKey
 from kraft.quorum import Command
 from metadata import Topic
-from tests.kraft.cluster_util import RAW_PROPOSE, VoterCluster, setup_broker
+from tests.kraft.cluster_util import RAW_PROPOSE, VoterCluster, live_broker, setup_broker
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -25,47 +25,47 @@ async def test_commit_dedup_failover_restart(tmp_path):
     c.start_all()
     try:
         leader = await c.active_controller()
-        await setup_broker(c, leader)
-        for k in range(5):
-            r = await c.request(leader, ApiKey.CREATE_TOPICS, create(f"t{k}"))
+        async with live_broker(c):  # heartbeats: never fenced mid-test
+            for k in range(5):
+                r = await c.request(leader, ApiKey.CREATE_TOPICS, create(f"t{k}"))
+                assert r["topics"][0]["error"] == 0, r
+            # a follower redirects to the leader's rpc address
+            follower = next(i for i in c.ids if i != leader)
+            r = await c.request(follower, ApiKey.CREATE_TOPICS, create("x"))
+            assert r["error"] == ErrorCode.NOT_CONTROLLER
+            assert (r["leader_host"], r["leader_port"]) == c.rpc[leader]
+
+            # the same request id proposed twice applies once
+            epoch = (await c.request(leader, ApiKey.DESCRIBE_QUORUM, {}))["epoch"]
+            cmd = Command("dup-1", epoch, 0, (Topic("dup", "dup-id"),)).to_bytes()
+            a = await c.request(leader, RAW_PROPOSE, {"cmd": cmd})
+            b = await c.request(leader, RAW_PROPOSE, {"cmd": cmd})
+            assert a["error"] == 0 and not a["duplicate"], a
+            assert b["error"] == 0 and b["duplicate"] and b["base_offset"] == a["base_offset"], b
+
+            end = await c.wait_converged(c.ids)
+            logs = [await c.fetch_all(i) for i in c.ids]
+            assert logs[0]["entries"] and all(lg["entries"] == logs[0]["entries"] for lg in logs)
+            assert sum(1 for e in logs[0]["entries"] if e[2].get("name") == "dup") == 1
+            q = await c.request(leader, ApiKey.DESCRIBE_QUORUM, {})
+            assert {v["id"]: v["lag"] for v in q["voters"]} == {1: 0, 2: 0, 3: 0}
+
+            # kill -9 the leader: a new one is elected and proposing works again
+            t0 = time.monotonic()
+            c.kill(leader)
+            new_leader = await c.active_controller([i for i in c.ids if i != leader])
+            r = await c.request(new_leader, ApiKey.CREATE_TOPICS, create("after-failover"))
+            print(f"failover: new active controller after {time.monotonic() - t0:.2f}s")
             assert r["topics"][0]["error"] == 0, r
-        # a follower redirects to the leader's rpc address
-        follower = next(i for i in c.ids if i != leader)
-        r = await c.request(follower, ApiKey.CREATE_TOPICS, create("x"))
-        assert r["error"] == ErrorCode.NOT_CONTROLLER
-        assert (r["leader_host"], r["leader_port"]) == c.rpc[leader]
 
-        # the same request id proposed twice applies once
-        epoch = (await c.request(leader, ApiKey.DESCRIBE_QUORUM, {}))["epoch"]
-        cmd = Command("dup-1", epoch, 0, (Topic("dup", "dup-id"),)).to_bytes()
-        a = await c.request(leader, RAW_PROPOSE, {"cmd": cmd})
-        b = await c.request(leader, RAW_PROPOSE, {"cmd": cmd})
-        assert a["error"] == 0 and not a["duplicate"], a
-        assert b["error"] == 0 and b["duplicate"] and b["base_offset"] == a["base_offset"], b
-
-        end = await c.wait_converged(c.ids)
-        logs = [await c.fetch_all(i) for i in c.ids]
-        assert logs[0]["entries"] and all(lg["entries"] == logs[0]["entries"] for lg in logs)
-        assert sum(1 for e in logs[0]["entries"] if e[2].get("name") == "dup") == 1
-        q = await c.request(leader, ApiKey.DESCRIBE_QUORUM, {})
-        assert {v["id"]: v["lag"] for v in q["voters"]} == {1: 0, 2: 0, 3: 0}
-
-        # kill -9 the leader: a new one is elected and proposing works again
-        t0 = time.monotonic()
-        c.kill(leader)
-        new_leader = await c.active_controller([i for i in c.ids if i != leader])
-        r = await c.request(new_leader, ApiKey.CREATE_TOPICS, create("after-failover"))
-        print(f"failover: new active controller after {time.monotonic() - t0:.2f}s")
-        assert r["topics"][0]["error"] == 0, r
-
-        # the old leader restarts from its journal and metadata log and catches up
-        c.start(leader)
-        await c.wait_rpc(leader)
-        end2 = await c.wait_converged(c.ids)
-        assert end2 > end
-        logs = [await c.fetch_all(i) for i in c.ids]
-        assert all(lg["entries"] == logs[0]["entries"] for lg in logs)
-        assert [e[0] for e in logs[0]["entries"]] == list(range(end2 + 1))
+            # the old leader restarts from its journal and metadata log and catches up
+            c.start(leader)
+            await c.wait_rpc(leader)
+            end2 = await c.wait_converged(c.ids)
+            assert end2 > end
+            logs = [await c.fetch_all(i) for i in c.ids]
+            assert all(lg["entries"] == logs[0]["entries"] for lg in logs)
+            assert [e[0] for e in logs[0]["entries"]] == list(range(end2 + 1))
     finally:
         c.stop_all()
 
@@ -76,28 +76,28 @@ async def test_restarted_voter_catches_up_from_snapshot(tmp_path):
     c.start_all()
     try:
         leader = await c.active_controller()
-        await setup_broker(c, leader)
-        await c.wait_converged(c.ids)
-        lagger = next(i for i in c.ids if i != leader)
-        c.kill(lagger)
-        for k in range(60):
-            r = await c.request(leader, ApiKey.CREATE_TOPICS, create(f"s{k}"))
-            assert r["topics"][0]["error"] == 0, r
-        await trio.sleep(1.5)  # let pysyncobj compact its log (it does so on its tick)
-        c.start(lagger)
-        await c.wait_rpc(lagger)
-        end = await c.wait_converged(c.ids, timeout_s=30)
-        a = await c.fetch_all(leader)
-        b = await c.fetch_all(lagger)
-        assert a["committed"] == b["committed"] == end
-        # the lagger's log was reset to the leader's image: its history starts at a snapshot
-        assert b["snapshot"] is not None
-        names = {e[2].get("name") for e in a["entries"]} | {
-            r.get("name") for r in (a["snapshot"] or {"records": []})["records"]}
-        names_b = {e[2].get("name") for e in b["entries"]} | {r.get("name") for r in b["snapshot"]["records"]}
-        assert {f"s{k}" for k in range(60)} <= names_b
-        assert {f"s{k}" for k in range(60)} <= names
-        assert "installed a snapshot" in c.log_text(lagger)
+        async with live_broker(c):  # heartbeats: never fenced mid-test
+            await c.wait_converged(c.ids)
+            lagger = next(i for i in c.ids if i != leader)
+            c.kill(lagger)
+            for k in range(60):
+                r = await c.request(leader, ApiKey.CREATE_TOPICS, create(f"s{k}"))
+                assert r["topics"][0]["error"] == 0, r
+            await trio.sleep(1.5)  # let pysyncobj compact its log (it does so on its tick)
+            c.start(lagger)
+            await c.wait_rpc(lagger)
+            end = await c.wait_converged(c.ids, timeout_s=30)
+            a = await c.fetch_all(leader)
+            b = await c.fetch_all(lagger)
+            assert a["committed"] == b["committed"] == end
+            # the lagger's log was reset to the leader's image: its history starts at a snapshot
+            assert b["snapshot"] is not None
+            names = {e[2].get("name") for e in a["entries"]} | {
+                r.get("name") for r in (a["snapshot"] or {"records": []})["records"]}
+            names_b = {e[2].get("name") for e in b["entries"]} | {r.get("name") for r in b["snapshot"]["records"]}
+            assert {f"s{k}" for k in range(60)} <= names_b
+            assert {f"s{k}" for k in range(60)} <= names
+            assert "installed a snapshot" in c.log_text(lagger)
     finally:
         c.stop_all()
 
