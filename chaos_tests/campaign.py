@@ -225,13 +225,15 @@ def data_dir_of(work_dir: Path, node: int) -> Path:
 
 def make_cluster(backend_name: str, work_dir: Path, nodes: int, *,
                  broker: Mapping[str, Any] | None = None,
-                 controller: Mapping[str, Any] | None = None) -> Backend:
+                 controller: Mapping[str, Any] | None = None,
+                 faketime: bool = False) -> Backend:
     """The backend with its spec, secret and node configs written under ``work_dir``."""
     work_dir.mkdir(parents=True, exist_ok=True)
     ids = list(range(1, nodes + 1))
     specs = tuple(rafka_node_spec(n, work_dir / f"node-{n}.toml", client_port=CLIENT_PORT,
                                   raft_port=RAFT_PORT) for n in ids)
     backend = backend_class(backend_name)(ClusterSpec(specs, work_dir))
+    backend.use_faketime = faketime
     secret_file = work_dir / "cluster.secret"
     fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -510,7 +512,9 @@ async def run(opts: CampaignOptions) -> CampaignResult:
           f"time limit {opts.time_limit_s:g} s, results {results}", flush=True)
     result = CampaignResult(opts.seed, False, results, notes=notes)
     try:
-        backend = make_cluster(opts.backend, work_dir, opts.nodes, broker=broker_overrides)
+        kinds = expand_nemesis(opts.nemesis)
+        backend = make_cluster(opts.backend, work_dir, opts.nodes, broker=broker_overrides,
+                               faketime="clock-skew" in kinds)
         hard_limit = (opts.time_limit_s + 2 * opts.start_timeout_s + opts.recovery_timeout_s
                       + opts.final_read_timeout_s * max(1, queue.partitions) + 120)
         with trio.fail_after(hard_limit):

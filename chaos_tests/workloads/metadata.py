@@ -53,40 +53,31 @@ async def metadata_process(ctx: RunContext, spec: MetadataSpec, *, seed: int = 0
     n = 0
     while ctx.running() and n < spec.max_topics:
         process = ctx.next_process()
-        admin = AsyncAdmin(bootstrap_servers=ctx.bootstrap, client_id=f"chaos-admin-{process}",
-                           request_timeout_ms=int(ctx.op_timeout_s * 1000))
-        started = False
-        with trio.move_on_after(ctx.op_timeout_s):
-            await admin.__aenter__()
-            started = True
-        if not started:
-            await trio.sleep(spec.interval_s)
-            continue
         try:
-            while ctx.running() and n < spec.max_topics:
-                if created and rng.random() < spec.delete_probability:
-                    name = created.pop(rng.randrange(len(created)))
-                    kind = await _op(ctx, process, "delete-topic", {"topic": name},
-                                     admin.delete_topic(name))
-                else:
-                    name = f"{spec.prefix}-{n}"
-                    n += 1
-                    kind = await _op(ctx, process, "create-topic",
-                                     {"topic": name, "partitions": spec.partitions,
-                                      "replication_factor": spec.replication_factor},
-                                     admin.create_topic(name, spec.partitions,
-                                                        spec.replication_factor))
-                    if kind != "fail":
-                        created.append(name)
-                await trio.sleep(spec.interval_s * rng.uniform(0.5, 1.5))
-                if kind == "info":
-                    break
-        finally:
-            with trio.move_on_after(5):
-                try:
-                    await admin.close()
-                except Exception as exc:  # noqa: BLE001
-                    log.debug("admin close failed: %r", exc)
+            async with AsyncAdmin(bootstrap_servers=ctx.bootstrap,
+                                  client_id=f"chaos-admin-{process}",
+                                  request_timeout_ms=int(ctx.op_timeout_s * 1000)) as admin:
+                while ctx.running() and n < spec.max_topics:
+                    if created and rng.random() < spec.delete_probability:
+                        name = created.pop(rng.randrange(len(created)))
+                        kind = await _op(ctx, process, "delete-topic", {"topic": name},
+                                         admin.delete_topic(name))
+                    else:
+                        name = f"{spec.prefix}-{n}"
+                        n += 1
+                        kind = await _op(ctx, process, "create-topic",
+                                         {"topic": name, "partitions": spec.partitions,
+                                          "replication_factor": spec.replication_factor},
+                                         admin.create_topic(name, spec.partitions,
+                                                            spec.replication_factor))
+                        if kind != "fail":
+                            created.append(name)
+                    await trio.sleep(spec.interval_s * rng.uniform(0.5, 1.5))
+                    if kind == "info":
+                        break
+        except Exception as exc:  # noqa: BLE001
+            log.info("admin %d: %r", process, exc)
+            await trio.sleep(spec.interval_s)
 
 
 async def _op(ctx: RunContext, process: int, f: str, value: dict[str, Any], coro: Any) -> str:

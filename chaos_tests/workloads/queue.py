@@ -52,7 +52,6 @@ __all__ = [
 
 log = logging.getLogger("chaos.queue")
 
-CLIENT_CLOSE_TIMEOUT_S = 5.0
 BACKOFF_S = 0.25
 MAX_POLL_RECORDS = 500
 
@@ -91,14 +90,6 @@ def _tp(topic: str, partition: int) -> Any:
     from client import TopicPartition
 
     return TopicPartition(topic, partition)
-
-
-async def _close(client: Any) -> None:
-    with trio.move_on_after(CLIENT_CLOSE_TIMEOUT_S):
-        try:
-            await client.close()
-        except Exception as exc:  # noqa: BLE001 - a broken client must not stop the run
-            log.debug("close failed: %r", exc)
 
 
 async def create_queue_topic(ctx: RunContext, spec: QueueSpec, *, timeout_s: float = 60.0) -> None:
@@ -178,41 +169,28 @@ async def producer_process(ctx: RunContext, spec: QueueSpec, slot: int) -> None:
     while ctx.running():
         process = ctx.next_process()
         timeout_ms = int(ctx.op_timeout_s * 1000)
-        producer = AsyncProducer(
-            bootstrap_servers=ctx.bootstrap, client_id=f"chaos-producer-{process}",
-            acks="all" if spec.acks == "all" else int(spec.acks),
-            enable_idempotence=spec.acks == "all", retries=0, linger_ms=0, max_block_ms=timeout_ms,
-            request_timeout_ms=ctx.request_timeout_ms, delivery_timeout_ms=timeout_ms,
-            max_in_flight_requests_per_connection=1, metadata_max_age_ms=5000)
         try:
-            with trio.move_on_after(ctx.op_timeout_s):
-                await producer.__aenter__()
-        except Exception as exc:  # noqa: BLE001
-            log.info("producer %d could not start: %r", process, exc)
-        if producer._acc is None:  # never started
+            async with AsyncProducer(
+                    bootstrap_servers=ctx.bootstrap, client_id=f"chaos-producer-{process}",
+                    acks="all" if spec.acks == "all" else int(spec.acks),
+                    enable_idempotence=spec.acks == "all", retries=0, linger_ms=0,
+                    max_block_ms=timeout_ms, request_timeout_ms=ctx.request_timeout_ms,
+                    delivery_timeout_ms=timeout_ms, max_in_flight_requests_per_connection=1,
+                    metadata_max_age_ms=5000) as producer:
+                while ctx.running():
+                    partition = i % spec.partitions
+                    i += 1
+                    kind = await _send_one(ctx, producer, process, spec.topic, partition)
+                    if kind == "info":
+                        break
+                    if kind == "fail":
+                        await trio.sleep(BACKOFF_S * rng.uniform(0.5, 1.5))
+                    elif spec.send_pause_s:
+                        await trio.sleep(spec.send_pause_s)
+                await producer.close(flush=False)
+        except Exception as exc:  # noqa: BLE001 - a broken client: start a new process
+            log.info("producer %d: %r", process, exc)
             await trio.sleep(BACKOFF_S)
-            continue
-        try:
-            while ctx.running():
-                partition = i % spec.partitions
-                i += 1
-                kind = await _send_one(ctx, producer, process, spec.topic, partition)
-                if kind == "info":
-                    break
-                if kind == "fail":
-                    await trio.sleep(BACKOFF_S * rng.uniform(0.5, 1.5))
-                elif spec.send_pause_s:
-                    await trio.sleep(spec.send_pause_s)
-        finally:
-            await _close_producer(producer)
-
-
-async def _close_producer(producer: Any) -> None:
-    with trio.move_on_after(CLIENT_CLOSE_TIMEOUT_S):
-        try:
-            await producer.close(flush=False)
-        except Exception as exc:  # noqa: BLE001
-            log.debug("producer close failed: %r", exc)
 
 
 # --------------------------------------------------------------------------- consumers
@@ -264,39 +242,30 @@ async def assign_consumer_process(ctx: RunContext, spec: QueueSpec, slot: int) -
     positions: dict[tuple[str, int], int] = {}
     while ctx.running():
         process = ctx.next_process()
-        consumer = AsyncConsumer(bootstrap_servers=ctx.bootstrap,
-                                 client_id=f"chaos-consumer-{process}",
-                                 auto_offset_reset="earliest", enable_auto_commit=False,
-                                 fetch_max_wait_ms=200, request_timeout_ms=ctx.request_timeout_ms,
-                                 metadata_max_age_ms=5000)
-        started = False
-        with trio.move_on_after(ctx.op_timeout_s):
-            try:
-                await consumer.__aenter__()
-                started = True
-            except Exception as exc:  # noqa: BLE001
-                log.info("consumer %d could not start: %r", process, exc)
-        if not started:
-            await _close(consumer)
-            await trio.sleep(BACKOFF_S)
-            continue
         try:
-            tps = spec.tps()
-            consumer.assign([_tp(t, p) for t, p in tps])
-            for (t, p), pos in positions.items():
-                consumer.seek(_tp(t, p), pos)
-            value = {"partitions": [tp_key(t, p) for t, p in tps],
-                     "positions": {tp_key(t, p): o for (t, p), o in positions.items()}}
-            inv = ctx.history.invoke(process, "assign", value)
-            ctx.history.ok(inv)
-            while ctx.running():
-                kind, records = await _poll(ctx, consumer, process)
-                for t, p, o, _v in records:
-                    positions[(t, p)] = max(positions.get((t, p), 0), o + 1)
-                if kind != "ok":
-                    break
-        finally:
-            await _close(consumer)
+            async with AsyncConsumer(bootstrap_servers=ctx.bootstrap,
+                                     client_id=f"chaos-consumer-{process}",
+                                     auto_offset_reset="earliest", enable_auto_commit=False,
+                                     fetch_max_wait_ms=200,
+                                     request_timeout_ms=ctx.request_timeout_ms,
+                                     metadata_max_age_ms=5000) as consumer:
+                tps = spec.tps()
+                consumer.assign([_tp(t, p) for t, p in tps])
+                for (t, p), pos in positions.items():
+                    consumer.seek(_tp(t, p), pos)
+                value = {"partitions": [tp_key(t, p) for t, p in tps],
+                         "positions": {tp_key(t, p): o for (t, p), o in positions.items()}}
+                inv = ctx.history.invoke(process, "assign", value)
+                ctx.history.ok(inv)
+                while ctx.running():
+                    kind, records = await _poll(ctx, consumer, process)
+                    for t, p, o, _v in records:
+                        positions[(t, p)] = max(positions.get((t, p), 0), o + 1)
+                    if kind != "ok":
+                        break
+        except Exception as exc:  # noqa: BLE001
+            log.info("consumer %d: %r", process, exc)
+            await trio.sleep(BACKOFF_S)
 
 
 class _GroupTracker:
@@ -348,63 +317,56 @@ async def _commit(ctx: RunContext, consumer: Any, process: int, group: str,
 
 async def group_consumer_process(ctx: RunContext, spec: QueueSpec, slot: int) -> None:
     """Subscribe with ``group_id``; poll, commit after each non-empty poll."""
-    from client import AsyncConsumer
-
     while ctx.running():
         process = ctx.next_process()
-        tracker = _GroupTracker()
-        consumer = AsyncConsumer(
+        try:
+            await _group_member(ctx, spec, process)
+        except Exception as exc:  # noqa: BLE001
+            log.info("group consumer %d: %r", process, exc)
+        await trio.sleep(BACKOFF_S)
+
+
+async def _group_member(ctx: RunContext, spec: QueueSpec, process: int) -> None:
+    from client import AsyncConsumer
+
+    h = ctx.history
+    tracker = _GroupTracker()
+    async with AsyncConsumer(
             bootstrap_servers=ctx.bootstrap, client_id=f"chaos-group-{process}",
             group_id=spec.group, auto_offset_reset="earliest", enable_auto_commit=False,
             fetch_max_wait_ms=200, request_timeout_ms=ctx.request_timeout_ms,
             metadata_max_age_ms=5000, session_timeout_ms=6000,
             on_partitions_assigned=tracker.mark, on_partitions_revoked=tracker.mark,
-            on_partitions_lost=tracker.mark)
-        started = False
+            on_partitions_lost=tracker.mark) as consumer:
+        inv = h.invoke(process, "subscribe", {"topics": [spec.topic], "group": spec.group})
+        outcome = "info"
         with trio.move_on_after(ctx.op_timeout_s):
             try:
-                await consumer.__aenter__()
-                started = True
+                await consumer.subscribe([spec.topic])
+                outcome = "ok"
             except Exception as exc:  # noqa: BLE001
-                log.info("group consumer %d could not start: %r", process, exc)
-        if not started:
-            await _close(consumer)
-            await trio.sleep(BACKOFF_S)
-            continue
-        try:
-            h = ctx.history
-            inv = h.invoke(process, "subscribe", {"topics": [spec.topic], "group": spec.group})
-            outcome = "info"
-            with trio.move_on_after(ctx.op_timeout_s):
-                try:
-                    await consumer.subscribe([spec.topic])
-                    outcome = "ok"
-                except Exception as exc:  # noqa: BLE001
-                    outcome = "error"
-                    h.info(inv, dict(inv.value, error=error_name(exc)))
-            if outcome == "info":
-                h.info(inv, dict(inv.value, error="timeout"))
-            if outcome != "ok":
-                await trio.sleep(BACKOFF_S)
-                continue
-            h.ok(inv)
-            while ctx.running():
-                _record_assign(ctx, consumer, process, tracker)
-                kind, records = await _poll(ctx, consumer, process, tracker.touched)
-                if kind != "ok":
-                    break
-                _record_assign(ctx, consumer, process, tracker)
-                if records:
-                    owned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
-                    offsets: dict[tuple[str, int], int] = {}
-                    for t, p, o, _v in records:
-                        if (t, p) in owned:
-                            offsets[(t, p)] = max(offsets.get((t, p), 0), o + 1)
-                    if offsets and await _commit(ctx, consumer, process, spec.group,
-                                                 offsets) == "info":
-                        break
-        finally:
-            await _close(consumer)
+                outcome = "error"
+                h.info(inv, dict(inv.value, error=error_name(exc)))
+        if outcome == "info":
+            h.info(inv, dict(inv.value, error="timeout"))
+        if outcome != "ok":
+            return
+        h.ok(inv)
+        while ctx.running():
+            _record_assign(ctx, consumer, process, tracker)
+            kind, records = await _poll(ctx, consumer, process, tracker.touched)
+            if kind != "ok":
+                return
+            _record_assign(ctx, consumer, process, tracker)
+            if records:
+                owned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+                offsets: dict[tuple[str, int], int] = {}
+                for t, p, o, _v in records:
+                    if (t, p) in owned:
+                        offsets[(t, p)] = max(offsets.get((t, p), 0), o + 1)
+                if offsets and await _commit(ctx, consumer, process, spec.group,
+                                             offsets) == "info":
+                    return
 
 
 # --------------------------------------------------------------------------- orchestration
