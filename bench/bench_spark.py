@@ -174,7 +174,8 @@ def run(runs: int = 3, *, bootstrap: str | None = None, rows: int = ROWS) -> dic
         _fill_topic(bs, topic, rows)
         print(f"   filled {topic}: {rows:,} rows in {time.perf_counter() - t0:.1f} s", flush=True)
         spark = (SparkSession.builder.master("local[2]").appName("rafka-bench-spark")
-                 .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.driver.memory", "2g")
                  .getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         try:

@@ -22,6 +22,7 @@ log start offset (or stops, if the partition is gone).
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -264,9 +265,15 @@ def read_range(cluster: Cluster, rng: OffsetRange, *, include_headers: bool,
         if next_position < end:  # pipeline: the broker reads while we decode
             inflight = (*cluster.send_fetch(tp, next_position, max_bytes), next_position)
         cols = _Columns(include_headers)
-        for pos, header in batches:
-            if header.last_offset >= position and header.base_offset < end:
-                _add_batch(cols, raw, pos, header, position, end)
+        gc_was_on = gc.isenabled()
+        gc.disable()    # millions of short-lived acyclic tuples: no point scanning them
+        try:
+            for pos, header in batches:
+                if header.last_offset >= position and header.base_offset < end:
+                    _add_batch(cols, raw, pos, header, position, end)
+        finally:
+            if gc_was_on:
+                gc.enable()
         position = max(position, next_position)
         if len(cols):
             yield cols.to_batch(rng.topic, rng.partition, schema)

@@ -7,6 +7,7 @@ points the suite at an already running cluster instead). Topics get unique names
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -52,6 +53,7 @@ def spark() -> Iterator[object]:
 
     session = (SparkSession.builder.master("local[2]").appName("rafka-spark-tests")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.streaming.pollingDelay", "50ms")
                .config("spark.driver.memory", "1g")
@@ -96,7 +98,8 @@ def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if given:
         yield given
         return
-    pytest.importorskip("client.cli", reason="the rafka CLI (client/cli.py) is not there yet")
+    if importlib.util.find_spec("broker.cli") is None:
+        pytest.skip("no broker yet: `rafka cluster up` (broker/cli.py) is not there")
     data_dir = tmp_path_factory.mktemp("rafka-spark-cluster")
     nodes = os.environ.get("RAFKA_SPARK_NODES", "1")
     port = _free_port_block(int(nodes))

@@ -80,7 +80,7 @@ def test_batch_min_partitions_splits_ranges(spark: Any, bootstrap: str, topic_na
 def _parquet_values(spark: Any, path: Path) -> list[bytes]:
     if not (path / "_spark_metadata").exists():
         return []
-    return _values(spark.read.parquet(str(path)).select("value").collect())
+    return _values(spark.read.schema("value binary").parquet(str(path)).collect())
 
 
 def test_stream_stop_restart_exactly_once(spark: Any, bootstrap: str, topic_name: str,
@@ -221,7 +221,7 @@ def test_sink_round_trip_batch_and_stream(spark: Any, bootstrap: str, topic_name
     rows = [(f"k{i}", f"value {i}", i % 2, [("n", str(i).encode())]) for i in range(50)]
     df = spark.createDataFrame(rows, "key string, value string, partition int, "
                                      "headers array<struct<key: string, value: binary>>")
-    df.write.format("rafka").option("bootstrap.servers", bootstrap) \
+    df.write.format("rafka").mode("append").option("bootstrap.servers", bootstrap) \
         .option("topic", topic_name).save()
     got = consume_all(bootstrap, topic_name, 2, 50)
     assert sorted((r.partition, r.key, r.value, r.headers) for r in got) == sorted(
@@ -269,4 +269,5 @@ def test_option_errors_stream_vs_batch(spark: Any, bootstrap: str, tmp_path: Pat
                         "maxOffsetsPerTrigger": "5"}).load().collect()
     df = spark.createDataFrame([("x",)], "notvalue string")
     with pytest.raises(Exception, match="value"):
-        df.write.format("rafka").option("bootstrap.servers", bootstrap).option("topic", "t").save()
+        df.write.format("rafka").mode("append").option("bootstrap.servers", bootstrap) \
+            .option("topic", "t").save()
