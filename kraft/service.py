@@ -19,7 +19,13 @@ proposed as guarded commands; the state machine rejects them if this node has be
 meanwhile (epoch check), so "I think I lead" is never trusted for correctness.
 
 A non-active voter answers ``NOT_CONTROLLER`` with ``leader_id``/``leader_host``/
-``leader_port`` (the leader's RPC address) so the caller can go there. ``METADATA_FETCH`` is
+``leader_port`` (the leader's RPC address) so the caller can go there.
+
+Admin answers (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, ALTER_CONFIGS, ELECT_LEADERS)
+carry ``metadata_offset``: the controller's fsynced metadata offset once its decisions for the
+request are committed (every record they wrote is at or below it). A forwarding broker waits
+until its own image has reached that offset before answering its client
+(``broker/handlers/admin.py``), without asking the controller again. ``METADATA_FETCH`` is
 served by every voter from its own fsynced ``@metadata`` log (long-poll up to ``max_wait_ms``;
 a fetcher below the log start gets the latest snapshot).
 
@@ -410,7 +416,7 @@ class ControllerService:
                 if exc.code == ErrorCode.NOT_CONTROLLER:
                     raise
                 results.append(self._per_item(name, exc))
-        return {"topics": results}
+        return {"topics": results, "metadata_offset": self._q().committed_offset()}
 
     async def delete_topics(self, body: dict[str, Any]) -> dict[str, Any]:
         results = []
@@ -422,7 +428,7 @@ class ControllerService:
                 if exc.code == ErrorCode.NOT_CONTROLLER:
                     raise
                 results.append(self._per_item(name, exc))
-        return {"topics": results}
+        return {"topics": results, "metadata_offset": self._q().committed_offset()}
 
     async def create_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
         results = []
@@ -435,7 +441,7 @@ class ControllerService:
                 if exc.code == ErrorCode.NOT_CONTROLLER:
                     raise
                 results.append(self._per_item(t["name"], exc))
-        return {"topics": results}
+        return {"topics": results, "metadata_offset": self._q().committed_offset()}
 
     async def describe_configs(self, body: dict[str, Any]) -> dict[str, Any]:
         results = []
@@ -459,7 +465,7 @@ class ControllerService:
                 if exc.code == ErrorCode.NOT_CONTROLLER:
                     raise
                 results.append(self._per_item(t["name"], exc))
-        return {"topics": results}
+        return {"topics": results, "metadata_offset": self._q().committed_offset()}
 
     async def elect_leaders(self, body: dict[str, Any]) -> dict[str, Any]:
         active = self._require_active()
@@ -485,7 +491,8 @@ class ControllerService:
             else:
                 e = {"partition": p, "error": 0, "message": None, "leader": reg.leader}
             by_topic.setdefault(name, []).append(e)
-        return {"topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+        return {"topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
+                "metadata_offset": self._q().committed_offset()}
 
     async def init_producer_id(self, body: dict[str, Any]) -> dict[str, Any]:
         active = self._require_active()

@@ -132,3 +132,39 @@ async def test_register_unfence_create_fence_failover(autojump_clock):
         )
         assert [e[2]["type"] for e in f["entries"]] == ["RemoveTopic"]
         nursery.cancel_scope.cancel()
+
+
+async def test_admin_answers_carry_the_metadata_offset_to_wait_for(autojump_clock):
+    """CREATE_TOPICS / CREATE_PARTITIONS / ALTER_CONFIGS / DELETE_TOPICS / ELECT_LEADERS answer
+    with ``metadata_offset``: every record the request wrote is at or below it, so a forwarding
+    broker waits for exactly that offset (no extra METADATA_FETCH)."""
+    cluster = MemoryQuorumCluster([1, 2])
+    async with trio.open_nursery() as nursery:
+        s1 = await start(nursery, cluster, 1)
+        cluster.elect(1)
+        await wait_active(s1)
+        epoch = await register(s1, 1)
+        await heartbeat(s1, 1, epoch, cluster.state_machine.image.offset)
+
+        def offset_of(pred):
+            return max(e.offset for e in cluster.voters[1].read(0, 10_000) if pred(e.record))
+
+        h = s1.handlers
+        r = await h[ApiKey.CREATE_TOPICS]({"topics": [{"name": "t", "num_partitions": 1,
+                                                       "replication_factor": 1}], "timeout_ms": 1000})
+        assert r["topics"][0]["error"] == 0
+        assert r["metadata_offset"] == offset_of(lambda rec: rec.record_type == "Partition")
+        r = await h[ApiKey.CREATE_PARTITIONS]({"topics": [{"name": "t", "count": 3}], "timeout_ms": 1000})
+        assert r["topics"][0]["error"] == 0
+        assert r["metadata_offset"] == cluster.state_machine.image.offset
+        assert len(cluster.state_machine.image.topics.by_name["t"].partitions) == 3
+        r = await h[ApiKey.ALTER_CONFIGS]({"topics": [{"name": "t", "configs": {"retention.ms": "1000"}}]})
+        assert r["topics"][0]["error"] == 0
+        assert r["metadata_offset"] == offset_of(lambda rec: rec.record_type == "ConfigRecord")
+        r = await h[ApiKey.ELECT_LEADERS]({"election_type": 0, "topics": None})
+        assert r["metadata_offset"] == cluster.state_machine.image.offset
+        before = cluster.state_machine.image.offset
+        r = await h[ApiKey.DELETE_TOPICS]({"topics": ["t", "missing"], "timeout_ms": 1000})
+        assert [t["error"] for t in r["topics"]] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        assert r["metadata_offset"] == offset_of(lambda rec: rec.record_type == "RemoveTopic") > before
+        nursery.cancel_scope.cancel()
