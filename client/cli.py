@@ -2,7 +2,7 @@
 
 Every client command takes ``--bootstrap`` (env ``RAFKA_BOOTSTRAP``, default 127.0.0.1:9092);
 ``list`` / ``describe`` take ``--json``. Errors print one line to stderr —
-``error: <ErrorName>: <message>`` — and exit with status 1 (no tracebacks); Ctrl-C exits 130.
+``error: <ERROR_CODE>: <message>`` — and exit with status 1 (no tracebacks); Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -28,21 +28,53 @@ def _fail(msg: str, code: int = 1) -> None:
     sys.exit(code)
 
 
-def _handle_errors(fn: F) -> F:
+def unwrap_exception(exc: BaseException) -> BaseException:
+    """The one real error inside (nested) exception groups, as trio nurseries wrap them.
+
+    A group of several errors is reduced by dropping ``trio.Cancelled`` (collateral of the
+    nursery being cancelled); if exactly one error is left it is returned, else the group.
+    """
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if type(e).__name__ != "Cancelled"] or list(exc.exceptions)
+        if len(inner) != 1:
+            return exc
+        exc = inner[0]
+    return exc
+
+
+def error_line(exc: BaseException) -> str | None:
+    """``CODE: message`` for the errors a CLI command reports in one line (else None)."""
+    if isinstance(exc, RafkaError):
+        return f"{exc.code.name}: {exc.message}"
+    if isinstance(exc, NotImplementedError):
+        return f"not supported: {exc}"
+    if isinstance(exc, (ValueError, OSError)):
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def handle_errors(fn: F) -> F:
+    """CLI command decorator: errors → one line ``error: CODE: message`` on stderr, exit 1;
+    Ctrl-C → exit 130. Unwraps the exception groups trio nurseries raise."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except RafkaError as exc:
-            _fail(f"{type(exc).__name__}: {exc.message}")
-        except NotImplementedError as exc:
-            _fail(f"not supported: {exc}")
-        except (ValueError, OSError) as exc:
-            _fail(f"{type(exc).__name__}: {exc}")
-        except KeyboardInterrupt:
-            sys.exit(130)
+        except BaseException as raised:
+            if isinstance(raised, (SystemExit, GeneratorExit)):
+                raise
+            exc = unwrap_exception(raised)
+            if isinstance(exc, KeyboardInterrupt):
+                sys.exit(130)
+            line = error_line(exc)
+            if line is None:
+                raise
+            _fail(line)
 
     return wrapper  # type: ignore[return-value]
+
+
+_handle_errors = handle_errors
 
 
 bootstrap_option = click.option(

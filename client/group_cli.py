@@ -53,15 +53,13 @@ def _run(bootstrap: str, fn: Callable[[ClientCore], Awaitable[T]]) -> T:
 
 
 def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``client.cli.handle_errors`` (one line ``error: CODE: message``, exit 1), imported lazily:
+    ``client.cli`` imports this module."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except RafkaError as exc:
-            click.echo(f"error: {type(exc).__name__}: {exc.message}", err=True)
-            sys.exit(1)
-        except KeyboardInterrupt:
-            sys.exit(130)
+        from client.cli import handle_errors
+
+        return handle_errors(fn)(*args, **kwargs)
 
     return wrapper
 
@@ -180,6 +178,6 @@ def group_delete(group_ids: tuple[str, ...], bootstrap: str) -> None:
             click.echo(f"deleted group {gid}")
         else:
             failed = True
-            click.echo(f"error: {gid}: {type(err).__name__}: {err.message}", err=True)
+            click.echo(f"error: {gid}: {err.code.name}: {err.message}", err=True)
     if failed:
         sys.exit(1)

@@ -235,9 +235,16 @@ class GroupMembership:
             self._committed_safe[tp] = off
 
     async def close(self) -> None:
-        """Commit what was processed (auto-commit), then leave the group."""
+        """Commit what was consumed (auto-commit), then leave the group.
+
+        A normal close counts every record the application was given as processed (the
+        positions, less records the iterator took but did not yield), as Kafka's close does;
+        a close after an exception (``async with`` / ``with`` left by a raise) commits only
+        what earlier polls returned, so the record being processed is delivered again."""
         with trio.move_on_after(self.core.request_timeout_ms / 1000):
             if self.consumer.enable_auto_commit and self.member_epoch > 0:
+                if not getattr(self.consumer, "exit_error", False):
+                    self._mark_consumed()
                 with contextlib.suppress(RafkaError):
                     await self._commit_safe(self.owned)
             if self.member_epoch > 0:
@@ -257,6 +264,12 @@ class GroupMembership:
         if self._left_for_poll:
             self._left_for_poll = False
             self._wake.set()
+
+    def _mark_consumed(self) -> None:
+        """Every record handed to the application so far counts as processed."""
+        for tp, off in self.consumer.consumed_positions().items():
+            if tp in self.owned:
+                self.safe[tp] = off
 
     # -- heartbeats ----------------------------------------------------------------------
 

@@ -179,6 +179,22 @@ class Consumer(_Facade[AsyncConsumer]):
             if not self._buf:
                 return
 
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is not None:
+            self._async.exit_error = True  # the group commits only what earlier polls returned
+        self.close()
+
+    def close(self) -> None:
+        """Records the iterator took but did not yield go back first, so that a group's
+        commit on close covers exactly the records the application was given."""
+        if not self._loop._closed:
+            try:
+                self._drop_chunk()
+            except IllegalStateError:
+                pass
+        self._loop.close()
+
     def _drop_chunk(self) -> None:
         """Records taken by the iterator but not yet yielded go back (seek/pause semantics)."""
         rest = self._buf[self._pos:]
@@ -249,7 +265,11 @@ class Consumer(_Facade[AsyncConsumer]):
         return self._loop.run(self._async.topics)
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
-        self._loop.run(self._async.commit, None if offsets is None else dict(offsets))
+        """Commit ``offsets``; by default, the offset after the last record this consumer
+        returned (yielded by iteration, or returned by ``poll``) in each partition."""
+        if offsets is None:
+            offsets = self._loop.run_sync(self._async.consumed_positions, self._buf[self._pos:])
+        self._loop.run(self._async.commit, dict(offsets))
 
     def committed(self, partition: TopicPartition) -> int | None:
         return self._loop.run(self._async.committed, partition)

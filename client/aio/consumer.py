@@ -144,6 +144,9 @@ class AsyncConsumer:
         self._stack: contextlib.AsyncExitStack | None = None
         self._started = False
         self._closed = False
+        # set when the ``async with`` block (or the sync facade's ``with``) exits by an exception:
+        # the group then commits on close only what earlier polls returned (see client/groups.py)
+        self.exit_error = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,6 +174,8 @@ class AsyncConsumer:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> bool | None:
+        if exc is not None:
+            self.exit_error = True
         await self.close()
         return None
 
@@ -348,8 +353,20 @@ class AsyncConsumer:
         if self._coordinator is None:
             raise IllegalStateError("commit() needs a group_id (consumer groups)")
         if offsets is None:
-            offsets = {tp: st.position for tp, st in self._states.items() if st.position is not None}
+            offsets = self.consumed_positions()
         await self._coordinator.commit(offsets)
+
+    def consumed_positions(self, unyielded: Iterable[ConsumerRecord] = ()) -> dict[TopicPartition, int]:
+        """Per partition, the offset after the last record handed to the application: the
+        position, less records the iterator took but has not yielded (``_iter_buf`` and
+        ``unyielded``) — what ``commit()`` commits by default."""
+        out = {tp: st.position for tp, st in self._states.items() if st.position is not None}
+        for recs in (self._iter_buf, unyielded):
+            for r in recs:
+                tp = TopicPartition(r.topic, r.partition)
+                if tp in out and r.offset < out[tp]:
+                    out[tp] = r.offset
+        return out
 
     async def committed(self, partition: TopicPartition) -> int | None:
         if self._coordinator is None:

@@ -33,8 +33,11 @@ Reconciliation (per member, on its own heartbeat), as KIP-848's current-assignme
     pairwise disjoint — a partition is never owned by two members, and a partition moves only
     after its previous owner acknowledged (or was removed by the session timeout).
 
-Leaving (epoch −1) removes a member at once; the last member's departure deletes the group (its
-committed offsets stay in ``__consumer_offsets``). ``remove_members`` does the same for members
+Leaving (epoch −1) removes a member at once; the last member's departure deletes the group's
+*membership* metadata (``GroupDeleted``), not the group: its committed offsets stay in
+``__consumer_offsets``, and a group exists — ``rafka group list`` / ``describe`` show it, in state
+``Empty`` — while it has members **or** committed offsets (``kraft/groups/offsets.py``); it goes
+away on ``rafka group delete`` (offsets tombstoned). ``remove_members`` does the same for members
 whose session (or rebalance) timed out.
 """
 

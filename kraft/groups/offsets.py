@@ -285,10 +285,29 @@ class GroupOffsetsManager:
                     ErrorCode.NOT_COORDINATOR, f"not the coordinator of {group_id!r}: {exc.message}"
                 ) from None
             raise
+        return p, self._cache(n, p)
+
+    def _cache(self, n: int, p: _Partition) -> OffsetsCache:
         cache = self.caches.get(n)
         if cache is None or cache.leader_epoch != p.leader_epoch:
             cache = self.caches[n] = self._load(p)
-        return p, cache
+        return cache
+
+    def _led_caches(self) -> list[OffsetsCache]:
+        """The loaded caches of every ``__consumer_offsets`` partition this broker leads now."""
+        try:
+            n = self._num_partitions()
+        except RafkaError:
+            return []
+        out = []
+        for i in range(n):
+            try:
+                p = self.rm.get_leader(OFFSETS_TOPIC, i)
+            except RafkaError:
+                self.caches.pop(i, None)
+                continue
+            out.append(self._cache(i, p))
+        return out
 
     def _load(self, p: _Partition) -> OffsetsCache:
         cache = OffsetsCache(p.leader_epoch)
@@ -406,7 +425,7 @@ class GroupOffsetsManager:
                 "members": len(g.members),
                 "group_epoch": g.group_epoch,
             }
-        for cache in self.caches.values():
+        for cache in self._led_caches():
             for gid in cache.by_group:
                 out.setdefault(
                     gid, {"group_id": gid, "state": "Empty", "members": 0, "group_epoch": 0}

@@ -231,7 +231,7 @@ def test_cli_tour(bootstrap: str, topic_name: str) -> None:
     r = rafka("topic", "create", topic_name, env=env)
     assert r.returncode != 0
     err = r.stderr.decode().strip().splitlines()
-    assert len(err) == 1 and "TopicAlreadyExistsError" in err[0] and "Traceback" not in r.stderr.decode()
+    assert len(err) == 1 and "TOPIC_ALREADY_EXISTS" in err[0] and "Traceback" not in r.stderr.decode()
     r = rafka("topic", "delete", topic_name, env=env)
     assert r.returncode == 0, r.stderr
 
