@@ -20,6 +20,7 @@ from broker.cluster import (
     cluster_down,
     cluster_up,
     is_running,
+    parse_overrides,
     stop_nodes,
 )
 
@@ -49,12 +50,19 @@ def cluster() -> None:
               help="node i listens on PORT+i-1 (clients) and PORT+10000+i-1 (Raft)")
 @click.option("--detach", is_flag=True, help="return once the cluster is ready")
 @click.option("--ready-timeout", default=60.0, show_default=True, help="seconds to wait for readiness")
-def up(nodes: int, data_dir: str, host: str, port: int, detach: bool, ready_timeout: float) -> None:
+@click.option("--broker-config", "broker_config", multiple=True, metavar="KEY=VALUE",
+              help="a [broker] setting for every node (repeatable), e.g. replica.lag.time.max.ms=2000")
+@click.option("--controller-config", "controller_config", multiple=True, metavar="KEY=VALUE",
+              help="a [controller] setting for every node (repeatable)")
+def up(nodes: int, data_dir: str, host: str, port: int, detach: bool, ready_timeout: float,
+       broker_config: tuple[str, ...], controller_config: tuple[str, ...]) -> None:
     """Start (or restart) the cluster in DATA_DIR; print the bootstrap string."""
     d = Path(data_dir)
     try:
         state = cluster_up(d, nodes, host, port, ready_timeout_s=ready_timeout,
-                           echo=lambda m: click.echo(m, err=True))
+                           echo=lambda m: click.echo(m, err=True),
+                           broker_config=parse_overrides(broker_config, "broker"),
+                           controller_config=parse_overrides(controller_config, "controller"))
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(bootstrap(state))

@@ -38,7 +38,7 @@ import trio
 from broker.protocol import ApiKey
 from client.connection import connect
 
-__all__ = ["ClusterError", "NodeSpec", "cluster_up", "cluster_down", "load_cluster",
+__all__ = ["ClusterError", "NodeSpec", "cluster_up", "cluster_down", "load_cluster", "parse_overrides",
            "wait_ready", "stop_nodes", "start_missing", "RAFT_PORT_OFFSET"]
 
 RAFT_PORT_OFFSET = 10000
@@ -81,7 +81,35 @@ class NodeSpec:
 # --------------------------------------------------------------------------- layout
 
 
-def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file: Path) -> str:
+def parse_overrides(pairs: list[str] | tuple[str, ...], section: str) -> dict[str, str]:
+    """``["k=v", ...]`` → ``{k: v}``, each checked against the known settings of ``section``
+    (``broker`` / ``controller``) so a typo fails here, not in every node's log."""
+    from broker.config import BROKER_SETTINGS, CONTROLLER_SETTINGS
+
+    specs = BROKER_SETTINGS if section == "broker" else CONTROLLER_SETTINGS
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ClusterError(f"--{section}-config expects KEY=VALUE, got {pair!r}")
+        if key not in specs:
+            raise ClusterError(f"--{section}-config: unknown {section} setting {key!r}")
+        try:
+            specs[key][0](value)
+        except (TypeError, ValueError) as exc:
+            raise ClusterError(f"--{section}-config {key}: {exc}") from None
+        out[key] = value
+    return out
+
+
+_DEFAULT_BROKER = {"log.flush.policy": "batch"}
+_DEFAULT_CONTROLLER = {"broker.session.timeout.ms": "3000"}
+
+
+def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file: Path,
+               broker_config: dict[str, str] | None = None,
+               controller_config: dict[str, str] | None = None) -> str:
     lines = [
         f"node_id = {n.id}",
         'roles = ["broker", "controller"]',
@@ -93,12 +121,28 @@ def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file:
     ]
     for v in nodes:
         lines += ["", "[[voters]]", f"id = {v.id}", f'raft = "{v.controller}"', f'rpc = "{v.client}"']
-    lines += ["", "[broker]", '"log.flush.policy" = "batch"', "", "[controller]",
-              '"broker.session.timeout.ms" = 3000', ""]
-    return "\n".join(lines)
+    lines += ["", "[broker]"]
+    lines += [f"{json.dumps(k)} = {json.dumps(v)}"
+              for k, v in {**_DEFAULT_BROKER, **(broker_config or {})}.items()]
+    lines += ["", "[controller]"]
+    lines += [f"{json.dumps(k)} = {json.dumps(v)}"
+              for k, v in {**_DEFAULT_CONTROLLER, **(controller_config or {})}.items()]
+    return "\n".join(lines) + "\n"
 
 
-def _create(data_dir: Path, count: int, host: str, port: int) -> dict[str, Any]:
+def _write_configs(data_dir: Path, state: dict[str, Any], broker_config: dict[str, str] | None,
+                   controller_config: dict[str, str] | None) -> None:
+    nodes: list[NodeSpec] = state["nodes"]
+    secret_file = data_dir / SECRET_FILE
+    for n in nodes:
+        n.data_dir.mkdir(parents=True, exist_ok=True)
+        n.config_path.write_text(_node_toml(n, nodes, state["cluster_id"], secret_file,
+                                            broker_config, controller_config))
+
+
+def _create(data_dir: Path, count: int, host: str, port: int,
+            broker_config: dict[str, str] | None = None,
+            controller_config: dict[str, str] | None = None) -> dict[str, Any]:
     if count < 1:
         raise ClusterError("--nodes must be at least 1")
     if port + RAFT_PORT_OFFSET + count - 1 > 65535:
@@ -112,10 +156,8 @@ def _create(data_dir: Path, count: int, host: str, port: int) -> dict[str, Any]:
     cluster_id = uuid.uuid4().hex
     nodes = [NodeSpec(i, host, port + i - 1, port + RAFT_PORT_OFFSET + i - 1, data_dir / f"node-{i}")
              for i in range(1, count + 1)]
-    for n in nodes:
-        n.data_dir.mkdir(parents=True, exist_ok=True)
-        n.config_path.write_text(_node_toml(n, nodes, cluster_id, secret_file))
     state = {"cluster_id": cluster_id, "nodes": nodes}
+    _write_configs(data_dir, state, broker_config, controller_config)
     _save(data_dir, state)
     return state
 
@@ -277,14 +319,22 @@ def wait_ready(state: dict[str, Any], timeout_s: float = 60.0) -> None:
 
 
 def cluster_up(data_dir: Path, nodes: int, host: str, port: int, *,
-               ready_timeout_s: float = 60.0, echo: Any = print) -> dict[str, Any]:
+               ready_timeout_s: float = 60.0, echo: Any = print,
+               broker_config: dict[str, str] | None = None,
+               controller_config: dict[str, str] | None = None) -> dict[str, Any]:
+    """Create or restart the cluster. ``broker_config`` / ``controller_config`` override node
+    settings (``--broker-config k=v``); on an existing cluster, given overrides rewrite every
+    node's ``node.toml`` (same ids, ports, secret) and apply to the nodes started now."""
     data_dir = data_dir.resolve()
     state = load_cluster(data_dir)
     if state is None:
-        state = _create(data_dir, nodes, host, port)
+        state = _create(data_dir, nodes, host, port, broker_config, controller_config)
         echo(f"created a {nodes}-node cluster in {data_dir}")
-    elif len(state["nodes"]) != nodes:
-        echo(f"{data_dir} holds a {len(state['nodes'])}-node cluster; restarting it as it is")
+    else:
+        if len(state["nodes"]) != nodes:
+            echo(f"{data_dir} holds a {len(state['nodes'])}-node cluster; restarting it as it is")
+        if broker_config or controller_config:
+            _write_configs(data_dir, state, broker_config, controller_config)
     started = start_missing(data_dir, state)
     if started:
         echo(f"started node(s) {', '.join(map(str, started))}")

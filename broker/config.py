@@ -118,6 +118,9 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "metadata.fetch.max.wait.ms": (_int(1, 60_000), 500),
     "unclean.leader.election.enable": (_bool, False),
     "rack": (str, ""),
+    # TEST ONLY (chaos tests): answer acks=all after the leader's own append (as acks=1),
+    # before the ISR has the records. Breaks the acks=all promise; logged loudly at startup.
+    "unsafe.ack.before.replication": (_bool, False),
 }
 
 CONTROLLER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {

@@ -110,6 +110,9 @@ class _Node:
                     await nursery.start(self.lifecycle.run)
                 log.info("node %d up: roles %s, listener %s:%d", cfg.node_id, sorted(cfg.roles),
                          cfg.listener[0], port)
+                if self.rm is not None and cfg.broker["unsafe.ack.before.replication"]:
+                    _warn_unsafe(cfg.node_id)
+                    self.events.emit("unsafe", setting="unsafe.ack.before.replication")
                 task_status.started(port)
                 await self._wait_for_signal()
                 nursery.cancel_scope.cancel()
@@ -158,6 +161,17 @@ class _Node:
                 else:
                     log.info("controlled shutdown complete")
                 nursery.cancel_scope.cancel()
+
+
+def _warn_unsafe(node_id: int) -> None:
+    banner = "!" * 78
+    for line in (banner,
+                 f"node {node_id}: unsafe.ack.before.replication = true (TEST ONLY)",
+                 "acks=all is answered after the leader's own append, before the in-sync",
+                 "replicas have the records: acknowledged records CAN BE LOST when this",
+                 "leader fails. Never use this outside fault-injection tests.",
+                 banner):
+        log.warning(line)
 
 
 async def run_node(config: NodeConfig, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

@@ -51,7 +51,8 @@ def _now_ms() -> int:
 class Partition:
     def __init__(self, topic: str, partition: int, plog: PartitionLog, broker_id: int,
                  events: EventLog, *, fsync_acks: bool, min_insync_replicas: int = 1,
-                 replica_lag_time_max_ms: int = 30_000) -> None:
+                 replica_lag_time_max_ms: int = 30_000,
+                 unsafe_ack_before_replication: bool = False) -> None:
         self.topic = topic
         self.partition = partition
         self.log = plog
@@ -60,6 +61,8 @@ class Partition:
         self.fsync_acks = fsync_acks  # flush policy "batch": expose only fsynced records
         self.min_insync_replicas = min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        # TEST ONLY (chaos): answer acks=all like acks=1, before the followers have the records
+        self.unsafe_ack_before_replication = unsafe_ack_before_replication
         self.registration: PartitionRegistration | None = None
         self.leader_state: LeaderState | None = None
         self.durable_end = plog.recovery_point if fsync_acks else plog.log_end_offset
@@ -105,6 +108,7 @@ class Partition:
             if old is None or old.leader == self.broker_id or old.leader_epoch != reg.leader_epoch:
                 log.info("%s: follower of %d in epoch %d", self.name, reg.leader, reg.leader_epoch)
             self.leader_state = None
+            self.pending_alter = None
         self.notify()
 
     def _become_leader(self, reg: PartitionRegistration) -> None:
@@ -135,8 +139,9 @@ class Partition:
 
     # -- appends and durability ---------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes, acks: int) -> AppendInfo:
-        st = self.check_leader()
+    def append_as_leader(self, records: bytes, acks: int,
+                         current_leader_epoch: int | None = None) -> AppendInfo:
+        st = self.check_leader(current_leader_epoch)
         code = st.check_produce(acks)
         if code:
             raise error_for(code, f"{self.name}: ISR {list(st.isr)} is smaller than "
@@ -166,28 +171,36 @@ class Partition:
         for eff in effects:
             if isinstance(eff, HighWatermarkAdvanced | IsrChanged):
                 continue  # _update_hw / notify below cover both
-            self.pending_alter = eff  # AlterPartitionRequest: the replica manager sends it
+            # AlterPartitionRequest: the replica manager sends it for this very state
+            self.pending_alter = (self.leader_state, eff)
             if self.alter_poke is not None:
                 self.alter_poke()
 
-    def take_alter_request(self) -> Any:
-        """The AlterPartition to send now (ISR shrink checks run here, periodically)."""
+    def take_alter_request(self) -> tuple[LeaderState, Any] | None:
+        """``(state, request)`` to send now, or None (ISR shrink checks run here, periodically)."""
         st = self.leader_state
         if st is None:
             self.pending_alter = None
             return None
         self._apply_effects(st.maybe_shrink_isr(_now_ms()))
-        req, self.pending_alter = self.pending_alter, None
-        return req
+        taken, self.pending_alter = self.pending_alter, None
+        if taken is not None and taken[0] is not st:
+            return None  # asked for by an earlier leadership: its fate no longer matters
+        return taken
 
-    def on_alter_result(self, body: dict[str, Any] | None, code: ErrorCode) -> None:
-        st = self.leader_state
-        if st is None:
+    def on_alter_result(self, body: dict[str, Any] | None, code: ErrorCode,
+                        st: LeaderState | None = None, req: Any = None) -> None:
+        """The fate of ``req`` sent for ``st``: fed to the state once, and only if ``st`` is
+        still this partition's leader state and ``req`` still its pending request."""
+        cur = self.leader_state
+        if cur is None or (st is not None and cur is not st):
             return
-        if body is not None:
-            self._apply_effects(st.on_alter_partition_response(body, _now_ms()))
+        if req is not None and (cur.pending is None or cur.pending.request is not req):
+            return
+        if body is not None and not code:
+            self._apply_effects(cur.on_alter_partition_response(body, _now_ms()))
         else:
-            self._apply_effects(st.on_alter_partition_error(code, _now_ms()))
+            self._apply_effects(cur.on_alter_partition_error(code, _now_ms()))
         self.refresh_hw()
 
     def refresh_hw(self) -> None:
@@ -213,34 +226,45 @@ class Partition:
             self.high_watermark = new
             self.events.hw(self.topic, self.partition, new, self.leader_epoch)
 
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int, broker_epoch: int = -1) -> None:
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, broker_epoch: int = -1,
+                          isr_eligible: bool = True) -> None:
+        """A consistent follower fetch; ``isr_eligible`` False (fenced, unknown or re-registered
+        broker) still counts its position for the HW but never proposes it into the ISR."""
         st = self.leader_state
         if st is None or replica_id not in st.followers:
             return
         self._apply_effects(st.on_follower_fetch(replica_id, min(fetch_offset, st.log_end_offset),
-                                                 _now_ms(), broker_epoch=broker_epoch))
+                                                 _now_ms(), broker_epoch=broker_epoch,
+                                                 isr_eligible=isr_eligible))
         self.refresh_hw()
 
-    def produce_outcome(self, last_offset: int, acks: int) -> ErrorCode | None:
-        """None while an appended produce must still wait; else its final error code."""
+    def produce_outcome(self, last_offset: int, acks: int,
+                        leader_epoch: int | None = None) -> ErrorCode | None:
+        """None while an appended produce must still wait; else its final error code.
+
+        ``leader_epoch`` is the epoch the records were appended in: once this broker no longer
+        leads in that epoch, the offsets may hold other records (it may have been a follower
+        and truncated in between), so an answer not yet decided is ``NOT_LEADER_OR_FOLLOWER``.
+        """
         if acks == 0:
             return ErrorCode.NONE
         if self.deleted:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         st = self.leader_state
-        if acks == 1:
-            return ErrorCode.NONE if last_offset < self.durable_end else None
-        if st is None:
+        if st is None or (leader_epoch is not None and st.leader_epoch != leader_epoch):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if acks == 1 or self.unsafe_ack_before_replication:
+            return ErrorCode.NONE if last_offset < self.durable_end else None
         if last_offset >= self.durable_end:
             return None
         if last_offset < self.high_watermark:
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND if st.under_min_isr else ErrorCode.NONE
         return st.produce_outcome(last_offset)
 
-    async def wait_produce(self, last_offset: int, acks: int) -> ErrorCode:
+    async def wait_produce(self, last_offset: int, acks: int,
+                           leader_epoch: int | None = None) -> ErrorCode:
         while True:
-            out = self.produce_outcome(last_offset, acks)
+            out = self.produce_outcome(last_offset, acks, leader_epoch)
             if out is not None:
                 return out
             await self.changed.wait()

@@ -66,6 +66,8 @@ class ReplicaManager:
         self.topic_defaults = topic_defaults
         self.events = events
         self.flush_policy: str = settings.get("log.flush.policy", "batch")
+        self.unsafe_ack_before_replication: bool = bool(
+            settings.get("unsafe.ack.before.replication", False))
         self.partitions: dict[TopicPartition, Partition] = {}
         self.image = MetadataImage.EMPTY
         self._dirty = trio.Event()
@@ -86,6 +88,8 @@ class ReplicaManager:
         fetcher.on_append = self._on_follower_append
         fetcher.on_high_watermark = self._on_follower_hw
         fetcher.on_truncate = self._on_follower_truncate
+        if self.flush_policy == "batch":
+            fetcher.sync_appended = self._sync_follower_logs
 
     # -- lookup -------------------------------------------------------------------------------
 
@@ -130,10 +134,16 @@ class ReplicaManager:
             p = Partition(tp.topic, tp.partition, plog, self.broker_id, self.events,
                           fsync_acks=self.flush_policy == "batch",
                           min_insync_replicas=cfg.min_insync_replicas,
-                          replica_lag_time_max_ms=self.settings.get("replica.lag.time.max.ms", 30_000))
+                          replica_lag_time_max_ms=self.settings.get("replica.lag.time.max.ms", 30_000),
+                          unsafe_ack_before_replication=self.unsafe_ack_before_replication)
             p.alter_poke = self._isr_poke_set
             self.partitions[tp] = p
         p.apply_registration(reg)
+        if p.is_leader and p.durable_end < p.log.log_end_offset:
+            # a follower's tail not yet fsynced (its fetcher syncs before the next fetch, but
+            # that fetch may never come now): the group commit takes it from here
+            p.pending_flush = True
+            self._dirty.set()
         if self.fetcher is not None:
             if p.is_leader or reg.leader < 0:
                 self.fetcher.remove_partitions([tp])
@@ -182,7 +192,38 @@ class ReplicaManager:
         p = self.partitions.get(TopicPartition(*tp))
         if p is not None:
             p.after_append()
-            self.appended(p, info.last_offset - info.base_offset + 1)
+            if self.flush_policy != "batch":
+                self.appended(p, info.last_offset - info.base_offset + 1)
+            # "batch": the fetcher fsyncs (``_sync_follower_logs``) before its next fetch
+            # reports the new log end offset; pending_flush stays set as a fallback for the
+            # group commit in case this broker becomes leader first.
+
+    async def _sync_follower_logs(self, tps: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Follower group commit (flush policy ``batch``): one worker-thread round fsyncs every
+        partition a fetch response appended to; returns those now durable (or gone). The
+        fetcher reports a partition's new log end offset to its leader only after this, so a
+        record counted in the leader's high watermark — and so every ``acks=all`` record — is
+        on disk on every ISR member."""
+        work: list[tuple[tuple[str, int], Partition]] = []
+        ok: set[tuple[str, int]] = set()
+        for tp in tps:
+            p = self.partitions.get(TopicPartition(*tp))
+            if p is None or p.deleted:
+                ok.add(tp)
+            else:
+                work.append((tp, p))
+        if not work:
+            return ok
+        self.flush_rounds += 1
+        results = await trio.to_thread.run_sync(_flush_all, [p for _, p in work])
+        for (tp, p), res in zip(work, results, strict=True):
+            if isinstance(res, BaseException):
+                log.error("follower flush of %s failed: %s", p.name, res)
+                continue
+            p.pending_flush = p.log.log_end_offset > res
+            p.on_flushed(res)
+            ok.add(tp)
+        return ok
 
     def _on_follower_hw(self, tp: tuple[str, int], hw: int) -> None:
         p = self.partitions.get(TopicPartition(*tp))
@@ -203,27 +244,44 @@ class ReplicaManager:
         self._isr_poke.set()
 
     async def _isr_loop(self) -> None:
+        """Every ``replica.lag.time.max.ms / 2`` (or at once when a state proposes a change):
+        run ``maybe_shrink_isr`` on every led partition and send what the states ask for.
+        Sends run concurrently (one slow answer must not hold back other partitions' shrink
+        checks), at most one per leader state — the state never has two requests out."""
         period = self.settings.get("replica.lag.time.max.ms", 30_000) / 2000
-        while True:
-            with trio.move_on_after(period):
-                await self._isr_poke.wait()
-            self._isr_poke = trio.Event()
-            if self.channel is None:
-                continue
-            for p in list(self.leader_partitions()):
-                req = p.take_alter_request()
-                if req is not None:
-                    await self._send_alter(p, req)
+        async with trio.open_nursery() as nursery:
+            while True:
+                with trio.move_on_after(period):
+                    await self._isr_poke.wait()
+                self._isr_poke = trio.Event()
+                if self.channel is None:
+                    continue
+                for p in list(self.leader_partitions()):
+                    taken = p.take_alter_request()
+                    if taken is not None:
+                        nursery.start_soon(self._send_alter, p, *taken)
 
-    async def _send_alter(self, p: Partition, req: Any) -> None:
+    async def _send_alter(self, p: Partition, st: Any, req: Any) -> None:
+        """One AlterPartition round trip; its fate goes back exactly once, and only into the
+        leader state that asked (``Partition.on_alter_result`` drops it otherwise)."""
         body = req.to_body(self.broker_id, self.broker_epoch())
+        answer: dict[str, Any] | None = None
+        code = ErrorCode.REQUEST_TIMED_OUT
         try:
             with trio.fail_after(10):
                 answer = await self.channel.request(ApiKey.ALTER_PARTITION, body)
-        except (RafkaError, trio.TooSlowError) as exc:
-            p.on_alter_result(None, getattr(exc, "code", ErrorCode.REQUEST_TIMED_OUT))
-            return
-        p.on_alter_result(answer, ErrorCode(answer.get("error", 0)))
+            code = ErrorCode(answer.get("error", 0) or 0)
+        except RafkaError as exc:
+            code = exc.code
+        except trio.TooSlowError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - must still answer the state (retriable)
+            log.warning("%s: AlterPartition failed: %r", p.name, exc)
+        log.info("%s: AlterPartition %s %s -> %s", p.name, req.reason, list(req.new_isr),
+                 code.name if code else f"ISR {answer.get('isr') if answer else None}")
+        p.on_alter_result(answer, code, st, req)
+        if p.pending_alter is not None:
+            self._isr_poke.set()
 
     # -- background tasks ---------------------------------------------------------------------
 

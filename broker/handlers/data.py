@@ -55,7 +55,7 @@ async def produce(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any]
     if acks not in (0, 1, -1):
         return None if acks == 0 else _err(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} (use 0, 1 or -1)")
     out: list[dict[str, Any]] = []
-    waits: list[tuple[dict[str, Any], Partition, int]] = []
+    waits: list[tuple[dict[str, Any], Partition, int, int]] = []
     for t in body["topics"]:
         parts: list[dict[str, Any]] = []
         out.append({"name": t["name"], "partitions": parts})
@@ -65,10 +65,13 @@ async def produce(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any]
                                      "log_start_offset": -1}
             parts.append(entry)
             try:
-                p = rm.get_leader(t["name"], pd["partition"])
+                p = rm.get_leader(t["name"], pd["partition"], pd.get("current_leader_epoch"))
+                epoch = p.leader_epoch
                 info = rm.append(p, pd["records"], acks)
             except DuplicateSequenceError as exc:
+                # the original's offsets; its answer still waits for the acks it asked for
                 entry["base_offset"] = exc.base_offset
+                waits.append((entry, p, exc.last_offset, epoch))
                 continue
             except Exception as exc:  # noqa: BLE001 - mapped per partition
                 code, msg = wire_error(exc)
@@ -78,18 +81,20 @@ async def produce(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any]
                 continue
             entry.update(base_offset=info.base_offset, log_append_time=info.log_append_time,
                          log_start_offset=p.log.log_start_offset)
-            if not info.duplicate:
-                waits.append((entry, p, info.last_offset))
+            # A duplicate (idempotent retry) answers with the original's offsets, but only once
+            # those are as replicated/durable as this request's acks ask (as Kafka's purgatory):
+            # the original may still be waiting for the ISR.
+            waits.append((entry, p, info.last_offset, epoch))
     if acks == 0:
         return None
     with trio.move_on_after(max(0, body["timeout_ms"]) / 1000):
-        for entry, p, last in waits:
-            code = await p.wait_produce(last, acks)
+        for entry, p, last, epoch in waits:
+            code = await p.wait_produce(last, acks, epoch)
             entry["error"] = int(code)
             if code:
                 entry["message"] = f"{p.name}: {code.name}"
             entry["done"] = True
-    for entry, p, _ in waits:
+    for entry, p, _, _ in waits:
         if not entry.pop("done", False):
             entry.update(error=int(ErrorCode.REQUEST_TIMED_OUT),
                          message=f"{p.name}: not replicated/durable within timeout_ms")
@@ -107,10 +112,29 @@ class _FetchState:
         self.max_bytes: int = max(0, body["max_bytes"])
         self.min_bytes: int = max(0, body["min_bytes"])
         self.topics = body["topics"]
+        self.isr_eligible = False
+        if self.replica_id >= 0:
+            reg = rm.image.cluster.brokers.get(self.replica_id)
+            # KIP-841/903: only a registered, unfenced broker in the incarnation the metadata
+            # knows may be proposed into the ISR (a restarted broker whose re-registration we
+            # have not seen yet still fetches, but waits to rejoin).
+            self.isr_eligible = (reg is not None and not reg.fenced
+                                 and reg.epoch == self.broker_epoch)
 
     @property
     def consumer(self) -> bool:
         return self.replica_id < 0
+
+    def stale_broker_epoch(self) -> str | None:
+        """Why a follower fetch must be refused with STALE_BROKER_EPOCH: it names an older
+        registration of that broker than the metadata holds (a zombie incarnation)."""
+        if self.replica_id < 0 or self.broker_epoch < 0:
+            return None
+        reg = self.rm.image.cluster.brokers.get(self.replica_id)
+        if reg is not None and self.broker_epoch < reg.epoch:
+            return (f"broker {self.replica_id} fetches with broker epoch {self.broker_epoch}; "
+                    f"its current registration has epoch {reg.epoch}")
+        return None
 
     def read_all(self) -> tuple[list[dict[str, Any]], list[FetchSlice], int, list[Partition], bool]:
         out: list[dict[str, Any]] = []
@@ -170,7 +194,7 @@ class _FetchState:
             div = find_divergence(p.log.epochs, p.log.log_end_offset, offset, last_epoch)
             if div is not None:
                 return div.to_dict()
-        p.on_follower_fetch(self.replica_id, offset, self.broker_epoch)
+        p.on_follower_fetch(self.replica_id, offset, self.broker_epoch, self.isr_eligible)
         return None
 
     @staticmethod
@@ -182,6 +206,9 @@ class _FetchState:
 
 async def fetch(rm: ReplicaManager, body: Mapping[str, Any]) -> Reply:
     st = _FetchState(rm, body)
+    stale = st.stale_broker_epoch()
+    if stale is not None:
+        return Reply({**_err(ErrorCode.STALE_BROKER_EPOCH, stale), "topics": []}, [])
     max_wait_s = max(0, body["max_wait_ms"]) / 1000
     deadline = trio.current_time() + max_wait_s
     while True:

@@ -29,6 +29,12 @@ fetcher task (as Kafka's ``ReplicaFetcherThread``) that loops:
      moves it (or the backoff ends and we try again); other errors → back off with capped
      exponential delay.
 
+4. durability before reporting: with ``sync_appended`` set (flush policy ``batch``), every
+   partition the response appended to is synced in one call (one worker-thread round: group
+   commit, one fsync per partition per fetch response) *before* the next fetch names its new
+   log end offset. The leader counts a follower's records in the high watermark only from that
+   next fetch, so whatever ``acks=all`` acknowledged is on disk on every ISR member.
+
 A link with no partitions left ends its task; ``add_partitions`` for a new leader starts one.
 Everything runs in the nursery of ``run`` (structured concurrency: cancelling ``run`` stops every
 link). Bounded: one request in flight per link, ``max_bytes`` per response,
@@ -38,7 +44,7 @@ link). Bounded: one request in flight per link, ``max_bytes`` per response,
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -93,6 +99,7 @@ class FollowerPartition:
     high_watermark: int = 0
     backoff_until: float = 0.0  # trio time
     failures: int = 0
+    unsynced: bool = False  # appended since the last ``sync_appended``: not reported yet
 
     def fetch_entry(self, partition_max_bytes: int) -> dict[str, Any]:
         epochs: EpochLookup = self.log.epochs
@@ -134,6 +141,9 @@ class ReplicaFetcherManager:
         self.on_append = on_append
         self.on_high_watermark = on_high_watermark
         self.on_truncate = on_truncate
+        # ``await sync_appended([tp, ...]) -> {tp synced}``: make appended records durable before
+        # the next fetch reports them (flush policy ``batch``); None: report at once.
+        self.sync_appended: Callable[[list[TP]], Awaitable[set[TP]]] | None = None
         self.partitions: dict[TP, FollowerPartition] = {}
         self._links: dict[int, trio.Event] = {}  # leader id -> "partitions changed" wakeup
         self._nursery: trio.Nursery | None = None
@@ -210,6 +220,10 @@ class ReplicaFetcherManager:
                     return
                 now = trio.current_time()
                 ready = [p for p in serving if p.backoff_until <= now]
+                if any(p.unsynced for p in ready):
+                    await self._sync(ready)
+                    now = trio.current_time()
+                    ready = [p for p in ready if not p.unsynced and p.backoff_until <= now]
                 addr = self.lookup_broker_address(leader_id)
                 if addr is None or not ready:
                     wake_at = (now + self.backoff_ms / 1000 if addr is None
@@ -226,6 +240,27 @@ class ReplicaFetcherManager:
                                             + self._delay_ms(failures) / 1000)
         finally:
             self._links.pop(leader_id, None)
+
+    async def _sync(self, parts: list[FollowerPartition]) -> None:
+        """Group commit of one fetch response: one ``sync_appended`` call for every partition
+        it appended to. A partition whose sync failed backs off and is synced again (never
+        fetched, so never reported) before its next fetch."""
+        todo = [p for p in parts if p.unsynced]
+        if not todo:
+            return
+        if self.sync_appended is None:
+            synced = {p.tp for p in todo}
+        else:
+            try:
+                synced = await self.sync_appended([p.tp for p in todo])
+            except Exception as exc:  # noqa: BLE001 - retried before the next fetch
+                log.warning("syncing followed partitions failed: %r", exc)
+                synced = set()
+        for p in todo:
+            if p.tp in synced:
+                p.unsynced = False
+            else:
+                self._backoff(p)
 
     async def _sleep_until(self, leader_id: int, when: float) -> None:
         ev = self._links.get(leader_id)
@@ -306,6 +341,7 @@ class ReplicaFetcherManager:
                 return
             if len(chunk):
                 info = plog.append_as_follower(chunk)
+                p.unsynced = True
                 self.stats["appended_batches_bytes"] += len(chunk)
                 if self.on_append is not None:
                     self.on_append(p.tp, info)

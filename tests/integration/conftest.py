@@ -1,6 +1,6 @@
 """Shared fixtures: real ``rafka cluster up --detach`` clusters in a tmp dir, torn down by pid.
 
-``cluster_factory(nodes=3)`` starts a cluster of real node processes on free ports and returns
+``cluster_factory(nodes=3, broker_config={k: v}, controller_config={k: v})`` starts a cluster of real node processes on free ports and returns
 a ``LocalCluster`` (data dir, bootstrap string, node specs, ``up()``/``down()``/``kill(id)``).
 Every node ever started is killed by pid at teardown, even when the test failed. ``cluster3`` /
 ``cluster1`` are ready-made. Reusable by any test package (``pytest_plugins`` or a conftest
@@ -63,6 +63,8 @@ class LocalCluster:
     nodes: int
     port: int
     pids_seen: set[int] = field(default_factory=set)
+    broker_config: dict[str, Any] = field(default_factory=dict)  # --broker-config k=v
+    controller_config: dict[str, Any] = field(default_factory=dict)  # --controller-config k=v
 
     @property
     def bootstrap(self) -> str:
@@ -81,8 +83,13 @@ class LocalCluster:
         self.pids_seen |= {p for p in self.pids().values() if p}
 
     def up(self) -> subprocess.CompletedProcess[str]:
+        extra: list[str] = []
+        for k, v in self.broker_config.items():
+            extra += ["--broker-config", f"{k}={v}"]
+        for k, v in self.controller_config.items():
+            extra += ["--controller-config", f"{k}={v}"]
         r = rafka_cli("cluster", "up", "--nodes", str(self.nodes), "--data-dir", str(self.data_dir),
-                      "--port", str(self.port), "--detach")
+                      "--port", str(self.port), "--detach", *extra)
         if (self.data_dir / "cluster.json").exists():
             self._remember()
         assert r.returncode == 0, f"cluster up failed:\n{r.stdout}\n{r.stderr}"
@@ -124,8 +131,11 @@ def _wait_gone(pid: int, timeout_s: float = 30) -> None:
 def cluster_factory(tmp_path: Path) -> Iterator[Any]:
     made: list[LocalCluster] = []
 
-    def make(nodes: int = 3) -> LocalCluster:
-        c = LocalCluster(tmp_path / f"cluster-{len(made)}", nodes, free_port_block(nodes))
+    def make(nodes: int = 3, *, broker_config: dict[str, Any] | None = None,
+             controller_config: dict[str, Any] | None = None) -> LocalCluster:
+        c = LocalCluster(tmp_path / f"cluster-{len(made)}", nodes, free_port_block(nodes),
+                         broker_config=dict(broker_config or {}),
+                         controller_config=dict(controller_config or {}))
         made.append(c)
         c.up()
         return c
