@@ -1,0 +1,211 @@
+"""Campaign tests: node configs, the two mount-based faults, and real short campaigns.
+
+The campaigns start real ``rafka server`` nodes: netns backend when root and ``ip netns``
+work, else the local backend.  ``test_short_campaign_is_valid`` (kill + partition on the
+default configuration) must report zero anomalies; ``test_unsafe_acks_are_caught`` is the
+proof that the checker can fail: with acknowledgements before replication and the leader of
+a workload partition isolated, the report must show lost or unseen acknowledged writes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.config import parse_config
+from chaos_tests.backends.base import ClusterSpec, rafka_node_spec
+from chaos_tests.backends.local import LocalBackend
+from chaos_tests.backends.netns import NetnsBackend, netns_supported
+from chaos_tests.campaign import (
+    CampaignOptions,
+    expand_nemesis,
+    make_cluster,
+    node_config,
+    run,
+    toml_dumps,
+)
+from chaos_tests.faults.disk import fill, unfill
+from chaos_tests.faults.unfsynced import control, fuse_available
+from chaos_tests.workloads.queue import QueueSpec
+
+ROOT = os.geteuid() == 0
+
+
+def _backend_name() -> str:
+    return "netns" if netns_supported() is None else "local"
+
+
+def test_expand_nemesis():
+    assert expand_nemesis(["kill", "clock"]) == ["kill", "clock-skew"]
+    assert "partition-isolate-leader" in expand_nemesis(["partition"])
+    assert expand_nemesis(["pause", "pause"]) == ["pause"]
+    with pytest.raises(ValueError):
+        expand_nemesis(["meteor"])
+
+
+@pytest.mark.parametrize("cls", [NetnsBackend, LocalBackend])
+def test_node_configs_parse_and_point_at_peers(tmp_path, cls):
+    specs = tuple(rafka_node_spec(n, tmp_path / f"node-{n}.toml") for n in (1, 2, 3))
+    backend = cls(ClusterSpec(specs, tmp_path))
+    secret = tmp_path / "s"
+    secret.write_text("k" * 64)
+    cfg = node_config(backend, 2, data_dir=tmp_path / "d2", secret_file=secret,
+                      broker={"min.insync.replicas": 2})
+    parsed = parse_config(tomllib.loads(toml_dumps(cfg)), "node-2.toml", base_dir=tmp_path)
+    assert parsed.node_id == 2 and parsed.is_broker and parsed.is_controller
+    assert parsed.listener == (backend.node_host(2), 9092)
+    assert parsed.raft_listener == (backend.node_host(2), 19092)
+    assert parsed.broker["min.insync.replicas"] == 2
+    assert parsed.broker["unclean.leader.election.enable"] is False
+    voters = {v.id: v for v in parsed.voters}
+    assert voters[1].raft == backend.peer_address(2, 1, 19092)
+    assert voters[3].rpc == backend.peer_address(2, 3, 9092)
+    assert voters[2].raft == (backend.node_host(2), 19092)
+
+
+def test_make_cluster_writes_everything(tmp_path):
+    backend = make_cluster("local", tmp_path / "w", 3)
+    for n in (1, 2, 3):
+        assert (tmp_path / "w" / f"node-{n}.toml").exists()
+        assert (tmp_path / "w" / f"node-{n}" / "data").is_dir()
+    assert oct((tmp_path / "w" / "cluster.secret").stat().st_mode & 0o777) == "0o600"
+    assert backend.use_faketime is False
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not ROOT, reason="needs root (tmpfs mount)")
+def test_disk_full_fills_and_frees(tmp_path):
+    d = tmp_path / "vol"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "rafka-chaos-test", str(d)],
+                   check=True)
+    try:
+        (d / "seg").write_bytes(b"x" * 1000)
+        assert fill(d) > 0
+        with pytest.raises(OSError) as exc:
+            (d / "new").write_bytes(b"y" * 8192)
+        assert exc.value.errno == errno.ENOSPC
+        assert (d / "seg").read_bytes() == b"x" * 1000  # reads keep working
+        unfill(d)
+        (d / "new").write_bytes(b"y" * 8192)
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(fuse_available() is not None or not ROOT,
+                    reason=f"FUSE fault unavailable: {fuse_available()}")
+def test_lose_unfsynced_writes_keeps_exactly_the_fsynced_state(tmp_path):
+    backing, mnt, sock = tmp_path / "b", tmp_path / "m", tmp_path / "c.sock"
+    backing.mkdir()
+    mnt.mkdir()
+    (backing / "old").write_bytes(b"o" * 10)  # present at mount time: durable
+    proc = subprocess.Popen([sys.executable, "-m", "chaos_tests.faults.unfsynced", str(backing),
+                             str(mnt), "--control", str(sock)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not (os.path.ismount(mnt) and sock.exists()):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        fd = os.open(mnt / "seg", os.O_CREAT | os.O_WRONLY)
+        os.write(fd, b"a" * 100)
+        os.fdatasync(fd)
+        os.write(fd, b"b" * 50)  # never fsynced
+        os.close(fd)
+        (mnt / "never").write_bytes(b"n" * 10)
+        fd = os.open(mnt / "over", os.O_CREAT | os.O_RDWR)
+        os.write(fd, b"A" * 20)
+        os.fsync(fd)
+        os.pwrite(fd, b"B" * 5, 0)
+        os.ftruncate(fd, 8)
+        os.close(fd)
+        with open(mnt / "old", "ab") as f:
+            f.write(b"+")
+        (mnt / "events.jsonl").write_text("{}\n")  # evidence: exempt
+        report = control(sock, "crash")
+        assert {f["file"] for f in report["files"]} >= {"seg", "never", "over", "old"}
+        assert (mnt / "seg").read_bytes() == b"a" * 100
+        assert (mnt / "never").read_bytes() == b""
+        assert (mnt / "over").read_bytes() == b"A" * 20
+        assert (mnt / "old").read_bytes() == b"o" * 10
+        assert (mnt / "events.jsonl").read_text() == "{}\n"
+    finally:
+        try:
+            control(sock, "exit", 5)
+        except OSError:
+            pass
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False, capture_output=True)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _opts(tmp_path: Path, **kw) -> CampaignOptions:
+    base = dict(backend=_backend_name(), time_limit_s=25.0, seed=7,
+                work_dir=tmp_path / "work", results_dir=tmp_path / "results",
+                queue=QueueSpec(partitions=3, producers=3, group_consumers=1),
+                mean_interval_s=6.0, max_fault_s=6.0, quiet_s=4.0, png=True)
+    base.update(kw)
+    return CampaignOptions(**base)
+
+
+@pytest.mark.chaos
+async def test_short_campaign_is_valid(tmp_path):
+    """~25 s of kill + partition against 3 real nodes: zero anomalies."""
+    opts = _opts(tmp_path, nemesis=("kill", "partition"))
+    with trio.fail_after(280):
+        result = await run(opts)
+    summary = (tmp_path / "results" / "summary.txt").read_text()
+    assert result.error is None, result.error
+    assert result.valid, summary
+    for name in ("summary.txt", "results.json", "timeline.png", "history.jsonl"):
+        assert (tmp_path / "results" / name).exists()
+    assert result.exit_code == 0
+    ops = result.notes["ops"]
+    assert ops.get("send-ok", 0) > 100 and ops.get("poll-ok", 0) > 10
+    assert all(fr["complete"] for fr in result.notes["final_reads"])
+
+
+@pytest.mark.chaos
+@pytest.mark.skipif(netns_supported() is not None,
+                    reason="needs the netns backend (local proxies cannot cut replication)")
+async def test_unsafe_acks_are_caught(tmp_path):
+    """Acks before replication + an isolated partition leader: acknowledged writes are lost."""
+    opts = _opts(tmp_path, nemesis=("partition-isolate-leader",), seed=3,
+                 unsafe_ack_before_replication=True, metadata=False, groups=False,
+                 queue=QueueSpec(partitions=1, producers=3, assign_consumers=1,
+                                 group_consumers=0),
+                 mean_interval_s=6.0, min_fault_s=5.0, max_fault_s=8.0)
+    with trio.fail_after(280):
+        result = await run(opts)
+    assert result.error is None, result.error
+    assert result.summary is not None
+    checkers = result.summary.checkers
+    lost = checkers["lost-write"].stats["anomalies"] + checkers["unseen"].stats["anomalies"]
+    assert lost > 0, (tmp_path / "results" / "summary.txt").read_text()
+    assert result.exit_code == 1
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.parametrize("nemesis", [("kill", "pause", "partition"), ("crash",), ("disk",)])
+async def test_longer_campaign_is_valid(tmp_path, nemesis):
+    if nemesis != ("kill", "pause", "partition") and not ROOT:
+        pytest.skip("needs root")
+    if nemesis == ("crash",) and fuse_available() is not None:
+        pytest.skip(f"FUSE unavailable: {fuse_available()}")
+    opts = _opts(tmp_path, nemesis=nemesis, time_limit_s=90.0, seed=11)
+    with trio.fail_after(600):
+        result = await run(opts)
+    assert result.error is None, result.error
+    assert result.valid, (tmp_path / "results" / "summary.txt").read_text()
