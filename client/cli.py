@@ -326,6 +326,13 @@ def _add_broker_commands() -> None:
 
 _add_broker_commands()
 
+try:  # `rafka chaos ...` (chaos_tests/, optional in a client-only install)
+    from chaos_tests.cli import chaos
+except ImportError:  # pragma: no cover
+    chaos = None
+if chaos is not None:
+    main.add_command(chaos)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()
