@@ -8,6 +8,16 @@ connection runs in its own nursery (``_Connection.run``):
 * one reader loop feeds the sans-I/O ``FrameDecoder`` and starts one task per request in the
   connection's nursery, at most ``max_in_flight`` at a time (an excess request is answered at
   once with ``TOO_MANY_IN_FLIGHT``);
+* **arrival order up to the first wait**: the reader starts a request's task and waits until
+  that task's handler first suspends (or returns) before it starts the next one. A handler's
+  synchronous prefix — a produce's append, a fetch's first read — therefore runs in the order
+  the requests arrived (trio starts tasks in no particular order), so pipelined produce
+  batches for one partition land in the log in send order even with acks=1 and no
+  idempotence. What comes after the first suspension (waiting for durability or replication,
+  a fetch's long poll, a forwarded admin call) overlaps freely; answers leave in completion
+  order (correlation ids match them up). ``_UntilFirstWait`` is the seam: it drives the
+  handler coroutine inside the request's task exactly as ``await`` would, and reports its
+  first suspension;
 * a request task calls ``dispatch(request)`` and writes the ``Reply`` under the connection's
   send lock, so responses leave in completion order, never interleaved;
 * a reply is a msgpack head plus optional raw parts: ``bytes`` or a ``FileSlice`` (an owned
@@ -126,6 +136,50 @@ class _ShortFileError(Exception):
     pass
 
 
+class _UntilFirstWait:
+    """``await _UntilFirstWait(coro, on_wait)`` is ``await coro``, plus one call to ``on_wait()``
+    when ``coro`` first suspends (yields a trio trap), returns or raises.
+
+    The coroutine runs in the awaiting task, so trio sees nothing unusual: every trap it
+    yields goes to the scheduler and every value or exception the scheduler sends back goes
+    to the coroutine, exactly as ``yield from`` would do after the first step.
+    """
+
+    __slots__ = ("coro", "on_wait")
+
+    def __init__(self, coro: Any, on_wait: Callable[[], None]) -> None:
+        self.coro = coro
+        self.on_wait = on_wait
+
+    def __await__(self) -> Any:
+        coro = self.coro
+        try:
+            trap = coro.send(None)
+        except StopIteration as done:
+            self.on_wait()
+            return done.value
+        except BaseException:
+            self.on_wait()
+            raise
+        self.on_wait()
+        while True:
+            try:
+                sent = yield trap
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # thrown in by the scheduler: pass it on
+                try:
+                    trap = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+                continue
+            try:
+                trap = coro.send(sent)
+            except StopIteration as done:
+                return done.value
+
+
 @dataclass
 class Server:
     """One listener serving ``dispatch``. ``await nursery.start(server.serve)`` → bound port."""
@@ -216,11 +270,13 @@ class _Connection:
             await self._send_error(req.correlation_id, ErrorCode.TOO_MANY_IN_FLIGHT, msg)
             return
         self.in_flight += 1
-        nursery.start_soon(self._run_request, req)
+        first_wait = trio.Event()
+        nursery.start_soon(self._run_request, req, first_wait.set)
+        await first_wait.wait()  # the handler's synchronous prefix ran: next request
 
-    async def _run_request(self, req: Request) -> None:
+    async def _run_request(self, req: Request, on_first_wait: Callable[[], None]) -> None:
         try:
-            reply = await self._call(req)
+            reply = await self._call(req, on_first_wait)
             if reply is not None:
                 await self._send_reply(req.correlation_id, reply)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, _ShortFileError) as exc:
@@ -231,15 +287,16 @@ class _Connection:
             log.exception("cannot send the reply to correlation id %d", req.correlation_id)
             self._close()
         finally:
+            on_first_wait()  # idempotent; covers a request that never reached its handler
             self.in_flight -= 1
 
     def _close(self) -> None:
         if self.nursery is not None:
             self.nursery.cancel_scope.cancel()
 
-    async def _call(self, req: Request) -> Reply | None:
+    async def _call(self, req: Request, on_first_wait: Callable[[], None]) -> Reply | None:
         try:
-            out = await self.server.dispatch(req)
+            out = await _UntilFirstWait(self.server.dispatch(req), on_first_wait)
         except RafkaError as exc:
             self.server.stats.request_errors += 1
             return Reply(error_body(exc.code, exc.message))
