@@ -5,7 +5,8 @@
 #             faketime procps ca-certificates            -> $CACHE/base-<key>.tar   (~1.5 min once)
 #   2. deps   base + /opt/rafka/venv with rafka's runtime dependencies (wheels fetched by the
 #             host's pip from PyPI, installed offline inside the chroot)  -> $CACHE/deps-<key>.tar
-#   3. image  deps + the rafka wheel (--no-deps) + /usr/local/bin/rafka-entry, then
+#   3. image  deps + the rafka wheel (--no-deps) + /usr/local/bin/rafka-entry + the libfaketime
+#             monotonic-sleep shim (deploy/faketime-fix, host gcc), then
 #             `docker import --change ...` with LABEL rafka.src=<hash of the sources>
 #
 # Each stage is skipped when its cache (or, for 3, an image with the same label) exists, so a
@@ -33,8 +34,8 @@ say() { echo "build-image: $*" >&2; }
 sha() { sha256sum | cut -c1-16; }
 
 [[ $(id -u) == 0 ]] || { say "needs root (debootstrap, chroot)"; exit 1; }
-for tool in debootstrap tar chroot; do
-    command -v "$tool" >/dev/null || { say "$tool missing: apt-get install debootstrap"; exit 1; }
+for tool in debootstrap tar chroot gcc; do
+    command -v "$tool" >/dev/null || { say "$tool missing: apt-get install debootstrap gcc libc6-dev"; exit 1; }
 done
 "$DOCKER" version --format '{{.Server.Version}}' >/dev/null 2>&1 ||
     { say "no Docker engine at ${DOCKER_HOST:-default socket} (deploy/docker-engine.sh start)"; exit 1; }
@@ -47,7 +48,7 @@ DEPS=$(cd "$ROOT" && python3 -c 'import tomllib; print("\n".join(tomllib.load(op
 DEPS_KEY=$( { echo "$BASE_KEY"; echo "$DEPS"; } | sha)
 DEPS_TAR=$CACHE/deps-$DEPS_KEY.tar
 # every file that goes into the wheel (the packages of pyproject.toml) + this script
-SRC_KEY=$( cd "$ROOT" && { echo "$DEPS_KEY"; cat pyproject.toml deploy/build-image.sh;
+SRC_KEY=$( cd "$ROOT" && { echo "$DEPS_KEY"; cat pyproject.toml deploy/build-image.sh deploy/faketime-fix/*.c;
     git ls-files -co --exclude-standard -- kraft metadata log broker client spark_source chaos_tests |
         grep -v -E '/tests/|\.pyc$' | sort | xargs sha256sum; } | sha)
 
@@ -119,6 +120,11 @@ cp "$wheel" "$ROOTFS/tmp/"
 in_root "$VENV/bin/pip" install -q --no-index --no-deps --disable-pip-version-check "/tmp/$(basename "$wheel")"
 rm -f "$ROOTFS"/tmp/*.whl
 in_root "$VENV/bin/python" -c 'import chaos_tests.echo_node, client.cli'
+# libfaketime 0.9.10 + DONT_FAKE_MONOTONIC=1 breaks time.sleep (see the C file): a shim preloaded
+# before it. Built with the host's gcc (same glibc 2.36 as bookworm's).
+mkdir -p "$ROOTFS/usr/local/lib/rafka"
+gcc -O2 -shared -fPIC -o "$ROOTFS/usr/local/lib/rafka/monotonic_sleep_fix.so" \
+    "$ROOT/deploy/faketime-fix/monotonic_sleep_fix.c" -ldl
 cat > "$ROOTFS/usr/local/bin/rafka-entry" <<'ENTRY'
 #!/bin/bash
 # Image entrypoint: run the node command; with RAFKA_LOG_FILE set, its output is also appended

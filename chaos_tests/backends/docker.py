@@ -30,8 +30,12 @@ untouched).
 What runs: ``NodeSpec.argv`` as for the other backends, translated for the image: an ``argv[0]``
 named ``rafka`` / ``python*`` becomes the image's venv, ``{python}`` the image's interpreter,
 ``{config}`` ``/etc/rafka/node.toml`` (the host file ``NodeSpec.config_path`` is copied to
-``conf/nN/node.toml`` before each start), ``{work_dir}`` ``/var/lib/rafka`` (the data volume).
-Node configs must therefore use container paths: :func:`write_rafka_configs` writes them.
+``conf/nN/node.toml`` before each start), ``{work_dir}`` the run directory.  The run directory
+is bind-mounted at its own host path and nodes start in the host's working directory, so a
+config written for the host (the campaign's: ``data_dir`` and ``cluster_secret_file`` under
+the run directory, relative or absolute) works unchanged, and node events / logs written there
+are read by the harness from the host.  :func:`write_rafka_configs` instead puts the data in
+the node's named volume (``/var/lib/rafka``, removed by ``down -v``).
 
 The engine is the one at ``DOCKER_HOST`` (default: the private engine of
 ``deploy/docker-engine.sh``, ``unix:///run/rafka-docker.sock``); :func:`docker_supported` says
@@ -226,7 +230,7 @@ class DockerBackend(Backend):
         spec = self.spec.node(node)
         fill = {"python": CONTAINER_PYTHON, "node_id": str(node), "host": self.node_host(node),
                 "client_port": str(spec.client_port), "raft_port": str(spec.raft_port or ""),
-                "config": CONTAINER_CONFIG, "work_dir": CONTAINER_DATA}
+                "config": CONTAINER_CONFIG, "work_dir": str(self.work_dir)}
         argv = [a.format(**fill) for a in spec.argv]
         if argv:
             name = Path(argv[0]).name
@@ -291,7 +295,9 @@ class DockerBackend(Backend):
             clock = self._clock_file(n)
             if not clock.exists():
                 clock.write_text("+0\n")
-            svc: dict[str, Any] = {"command": self.node_argv(n)}
+            # relative paths in configs (data_dir, secret file) resolve as on the host: the
+            # run dir is mounted at its host path, and the node starts in the host's cwd
+            svc: dict[str, Any] = {"command": self.node_argv(n), "working_dir": os.getcwd()}
             if self.spec.node(n).env:
                 svc["environment"] = dict(self.spec.node(n).env)
             services[f"n{n}"] = svc
