@@ -6,7 +6,7 @@
 #   make lint    ruff
 #
 # Everything lands in ./.venv; nothing is installed globally except the Debian packages the
-# chaos tests need (iproute2, iptables, faketime), and only when running as root.
+# chaos tests need (iproute2, iptables, faketime, fuse3), and only when running as root.
 
 SHELL := /bin/bash
 VENV  ?= .venv
@@ -47,20 +47,12 @@ $(VENV)/.spark: $(VENV)/.installed
 install: $(VENV)/.installed
 install-spark: $(VENV)/.spark
 
-# Debian packages for the chaos tests (network namespaces, iptables, libfaketime). Root only;
-# without root the netns backend is skipped and the local (proxy) backend is used.
+# Debian packages for the chaos tests (network namespaces, iptables, libfaketime, FUSE for the
+# lose-unfsynced-writes fault): deploy/install-chaos-deps.sh. Root only; without root the netns
+# backend and the root-only fault tests are skipped and the local (proxy) backend is used.
 os-deps:
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  missing=""; \
-	  command -v ip >/dev/null || missing="$$missing iproute2"; \
-	  command -v iptables >/dev/null || missing="$$missing iptables"; \
-	  ls /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing="$$missing faketime"; \
-	  if [ -n "$$missing" ]; then \
-	    echo "installing Debian packages:$$missing"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	  fi; \
-	fi
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then sh deploy/install-chaos-deps.sh; \
+	else echo "os-deps: not root or no apt-get: netns chaos tests will be skipped"; fi
 
 run: install
 	$(RAFKA) cluster up --nodes $(NODES) --data-dir $(DATA_DIR)
