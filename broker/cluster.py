@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,9 +108,12 @@ _DEFAULT_BROKER = {"log.flush.policy": "batch"}
 _DEFAULT_CONTROLLER = {"broker.session.timeout.ms": "3000"}
 
 
+DEFAULT_BROKER_CONFIG = {"log.flush.policy": "batch"}
+DEFAULT_CONTROLLER_CONFIG = {"broker.session.timeout.ms": "3000"}
+
+
 def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file: Path,
-               broker_config: dict[str, str] | None = None,
-               controller_config: dict[str, str] | None = None) -> str:
+               broker: dict[str, str] | None = None, controller: dict[str, str] | None = None) -> str:
     lines = [
         f"node_id = {n.id}",
         'roles = ["broker", "controller"]',
@@ -121,23 +125,30 @@ def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file:
     ]
     for v in nodes:
         lines += ["", "[[voters]]", f"id = {v.id}", f'raft = "{v.controller}"', f'rpc = "{v.client}"']
-    lines += ["", "[broker]"]
-    lines += [f"{json.dumps(k)} = {json.dumps(v)}"
-              for k, v in {**_DEFAULT_BROKER, **(broker_config or {})}.items()]
-    lines += ["", "[controller]"]
-    lines += [f"{json.dumps(k)} = {json.dumps(v)}"
-              for k, v in {**_DEFAULT_CONTROLLER, **(controller_config or {})}.items()]
+    for section, defaults, given in (("broker", DEFAULT_BROKER_CONFIG, broker),
+                                     ("controller", DEFAULT_CONTROLLER_CONFIG, controller)):
+        lines += ["", f"[{section}]"]
+        lines += [f"{json.dumps(k)} = {json.dumps(str(v))}" for k, v in {**defaults, **(given or {})}.items()]
     return "\n".join(lines) + "\n"
 
 
-def _write_configs(data_dir: Path, state: dict[str, Any], broker_config: dict[str, str] | None,
-                   controller_config: dict[str, str] | None) -> None:
+def _write_configs(data_dir: Path, state: dict[str, Any], broker: dict[str, str] | None,
+                   controller: dict[str, str] | None) -> None:
+    """(Re)write every node's node.toml; a bad setting is a ClusterError before anything starts."""
+    from broker.config import ConfigError, parse_config
+
     nodes: list[NodeSpec] = state["nodes"]
-    secret_file = data_dir / SECRET_FILE
+    texts = {}
+    for n in nodes:
+        text = _node_toml(n, nodes, state["cluster_id"], data_dir / SECRET_FILE, broker, controller)
+        try:
+            parse_config(tomllib.loads(text), f"node {n.id} config", base_dir=data_dir)
+        except ConfigError as exc:
+            raise ClusterError(f"bad setting: {exc}") from None
+        texts[n.id] = text
     for n in nodes:
         n.data_dir.mkdir(parents=True, exist_ok=True)
-        n.config_path.write_text(_node_toml(n, nodes, state["cluster_id"], secret_file,
-                                            broker_config, controller_config))
+        n.config_path.write_text(texts[n.id])
 
 
 def _create(data_dir: Path, count: int, host: str, port: int,

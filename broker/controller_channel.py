@@ -14,7 +14,12 @@ with the voter it last succeeded with (or the first voter), and
 
 ``request_any(api_key, body)`` is the same without the leader requirement (any voter may answer,
 e.g. ``METADATA_FETCH``); it rotates on failure. Callers bound the total time with
-``trio.fail_after``/``move_on_after``; the channel bounds the attempts.
+``trio.fail_after``/``move_on_after``; the channel bounds the attempts, and with
+``attempt_timeout_s`` each attempt: a voter that accepts the request but does not answer in
+time (paused, hung, or not a rafka controller at all) is treated like an unreachable one —
+its connection is dropped and the next voter is tried. Without it, a heartbeat sent to a
+paused controller would wait forever while another voter takes over, and the broker would be
+fenced by the new controller for silence.
 """
 
 from __future__ import annotations
@@ -57,14 +62,24 @@ class ControllerChannel:
     def leader_hint(self) -> tuple[str, int] | None:
         return self._leader
 
-    async def request(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+    async def _attempt(self, target: tuple[str, int], api_key: int, body: dict[str, Any],
+                       timeout_s: float | None) -> Any:
+        if timeout_s is None:
+            return await self.pool.request(target[0], target[1], api_key, body)
+        with trio.move_on_after(timeout_s):
+            return await self.pool.request(target[0], target[1], api_key, body)
+        raise error_for(ErrorCode.REQUEST_TIMED_OUT,
+                        f"{target[0]}:{target[1]} did not answer within {timeout_s:.1f} s")
+
+    async def request(self, api_key: int, body: dict[str, Any], *,
+                      attempt_timeout_s: float | None = None) -> dict[str, Any]:
         """The active controller's answer to ``body`` (errors other than NOT_CONTROLLER are
         returned in the body, not raised)."""
         target = self._leader or self._rotate()
         last: RafkaError = error_for(ErrorCode.NOT_CONTROLLER, "no active controller found")
         for attempt in range(self.max_attempts):
             try:
-                resp = await self.pool.request(target[0], target[1], api_key, body)
+                resp = await self._attempt(target, api_key, body, attempt_timeout_s)
             except RafkaError as exc:
                 last = exc
                 self.pool.discard(*target)
@@ -85,13 +100,14 @@ class ControllerChannel:
             await trio.sleep(backoff_ms(attempt, 20, 500) / 1000)
         raise last
 
-    async def request_any(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+    async def request_any(self, api_key: int, body: dict[str, Any], *,
+                          attempt_timeout_s: float | None = None) -> dict[str, Any]:
         """Any voter's answer; rotates on network errors, bounded like ``request``."""
         last: RafkaError = error_for(ErrorCode.BROKER_NOT_AVAILABLE, "no controller reachable")
         target = self._leader or self._rotate()
         for attempt in range(self.max_attempts):
             try:
-                resp = await self.pool.request(target[0], target[1], api_key, body)
+                resp = await self._attempt(target, api_key, body, attempt_timeout_s)
                 return resp.body
             except RafkaError as exc:
                 last = exc

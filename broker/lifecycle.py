@@ -44,6 +44,8 @@ class BrokerLifecycle:
         self.channel = channel
         self.publisher = publisher
         self.interval_s = heartbeat_interval_ms / 1000
+        # one attempt at one controller; then the channel tries the next voter
+        self.attempt_timeout_s = max(2.0, 4 * self.interval_s)
         self.rack = rack or None
         self.incarnation_id = uuid.uuid4().hex
         self.broker_epoch = -1
@@ -72,7 +74,8 @@ class BrokerLifecycle:
         try:
             body = await self.channel.request(ApiKey.BROKER_REGISTRATION, {
                 "broker_id": self.broker_id, "incarnation_id": self.incarnation_id,
-                "host": self.host, "port": self.port, "rack": self.rack})
+                "host": self.host, "port": self.port, "rack": self.rack},
+                attempt_timeout_s=self.attempt_timeout_s)
         except RafkaError as exc:
             log.info("registration failed: %s", exc)
             return False
@@ -89,7 +92,8 @@ class BrokerLifecycle:
             body = await self.channel.request(ApiKey.BROKER_HEARTBEAT, {
                 "broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
                 "metadata_offset": self.publisher.image.offset, "want_fence": False,
-                "want_shutdown": self.want_shutdown})
+                "want_shutdown": self.want_shutdown},
+                attempt_timeout_s=self.attempt_timeout_s)
         except RafkaError as exc:
             log.info("heartbeat failed: %s", exc)
             return False

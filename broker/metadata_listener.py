@@ -141,7 +141,7 @@ class MetadataListener:
             "from_offset": pub.image.offset + 1,
             "max_records": self.max_records,
             "max_wait_ms": self.max_wait_ms,
-        })
+        }, attempt_timeout_s=self.max_wait_ms / 1000 + 5)  # a long-poll that never returns: next voter
         self.fetches += 1
         err = body.get("error", 0)
         snap = body.get("snapshot")

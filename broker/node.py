@@ -73,7 +73,7 @@ class _Node:
             settings.update(config.controller)
             self.controller = ControllerService(
                 config.node_id, config.voters, config.raft_listener, config.data_dir / "controller",
-                config.cluster_secret, settings)
+                config.cluster_secret, settings, cluster_id=config.cluster_id)
         if config.is_broker:
             self.rm = ReplicaManager(config.node_id, config.data_dir, dict(config.broker),
                                      config.topic_defaults(), self.events)
@@ -95,6 +95,11 @@ class _Node:
                                       cfg.broker["socket.request.max.bytes"])
                 server = Server(api.dispatch, cfg.listener[0], cfg.listener[1], limits)
                 port = await nursery.start(server.serve)
+                agreed = trio.Event()
+                nursery.start_soon(self._check_membership, agreed)
+                # the Raft voter starts and the broker registers only once a majority of the
+                # voters is known to share this node's cluster id, voter ids and secret
+                await agreed.wait()
                 if self.controller is not None:
                     await nursery.start(self.controller.run)
                 if self.rm is not None:
@@ -122,6 +127,15 @@ class _Node:
             self.events.emit("stop")
             self.events.close()
             log.info("node %d stopped", cfg.node_id)
+
+    async def _check_membership(self, agreed: trio.Event) -> None:
+        """Stops the node (a QuorumConfigError leaves the nursery) when its cluster id, voter
+        list or secret disagrees with a majority of the voters (kraft/membership.py)."""
+        from kraft.membership import verify_cluster_membership
+
+        cfg = self.config
+        await verify_cluster_membership(cfg.node_id, [(v.id, v.rpc) for v in cfg.voters],
+                                        cfg.cluster_id, cfg.cluster_secret, agreed=agreed)
 
     def _attach_replication(self, pool: ConnectionPool, channel: ControllerChannel) -> None:
         from broker.replication.fetcher import ReplicaFetcherManager
@@ -192,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve_config(config: NodeConfig) -> int:
+    from kraft.quorum import QuorumConfigError
+
     try:
         setup_logging(config)
     except OSError as exc:
@@ -201,19 +217,34 @@ def serve_config(config: NodeConfig) -> int:
         trio.run(run_node, config)
     except Exception as exc:
         leaf = _leaf(exc)
-        if isinstance(leaf, OSError) or "Config" in type(leaf).__name__:
-            # a port in use, a bad quorum config (kraft's QuorumConfigError): one clear line
-            log.error("node %d failed: %s", config.node_id, leaf)
-            print(f"rafka: node {config.node_id}: {leaf}", file=sys.stderr)
-            return 2 if "Config" in type(leaf).__name__ else 1
+        if isinstance(leaf, (OSError, QuorumConfigError)) or "Config" in type(leaf).__name__:
+            # a port in use, a bad quorum config, a node that disagrees with the cluster's
+            # voters (kraft.membership): one clear line naming the error, no traceback
+            name = type(leaf).__name__
+            log.error("node %d failed: %s: %s", config.node_id, name, leaf)
+            print(f"rafka: node {config.node_id}: {name}: {leaf}", file=sys.stderr)
+            return 1 if isinstance(leaf, OSError) else 2
         raise
     return 0
 
 
 def _leaf(exc: BaseException) -> BaseException:
+    """The error to report: the only leaf of nested groups, or the first config/OS error."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    if isinstance(exc, BaseExceptionGroup):
+        from kraft.quorum import QuorumConfigError
+
+        for leaf in _leaves(exc):
+            if isinstance(leaf, (QuorumConfigError, OSError)):
+                return leaf
     return exc
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
 
 
 if __name__ == "__main__":

@@ -286,9 +286,15 @@ def quorum_describe(bootstrap: str, as_json: bool) -> None:
         return
     click.echo(f"leader {q.get('leader_id')}  epoch {q.get('epoch')}  high watermark {q.get('high_watermark')}")
     for v in q.get("voters") or []:
-        click.echo(f"  voter {v.get('id')}  {v.get('rpc', '')}  offset {v.get('metadata_offset')}  lag {v.get('lag')}")
+        where = f"  voter {v.get('id')}  {v.get('rpc', '')}"
+        if v.get("reachable") is False:  # a dead or cut-off voter: no offset to report
+            click.echo(f"{where}  UNREACHABLE")
+            continue
+        extra = f"  log start {v['log_start_offset']}" if v.get("log_start_offset") else ""
+        click.echo(f"{where}  offset {v.get('metadata_offset')}  lag {v.get('lag')}{extra}")
     for o in q.get("observers") or []:
-        click.echo(f"  observer {o.get('id')}  offset {o.get('metadata_offset')}  lag {o.get('lag')}")
+        state = "  fenced" if o.get("fenced") else ""
+        click.echo(f"  broker {o.get('id')}  offset {o.get('metadata_offset')}  lag {o.get('lag')}{state}")
 
 
 def _add_group_commands() -> None:

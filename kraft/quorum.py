@@ -42,6 +42,7 @@ __all__ = [
     "MetadataQuorum",
     "OffsetOutOfRange",
     "ProposeResult",
+    "QuorumConfigError",
     "Snapshot",
     "not_controller",
 ]
@@ -70,6 +71,11 @@ class LeadershipEvent(NamedTuple):
     leader_id: int | None  # None: no leader known
     epoch: int
     is_self: bool
+
+
+class QuorumConfigError(ValueError):
+    """The quorum cannot start with this configuration (the message says why and how);
+    ``rafka server`` prints it as one line and exits with code 2."""
 
 
 class OffsetOutOfRange(Exception):

@@ -114,8 +114,10 @@ class ControllerService:
         quorum: MetadataQuorum | None = None,
         wall_clock_ms: Callable[[], int] | None = None,
         rng: random.Random | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         self.node_id = node_id
+        self.cluster_id = cluster_id
         self.voters = parse_voters(voters)
         self.raft_listener = _addr(raft_listener) if raft_listener else None
         self.data_dir = Path(data_dir)
@@ -175,6 +177,7 @@ class ControllerService:
             data_dir=self.data_dir,
             cluster_secret=self.cluster_secret,
             settings=self.settings,
+            bind_address=self.raft_listener,  # the node's raft_listener (may be a wildcard)
         )
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -269,7 +272,8 @@ class ControllerService:
     # -- plumbing ---------------------------------------------------------------------
 
     def _q(self) -> MetadataQuorum:
-        assert self.quorum is not None, "ControllerService.run() has not started"
+        if self.quorum is None:  # run() has not started yet (e.g. the membership check waits)
+            raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"controller {self.node_id} is starting")
         return self.quorum
 
     def _leader_hint(self) -> dict[str, Any]:
@@ -540,25 +544,43 @@ class ControllerService:
             }
         return out
 
+    def _local_quorum_state(self) -> dict[str, Any]:
+        q = self.quorum
+        if q is None:
+            return {"id": self.node_id, "metadata_offset": -1, "log_start_offset": -1, "snapshot_offset": -1}
+        snap = q.latest_snapshot()
+        return {"id": self.node_id, "metadata_offset": q.committed_offset(),
+                "log_start_offset": q.log_start_offset(),
+                "snapshot_offset": -1 if snap is None else snap.offset}
+
     async def describe_quorum(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("local_only"):  # also before run(): kraft/membership.py asks it first
+            q0 = self.quorum
+            out = {"leader_id": None if q0 is None else q0.leader_id(), "epoch": -1 if q0 is None else q0.epoch(),
+                   "voters": [self._local_quorum_state()],
+                   "node_id": self.node_id, "cluster_id": self.cluster_id,
+                   "voter_ids": [vid for vid, _raft, _rpc in self.voters]}
+            nonce = body.get("nonce")
+            if isinstance(nonce, str) and 0 < len(nonce) <= 256:  # kraft/membership.py
+                from kraft.membership import secret_proof
+
+                out["secret_proof"] = secret_proof(self.cluster_secret, nonce)
+            return out
         q = self._q()
-        mine = {"id": self.node_id, "metadata_offset": q.committed_offset()}
-        if body.get("local_only"):
-            return {"leader_id": q.leader_id(), "epoch": q.epoch(), "voters": [mine]}
         self._require_active()
         hw = q.committed_offset()
-        offsets: dict[int, int] = {self.node_id: hw}
+        states: dict[int, dict[str, Any]] = {self.node_id: self._local_quorum_state()}
 
         async def ask(vid: int, rpc: tuple[str, int]) -> None:
             from client.connection import connect
 
-            with trio.move_on_after(0.5):
+            with trio.move_on_after(1.0):
                 try:
                     async with connect(*rpc) as conn:
                         resp = await conn.request(ApiKey.DESCRIBE_QUORUM, {"local_only": True})
                         for v in resp.body.get("voters", []):
                             if v.get("id") == vid:
-                                offsets[vid] = v["metadata_offset"]
+                                states[vid] = v
                 except (OSError, RafkaError, trio.BrokenResourceError) as exc:
                     log.debug("describe quorum: voter %s unreachable: %s", vid, exc)
 
@@ -568,19 +590,26 @@ class ControllerService:
                     n.start_soon(ask, vid, rpc)
         voters = []
         for vid, _raft, rpc in self.voters:
-            off = offsets.get(vid, -1)
+            st = states.get(vid)
             voters.append({
-                "id": vid, "rpc": f"{rpc[0]}:{rpc[1]}", "metadata_offset": off,
-                "lag": hw - off if vid in offsets else None, "reachable": vid in offsets,
+                "id": vid, "rpc": f"{rpc[0]}:{rpc[1]}", "reachable": st is not None,
+                "metadata_offset": -1 if st is None else st["metadata_offset"],
+                "lag": None if st is None else hw - st["metadata_offset"],
+                "log_start_offset": None if st is None else st.get("log_start_offset"),
+                "snapshot_offset": None if st is None else st.get("snapshot_offset"),
             })
         active = self._active
         observers = []
         if active is not None:
+            brokers = q.image().cluster.brokers
             seen = {**self._observers, **active.state.metadata_offsets}
             observers = [
-                {"id": bid, "metadata_offset": off, "lag": max(0, hw - off)} for bid, off in sorted(seen.items())
+                {"id": bid, "metadata_offset": off, "lag": max(0, hw - off),
+                 "fenced": brokers[bid].fenced if bid in brokers else None}
+                for bid, off in sorted(seen.items())
             ]
         return {
             "leader_id": self.node_id, "epoch": q.epoch(), "high_watermark": hw,
+            "log_start_offset": q.log_start_offset(),
             "voters": voters, "observers": observers,
         }

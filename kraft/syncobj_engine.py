@@ -54,6 +54,7 @@ from kraft.quorum import (
     LeadershipEvent,
     LogEntry,
     ProposeResult,
+    QuorumConfigError,
     Snapshot,
     not_controller,
 )
@@ -65,10 +66,6 @@ log = logging.getLogger("rafka.kraft.engine")
 
 _EVENTS_BUFFER = 64
 _PROPOSE_ATTEMPTS = 3
-
-
-class QuorumConfigError(ValueError):
-    """The quorum cannot start with this configuration (the message says why and how)."""
 
 
 def _ms(settings: Mapping[str, Any], name: str, default: int) -> float:

@@ -79,6 +79,15 @@ class NodeApi:
             return await self._broker(key, body)
         if self.groups is not None and key in GROUP_BROKER_APIS:
             return await self.groups.handlers[key](body)
+        if key == ApiKey.DESCRIBE_QUORUM and not body.get("local_only") and not body.get(FORWARDED_KEY):
+            # only the active controller can describe the quorum: any node finds it for the
+            # client (a broker-only node, or a voter that does not lead)
+            if key in self.controller:
+                out = await self.controller[key](body)
+                if out.get("error") != ErrorCode.NOT_CONTROLLER or self.channel is None:
+                    return out
+            if self.channel is not None:
+                return await self.channel.request(key, {**body, FORWARDED_KEY: True})
         if key in self.controller and (key not in FORWARDED_APIS or body.get(FORWARDED_KEY)
                                        or self.rm is None):
             return await self.controller[key](body)

@@ -1,0 +1,169 @@
+"""Does this node belong to the cluster its voters run? (startup cross-check of configs)
+
+Theory of operation
+-------------------
+A node's config names the cluster (``cluster_id``), the controller quorum (``[[voters]]``:
+id, Raft address, RPC address) and the cluster secret. pysyncobj cannot tell a node with a
+wrong secret that it is wrong — the peers just cannot decrypt its messages and it stays
+silently outside the quorum, forever electing itself. So every node (controller or broker)
+asks each voter, on that voter's RPC address, ``DESCRIBE_QUORUM {local_only, nonce}``; the
+voter answers (``kraft.service``) with its ``node_id``, ``cluster_id``, the ids of *its*
+voters, and ``secret_proof = HMAC-SHA256(secret, "rafka-secret-proof:" + nonce)``. The node
+compares with its own config:
+
+* ``ClusterIdMismatchError`` — the voter belongs to another cluster;
+* ``VotersMismatchError`` — the voter's set of voter ids differs from ours, or the address we
+  list for voter X answers as node Y (addresses may legitimately differ across nodes, e.g.
+  behind per-link proxies, so only ids are compared);
+* ``ClusterSecretMismatchError`` — the proofs differ (the secret itself never travels).
+
+Who is wrong when two nodes disagree? The majority: a node stops with the error (clear line,
+exit code 2: ``broker/node.py``) once the voters that disagree with it are so many that the
+ones left cannot form a majority of the quorum — i.e. it could never take part in a majority
+that agrees with its config. A disagreeing voter that is in the minority is reported in the
+log (ERROR, once) and the node keeps running. Unreachable voters are retried (backoff up to
+2 s) until each voter has answered once; the check then ends.
+
+A voter whose own id is not in its voter list is a ``ConfigError`` before any of this
+(``broker/config.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import trio
+
+from broker.protocol import ApiKey
+from kraft.quorum import QuorumConfigError
+
+__all__ = [
+    "ClusterIdMismatchError",
+    "ClusterSecretMismatchError",
+    "VotersMismatchError",
+    "secret_proof",
+    "verify_cluster_membership",
+]
+
+log = logging.getLogger("rafka.membership")
+
+_PROOF_PREFIX = b"rafka-secret-proof:"
+
+
+class ClusterIdMismatchError(QuorumConfigError):
+    """The voters run a cluster with another ``cluster_id``."""
+
+
+class VotersMismatchError(QuorumConfigError):
+    """The voters are configured with another quorum (voter ids, or who is at an address)."""
+
+
+class ClusterSecretMismatchError(QuorumConfigError):
+    """This node's cluster secret is not the one the voters use."""
+
+
+def secret_proof(secret: str | None, nonce: str) -> str | None:
+    """What a node that holds ``secret`` answers to ``nonce`` (None without a secret)."""
+    if not secret:
+        return None
+    return hmac.new(secret.encode(), _PROOF_PREFIX + nonce.encode(), hashlib.sha256).hexdigest()
+
+
+Request = Callable[[tuple[str, int], dict[str, Any]], Awaitable[dict[str, Any] | None]]
+
+
+async def _describe_local(addr: tuple[str, int], body: dict[str, Any]) -> dict[str, Any] | None:
+    from client.connection import connect
+
+    try:
+        with trio.move_on_after(2):
+            async with connect(*addr) as conn:
+                return dict((await conn.request(ApiKey.DESCRIBE_QUORUM, body)).body)
+    except Exception as exc:  # noqa: BLE001 - unreachable, not up yet: try again later
+        log.debug("membership check: %s:%s unreachable: %s", addr[0], addr[1], exc)
+    return None
+
+
+def _compare(voter_id: int, addr: tuple[str, int], answer: dict[str, Any], *, cluster_id: str,
+             voter_ids: list[int], proof: str | None) -> QuorumConfigError | None:
+    where = f"voter {voter_id} at {addr[0]}:{addr[1]}"
+    if answer.get("error"):
+        return VotersMismatchError(
+            f"{where} is not a controller (it answers {answer.get('message') or answer.get('error')}); "
+            f"check the [[voters]] rpc addresses")
+    if answer.get("node_id") is not None and answer["node_id"] != voter_id:
+        return VotersMismatchError(
+            f"{where} answers as node {answer['node_id']}; the [[voters]] list does not match the "
+            "cluster's")
+    if answer.get("cluster_id") is not None and answer["cluster_id"] != cluster_id:
+        return ClusterIdMismatchError(
+            f"{where} belongs to cluster {answer['cluster_id']!r}, this node's cluster_id is "
+            f"{cluster_id!r}")
+    theirs = answer.get("voter_ids")
+    if theirs is not None and sorted(theirs) != voter_ids:
+        return VotersMismatchError(
+            f"{where} has voters {sorted(theirs)}, this node's config lists {voter_ids}; every node "
+            "must list the same controller quorum")
+    if "secret_proof" in answer and answer["secret_proof"] != proof:
+        return ClusterSecretMismatchError(
+            f"{where} does not share this node's cluster secret "
+            f"({'it has none' if answer['secret_proof'] is None else 'the secrets differ'}); "
+            "use the same cluster_secret / cluster_secret_file on every node")
+    return None
+
+
+async def verify_cluster_membership(
+    node_id: int,
+    voters: Sequence[tuple[int, tuple[str, int]]],
+    cluster_id: str,
+    secret: str | None,
+    *,
+    request: Request | None = None,
+    max_interval_s: float = 2.0,
+    agreed: trio.Event | None = None,
+) -> None:
+    """Returns once every other voter has answered (logging minority disagreements); raises a
+    ``QuorumConfigError`` subclass as soon as this node is in the minority (module docstring).
+    Sets ``agreed`` once a majority of the voters (this node included, if it is one) is known
+    to share its config: the node starts its Raft voter and registers its broker only then."""
+    request = request or _describe_local
+    ids = sorted(v for v, _ in voters)
+    majority = len(ids) // 2 + 1
+    pending = {v: addr for v, addr in voters if v != node_id}
+    disagree: dict[int, QuorumConfigError] = {}
+    agreeing = 1 if node_id in ids else 0
+    interval = 0.1
+
+    def check_agreed() -> None:
+        if agreed is not None and agreeing >= majority and not agreed.is_set():
+            log.info("membership check: %d of %d voters share this node's config", agreeing, len(ids))
+            agreed.set()
+
+    check_agreed()
+    while pending:
+        for vid, addr in sorted(pending.items()):
+            nonce = secrets.token_hex(16)
+            answer = await request(addr, {"local_only": True, "nonce": nonce})
+            if answer is None:
+                continue
+            del pending[vid]
+            err = _compare(vid, addr, answer, cluster_id=cluster_id, voter_ids=ids,
+                           proof=secret_proof(secret, nonce))
+            if err is None:
+                agreeing += 1
+                check_agreed()
+                continue
+            disagree[vid] = err
+            if len(ids) - len(disagree) < majority:
+                others = "; ".join(str(e) for v, e in sorted(disagree.items()) if e is not err)
+                raise type(err)(f"node {node_id}: {err}" + (f" (also: {others})" if others else ""))
+            log.error("membership check: %s (this node stays up: the voters that agree with it can "
+                      "still form a majority)", err)
+        if pending:
+            await trio.sleep(interval)
+            interval = min(interval * 2, max_interval_s)
