@@ -86,16 +86,6 @@ def up(nodes: int, data_dir: str, host: str, port: int, detach: bool, ready_time
     click.echo(f"stopped node(s) {', '.join(map(str, stopped)) or '-'}", err=True)
 
 
-def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
-        out[key.strip()] = value.strip()
-    return out
-
-
 @cluster.command("down")
 @click.option("--data-dir", default="./rafka-data", show_default=True, type=click.Path(file_okay=False))
 @click.option("--timeout", default=30.0, show_default=True, help="seconds before SIGKILL")

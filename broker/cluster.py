@@ -108,10 +108,6 @@ _DEFAULT_BROKER = {"log.flush.policy": "batch"}
 _DEFAULT_CONTROLLER = {"broker.session.timeout.ms": "3000"}
 
 
-DEFAULT_BROKER_CONFIG = {"log.flush.policy": "batch"}
-DEFAULT_CONTROLLER_CONFIG = {"broker.session.timeout.ms": "3000"}
-
-
 def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file: Path,
                broker: dict[str, str] | None = None, controller: dict[str, str] | None = None) -> str:
     lines = [
@@ -125,8 +121,8 @@ def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file:
     ]
     for v in nodes:
         lines += ["", "[[voters]]", f"id = {v.id}", f'raft = "{v.controller}"', f'rpc = "{v.client}"']
-    for section, defaults, given in (("broker", DEFAULT_BROKER_CONFIG, broker),
-                                     ("controller", DEFAULT_CONTROLLER_CONFIG, controller)):
+    for section, defaults, given in (("broker", _DEFAULT_BROKER, broker),
+                                     ("controller", _DEFAULT_CONTROLLER, controller)):
         lines += ["", f"[{section}]"]
         lines += [f"{json.dumps(k)} = {json.dumps(str(v))}" for k, v in {**defaults, **(given or {})}.items()]
     return "\n".join(lines) + "\n"
