@@ -142,9 +142,10 @@ class Partition:
     def append_as_leader(self, records: bytes, acks: int,
                          current_leader_epoch: int | None = None) -> AppendInfo:
         st = self.check_leader(current_leader_epoch)
-        code = st.check_produce(acks)
+        code = st.check_produce(acks, _now_ms())
         if code:
-            raise error_for(code, f"{self.name}: ISR {list(st.isr)} is smaller than "
+            raise error_for(code, f"{self.name}: in-sync replicas {list(st.fetching_isr(_now_ms()))} "
+                                  f"of ISR {list(st.isr)} are fewer than "
                                   f"min.insync.replicas={self.min_insync_replicas}")
         info = self.log.append(records, st.leader_epoch)
         if not info.duplicate:

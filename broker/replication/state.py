@@ -49,7 +49,12 @@ Only a refusal of this very request (``INVALID_REQUEST``, ``INVALID_REPLICA_ASSI
 controller checking the leader and partition epochs before anything else.
 
 ``acks=all``: a produce is refused up front (``NOT_ENOUGH_REPLICAS``, nothing appended) when the
-committed ISR is smaller than ``min_insync_replicas``. Once appended with last offset ``L``, it
+committed ISR is smaller than ``min_insync_replicas`` — or when fewer than that many ISR members
+have fetched within ``replica_lag_time_max_ms`` (``fetching_isr``). The second rule covers a
+shrink that cannot commit (no controller quorum, e.g. the two dead followers were two of three
+voters): Kafka would append and then time out, leaving records nobody acknowledged in the
+leader's log; refusing up front is always safe, and a live follower fetches at least every
+``replica.fetch.wait.max.ms``. Once appended with last offset ``L``, it
 completes when ``HW > L`` — every maximal-ISR member has it — with ``NOT_ENOUGH_REPLICAS_AFTER_APPEND``
 instead when the committed ISR is below the minimum by then, and fails with that error as soon
 as the committed ISR drops below the minimum before ``HW`` passes ``L``.
@@ -248,9 +253,21 @@ class LeaderState:
     def under_min_isr(self) -> bool:
         return len(self.isr) < self.min_insync_replicas
 
-    def check_produce(self, acks: int) -> ErrorCode:
-        """Before appending: ``NOT_ENOUGH_REPLICAS`` for ``acks=all`` under min ISR."""
-        if acks == -1 and self.under_min_isr:
+    def fetching_isr(self, now_ms: int) -> tuple[int, ...]:
+        """ISR members heard from within ``replica_lag_time_max_ms`` (the leader always; a
+        follower by its last fetch, or the start of this leadership if it has not fetched yet)."""
+        return tuple(r for r in self.isr if r == self.leader_id
+                     or now_ms - max(self.followers[r].last_fetch_ms, self.now_ms)
+                     <= self.replica_lag_time_max_ms)
+
+    def check_produce(self, acks: int, now_ms: int | None = None) -> ErrorCode:
+        """Before appending: ``NOT_ENOUGH_REPLICAS`` for ``acks=all`` under min ISR — the
+        committed ISR, or (given ``now_ms``) the members of it still fetching."""
+        if acks != -1:
+            return ErrorCode.NONE
+        if self.under_min_isr:
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        if now_ms is not None and len(self.fetching_isr(now_ms)) < self.min_insync_replicas:
             return ErrorCode.NOT_ENOUGH_REPLICAS
         return ErrorCode.NONE
 

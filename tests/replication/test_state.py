@@ -237,3 +237,18 @@ def test_constructor_invariants() -> None:
     s = LeaderState(TP, leader_id=1, leader_epoch=1, partition_epoch=1, replicas=(1, 2),
                     isr=(1, 2), log_end_offset=3, high_watermark=7)
     assert s.high_watermark == 3  # clamped: HW <= LEO
+
+
+def test_acks_all_refused_when_isr_members_stopped_fetching() -> None:
+    """A shrink that cannot commit (no controller) must not let acks=all append: followers
+    silent for longer than the lag limit do not count towards min.insync.replicas."""
+    s = leader(now=0)
+    assert s.check_produce(-1, now_ms=LAG) == ErrorCode.NONE  # leadership start counts as contact
+    s.on_follower_fetch(2, 0, LAG // 2)
+    assert s.check_produce(-1, now_ms=LAG + 1) == ErrorCode.NONE  # 1 and 2 are fetching
+    assert s.fetching_isr(LAG + 1) == (1, 2)
+    assert s.check_produce(-1, now_ms=LAG // 2 + LAG + 1) == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert s.check_produce(1, now_ms=10 * LAG) == ErrorCode.NONE  # acks=1 does not care
+    s.on_follower_fetch(3, 0, 10 * LAG)
+    s.on_follower_fetch(2, 0, 10 * LAG)
+    assert s.check_produce(-1, now_ms=10 * LAG) == ErrorCode.NONE
