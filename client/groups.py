@@ -218,15 +218,23 @@ class GroupMembership:
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp, off in sorted(offsets.items()):
             topics.setdefault(tp.topic, []).append({"partition": tp.partition, "offset": off})
-        member = self.member_epoch > 0
-        body = {
-            "group_id": self.group_id,
-            "member_id": self.member_id if member else None,
-            "member_epoch": self.member_epoch if member else -1,
-            "min_metadata_offset": self.metadata_offset if member else None,
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
-        }
-        resp = await coordinator_request(self.core, self.group_id, ApiKey.OFFSET_COMMIT, body)
+        for attempt in range(3):
+            epoch = self.member_epoch
+            member = epoch > 0
+            body = {
+                "group_id": self.group_id,
+                "member_id": self.member_id if member else None,
+                "member_epoch": epoch if member else -1,
+                "min_metadata_offset": self.metadata_offset if member else None,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+            }
+            try:
+                resp = await coordinator_request(self.core, self.group_id, ApiKey.OFFSET_COMMIT, body)
+                break
+            except RafkaError as exc:
+                # a heartbeat advanced our epoch while the commit was in flight: send it again
+                if exc.code != ErrorCode.FENCED_MEMBER_EPOCH or self.member_epoch in (epoch, 0) or attempt == 2:
+                    raise
         for t in resp.get("topics", ()):
             for p in t["partitions"]:
                 if p.get("error"):

@@ -78,6 +78,7 @@ JOIN_EPOCH: Final = 0
 LEAVE_EPOCH: Final = -1
 # while a member is not converged it is asked to heartbeat at least this often
 RECONCILE_HEARTBEAT_MS: Final = 300
+MIN_HEARTBEAT_MS: Final = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +387,9 @@ def heartbeat(
     work.compute_target(partition_count)
     work.reconcile(member_id, owned)
     m = work.members[member_id]
+    # a member whose session is shorter than the configured interval must heartbeat often enough
+    # to keep it (3 heartbeats per session, as Kafka's classic rule)
+    interval = min(interval, max(MIN_HEARTBEAT_MS, m.session_timeout_ms // 3))
     converged = (
         m.member_epoch == work.assignment_epoch
         and m.assigned == m.target

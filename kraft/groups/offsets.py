@@ -24,8 +24,8 @@ lose.
 Validation of OFFSET_COMMIT against this broker's metadata image (the group's membership is
 metadata, decided by the controller): a member commit (``member_epoch >= 0``) first waits
 (bounded) until the image includes ``min_metadata_offset`` — the offset of the member's last
-heartbeat — then: unknown member → ``UNKNOWN_MEMBER_ID``; epoch ≠ the member's epoch →
-``FENCED_MEMBER_EPOCH``; a partition the member does not own (``assigned ∪ pending_revocation``)
+heartbeat — then: unknown member → ``UNKNOWN_MEMBER_ID``; epoch neither the member's epoch nor
+its previous one (a commit racing the heartbeat that advanced it) → ``FENCED_MEMBER_EPOCH``; a partition the member does not own (``assigned ∪ pending_revocation``)
 → ``STALE_MEMBER`` for that partition. A commit from outside the group (``member_epoch -1``, e.g.
 ``assign()`` consumers, admin resets) is accepted only while the group has no members.
 
@@ -536,7 +536,9 @@ def _validate_member(
         raise error_for(
             ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}"
         )
-    if epoch != m.member_epoch:
+    # the previous epoch is accepted too (as for heartbeats): a commit sent just before the
+    # heartbeat that advanced the member's epoch; ownership is still checked per partition
+    if epoch != m.member_epoch and epoch != m.previous_member_epoch:
         raise error_for(
             ErrorCode.FENCED_MEMBER_EPOCH,
             f"member epoch {epoch} is not the member's epoch {m.member_epoch}",

@@ -305,3 +305,13 @@ def test_random_clients_never_share_a_partition_and_converge(steps):
         assert set().union(*(c["owned"] for c in clients.values())) == wanted
     else:
         assert g is None
+
+
+def test_heartbeat_interval_fits_the_members_session():
+    """A member with a session shorter than 3 configured intervals is asked to beat faster."""
+    sim = Sim()
+    a = Client(sim)
+    settle([a])
+    assert a.beat()["heartbeat_interval_ms"] == 1000  # the configured interval
+    r = sim.hb(session_timeout_ms=900)  # a second member with a short session
+    assert r["error"] == 0 and r["heartbeat_interval_ms"] <= 300

@@ -157,6 +157,7 @@ async def test_member_validation_and_non_empty_group(setup):
         "g",
         "m1",
         member_epoch=3,
+        previous_member_epoch=2,
         subscribed_topics=("t",),
         assigned=(("t", 0),),
         pending_revocation=(("t", 1),),
@@ -169,7 +170,10 @@ async def test_member_validation_and_non_empty_group(setup):
     )
     errs = [p["error"] for t in ok["topics"] for p in t["partitions"]]
     assert errs == [0, 0, ErrorCode.STALE_MEMBER]
-    stale = await call(mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 4}, "m1", 2))
+    # the previous epoch: a commit that raced the heartbeat advancing the member (still owns t-0)
+    prev = await call(mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 1}, "m1", 2))
+    assert prev["error"] == 0 and prev["topics"][0]["partitions"][0]["error"] == 0
+    stale = await call(mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 4}, "m1", 1))
     assert stale["error"] == ErrorCode.FENCED_MEMBER_EPOCH
     unknown = await call(mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 4}, "zombie", 3))
     assert unknown["error"] == ErrorCode.UNKNOWN_MEMBER_ID
