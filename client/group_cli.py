@@ -19,7 +19,6 @@ import trio
 
 from client.aio._core import ClientCore
 from client.aio.offsets import EARLIEST, LATEST, list_offsets
-from client.errors import RafkaError
 from client.groups import (
     alter_group_offsets,
     delete_groups,
