@@ -8,6 +8,8 @@ invent any). The format is the one ``chaos_tests/node_events.py`` reads; every l
 ``event``, ``node``, ``mono_ns`` (CLOCK_MONOTONIC, comparable with the harness) and ``wall_ms``:
 
     {"event": "start", "node": 1}
+    {"event": "raft-leader", "node": 1, "epoch": 5}   (kraft/service.py: this node became the
+     active controller for Raft epoch 5, i.e. its LeaderChange record for 5 was applied)
     {"event": "hw", "node": 1, "tp": "t/0", "leader_epoch": 3, "hw": 10}
     {"event": "truncate", "node": 1, "tp": "t/0", "to": 7, "from": 9, "leader_epoch": 4,
      "reason": "diverging-epoch" | "recovery"}

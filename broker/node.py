@@ -74,6 +74,7 @@ class _Node:
             self.controller = ControllerService(
                 config.node_id, config.voters, config.raft_listener, config.data_dir / "controller",
                 config.cluster_secret, settings, cluster_id=config.cluster_id)
+            self.controller.events = self.events
         if config.is_broker:
             self.rm = ReplicaManager(config.node_id, config.data_dir, dict(config.broker),
                                      config.topic_defaults(), self.events)

@@ -117,6 +117,7 @@ class ControllerService:
         cluster_id: str | None = None,
     ) -> None:
         self.node_id = node_id
+        self.events: Any = None  # broker.events.EventLog (broker/node.py sets it): raft-leader events
         self.cluster_id = cluster_id
         self.voters = parse_voters(voters)
         self.raft_listener = _addr(raft_listener) if raft_listener else None
@@ -237,6 +238,8 @@ class ControllerService:
             if self.quorum.image().quorum.epoch == epoch:
                 groups = GroupsController(group_config_from_settings(self.settings))
                 self._set_active(_Active(epoch, self.quorum.image(), self._now_ms(), groups))
+                if self.events is not None:  # chaos_tests/node_events.py: one leader per epoch
+                    self.events.emit("raft-leader", epoch=epoch)
 
     async def _periodic_loop(self) -> None:
         period_s = max(0.02, min(0.25, self.session_timeout_ms / 4000))
