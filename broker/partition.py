@@ -14,7 +14,10 @@ the metadata image (leader, leader epoch, partition epoch, replicas, ISR).
   offset at once). Both terms never decrease within a leader epoch, so neither does the HW.
   With a single replica the HW is simply the durable log end offset.
 * As **follower** it serves nobody; the replica fetcher (``broker/replication``) appends with
-  ``append_as_follower`` and sets the HW the leader reports.
+  ``append_as_follower`` and sets the HW the leader reports. Under ``batch`` the fetcher has the
+  replica manager fsync what a response appended before its next fetch reports it.
+* ``unsafe_ack_before_replication`` (TEST ONLY, broker setting ``unsafe.ack.before.replication``)
+  answers ``acks=all`` like ``acks=1``; see docs/durability.md.
 
 Waiting is event driven: ``changed`` is a ``trio.Event`` replaced on every change of the log end
 offset, durable end or HW; long-poll fetches and ``acks`` waits sleep on it, never poll.

@@ -8,7 +8,11 @@ bad), then waits for each partition's outcome — durable (flush policy) for ``a
 replicated to the ISR *and* durable for ``acks=all`` — within ``timeout_ms``. All partitions'
 waits overlap because the work they wait for (group-commit flush, follower fetches) runs
 elsewhere; waiting for them one after the other costs nothing. ``acks=0`` answers nothing.
-A duplicate idempotent batch answers with the original offsets.
+A duplicate idempotent batch answers with the original offsets, once those are as
+replicated/durable as this request's acks ask. A partition entry may carry
+``current_leader_epoch``: an older epoch than the leader's is ``FENCED_LEADER_EPOCH``, a newer
+one ``UNKNOWN_LEADER_EPOCH`` (as for fetch). An answer whose leader epoch ended while it waited
+is ``NOT_LEADER_OR_FOLLOWER`` (the offsets may since hold other records).
 
 FETCH reads whole batches (``FetchSlice``: owned fd + position + length) per partition, up to
 the high watermark for consumers and the log end offset for followers, bounded by
@@ -18,7 +22,10 @@ KIP-74). Until ``min_bytes`` are available it long-polls: it sleeps on the parti
 passes, then reads again. The reply's raw parts are the slices, written with ``sendfile``.
 A follower fetch (``replica_id >= 0``) also reports the follower's position to the leader state
 and is answered with ``diverging_epoch`` instead of data when its last fetched epoch shows
-that its log diverged (KIP-101/279 via ``broker.replication.epochs``).
+that its log diverged (KIP-101/279 via ``broker.replication.epochs``). A follower naming an older
+broker epoch than its registration in our metadata gets ``STALE_BROKER_EPOCH`` (a zombie
+incarnation); one whose registration we do not know, or know fenced, is served but never
+proposed into the ISR (``isr_eligible``, KIP-841/903).
 
 LIST_OFFSETS: ``-2`` earliest (log start), ``-1`` latest (high watermark; log end for
 followers), ``>= 0`` the first offset whose timestamp is at least that (below the HW).

@@ -6,7 +6,10 @@ and the replica fetcher.
 * ``state``     — ``LeaderState``: the leader's pure replica state machine (follower progress,
                   high watermark, ISR shrink/expand via AlterPartition, ``acks=all`` outcome).
 * ``purgatory`` — trio waiters: delayed produce (HW passes an offset) and delayed fetch.
-* ``leader``    — the glue the broker calls: ``LeaderReplica`` (fetch handling for followers
-                  and consumers, produce checks, AlterPartition round trips).
+
+The glue lives in ``broker/partition.py`` (``Partition``: leader state, HW ∧ durable end,
+produce outcome, AlterPartition requests tied to the state that asked), ``broker/replica_manager.py``
+(ISR timer, AlterPartition sender, follower group commit) and ``broker/handlers/data.py``.
+Durability guarantee: ``docs/durability.md``.
 * ``fetcher``   — ``ReplicaFetcherManager``: one fetcher task per (this broker → leader) link.
 """

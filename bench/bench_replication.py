@@ -1,0 +1,256 @@
+"""Replication benchmark: 3 brokers on this machine, RF=3, acks=all, 200-byte values.
+
+Figures (medians of ``runs`` unless said otherwise):
+
+* ``producer_acks_all`` / ``producer_acks_all_mb``: records/s (and MB/s of values + 16-byte
+  keys) through the sync ``Producer`` (acks=all, idempotent, linger 5 ms, 256 KiB batches), one
+  topic of 3 partitions whose leaders sit on the 3 brokers, min.insync.replicas=2.
+* ``produce_latency_p50/p99``: send → acknowledged, at a fixed 2,000 records/s, linger 0.
+* ``e2e_latency_p50/p99``: send → seen by a consumer (same process), at 10,000 records/s.
+* ``unavailability``: kill -9 of a partition's leader → the next acknowledged acks=all write
+  (one writer sending record after record). Median of ``UNAVAIL_TRIALS`` kills in one run, on a
+  second cluster with ``broker.session.timeout.ms`` = ``SESSION_TIMEOUT_MS`` (the controller
+  moves leadership only once the dead broker's session expires; the killed node is restarted
+  between trials).
+
+Flush policy ``batch`` everywhere: the leader fsyncs before counting its own append and every
+follower fsyncs before its next fetch reports the records (one fsync per fetch response), so an
+acknowledged record is on disk on every ISR member. Every figure names the policy in the JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.cluster import _free_block
+from broker.cluster import cluster_down, cluster_up, is_running
+from client import Admin, Consumer, Producer, TopicPartition
+
+N_RECORDS = 200_000
+VALUE = b"v" * 200
+KEYS = [f"key-{i:012d}".encode() for i in range(1024)]  # 16 bytes each
+FLUSH = "batch"
+TOPIC_CONFIG = {"min.insync.replicas": "2"}
+LATENCY_RATE = 2000
+E2E_RATE = 10_000
+UNAVAIL_TRIALS = 10
+SESSION_TIMEOUT_MS = 1500
+HEARTBEAT_MS = 250
+
+
+@contextlib.contextmanager
+def _cluster(broker_config: dict[str, str] | None = None,
+             controller_config: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    data = Path(tempfile.mkdtemp(prefix="rafka-bench-repl-"))
+    try:
+        state = cluster_up(data, 3, "127.0.0.1", _free_block(3), echo=lambda _m: None,
+                           broker_config=broker_config, controller_config=controller_config)
+        state["data_dir"] = data
+        state["bootstrap"] = ",".join(n.client for n in state["nodes"])
+        yield state
+    finally:
+        with contextlib.suppress(Exception):
+            cluster_down(data)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def _create(bootstrap: str, name: str, partitions: int) -> None:
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topic(name, partitions=partitions, replication_factor=3, config=TOPIC_CONFIG)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            d = admin.describe_topic(name)
+            if all(p.leader >= 0 and len(p.isr) == 3 for p in d.partitions):
+                return
+            time.sleep(0.1)
+    raise RuntimeError(f"{name}: ISR never reached 3")
+
+
+def _producer_rate(bootstrap: str, topic: str, n: int) -> float:
+    with Producer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5,
+                  batch_size=256 * 1024) as p:
+        for part in range(3):
+            p.send(topic, value=VALUE, key=KEYS[0], partition=part).result(timeout=30)
+        send = p.send
+        t0 = time.perf_counter()
+        for i in range(n):
+            send(topic, value=VALUE, key=KEYS[i & 1023])
+        p.flush()
+        return n / (time.perf_counter() - t0)
+
+
+def _paced(rate: int, seconds: float) -> Iterator[int]:
+    t_start = time.perf_counter()
+    for i in range(int(rate * seconds)):
+        due = t_start + i / rate
+        while (now := time.perf_counter()) < due:
+            time.sleep(min(0.001, due - now))
+        yield i
+
+
+def _produce_latencies_ms(bootstrap: str, topic: str, seconds: float = 3.0) -> list[float]:
+    lat: list[float] = []
+    with Producer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                  linger_ms=0) as p:
+        p.send(topic, value=VALUE, key=KEYS[0], partition=0).result(timeout=30)
+        futs = []
+        for i in _paced(LATENCY_RATE, seconds):
+            sent = time.perf_counter()
+            f = p.send(topic, value=VALUE, key=KEYS[i & 1023], partition=0)
+            f.add_done_callback(lambda _f, s=sent: lat.append((time.perf_counter() - s) * 1000))
+            futs.append(f)
+        p.flush()
+        for f in futs:
+            f.result(timeout=30)
+    return lat
+
+
+def _e2e_latencies_ms(bootstrap: str, topic: str, seconds: float = 3.0) -> list[float]:
+    """A consumer thread polls partition 0 while this thread produces at ``E2E_RATE``."""
+    n = int(E2E_RATE * seconds)
+    sent_at = [0.0] * n
+    seen: list[float] = []
+    ready = threading.Event()
+    tp = TopicPartition(topic, 0)
+
+    def consume() -> None:
+        with Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                      fetch_max_wait_ms=100) as c:
+            c.assign([tp])
+            c.seek_to_end(tp)
+            c.position(tp)
+            ready.set()
+            got = 0
+            deadline = time.monotonic() + seconds + 30
+            while got < n and time.monotonic() < deadline:
+                for recs in c.poll(timeout_ms=100, max_records=10_000).values():
+                    now = time.perf_counter()
+                    for r in recs:
+                        seen.append((now - sent_at[int(r.value[:8])]) * 1000)
+                    got += len(recs)
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    ready.wait(30)
+    with Producer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                  linger_ms=1) as p:
+        for i in _paced(E2E_RATE, seconds):
+            sent_at[i] = time.perf_counter()
+            p.send(topic, value=b"%08d" % i + VALUE[8:], key=KEYS[i & 1023], partition=0)
+        p.flush()
+    t.join(seconds + 40)
+    return seen
+
+
+def _leader_and_isr(bootstrap: str, topic: str) -> tuple[int, tuple[int, ...]]:
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        p = admin.describe_topic(topic).partitions[0]
+        return p.leader, p.isr
+
+
+def _wait_full_isr(bootstrap: str, topic: str) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            leader, isr = _leader_and_isr(bootstrap, topic)
+            if leader >= 0 and len(isr) == 3:
+                return leader
+        time.sleep(0.1)
+    raise RuntimeError(f"{topic}: ISR never came back to 3")
+
+
+def _unavailability_s(state: dict[str, Any], topic: str, trials: int) -> list[float]:
+    """kill -9 the leader, measure until the next acknowledged write; restart; repeat."""
+    bootstrap = state["bootstrap"]
+    out: list[float] = []
+    for _ in range(trials):
+        leader = _wait_full_isr(bootstrap, topic)
+        acks: list[float] = []
+        stop = threading.Event()
+
+        def writer(acks: list[float] = acks, stop: threading.Event = stop) -> None:
+            with Producer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                          linger_ms=0, retry_backoff_ms=20, request_timeout_ms=2000,
+                          metadata_max_age_ms=1000) as p:
+                while not stop.is_set():
+                    with contextlib.suppress(Exception):
+                        p.send(topic, value=VALUE, partition=0).result(timeout=30)
+                        acks.append(time.perf_counter())
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        while not acks:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        node = next(n for n in state["nodes"] if n.id == leader)
+        killed_at = time.perf_counter()
+        os.kill(node.pid, signal.SIGKILL)
+        while is_running(node):
+            time.sleep(0.005)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(a > killed_at for a in acks):
+            time.sleep(0.005)
+        after = [a for a in acks if a > killed_at]
+        stop.set()
+        t.join(40)
+        if after:
+            out.append(after[0] - killed_at)
+        # restart the killed node (same data) before the next trial
+        state["nodes"] = cluster_up(state["data_dir"], 3, "127.0.0.1", state["nodes"][0].port,
+                                    echo=lambda _m: None)["nodes"]
+    return out
+
+
+def _fig(values: list[float], unit: str, **extra: Any) -> dict[str, Any]:
+    return {"median": statistics.median(values), "unit": unit, "runs": values, **extra}
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * q))]
+
+
+def run(runs: int = 3) -> dict[str, Any]:
+    prod, p50, p99, e50, e99 = [], [], [], [], []
+    with _cluster() as st:
+        bootstrap = st["bootstrap"]
+        _create(bootstrap, "lat", 1)
+        _create(bootstrap, "e2e", 1)
+        for r in range(runs):
+            _create(bootstrap, f"perf{r}", 3)
+        for r in range(runs):
+            prod.append(_producer_rate(bootstrap, f"perf{r}", N_RECORDS))
+            lat = _produce_latencies_ms(bootstrap, "lat")
+            p50.append(_pct(lat, 0.5))
+            p99.append(_pct(lat, 0.99))
+            e2e = _e2e_latencies_ms(bootstrap, "e2e")
+            e50.append(_pct(e2e, 0.5))
+            e99.append(_pct(e2e, 0.99))
+    with _cluster(broker_config={"broker.heartbeat.interval.ms": str(HEARTBEAT_MS)},
+                  controller_config={"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)}) as st:
+        _create(st["bootstrap"], "avail", 1)
+        unavail = _unavailability_s(st, "avail", UNAVAIL_TRIALS)
+    rec_mb = (len(VALUE) + 16) / 1e6
+    common = {"flush_policy": FLUSH, "replication_factor": 3, "acks": "all",
+              "min_insync_replicas": 2}
+    return {
+        "producer_acks_all": _fig(prod, "rec/s", partitions=3, **common),
+        "producer_acks_all_mb": _fig([x * rec_mb for x in prod], "MB/s", partitions=3, **common),
+        "produce_latency_p50": _fig(p50, "ms", rate=f"{LATENCY_RATE} rec/s", **common),
+        "produce_latency_p99": _fig(p99, "ms", rate=f"{LATENCY_RATE} rec/s", **common),
+        "e2e_latency_p50": _fig(e50, "ms", rate=f"{E2E_RATE} rec/s", **common),
+        "e2e_latency_p99": _fig(e99, "ms", rate=f"{E2E_RATE} rec/s", **common),
+        "unavailability": _fig(unavail, "s", trials=len(unavail),
+                               session_timeout_ms=SESSION_TIMEOUT_MS,
+                               heartbeat_interval_ms=HEARTBEAT_MS, **common),
+    }
