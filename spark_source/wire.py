@@ -185,6 +185,8 @@ class Cluster:
         for t in resp.body.get("topics", []):
             if t.get("error"):
                 self.topics.pop(t["name"], None)
+                for tp in [tp for tp in self.leaders if tp[0] == t["name"]]:
+                    del self.leaders[tp]
                 continue
             parts = []
             for p in t.get("partitions", []):

@@ -104,7 +104,9 @@ def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     nodes = os.environ.get("RAFKA_SPARK_NODES", "1")
     port = _free_port_block(int(nodes))
     up = _rafka("cluster", "up", "--nodes", nodes, "--data-dir", str(data_dir),
-                "--port", str(port), "--detach")
+                "--port", str(port), "--detach",
+                # the retention test needs old segments deleted within seconds
+                "--broker-config", "log.retention.check.interval.ms=500")
     if up.returncode != 0:
         pytest.fail(f"rafka cluster up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
     try:
