@@ -9,8 +9,8 @@ for LogAppendTime topics *does* touch the covered range: ``stamp_log_append_time
 field and recomputes the CRC (one crc32c pass, ~29 GB/s).
 
 The broker only calls ``parse_header``, ``crc_ok``, ``stamp`` and ``iter_batches``: whole
-batches, never records.  ``build_batch`` (producers) packs the record list with one
-``Packer.pack`` call; ``decode_records`` (consumers, compaction) unpacks it with one
+batches, never records.  ``build_batch`` / ``build_batch_rows`` (producers) pack the record
+list with one ``Packer.pack`` call; ``decode_records`` (consumers, compaction) unpacks it with one
 ``unpackb``.  With LogAppendTime every record's timestamp is the batch ``max_timestamp``.
 """
 
@@ -20,6 +20,7 @@ import struct
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NamedTuple
 
 import lz4.frame
@@ -40,6 +41,7 @@ __all__ = [
     "CorruptBatchError",
     "parse_header",
     "build_batch",
+    "build_batch_rows",
     "build_raw_batch",
     "stamp",
     "stamp_log_append_time",
@@ -195,20 +197,39 @@ def build_batch(records: Sequence[tuple[bytes | None, bytes | None, list[tuple[s
                 base_sequence: int = -1, base_offset: int = 0, leader_epoch: int = -1,
                 timestamp_type: int = 0) -> bytes:
     """Build a batch from ``(key, value, headers, timestamp_ms)`` tuples; offset deltas 0..n-1."""
-    n = len(records)
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    ts0 = records[0][3]
+    rows = [(i, r[3] - ts0, r[0], r[1], r[2]) for i, r in enumerate(records)]
+    return build_batch_rows(rows, ts0, compression=compression, producer_id=producer_id,
+                            producer_epoch=producer_epoch, base_sequence=base_sequence,
+                            base_offset=base_offset, leader_epoch=leader_epoch,
+                            timestamp_type=timestamp_type)
+
+
+_second = itemgetter(1)
+
+
+def build_batch_rows(rows: Sequence[Sequence], first_timestamp: int, *, compression: str = "none",
+                     producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                     base_offset: int = 0, leader_epoch: int = -1, timestamp_type: int = 0) -> bytes:
+    """Build a batch from records already in wire form: ``(offset_delta, timestamp_delta, key,
+    value, headers)`` rows with offset deltas ``0..n-1`` and timestamp deltas against
+    ``first_timestamp`` (the producer's accumulator appends exactly these). One ``Packer.pack``
+    call over the whole list and no per-record Python code: this is the producer's build."""
+    n = len(rows)
     if n == 0:
         raise ValueError("a record batch needs at least one record")
     codec = _COMPRESSIONS.get(compression)
     if codec is None:
         raise ValueError(f"unknown compression {compression!r} (none | lz4)")
-    ts0 = records[0][3]
-    max_ts = max([r[3] for r in records])
-    section = _packer().pack([[i, r[3] - ts0, r[0], r[1], r[2]] for i, r in enumerate(records)])
+    max_ts = first_timestamp + max(map(_second, rows))
+    section = _packer().pack(rows)
     if codec == COMPRESSION_LZ4:
         section = lz4.frame.compress(section)
     attributes = codec | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
     return build_raw_batch(section, base_offset=base_offset, last_offset_delta=n - 1,
-                           record_count=n, first_timestamp=ts0, max_timestamp=max_ts,
+                           record_count=n, first_timestamp=first_timestamp, max_timestamp=max_ts,
                            attributes=attributes, producer_id=producer_id,
                            producer_epoch=producer_epoch, base_sequence=base_sequence,
                            leader_epoch=leader_epoch)

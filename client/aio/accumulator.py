@@ -3,13 +3,18 @@
 Theory of operation
 -------------------
 ``RecordAccumulator.append`` is the whole per-record cost of ``send``: under one lock it picks
-the open batch of the partition (creating it if needed), appends a ``(key, value, headers,
-timestamp_ms)`` tuple, and charges an estimated size to ``buffer_memory``. It is thread safe,
-so the sync facade appends from the user's thread without crossing into the event loop. A batch
-*closes* when its estimated size reaches ``batch_size``; the sender *drains* closed batches and
-open ones older than ``linger_ms`` (or all of them while flushing). Batch bytes are built with
-``log.batch.build_batch`` only at drain time, once per batch. Memory is released when the
-batch's fate is settled; ``append`` refuses (returns ``None``) while the buffer is full and
+the open batch of the partition (creating it if needed), appends the record as its final wire
+row — the tuple ``(offset_delta, timestamp_delta, key, value, headers)`` that the batch's
+msgpack array holds (``docs/internals.md`` §1), deltas against the batch's first record — and
+charges an estimated size to ``buffer_memory``. It is thread safe, so the sync facade appends
+from the user's thread without crossing into the event loop (``AsyncProducer.send_threadsafe``
+inlines the common case: the partition's batch is open and has room). A batch *closes* when its
+estimated size reaches ``batch_size``; the sender *drains* closed batches and open ones older
+than ``linger_ms`` (or all of them while flushing). Batch bytes are built only at drain time,
+once per batch, with one ``Packer.pack`` over the rows (``log.batch.build_batch_rows``): no
+per-record work is left for the sender. Rows are tuples, not lists: tuples of bytes and ints
+drop out of the cyclic GC's view after one collection, lists never do. Memory is released when
+the batch's fate is settled; ``append`` refuses (returns ``None``) while the buffer is full and
 the producer waits on ``wait_for_memory*`` up to ``max_block_ms``.
 
 Keyless records with no explicit partition use the sticky partitioner: ``partition = -1`` makes
@@ -30,6 +35,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -38,7 +44,8 @@ from client.aio.futures import BatchResult, FutureRecordMetadata
 __all__ = ["ProducerBatch", "RecordAccumulator", "PartitionState", "record_size", "SEQ_MASK"]
 
 SEQ_MASK = 0x7FFFFFFF
-Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]
+# (offset_delta, timestamp_delta, key, value, headers): one record as the batch's msgpack holds it
+Row = tuple[int, int, bytes | None, bytes | None, Any]
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> int:
@@ -56,12 +63,14 @@ def record_size(key: bytes | None, value: bytes | None, headers: list[tuple[str,
 
 class ProducerBatch:
     __slots__ = ("topic", "partition", "records", "size", "created", "result", "base_sequence",
-                 "payload", "attempts", "retry_at", "producer_epoch", "after_earlier")
+                 "payload", "attempts", "retry_at", "producer_epoch", "after_earlier", "ts0")
 
-    def __init__(self, topic: str, partition: int, created: float, loop_thread: int) -> None:
+    def __init__(self, topic: str, partition: int, created: float, loop_thread: int,
+                 ts0: int = 0) -> None:
         self.topic = topic
         self.partition = partition
-        self.records: list[Record] = []
+        self.records: list[Row] = []  # wire rows, see the module docstring
+        self.ts0 = ts0  # first record's timestamp: the batch's first_timestamp
         self.size = 0
         self.created = created
         self.result = BatchResult(topic, partition, loop_thread)
@@ -93,7 +102,8 @@ class RecordAccumulator:
         self._mem_cond = threading.Condition(self._lock)
         self._sync_waiters = 0
         self._mem_event: trio.Event | None = None
-        self._open: dict[tuple[str, int], ProducerBatch] = {}
+        # open batches by topic, then partition (no tuple key to build per record)
+        self._open: dict[str, dict[int, ProducerBatch]] = {}
         self._closed: deque[ProducerBatch] = deque()
         self._sticky: dict[str, int] = {}
         self.used = 0
@@ -116,19 +126,23 @@ class RecordAccumulator:
                 partition = self._sticky.get(topic, -1)
                 if partition < 0 or partition >= num_partitions:
                     partition = self._sticky[topic] = random.randrange(num_partitions)
-            batch = self._open.get((topic, partition))
+            by_part = self._open.get(topic)
+            if by_part is None:
+                by_part = self._open[topic] = {}
+            batch = by_part.get(partition)
             if batch is None:
-                batch = ProducerBatch(topic, partition, time.monotonic(), self._loop_thread)
-                self._open[(topic, partition)] = batch
+                batch = ProducerBatch(topic, partition, time.monotonic(), self._loop_thread,
+                                      timestamp_ms)
+                by_part[partition] = batch
                 self.incomplete.add(batch.result)
                 wake = True
             records = batch.records
             index = len(records)
-            records.append((key, value, headers, timestamp_ms))
+            records.append((index, timestamp_ms - batch.ts0, key, value, headers))
             batch.size += size
             self.used += size
             if batch.size >= self.batch_size:
-                del self._open[(topic, partition)]
+                del by_part[partition]
                 self._closed.append(batch)
                 if self._sticky.get(topic) == partition:
                     del self._sticky[topic]
@@ -145,13 +159,13 @@ class RecordAccumulator:
         with self._lock:
             out = list(self._closed)
             self._closed.clear()
-            if self._open:
-                cutoff = now - self.linger_s
-                for key, batch in list(self._open.items()):
+            cutoff = now - self.linger_s
+            for by_part in self._open.values():
+                for p, batch in list(by_part.items()):
                     if force or batch.created <= cutoff:
-                        del self._open[key]
+                        del by_part[p]
                         out.append(batch)
-                        if self._sticky.get(batch.topic) == batch.partition:
+                        if self._sticky.get(batch.topic) == p:
                             del self._sticky[batch.topic]
             return out
 
@@ -160,16 +174,16 @@ class RecordAccumulator:
         with self._lock:
             if self._closed:
                 return 0.0
-            if not self._open:
-                return None
-            return min(b.created for b in self._open.values()) + self.linger_s
+            first = min((b.created for by_part in self._open.values() for b in by_part.values()),
+                        default=None)
+            return None if first is None else first + self.linger_s
 
     def has_closed(self) -> bool:
         return bool(self._closed)
 
     def has_unsent(self) -> bool:
         with self._lock:
-            return bool(self._open or self._closed)
+            return bool(self._closed) or any(self._open.values())
 
     def release(self, batch: ProducerBatch) -> None:
         """The batch is settled: return its memory and wake blocked senders."""
@@ -181,7 +195,7 @@ class RecordAccumulator:
         ev, self._mem_event = self._mem_event, None
         if ev is not None:
             ev.set()
-        batch.records = []  # free the tuples; payload stays for nobody
+        batch.records = []  # free the rows
 
     def wait_for_memory_sync(self, size: int, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

@@ -64,11 +64,14 @@ from client.errors import (
     KafkaTimeoutError,
     RecordTooLargeError,
 )
-from client.partitioner import Partitioner, make_partitioner
+from client.partitioner import Murmur2Partitioner, Partitioner, make_partitioner
 from client.types import TopicPartition
-from log.batch import build_batch
+from log.batch import build_batch_rows
 
 __all__ = ["AsyncProducer"]
+
+_time_ns = time.time_ns
+_new_future = object.__new__  # a FutureRecordMetadata without an __init__ frame (see futures.py)
 
 Acks = Literal[0, 1, -1, "all"]
 Headers = Sequence[tuple[str, bytes]] | None
@@ -119,6 +122,9 @@ class AsyncProducer:
         self.request_timeout_ms = request_timeout_ms
         self.max_in_flight = max_in_flight_requests_per_connection
         self._partitioner = make_partitioner(partitioner)
+        # the default partitioner's key -> hash cache, read inline by send_threadsafe
+        self._hash_cache = (self._partitioner._cache
+                            if type(self._partitioner) is Murmur2Partitioner else None)
         self._core = ClientCore(bootstrap_servers, client_id=client_id,
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
@@ -251,16 +257,41 @@ class AsyncProducer:
             size = 12 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
         if size > self._max_record_size:
             self._check_size(size)
-        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        if partition is None:
-            p = self._partitioner(key, n) if key is not None else -1
-        else:
+        ts = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        if partition is not None:
             p = self._choose(topic, key, partition, n)
-        fut = acc.append(topic, p, key, value, hdrs, ts, size, n)
-        if fut is None:
+        elif key is None:
+            p = -1
+        else:
+            cache = self._hash_cache
+            h = cache.get(key) if cache is not None else None
+            p = h % n if h is not None else self._partitioner(key, n)
+        # Fast path, RecordAccumulator.append inlined: the partition's batch is open and has
+        # room for this record without closing. Everything else (new batch, sticky choice,
+        # batch full, buffer full) takes the accumulator's own path.
+        lock = acc._lock
+        lock.acquire()
+        by_part = acc._open.get(topic)
+        batch = by_part.get(p if p >= 0 else acc._sticky.get(topic, -1)) if by_part else None
+        if (batch is not None and batch.size + size < acc.batch_size
+                and acc.used + size <= acc.buffer_memory):
+            records = batch.records
+            index = len(records)
+            records.append((index, ts - batch.ts0, key, value, hdrs))
+            batch.size += size
+            acc.used += size
+            lock.release()
+            fut = _new_future(FutureRecordMetadata)
+            fut._batch = batch.result
+            fut._index = index
+            fut._ts = ts
+            return fut
+        lock.release()
+        slow = acc.append(topic, p, key, value, hdrs, ts, size, n)
+        if slow is None:
             return self._append_blocking(acc, topic, p, key, value, hdrs, ts, size, n,
                                          self.max_block_ms / 1000)
-        return fut
+        return slow
 
     def send_nowait(self, topic: str, value: bytes | None = None, key: bytes | None = None,
                     headers: Headers = None, partition: int | None = None,
@@ -489,8 +520,8 @@ class AsyncProducer:
             if self.enable_idempotence:
                 st.assign_sequence(batch)
                 batch.producer_epoch = self._producer_epoch
-            batch.payload = build_batch(
-                batch.records, compression=self.compression,
+            batch.payload = build_batch_rows(
+                batch.records, batch.ts0, compression=self.compression,
                 producer_id=self._producer_id if self.enable_idempotence else -1,
                 producer_epoch=self._producer_epoch if self.enable_idempotence else -1,
                 base_sequence=batch.base_sequence)

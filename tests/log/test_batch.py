@@ -12,6 +12,7 @@ from log.batch import (
     HEADER_SIZE,
     CorruptBatchError,
     build_batch,
+    build_batch_rows,
     crc_ok,
     decode_records,
     iter_batches,
@@ -114,3 +115,17 @@ def test_iter_batches_stops_at_partial():
     got = [(pos, h.base_offset) for pos, h in iter_batches(buf)]
     assert got == [(0, 0), (len(a), 1)]
     assert list(iter_batches(a + b[:-1])) == [(0, parse_header(a))]
+
+
+def test_build_batch_rows_is_build_batch_of_the_same_records():
+    recs = [(b"k%d" % i, b"v" * i, [("h", b"x")] if i % 3 == 0 else [], T0 + (7 * i) % 5)
+            for i in range(50)]
+    rows = [(i, r[3] - T0, r[0], r[1], r[2]) for i, r in enumerate(recs)]
+    for compression in ("none", "lz4"):
+        assert build_batch_rows(rows, T0, compression=compression, producer_id=3,
+                                producer_epoch=1, base_sequence=9) == build_batch(
+            recs, compression=compression, producer_id=3, producer_epoch=1, base_sequence=9)
+    h = parse_header(build_batch_rows(rows, T0))
+    assert (h.first_timestamp, h.max_timestamp, h.record_count) == (T0, T0 + 4, 50)
+    with pytest.raises(ValueError):
+        build_batch_rows([], T0)
