@@ -154,27 +154,34 @@ class RecordAccumulator:
 
     # ------------------------------------------------------------------ sender side
 
-    def drain(self, now: float, *, force: bool = False) -> list[ProducerBatch]:
-        """Take every closed batch, and open ones that lingered long enough (all if ``force``)."""
+    def drain(self, now: float, *, force: bool = False,
+              hold: Callable[[str, int], bool] | None = None) -> list[ProducerBatch]:
+        """Take every closed batch, and open ones that lingered long enough (all if ``force``)
+        unless ``hold(topic, partition)``: that partition could not send it now (its leader is
+        at its in-flight limit, or earlier batches are queued), so its batch stays open and keeps
+        filling — the backlog then travels as a few big batches, not as many small ones."""
         with self._lock:
             out = list(self._closed)
             self._closed.clear()
             cutoff = now - self.linger_s
-            for by_part in self._open.values():
+            for topic, by_part in self._open.items():
                 for p, batch in list(by_part.items()):
-                    if force or batch.created <= cutoff:
+                    if (force or batch.created <= cutoff) and (hold is None or not hold(topic, p)):
                         del by_part[p]
                         out.append(batch)
                         if self._sticky.get(batch.topic) == p:
                             del self._sticky[batch.topic]
             return out
 
-    def next_deadline(self) -> float | None:
-        """When the oldest open batch has lingered enough (``None``: nothing open)."""
+    def next_deadline(self, hold: Callable[[str, int], bool] | None = None) -> float | None:
+        """When the oldest open batch not held (see ``drain``) has lingered enough (``None``:
+        nothing to wait for; a held batch goes when an answer frees its partition, which wakes
+        the sender)."""
         with self._lock:
             if self._closed:
                 return 0.0
-            first = min((b.created for by_part in self._open.values() for b in by_part.values()),
+            first = min((b.created for topic, by_part in self._open.items()
+                         for p, b in by_part.items() if hold is None or not hold(topic, p)),
                         default=None)
             return None if first is None else first + self.linger_s
 

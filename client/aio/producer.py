@@ -399,7 +399,7 @@ class AsyncProducer:
         while True:
             self._wake = trio.Event()
             now = time.monotonic()
-            for batch in acc.drain(now, force=self._flushing > 0 or self._closed):
+            for batch in acc.drain(now, force=self._flushing > 0 or self._closed, hold=self._hold):
                 tp = TopicPartition(batch.topic, batch.partition)
                 st = self._parts.get(tp)
                 if st is None:
@@ -421,9 +421,20 @@ class AsyncProducer:
                 await self._wake.wait()
             acc.wake_armed = False
 
+    def _hold(self, topic: str, partition: int) -> bool:
+        """Keep this partition's open batch filling: it could not be sent now anyway (earlier
+        batches of the partition are queued, or its leader has ``max_in_flight`` requests out).
+        Draining it would queue a small batch; holding it lets the backlog travel in big ones
+        (as Kafka's accumulator drains only partitions whose node is ready)."""
+        st = self._parts.get(TopicPartition(topic, partition))
+        if st is not None and (st.pending or st.retry):
+            return True
+        leader = self._core.metadata.leader(TopicPartition(topic, partition))
+        return leader >= 0 and self._node_inflight.get(leader, 0) >= self.max_in_flight
+
     def _next_deadline(self) -> float | None:
         assert self._acc is not None
-        candidates = [d for d in (self._acc.next_deadline(),) if d is not None]
+        candidates = [d for d in (self._acc.next_deadline(self._hold),) if d is not None]
         for st in self._parts.values():
             t = st.next_ready_time()
             if t is not None:

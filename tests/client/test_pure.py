@@ -70,6 +70,22 @@ def test_batches_close_at_batch_size_and_drain_in_order() -> None:
     assert acc.used == 0 and not acc.incomplete
 
 
+def test_held_partition_keeps_filling_its_batch() -> None:
+    """A partition that could not send now (``hold``) is not drained at linger: its batch keeps
+    growing, so a backlog leaves as one big batch instead of many one-record batches."""
+    acc, _ = _acc(linger_ms=0)
+    for i in range(3):
+        acc.append("t", 0, None, b"v", [], i, 10, 2)
+        acc.append("t", 1, None, b"v", [], i, 10, 2)
+    assert acc.next_deadline(lambda t, p: True) is None
+    out = acc.drain(time.monotonic() + 1, hold=lambda t, p: p == 0)
+    assert [(b.partition, len(b.records)) for b in out] == [(1, 3)]
+    acc.append("t", 0, None, b"v", [], 3, 10, 2)
+    out = acc.drain(time.monotonic() + 1, hold=lambda t, p: False)
+    assert [(b.partition, len(b.records)) for b in out] == [(0, 4)]
+    assert [r[:2] for r in out[0].records] == [(0, 0), (1, 1), (2, 2), (3, 3)]
+
+
 def test_sticky_partition_changes_when_batch_closes() -> None:
     acc, _ = _acc()
     first = {acc.append("t", -1, None, b"v", [], 0, 100, 50)._batch.partition for _ in range(10)}  # type: ignore[union-attr]
