@@ -236,6 +236,11 @@ class _Connection:
             self.nursery = nursery
             try:
                 await self._read_loop(nursery)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                # the peer reset or the stream closed: this connection ends, nothing else
+                # (raised inside the nursery it would leave as an ExceptionGroup, which the
+                # caller's except clause does not match, and stop the whole listener)
+                log.debug("connection closed while reading: %r", exc)
             finally:
                 nursery.cancel_scope.cancel()
 

@@ -152,3 +152,26 @@ async def test_handler_crash_is_answered_not_fatal():
         assert (cid2, body2["error"]) == (6, 0)
         assert server.stats.handler_crashes == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_connection_reset_by_peer_does_not_stop_the_server(tmp_path):
+    """A client that dies with unread data on its socket resets the connection (RST): the
+    server's read fails with ECONNRESET, which must end that connection only."""
+    import socket
+
+    async with running_broker(tmp_path, topics={"t": 1}) as b:
+        for _ in range(3):
+            s = await open_raw(b)
+            # unanswered long poll, then a reset with the answer still unread
+            await s.send_all(raw_request(ApiKey.FETCH, 1, fetch_body("t", 0, max_wait_ms=50))
+                             + raw_request(ApiKey.METADATA, 2, {}))
+            await trio.sleep(0.1)
+            s.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.socket.close()
+            await trio.sleep(0.05)
+        s = await open_raw(b)
+        await s.send_all(raw_request(ApiKey.PRODUCE, 1, produce_body("t", batch(b"x")))[:10])
+        s.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.socket.close()
+        await trio.sleep(0.05)
+        await still_serves(b)
