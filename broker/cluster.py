@@ -308,11 +308,28 @@ async def _ready_once(nodes: list[NodeSpec]) -> str | None:
     return None
 
 
+def _last_error(n: NodeSpec) -> str:
+    """The line a node printed when it gave up (``rafka: node N: ...``), else its last line."""
+    try:
+        lines = (n.data_dir / "stdout.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return "no output"
+    for line in reversed(lines[-200:]):
+        if line.startswith("rafka:"):
+            return line
+    return lines[-1] if lines else "no output"
+
+
 def wait_ready(state: dict[str, Any], timeout_s: float = 60.0) -> None:
     async def run() -> None:
         why: str | None = "not checked"
         with trio.move_on_after(timeout_s):
             while True:
+                _reap()
+                dead = [n for n in state["nodes"] if n.pid and not is_running(n)]
+                if dead:  # it will not get ready: say why now instead of after the timeout
+                    n = dead[0]
+                    raise ClusterError(f"node {n.id} exited: {_last_error(n)}")
                 why = await _ready_once(state["nodes"])
                 if why is None:
                     return

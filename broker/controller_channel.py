@@ -41,10 +41,16 @@ log = logging.getLogger("rafka.controller_channel")
 # controller instead of forwarding it again (extra body keys are ignored by the schema).
 FORWARDED_KEY = "_forwarded"
 
+# Between attempts: while an election runs, every voter answers NOT_CONTROLLER without a hint;
+# polling every 100 ms (not 500) finds the new controller within ~0.1 s of its activation —
+# a controller failover is then visible to clients in ~election time, not election + 0.5 s.
+# 100 attempts ≈ 10 s in all.
+_MAX_BACKOFF_MS = 100
+
 
 class ControllerChannel:
     def __init__(self, pool: ConnectionPool, voters: Sequence[tuple[int, str, int]],
-                 *, max_attempts: int = 40) -> None:
+                 *, max_attempts: int = 100) -> None:
         if not voters:
             raise ValueError("no controller voters configured")
         self.pool = pool
@@ -97,7 +103,7 @@ class ControllerChannel:
                 target = (host, port) if hinted else self._rotate()  # type: ignore[assignment]
                 if hinted:
                     continue  # a fresh hint is worth trying at once
-            await trio.sleep(backoff_ms(attempt, 20, 500) / 1000)
+            await trio.sleep(backoff_ms(attempt, 10, _MAX_BACKOFF_MS) / 1000)
         raise last
 
     async def request_any(self, api_key: int, body: dict[str, Any], *,
@@ -115,5 +121,5 @@ class ControllerChannel:
                 if self._leader == target:
                     self._leader = None
                 target = self._rotate()
-            await trio.sleep(backoff_ms(attempt, 20, 500) / 1000)
+            await trio.sleep(backoff_ms(attempt, 10, _MAX_BACKOFF_MS) / 1000)
         raise last
