@@ -45,7 +45,7 @@ mkdir -p "$CACHE"
 BASE_KEY=$(echo "$SUITE $INCLUDE minbase" | sha)
 BASE_TAR=$CACHE/base-$BASE_KEY.tar
 DEPS=$(cd "$ROOT" && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))')
-DEPS_KEY=$( { echo "$BASE_KEY"; echo "$DEPS"; } | sha)
+DEPS_KEY=$( { echo "$BASE_KEY layout-2"; echo "$DEPS"; } | sha)
 DEPS_TAR=$CACHE/deps-$DEPS_KEY.tar
 # every file that goes into the wheel (the packages of pyproject.toml) + this script
 SRC_KEY=$( cd "$ROOT" && { echo "$DEPS_KEY"; cat pyproject.toml deploy/build-image.sh deploy/faketime-fix/*.c;
@@ -101,7 +101,6 @@ if [[ ! -f $DEPS_TAR ]]; then
     in_root "$VENV/bin/pip" install -q --no-index --find-links /tmp/wheels --disable-pip-version-check \
         "${dep_list[@]}"
     rm -rf "$ROOTFS/tmp/wheels" "$ROOTFS/root/.cache"
-    find "$ROOTFS$VENV" -name __pycache__ -prune -exec rm -rf {} +
     tar -C "$ROOTFS" --numeric-owner -cf "$DEPS_TAR.tmp" . && mv "$DEPS_TAR.tmp" "$DEPS_TAR"
     say "stage 2: $DEPS_TAR ($(du -h "$DEPS_TAR" | cut -f1)) in $((SECONDS - t0))s"
 else

@@ -57,7 +57,7 @@ clean_host() {
             while read -r rule; do
                 # shellcheck disable=SC2086
                 iptables -w -t "$table" ${rule/-A/-D} || true
-            done
+            done || true   # grep finds nothing: fine (pipefail)
         for chain in $(iptables -w -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^DOCKER/ {print $2}'); do
             iptables -w -t "$table" -F "$chain" || true
         done
