@@ -219,6 +219,23 @@ def backend_class(name: str) -> type[Backend]:
     raise ValueError(f"unknown backend {name!r} (netns | docker | local)")
 
 
+def unsupported_faults(backend_name: str, kinds: Sequence[str]) -> str | None:
+    """Why this backend cannot really apply one of ``kinds`` here (None: it can)."""
+    from .backends.preload import clock_skew_unsupported, connect_redirect_unsupported
+    from .nemesis import KINDS_BY_NAME as kinds_by_name
+
+    if "clock-skew" in kinds and backend_name != "docker":
+        reason = clock_skew_unsupported()
+        if reason:
+            return f"--nemesis clock: {reason}"
+    if backend_name == "local" and any(kinds_by_name[k].family == "network" for k in kinds):
+        reason = connect_redirect_unsupported()
+        if reason:
+            return (f"--backend local cannot apply partitions here: {reason}; replication "
+                    "and client traffic would bypass the link proxies (use --backend netns)")
+    return None
+
+
 def data_dir_of(work_dir: Path, node: int) -> Path:
     return work_dir / f"node-{node}" / "data"
 
@@ -415,9 +432,17 @@ async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
                         n.start_soon(metadata_process, ctx, MetadataSpec())
                     workload_notes.update(await run_queue(ctx, queue, groups=opts.groups))
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(workloads)
-                nursery.start_soon(runner.run, schedule)
+            exits: list[dict[str, Any]] = []
+            notes["unexpected_exits"] = exits
+
+            t0_run = time.monotonic()
+            async with trio.open_nursery() as watcher:
+                watcher.start_soon(_watch_exits, backend, exits, t0_run)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(workloads)
+                    nursery.start_soon(runner.run, schedule)
+                watcher.cancel_scope.cancel()
+            _note_exits(backend, exits, t0_run)
             notes.update(workload_notes)
             notes["nemesis_errors"] = runner.errors
             # liveness phase: everything healed and running
@@ -451,10 +476,67 @@ async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
         summary.anomalies.extend(meta_result.anomalies)
         summary.valid = summary.valid and meta_result.valid
     notes["node_events"] = len(events)
-    write_report(results, ops, summary, png=opts.png, seed=opts.seed, backend=opts.backend,
-                 nemesis=list(opts.nemesis), time_limit_s=opts.time_limit_s, acks=acks,
-                 notes=notes)
+    paths = write_report(results, ops, summary, png=opts.png, seed=opts.seed,
+                         backend=opts.backend, nemesis=list(opts.nemesis),
+                         time_limit_s=opts.time_limit_s, acks=acks, notes=notes)
+    with open(paths["summary"], "a", encoding="utf-8") as fh:
+        fh.write(_run_notes_text(notes))
     return summary
+
+
+def _run_notes_text(notes: Mapping[str, Any]) -> str:
+    """What summary.txt adds below the checkers: faults applied, liveness, node crashes."""
+    sched = notes.get("schedule", [])
+    kinds: dict[str, int] = {}
+    for f in sched:
+        kinds[f["fault"]] = kinds.get(f["fault"], 0) + 1
+    lines = ["", f"faults scheduled: {len(sched)}"
+             + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")"
+                if kinds else "")]
+    errs = notes.get("nemesis_errors") or []
+    if errs:
+        lines.append(f"faults that could not be applied/undone: {len(errs)}")
+        lines += [f"  {e}" for e in errs[:10]]
+    lines.append(f"recovery after heal: {notes.get('recovery_s')} s (None = not recovered)")
+    exits = notes.get("unexpected_exits") or []
+    lines.append(f"unexpected node exits (not the nemesis): {len(exits)}")
+    lines += [f"  node {e['node']} at {e['t_s']} s, status {e['returncode']}: {e['last_error']}"
+              for e in exits[:20]]
+    return "\n".join(lines) + "\n"
+
+
+async def _watch_exits(backend: Backend, exits: list[dict[str, Any]], t0: float) -> None:
+    """Record node processes that die on their own during the run (not the nemesis)."""
+    while True:
+        _note_exits(backend, exits, t0)
+        await trio.sleep(0.5)
+
+
+def _note_exits(backend: Backend, exits: list[dict[str, Any]], t0: float) -> None:
+    poll = getattr(backend, "poll_exits", None)
+    for e in poll() if poll is not None else []:
+        e["t_s"] = round(time.monotonic() - t0, 1)
+        e["last_error"] = _last_error_line(backend.log_path(e["node"]))
+        log.warning("node %s exited on its own (status %s) at %.1f s: %s", e["node"],
+                    e["returncode"], e["t_s"], e["last_error"])
+        exits.append(e)
+
+
+def _last_error_line(path: Path) -> str | None:
+    """The last exception line of a node's output (``SomeError: message``), if any."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 65536))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        text = line.strip(" |")
+        head = text.split(":", 1)[0]
+        if ":" in text and (head.endswith(("Error", "Exception", "Group")) or "." in head
+                            and head.rsplit(".", 1)[1].endswith(("Error", "Exception"))):
+            return text[:300]
+    return None
 
 
 def _event_files(backend: Backend) -> list[Path]:
@@ -513,6 +595,9 @@ async def run(opts: CampaignOptions) -> CampaignResult:
     result = CampaignResult(opts.seed, False, results, notes=notes)
     try:
         kinds = expand_nemesis(opts.nemesis)
+        reason = unsupported_faults(opts.backend, kinds)
+        if reason:
+            raise ValueError(reason)
         backend = make_cluster(opts.backend, work_dir, opts.nodes, broker=broker_overrides,
                                faketime="clock-skew" in kinds)
         hard_limit = (opts.time_limit_s + 2 * opts.start_timeout_s + opts.recovery_timeout_s

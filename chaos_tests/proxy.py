@@ -113,8 +113,10 @@ class LinkProxy:
     async def _handle(self, client: trio.SocketStream) -> None:
         try:
             await self._proxy_conn(client)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            self._stats["errors"] += 1  # one connection failed; the proxy keeps serving
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            # one connection failed; the proxy keeps serving.  ``except*``: trio nurseries
+            # raise ExceptionGroups, which a plain ``except`` would let through
+            self._stats["errors"] += 1
 
     async def _proxy_conn(self, client: trio.SocketStream) -> None:
         conn = _Conn(client)
@@ -149,7 +151,7 @@ class LinkProxy:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._reader, src, send)
                 nursery.start_soon(self._writer, recv, dst)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             conn.scope.cancel()  # one side broke: the connection is over
 
     async def _reader(self, src: trio.SocketStream,

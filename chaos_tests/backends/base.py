@@ -17,10 +17,14 @@ Node 0 means "the harness" (clients): ``cut(0, n)`` isolates node n from clients
 
 Processes are started in their own session (process group), stdout+stderr appended to
 ``work_dir/node-<id>.log`` (where node events are read from), signalled by process group,
-and always reaped.  Clock skew uses libfaketime when installed: every node is started with
-``LD_PRELOAD`` and a per-node timestamp file (``+0`` at start) that ``skew_clock`` rewrites;
+and always reaped.  Clock skew (:mod:`chaos_tests.backends.faketime`): with ``use_faketime``
+every node is started with ``LD_PRELOAD`` = a small sleep shim (compiled here with gcc) +
+libfaketime and a per-node timestamp file (``+0`` at start) that ``skew_clock`` rewrites;
 ``FAKETIME_NO_CACHE=1`` makes the change live and ``DONT_FAKE_MONOTONIC=1`` keeps the
-monotonic clock (used for timeouts and for node-event ``mono_ns``) untouched.
+monotonic clock (used for timeouts and for node-event ``mono_ns``) untouched.  The shim is what
+keeps ``time.sleep`` working under libfaketime 0.9.10 (see that module for exactly which
+clocks are skewed).  When libfaketime or gcc is missing, nodes start without it and
+``skew_clock`` raises :class:`BackendError` naming the missing piece.
 
 Use a backend as an async context manager: ``async with LocalBackend(spec) as b: ...``;
 ``teardown`` runs even when the body fails and removes everything the backend created.
@@ -40,6 +44,8 @@ from typing import Any
 
 import trio
 
+from .preload import FAKETIME_LIB, clock_skew_unsupported, faketime_available, faketime_env
+
 __all__ = [
     "NodeSpec",
     "ClusterSpec",
@@ -47,19 +53,15 @@ __all__ = [
     "BackendError",
     "FAKETIME_LIB",
     "faketime_available",
+    "clock_skew_unsupported",
     "rafka_node_spec",
     "wait_port",
 ]
 
-FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
 class BackendError(RuntimeError):
     pass
-
-
-def faketime_available() -> bool:
-    return os.path.exists(FAKETIME_LIB)
 
 
 @dataclass(frozen=True)
@@ -123,8 +125,10 @@ class Backend(abc.ABC):
         self.work_dir = Path(spec.work_dir)
         self._procs: dict[int, trio.Process] = {}
         self._paused: set[int] = set()
-        # libfaketime breaks CPython 3.11's time.sleep (clock_nanosleep TIMER_ABSTIME -> EINVAL
-        # with DONT_FAKE_MONOTONIC=1); callers that run no clock faults turn it off.
+        self._expected_down: set[int] = set()  # killed / stopped on purpose since last start
+        self._exit_seen: set[int] = set()
+        # preload libfaketime (+ the sleep shim, backends/faketime.py) so skew_clock works;
+        # callers that run no clock faults turn it off (no preload at all then)
         self.use_faketime = True
 
     # ---------------------------------------------------------------- lifecycle
@@ -177,12 +181,11 @@ class Backend(abc.ABC):
     def _node_env(self, node: int) -> dict[str, str]:
         env = dict(os.environ)
         env.update(dict(self.spec.node(node).env))
-        if faketime_available() and self.use_faketime:
+        if self.use_faketime and clock_skew_unsupported() is None:
             clock = self._clock_file(node)
             if not clock.exists():
                 clock.write_text("+0\n")
-            env.update({"LD_PRELOAD": FAKETIME_LIB, "FAKETIME_TIMESTAMP_FILE": str(clock),
-                        "FAKETIME_NO_CACHE": "1", "DONT_FAKE_MONOTONIC": "1"})
+            env.update(faketime_env(clock))
         return env
 
     def node_argv(self, node: int) -> list[str]:
@@ -210,6 +213,8 @@ class Backend(abc.ABC):
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, env=self._base_env(env))
         self._paused.discard(node)
+        self._expected_down.discard(node)
+        self._exit_seen.discard(node)
         if wait_ready_s is not None:  # dial the node itself: a proxy would accept at once
             await wait_port(self.node_host(node), self.spec.node(node).client_port,
                             wait_ready_s)
@@ -241,7 +246,20 @@ class Backend(abc.ABC):
             return True
         return False
 
+    def poll_exits(self) -> list[dict[str, Any]]:
+        """Node processes that ended although nobody killed or stopped them (a crash of the
+        node itself), each reported once per start: ``{"node", "returncode"}``."""
+        out = []
+        for node, p in self._procs.items():
+            if node in self._expected_down or node in self._exit_seen:
+                continue
+            if p.returncode is not None:
+                self._exit_seen.add(node)
+                out.append({"node": node, "returncode": p.returncode})
+        return out
+
     async def kill_node(self, node: int) -> None:
+        self._expected_down.add(node)
         await self._signal(node, signal.SIGKILL)
         await self._signal(node, signal.SIGCONT)
         await self._reap(node, 10)
@@ -249,6 +267,7 @@ class Backend(abc.ABC):
 
     async def stop_node(self, node: int, timeout_s: float = 5.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout_s``."""
+        self._expected_down.add(node)
         await self._signal(node, signal.SIGTERM)
         await self._signal(node, signal.SIGCONT)
         if not await self._reap(node, timeout_s):
@@ -270,8 +289,11 @@ class Backend(abc.ABC):
     # ---------------------------------------------------------------- clocks
     async def skew_clock(self, node: int, seconds: float) -> None:
         """Shift the node's wall clock by ``seconds`` (0 heals), live."""
-        if not faketime_available():
-            raise BackendError("libfaketime missing: make -C deploy chaos-deps")
+        reason = clock_skew_unsupported()
+        if reason:
+            raise BackendError(f"clock skew unavailable: {reason}")
+        if not self.use_faketime:
+            raise BackendError("clock skew needs use_faketime = True before nodes start")
         tmp = self._clock_file(node).with_suffix(".tmp")
         tmp.write_text(f"{seconds:+.3f}\n")
         tmp.replace(self._clock_file(node))

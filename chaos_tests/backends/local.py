@@ -5,12 +5,26 @@ Theory of operation
 No root needed.  Node ``n`` binds ``127.0.0.<10+n>``.  For every directed link ``a → b``
 (``a`` = 0 for the harness) and every port of ``b`` there is a :class:`~chaos_tests.proxy.LinkProxy`
 listening on ``127.1.<a>.<b>:<same port>`` and forwarding to ``127.0.0.<10+b>:<port>``.
-Nodes must be configured to dial peers at ``peer_address(a, b, port)`` and clients at
-``node_address(b)``; then ``cut(a, b)`` blackholes the two proxies of that pair,
-``set_link(a, b, mode, delay_s)`` gives reset / delay faults, and ``heal_all`` returns every
-link to ``pass``.  What a proxy cannot do: it cannot stop a node from dialling a peer's
-real address directly (configuration must use the proxy addresses), and it cannot make
-``connect()`` time out — a blackholed link accepts, then stays silent.
+``cut(a, b)`` blackholes the two proxies of that pair, ``set_link(a, b, mode, delay_s)`` gives
+reset / delay faults, and ``heal_all`` returns every link to ``pass``.
+
+How node traffic reaches the proxies: nodes are configured with each other's *real* addresses
+(``peer_address(a, b) = 127.0.0.<10+b>`` for a node ``a``), and every node process (and every
+command ``run`` in a node's context) has an ``LD_PRELOAD`` shim (``connect_redirect.c``, built
+with gcc by :mod:`~chaos_tests.backends.preload`) that rewrites node a's ``connect()`` to
+``127.0.0.<10+b>:port`` into ``127.1.a.b:port``.  So *all* node-to-node TCP goes through the
+proxies: Raft, controller RPCs, and what configuration cannot reach — replica fetches,
+AlterPartition and redirects, which dial the one address a broker advertises.  (Configuring
+proxy addresses instead does not work: pysyncobj identifies a peer by the address string the
+peer announces, so node 1 must know node 2 by node 2's own address.)  Without the shim (no gcc,
+not Linux) nothing node-to-node can be cut, so ``cut`` between two nodes raises
+:class:`BackendError` (the campaign refuses partition nemeses up front);
+``redirect_unsupported`` says why.  The harness (node 0) dials ``127.1.0.<b>``.
+
+What the proxies cannot do: the harness's own clients (node 0) dial advertised addresses after
+bootstrap, so ``cut(0, n)`` only affects bootstrap connections (no nemesis cuts node 0); a
+proxy cannot make ``connect()`` time out — a blackholed link accepts, then stays silent; and
+connections already open when a cut starts are not reset, they go silent (as with a DROP rule).
 
 The whole 127.0.0.0/8 block is routed to ``lo`` on Linux; macOS needs
 ``ifconfig lo0 alias 127.0.0.11`` (and the 127.1.a.b link addresses) first.
@@ -18,12 +32,16 @@ The whole 127.0.0.0/8 block is routed to ``lo`` on Linux; macOS needs
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Sequence
 from typing import Any
 
 import trio
 
 from ..proxy import LinkMode, LinkProxy
-from .base import Backend, ClusterSpec
+from .base import Backend, BackendError, ClusterSpec
+from .preload import connect_redirect_env, connect_redirect_unsupported, merge_preload
 
 __all__ = ["LocalBackend"]
 
@@ -39,12 +57,36 @@ class LocalBackend(Backend):
         self._proxies: dict[tuple[int, int, int], LinkProxy] = {}
         self._nursery_cm: Any = None
         self._nursery: trio.Nursery | None = None
+        self.redirect_unsupported = connect_redirect_unsupported()
+
+    def _node_env(self, node: int) -> dict[str, str]:
+        env = super()._node_env(node)
+        if self.redirect_unsupported is None:
+            merge_preload(env, connect_redirect_env(node))
+        return env
 
     def node_host(self, node: int) -> str:
         return f"127.0.0.{10 + node}"
 
     def peer_address(self, src: int, dst: int, port: int | None = None) -> tuple[str, int]:
-        return f"127.1.{src}.{dst}", port or self.spec.node(dst).client_port
+        port = port or self.spec.node(dst).client_port
+        if src == 0:
+            return self.proxy_address(0, dst, port)
+        return self.node_host(dst), port  # the node's connect() shim picks the proxy
+
+    def proxy_address(self, src: int, dst: int, port: int) -> tuple[str, int]:
+        """Where the proxy of the directed link src → dst listens."""
+        return f"127.1.{src}.{dst}", port
+
+    async def run(self, node: int, argv: Sequence[str], *, timeout_s: float = 30.0,
+                  check: bool = False) -> subprocess.CompletedProcess[bytes]:
+        """Run a command as node ``node`` would connect: with its connect() redirect."""
+        env = dict(os.environ)
+        if node != 0 and self.redirect_unsupported is None:
+            merge_preload(env, connect_redirect_env(node))
+        with trio.fail_after(timeout_s):
+            return await trio.run_process(list(argv), check=check, capture_stdout=True,
+                                          capture_stderr=True, env=env)
 
     def _links(self) -> list[tuple[int, int, int]]:
         ids = self.spec.node_ids
@@ -55,7 +97,7 @@ class LocalBackend(Backend):
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()
         for a, b, port in self._links():
-            host, _ = self.peer_address(a, b, port)
+            host, _ = self.proxy_address(a, b, port)
             proxy = LinkProxy(host, port, self.node_host(b), port, name=f"{a}->{b}:{port}")
             await self._nursery.start(proxy.serve)
             self._proxies[(a, b, port)] = proxy
@@ -84,6 +126,10 @@ class LocalBackend(Backend):
                 proxy.set_mode(mode, delay_s)
 
     async def cut(self, a: int, b: int) -> None:
+        if a != 0 and b != 0 and self.redirect_unsupported is not None:
+            raise BackendError(f"local backend cannot partition node {a} from node {b}: "
+                               f"{self.redirect_unsupported} (replication would bypass the "
+                               "proxies); use --backend netns")
         self.set_link(a, b, LinkMode.DROP)
 
     async def heal_all(self) -> None:

@@ -179,3 +179,28 @@ async def test_nemesis_runner_applies_and_heals_schedule(tmp_path):
     assert all(op.f == "nemesis" for op in ops)
     assert [w[2] for w in fault_windows(ops)] == ["partition-isolate-one", "kill", "pause"]
     assert ops[-1].value["action"] == "heal-all" and ops[-1].type == "ok"
+
+
+async def test_proxy_pipe_survives_a_reset_side():
+    """A side reset mid-read (a node SIGKILLed with unread bytes) ends that connection only.
+
+    trio nurseries raise ExceptionGroups: the pipe must catch them with ``except*``, else the
+    error climbs through the proxy's listener nursery and takes the whole harness down
+    (seen in a local-backend campaign)."""
+    from chaos_tests.proxy import _Conn
+
+    class Reset:
+        async def receive_some(self, max_bytes=None):
+            raise trio.BrokenResourceError("socket connection broken: [Errno 104]")
+
+        async def send_all(self, data):
+            pass
+
+        async def send_eof(self):
+            pass
+
+    proxy = LinkProxy("127.0.0.1", 0, "127.0.0.1", 9)
+    conn = _Conn(Reset())  # type: ignore[arg-type]
+    with conn.scope:
+        await proxy._pipe(conn, Reset(), Reset())  # type: ignore[arg-type]
+    assert conn.scope.cancel_called
