@@ -69,8 +69,10 @@ bench: install install-spark
 lint: install
 	$(VENV)/bin/ruff check .
 
+# One longer campaign (exit 0 valid, 1 anomalies, 2 could not run; results in chaos-results/).
+# SEED, BACKEND (netns | local | docker), NEMESIS and TIME_LIMIT override the defaults.
 chaos: install os-deps
-	$(RAFKA) chaos run --backend netns --nemesis kill,pause,partition,clock --time-limit 120 --seed $${SEED:-1}
+	$(RAFKA) chaos run --backend $${BACKEND:-netns} --nemesis $${NEMESIS:-kill,pause,partition,clock,crash} --time-limit $${TIME_LIMIT:-120} --seed $${SEED:-1}
 
 chaos-docker: install
 	bash deploy/chaos-docker.sh
