@@ -23,10 +23,18 @@ to build and, worse, keep the cyclic GC busy. ``use_list=False`` yields tuples, 
 headers arrive as a tuple of ``(key, value)`` tuples (the shared ``()`` when there are none) and
 ``ConsumerRecord``\ s are made with ``tuple.__new__`` in one comprehension: ~1 µs per record in
 all, measured ~1.1–1.4M records/s for 100-byte values on this machine.
+
+GC: decoding a batch allocates two tuples per record, and an application usually still holds
+the records of its last polls — so the cyclic GC's allocation-triggered collections kept
+re-scanning a growing young generation (measured: 3.4 µs → 0.8 µs per record, median, with
+three polls of 100k records alive). The collector is therefore paused while one batch is
+decoded (bounded: one batch) and restored right after, unless the application had it off;
+the records themselves are acyclic tuples of atoms, which the next collection untracks.
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +57,7 @@ __all__ = ["PartitionData", "split_fetch_response", "CompletedFetch", "batch_hea
 
 _new = tuple.__new__
 _EMPTY: tuple[()] = ()
+_gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 
 
 @dataclass(slots=True)
@@ -114,6 +123,27 @@ def _unpack_records(buf: memoryview, pos: int, h: BatchHeader) -> tuple[tuple[An
     return recs
 
 
+def _decode_batch(buf: memoryview, pos: int, h: BatchHeader, topic: str, partition: int,
+                  position: int) -> list[ConsumerRecord]:
+    """The consumer records at offsets ≥ ``position`` of one batch (CRC checked).
+    Raises ``CorruptBatchError``, or ``TypeError`` / ``ValueError`` for a malformed record."""
+    recs = _unpack_records(buf, pos, h)
+    base = h.base_offset
+    if h.timestamp_type:
+        ts = h.max_timestamp
+        if base >= position:
+            return [_new(ConsumerRecord, (topic, partition, base + od, ts, 1, k, v, hs))
+                    for od, _td, k, v, hs in recs]
+        return [_new(ConsumerRecord, (topic, partition, base + od, ts, 1, k, v, hs))
+                for od, _td, k, v, hs in recs if base + od >= position]
+    ts0 = h.first_timestamp
+    if base >= position:  # the usual case: only a fetch's first batch starts before position
+        return [_new(ConsumerRecord, (topic, partition, base + od, ts0 + td, 0, k, v, hs))
+                for od, td, k, v, hs in recs]
+    return [_new(ConsumerRecord, (topic, partition, base + od, ts0 + td, 0, k, v, hs))
+            for od, td, k, v, hs in recs if base + od >= position]
+
+
 class CompletedFetch:
     """The raw bytes fetched for one partition, consumed lazily by ``take``."""
 
@@ -169,30 +199,26 @@ class CompletedFetch:
             nxt = h.next_offset
             if nxt <= position:
                 continue
+            gc_was_on = _gc_isenabled()
+            if gc_was_on:
+                _gc_disable()  # see the module docstring (GC)
             try:
-                recs = _unpack_records(raw, pos, h)
+                crs = _decode_batch(raw, pos, h, topic, partition, position)
             except CorruptBatchError as exc:
                 raise CorruptRecordError(
                     f"{topic}-{partition}: corrupt batch at offsets [{h.base_offset}, {h.last_offset}]: "
                     f"{exc} (seek to {nxt} to skip it)",
                     topic=topic, partition=partition, start_offset=h.base_offset, end_offset=h.last_offset,
                 ) from None
-            base = h.base_offset
-            try:
-                if h.timestamp_type:
-                    ts = h.max_timestamp
-                    crs = [_new(ConsumerRecord, (topic, partition, base + od, ts, 1, k, v, hs))
-                           for od, _td, k, v, hs in recs if base + od >= position]
-                else:
-                    ts0 = h.first_timestamp
-                    crs = [_new(ConsumerRecord, (topic, partition, base + od, ts0 + td, 0, k, v, hs))
-                           for od, td, k, v, hs in recs if base + od >= position]
             except (TypeError, ValueError) as exc:
                 raise CorruptRecordError(
                     f"{topic}-{partition}: malformed record in batch at offsets [{h.base_offset}, "
                     f"{h.last_offset}]: {exc} (seek to {nxt} to skip it)",
                     topic=topic, partition=partition, start_offset=h.base_offset, end_offset=h.last_offset,
                 ) from None
+            finally:
+                if gc_was_on:
+                    _gc_enable()
             if not crs:
                 position = max(position, nxt)
                 continue
