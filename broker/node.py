@@ -12,6 +12,10 @@ Theory of operation
    ``MetadataListener`` tailing the ``@metadata`` log into the ``MetadataPublisher`` (the broker's
    only source of metadata), and the ``BrokerLifecycle`` (register, heartbeat).
 
+Before the controller and the broker lifecycle start, the node checks its config against the
+voters' (``kraft/membership.py``: cluster id, voter ids, secret proof) and waits until a
+majority agrees; a node in the minority stops with a named error (exit 2, no traceback).
+
 SIGINT/SIGTERM: a broker first does a controlled shutdown (bounded by
 ``controlled.shutdown.timeout.ms``), then the nursery is cancelled and every partition log is
 closed cleanly (flush + clean-shutdown marker). A second signal skips the controlled shutdown.
