@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -86,33 +87,34 @@ def _free_port_block(n: int) -> int:
 
 
 def _rafka(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-c", "import sys; from client.cli import main; sys.exit(main())",
-           *args]
+    cmd = [sys.executable, "-m", "client.cli", *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 @pytest.fixture(scope="session")
-def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def bootstrap() -> Iterator[str]:
     given = os.environ.get("RAFKA_SPARK_BOOTSTRAP")
     if given:
         yield given
         return
     if importlib.util.find_spec("broker.cli") is None:
         pytest.skip("no broker yet: `rafka cluster up` (broker/cli.py) is not there")
-    data_dir = tmp_path_factory.mktemp("rafka-spark-cluster")
+    # not under pytest's basetemp: concurrent pytest sessions prune old basetemp dirs
+    data_dir = Path(tempfile.mkdtemp(prefix="rafka-spark-cluster-"))
     nodes = os.environ.get("RAFKA_SPARK_NODES", "1")
     port = _free_port_block(int(nodes))
-    up = _rafka("cluster", "up", "--nodes", nodes, "--data-dir", str(data_dir),
-                "--port", str(port), "--detach",
-                # the retention test needs old segments deleted within seconds
-                "--broker-config", "log.retention.check.interval.ms=500")
-    if up.returncode != 0:
-        pytest.fail(f"rafka cluster up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
     try:
+        up = _rafka("cluster", "up", "--nodes", nodes, "--data-dir", str(data_dir),
+                    "--port", str(port), "--detach",
+                    # the retention test needs old segments deleted within seconds
+                    "--broker-config", "log.retention.check.interval.ms=500")
+        if up.returncode != 0:
+            pytest.fail(f"rafka cluster up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
         yield f"127.0.0.1:{port}"
     finally:
         _rafka("cluster", "down", "--data-dir", str(data_dir), timeout=60)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture
