@@ -494,6 +494,12 @@ class AsyncConsumer:
                 await self._fetch_wake.wait()
 
     async def _fetch_node(self, node: int, tps: list[TopicPartition]) -> None:
+        # a partition may have been unassigned (group revocation) between start_soon and now
+        tps = [tp for tp in tps if tp in self._states]
+        if not tps:
+            self._node_busy.discard(node)
+            self._fetch_wake.set()
+            return
         epochs = {tp: self._states[tp].epoch for tp in tps}
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp in tps:
