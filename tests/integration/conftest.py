@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,29 +21,10 @@ from typing import Any
 
 import pytest
 
+from broker.cluster import free_port_block
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RAFT_PORT_OFFSET = 10000
-
-
-def free_port_block(n: int) -> int:
-    """A base port such that base..base+n-1 and base+10000.. are free (best effort)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + RAFT_PORT_OFFSET + n > 65000:
-            continue
-        ok = True
-        for p in [base + i for i in range(n)] + [base + RAFT_PORT_OFFSET + i for i in range(n)]:
-            with socket.socket() as t:
-                try:
-                    t.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port block found")
 
 
 def rafka_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
