@@ -17,10 +17,13 @@ Clock skew.  Debian's libfaketime 0.9.10 shifts the wall clock live from a times
 ``FAKETIME_NO_CACHE=1``), and ``DONT_FAKE_MONOTONIC=1`` leaves CLOCK_MONOTONIC alone.  But with
 that setting it fails every ``clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ...)`` with
 EINVAL, and that is how CPython 3.11 implements ``time.sleep``: pysyncobj's tick thread died at
-its first sleep.  The shim (``deploy/faketime-fix/monotonic_sleep_fix.c``, the same one the
-docker image preloads) is preloaded *before* libfaketime and sends sleeps on the monotonic /
-boottime clocks straight to the kernel (they are not faked with ``DONT_FAKE_MONOTONIC=1``
-anyway); every other call goes on to libfaketime.
+its first sleep.  And its ``pthread_cond_timedwait`` wakes late on condvars that use
+CLOCK_MONOTONIC, which CPython's GIL hand-off does: every ``trio.to_thread.run_sync`` took
+~30 ms instead of ~0.3 ms, so acks=all produce (an fsync in a worker thread) fell from ~60 to
+~1 ack/s per producer.  The shim ``faketime_fix.c`` is preloaded *before* libfaketime and sends
+both monotonic waits straight to the kernel / glibc (with ``DONT_FAKE_MONOTONIC=1`` they are
+not meant to be faked anyway); every other call goes on to libfaketime.  (The docker image's
+``deploy/faketime-fix/monotonic_sleep_fix.c`` has fix 1 only.)
 
 What a skewed node sees (libfaketime intercepts libc, so this is process-wide, C and Python):
 
@@ -52,8 +55,7 @@ __all__ = ["FAKETIME_LIB", "SHIM_SOURCE", "CONNECT_SOURCE", "faketime_available"
            "faketime_env", "connect_redirect_env", "merge_preload"]
 
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
-SHIM_SOURCE = Path(__file__).resolve().parents[2] / "deploy" / "faketime-fix" / \
-    "monotonic_sleep_fix.c"
+SHIM_SOURCE = Path(__file__).resolve().with_name("faketime_fix.c")
 CONNECT_SOURCE = Path(__file__).resolve().with_name("connect_redirect.c")
 
 
@@ -70,7 +72,7 @@ def clock_skew_unsupported() -> str | None:
     if not faketime_available():
         return f"libfaketime missing ({FAKETIME_LIB}): make -C deploy chaos-deps"
     if not SHIM_SOURCE.exists():
-        return f"the libfaketime sleep shim source is missing ({SHIM_SOURCE}); run from the repo"
+        return f"the libfaketime shim source is missing ({SHIM_SOURCE})"
     if shutil.which(_cc()) is None:
         return "no C compiler for the libfaketime sleep shim: apt-get install gcc libc6-dev"
     return None

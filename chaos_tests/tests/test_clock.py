@@ -9,6 +9,7 @@ libfaketime 0.9.10 it died with EINVAL and the quorum stopped).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -49,11 +50,23 @@ def test_sleep_shim_keeps_time_sleep_working(tmp_path):
     clock.write_text("+3600\n")
     code = ("import time, threading; time.sleep(0.05); threading.Event().wait(0.05);"
             "print(time.time())")
-    env = faketime_env(clock)
-    ok = subprocess.run([sys.executable, "-c", code], env={**env}, capture_output=True,
+    env = {**os.environ, **faketime_env(clock)}
+    ok = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                         text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr
     assert abs(float(ok.stdout) - time.time() - 3600) < 30  # the wall clock is skewed
+    # the GIL hand-off (pthread_cond_timedwait on a monotonic condvar) stays fast
+    code2 = ("import time, trio\n"
+             "async def main():\n"
+             "    t = time.perf_counter()\n"
+             "    for _ in range(100):\n"
+             "        await trio.to_thread.run_sync(lambda: None)\n"
+             "    print(time.perf_counter() - t)\n"
+             "trio.run(main)\n")
+    fast = subprocess.run([sys.executable, "-c", code2], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert fast.returncode == 0, fast.stderr
+    assert float(fast.stdout) < 1.5  # ~0.03 s; ~3 s with libfaketime's own timedwait
     bare = subprocess.run([sys.executable, "-c", code], env={**env, "LD_PRELOAD": FAKETIME_LIB},
                           capture_output=True, text=True, timeout=60)
     assert bare.returncode != 0 and "Invalid argument" in bare.stderr  # why the shim exists
