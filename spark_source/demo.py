@@ -123,8 +123,8 @@ def run_demo(bootstrap: str, seconds: float, rate_per_s: float, starting: str) -
 
     _ensure_topic(bootstrap)
     spark = (SparkSession.builder.master("local[2]").appName("rafka-clicks-demo")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(RafkaDataSource)
     checkpoint = tempfile.mkdtemp(prefix="rafka-demo-ckpt-")

@@ -67,8 +67,9 @@ def test_batch_read_exact_range_with_headers(spark: Any, bootstrap: str, topic_n
 def test_batch_min_partitions_splits_ranges(spark: Any, bootstrap: str, topic_name: str) -> None:
     create_topic(bootstrap, topic_name, 2)
     produce(bootstrap, topic_name, 200)
+    # startingTimestamp=0: the first record of each partition (LIST_OFFSETS by time)
     df = _reader(spark, {"bootstrap.servers": bootstrap, "subscribe": topic_name,
-                         "startingOffsets": "earliest", "minPartitions": "6"}).load()
+                         "startingTimestamp": "0", "minPartitions": "6"}).load()
     assert df.rdd.getNumPartitions() >= 6
     offsets = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
     assert offsets == [(p, o) for p in range(2) for o in range(100)]
@@ -179,26 +180,25 @@ def _stream_once(spark: Any, opts: dict[str, str], tmp_path: Path) -> Any:
     return q
 
 
-@pytest.mark.parametrize("fail", [True, False], ids=["fail", "skip"])
 def test_fail_on_data_loss_deleted_topic(spark: Any, bootstrap: str, topic_name: str,
-                                         tmp_path: Path, fail: bool) -> None:
+                                         tmp_path: Path) -> None:
     from client import Admin
 
     create_topic(bootstrap, topic_name, 2)
     produce(bootstrap, topic_name, 20)
-    opts = stream_options(bootstrap, topic_name, failOnDataLoss=str(fail).lower())
-    q = _stream_once(spark, opts, tmp_path)
+    strict = stream_options(bootstrap, topic_name)
+    q = _stream_once(spark, strict, tmp_path)
     assert q.exception() is None
     with Admin(bootstrap_servers=bootstrap) as admin:
         admin.delete_topic(topic_name)
-    q = _stream_once(spark, opts, tmp_path)
-    if fail:
-        exc = q.exception()
-        assert exc is not None, "the query should fail on data loss"
-        msg = str(exc)
-        assert topic_name in msg and "partition 0" in msg and "failOnDataLoss" in msg, msg
-    else:
-        assert q.exception() is None
+    q = _stream_once(spark, strict, tmp_path)       # failOnDataLoss defaults to true
+    exc = q.exception()
+    assert exc is not None, "the query should fail on data loss"
+    msg = str(exc)
+    assert topic_name in msg and "partition 0" in msg and "failOnDataLoss" in msg, msg
+    # same checkpoint, failOnDataLoss=false: the loss is logged and the query goes on
+    q = _stream_once(spark, dict(strict, failOnDataLoss="false"), tmp_path)
+    assert q.exception() is None
 
 
 def test_fail_on_data_loss_retention(spark: Any, bootstrap: str, topic_name: str,
