@@ -5,8 +5,8 @@ Theory of operation
 ``Server.serve`` binds the listener and calls ``task_status.started(port)``; each accepted
 connection runs in its own nursery (``_Connection.run``):
 
-* one reader loop cuts frames (``_FrameReader``: the ``FrameDecoder`` framing, with large
-  frames received straight into their own buffer) and starts one task per request in the
+* one reader loop cuts frames (``broker.frame_reader.FrameReader``: large frames are received
+  straight into a reused buffer) and starts one task per request in the
   connection's nursery, at most ``max_in_flight`` at a time (an excess request is answered at
   once with ``TOO_MANY_IN_FLIGHT``);
 * **arrival order up to the first wait**: the reader starts a request's task and waits until
@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import struct
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +49,7 @@ from typing import Any
 import trio
 
 from broker.errors import ErrorCode, RafkaError
+from broker.frame_reader import FrameReader
 from broker.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     FrameTooLargeError,
@@ -64,9 +64,6 @@ __all__ = ["FileSlice", "Reply", "Dispatch", "ServerLimits", "ServerStats", "Ser
 log = logging.getLogger("rafka.server")
 
 _READ_CHUNK = 256 * 1024
-_DIRECT_MIN_BYTES = 64 * 1024  # frames this large are received straight into their own buffer
-_REUSE_MAX_BYTES = 8 * 1024 * 1024  # ... which a connection keeps for the next one up to this size
-_LEN = struct.Struct(">I")
 _SENDFILE_CHUNK = 4 * 1024 * 1024
 
 
@@ -137,80 +134,6 @@ class ServerStats:
 
 class _ShortFileError(Exception):
     pass
-
-
-class _FrameReader:
-    """Request frames off one connection (the framing of ``broker.protocol.FrameDecoder``).
-
-    Small frames are cut out of a shared receive buffer (one copy each). A frame of at least
-    ``_DIRECT_MIN_BYTES`` that has not fully arrived gets its own buffer, and the rest of it is
-    received straight into that buffer with ``recv_into``: a 1 MiB produce payload is copied
-    from the kernel once, instead of into a chunk, then the decoder's buffer, then a slice and
-    then ``bytes`` of the slice. A declared length above ``max_frame_bytes`` raises
-    ``FrameTooLargeError`` before anything of it is buffered. That buffer is kept for the next
-    large frame (up to ``_REUSE_MAX_BYTES``; zero-filling and faulting in a fresh megabyte per
-    request cost as much as the copy): the reader decodes each frame (``decode_request`` copies
-    what it keeps) before it asks for the next one.
-    """
-
-    __slots__ = ("stream", "sock", "buf", "pos", "max_frame_bytes", "big")
-
-    def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int) -> None:
-        self.stream = stream
-        self.sock = getattr(stream, "socket", None)  # a trio socket for SocketStreams
-        self.buf = bytearray()
-        self.pos = 0  # start of unconsumed bytes in buf
-        self.max_frame_bytes = max_frame_bytes
-        self.big = bytearray()  # reused for large frames up to _REUSE_MAX_BYTES
-
-    async def _fill(self) -> bool:
-        data = await self.stream.receive_some(_READ_CHUNK)
-        if not data:
-            return False
-        if self.pos:
-            del self.buf[:self.pos]  # compact (at most once per receive)
-            self.pos = 0
-        self.buf += data
-        return True
-
-    async def next_frame(self) -> bytes | memoryview | None:
-        """The next frame's payload, or None at end of stream (a partial frame is dropped).
-        A memoryview payload lies in a buffer the next call reuses: decode it before that."""
-        while len(self.buf) - self.pos < 4:
-            if not await self._fill():
-                return None
-        buf, pos = self.buf, self.pos
-        (n,) = _LEN.unpack_from(buf, pos)
-        if n > self.max_frame_bytes:
-            raise FrameTooLargeError(f"frame of {n} bytes exceeds the limit of {self.max_frame_bytes} bytes")
-        have = len(buf) - pos - 4
-        if have < n and n >= _DIRECT_MIN_BYTES and self.sock is not None:
-            if n <= _REUSE_MAX_BYTES:
-                if len(self.big) < n:
-                    self.big = bytearray(n)
-                frame = self.big
-            else:
-                frame = bytearray(n)
-            mv = memoryview(frame)[:n]
-            mv[:have] = memoryview(buf)[pos + 4:]
-            buf.clear()
-            self.pos = 0
-            while have < n:
-                got = await self.sock.recv_into(mv[have:])
-                if not got:
-                    return None
-                have += got
-            return mv
-        while len(self.buf) - self.pos < 4 + n:
-            if not await self._fill():
-                return None
-        buf, pos = self.buf, self.pos
-        frame_bytes = bytes(memoryview(buf)[pos + 4:pos + 4 + n])
-        self.pos = pos + 4 + n
-        if self.pos == len(buf):
-            buf.clear()
-            self.pos = 0
-        return frame_bytes
 
 
 class _UntilFirstWait:
@@ -303,7 +226,7 @@ class _Connection:
     def __init__(self, server: Server, stream: trio.abc.Stream) -> None:
         self.server = server
         self.stream = stream
-        self.reader = _FrameReader(stream, server.limits.max_frame_bytes)
+        self.reader = FrameReader(stream, server.limits.max_frame_bytes, reuse=True)
         self.send_lock = trio.Lock()
         self.in_flight = 0
         self.nursery: trio.Nursery | None = None

@@ -6,8 +6,9 @@ Theory of operation
 frame and waits for the response with the same correlation id; any number of callers may have
 requests in flight at once (bounded by ``max_in_flight``), so one connection carries a whole
 pipeline. A single reader task, started in the nursery of whoever opened the connection
-(``await nursery.start(conn.run)`` or the ``connect()`` context manager), reads frames and
-wakes the waiters. When the stream breaks, every waiter gets ``NetworkExceptionError`` and the
+(``await nursery.start(conn.run)`` or the ``connect()`` context manager), reads frames
+(``broker.frame_reader.FrameReader``: a large fetch response is received straight into its own
+buffer, whose views the consumer keeps) and wakes the waiters. When the stream breaks, every waiter gets ``NetworkExceptionError`` and the
 connection is marked closed; callers (usually ``ConnectionPool``) open a new one.
 
 No ``timeout=`` parameters: callers wrap requests in ``trio.fail_after`` / ``move_on_after``.
@@ -24,11 +25,11 @@ from typing import Any
 import trio
 
 from broker.errors import ErrorCode, RafkaError, error_for
-from broker.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, ClientProtocol, Response
+from broker.frame_reader import FrameReader
+from broker.protocol import DEFAULT_MAX_FRAME_BYTES, ClientProtocol, Response, decode_response
 
 __all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_address", "parse_bootstrap"]
 
-_READ_CHUNK = 256 * 1024
 
 
 def parse_address(addr: str) -> tuple[str, int]:
@@ -70,7 +71,8 @@ class Connection:
     ) -> None:
         self.stream = stream
         self.address = address
-        self._proto = ClientProtocol(client_id, max_frame_bytes)
+        self._proto = ClientProtocol(client_id, max_frame_bytes)  # numbering; frames: FrameReader
+        self._max_frame_bytes = max_frame_bytes
         self._waiters: dict[int, _Waiter] = {}
         self._slots = trio.Semaphore(max_in_flight)
         self._send_lock = trio.Lock()
@@ -84,21 +86,20 @@ class Connection:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """The reader loop; returns when the connection closes."""
         task_status.started()
+        reader = FrameReader(self.stream, self._max_frame_bytes)
+        in_flight = self._proto.in_flight
         with self._cancel_scope:
             try:
                 while True:
-                    data = await self.stream.receive_some(_READ_CHUNK)
-                    if not data:
+                    payload = await reader.next_frame()
+                    if payload is None:
                         raise error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()} closed the connection")
-                    self._proto.receive_data(data)
-                    while True:
-                        resp = self._proto.next_response()
-                        if resp is NEED_DATA:
-                            break
-                        waiter = self._waiters.pop(resp.correlation_id, None)  # type: ignore[union-attr]
-                        if waiter is not None:
-                            waiter.response = resp  # type: ignore[assignment]
-                            waiter.event.set()
+                    resp = decode_response(payload)  # type: ignore[arg-type]  # any buffer
+                    in_flight.discard(resp.correlation_id)
+                    waiter = self._waiters.pop(resp.correlation_id, None)
+                    if waiter is not None:
+                        waiter.response = resp
+                        waiter.event.set()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 self._fail_all(error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()}: {exc}"))
             except RafkaError as exc:
