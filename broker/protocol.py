@@ -247,6 +247,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "owned_partitions": Opt(_TP_LIST),
         "session_timeout_ms": Opt(int),
         "rebalance_timeout_ms": Opt(int),
+        "client_id": Opt(str),
         "client_host": Opt(str),
     },
     # to the leader of __consumer_offsets partition crc32(group_id) % partitions (the group's

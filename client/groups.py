@@ -290,6 +290,7 @@ class GroupMembership:
             "owned_partitions": _tp_list(self.owned),
             "session_timeout_ms": self.session_timeout_ms,
             "rebalance_timeout_ms": self.rebalance_timeout_ms,
+            "client_id": self.core.client_id,
             **fields,
         }
         resp = await self.core.request_any(ApiKey.CONSUMER_GROUP_HEARTBEAT, body)

@@ -124,7 +124,7 @@ class HeartbeatRequest:
             else tuple(sorted((t["name"], p) for t in owned for p in t["partitions"])),
             session_timeout_ms=body.get("session_timeout_ms"),
             rebalance_timeout_ms=body.get("rebalance_timeout_ms"),
-            client_id=client_id,
+            client_id=body.get("client_id") or client_id,
             client_host=body.get("client_host") or client_host,
         )
 
