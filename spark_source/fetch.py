@@ -262,6 +262,9 @@ def read_range(cluster: Cluster, rng: OffsetRange, *, include_headers: bool,
             continue
         stalled_since = None
         next_position = batches[-1][1].last_offset + 1
+        if next_position <= position:   # a broker bug; never loop on it
+            raise RuntimeError(f"fetch of {tp[0]}-{tp[1]} at offset {position} returned only "
+                               f"batches before it (last offset {next_position - 1})")
         if next_position < end:  # pipeline: the broker reads while we decode
             inflight = (*cluster.send_fetch(tp, next_position, max_bytes), next_position)
         cols = _Columns(include_headers)

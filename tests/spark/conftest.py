@@ -67,6 +67,12 @@ def spark() -> Iterator[object]:
 
 def _free_port_block(n: int) -> int:
     """A base port with ``n`` consecutive free ports (+ their Raft ports at +10000)."""
+    try:
+        from broker.cluster import free_port_block  # below the ephemeral range: safer
+    except ImportError:
+        pass
+    else:
+        return free_port_block(n)
     for _ in range(50):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

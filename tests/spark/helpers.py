@@ -12,9 +12,10 @@ __all__ = ["create_topic", "produce", "consume_all", "Feeder", "stream_options"]
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 2,
-                 config: dict[str, str] | None = None) -> None:
+                 config: dict[str, str] | None = None, replication_factor: int = 1) -> None:
     with Admin(bootstrap_servers=bootstrap) as admin:
-        admin.create_topic(name, partitions=partitions, replication_factor=1, config=config)
+        admin.create_topic(name, partitions=partitions, replication_factor=replication_factor,
+                           config=config)
 
 
 def produce(bootstrap: str, topic: str, n: int, *, partitions: int = 2, start: int = 0,
