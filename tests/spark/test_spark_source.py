@@ -165,6 +165,27 @@ def test_max_offsets_per_trigger_and_available_now(spark: Any, bootstrap: str,
     assert got == 1000
 
 
+def test_min_offsets_per_trigger_waits_for_max_trigger_delay(spark: Any, bootstrap: str,
+                                                             topic_name: str,
+                                                             tmp_path: Path) -> None:
+    create_topic(bootstrap, topic_name, 2)
+    produce(bootstrap, topic_name, 100)
+    df = _reader(spark, stream_options(bootstrap, topic_name, minOffsetsPerTrigger="1000",
+                                       maxTriggerDelay="4s"), stream=True).load()
+    t0 = time.monotonic()
+    q = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt"))
+         .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_for(lambda: any(p["numInputRows"] for p in q.recentProgress), 60,
+                 "a batch once maxTriggerDelay passed")
+        waited = time.monotonic() - t0
+        sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    finally:
+        q.stop()
+    assert sizes == [100]                # 100 < minOffsetsPerTrigger: one batch after the delay
+    assert waited >= 4, waited
+
+
 # --------------------------------------------------------------------------- data loss
 
 
