@@ -10,6 +10,9 @@ Theory of operation: ``recover(log)`` runs once from ``PartitionLog.open``.
    is not mistaken for a clean stop) and the index files are trusted; each segment still
    CRC-checks the batches after its last index entry (so the active segment's last batch is
    always checked), and a segment whose indexes fail the sanity checks is fully validated.
+   That data was fsynced, so a whole batch failing its CRC there (as in any segment wholly
+   below the recovery point) is bit rot, not a torn write: it is kept in place and logged with
+   its offset range, the batches after it stay (fetches of its range get CORRUPT_MESSAGE).
 3. No marker → unclean start: every batch from the start of the segment holding the
    checkpointed recovery point to the end is validated (header sanity, offsets increasing,
    whole, CRC-32C) while its indexes are rebuilt and leader epochs re-learned from the
@@ -29,7 +32,7 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from .batch import HEADER_SIZE, CorruptBatchError, parse_header
-from .segment import ScanResult, Segment
+from .segment import ScanResult, Segment, log_damage
 
 if TYPE_CHECKING:
     from .partition_log import PartitionLog
@@ -94,7 +97,11 @@ def recover(log: PartitionLog) -> None:
             if seg.load_indexes():
                 continue
             logger.info("%s: rebuilding indexes of %s", d, seg.path.name)
-        res = seg.scan(validate=True, on_batch=learn_epoch if i >= first_unsafe else None)
+        # below the recovery point (or after a clean stop) the data was fsynced: a bad CRC
+        # there is bit rot in the middle, kept in place and named, not a torn tail to cut
+        res = seg.scan(validate=True, on_batch=learn_epoch if i >= first_unsafe else None,
+                       keep_bad_crc=i < first_unsafe)
+        log_damage(seg, res)
         validated.append(seg)
         first = seg.first_batch_header()
         seg.roll_base_ms = first.max_timestamp if first is not None else now
@@ -123,11 +130,16 @@ def _drop_tail(log: PartitionLog, i: int, res: ScanResult) -> None:
     later = log._segments[i + 1:]
     first_dropped = res.next_offset
     end_guess = first_dropped
-    try:  # how far did the damaged batch claim to reach?
-        h = parse_header(seg.pread(HEADER_SIZE, res.valid_size))
+    pos = res.valid_size  # how far do the dropped batches claim to reach?
+    while pos + HEADER_SIZE <= res.file_size:  # (the whole dropped tail, not just its first batch)
+        try:
+            h = parse_header(seg.pread(HEADER_SIZE, pos))
+        except CorruptBatchError:
+            break
+        if h.next_offset <= end_guess and pos > res.valid_size:
+            break
         end_guess = max(end_guess, h.next_offset)
-    except CorruptBatchError:
-        pass
+        pos += h.size
     dropped = res.file_size - res.valid_size
     for s in later:
         s.scan(validate=False)

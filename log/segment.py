@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .batch import HEADER_SIZE, BatchHeader, CorruptBatchError, crc_ok, parse_header
@@ -57,6 +57,9 @@ class ScanResult:
     batches: int
     problem: str | None  # why the scan stopped before the end of the file
     file_size: int
+    # whole batches kept in place despite a CRC mismatch (``keep_bad_crc``):
+    # (first offset, next offset, position)
+    damaged: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 class Segment:
@@ -254,12 +257,18 @@ class Segment:
         self.index_dirty = True
 
     def scan(self, *, validate: bool, start_position: int = 0, start_offset: int | None = None,
-             on_batch: Callable[[BatchHeader], None] | None = None) -> ScanResult:
+             on_batch: Callable[[BatchHeader], None] | None = None,
+             keep_bad_crc: bool = False) -> ScanResult:
         """Walk the batches from ``start_position`` (indexing them) to the end of the file.
 
         From position 0 the indexes are rebuilt from scratch.  Sets ``size`` and
         ``next_offset`` to the end of the last good batch; never modifies the file (see
-        ``truncate_to_position``).  ``validate`` checks every CRC.
+        ``truncate_to_position``).  ``validate`` checks every CRC.  ``keep_bad_crc`` (data
+        known to have been fsynced: a clean start, or below the recovery point) walks over a
+        whole, well-placed batch whose CRC fails instead of stopping there — bit rot in the
+        middle, not a torn tail: it stays in place (the read path answers CORRUPT_MESSAGE for
+        its range), is listed in ``ScanResult.damaged``, and the next batch gets an index
+        entry so that the damaged range can be named precisely.
         """
         if start_position == 0:
             self.reset_indexes()
@@ -268,6 +277,7 @@ class Segment:
         prev_next = self.base_offset if start_offset is None else start_offset
         count = 0
         problem: str | None = None
+        damaged: list[tuple[int, int, int]] = []
         while pos < file_size and problem is None:
             remaining = file_size - pos
             if remaining < HEADER_SIZE:
@@ -292,9 +302,19 @@ class Segment:
                         buf = self.pread(h.size, pos)
                         continue
                     break
-                if validate and not crc_ok(buf, p):
+                bad = validate and not crc_ok(buf, p)
+                if bad and not keep_bad_crc:
                     problem = f"CRC mismatch in batch at offset {h.base_offset}"
                     break
+                if bad:
+                    damaged.append((h.base_offset, h.next_offset, pos + p))
+                    # its header's timestamps are not to be trusted: index it without them
+                    self._index_batch(pos + p, h.base_offset, h.size, -1)
+                    self.bytes_since_index = self.config.index_interval_bytes  # index the next
+                    prev_next = h.next_offset
+                    count += 1
+                    p += h.size
+                    continue
                 self._index_batch(pos + p, h.base_offset, h.size, h.max_timestamp)
                 if on_batch is not None:
                     on_batch(h)
@@ -307,7 +327,7 @@ class Segment:
         self.size = pos
         self.next_offset = prev_next
         self.batches += count
-        return ScanResult(pos, prev_next, count, problem, file_size)
+        return ScanResult(pos, prev_next, count, problem, file_size, damaged)
 
     def load_indexes(self) -> bool:
         """Trust the index files (clean shutdown); sanity-check the tail; False → rescan."""
@@ -324,10 +344,11 @@ class Segment:
         # and checks the last batch of the segment.
         size = self.size
         res = self.scan(validate=True, start_position=last_pos,
-                        start_offset=last_off if last_pos else self.base_offset)
+                        start_offset=last_off if last_pos else self.base_offset, keep_bad_crc=True)
         if res.problem is not None or res.valid_size != size:
             self.size = size
             return False
+        log_damage(self, res)
         self.bytes_since_index = size - last_pos
         first = self.first_batch_header()
         self.roll_base_ms = first.max_timestamp if first is not None else -1
@@ -371,3 +392,10 @@ class Segment:
     def __repr__(self) -> str:
         return (f"Segment(base={self.base_offset}, size={self.size}, next={self.next_offset}, "
                 f"max_ts={self.max_timestamp})")
+
+
+def log_damage(seg: Segment, res: ScanResult) -> None:
+    """WARNING for each batch a scan kept in place despite a CRC mismatch."""
+    for first, nxt, pos in res.damaged:
+        logger.warning("%s: batch at offsets [%d, %d), byte %d, fails its CRC check: kept in place, "
+                       "fetches of that range get CORRUPT_MESSAGE", seg.path, first, nxt, pos)
