@@ -44,7 +44,7 @@ from client.aio._core import REFRESH_CODES, ClientCore
 from client.aio.fetch import CompletedFetch, split_fetch_response
 from client.aio.offsets import EARLIEST, LATEST, list_offsets
 from client.connection import backoff_ms
-from client.errors import IllegalStateError, RecordTooLargeError
+from client.errors import CorruptRecordError, IllegalStateError, RecordTooLargeError
 from client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["AsyncConsumer", "Coordinator"]
@@ -571,6 +571,11 @@ class AsyncConsumer:
                 st.error = exc
             else:
                 st.seek(None)
+            return
+        if code == ErrorCode.CORRUPT_MESSAGE:
+            # stored data damaged on the broker (it names the range): retrying would hide it
+            # forever; raise it from poll (the application may seek past the range)
+            st.error = CorruptRecordError(str(exc.message))
             return
         if exc.retriable or code in REFRESH_CODES:
             self._core.metadata.invalidate_leader(tp)

@@ -55,7 +55,13 @@ import trio
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey, Response
 from client.aio._core import REFRESH_CODES, ClientCore
-from client.aio.accumulator import PartitionState, ProducerBatch, RecordAccumulator, record_size
+from client.aio.accumulator import (
+    SEQ_MASK,
+    PartitionState,
+    ProducerBatch,
+    RecordAccumulator,
+    record_size,
+)
 from client.aio.futures import FutureRecordMetadata
 from client.connection import PendingResponse, backoff_ms
 from client.errors import (
@@ -624,6 +630,12 @@ class AsyncProducer:
             st.requeue(b, now + backoff_ms(b.attempts - 1, self.retry_backoff_ms, 1000) / 1000)
             return
         st.done(b)
+        if (exc.code in _NOT_APPENDED and b.base_sequence >= 0
+                and st.next_seq == (b.base_sequence + len(b.records)) & SEQ_MASK):
+            # the broker refused the batch without appending it and no later batch has a
+            # sequence yet: give its sequences back, or the partition's next batch would leave
+            # a gap the broker refuses for good (UNKNOWN_PRODUCER_ID / OUT_OF_ORDER_SEQUENCE)
+            st.next_seq = b.base_sequence
         if exc.message and f"{b.topic}-{b.partition}" not in exc.message:
             exc = type(exc)(f"{b.topic}-{b.partition}: {exc.message}", **exc.details)
         self._settle(b, error=exc)
@@ -633,6 +645,12 @@ class AsyncProducer:
         assert self._acc is not None
         b.result.complete(base_offset, log_append_time, error)
         self._acc.release(b)
+
+
+# answers that mean the leader validated the batch and appended nothing
+_NOT_APPENDED = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.CORRUPT_MESSAGE,
+                           ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_RECORD,
+                           ErrorCode.INVALID_TIMESTAMP})
 
 
 def _parse_acks(acks: Acks | str) -> int:
