@@ -322,9 +322,13 @@ class NemesisRunner:
 
     async def heal_all(self) -> None:
         inv = self.history.invoke(NEMESIS, "nemesis", {"action": "heal-all"})
-        await self.backend.heal_all()
-        for n in self.nodes:
-            await self.backend.resume_node(n)
+        try:
+            await self.backend.heal_all()
+            for n in self.nodes:
+                await self.backend.resume_node(n)
+        except Exception as exc:
+            self.history.info(inv, {"action": "heal-all", "error": repr(exc)})
+            raise
         self.history.ok(inv)
 
     async def run(self, schedule: Schedule) -> None:
@@ -334,7 +338,10 @@ class NemesisRunner:
             for sf in schedule.faults:
                 nursery.start_soon(self._one, t0, sf)
         await trio.sleep_until(t0 + schedule.heal_at_s)
-        await self.heal_all()
+        try:
+            await self.heal_all()
+        except Exception as exc:  # recorded; the campaign heals again before recovery
+            self.errors.append(f"heal-all: {exc!r}")
 
     async def _one(self, t0: float, sf: ScheduledFault) -> None:
         await trio.sleep_until(t0 + sf.start_s)

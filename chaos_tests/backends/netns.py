@@ -22,7 +22,10 @@ mirror rule in b's (packets are dropped, so TCP sees timeouts as with a real par
 Cleanup: ``teardown`` kills our process groups, then every PID still inside our namespaces
 (``ip netns pids``), deletes the namespaces, veths, the bridge and the guard route.
 :func:`cleanup_stale` does the same by name prefix for leftovers of a crashed run.  A lock
-file serialises runs so a second run never cleans up a live one.  Packages come from
+file serialises runs so a second run never cleans up a live one; ``cleanup_stale()`` itself
+takes the lock too (waiting up to ``lock_timeout_s``) and refuses while a live run holds it
+(a test or ``make -C deploy chaos-clean`` used to wipe a concurrent campaign's namespaces,
+SIGKILLing all its nodes at once).  Packages come from
 :func:`ensure_packages` / ``make -C deploy chaos-deps`` (apt-get), never assumed.
 """
 
@@ -118,8 +121,33 @@ def _kill_ns_pids(ns: str) -> None:
             pass
 
 
-def cleanup_stale() -> dict[str, list[str]]:
-    """Remove our namespaces, links and guard route left by a previous (crashed) run."""
+def _lock(timeout_s: float) -> IO[str]:
+    """The run lock (``LOCK_PATH``), held until the returned file is closed."""
+    fh = open(LOCK_PATH, "w")  # noqa: SIM115 - the caller owns it
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fh
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                fh.close()
+                raise BackendError(f"another netns chaos run holds {LOCK_PATH}") from None
+            time.sleep(0.2)
+
+
+def cleanup_stale(*, lock_timeout_s: float = 30.0) -> dict[str, list[str]]:
+    """Remove our namespaces, links and guard route left by a previous (crashed) run.
+
+    Takes the run lock first (BackendError when a live run keeps holding it)."""
+    fh = _lock(lock_timeout_s)
+    try:
+        return _cleanup_stale_locked()
+    finally:
+        fh.close()
+
+
+def _cleanup_stale_locked() -> dict[str, list[str]]:
     removed: dict[str, list[str]] = {"namespaces": [], "links": [], "routes": []}
     for ns in list_namespaces():
         if ns.startswith(NS_PREFIX):
@@ -160,18 +188,7 @@ class NetnsBackend(Backend):
         return await trio.to_thread.run_sync(lambda: _sh(argv, check=check))
 
     def _acquire_lock(self) -> None:
-        fh = open(LOCK_PATH, "w")  # noqa: SIM115 - held for the backend's lifetime
-        deadline = time.monotonic() + self.lock_timeout_s
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._lock = fh
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    fh.close()
-                    raise BackendError(f"another netns chaos run holds {LOCK_PATH}") from None
-                time.sleep(0.2)
+        self._lock = _lock(self.lock_timeout_s)  # held for the backend's lifetime
 
     async def _check_subnet_free(self) -> None:
         r = await self._ip("ip", "-j", "route", "show", "table", "all")
@@ -191,7 +208,7 @@ class NetnsBackend(Backend):
         if reason:
             raise BackendError(reason)
         await trio.to_thread.run_sync(self._acquire_lock)
-        await trio.to_thread.run_sync(cleanup_stale)
+        await trio.to_thread.run_sync(_cleanup_stale_locked)
         await self._check_subnet_free()
         self._made = True
         await self._ip("ip", "route", "add", "unreachable", GUARD)
@@ -213,7 +230,7 @@ class NetnsBackend(Backend):
     async def teardown(self) -> None:
         await self.kill_all()
         if self._made:
-            await trio.to_thread.run_sync(cleanup_stale)
+            await trio.to_thread.run_sync(_cleanup_stale_locked)
             self._made = False
         if self._lock is not None:
             fcntl.flock(self._lock, fcntl.LOCK_UN)

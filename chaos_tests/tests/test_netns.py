@@ -89,13 +89,43 @@ async def test_teardown_runs_when_the_body_fails(tmp_path):
         os.kill(pid, 0)
 
 
+def _hold_lock_or_skip():
+    from chaos_tests.backends.base import BackendError
+    from chaos_tests.backends.netns import _lock
+
+    try:
+        return _lock(5.0)
+    except BackendError:
+        pytest.skip("a live netns chaos run holds the lock; not touching its namespaces")
+
+
 def test_cleanup_stale_removes_leftovers():
-    subprocess.run(["ip", "netns", "add", f"{NS_PREFIX}stale"], check=True)
-    subprocess.run(["ip", "link", "add", "rk-v99", "type", "veth", "peer", "name", "rk-p99"],
-                   check=True)
-    removed = cleanup_stale()
+    from chaos_tests.backends.netns import _cleanup_stale_locked
+
+    fh = _hold_lock_or_skip()  # a concurrent campaign's namespaces must survive this test
+    try:
+        subprocess.run(["ip", "netns", "add", f"{NS_PREFIX}stale"], check=True)
+        subprocess.run(["ip", "link", "add", "rk-v99", "type", "veth", "peer", "name",
+                        "rk-p99"], check=True)
+        removed = _cleanup_stale_locked()
+    finally:
+        fh.close()
     assert f"{NS_PREFIX}stale" in removed["namespaces"] and "rk-v99" in removed["links"]
     assert _ours() == []
+
+
+def test_cleanup_stale_refuses_while_a_run_holds_the_lock():
+    from chaos_tests.backends.base import BackendError
+
+    fh = _hold_lock_or_skip()
+    try:
+        subprocess.run(["ip", "netns", "add", f"{NS_PREFIX}live"], check=True)
+        with pytest.raises(BackendError, match="holds"):
+            cleanup_stale(lock_timeout_s=0.3)
+        assert f"{NS_PREFIX}live" in _ours()
+    finally:
+        subprocess.run(["ip", "netns", "del", f"{NS_PREFIX}live"], check=False)
+        fh.close()
 
 
 @pytest.mark.skipif(not faketime_available(), reason="libfaketime missing")
