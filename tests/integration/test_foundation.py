@@ -443,3 +443,66 @@ def test_full_disk_on_a_real_broker(tmpfs: Path) -> None:
         assert m.offset == 100 + ok
     finally:
         _stop(c)
+
+
+# ------------------------------------------------------------------ the wire, on the real process
+
+
+def test_long_poll_fetch_wakes_up_on_new_data(node: LocalCluster) -> None:
+    topic = new_topic(node, 1)
+
+    async def go() -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        async with connect("127.0.0.1", node.port) as conn:
+            async def poll() -> None:
+                resp = await conn.request(ApiKey.FETCH, fetch_body(topic, 0, max_wait_ms=600_000))
+                result["p"] = part(resp.body)
+
+            with trio.fail_after(HANG_GUARD):  # without a wake-up it would wait 10 minutes
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(poll)
+                    await trio.sleep(0.2)
+                    assert "p" not in result  # parked: nothing to return yet
+                    async with connect("127.0.0.1", node.port) as other:
+                        r = await other.request(ApiKey.PRODUCE, produce_body(topic, batch(b"wake")))
+                        assert part(r.body)["error"] == 0
+        return result["p"]
+
+    p = trio.run(go)
+    assert p["error"] == 0 and p["records_len"] > 0 and p["high_watermark"] == 1
+
+
+def test_hostile_bytes_on_the_port(node: LocalCluster) -> None:
+    """Garbage, a truncated frame, an unknown api and a non-msgpack frame: each gets a named
+    error or a closed connection; the node keeps answering."""
+    import socket
+    import struct
+
+    import msgpack
+
+    def exchange(payload: bytes, close_after_send: bool = False) -> bytes:
+        with socket.create_connection(("127.0.0.1", node.port), timeout=HANG_GUARD) as s:
+            s.sendall(payload)
+            if close_after_send:
+                return b""
+            s.shutdown(socket.SHUT_WR)
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+            return out
+
+    def first_error(answer: bytes) -> tuple[int, int]:
+        (n,) = struct.unpack(">I", answer[:4])
+        frame = answer[4:4 + n]
+        (hlen,) = struct.unpack(">I", frame[:4])
+        cid, body = msgpack.unpackb(frame[4:4 + hlen], raw=False, strict_map_key=False)
+        return cid, body["error"]
+
+    assert first_error(exchange(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")) == (-1, ErrorCode.FRAME_TOO_LARGE)
+    still_answers(node)
+    assert first_error(exchange(struct.pack(">I", 5) + b"\xc1" * 5)) == (-1, ErrorCode.MALFORMED_FRAME)
+    body = msgpack.packb([999, 0, 42, "raw", {}], use_bin_type=True)
+    assert first_error(exchange(struct.pack(">I", len(body)) + body)) == (42, ErrorCode.UNKNOWN_API)
+    exchange(struct.pack(">I", 1000) + b"\x95" + b"\0" * 10, close_after_send=True)  # truncated
+    exchange(os.urandom(4096), close_after_send=True)
+    still_answers(node)
