@@ -29,7 +29,9 @@ def cluster(nodes: int = 1, broker_config: dict[str, str] | None = None) -> Iter
         args += ["--broker-config", f"{k}={v}"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
-    if out.returncode != 0:
+    if out.returncode != 0:  # stop whatever did start before removing its data
+        subprocess.run([*RAFKA, "cluster", "down", "--data-dir", str(data)],
+                       capture_output=True, timeout=120)
         shutil.rmtree(data, ignore_errors=True)
         raise RuntimeError(f"cluster up failed: {out.stderr or out.stdout}")
     bootstrap = ",".join(f"127.0.0.1:{port + i}" for i in range(nodes))

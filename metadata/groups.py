@@ -31,11 +31,12 @@ equal image (snapshots). This module imports nothing from the rest of ``metadata
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, ClassVar
+
+from metadata._base import Record
 
 __all__ = [
     "GROUP_RECORD_TYPES",
@@ -58,34 +59,7 @@ TP = tuple[str, int]
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
 
 
-def _to_wire(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_to_wire(v) for v in value]
-    return value
-
-
-def _from_wire(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_from_wire(v) for v in value)
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class _GroupRecord:
-    """Same conventions as ``metadata.records`` (``to_dict`` tagged with ``type``)."""
-
-    record_type: ClassVar[str] = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.record_type}
-        for f in dataclasses.fields(self):
-            out[f.name] = _to_wire(getattr(self, f.name))
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Any:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: _from_wire(v) for k, v in d.items() if k in names})
+_GroupRecord = Record  # the shared base: metadata/_base.py
 
 
 @dataclass(frozen=True, slots=True)

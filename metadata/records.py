@@ -25,10 +25,10 @@ Conventions
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from metadata._base import Record
 from metadata.groups import (
     GroupAssignment,
     GroupDeleted,
@@ -73,32 +73,7 @@ class UnknownRecordType(ValueError):
     """A dict carried a ``type`` tag no record class is registered for."""
 
 
-def _to_wire(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_to_wire(v) for v in value]
-    return value
-
-
-def _from_wire(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_from_wire(v) for v in value)
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    record_type: ClassVar[str] = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.record_type}
-        for f in dataclasses.fields(self):
-            out[f.name] = _to_wire(getattr(self, f.name))
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Any:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: _from_wire(v) for k, v in d.items() if k in names})
+_Record = Record  # the shared base: metadata/_base.py
 
 
 # -- cluster ---------------------------------------------------------------------------
