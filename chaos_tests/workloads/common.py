@@ -11,10 +11,14 @@ its client state (producer sequence numbers, consumer position) is unknown too.
 
 Definite vs indefinite (:func:`classify_error`).  Only errors that prove the operation did not
 take effect are ``fail``: the broker rejected the request *before* appending anything
-(``NOT_ENOUGH_REPLICAS``, ``NOT_LEADER_OR_FOLLOWER``, ``UNKNOWN_TOPIC_OR_PARTITION``, sequence
-and epoch errors, invalid requests, …) or the client never sent it (a full buffer, a record
-too large).  Timeouts, lost connections, ``NOT_ENOUGH_REPLICAS_AFTER_APPEND``,
-``KAFKA_STORAGE_ERROR`` and anything unknown are ``info``.  This is only sound when the client
+(``NOT_ENOUGH_REPLICAS``, ``UNKNOWN_TOPIC_OR_PARTITION``, sequence and epoch errors, invalid
+requests, …) or the client never sent it (a full buffer, a record too large).  Timeouts, lost
+connections, ``NOT_ENOUGH_REPLICAS_AFTER_APPEND``, ``KAFKA_STORAGE_ERROR`` and anything unknown
+are ``info``.  So is ``NOT_LEADER_OR_FOLLOWER``: the broker answers it before an append (not
+the leader) but also *after* one, when the leader epoch the records were appended in ends
+while the request waits for acks=all (``broker/partition.py`` ``produce_outcome``, as Kafka's
+delayed produce) — the new leader may have replicated them (seen: two such sends read back at
+offsets 253/254, flagged as aborted reads while this was counted definite).  This is only sound when the client
 made a single attempt: the queue workload's producers run with ``retries=0`` and one record in
 flight, so a definite error of the last attempt is the fate of the record.
 
@@ -46,7 +50,6 @@ __all__ = [
 # Wire error names whose meaning is "rejected before any append" (Kafka numbering).
 DEFINITE_CODES = frozenset({
     "NOT_ENOUGH_REPLICAS",
-    "NOT_LEADER_OR_FOLLOWER",
     "UNKNOWN_TOPIC_OR_PARTITION",
     "LEADER_NOT_AVAILABLE",
     "CORRUPT_MESSAGE",
