@@ -465,6 +465,7 @@ async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
             notes["ops"] = dict(sorted(ctx.stats.items()))
             notes["faults"] = {k: h.statistics() for k, h in handlers.items()}
             start_mono = history.start_mono_ns
+            notes["history_start_mono_ns"] = start_mono  # node events' mono_ns - this = op time
         # evidence, read while the data dirs are still mounted
         await backend.kill_all()
         events = read_node_events(_event_files(backend))
