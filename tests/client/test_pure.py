@@ -298,3 +298,29 @@ def test_cluster_metadata_fold() -> None:
     assert m.topic_errors == {"b": 3}
     m.invalidate_leader(TopicPartition("a", 0))
     assert m.leader(TopicPartition("a", 0)) == -1
+
+
+# ---------------------------------------------------------------- connection framing
+
+
+async def test_connection_writes_the_frames_encode_request_writes() -> None:
+    """Connection packs requests itself (reused Packer, large ones written in two parts): the
+    bytes on the wire are exactly ``encode_request``'s, for small and large bodies."""
+    from broker.protocol import Request, encode_request
+    from client.connection import Connection
+
+    class Capture:
+        def __init__(self) -> None:
+            self.data = bytearray()
+
+        async def send_all(self, data: bytes | memoryview) -> None:
+            self.data += data
+
+    stream = Capture()
+    conn = Connection(stream, client_id="cid-test")  # type: ignore[arg-type]
+    bodies = [{"topics": []}, {"acks": 1, "records": b"r" * 300_000}, {"x": "y"}]
+    expected = b""
+    for i, body in enumerate(bodies):
+        await conn.send_only(0, body)
+        expected += encode_request(Request(0, i, body, 0, "cid-test"))
+    assert bytes(stream.data) == expected
