@@ -12,6 +12,12 @@ Figures (medians of ``runs``), each measured in the same run as its reference:
   over the protocol (the broker's socket → segment path). Compared with the machine's raw limit:
   a plain Python socket → file copy.
 
+``producer_client_cpu`` / ``consumer_client_cpu``: CPU time of the client process (all its
+threads: the caller's and the client's trio thread) per record, from ``time.process_time``.
+On a shared, loaded machine this moves far less than the wall-clock rates do, and it bounds
+them: a client whose threads share one GIL cannot go faster than 1 / (CPU per record) on one
+core, whatever the broker does (which runs in its own process, on the other core).
+
 The broker runs with its default flush policy (``log.flush.policy = batch``: every acknowledged
 batch is fsynced, with group commit) — JetStream fsyncs only every 2 minutes, so the comparison
 is conservative for rafka. Each figure names its flush policy in the JSON (``flush_policy``).
@@ -38,29 +44,31 @@ KEYS = [f"key-{i:012d}".encode() for i in range(1024)]  # 16 bytes each
 FLUSH = "batch"
 
 
-def _producer_rate(bootstrap: str, topic: str, n: int) -> float:
+def _producer_rate(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """(records/s, client CPU µs per record — every thread of this process, see run())."""
     with Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=256 * 1024,
                   enable_idempotence=False) as p:
         p.send(topic, value=VALUE, key=KEYS[0]).result(timeout=30)  # metadata warm-up
         send = p.send
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for i in range(n):
             send(topic, value=VALUE, key=KEYS[i & 1023])
         p.flush()
-        return n / (time.perf_counter() - t0)
+        return n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e6
 
 
-def _consumer_rate(bootstrap: str, topic: str, partitions: int, n: int) -> float:
+def _consumer_rate(bootstrap: str, topic: str, partitions: int, n: int) -> tuple[float, float]:
+    """(records/s, client CPU µs per record)."""
     with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                   enable_auto_commit=False) as c:
         c.assign([TopicPartition(topic, p) for p in range(partitions)])
         c.seek_to_beginning()
         got = 0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         while got < n:
             batch = c.poll(timeout_ms=1000, max_records=100_000)
             got += sum(len(v) for v in batch.values())
-        return got / (time.perf_counter() - t0)
+        return got / (time.perf_counter() - t0), (time.process_time() - c0) / got * 1e6
 
 
 def _latencies_ms(bootstrap: str, topic: str, rate: int = 5000, seconds: float = 3.0) -> list[float]:
@@ -117,6 +125,7 @@ def _fig(values: list[float], unit: str, **extra: Any) -> dict[str, Any]:
 
 def run(runs: int = 3) -> dict[str, Any]:
     prod, cons, p50, p99, large, raw = [], [], [], [], [], []
+    prod_cpu, cons_cpu = [], []
     with cluster(nodes=1) as bootstrap:
         with Admin(bootstrap_servers=bootstrap) as admin:
             admin.create_topic("big", partitions=1, replication_factor=1)
@@ -124,8 +133,12 @@ def run(runs: int = 3) -> dict[str, Any]:
             for r in range(runs):
                 admin.create_topic(f"perf{r}", partitions=3, replication_factor=1)
         for r in range(runs):
-            prod.append(_producer_rate(bootstrap, f"perf{r}", N_RECORDS))
-            cons.append(_consumer_rate(bootstrap, f"perf{r}", 3, N_RECORDS))
+            rate, cpu = _producer_rate(bootstrap, f"perf{r}", N_RECORDS)
+            prod.append(rate)
+            prod_cpu.append(cpu)
+            rate, cpu = _consumer_rate(bootstrap, f"perf{r}", 3, N_RECORDS)
+            cons.append(rate)
+            cons_cpu.append(cpu)
             lat = sorted(_latencies_ms(bootstrap, "lat"))
             p50.append(lat[len(lat) // 2])
             p99.append(lat[int(len(lat) * 0.99)])
@@ -136,7 +149,9 @@ def run(runs: int = 3) -> dict[str, Any]:
     out = {
         "producer_send": _fig(prod, "rec/s", flush_policy=FLUSH),
         "producer_send_mb": _fig([x * rec_mb for x in prod], "MB/s", flush_policy=FLUSH),
+        "producer_client_cpu": _fig(prod_cpu, "us/rec"),
         "consumer": _fig(cons, "rec/s"),
+        "consumer_client_cpu": _fig(cons_cpu, "us/rec"),
         "produce_latency_p50": _fig(p50, "ms", flush_policy=FLUSH, rate="5000 rec/s"),
         "produce_latency_p99": _fig(p99, "ms", flush_policy=FLUSH, rate="5000 rec/s"),
         "raw_socket_to_file": _fig(raw, "MB/s"),
