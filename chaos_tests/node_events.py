@@ -36,7 +36,17 @@ Invariants
 ``acked-truncated``              (a) a node truncated below a high watermark it had itself
                                  reported in the same incarnation (committed data removed); or
                                  (b) given ``start_mono_ns``, a truncation stamped after an
-                                 ``acks=all`` send to that tp was acknowledged removed its offset.
+                                 ``acks=all`` send to that tp was acknowledged removed its offset
+                                 — unless it was a diverging-epoch truncation by a node outside
+                                 the ISR when the send was invoked and acknowledged (it may hold
+                                 another record there), or of an epoch older than the acking
+                                 leader's.
+                                 Not (b): a ``diverging-epoch`` truncation fetching in leader
+                                 epoch E removes only records of epochs < E, so it cannot remove
+                                 a record acknowledged by a node that, by its own ``partition``
+                                 events, already led the tp in an epoch >= E when the send was
+                                 invoked (same offset, different record: an isolated old leader
+                                 dropping its unacknowledged suffix).
 """
 
 from __future__ import annotations
@@ -188,40 +198,82 @@ def check_acked_not_truncated(events: Sequence[Mapping[str, Any]], facts: Facts 
                                 {"why": "below-own-hw", "node": ev["node"], "tp": ev["tp"],
                                  "to": ev["to"], "hw": top[0]}, [], [top[1], i]))
     if facts is not None and start_mono_ns is not None:
-        _truncated_acks(out, facts, truncations, start_mono_ns)
+        _truncated_acks(out, facts, truncations, start_mono_ns, events)
     return out.result(truncations=len(truncations))
 
 
 def _truncated_acks(out: _Collector, facts: Facts, truncations: list[tuple[int, Any]],
-                    start_mono_ns: int) -> None:
-    # per tp: acks=all sends sorted by ack time, with a running max of offset
+                    start_mono_ns: int, events: Sequence[Mapping[str, Any]] = ()) -> None:
+    # per tp: acks=all sends sorted by ack time: (time, offset, invoke, completion)
     acks: dict[str, list[tuple[int, int, int, int]]] = {}
     for s in facts.acked_order:
         if s.acks in ("all", -1, "-1"):
             assert s.offset is not None and s.completion is not None
             acks.setdefault(f"{s.topic}/{s.partition}", []).append(
                 (s.time, s.offset, s.invoke, s.completion))
-    prefix: dict[str, tuple[list[int], list[tuple[int, int, int, int]]]] = {}
+    times: dict[str, list[int]] = {}
     for tp, rows in acks.items():
         rows.sort()
-        best: list[tuple[int, int, int, int]] = []
-        for r in rows:
-            best.append(r if not best or r[1] > best[-1][1] else best[-1])
-        prefix[tp] = ([r[0] for r in rows], best)
+        times[tp] = [r[0] for r in rows]
+    ops = {op.index: op for op in facts.history}
+    # (tp, node) -> [(history time, leader, leader_epoch)] from that node's own partition events
+    views: dict[tuple[str, Any], list[tuple[int, int, int]]] = {}
+    for ev in events:
+        if ev.get("event") == "partition" and "mono_ns" in ev:
+            views.setdefault((ev["tp"], ev.get("node")), []).append(
+                (int(ev["mono_ns"]) - start_mono_ns, ev["leader"], int(ev["leader_epoch"])))
+    for v in views.values():
+        v.sort()
+    # tp -> [(history time, partition_epoch, isr)] from every node's partition events
+    isrs: dict[str, list[tuple[int, int, tuple[int, ...]]]] = {}
+    for ev in events:
+        if ev.get("event") == "partition" and "mono_ns" in ev and "isr" in ev:
+            isrs.setdefault(ev["tp"], []).append(
+                (int(ev["mono_ns"]) - start_mono_ns, int(ev.get("partition_epoch", -1)),
+                 tuple(ev["isr"])))
+    for v in isrs.values():
+        v.sort()
+
+    def isr_at(tp: str, t: int) -> tuple[int, ...] | None:
+        """The ISR of the newest partition epoch any node had applied by history time t."""
+        rows = isrs.get(tp, [])
+        known = rows[:bisect_left(rows, (t + 1,))]
+        return max(known, key=lambda r: r[1])[2] if known else None
+
+    def outside_isr_when_acked(tp: str, node: Any, inv: int, comp: int) -> bool:
+        """acks=all waits for the ISR only: a replica outside it may hold another record at
+        the acked offset (an isolated old leader's own suffix), and truncating that is fine."""
+        times = [op.time for op in (ops.get(inv), ops.get(comp)) if op is not None]
+        found = [isr_at(tp, t) for t in times]
+        return bool(found) and all(isr is not None and node not in isr for isr in found)
+
+    def acked_in_epoch_at_least(tp: str, inv: int, comp: int, epoch: int) -> bool:
+        node, op_inv = ops[comp].node if comp in ops else None, ops.get(inv)
+        view = views.get((tp, node))
+        if node is None or op_inv is None or not view:
+            return False
+        k = bisect_left(view, (op_inv.time + 1,))
+        return k > 0 and view[k - 1][1] == node and view[k - 1][2] >= epoch
+
     for i, ev in truncations:
-        if "mono_ns" not in ev or ev["tp"] not in prefix:
+        if "mono_ns" not in ev or ev["tp"] not in acks:
             continue
         t = int(ev["mono_ns"]) - start_mono_ns
-        times, best = prefix[ev["tp"]]
-        k = bisect_left(times, t)  # acks strictly before the truncation
-        if k == 0:
-            continue
-        _t, offset, inv, comp = best[k - 1]
+        rows = acks[ev["tp"]]
+        k = bisect_left(times[ev["tp"]], t)  # acks strictly before the truncation
         removed_end = ev.get("from")
-        if ev["to"] <= offset and (removed_end is None or offset < removed_end):
+        epoch = ev.get("leader_epoch") if ev.get("reason") == "diverging-epoch" else None
+        for _t, offset, inv, comp in rows[:k]:
+            if offset < ev["to"] or (removed_end is not None and offset >= removed_end):
+                continue
+            if epoch is not None and acked_in_epoch_at_least(ev["tp"], inv, comp, int(epoch)):
+                continue
+            if epoch is not None and outside_isr_when_acked(ev["tp"], ev["node"], inv, comp):
+                continue
             out.add(Anomaly("acked-truncated",
                             {"why": "acked-offset-removed", "node": ev["node"], "tp": ev["tp"],
                              "to": ev["to"], "acked_offset": offset}, [inv, comp], [i]))
+            break
 
 
 def check_node_events(events: Sequence[Mapping[str, Any]], facts: Facts | None = None, *,

@@ -309,6 +309,53 @@ def test_acked_not_truncated_against_history():
     assert a.ops == list(s) and a.details["why"] == "acked-offset-removed"
 
 
+
+def test_diverging_truncation_of_an_old_epoch_spares_acks_of_a_newer_leader():
+    # seen on the docker backend: node 3, the isolated leader of epoch 1, appended offsets
+    # [2, 6) nobody acknowledged; node 1 led epoch 2 and acknowledged its own record at offset
+    # 4; after the heal node 3 truncated its epoch-1 suffix fetching in epoch 2. Same offset,
+    # different record: not an anomaly. The same truncation is one when the acking node did
+    # not (by its own events) lead in epoch >= 2 when the send was invoked.
+    b = Builder()
+    s = b.send(1, 0, "a", 4)  # invoked at 1 ms, acked by node 1 at 2 ms
+    start = 1_000_000_000
+    t_ack = b.ops[s[1]]["time"]
+    led = {"event": "partition", "node": 1, "tp": "t/0", "leader": 1, "leader_epoch": 2,
+           "partition_epoch": 5, "replicas": [1, 2, 3], "isr": [1, 2, 3], "mono_ns": start}
+    trunc = {"event": "truncate", "node": 3, "tp": "t/0", "to": 2, "from": 6,
+             "leader_epoch": 2, "reason": "diverging-epoch", "mono_ns": start + t_ack + 10}
+    facts = analyse(b.ops)
+    assert check_acked_not_truncated([led, trunc], facts, start_mono_ns=start).valid
+    for evs in ([led, dict(trunc, leader_epoch=3)],          # removes epoch-2 records
+                [led, dict(trunc, reason="recovery")],       # not an epoch-based truncation
+                [dict(led, leader=2), trunc],                # node 1 was not the leader
+                [dict(led, mono_ns=start + t_ack), trunc],   # led only after the invoke
+                [trunc]):                                    # no partition events at all
+        r = check_acked_not_truncated(evs, facts, start_mono_ns=start)
+        assert not r.valid and r.anomalies[0].details["why"] == "acked-offset-removed", evs
+
+
+def test_diverging_truncation_outside_the_isr_spares_acks():
+    # acceptance seed 4: node 3, the isolated old leader, was out of the ISR [1, 2] when
+    # node 1 acknowledged offset 146; the send's history op names no node, so the epoch rule
+    # cannot apply. Node 3 truncating its own epoch-0 record at 146 is fine; an ISR member
+    # doing the same is not.
+    b = Builder()
+    s = b.send(1, 0, "a", 4)
+    start = 1_000_000_000
+    t_ack = b.ops[s[1]]["time"]
+    isr = {"event": "partition", "node": 2, "tp": "t/0", "leader": 1, "leader_epoch": 1,
+           "partition_epoch": 5, "replicas": [1, 2, 3], "isr": [1, 2], "mono_ns": start}
+    trunc = {"event": "truncate", "node": 3, "tp": "t/0", "to": 4, "from": 5,
+             "leader_epoch": 1, "reason": "diverging-epoch", "mono_ns": start + t_ack + 10}
+    facts = analyse(b.ops)
+    assert check_acked_not_truncated([isr, trunc], facts, start_mono_ns=start).valid
+    for evs in ([isr, dict(trunc, node=2)],                  # an ISR member lost it
+                [dict(isr, isr=[1, 2, 3]), trunc],           # node 3 was in the ISR
+                [trunc]):                                    # no ISR known
+        r = check_acked_not_truncated(evs, facts, start_mono_ns=start)
+        assert not r.valid and r.anomalies[0].details["why"] == "acked-offset-removed", evs
+
 # ----------------------------------------------------------------------- model-based
 
 _action = st.one_of(
