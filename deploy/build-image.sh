@@ -6,8 +6,10 @@
 #   2. deps   base + /opt/rafka/venv with rafka's runtime dependencies (wheels fetched by the
 #             host's pip from PyPI, installed offline inside the chroot)  -> $CACHE/deps-<key>.tar
 #   3. image  deps + the rafka wheel (--no-deps) + /usr/local/bin/rafka-entry + the libfaketime
-#             monotonic-sleep shim (deploy/faketime-fix, host gcc), then
-#             `docker import --change ...` with LABEL rafka.src=<hash of the sources>
+#             shim of the harness (chaos_tests/backends/faketime_fix.c, host gcc; the netns and
+#             local backends preload the same source), a smoke test of the preloaded
+#             interpreter, then `docker import --change ...` with LABEL rafka.src=<hash of the
+#             sources>
 #
 # Each stage is skipped when its cache (or, for 3, an image with the same label) exists, so a
 # second run is a no-op. Needs root (debootstrap, chroot) and a Docker engine (DOCKER_HOST; see
@@ -48,7 +50,10 @@ DEPS=$(cd "$ROOT" && python3 -c 'import tomllib; print("\n".join(tomllib.load(op
 DEPS_KEY=$( { echo "$BASE_KEY layout-2"; echo "$DEPS"; } | sha)
 DEPS_TAR=$CACHE/deps-$DEPS_KEY.tar
 # every file that goes into the wheel (the packages of pyproject.toml) + this script
-SRC_KEY=$( cd "$ROOT" && { echo "$DEPS_KEY"; cat pyproject.toml deploy/build-image.sh deploy/faketime-fix/*.c;
+SHIM_SRC=$ROOT/chaos_tests/backends/faketime_fix.c   # also hashed below (under chaos_tests)
+SHIM=/usr/local/lib/rafka/faketime_fix.so
+FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+SRC_KEY=$( cd "$ROOT" && { echo "$DEPS_KEY"; cat pyproject.toml deploy/build-image.sh;
     git ls-files -co --exclude-standard -- kraft metadata log broker client spark_source chaos_tests |
         grep -v -E '/tests/|\.pyc$' | sort | xargs sha256sum; } | sha)
 
@@ -119,11 +124,43 @@ cp "$wheel" "$ROOTFS/tmp/"
 in_root "$VENV/bin/pip" install -q --no-index --no-deps --disable-pip-version-check "/tmp/$(basename "$wheel")"
 rm -f "$ROOTFS"/tmp/*.whl
 in_root "$VENV/bin/python" -c 'import chaos_tests.echo_node, client.cli'
-# libfaketime 0.9.10 + DONT_FAKE_MONOTONIC=1 breaks time.sleep (see the C file): a shim preloaded
-# before it. Built with the host's gcc (same glibc 2.36 as bookworm's).
+# libfaketime 0.9.10 + DONT_FAKE_MONOTONIC=1 breaks two monotonic waits of CPython (see the C
+# file): time.sleep fails with EINVAL, and the GIL hand-off (pthread_cond_timedwait on a
+# CLOCK_MONOTONIC condvar) wakes late, so every thread switch costs milliseconds. The harness's
+# shim, preloaded before libfaketime, bypasses both. Built with the host's gcc (same glibc 2.36
+# as bookworm's).
 mkdir -p "$ROOTFS/usr/local/lib/rafka"
-gcc -O2 -shared -fPIC -o "$ROOTFS/usr/local/lib/rafka/monotonic_sleep_fix.so" \
-    "$ROOT/deploy/faketime-fix/monotonic_sleep_fix.c" -ldl
+gcc -O2 -shared -fPIC -o "$ROOTFS$SHIM" "$SHIM_SRC" -ldl
+# smoke test with the image's preload (as in docker-compose.yml): time.sleep works, the wall
+# clock follows the timestamp file, and trio.to_thread round trips (a GIL hand-off each way)
+# do not stall. With the sleep-only shim the image used to have, 35-47 of 300 took over 20 ms
+# (up to 400 ms; median still 0.1 ms), against none with this shim (max ~5 ms, loaded box):
+# in the nodes pysyncobj's tick thread starved, the controller quorum re-elected every second
+# or two, brokers took ~25 s to unfence and no acks=all produce completed within a campaign.
+echo "+3600" > "$ROOTFS/tmp/smoke.faketime"
+in_root env LD_PRELOAD="$SHIM $FAKETIME_LIB" FAKETIME_TIMESTAMP_FILE=/tmp/smoke.faketime \
+    FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1 "$VENV/bin/python" - "$(date +%s)" <<'SMOKE' ||
+import statistics, sys, time
+import trio
+time.sleep(0.01)
+skew = time.time() - float(sys.argv[1])
+assert 3500 < skew < 3700, f"wall clock not skewed by the timestamp file: {skew:+.0f}s"
+async def main():
+    lat = []
+    for _ in range(300):
+        t = time.perf_counter()
+        await trio.to_thread.run_sync(lambda: None)
+        lat.append(time.perf_counter() - t)
+    return lat
+lat = trio.run(main)
+slow = sum(x > 0.020 for x in lat)
+print(f"build-image: preload smoke test: time.sleep ok, wall clock +{skew:.0f}s, trio.to_thread "
+      f"x{len(lat)}: median {statistics.median(lat) * 1e3:.2f} ms, max {max(lat) * 1e3:.1f} ms, "
+      f"{slow} over 20 ms", file=sys.stderr)
+assert slow <= 15, f"{slow} of {len(lat)} thread hand-offs took over 20 ms with the faketime preload"
+SMOKE
+    { say "the faketime preload is broken in the image (see above)"; exit 1; }
+rm -f "$ROOTFS/tmp/smoke.faketime"
 cat > "$ROOTFS/usr/local/bin/rafka-entry" <<'ENTRY'
 #!/bin/bash
 # Image entrypoint: run the node command; with RAFKA_LOG_FILE set, its output is also appended

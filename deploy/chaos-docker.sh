@@ -8,13 +8,13 @@
 #   5. always (trap): compose down -v, and stop the engine if step 2 started it — which also
 #      restores the host firewall (FORWARD policy, DOCKER* chains; see docker-engine.sh)
 # Usage: make -C deploy chaos-docker  |  bash deploy/chaos-docker.sh
-# Env: TIME_LIMIT (30), SEED (1), NEMESIS (kill,pause,partition,clock), KEEP_ENGINE=1 (leave a
+# Env: TIME_LIMIT (60: seed 1 then schedules clock, partition, pause and kill faults), SEED (1), NEMESIS (kill,pause,partition,clock), KEEP_ENGINE=1 (leave a
 #      started engine running), RESULTS (chaos-results/docker-<time>-seed<S>).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
-TIME_LIMIT=${TIME_LIMIT:-30}
+TIME_LIMIT=${TIME_LIMIT:-60}
 SEED=${SEED:-1}
 NEMESIS=${NEMESIS:-kill,pause,partition,clock}
 RUN_DIR=$ROOT/deploy/.run

@@ -22,10 +22,17 @@ container, its data volume and its network namespace stay), ``stop_node`` = ``do
 volumes).  Container lifecycle goes through the docker CLI on the fixed container names rather
 than ``compose start/stop``: same effect, a tenth of the latency of docker-compose v1.
 
-Clocks: every node container has libfaketime preloaded with ``FAKETIME_TIMESTAMP_FILE`` in the
+Clocks: with ``use_faketime`` (the default; the campaign turns it off when it injects no clock
+faults) every node container has the harness's shim (``chaos_tests/backends/faketime_fix.c``,
+built into the image) and libfaketime preloaded, with ``FAKETIME_TIMESTAMP_FILE`` in the
 bind-mounted ``clock/`` directory; ``skew_clock`` atomically replaces the file on the host and
 the node sees the new offset on its next ``time()`` call (``FAKETIME_NO_CACHE=1``; monotonic time
-untouched).
+untouched).  The shim matters: with libfaketime 0.9.10 alone CPython's GIL hand-off waits on a
+CLOCK_MONOTONIC condvar that libfaketime wakes late (a ``trio.to_thread`` round trip took 12-30
+ms instead of ~0.1 ms), pysyncobj's tick thread starved and the controller quorum re-elected
+every second or two, so nodes took ~25 s to unfence and no acks=all produce completed.  Without
+``use_faketime`` the override sets ``LD_PRELOAD=""`` (a faked ``time()`` costs ~10-20 µs) and
+``skew_clock`` raises.
 
 What runs: ``NodeSpec.argv`` as for the other backends, translated for the image: an ``argv[0]``
 named ``rafka`` / ``python*`` becomes the image's venv, ``{python}`` the image's interpreter,
@@ -298,8 +305,10 @@ class DockerBackend(Backend):
             # relative paths in configs (data_dir, secret file) resolve as on the host: the
             # run dir is mounted at its host path, and the node starts in the host's cwd
             svc: dict[str, Any] = {"command": self.node_argv(n), "working_dir": os.getcwd()}
-            if self.spec.node(n).env:
-                svc["environment"] = dict(self.spec.node(n).env)
+            env = {} if self.use_faketime else {"LD_PRELOAD": ""}  # merged over the file's
+            env.update(self.spec.node(n).env)
+            if env:
+                svc["environment"] = env
             services[f"n{n}"] = svc
         # JSON is YAML: an override with the per-run commands
         self._override_path().write_text(json.dumps({"version": "3.8", "services": services},
@@ -419,6 +428,8 @@ class DockerBackend(Backend):
     # ---------------------------------------------------------------- clocks
     async def skew_clock(self, node: int, seconds: float) -> None:
         """Shift the node's wall clock by ``seconds`` (0 heals), live: libfaketime in the image."""
+        if not self.use_faketime:
+            raise BackendError("clock skew needs use_faketime (libfaketime is not preloaded)")
         clock = self._clock_file(node)
         tmp = clock.with_suffix(".tmp")
         tmp.write_text(f"{seconds:+.3f}\n")

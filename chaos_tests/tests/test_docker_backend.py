@@ -4,13 +4,14 @@ The container tests are ``slow`` + ``root``: the first run debootstraps and buil
 (minutes). They use the engine at ``$DOCKER_HOST`` if it answers, else start the private engine
 (``deploy/docker-engine.sh``; stopped again at the end) and build the image
 (``deploy/build-image.sh``, a no-op when up to date). Skipped with the reason when that is not
-possible. The nodes are echo nodes (``chaos_tests/echo_node.py``, installed in the image);
-``RAFKA_DOCKER_TEST_RAFKA=1`` additionally runs a real 3-node rafka quorum (needs ``rafka server``).
+possible. The nodes are echo nodes (``chaos_tests/echo_node.py``, installed in the image), then
+a real 3-node rafka quorum that must hold one Raft leader and acknowledge acks=all writes.
 The config/argv tests at the bottom need no docker and run in the default suite.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -36,6 +37,19 @@ from chaos_tests.tests.conftest import REPO, echo_argv
 PORT = 7000
 ENGINE = REPO / "deploy" / "docker-engine.sh"
 BUILD = REPO / "deploy" / "build-image.sh"
+
+HANDOFF_PROBE = """
+import os, time, trio
+async def main():
+    slow = 0
+    for _ in range(300):
+        t = time.perf_counter()
+        await trio.to_thread.run_sync(lambda: None)
+        slow += time.perf_counter() - t > 0.020
+    return slow
+print(os.environ.get("LD_PRELOAD"), trio.run(main))
+"""
+
 
 @pytest.fixture(scope="module")
 def docker_engine():
@@ -178,6 +192,13 @@ async def test_three_containers_faults_and_cleanup(docker_engine, tmp_path):
         assert "echo node 1 listening" in b.log_path(1).read_text()
         r = await b.run(2, ["cat", "/proc/1/cmdline"])
         assert b"docker-init" in r.stdout
+
+        # the faketime preload does not stall thread hand-offs (the GIL's monotonic condvar):
+        # with libfaketime's pthread_cond_timedwait ~1 in 8 took 20-400 ms and rafka nodes
+        # re-elected their controller every second or two
+        r = await b.run(2, [CONTAINER_PYTHON, "-c", HANDOFF_PROBE], timeout_s=60)
+        assert r.returncode == 0, r.stderr
+        assert b"libfaketime.so.1" in r.stdout and int(r.stdout.split()[-1]) <= 15, r.stdout
     assert _leftovers(docker_engine) == ""
     print(f"docker echo cluster: setup {setup_s:.1f}s, total {time.monotonic() - t0:.1f}s")
 
@@ -197,17 +218,45 @@ async def test_teardown_runs_when_the_body_fails(docker_engine, tmp_path):
 @pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(os.environ.get("RAFKA_DOCKER_TEST_RAFKA") != "1",
-                    reason="real rafka nodes: set RAFKA_DOCKER_TEST_RAFKA=1 (needs `rafka server`)")
 async def test_real_rafka_quorum_in_containers(docker_engine, tmp_path):
     spec = write_rafka_configs(tmp_path / "run")
+    rafka = str(REPO / ".venv" / "bin" / "rafka")
     async with DockerBackend(spec) as b:
         for n in (1, 2, 3):
             await b.start_node(n, wait_ready_s=60)
         boot = ",".join("{}:{}".format(*b.node_address(n)) for n in (1, 2, 3))
-        r = await b.run(0, [str(REPO / ".venv" / "bin" / "rafka"), "quorum", "describe",
-                            "--bootstrap", boot, "--json"], timeout_s=60)
+
+        async def quorum() -> dict:
+            r = await b.run(0, [rafka, "quorum", "describe", "--bootstrap", boot, "--json"],
+                            timeout_s=60)
+            assert r.returncode == 0, r.stderr
+            return json.loads(r.stdout)
+
+        with trio.fail_after(60):
+            while (q := await quorum()).get("leader_id", -1) < 0:
+                await trio.sleep(0.5)
+        # a stable controller: the epoch does not move while nothing fails (it churned every
+        # second or two when libfaketime starved pysyncobj's tick thread)
+        await trio.sleep(5)
+        q2 = await quorum()
+        assert (q2["leader_id"], q2["epoch"]) == (q["leader_id"], q["epoch"]), (q, q2)
+        r = await b.run(0, [rafka, "topic", "create", "t", "-p", "3", "-r", "3",
+                            "--bootstrap", boot], timeout_s=60)
         assert r.returncode == 0, r.stderr
+        # metadata hands the host addresses it can dial: produce through node 1 only
+        t0 = time.monotonic()
+        with trio.fail_after(60):
+            r = await trio.run_process(
+                [rafka, "produce", "t", "--acks", "all", "--bootstrap", boot.split(",")[0]],
+                stdin=b"".join(b"%d\n" % i for i in range(500)), capture_stdout=True,
+                capture_stderr=True, check=False)
+        assert r.returncode == 0 and b"produced 500 records" in r.stdout + r.stderr, r.stderr
+        produce_s = time.monotonic() - t0
+        r = await b.run(0, [rafka, "consume", "t", "--from-beginning", "--max-messages", "500",
+                            "--timeout-ms", "10000", "--bootstrap", boot.split(",")[2]],
+                        timeout_s=60)
+        assert sorted(map(int, r.stdout.split())) == list(range(500)), r.stderr
+    print(f"rafka in containers: 500 acks=all records in {produce_s:.1f}s")
 
 
 # ------------------------------------------------------------------ no docker needed
@@ -243,3 +292,23 @@ def test_compose_file_matches_the_backend():
         assert f"ipv4_address: 10.78.0.1{n}\n" in text
         assert f"FAKETIME_TIMESTAMP_FILE: /var/lib/rafka-clock/node-{n}.faketime" in text
     assert "internal: true" in text and "NET_ADMIN" in text and "gateway: 10.78.0.1\n" in text
+    # the harness's libfaketime shim (both monotonic-wait fixes), built into the image
+    assert "LD_PRELOAD: /usr/local/lib/rafka/faketime_fix.so /usr/lib/" in text
+    build = (REPO / "deploy" / "build-image.sh").read_text()
+    assert "chaos_tests/backends/faketime_fix.c" in build
+
+
+def test_no_preload_without_clock_faults(tmp_path):
+    import asyncio
+
+    from chaos_tests.backends.base import BackendError
+
+    b = DockerBackend(_echo_spec(tmp_path), docker_host="unix:///nonexistent.sock")
+    b._write_run_dir()
+    assert "environment" not in json.loads(b._override_path().read_text())["services"]["n1"]
+    b.use_faketime = False
+    b._write_run_dir()
+    svc = json.loads(b._override_path().read_text())["services"]["n2"]
+    assert svc["environment"] == {"LD_PRELOAD": ""}
+    with pytest.raises(BackendError, match="use_faketime"):
+        asyncio.run(b.skew_clock(2, 5.0))
