@@ -84,3 +84,43 @@ def nemeses_cmd() -> None:
     for k in FAULT_KINDS:
         root = " (root)" if k.needs_root else ""
         click.echo(f"{k.name:30s} {k.family:8s} {k.description}{root}")
+
+
+@chaos.command("recheck")
+@click.argument("results_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--indefinite", "indefinite", multiple=True, metavar="CODE",
+              help="Count send ops that failed with this error as info (unknown outcome), "
+                   "e.g. for histories recorded before a classification fix. Repeatable.")
+def recheck_cmd(results_dir: Path, indefinite: tuple[str, ...]) -> None:
+    """Re-run every checker on a results folder (history.jsonl + nodes/*events.jsonl) with
+    this build's checkers; prints the anomalies per checker. Exit 0 valid, 1 anomalies."""
+    import json
+
+    from .checkers import check_all
+    from .node_events import read_node_events
+
+    ops = [json.loads(line) for line in open(results_dir / "history.jsonl", encoding="utf-8")
+           if line.strip()]
+    changed = 0
+    for op in ops:
+        if (op.get("f") == "send" and op.get("type") == "fail"
+                and (op.get("value") or {}).get("error") in indefinite):
+            op["type"] = "info"
+            changed += 1
+    results_path = results_dir / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    start = results.get("notes", {}).get("history_start_mono_ns")
+    events = read_node_events(sorted(results_dir.glob("nodes/node-*-events.jsonl")))
+    summary = check_all(ops, events, start_mono_ns=start)
+    meta = results.get("checkers", {}).get("metadata")
+    bad = {k: r.stats.get("anomalies") for k, r in summary.checkers.items() if not r.valid}
+    if meta is not None and not meta.get("valid", True):
+        bad["metadata (from results.json)"] = len(meta.get("anomalies", []))
+    if indefinite:
+        click.echo(f"{changed} failed sends counted as info ({', '.join(indefinite)})")
+    if start is None:
+        click.echo("no history_start_mono_ns in results.json: acked-truncated (b) not checked")
+    for a in summary.anomalies[:20]:
+        click.echo(f"* {a.type}: {json.dumps(a.details)} ops {a.ops[:6]}")
+    click.echo("VALID" if not bad else "INVALID: " + ", ".join(f"{k} {v}" for k, v in bad.items()))
+    sys.exit(0 if not bad else 1)
