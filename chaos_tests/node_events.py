@@ -252,7 +252,7 @@ def _truncated_acks(out: _Collector, facts: Facts, truncations: list[tuple[int, 
         view = views.get((tp, node))
         if node is None or op_inv is None or not view:
             return False
-        k = bisect_left(view, (op_inv.time + 1,))
+        k = bisect_left(view, op_inv.time + 1, key=lambda r: r[0])
         return k > 0 and view[k - 1][1] == node and view[k - 1][2] >= epoch
 
     for i, ev in truncations:

@@ -1,4 +1,5 @@
-/* Preloaded *before* libfaketime.so.1 into skewed nodes (chaos_tests/backends/preload.py):
+/* Preloaded *before* libfaketime.so.1 into skewed nodes (chaos_tests/backends/preload.py;
+ * the docker image builds the same file, deploy/build-image.sh):
  *   LD_PRELOAD="faketime_fix.so libfaketime.so.1" DONT_FAKE_MONOTONIC=1
  *
  * Debian bookworm's libfaketime 0.9.10 with DONT_FAKE_MONOTONIC=1 breaks two monotonic-clock
@@ -6,8 +7,7 @@
  * so this shim sends them straight to the kernel / glibc and everything else on to libfaketime:
  *
  * 1. clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ...) fails with EINVAL.  That is
- *    time.sleep(): any thread that sleeps dies (pysyncobj's tick thread did).  Same fix as
- *    deploy/faketime-fix/monotonic_sleep_fix.c in the docker image.
+ *    time.sleep(): any thread that sleeps dies (pysyncobj's tick thread did).
  * 2. pthread_cond_timedwait on a condvar whose clock is CLOCK_MONOTONIC wakes late: CPython's
  *    GIL hand-off uses one, and every trio.to_thread.run_sync took ~30 ms instead of ~0.3 ms
  *    (acks=all produce waits for an fsync in a worker thread: ~1 ack/s instead of ~60/s).

@@ -22,8 +22,8 @@ CLOCK_MONOTONIC, which CPython's GIL hand-off does: every ``trio.to_thread.run_s
 ~30 ms instead of ~0.3 ms, so acks=all produce (an fsync in a worker thread) fell from ~60 to
 ~1 ack/s per producer.  The shim ``faketime_fix.c`` is preloaded *before* libfaketime and sends
 both monotonic waits straight to the kernel / glibc (with ``DONT_FAKE_MONOTONIC=1`` they are
-not meant to be faked anyway); every other call goes on to libfaketime.  (The docker image's
-``deploy/faketime-fix/monotonic_sleep_fix.c`` has fix 1 only.)
+not meant to be faked anyway); every other call goes on to libfaketime.  (The docker image
+builds and preloads the same file: ``deploy/build-image.sh``.)
 
 What a skewed node sees (libfaketime intercepts libc, so this is process-wide, C and Python):
 
