@@ -10,7 +10,12 @@ Figures (medians of ``runs``), each measured in the same run as its reference:
 * ``produce_latency_p50/p99``: send → acknowledged, at a fixed moderate rate (5,000 rec/s).
 * ``large_batch``: MB/s of pipelined PRODUCE requests, each one pre-built ~1 MiB batch, straight
   over the protocol (the broker's socket → segment path). Compared with the machine's raw limit:
-  a plain Python socket → file copy.
+  a plain Python socket → file copy, measured *interleaved* with it (raw, rafka, raw, rafka, …,
+  ``LARGE_PAIRS`` pairs per repetition) so that a load change on the shared machine moves both
+  sides of a pair alike. ``large_batch_ratio`` is the median of the per-pair ratios (rafka / the
+  raw copy measured just before it); ``large_batch``'s own ``ratio`` is the ratio of the medians.
+* NATS JetStream is measured in each repetition right after rafka's producer and consumer, and
+  ``producer_vs_nats`` / ``consumer_vs_nats`` are the medians of those per-repetition ratios.
 
 ``producer_client_cpu`` / ``consumer_client_cpu``: CPU time of the client process (all its
 threads: the caller's and the client's trio thread) per record, from ``time.process_time``.
@@ -42,6 +47,8 @@ N_RECORDS = 300_000
 VALUE = b"v" * 200
 KEYS = [f"key-{i:012d}".encode() for i in range(1024)]  # 16 bytes each
 FLUSH = "batch"
+LARGE_PAIRS = 2  # raw / rafka pairs per repetition
+LARGE_MB = 256  # per measurement
 
 
 def _producer_rate(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
@@ -92,7 +99,7 @@ def _latencies_ms(bootstrap: str, topic: str, rate: int = 5000, seconds: float =
     return lat
 
 
-async def _large_batch_mb_s(bootstrap: str, topic: str, total_mb: int = 512, in_flight: int = 8) -> float:
+async def _large_batch_mb_s(bootstrap: str, topic: str, total_mb: int = LARGE_MB, in_flight: int = 8) -> float:
     records = [(KEYS[i & 1023], VALUE, [], int(time.time() * 1000)) for i in range(4600)]
     batch = build_batch(records)  # ~1 MiB
     host, port = parse_address(bootstrap.split(",")[0])
@@ -124,8 +131,9 @@ def _fig(values: list[float], unit: str, **extra: Any) -> dict[str, Any]:
 
 
 def run(runs: int = 3) -> dict[str, Any]:
-    prod, cons, p50, p99, large, raw = [], [], [], [], [], []
+    prod, cons, p50, p99, large, raw, pair_ratios = [], [], [], [], [], [], []
     prod_cpu, cons_cpu = [], []
+    nats_pub, nats_cons, prod_vs_nats, cons_vs_nats = [], [], [], []
     with cluster(nodes=1) as bootstrap:
         with Admin(bootstrap_servers=bootstrap) as admin:
             admin.create_topic("big", partitions=1, replication_factor=1)
@@ -139,12 +147,19 @@ def run(runs: int = 3) -> dict[str, Any]:
             rate, cpu = _consumer_rate(bootstrap, f"perf{r}", 3, N_RECORDS)
             cons.append(rate)
             cons_cpu.append(cpu)
+            nats = nats_rates(100_000)  # right after rafka's: the same load moment
+            if nats is not None:
+                nats_pub.append(nats[0])
+                nats_cons.append(nats[1])
+                prod_vs_nats.append(prod[-1] / nats[0])
+                cons_vs_nats.append(cons[-1] / nats[1])
             lat = sorted(_latencies_ms(bootstrap, "lat"))
             p50.append(lat[len(lat) // 2])
             p99.append(lat[int(len(lat) * 0.99)])
-            large.append(trio.run(_large_batch_mb_s, bootstrap, "big"))
-            raw.append(raw_socket_to_file_mb_s(512))
-    nats = [r for r in (nats_rates(100_000) for _ in range(runs)) if r is not None]
+            for _ in range(LARGE_PAIRS):  # interleaved: raw, rafka, raw, rafka, ...
+                raw.append(raw_socket_to_file_mb_s(LARGE_MB))
+                large.append(trio.run(_large_batch_mb_s, bootstrap, "big", LARGE_MB))
+                pair_ratios.append(large[-1] / raw[-1])
     rec_mb = (len(VALUE) + 16) / 1e6
     out = {
         "producer_send": _fig(prod, "rec/s", flush_policy=FLUSH),
@@ -154,12 +169,16 @@ def run(runs: int = 3) -> dict[str, Any]:
         "consumer_client_cpu": _fig(cons_cpu, "us/rec"),
         "produce_latency_p50": _fig(p50, "ms", flush_policy=FLUSH, rate="5000 rec/s"),
         "produce_latency_p99": _fig(p99, "ms", flush_policy=FLUSH, rate="5000 rec/s"),
-        "raw_socket_to_file": _fig(raw, "MB/s"),
+        "raw_socket_to_file": _fig(raw, "MB/s", interleaved_with="large_batch"),
         "large_batch": _fig(large, "MB/s", flush_policy=FLUSH, ratio_of="raw_socket_to_file"),
+        "large_batch_ratio": _fig(pair_ratios, "x", flush_policy=FLUSH,
+                                  what="median of per-pair ratios large_batch / raw_socket_to_file"),
     }
-    if nats:
-        out["nats_publish"] = _fig([p for p, _ in nats], "msg/s", flush_policy="JetStream default (2 min)")
-        out["nats_consume"] = _fig([c for _, c in nats], "msg/s")
+    if nats_pub:
+        out["nats_publish"] = _fig(nats_pub, "msg/s", flush_policy="JetStream default (2 min)")
+        out["nats_consume"] = _fig(nats_cons, "msg/s")
         out["producer_send"]["ratio_of"] = "nats_publish"
         out["consumer"]["ratio_of"] = "nats_consume"
+        out["producer_vs_nats"] = _fig(prod_vs_nats, "x", what="median of per-repetition ratios")
+        out["consumer_vs_nats"] = _fig(cons_vs_nats, "x", what="median of per-repetition ratios")
     return out
