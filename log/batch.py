@@ -156,17 +156,26 @@ def stamp(buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch:
     _INT32.pack_into(buf, pos + 12, leader_epoch)
 
 
-def stamp_log_append_time(buf: bytearray | memoryview, pos: int, now_ms: int) -> None:
+def stamp_log_append_time(buf: bytearray | memoryview, pos: int, now_ms: int,
+                          rest: bytes | bytearray | memoryview | None = None) -> None:
     """Set the LogAppendTime attribute bit and ``max_timestamp = now_ms``, then re-CRC.
 
     Both fields are inside the CRC range, so this costs one crc32c pass over the batch.
+    ``rest``: the batch's bytes after its header when ``buf`` holds only a copy of the header
+    (``pos`` must then be 0 and ``buf`` ``HEADER_SIZE`` long): the CRC is continued over it.
     """
     (attrs,) = struct.unpack_from(">h", buf, pos + 21)
     struct.pack_into(">h", buf, pos + 21, attrs | _TIMESTAMP_TYPE_BIT)
     _INT64.pack_into(buf, pos + 35, now_ms)
     (length,) = _INT32.unpack_from(buf, pos + 8)
     with memoryview(buf) as mv:
-        _UINT32.pack_into(buf, pos + 17, crc32c(mv[pos + _CRC_START:pos + 12 + length]))
+        if rest is None:
+            crc = crc32c(mv[pos + _CRC_START:pos + 12 + length])
+        else:
+            if pos != 0 or len(mv) != HEADER_SIZE or len(rest) != 12 + length - HEADER_SIZE:
+                raise ValueError("stamp_log_append_time: header copy and rest do not match")
+            crc = crc32c(rest, crc32c(mv[_CRC_START:HEADER_SIZE]))
+        _UINT32.pack_into(buf, pos + 17, crc)
 
 
 _local = threading.local()

@@ -6,13 +6,16 @@ A directory of segments (``log/segment.py``) sorted by base offset; the last one
 and takes appends, the others are immutable (except for truncation and compaction swaps).
 ``bisect`` over the base offsets finds the segment for an offset.
 
-Write path (leader, ``append``): the payload is copied once into a ``bytearray``; each batch
-header is parsed and its CRC checked (records are never decoded, except the key check on
-compacted topics), the producer state is checked, then ``base_offset`` and the leader epoch are
-stamped in place (outside the CRC).  LogAppendTime topics also get ``max_timestamp`` stamped,
-which lies inside the CRC range, so that CRC is recomputed (cheap, ~29 GB/s).  The whole
-payload is written with one ``os.write`` to the active segment (rolled first if it is full or
-old).  Followers (``append_as_follower``) keep the leader's offsets and epochs.
+Write path (leader, ``append``): the payload is never copied nor modified.  Each batch header
+is parsed and its CRC checked on the caller's bytes (records are never decoded, except the key
+check on compacted topics), the producer state is checked, then a 61-byte copy of the header
+gets ``base_offset`` and the leader epoch stamped (outside the CRC).  LogAppendTime topics also
+get ``max_timestamp`` and the timestamp-type bit stamped in that copy, which lie inside the CRC
+range, so the CRC is recomputed as crc32c(rest, crc32c(header tail)) — one pass, no copy.  The
+payload is written as header copy + rest of each batch with one ``os.writev`` per segment-sized
+run (``Segment.writev``) to the active segment (rolled first if it is full or old).  The caller
+may reuse its buffer as soon as ``append`` returns.  Followers (``append_as_follower``) keep
+the leader's offsets and epochs and write the fetched bytes as they are (one ``os.write``).
 
 Read path (``read``): the batch containing ``fetch_offset`` is found through the sparse index;
 whole batches are returned as a ``FetchSlice`` (an owned, dup'ed fd + position + length, ready
@@ -212,7 +215,7 @@ class PartitionLog:
     def append(self, batch: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
         """Append a produce payload (one or more batches) as the leader."""
         self._check_usable()
-        buf = bytearray(batch)
+        buf = batch if isinstance(batch, memoryview) else memoryview(batch)
         n = len(buf)
         if n == 0:
             raise InvalidRecordError("empty produce payload")
@@ -221,6 +224,7 @@ class PartitionLog:
         log_append_time = cfg.log_append_time
         offset = self.log_end_offset
         metas: list[tuple[int, int, int, int, int]] = []
+        heads: list[bytearray] = []
         overlay = None
         state = self.producer_state
         max_ts = -1
@@ -249,16 +253,18 @@ class PartitionLog:
                 if dup is not None:
                     return AppendInfo(dup.base_offset, dup.last_offset, dup.timestamp, -1, True)
                 state.update(h, offset, overlay, timestamp=ts)
-            stamp(buf, pos, offset, leader_epoch)
+            head = bytearray(buf[pos:pos + HEADER_SIZE])
+            stamp(head, 0, offset, leader_epoch)
             if log_append_time:
-                stamp_log_append_time(buf, pos, now)
+                stamp_log_append_time(head, 0, now, buf[pos + HEADER_SIZE:pos + size])
+            heads.append(head)
             nxt = offset + h.last_offset_delta + 1
             metas.append((pos, offset, nxt, size, ts))
             max_ts = max(max_ts, ts)
             offset = nxt
             pos += size
         base = metas[0][1]
-        self._write(buf, metas, now)
+        self._write(buf, metas, now, heads)
         if overlay:
             state.commit(overlay)
         latest = self.epochs.latest_epoch
@@ -314,8 +320,12 @@ class PartitionLog:
                           max(h.max_timestamp for h in headers), -1)
 
     def _write(self, buf: bytes | bytearray | memoryview,
-               metas: list[tuple[int, int, int, int, int]], now: int) -> None:
-        """Write stamped batches, rolling segments as needed (several chunks if big)."""
+               metas: list[tuple[int, int, int, int, int]], now: int,
+               heads: list[bytearray] | None = None) -> None:
+        """Write batches, rolling segments as needed (several chunks if big).
+
+        ``heads``: stamped copies of each batch's header, written in place of the first
+        ``HEADER_SIZE`` bytes of that batch in ``buf`` (leader appends); None: ``buf`` as is."""
         seg_bytes = self.config.segment_bytes
         i = 0
         while i < len(metas):
@@ -330,7 +340,15 @@ class PartitionLog:
             seg = self._maybe_roll(end - start, metas[i][1], metas[j - 1][2] - 1, now,
                                    snapshot=i == 0)
             try:
-                pos = seg.write(memoryview(buf)[start:end])
+                if heads is None:
+                    pos = seg.write(memoryview(buf)[start:end])
+                else:
+                    parts: list[bytearray | memoryview] = []
+                    for k in range(i, j):
+                        p, size = metas[k][0], metas[k][3]
+                        parts.append(heads[k])
+                        parts.append(buf[p + HEADER_SIZE:p + size])
+                    pos = seg.writev(parts, end - start)
             except StorageError as exc:
                 if "torn write" in str(exc):
                     self._offline = exc

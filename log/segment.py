@@ -1,10 +1,11 @@
 """One log segment: ``<base_offset:020d>.log`` plus its two indexes.
 
 Theory of operation: a segment is an append-only file of whole record batches opened once
-``O_RDWR | O_APPEND``; appends are one ``os.write`` per produce payload (``write``, then
-``record_appended`` publishes size, end offset and index entries) (a short write or an
-error — ENOSPC — truncates the file back to its previous size, so a failed append leaves no
-trace).  Reads use ``os.pread`` on the same descriptor; fetches hand out ``os.dup`` copies so a
+``O_RDWR | O_APPEND``; appends are one ``os.write`` per payload (``write``; follower appends)
+or one ``os.writev`` of stamped header copies and the caller's batch bodies (``writev``; leader
+appends, no copy of the payload), then ``record_appended`` publishes size, end offset and index
+entries (a short write is continued; an error — ENOSPC — truncates the file back to its
+previous size, so a failed append leaves no trace).  Reads use ``os.pread`` on the same descriptor; fetches hand out ``os.dup`` copies so a
 reader survives the segment being deleted or replaced.
 
 Sizes and offsets kept in memory: ``size`` (bytes of whole batches), ``next_offset`` (last
@@ -40,6 +41,10 @@ __all__ = ["Segment", "ScanResult", "segment_file_name", "LOG_SUFFIX"]
 
 LOG_SUFFIX = ".log"
 _SCAN_CHUNK = 4 * 1024 * 1024
+try:
+    _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX"))
+except (ValueError, OSError):  # pragma: no cover
+    _IOV_MAX = 16
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 logger = logging.getLogger("rafka.log")
 
@@ -160,6 +165,31 @@ class Segment:
             raise StorageError(f"append to {self.path.name} failed", exc) from exc
         finally:
             view.release()
+        return start
+
+    def writev(self, parts: list[bytearray | memoryview], length: int) -> int:
+        """Append the concatenation of ``parts`` (``length`` bytes in all) with ``os.writev``;
+        returns its position.  All or nothing, as ``write``."""
+        start = self.size
+        fd = self.fd
+        try:
+            i = 0
+            while i < len(parts):
+                batch = parts[i:i + _IOV_MAX]
+                done = os.writev(fd, batch)
+                # a short write: skip what went out, go on with the rest of the part it cut
+                for part in batch:
+                    n = len(part)
+                    if done >= n:
+                        done -= n
+                        i += 1
+                        continue
+                    if done:
+                        parts[i] = memoryview(part)[done:]
+                    break
+        except OSError as exc:
+            self._undo_partial_write(start)
+            raise StorageError(f"append to {self.path.name} failed", exc) from exc
         return start
 
     def record_appended(self, start: int, length: int,

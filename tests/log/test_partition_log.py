@@ -85,6 +85,70 @@ def test_log_append_time(open_log, clock):
     assert [r.timestamp for r in decode_records(data)] == [T0 + 10_000] * 3
 
 
+def test_append_leaves_the_callers_buffer_alone(open_log):
+    """The leader append stamps copies of the headers: the payload is neither copied nor
+    modified, and the caller may reuse its buffer once append returns (the broker's receive
+    buffer is reused for the next request)."""
+    log = open_log()
+    log.append(make_batch(1), 0)
+    payload = bytearray(make_batch(2) + make_batch(3))
+    original = bytes(payload)
+    info = log.append(memoryview(payload), leader_epoch=7)
+    assert bytes(payload) == original and (info.base_offset, info.last_offset) == (1, 5)
+    payload[:] = b"\0" * len(payload)  # reused by the caller
+    data = log.read_bytes(1, 1 << 20)
+    hs = [h for _p, h in iter_batches(data)]
+    assert [(h.base_offset, h.partition_leader_epoch) for h in hs] == [(1, 7), (3, 7)]
+    assert offsets_in(data) == [1, 2, 3, 4, 5] and all(crc_ok(data, p) for p, _h in iter_batches(data))
+    assert [r.value for r in decode_records(data)] == [b"v" * 20] * 2
+
+
+def test_log_append_time_several_batches_caller_bytes_untouched(open_log, clock):
+    log = open_log({"message.timestamp.type": "LogAppendTime"})
+    clock.t = T0 + 20_000
+    payload = make_batch(2, ts=5) + make_batch(4, ts=6)
+    info = log.append(payload, 0)
+    assert payload == make_batch(2, ts=5) + make_batch(4, ts=6)
+    assert info.log_append_time == T0 + 20_000
+    data = log.read_bytes(0, 1 << 20)
+    batches = list(iter_batches(data))
+    assert len(batches) == 2
+    for p, h in batches:
+        assert crc_ok(data, p) and h.timestamp_type == 1 and h.max_timestamp == T0 + 20_000
+    log.close()
+    reopened = open_log({"message.timestamp.type": "LogAppendTime"})  # recovery checks CRCs
+    assert reopened.log_end_offset == 6
+
+
+def test_segment_writev_continues_short_writes_and_many_parts(open_log, monkeypatch):
+    import log.segment as segment_mod
+
+    log = open_log()
+    real = os.writev
+    calls = []
+
+    def short_writev(fd, bufs):  # writes at most 7 bytes per call
+        calls.append(len(bufs))
+        taken, out = 0, []
+        for b in bufs:
+            b = bytes(b)[:7 - taken]
+            out.append(b)
+            taken += len(b)
+            if taken >= 7:
+                break
+        return real(fd, out)
+
+    monkeypatch.setattr(segment_mod.os, "writev", short_writev)
+    log.append(make_batch(2) + make_batch(3), 0)
+    monkeypatch.setattr(segment_mod.os, "writev", real)
+    many = b"".join(make_batch(1) for _ in range(1500))  # 3,000 iovecs > IOV_MAX
+    log.append(many, 0)
+    data = log.read_bytes(0, 1 << 22)
+    assert len(calls) > 10
+    assert offsets_in(data) == list(range(1505))
+    assert all(crc_ok(data, p) for p, _h in iter_batches(data))
+
+
 def test_compacted_topic_rejects_keyless_records(open_log):
     log = open_log({"cleanup.policy": "compact"})
     log.append(keyed_batch([(b"a", b"1")]), 0)
