@@ -13,7 +13,8 @@ Kafka semantics followed here:
 
 * broker epoch = offset of its ``RegisterBroker`` record; a broker is registered fenced and
   unfenced once a heartbeat reports a metadata offset ≥ its registration offset; fenced again
-  after ``broker.session.timeout.ms`` without a heartbeat;
+  after ``broker.session.timeout.ms`` without a heartbeat (time in which the controller itself
+  was paused or starved does not count: ``expired_brokers``);
 * fencing (or controlled shutdown) moves leadership away: new leader = first replica that is
   in the ISR and live; the fenced broker leaves the ISR unless it is the last member (then the
   partition is leaderless, ``leader=-1``, ISR keeps it); an out-of-sync replica is chosen only
@@ -94,6 +95,7 @@ class ControllerState:
     last_contact_ms: dict[int, int] = field(default_factory=dict)  # broker id -> ms
     metadata_offsets: dict[int, int] = field(default_factory=dict)  # broker id -> offset
     shutting_down: set[int] = field(default_factory=set)
+    last_check_ms: int | None = None  # the previous ``expired_brokers`` check
 
     def touch_all(self, image: MetadataImage, now_ms: int) -> None:
         """On activation: every registered broker gets a fresh session (grace period)."""
@@ -197,6 +199,19 @@ def fence_broker(image: MetadataImage, broker_id: int, state: ControllerState | 
 def expired_brokers(
     image: MetadataImage, state: ControllerState, now_ms: int, session_timeout_ms: int
 ) -> list[int]:
+    """Unfenced brokers whose session expired. A session runs only while this controller
+    watches: a gap between two checks beyond a quarter session (the controller's process was
+    paused or starved, or its decisions waited for the quorum) is added to every broker's last
+    contact, because the heartbeats that arrived meanwhile are not processed yet. Without it a
+    controller resuming from a pause fenced every broker at once, itself included, one after
+    the other — each fence shrinking the ISR — until a partition was left leaderless with the
+    ISR {a dead broker} although the other replicas were alive and in sync."""
+    last_check, state.last_check_ms = state.last_check_ms, now_ms
+    if last_check is not None:
+        unwatched = now_ms - last_check - session_timeout_ms // 4
+        if unwatched > 0:
+            for bid, t in state.last_contact_ms.items():
+                state.last_contact_ms[bid] = min(now_ms, t + unwatched)
     out = []
     for bid, reg in image.cluster.brokers.items():
         if reg.fenced:

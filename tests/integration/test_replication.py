@@ -12,10 +12,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
+from broker.cluster import load_cluster, start_missing, wait_ready
 from broker.errors import ErrorCode
 from broker.protocol import ApiKey
 from client.aio.producer import AsyncProducer
@@ -31,6 +37,82 @@ FAST = {"replica.lag.time.max.ms": LAG_MS, "replica.fetch.wait.max.ms": 200,
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
 
 
+# --------------------------------------------------------------------------- failure dumps
+
+_CLUSTERS: list[Any] = []  # this test's clusters, for the dump a timed-out wait writes
+
+
+@pytest.fixture
+def cluster_factory(cluster_factory: Any) -> Iterator[Any]:
+    """The shared factory, remembering each cluster so that a timed-out ``eventually`` can dump
+    what the nodes saw at that moment (see ``dump_clusters``)."""
+    def make(*args: Any, **kwargs: Any) -> Any:
+        c = cluster_factory(*args, **kwargs)
+        _CLUSTERS.append(c)
+        return c
+
+    _CLUSTERS.clear()
+    try:
+        yield make
+    finally:
+        _CLUSTERS.clear()
+
+
+def _tail(path: Path, lines: int, skip: tuple[str, ...] = ()) -> list[str]:
+    try:
+        out = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return [f"({exc})"]
+    if skip:
+        out = [ln for ln in out if not any(s in ln for s in skip)]
+    return out[-lines:]
+
+
+def _cli(c: Any, *args: str) -> str:
+    try:
+        r = subprocess.run([sys.executable, "-m", "client.cli", *args, "--bootstrap", c.bootstrap,
+                            "--json"], capture_output=True, text=True, timeout=20,
+                           cwd=str(Path(__file__).resolve().parents[2]))
+        return (r.stdout + r.stderr).strip()
+    except Exception as exc:  # noqa: BLE001 - a dump must not fail
+        return f"({exc!r})"
+
+
+def dump_clusters(why: str) -> str:
+    """Write what every node of every cluster of this test saw (log tails, node events other
+    than HW moves, topic and quorum descriptions, pids) to ``DATA_DIR/failure-dump.txt`` and
+    return it: the evidence for a wait that timed out on a loaded machine."""
+    parts: list[str] = []
+    for c in _CLUSTERS:
+        text = [f"=== {why}: cluster {c.data_dir}"]
+        try:
+            text.append(f"pids: {c.pids()}")
+        except Exception as exc:  # noqa: BLE001
+            text.append(f"pids: ({exc!r})")
+        try:
+            text.append(f"load: {os.getloadavg()}")
+        except OSError:
+            pass
+        for topic in sorted({d.name.rsplit("-", 1)[0] for d in c.data_dir.glob("node-*/*-[0-9]*")
+                             if d.is_dir() and not d.name.startswith("@")}):
+            text.append(f"--- rafka topic describe {topic} --json\n"
+                        + _cli(c, "topic", "describe", topic))
+        text.append("--- rafka quorum describe --json\n" + _cli(c, "quorum", "describe"))
+        for n in range(1, c.nodes + 1):
+            d = c.data_dir / f"node-{n}"
+            text.append(f"--- node {n} node.log (tail)")
+            text += _tail(d / "node.log", 80)
+            text.append(f"--- node {n} events.jsonl (tail, without hw)")
+            text += _tail(d / "events.jsonl", 40, skip=('"event": "hw"', '"event":"hw"'))
+        dump = "\n".join(text)
+        try:
+            (c.data_dir / "failure-dump.txt").write_text(dump + "\n")
+        except OSError:
+            pass
+        parts.append(dump)
+    return "\n".join(parts)
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -44,16 +126,20 @@ async def call(addr: tuple[str, int], api: int, body: dict[str, Any]) -> dict[st
 
 
 async def eventually(fn: Any, what: str = "condition") -> Any:
+    last: Any = None
     with trio.move_on_after(HANG_GUARD_S):
         while True:
             try:
                 out = await fn()
                 if out:
                     return out
-            except Exception:  # noqa: BLE001 - not yet (node down, no leader...)
-                pass
+                last = out
+            except Exception as exc:  # noqa: BLE001 - not yet (node down, no leader...)
+                last = exc
             await trio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    dump = await trio.to_thread.run_sync(dump_clusters, f"timed out waiting for {what}")
+    print(dump)  # shown by pytest with the failure; also in DATA_DIR/failure-dump.txt
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 async def create_topic(c: Any, name: str) -> None:
@@ -152,6 +238,23 @@ async def up(c: Any) -> None:
     await trio.to_thread.run_sync(c.up)
 
 
+def _restart_stopped(c: Any) -> None:
+    """What ``rafka cluster up`` does on an existing cluster (start the nodes that are not
+    running, wait until every node sees every broker unfenced), in this process: the CLI's own
+    interpreter start and imports cost several seconds per restart on a loaded 2-core box,
+    on top of the node's."""
+    data_dir = c.data_dir.resolve()
+    state = load_cluster(data_dir)
+    assert state is not None, f"no cluster in {data_dir}"
+    start_missing(data_dir, state)
+    c._remember()  # killed at teardown whatever happens
+    wait_ready(state, 120)
+
+
+async def restart(c: Any) -> None:
+    await trio.to_thread.run_sync(_restart_stopped, c)
+
+
 def node_events(c: Any, node: int, event: str) -> list[dict[str, Any]]:
     path = c.data_dir / f"node-{node}" / "events.jsonl"
     lines = path.read_text().splitlines() if path.exists() else []
@@ -161,6 +264,9 @@ def node_events(c: Any, node: int, event: str) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- tests
 
 
+# Each kill costs a node restart (interpreter start and imports: ~3 s idle, 7-15 s on a 2-core
+# box at load 10-18), so the default 300 s per test is too short for 20 kills there.
+@pytest.mark.timeout(120 + 30 * KILLS)
 async def test_acks_all_survives_twenty_leader_kills(cluster_factory: Any) -> None:
     """kill -9 the partition leader 20 times while an idempotent acks=all producer writes:
     every acknowledged record is read back exactly once, at its acknowledged offset, in order."""
@@ -194,13 +300,19 @@ async def test_acks_all_survives_twenty_leader_kills(cluster_factory: Any) -> No
         leaders = []
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer)
-            for _ in range(KILLS):
+            for i in range(KILLS):
+                t0 = trio.current_time()
                 md = await wait_isr(c, topic, 3)
+                t1 = trio.current_time()
                 leaders.append(md["leader"])
                 before = len(acked)
                 await sigkill(c, md["leader"])
-                await up(c)  # the restarted node re-registers: leadership moves at once
+                await restart(c)  # the restarted node re-registers: leadership moves at once
+                t2 = trio.current_time()
                 await eventually(_async(lambda b=before: len(acked) > b + 20), "progress")
+                print(f"kill {i + 1}/{KILLS}: leader {md['leader']}; ISR of 3 after "
+                      f"{t1 - t0:.1f} s, restarted after {t2 - t1:.1f} s, progress after "
+                      f"{trio.current_time() - t2:.1f} s; {len(acked)} acked")
             stop.set()
         await p.flush()
 
