@@ -574,6 +574,13 @@ async def run(opts: CampaignOptions) -> CampaignResult:
     """Run one campaign (module docstring); never raises for a cluster problem."""
     results = opts.results_dir or Path("chaos-results") / time.strftime(
         f"%Y%m%d-%H%M%S-seed{opts.seed}")
+    if (results / "history.jsonl").exists():
+        # HistoryWriter appends: a second run into the same folder would mix two histories
+        # (indices restart at 0) and every checker would pair the wrong operations
+        print(f"chaos: {results} already holds a run (history.jsonl); choose another --results",
+              flush=True)
+        return CampaignResult(opts.seed, False, results,
+                              error=f"results folder {results} is not empty")
     results.mkdir(parents=True, exist_ok=True)
     work_dir = Path(opts.work_dir)
     if work_dir.exists():

@@ -162,6 +162,9 @@ def write_report(out_dir: str | os.PathLike[str], history: Sequence[Op | dict[st
     paths["results"].write_text(json.dumps(results_dict(ops, summary, **extra), indent=1,
                                            default=str), encoding="utf-8")
     if png:
-        paths["timeline"] = out / "timeline.png"
-        plot_timeline(ops, paths["timeline"])
+        try:
+            plot_timeline(ops, out / "timeline.png")
+            paths["timeline"] = out / "timeline.png"
+        except Exception as exc:  # noqa: BLE001 - the verdict is in the files above
+            (out / "timeline-error.txt").write_text(f"{exc!r}\n", encoding="utf-8")
     return paths

@@ -233,3 +233,12 @@ async def test_longer_campaign_is_valid(tmp_path, nemesis):
         result = await run(opts)
     assert result.error is None, result.error
     assert result.valid, (tmp_path / "results" / "summary.txt").read_text()
+
+
+async def test_a_results_folder_holding_a_run_is_refused(tmp_path):
+    """HistoryWriter appends: a second run into one folder would mix two histories."""
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "history.jsonl").write_text('{"index": 0}\n')
+    result = await run(_opts(tmp_path))
+    assert result.exit_code == 2 and "not empty" in (result.error or "")
+    assert (tmp_path / "results" / "history.jsonl").read_text() == '{"index": 0}\n'
