@@ -134,7 +134,13 @@ def run(runs: int = 3) -> dict[str, Any]:
     prod, cons, p50, p99, large, raw, pair_ratios = [], [], [], [], [], [], []
     prod_cpu, cons_cpu = [], []
     nats_pub, nats_cons, prod_vs_nats, cons_vs_nats = [], [], [], []
-    with cluster(nodes=1) as bootstrap:
+    large_nofsync, nofsync_ratios = [], []
+    # A second broker that never fsyncs (log.flush.policy=none, Kafka's own default): the raw
+    # reference never fsyncs either, so this pair shows how much of the gap is the fsync.
+    with cluster(nodes=1) as bootstrap, \
+            cluster(nodes=1, broker_config={"log.flush.policy": "none"}) as bootstrap_nf:
+        with Admin(bootstrap_servers=bootstrap_nf) as admin:
+            admin.create_topic("big", partitions=1, replication_factor=1)
         with Admin(bootstrap_servers=bootstrap) as admin:
             admin.create_topic("big", partitions=1, replication_factor=1)
             admin.create_topic("lat", partitions=1, replication_factor=1)
@@ -160,6 +166,8 @@ def run(runs: int = 3) -> dict[str, Any]:
                 raw.append(raw_socket_to_file_mb_s(LARGE_MB))
                 large.append(trio.run(_large_batch_mb_s, bootstrap, "big", LARGE_MB))
                 pair_ratios.append(large[-1] / raw[-1])
+                large_nofsync.append(trio.run(_large_batch_mb_s, bootstrap_nf, "big", LARGE_MB))
+                nofsync_ratios.append(large_nofsync[-1] / raw[-1])
     rec_mb = (len(VALUE) + 16) / 1e6
     out = {
         "producer_send": _fig(prod, "rec/s", flush_policy=FLUSH),
@@ -171,6 +179,10 @@ def run(runs: int = 3) -> dict[str, Any]:
         "produce_latency_p99": _fig(p99, "ms", flush_policy=FLUSH, rate="5000 rec/s"),
         "raw_socket_to_file": _fig(raw, "MB/s", interleaved_with="large_batch"),
         "large_batch": _fig(large, "MB/s", flush_policy=FLUSH, ratio_of="raw_socket_to_file"),
+        "large_batch_no_fsync": _fig(large_nofsync, "MB/s", flush_policy="none",
+                                     ratio_of="raw_socket_to_file"),
+        "large_batch_no_fsync_ratio": _fig(nofsync_ratios, "x", flush_policy="none",
+                                           note="median of per-pair ratios to the raw copy"),
         "large_batch_ratio": _fig(pair_ratios, "x", flush_policy=FLUSH,
                                   what="median of per-pair ratios large_batch / raw_socket_to_file"),
     }
