@@ -114,6 +114,12 @@ class Partition:
             self.pending_alter = None
         self.notify()
 
+    def set_min_insync_replicas(self, value: int) -> None:
+        """A changed topic config: applies to produce requests from now on."""
+        self.min_insync_replicas = value
+        if self.leader_state is not None:
+            self.leader_state.min_insync_replicas = value
+
     def _become_leader(self, reg: PartitionRegistration) -> None:
         leo = self.log.log_end_offset
         self.log.epochs.assign(reg.leader_epoch, leo)

@@ -114,7 +114,8 @@ class ReplicaManager:
     # -- metadata -----------------------------------------------------------------------------
 
     async def on_metadata(self, image: MetadataImage, changes: LocalChanges) -> None:
-        self.image = image
+        previous, self.image = self.image, image
+        self._apply_config_changes(previous, image)
         for tp in sorted(changes.deletes):
             self._delete(tp)
         for tp, reg in sorted({**changes.followers, **changes.leaders}.items()):
@@ -123,6 +124,24 @@ class ReplicaManager:
             except LogError as exc:
                 log.error("cannot open %s/%d: %s", tp.topic, tp.partition, exc)
             await trio.lowlevel.checkpoint()
+
+    def _apply_config_changes(self, previous: MetadataImage, image: MetadataImage) -> None:
+        """Topic configs altered through the controller (ALTER_CONFIGS) reach the partitions
+        already open here: retention, segment size, cleanup policy and min.insync.replicas take
+        effect at their next use (next roll, retention check, cleaner pass, produce)."""
+        changed = {
+            name for name, topic in image.topics.by_name.items()
+            if (old := previous.topics.by_name.get(name)) is not None and old.configs != topic.configs
+        }
+        if not changed:
+            return
+        for tp, p in self.partitions.items():
+            if tp.topic not in changed:
+                continue
+            cfg = effective_topic_config(image.topics.by_name[tp.topic], self.topic_defaults)
+            p.log.config = cfg
+            p.set_min_insync_replicas(cfg.min_insync_replicas)
+            log.info("%s: topic config changed: %s", p.name, dict(image.topics.by_name[tp.topic].configs))
 
     def _apply(self, image: MetadataImage, tp: TopicPartition, reg: PartitionRegistration) -> None:
         p = self.partitions.get(tp)

@@ -300,6 +300,26 @@ def test_retention_by_size(node: LocalCluster) -> None:
         assert got[-1].value.startswith(b"0099")
 
 
+def test_altered_topic_config_reaches_open_partitions(node: LocalCluster) -> None:
+    """ALTER_CONFIGS on a topic whose partitions are already open: the broker applies the new
+    retention at its next check (it used to keep the config the partition was opened with)."""
+    topic = new_topic(node, 1, {"segment.bytes": "1024", "file.delete.delay.ms": "0"})
+    produce(node, topic, [b"%04d" % i + b"." * 200 for i in range(100)], one_batch_each=True)
+    tp = TopicPartition(topic, 0)
+    with Consumer(bootstrap_servers=node.bootstrap) as c:
+        assert c.beginning_offsets([tp])[tp] == 0  # no retention yet: everything kept
+    with Admin(node.bootstrap) as admin:
+        admin.alter_configs(topic, {"retention.bytes": "3000"})
+        assert admin.describe_configs(topic)["retention.bytes"] == "3000"
+
+    def trimmed() -> bool:
+        with Consumer(bootstrap_servers=node.bootstrap) as c:
+            return c.beginning_offsets([tp])[tp] > 0
+
+    wait_for(trimmed, "the altered retention.bytes applied to the open partition")
+    assert sum(s.stat().st_size for s in segment_files(node, topic)) <= 3000 + 1024
+
+
 SEEDS_KEYS = [b"K1", b"K2", b"K1", b"K1", b"K3", b"K2", b"K4", b"K5", b"K5", b"K2", b"K6"]
 
 
