@@ -61,6 +61,8 @@ class FaultKind:
 
 FAULT_KINDS: tuple[FaultKind, ...] = (
     FaultKind("kill", "process", "subset", "SIGKILL the node processes, restart on heal"),
+    FaultKind("kill-leader", "process", "leader",
+              "SIGKILL the leader of workload partition 0, restart on heal"),
     FaultKind("pause", "process", "subset", "SIGSTOP the node processes, SIGCONT on heal"),
     FaultKind("lose-unfsynced-writes", "process", "subset",
               "kill and drop every write not fsynced (machine crash); restart on heal"),
@@ -274,7 +276,7 @@ class NemesisRunner:
         b = self.backend
         if fault.kind in self.handlers:
             await self.handlers[fault.kind].start(fault, targets)
-        elif fault.kind in ("kill", "lose-unfsynced-writes"):
+        elif fault.kind in ("kill", "kill-leader", "lose-unfsynced-writes"):
             for n in targets:
                 await b.kill_node(n)
         elif fault.kind == "pause":
@@ -308,7 +310,7 @@ class NemesisRunner:
         b = self.backend
         if fault.kind in self.handlers:
             await self.handlers[fault.kind].stop(fault, targets)
-        elif fault.kind in ("kill", "lose-unfsynced-writes"):
+        elif fault.kind in ("kill", "kill-leader", "lose-unfsynced-writes"):
             for n in targets:
                 await b.start_node(n)
         elif fault.kind == "pause":
