@@ -187,23 +187,30 @@ async def test_short_campaign_is_valid(tmp_path):
                     reason="needs the netns backend (local proxies cannot cut replication)")
 async def test_unsafe_acks_are_caught(tmp_path):
     """Acks before replication + the partition leader isolated or SIGKILLed: acknowledged
-    writes are lost (gone, overwritten, or truncated on a node). A lone isolate-leader did not
-    always lose anything, since the broker refuses acks=all up front once the followers stop
-    fetching; killing the leader drops whatever it acknowledged and had not replicated yet."""
-    opts = _opts(tmp_path, nemesis=("partition-isolate-leader", "kill-leader"), seed=8,
-                 unsafe_ack_before_replication=True, metadata=False, groups=False,
-                 queue=QueueSpec(partitions=1, producers=3, assign_consumers=1,
-                                 group_consumers=0),
-                 mean_interval_s=6.0, min_fault_s=5.0, max_fault_s=8.0)
-    with trio.fail_after(280):
-        result = await run(opts)
-    assert result.error is None, result.error
-    assert result.summary is not None
-    checkers = result.summary.checkers
-    lost = sum(checkers[k].stats["anomalies"]
-               for k in ("lost-write", "unseen", "inconsistent-offsets", "acked-not-truncated"))
-    assert lost > 0, (tmp_path / "results" / "summary.txt").read_text()
-    assert result.exit_code == 1
+    writes are lost (gone, overwritten, or truncated on a node). Whether a 25 s run loses one
+    depends on timing (the broker refuses acks=all up front once the followers stop fetching,
+    and a killed leader loses only what it acknowledged and had not replicated yet): about one
+    run in three stays valid, so a second seed runs when the first catches nothing."""
+    reports = []
+    for seed in (1, 3):
+        work = tmp_path / f"seed{seed}"
+        opts = _opts(work, nemesis=("partition-isolate-leader", "kill-leader"), seed=seed,
+                     unsafe_ack_before_replication=True, metadata=False, groups=False,
+                     queue=QueueSpec(partitions=1, producers=3, assign_consumers=1,
+                                     group_consumers=0),
+                     mean_interval_s=4.0, min_fault_s=2.0, max_fault_s=4.0)  # 3-4 faults
+        with trio.fail_after(280):
+            result = await run(opts)
+        assert result.error is None, result.error
+        assert result.summary is not None
+        checkers = result.summary.checkers
+        lost = sum(checkers[k].stats["anomalies"] for k in
+                   ("lost-write", "unseen", "inconsistent-offsets", "acked-not-truncated"))
+        reports.append((work / "results" / "summary.txt").read_text())
+        if lost > 0:
+            assert result.exit_code == 1
+            return
+    raise AssertionError("unsafe acks were not caught:\n" + "\n".join(reports))
 
 
 @pytest.mark.chaos
