@@ -3,7 +3,7 @@
 # partitions, libfaketime clock skew). Debian/Ubuntu only; needs root.
 # Usage: sudo deploy/install-chaos-deps.sh   (or: make -C deploy chaos-deps)
 set -eu
-PKGS="iproute2 iptables faketime procps fuse3"
+PKGS="iproute2 iptables faketime procps fuse3 gcc libc6-dev"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
