@@ -16,9 +16,17 @@ fetchable when it is assigned, not paused, has a position and fewer than
 user processes the previous one, and the buffer is bounded (≤ partitions × buffered ×
 ``max_partition_fetch_bytes``). ``poll`` only decodes buffered batches (``client.aio.fetch``).
 
-Errors per partition: OFFSET_OUT_OF_RANGE resets the position (or is raised from ``poll`` with
-``auto_offset_reset='none'``); leadership errors refresh metadata and back off; anything else
-is raised from the next ``poll``.
+Leader epochs (KIP-320, kept small): every FETCH partition entry carries
+``current_leader_epoch``, the partition's leader epoch from the metadata cache, so a deposed or
+stale leader answers FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of serving it; those
+(like NOT_LEADER_OR_FOLLOWER) refresh metadata and retry at the same position.
+
+Errors per partition: OFFSET_OUT_OF_RANGE is first validated (``_validate_out_of_range``): the
+partition is held back, metadata is refreshed, and if the leader or its epoch changed since the
+fetch was sent the fetch is retried at the same position against the new leader; only when the
+same leader in the same epoch still leads does it reset the position (or raise from ``poll``
+with ``auto_offset_reset='none'``). Leadership errors refresh metadata and back off; anything
+else is raised from the next ``poll``.
 
 Consumer groups: ``group_id`` needs a coordinator. ``AsyncConsumer.coordinator_factory`` (set by
 the group module) builds one per consumer; it runs in the consumer's nursery, assigns
@@ -501,12 +509,16 @@ class AsyncConsumer:
             self._fetch_wake.set()
             return
         epochs = {tp: self._states[tp].epoch for tp in tps}
+        leader_epochs: dict[TopicPartition, int] = {}
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp in tps:
+            pm = self._core.metadata.partition(tp)
+            leader_epochs[tp] = -1 if pm is None else pm.leader_epoch
             topics.setdefault(tp.topic, []).append({
                 "partition": tp.partition,
                 "fetch_offset": self._states[tp].fetch_offset,
                 "partition_max_bytes": self.max_partition_fetch_bytes,
+                "current_leader_epoch": leader_epochs[tp],  # < 0: unknown, not checked
             })
         body = {"replica_id": -1, "max_wait_ms": self.fetch_max_wait_ms, "min_bytes": self.fetch_min_bytes,
                 "max_bytes": self.fetch_max_bytes,
@@ -545,6 +557,12 @@ class AsyncConsumer:
             if pd.log_start_offset >= 0:
                 st.log_start_offset = pd.log_start_offset
             if pd.error:
+                if pd.error == ErrorCode.OFFSET_OUT_OF_RANGE and self._nursery is not None:
+                    # validate against a fresh leader/epoch before any reset (KIP-320)
+                    st.inflight = True  # held back from fetching until validated
+                    self._nursery.start_soon(self._validate_out_of_range, pd.tp, st, node,
+                                             leader_epochs.get(pd.tp, -1), pd.message)
+                    continue
                 self._partition_error(pd.tp, st, pd.error, pd.message)
                 got = True
                 continue
@@ -583,6 +601,35 @@ class AsyncConsumer:
             st.retry_at = time.monotonic() + self._core.retry_backoff_ms / 1000
             return
         st.error = exc
+
+    async def _validate_out_of_range(self, tp: TopicPartition, st: _PartitionState, node: int,
+                                     leader_epoch: int, message: str) -> None:
+        """OFFSET_OUT_OF_RANGE from ``node`` (leader in ``leader_epoch`` when the fetch was sent):
+        reset only if a metadata refresh shows the same leader in the same epoch; otherwise
+        retry the fetch at the same position (a stale or deposed leader answered)."""
+        epoch = st.epoch
+        refreshed = False
+        try:
+            self._core.invalidate()
+            with contextlib.suppress(RafkaError):
+                await self._core.refresh_metadata()
+                refreshed = True
+        finally:
+            if self._states.get(tp) is st:
+                st.inflight = False
+            self._fetch_wake.set()
+        if self._states.get(tp) is not st or st.epoch != epoch:
+            return  # unassigned, sought or reset meanwhile
+        pm = self._core.metadata.partition(tp)
+        if (not refreshed or pm is None or self._core.metadata.leader(tp) != node
+                or pm.leader_epoch != leader_epoch):
+            # leadership moved (or is unknown): fetch again at the same position
+            if not refreshed or pm is None or pm.leader < 0:
+                st.retry_at = time.monotonic() + self._core.retry_backoff_ms / 1000
+            return
+        self._partition_error(tp, st, ErrorCode.OFFSET_OUT_OF_RANGE, message)
+        self._data.set()
+        self._fetch_wake.set()
 
     async def _reset(self, tps: list[TopicPartition]) -> None:
         """Give positions to partitions that have none: committed, else auto_offset_reset."""

@@ -1,0 +1,135 @@
+"""Consumer leader-epoch fencing (KIP-320, kept small) against scripted brokers.
+
+Two in-process ``broker.server.Server``s with scripted dispatchers play an old leader (node 1)
+and a new leader (node 2) of ``t-0``; both answer METADATA from one shared view. They record
+every FETCH and LIST_OFFSETS so the tests can check what the consumer sent.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import pytest
+import trio
+
+from broker.errors import ErrorCode
+from broker.protocol import ApiKey, Request
+from broker.server import Reply, Server
+from client.aio.consumer import AsyncConsumer
+from client.types import TopicPartition
+from log.batch import build_batch
+
+TP = TopicPartition("t", 0)
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.leader = 1
+        self.leader_epoch = 5
+        self.ports: dict[int, int] = {}
+        self.fetches: list[tuple[int, dict[str, Any]]] = []  # (node, partition entry)
+        self.list_offsets: list[int] = []
+        # per node: called with the FETCH partition entry, returns an error code or None (data)
+        self.fetch_error: dict[int, Any] = {1: lambda pd: None, 2: lambda pd: None}
+
+    def metadata(self) -> dict[str, Any]:
+        return {"cluster_id": "test", "controller_id": -1,
+                "brokers": [{"node_id": n, "host": "127.0.0.1", "port": p, "rack": None}
+                            for n, p in self.ports.items()],
+                "topics": [{"name": "t", "error": 0, "topic_id": "id-t", "is_internal": False,
+                            "partitions": [{"partition": 0, "error": 0, "leader": self.leader,
+                                            "leader_epoch": self.leader_epoch,
+                                            "replicas": [1, 2], "isr": [1, 2]}]}]}
+
+    def dispatch_for(self, node: int) -> Any:
+        async def dispatch(req: Request) -> Reply | dict[str, Any]:
+            if req.api_key == ApiKey.METADATA:
+                return self.metadata()
+            if req.api_key == ApiKey.LIST_OFFSETS:
+                self.list_offsets.append(node)
+                return {"topics": [{"name": "t", "partitions": [
+                    {"partition": 0, "error": 0, "offset": 0, "timestamp": -1,
+                     "leader_epoch": self.leader_epoch}]}]}
+            if req.api_key == ApiKey.FETCH:
+                pd = req.body["topics"][0]["partitions"][0]
+                self.fetches.append((node, dict(pd)))
+                entry = {"partition": 0, "error": 0, "message": None, "high_watermark": 20,
+                         "log_start_offset": 0, "log_end_offset": 20, "diverging_epoch": None,
+                         "records_len": 0}
+                code = self.fetch_error[node](pd)
+                raw = b""
+                if code:
+                    entry.update(error=int(code), message=ErrorCode(code).name)
+                else:
+                    now = int(time.time() * 1000)
+                    raw = build_batch([(None, b"v%d" % i, [], now) for i in range(3)],
+                                      base_offset=pd["fetch_offset"])
+                    entry["records_len"] = len(raw)
+                return Reply({"topics": [{"name": "t", "partitions": [entry]}]}, [raw])
+            return {"error": int(ErrorCode.UNKNOWN_API), "message": "not scripted"}
+        return dispatch
+
+
+async def run_consumer(cluster: Cluster, start: int, **kw: Any) -> list[int]:
+    async with trio.open_nursery() as nursery:
+        for node in (1, 2):
+            cluster.ports[node] = await nursery.start(Server(cluster.dispatch_for(node)).serve)
+        async with AsyncConsumer(bootstrap_servers=f"127.0.0.1:{cluster.ports[1]}",
+                                 retry_backoff_ms=10, fetch_max_wait_ms=10, **kw) as c:
+            c.assign([TP])
+            c.seek(TP, start)
+            offsets: list[int] = []
+            with trio.fail_after(10):
+                while not offsets:
+                    recs = await c.poll(timeout_ms=200)
+                    offsets = [r.offset for r in recs.get(TP, [])]
+        nursery.cancel_scope.cancel()
+    return offsets
+
+
+def moved_after_first_answer(cluster: Cluster, code: ErrorCode) -> Any:
+    """Node 1 answers ``code`` once, as a deposed leader would; leadership has moved to node 2."""
+    def answer(pd: dict[str, Any]) -> ErrorCode:
+        cluster.leader, cluster.leader_epoch = 2, 6
+        return code
+    return answer
+
+
+def test_fetch_carries_leader_epoch_and_stale_out_of_range_does_not_reset() -> None:
+    cluster = Cluster()
+    cluster.fetch_error[1] = moved_after_first_answer(cluster, ErrorCode.OFFSET_OUT_OF_RANGE)
+    offsets = trio.run(functools.partial(run_consumer, cluster, 10, auto_offset_reset="earliest"))
+    assert offsets == [10, 11, 12]  # not reset to 0
+    assert cluster.list_offsets == []
+    assert cluster.fetches[0] == (1, {**cluster.fetches[0][1], "fetch_offset": 10, "current_leader_epoch": 5})
+    assert [(n, pd["fetch_offset"], pd.get("current_leader_epoch")) for n, pd in cluster.fetches] \
+        == [(1, 10, 5), (2, 10, 6)]
+
+
+@pytest.mark.parametrize("code", [ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+                                  ErrorCode.NOT_LEADER_OR_FOLLOWER])
+def test_fencing_errors_refresh_and_retry_without_reset(code: ErrorCode) -> None:
+    cluster = Cluster()
+    cluster.fetch_error[1] = moved_after_first_answer(cluster, code)
+    offsets = trio.run(functools.partial(run_consumer, cluster, 10, auto_offset_reset="earliest"))
+    assert offsets == [10, 11, 12]
+    assert cluster.list_offsets == []
+    assert [(n, pd["fetch_offset"], pd.get("current_leader_epoch")) for n, pd in cluster.fetches][-1] == (2, 10, 6)
+
+
+def test_out_of_range_confirmed_by_current_leader_resets() -> None:
+    cluster = Cluster()
+    answered: list[int] = []
+
+    def answer(pd: dict[str, Any]) -> ErrorCode | None:
+        if pd["fetch_offset"] == 10:
+            answered.append(10)
+            return ErrorCode.OFFSET_OUT_OF_RANGE  # same leader, same epoch: a real out-of-range
+        return None
+    cluster.fetch_error[1] = answer
+    offsets = trio.run(functools.partial(run_consumer, cluster, 10, auto_offset_reset="earliest"))
+    assert answered == [10]
+    assert cluster.list_offsets == [1]
+    assert offsets == [0, 1, 2]
