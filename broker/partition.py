@@ -13,6 +13,12 @@ the metadata image (leader, leader epoch, partition epoch, replicas, ISR).
   offset the last group-commit flush covered (for other policies ``durable_end`` is the log end
   offset at once). Both terms never decrease within a leader epoch, so neither does the HW.
   With a single replica the HW is simply the durable log end offset.
+* **HW checkpoint** (as Kafka's ``replication-offset-checkpoint``): the replica manager writes
+  ``high-watermark-checkpoint`` in the partition directory (tmp + fsync + rename) about once a
+  second and on clean close, so it may lag the HW but never lead it. On open the HW is
+  ``min(checkpoint, log end offset)`` (no checkpoint: 0) — never the recovery point: a broker
+  that restarts and leads the same epoch again must not expose records no follower ever had;
+  its HW moves on only as followers fetch.
 * As **follower** it serves nobody; the replica fetcher (``broker/replication``) appends with
   ``append_as_follower`` and sets the HW the leader reports. Under ``batch`` the fetcher has the
   replica manager fsync what a response appended before its next fetch reports it.
@@ -26,7 +32,9 @@ offset, durable end or HW; long-poll fetches and ``acks`` waits sleep on it, nev
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -39,16 +47,38 @@ from broker.replication.state import (
     LeaderState,
     validate_leader_epoch,
 )
+from log.index import write_file_atomic
 from log.partition_log import AppendInfo, FetchSlice, PartitionLog
 from metadata.image import PartitionRegistration
 
-__all__ = ["Partition"]
+__all__ = ["Partition", "HW_CHECKPOINT_FILE", "read_hw_checkpoint", "write_hw_checkpoint"]
 
 log = logging.getLogger("rafka.partition")
 
 
+HW_CHECKPOINT_FILE = "high-watermark-checkpoint"
+
+
 def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def read_hw_checkpoint(directory: Path) -> int:
+    """The checkpointed high watermark of the partition in ``directory`` (0 if none/unreadable)."""
+    try:
+        return max(0, int((directory / HW_CHECKPOINT_FILE).read_text().strip()))
+    except (OSError, ValueError):
+        return 0
+
+
+def write_hw_checkpoint(directory: Path, hw: int) -> None:
+    """Atomically (tmp + fsync + rename + directory fsync) record ``hw``; raises OSError."""
+    write_file_atomic(directory / HW_CHECKPOINT_FILE, f"{hw}\n".encode(), fsync=True)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Partition:
@@ -69,8 +99,13 @@ class Partition:
         self.registration: PartitionRegistration | None = None
         self.leader_state: LeaderState | None = None
         self.durable_end = plog.recovery_point if fsync_acks else plog.log_end_offset
-        self.high_watermark = min(self.durable_end, plog.log_end_offset)
-        self.follower_hw = 0
+        # The checkpointed HW (lags the real one, never leads it), not the recovery point: local
+        # records above it may never have reached a follower (docs/chaos-results.md #1).
+        self.checkpointed_hw = read_hw_checkpoint(plog.directory)
+        self.high_watermark = max(plog.log_start_offset,
+                                  min(self.checkpointed_hw, plog.log_end_offset))
+        self.follower_hw = self.high_watermark
+        events.hw(topic, partition, self.high_watermark, -1)
         self.changed = trio.Event()
         self.pending_flush = False
         self.pending_alter: Any = None  # an AlterPartitionRequest for the replication glue
@@ -235,6 +270,15 @@ class Partition:
         if new > self.high_watermark or (st is None and new != self.high_watermark):
             self.high_watermark = new
             self.events.hw(self.topic, self.partition, new, self.leader_epoch)
+
+    def checkpoint_hw(self) -> bool:
+        """Write the HW checkpoint if the HW moved since the last one (synchronously)."""
+        hw = self.high_watermark
+        if hw == self.checkpointed_hw or self.deleted:
+            return False
+        write_hw_checkpoint(self.log.directory, hw)
+        self.checkpointed_hw = hw
+        return True
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, broker_epoch: int = -1,
                           isr_eligible: bool = True) -> None:

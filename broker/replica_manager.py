@@ -20,6 +20,11 @@ Durability (``log.flush.policy``):
   ``flush.ms``; answers do not wait for it.
 * ``none`` — the OS decides.
 
+High-watermark checkpoints: every ``replica.high.watermark.checkpoint.interval.ms`` (1 s) one
+worker-thread round writes ``high-watermark-checkpoint`` for every partition whose HW moved, and
+``close`` writes them before closing the logs; a checkpoint may lag the HW, never lead it
+(``Partition`` restores its HW from it on open).
+
 Housekeeping runs in the same nursery, bounded and periodic: retention
 (``log.retention.check.interval.ms``) and compaction of compacted topics
 (``log.cleaner.backoff.ms``). A ``PartitionLog`` belongs to the trio thread (only ``flush`` may
@@ -40,7 +45,7 @@ import trio
 from broker.config import effective_topic_config
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.events import EventLog
-from broker.partition import Partition
+from broker.partition import Partition, write_hw_checkpoint
 from broker.protocol import ApiKey
 from log.compaction import compact
 from log.errors import LogError
@@ -247,7 +252,10 @@ class ReplicaManager:
     def _on_follower_hw(self, tp: tuple[str, int], hw: int) -> None:
         p = self.partitions.get(TopicPartition(*tp))
         if p is not None:
-            p.follower_hw = hw
+            # never below what this follower already adopted (committed records stay
+            # committed; a leader restarted from a lagging checkpoint reports less for a while);
+            # only a truncation (Partition.on_truncated) lowers it
+            p.follower_hw = max(p.follower_hw, hw)
             p.refresh_hw()
 
     def _on_follower_truncate(self, tp: tuple[str, int], from_offset: int, to_offset: int,
@@ -312,6 +320,7 @@ class ReplicaManager:
             nursery.start_soon(self._retention_loop)
             nursery.start_soon(self._cleaner_loop)
             nursery.start_soon(self._isr_loop)
+            nursery.start_soon(self._hw_checkpoint_loop)
             if self.fetcher is not None:
                 await nursery.start(self.fetcher.run)
             task_status.started()
@@ -342,6 +351,27 @@ class ReplicaManager:
                 log.error("flush of %s failed: %s", p.name, res)
                 continue
             p.on_flushed(res)
+
+    async def _hw_checkpoint_loop(self) -> None:
+        interval = self.settings.get("replica.high.watermark.checkpoint.interval.ms", 1000) / 1000
+        while True:
+            await trio.sleep(interval)
+            await self.checkpoint_high_watermarks()
+
+    async def checkpoint_high_watermarks(self) -> None:
+        """One round: write the HW checkpoint of every partition whose HW moved (the values are
+        taken on the trio thread, so each is a HW the partition really had)."""
+        work = [(p, p.high_watermark) for p in self.partitions.values()
+                if not p.deleted and p.high_watermark != p.checkpointed_hw]
+        if not work:
+            return
+        results = await trio.to_thread.run_sync(_write_hw_checkpoints, work)
+        for (p, hw), res in zip(work, results, strict=True):
+            if isinstance(res, BaseException):
+                if not p.deleted:
+                    log.warning("HW checkpoint of %s failed: %s", p.name, res)
+                continue
+            p.checkpointed_hw = hw
 
     async def _retention_loop(self) -> None:
         interval = self.settings.get("log.retention.check.interval.ms", 300_000) / 1000
@@ -375,6 +405,10 @@ class ReplicaManager:
         """Close every log cleanly (flush + clean-shutdown marker)."""
         for p in list(self.partitions.values()):
             try:
+                p.checkpoint_hw()
+            except OSError as exc:
+                log.error("HW checkpoint of %s: %s", p.name, exc)
+            try:
                 p.log.close()
             except LogError as exc:
                 log.error("closing %s: %s", p.name, exc)
@@ -382,6 +416,17 @@ class ReplicaManager:
 
     def leader_partitions(self) -> Iterable[Partition]:
         return (p for p in self.partitions.values() if p.is_leader)
+
+
+def _write_hw_checkpoints(work: list[tuple[Partition, int]]) -> list[None | BaseException]:
+    out: list[None | BaseException] = []
+    for p, hw in work:
+        try:
+            write_hw_checkpoint(p.log.directory, hw)
+            out.append(None)
+        except Exception as exc:  # reported per partition by the caller
+            out.append(exc)
+    return out
 
 
 def _flush_all(parts: list[Partition]) -> list[int | BaseException]:
