@@ -19,10 +19,14 @@ def create_topic(bootstrap: str, name: str, partitions: int = 2,
 
 
 def produce(bootstrap: str, topic: str, n: int, *, partitions: int = 2, start: int = 0,
-            headers: bool = False) -> list[tuple[int, bytes]]:
-    """Send records ``start..start+n-1`` round-robin over partitions; value = b"v<i>"."""
+            headers: bool = False, batch_size: int = 32 * 1024) -> list[tuple[int, bytes]]:
+    """Send records ``start..start+n-1`` round-robin over partitions; value = b"v<i>".
+
+    ``batch_size`` is explicit because some tests use small ``segment.bytes`` and a batch must
+    fit in one segment (the producer's default batch size is 256 KiB)."""
     out = []
-    with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=2) as p:
+    with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=2,
+                  batch_size=batch_size) as p:
         futs = []
         for i in range(start, start + n):
             part = i % partitions

@@ -226,7 +226,7 @@ def test_fail_on_data_loss_retention(spark: Any, bootstrap: str, topic_name: str
                                      tmp_path: Path) -> None:
     """Offsets deleted by retention before they were read: named in the error; skipped when
     failOnDataLoss=false."""
-    # Producer batches reach ~64 KiB and a batch must fit in a segment. retention.bytes=1
+    # helpers.produce sends 32 KiB batches and a batch must fit in a segment. retention.bytes=1
     # keeps only the active segment: the first 10 records survive until the log rolls.
     create_topic(bootstrap, topic_name, 1, config={"segment.bytes": "131072",
                                                    "retention.bytes": "1"})
