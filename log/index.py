@@ -2,7 +2,7 @@
 
 Theory of operation: both indexes live in memory as ``array('q')`` columns (absolute values)
 and are persisted as files only when the segment stops changing — by the first ``flush`` after
-a roll (in the flusher's thread, fsynced), on close and after compaction — written to a temp
+a roll (in the thread that calls ``flush``, fsynced), on close and after compaction — written to a temp
 file and renamed into place.  The active segment's indexes exist only in memory until close.  They are pure accelerators: every
 entry can be recomputed from the ``.log`` file (``Segment.rebuild_indexes``), and ``load``
 refuses (returns False) a file that is not sane for the segment's current size, which makes the
