@@ -24,7 +24,6 @@ import pytest
 from broker.cluster import free_port_block
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-RAFT_PORT_OFFSET = 10000
 
 
 def rafka_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

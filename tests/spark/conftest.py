@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from broker.cluster import free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
 JAVA17 = "/usr/lib/jvm/java-17-openjdk-amd64"
@@ -65,33 +66,6 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
-def _free_port_block(n: int) -> int:
-    """A base port with ``n`` consecutive free ports (+ their Raft ports at +10000)."""
-    try:
-        from broker.cluster import free_port_block  # below the ephemeral range: safer
-    except ImportError:
-        pass
-    else:
-        return free_port_block(n)
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n + 10000 >= 65535:
-            continue
-        ok = True
-        for port in [base + i for i in range(n)] + [base + 10000 + i for i in range(n)]:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port block")
-
-
 def _rafka(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "client.cli", *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
@@ -109,7 +83,7 @@ def bootstrap() -> Iterator[str]:
     # not under pytest's basetemp: concurrent pytest sessions prune old basetemp dirs
     data_dir = Path(tempfile.mkdtemp(prefix="rafka-spark-cluster-"))
     nodes = os.environ.get("RAFKA_SPARK_NODES", "1")
-    port = _free_port_block(int(nodes))
+    port = free_port_block(int(nodes))
     try:
         up = _rafka("cluster", "up", "--nodes", nodes, "--data-dir", str(data_dir),
                     "--port", str(port), "--detach",
