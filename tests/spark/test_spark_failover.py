@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.spark.conftest import _free_port_block, _rafka, wait_for
+from broker.cluster import free_port_block
+from tests.spark.conftest import _rafka, wait_for
 from tests.spark.helpers import Feeder, create_topic, stream_options
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -35,7 +36,7 @@ def _leader(bootstrap: str, topic: str, partition: int) -> int:
 
 def test_stream_exactly_once_across_leader_failover(spark: Any, tmp_path: Path) -> None:
     data = Path(tempfile.mkdtemp(prefix="rafka-spark-failover-"))
-    port = _free_port_block(3)
+    port = free_port_block(3)
     up = _rafka("cluster", "up", "--nodes", "3", "--data-dir", str(data), "--port", str(port),
                 "--detach")
     try:
