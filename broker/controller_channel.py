@@ -13,7 +13,11 @@ with the voter it last succeeded with (or the first voter), and
   up with the last error (``NotControllerError`` / ``BrokerNotAvailableError``).
 
 ``request_any(api_key, body)`` is the same without the leader requirement (any voter may answer,
-e.g. ``METADATA_FETCH``); it rotates on failure. Callers bound the total time with
+e.g. ``METADATA_FETCH``); it rotates on failure. ``request_any_from`` also says which voter
+answered (its id, or None when the address is not in the voter list), so a caller can tell a
+response served by the active controller (``leader_id`` equal to the responder) from one served
+by a follower voter; ``note_leader(voter_id)`` points the next requests at a voter that another
+voter named as the leader. Callers bound the total time with
 ``trio.fail_after``/``move_on_after``; the channel bounds the attempts, and with
 ``attempt_timeout_s`` each attempt: a voter that accepts the request but does not answer in
 time (paused, hung, or not a rafka controller at all) is treated like an unreachable one —
@@ -64,6 +68,19 @@ class ControllerChannel:
         self._next += 1
         return host, port
 
+    def _voter_id(self, target: tuple[str, int]) -> int | None:
+        for vid, host, port in self.voters:
+            if (host, port) == target:
+                return vid
+        return None
+
+    def note_leader(self, voter_id: int) -> None:
+        """A voter named ``voter_id`` as the active controller: try it first next time."""
+        for vid, host, port in self.voters:
+            if vid == voter_id:
+                self._leader = (host, port)
+                return
+
     @property
     def leader_hint(self) -> tuple[str, int] | None:
         return self._leader
@@ -109,12 +126,19 @@ class ControllerChannel:
     async def request_any(self, api_key: int, body: dict[str, Any], *,
                           attempt_timeout_s: float | None = None) -> dict[str, Any]:
         """Any voter's answer; rotates on network errors, bounded like ``request``."""
+        _voter, out = await self.request_any_from(api_key, body, attempt_timeout_s=attempt_timeout_s)
+        return out
+
+    async def request_any_from(self, api_key: int, body: dict[str, Any], *,
+                               attempt_timeout_s: float | None = None
+                               ) -> tuple[int | None, dict[str, Any]]:
+        """``(id of the voter that answered, its answer)``, like ``request_any``."""
         last: RafkaError = error_for(ErrorCode.BROKER_NOT_AVAILABLE, "no controller reachable")
         target = self._leader or self._rotate()
         for attempt in range(self.max_attempts):
             try:
                 resp = await self._attempt(target, api_key, body, attempt_timeout_s)
-                return resp.body
+                return self._voter_id(target), resp.body
             except RafkaError as exc:
                 last = exc
                 self.pool.discard(*target)
