@@ -10,6 +10,31 @@ is loaded as a whole new image (``records_to_image``) and the local changes are 
 folding the snapshot's records onto the empty image, plus a delete for every local partition
 that the snapshot no longer has.
 
+Startup catch-up (Kafka's rule: a broker does not act on metadata until it has caught up with
+the log). The log is a history: folded batch by batch from offset 0, its intermediate images
+name leaders of epochs that ended long ago, and a replica manager acting on them would lead a
+stale epoch and serve or accept data as that leader. So until ``caught_up``, every response is
+folded into ONE pending ``MetadataDelta`` (a snapshot replaces it with a delta over the
+snapshot's image) and nothing is published. The target is the ``committed_offset`` of the first
+response **served by the active controller**: ``leader_id`` in the answer equals the voter that
+answered (``ControllerChannel.request_any_from``). A follower voter's committed offset is never
+used: a voter that has just restarted serves from its own local log and may report an offset
+far behind the quorum's. Answers from followers are still folded (their entries are committed),
+and the leader they name is tried next (``note_leader``). Without a target the requests do not
+long-poll (``max_wait_ms = 0``, a short sleep when nothing came), so a leader with nothing newer
+answers at once. Once the pending image's offset reaches the target, it is published once, with
+local changes computed against the image the publisher had before the catch-up (the delta's
+own changes; after a snapshot, the final image's records folded onto EMPTY plus deletes, as for
+a snapshot). From then on each folded batch is published as it comes.
+
+No reachable active controller (an election, a partition) means no target: the broker keeps
+folding and stays not caught up — its image stays what it was (EMPTY after a restart), so it
+leads and follows nothing, and its heartbeats report that offset, so the controller keeps it
+fenced. Registration is independent of this, so startup completes as soon as a controller is
+active: the leader's first answer gives the target. A deposed leader that does not know it yet
+can still claim to lead and give a smaller target; the first image is then the whole committed
+state of a moment ago (what any lagging broker has), never a point deep in the history.
+
 ``MetadataPublisher`` is the one place a broker's current image lives. ``publish`` first awaits
 every subscriber (the replica manager makes partitions it now leads or follows, deletes those it
 lost) and only then makes the image current and wakes ``wait_for_offset`` waiters, so whoever
@@ -33,7 +58,7 @@ from broker.protocol import ApiKey
 from metadata.delta import LocalChanges, MetadataDelta
 from metadata.image import MetadataImage, TopicPartition
 from metadata.records import MetadataRecord, record_from_dict
-from metadata.snapshot import records_to_image
+from metadata.snapshot import image_to_records, records_to_image
 
 __all__ = ["MetadataPublisher", "MetadataListener", "Subscriber", "fold_records"]
 
@@ -113,7 +138,9 @@ class MetadataPublisher:
 
 
 class MetadataListener:
-    """Tails the controllers' ``@metadata`` log into a ``MetadataPublisher``."""
+    """Tails the controllers' ``@metadata`` log into a ``MetadataPublisher``.
+
+    Until ``caught_up`` (see the module docstring) it folds without publishing."""
 
     def __init__(self, publisher: MetadataPublisher, channel: ControllerChannel, *,
                  max_records: int = 2000, max_wait_ms: int = 500) -> None:
@@ -123,6 +150,14 @@ class MetadataListener:
         self.max_wait_ms = max_wait_ms
         self.fetches = 0
         self.errors = 0
+        # the startup catch-up: nothing is published before the folded image reaches the
+        # committed offset reported by the active controller itself
+        self.caught_up = False
+        self.caught_up_event = trio.Event()
+        self.catchup_target: int | None = None
+        self._base: MetadataImage | None = None  # the publisher's image when catch-up began
+        self._pending: MetadataDelta | None = None  # everything folded since (unpublished)
+        self._pending_from_snapshot = False
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -134,14 +169,27 @@ class MetadataListener:
                 log.info("metadata fetch failed: %s", exc)
                 await trio.sleep(0.1)
 
-    async def fetch_once(self) -> None:
-        pub = self.publisher
-        body = await self.channel.request_any(ApiKey.METADATA_FETCH, {
-            "node_id": pub.broker_id,
-            "from_offset": pub.image.offset + 1,
+    async def _fetch(self, from_offset: int, max_wait_ms: int) -> tuple[int | None, dict[str, Any]]:
+        body = {
+            "node_id": self.publisher.broker_id,
+            "from_offset": from_offset,
             "max_records": self.max_records,
-            "max_wait_ms": self.max_wait_ms,
-        }, attempt_timeout_s=self.max_wait_ms / 1000 + 5)  # a long-poll that never returns: next voter
+            "max_wait_ms": max_wait_ms,
+        }
+        timeout_s = max_wait_ms / 1000 + 5  # a long-poll that never returns: next voter
+        request_any_from = getattr(self.channel, "request_any_from", None)
+        if request_any_from is None:  # a channel that cannot say who answered: never "leader"
+            return None, await self.channel.request_any(ApiKey.METADATA_FETCH, body,
+                                                        attempt_timeout_s=timeout_s)
+        responder, out = await request_any_from(ApiKey.METADATA_FETCH, body, attempt_timeout_s=timeout_s)
+        return responder, out
+
+    async def fetch_once(self) -> None:
+        if not self.caught_up:
+            await self._catch_up_once()
+            return
+        pub = self.publisher
+        _responder, body = await self._fetch(pub.image.offset + 1, self.max_wait_ms)
         self.fetches += 1
         err = body.get("error", 0)
         snap = body.get("snapshot")
@@ -160,3 +208,65 @@ class MetadataListener:
             await trio.sleep(0)  # an empty long-poll answer: poll again at once
         elif err:
             await trio.sleep(0.05)
+
+    async def _catch_up_once(self) -> None:
+        """One fetch of the startup catch-up: fold, learn the target, publish once at the end."""
+        if self._pending is None:
+            self._base = self.publisher.image
+            self._pending = MetadataDelta(self._base)
+            log.info("metadata catch-up: folding the log from offset %d without acting on it",
+                     self._base.offset + 1)
+        pending = self._pending
+        # No target yet: ask without a long-poll, so that a leader that has nothing newer than
+        # what we folded says so at once (its committed offset is what we are waiting for).
+        wait_ms = self.max_wait_ms if self.catchup_target is not None else 0
+        responder, body = await self._fetch(pending.offset + 1, wait_ms)
+        self.fetches += 1
+        err = body.get("error", 0)
+        snap = body.get("snapshot")
+        if snap and snap["offset"] > pending.offset:
+            log.info("metadata catch-up: loading snapshot at offset %d", snap["offset"])
+            records = [record_from_dict(r) for r in snap["records"]]
+            pending = self._pending = MetadataDelta(records_to_image(records, snap["offset"], snap["epoch"]))
+            self._pending_from_snapshot = True
+            del records
+        if err and err != ErrorCode.OFFSET_OUT_OF_RANGE:
+            raise RafkaError(f"metadata fetch: error {err}: {body.get('message')}")
+        folded = 0
+        for o, e, r in body.get("entries") or ():
+            if o > pending.offset:
+                pending.replay(record_from_dict(r), o, e)
+                folded += 1
+        leader = body.get("leader_id")
+        leader_served = not err and responder is not None and leader == responder
+        if leader_served and self.catchup_target is None:
+            self.catchup_target = int(body["committed_offset"])
+            log.info("metadata catch-up: the active controller %d reports committed offset %d",
+                     responder, self.catchup_target)
+        if self.catchup_target is not None and pending.offset >= self.catchup_target:
+            await self._finish_catch_up()
+            return
+        if not leader_served and isinstance(leader, int) and leader >= 0 and leader != responder:
+            note_leader = getattr(self.channel, "note_leader", None)
+            if note_leader is not None:
+                note_leader(leader)  # ask the leader next: only its committed offset counts
+        if not folded and not snap:
+            # nothing new from this voter: before a target is known the answers are not
+            # long-polls, so do not spin (an election, or a voter that is behind)
+            await trio.sleep(0.05 if err or self.catchup_target is None else 0)
+
+    async def _finish_catch_up(self) -> None:
+        base, pending = self._base, self._pending
+        assert base is not None and pending is not None
+        image = pending.apply()
+        if self._pending_from_snapshot:
+            changes = _snapshot_changes(base, image_to_records(image), image, self.publisher.broker_id)
+        else:
+            changes = pending.topics.local_changes(self.publisher.broker_id)
+        self._base = self._pending = None
+        self._pending_from_snapshot = False
+        log.info("metadata catch-up done at offset %d (target %s): publishing the first image",
+                 image.offset, self.catchup_target)
+        await self.publisher.publish(image, changes)
+        self.caught_up = True
+        self.caught_up_event.set()
