@@ -13,10 +13,12 @@ follower truncates to that offset and its log can no longer diverge from the lea
 
 ``PartitionLog`` assigns on leader appends (a new epoch starts at the batch's base offset),
 on follower appends (from batch headers), on recovery (from the headers it validates) and
-truncates on log truncation and retention.  A failed checkpoint write (disk full) after data
-was appended does not fail the append: the cache stays right in memory, ``dirty`` is set and
-the next change or ``persist()`` (called by flush and close) writes it; an unclean recovery
-re-learns epochs from the batch headers anyway.  The list is bounded by ``max_entries`` (the oldest
+truncates on log truncation and retention.  A failed checkpoint write (disk full, EIO) never
+fails the change that caused it (an append already written, a truncation already done, a
+leadership already decided): the cache stays right in memory, ``dirty`` is set, a warning is
+logged and the next change or ``persist()`` (called by flush and close; it does raise) writes
+it.  A stale checkpoint is safe: an unclean recovery re-learns epochs from the batch headers
+and trims entries beyond the log end.  The list is bounded by ``max_entries`` (the oldest
 entries go first; they only describe data long deleted).
 """
 
@@ -134,6 +136,14 @@ class LeaderEpochCache:
     # -- persistence ------------------------------------------------------------------------
 
     def _write(self) -> None:
+        """Checkpoint after an in-memory change: a failure is logged, never raised."""
+        try:
+            self._write_checkpoint()
+        except StorageError as exc:
+            logger.warning("%s: leader epoch checkpoint not written (kept in memory, retried "
+                           "on the next flush): %s", self.path.parent, exc)
+
+    def _write_checkpoint(self) -> None:
         lines = ["0", str(len(self._epochs))]
         lines += [f"{e} {o}" for e, o in zip(self._epochs, self._offsets, strict=True)]
         try:
@@ -144,9 +154,10 @@ class LeaderEpochCache:
         self.dirty = False
 
     def persist(self) -> None:
-        """Retry a checkpoint write that failed earlier (e.g. disk full); no-op if clean."""
+        """Retry a checkpoint write that failed earlier (e.g. disk full); no-op if clean.
+        Raises ``StorageError`` if it fails again."""
         if self.dirty:
-            self._write()
+            self._write_checkpoint()
 
     def _load(self) -> None:
         try:

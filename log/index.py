@@ -36,18 +36,28 @@ _TIME_ENTRY = struct.Struct(">qI")
 
 
 def write_file_atomic(path: Path, data: bytes, *, fsync: bool) -> None:
-    """Write ``data`` to ``path`` via a temp file and rename (optionally fsynced)."""
+    """Write ``data`` to ``path`` via a temp file and rename (optionally fsynced).
+
+    On failure (ENOSPC...) the temp file is removed and ``path`` is left untouched."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        # a full disk: leave the old file as it was and give the temp file's blocks back
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
 
 
 class OffsetIndex:

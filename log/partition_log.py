@@ -35,6 +35,18 @@ method belongs to the one owner thread (the broker's trio thread).
 The recovery point is checkpointed (``recovery-point-checkpoint``) when it moves into another
 segment, on truncation and on close; an unclean open validates every batch from the start of
 the segment that holds it (``log/recovery.py``).  ``close`` leaves a ``.clean_shutdown`` marker.
+
+Full disk / I/O errors (docs/durability.md, "Disk full"): an append is all or nothing — a
+failed write is cut back off the segment file (``Segment.write``), and a payload that failed
+after earlier chunks of it were written to other segments is truncated back to the log end
+offset it started from, so the log, its indexes, producer state and epochs are exactly as
+before and the append can simply be retried once space is freed.  Checkpoint-type files
+(recovery point, leader epochs, producer snapshots) are hints that recovery can rebuild: a
+failed write is logged and retried later, never fails the operation that caused it.  A failed
+``fdatasync`` is different (after a failed fsync the kernel may have dropped the dirty pages:
+"fsyncgate"): the log goes *offline* — appends and reads raise ``StorageError`` — until the
+broker restarts and recovery re-validates the unflushed tail.  ``close`` is best effort: it
+always closes the files, and leaves the clean-shutdown marker only if everything was written.
 """
 
 from __future__ import annotations
@@ -273,12 +285,9 @@ class PartitionLog:
         return AppendInfo(base, offset - 1, max_ts, now if log_append_time else -1)
 
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
-        """After data is written, a failed checkpoint write must not fail the append."""
-        try:
-            self.epochs.assign(epoch, start_offset)
-        except StorageError as exc:
-            logger.error("%s: leader epoch checkpoint not written (will retry): %s",
-                         self.directory, exc)
+        """After data is written, a failed checkpoint write must not fail the append (the
+        epoch cache logs it, keeps the entry in memory and retries on the next flush)."""
+        self.epochs.assign(epoch, start_offset)
 
     @staticmethod
     def _check_keys(buf: bytearray, pos: int, h: BatchHeader) -> None:
@@ -327,6 +336,7 @@ class PartitionLog:
         ``heads``: stamped copies of each batch's header, written in place of the first
         ``HEADER_SIZE`` bytes of that batch in ``buf`` (leader appends); None: ``buf`` as is."""
         seg_bytes = self.config.segment_bytes
+        start_leo = self.log_end_offset
         i = 0
         while i < len(metas):
             # The largest run of batches that fits a segment (at least one batch).
@@ -352,10 +362,25 @@ class PartitionLog:
             except StorageError as exc:
                 if "torn write" in str(exc):
                     self._offline = exc
+                elif i > 0:
+                    # earlier chunks of this payload went to earlier segments: take them
+                    # back, the append is all or nothing (nothing of it was acknowledged)
+                    self._roll_back_append(start_leo, exc)
                 raise
             with self._lock:
                 seg.record_appended(pos, end - start, chunk, now)
             i = j
+
+    def _roll_back_append(self, start_leo: int, exc: StorageError) -> None:
+        logger.warning("%s: append failed after %d record(s) of it were written (%s); "
+                       "truncating back to %d", self.directory,
+                       self.log_end_offset - start_leo, exc, start_leo)
+        try:
+            self.truncate_to(start_leo)
+        except (LogError, OSError) as exc2:
+            self._offline = exc2 if isinstance(exc2, StorageError) else StorageError(
+                f"cannot roll back a failed append in {self.directory}", exc2)
+            logger.error("%s: %s; the log is offline until restart", self.directory, exc2)
 
     def _maybe_roll(self, incoming: int, first_offset: int, last_offset: int,
                     now: int, *, snapshot: bool = True) -> Segment:
@@ -387,7 +412,10 @@ class PartitionLog:
                 self._segments.append(new)
                 self._bases.append(new.base_offset)
                 self._dir_dirty = True
-            self.producer_state.write_snapshot(new.base_offset)
+            try:
+                self.producer_state.write_snapshot(new.base_offset)
+            except OSError as exc:
+                logger.warning("%s: cannot write producer snapshot: %s", self.directory, exc)
 
     # -- read ---------------------------------------------------------------------------------
 
@@ -503,13 +531,27 @@ class PartitionLog:
             try:
                 for seg, _size in work:
                     os.fdatasync(seg.fd)
-                for seg in index_work:
-                    seg.persist_indexes(fsync=True)
                 if dir_dirty:
                     self._fsync_dir()
             except OSError as exc:
+                # after a failed fsync the page cache may have dropped the unflushed pages
+                # (fsyncgate): a retry could "succeed" without them.  Offline until restart.
                 self._dir_dirty = self._dir_dirty or dir_dirty
-                raise StorageError(f"flush of {self.directory} failed", exc) from exc
+                err = StorageError(f"flush of {self.directory} failed", exc)
+                self._offline = err
+                logger.error("%s: %s; the log is offline until the broker restarts",
+                             self.directory, err)
+                raise err from exc
+            for seg in index_work:
+                try:
+                    seg.persist_indexes(fsync=True)
+                except StorageError as exc:  # accelerators, rebuilt by recovery: retried
+                    logger.warning("%s: %s (retried on the next flush)", self.directory, exc)
+            if self.epochs.dirty:
+                try:
+                    self.epochs.persist()
+                except StorageError as exc:
+                    logger.warning("%s: %s (retried on the next flush)", self.directory, exc)
             with self._lock:
                 for seg, size in work:
                     seg.flushed_size = max(seg.flushed_size, size)
@@ -520,7 +562,7 @@ class PartitionLog:
                 rp = self._recovery_point
                 seg_base = self._bases[self._segment_index(rp)]
             if seg_base != self._checkpointed_base:
-                self._write_recovery_checkpoint(rp, seg_base)
+                self._try_write_recovery_checkpoint(rp, seg_base)
             return rp
 
     def _fsync_dir(self) -> None:
@@ -537,14 +579,29 @@ class PartitionLog:
             raise StorageError("cannot write the recovery point checkpoint", exc) from exc
         self._checkpointed_base = seg_base if seg_base is not None else -1
 
+    def _try_write_recovery_checkpoint(self, rp: int, seg_base: int | None = None) -> bool:
+        """The recovery point checkpoint only bounds how much recovery re-validates: a failed
+        write (disk full) is logged and retried by the next flush, never fails the caller."""
+        try:
+            self._write_recovery_checkpoint(rp, seg_base)
+            return True
+        except StorageError as exc:
+            self._checkpointed_base = -2  # makes the next flush write it again
+            logger.warning("%s: %s (retried on the next flush)", self.directory, exc)
+            return False
+
     def close(self) -> None:
         """Flush, persist indexes and producer state, and leave the clean-shutdown marker."""
         if self._closed:
             return
+        failure: BaseException | None = None
         if self._offline is None:
-            self.flush()
+            try:
+                self.flush()
+            except StorageError as exc:
+                failure = exc
         with self._flush_lock, self._lock:
-            clean = self._offline is None
+            clean = self._offline is None and failure is None
             try:
                 if clean:
                     self.epochs.persist()
@@ -553,14 +610,25 @@ class PartitionLog:
                             seg.persist_indexes(fsync=True)
                     self.producer_state.write_snapshot(self.log_end_offset, fsync=True)
                     self._write_recovery_checkpoint(self._recovery_point)
+            except (LogError, OSError) as exc:
+                # best effort: no clean-shutdown marker, so the next open recovers (rebuilds
+                # indexes, epochs and producer state from the segments, which are intact)
+                clean = False
+                failure = exc
             finally:
                 for seg in self._segments:
                     seg.close()
                 self._purge_deleted(None)
                 self._closed = True
             if clean:
-                write_file_atomic(self.directory / CLEAN_SHUTDOWN_FILE, b"", fsync=True)
-                self._fsync_dir()
+                try:
+                    write_file_atomic(self.directory / CLEAN_SHUTDOWN_FILE, b"", fsync=True)
+                    self._fsync_dir()
+                except OSError as exc:
+                    failure = exc
+        if failure is not None:
+            logger.warning("%s: closed without a clean-shutdown marker (%s); the next open "
+                           "recovers it", self.directory, failure)
 
     def _crash(self) -> None:
         """Tests only: drop everything on the floor like a killed process."""
@@ -598,7 +666,7 @@ class PartitionLog:
                 os.fdatasync(active.fd)
                 self._fsync_dir()
                 self._recovery_point = min(self._recovery_point, self.log_end_offset)
-            self._write_recovery_checkpoint(self._recovery_point)
+            self._try_write_recovery_checkpoint(self._recovery_point)
         leo = self.log_end_offset
         logger.info("%s: truncated to offset %d (log end offset now %d)", self.directory,
                     offset, leo)
@@ -619,7 +687,7 @@ class PartitionLog:
                 self._log_start_offset = offset
                 self._recovery_point = offset
                 self._fsync_dir()
-            self._write_recovery_checkpoint(offset)
+            self._try_write_recovery_checkpoint(offset)
         logger.info("%s: truncated fully, log now starts at %d", self.directory, offset)
         self.epochs.clear()
         self.producer_state.clear()
