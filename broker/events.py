@@ -2,9 +2,11 @@
 ``DATA_DIR/events.jsonl``.
 
 Theory of operation: the broker reports facts the checker verifies from outside — a high
-watermark moved, a log was truncated, leadership changed — as small JSON lines, appended and
-flushed at once (no fsync: a lost tail after a machine crash only hides evidence, it cannot
-invent any). The format is the one ``chaos_tests/node_events.py`` reads; every line has
+watermark moved, a log was truncated, leadership changed — as small JSON lines, each appended
+with one ``os.write`` on an ``O_APPEND`` descriptor (no fsync: a lost tail after a machine
+crash only hides evidence, it cannot invent any). Best effort: a line that cannot be written
+(disk full, EIO) is dropped whole — a short write is cut back off the file, so the file never
+holds a partial line — and counted in ``dropped``; ``emit`` never raises. The format is the one ``chaos_tests/node_events.py`` reads; every line has
 ``event``, ``node``, ``mono_ns`` (CLOCK_MONOTONIC, comparable with the harness) and ``wall_ms``:
 
     {"event": "start", "node": 1}
@@ -23,11 +25,15 @@ invent any). The format is the one ``chaos_tests/node_events.py`` reads; every l
 from __future__ import annotations
 
 import json
+import logging
+import os
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 __all__ = ["EventLog", "tp_name"]
+
+log = logging.getLogger("rafka.events")
 
 
 def tp_name(topic: str, partition: int) -> str:
@@ -35,25 +41,45 @@ def tp_name(topic: str, partition: int) -> str:
 
 
 class EventLog:
-    """Appends event lines to ``path`` (line-buffered); ``emit`` never raises."""
+    """Appends event lines to ``path``, whole lines or nothing; ``emit`` never raises."""
 
     def __init__(self, path: Path | None, node_id: int) -> None:
         self.node_id = node_id
         self.path = path
-        self._file: IO[str] | None = None
+        self._fd = -1
+        self.dropped = 0  # lines not written (disk full...)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def emit(self, event: str, **fields: Any) -> None:
-        if self._file is None:
+        if self._fd < 0:
             return
         line = {"event": event, "node": self.node_id, **fields,
                 "mono_ns": time.monotonic_ns(), "wall_ms": int(time.time() * 1000)}
         try:
-            self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
-        except (OSError, ValueError):
-            pass  # evidence only; never take the broker down for it
+            data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
+        except (TypeError, ValueError):
+            self._drop(event, "not JSON-serialisable")
+            return
+        try:
+            n = os.write(self._fd, data)
+        except OSError as exc:
+            self._drop(event, exc)
+            return
+        if n < len(data):  # a short write (the disk just filled up): no partial line stays
+            try:
+                os.ftruncate(self._fd, os.fstat(self._fd).st_size - n)
+            except OSError:
+                pass
+            self._drop(event, "short write")
+
+    def _drop(self, event: str, why: object) -> None:
+        """Evidence only; never take the broker down for it (first drop of a run logged)."""
+        if self.dropped == 0:
+            log.warning("%s: event %r not written (%s); events are best effort",
+                        self.path, event, why)
+        self.dropped += 1
 
     def hw(self, topic: str, partition: int, hw: int, leader_epoch: int) -> None:
         self.emit("hw", tp=tp_name(topic, partition), leader_epoch=leader_epoch, hw=hw)
@@ -70,6 +96,6 @@ class EventLog:
                   replicas=list(replicas), isr=list(isr))
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

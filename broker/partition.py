@@ -208,6 +208,10 @@ class Partition:
         self.notify()
 
     def on_flushed(self, end_offset: int) -> None:
+        # never above the log's recovery point now: a flush result that raced a truncation
+        # (a failed append rolled back, a follower truncation) must not vouch for offsets
+        # that were cut and may since hold other, unflushed records
+        end_offset = min(end_offset, self.log.recovery_point)
         if end_offset > self.durable_end:
             self.durable_end = end_offset
             self._update_hw()
@@ -308,6 +312,8 @@ class Partition:
         st = self.leader_state
         if st is None or (leader_epoch is not None and st.leader_epoch != leader_epoch):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if last_offset >= self.durable_end and self.log.offline is not None:
+            return ErrorCode.KAFKA_STORAGE_ERROR  # its fsync failed: never durable now
         if acks == 1 or self.unsafe_ack_before_replication:
             return ErrorCode.NONE if last_offset < self.durable_end else None
         if last_offset >= self.durable_end:

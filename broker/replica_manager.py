@@ -30,6 +30,14 @@ Housekeeping runs in the same nursery, bounded and periodic: retention
 (``log.cleaner.backoff.ms``). A ``PartitionLog`` belongs to the trio thread (only ``flush`` may
 run in a worker thread), so both run on the trio thread, one partition at a time with a
 checkpoint in between.
+
+Full disk / I/O errors (docs/durability.md, "Disk full"): no storage error leaves a task of this
+manager — the broker stays up. A partition whose log cannot open stays unhosted (clients get
+NOT_LEADER_OR_FOLLOWER / retry) until the next metadata change; a failed leader append answers
+KAFKA_STORAGE_ERROR (the append left the log as it was); a failed follower append backs the
+fetcher off and is retried; HW checkpoints, retention, compaction and flushes log and retry next
+round; closing a log (topic deletion, shutdown) is best effort. A log whose fsync failed is
+offline until restart and its waiting produce requests are answered KAFKA_STORAGE_ERROR.
 """
 
 from __future__ import annotations
@@ -126,7 +134,7 @@ class ReplicaManager:
         for tp, reg in sorted({**changes.followers, **changes.leaders}.items()):
             try:
                 self._apply(image, tp, reg)
-            except LogError as exc:
+            except (LogError, OSError) as exc:
                 log.error("cannot open %s/%d: %s", tp.topic, tp.partition, exc)
             await trio.lowlevel.checkpoint()
 
@@ -186,7 +194,7 @@ class ReplicaManager:
             p.notify()
             try:
                 p.log.close()
-            except LogError as exc:
+            except (LogError, OSError) as exc:
                 log.warning("closing deleted %s: %s", p.name, exc)
         if directory.exists():
             shutil.rmtree(directory, ignore_errors=True)
@@ -349,6 +357,9 @@ class ReplicaManager:
         for p, res in zip(work, results, strict=True):
             if isinstance(res, BaseException):
                 log.error("flush of %s failed: %s", p.name, res)
+                if p.log.offline is None:
+                    p.pending_flush = True  # not durable yet: the next round tries again
+                p.notify()  # an offline log answers its waiting produce requests
                 continue
             p.on_flushed(res)
 
@@ -382,7 +393,7 @@ class ReplicaManager:
                     continue
                 try:
                     p.log.enforce_retention()
-                except LogError as exc:
+                except (LogError, OSError) as exc:
                     log.warning("retention of %s: %s", p.name, exc)
                 await trio.lowlevel.checkpoint()
 
@@ -395,7 +406,7 @@ class ReplicaManager:
                     continue
                 try:
                     compact(p.log)
-                except LogError as exc:
+                except (LogError, OSError) as exc:
                     log.warning("compaction of %s: %s", p.name, exc)
                 await trio.lowlevel.checkpoint()
 
@@ -410,7 +421,7 @@ class ReplicaManager:
                 log.error("HW checkpoint of %s: %s", p.name, exc)
             try:
                 p.log.close()
-            except LogError as exc:
+            except (LogError, OSError) as exc:
                 log.error("closing %s: %s", p.name, exc)
         self.partitions.clear()
 

@@ -198,6 +198,11 @@ class PartitionLog:
         return self._closed
 
     @property
+    def offline(self) -> StorageError | None:
+        """The I/O error that took this log offline until restart (a failed fsync), or None."""
+        return self._offline
+
+    @property
     def segments(self) -> tuple[Segment, ...]:
         return tuple(self._segments)
 

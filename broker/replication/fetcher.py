@@ -35,6 +35,12 @@ fetcher task (as Kafka's ``ReplicaFetcherThread``) that loops:
    log end offset. The leader counts a follower's records in the high watermark only from that
    next fetch, so whatever ``acks=all`` acknowledged is on disk on every ISR member.
 
+5. storage errors (disk full, EIO) on a follower append or truncation: the log is left exactly
+   as it was (``PartitionLog`` appends are all or nothing), the partition backs off (capped
+   exponential, ``max_backoff_ms``) and the same fetch offset is asked for again — once space
+   is freed it catches up by itself. The first failure of a run is logged as a warning, the
+   repeats at debug level; nothing ever leaves the link task.
+
 A link with no partitions left ends its task; ``add_partitions`` for a new leader starts one.
 Everything runs in the nursery of ``run`` (structured concurrency: cancelling ``run`` stops every
 link). Bounded: one request in flight per link, ``max_bytes`` per response,
@@ -53,6 +59,7 @@ import trio
 from broker.errors import ErrorCode, RafkaError
 from broker.protocol import ApiKey
 from broker.replication.epochs import EpochEndOffset, EpochLookup, truncation_offset
+from log.errors import StorageError
 
 __all__ = ["FollowerLog", "FollowerPartition", "ReplicaFetcherManager"]
 
@@ -327,7 +334,13 @@ class ReplicaFetcherManager:
                 try:
                     self._handle_partition(p, entry, chunk)
                 except Exception as exc:  # noqa: BLE001 - one bad partition must not stop the link
-                    log.warning("%s/%d: follower fetch handling failed: %r", tp[0], tp[1], exc)
+                    if isinstance(exc, StorageError) and p.failures > 0:
+                        log.debug("%s/%d: follower append still failing: %s", *tp, exc)
+                    elif isinstance(exc, StorageError):
+                        log.warning("%s/%d: follower append failed, backing off and retrying "
+                                    "(the log is unchanged): %s", *tp, exc)
+                    else:
+                        log.warning("%s/%d: follower fetch handling failed: %r", tp[0], tp[1], exc)
                     self._backoff(p)
 
     def _handle_partition(self, p: FollowerPartition, entry: Mapping[str, Any],
