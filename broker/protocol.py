@@ -167,6 +167,10 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
             }
         ],
     },
+    # request_id (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, ALTER_CONFIGS): optional,
+    # 1-128 chars of [A-Za-z0-9._-], one per logical admin call and the same on every retry;
+    # the controller answers a topic whose change that id already made with the original
+    # outcome (kraft/service.py). Absent: every attempt is decided afresh.
     # -> {topics: [{name, error, message, topic_id, num_partitions, replication_factor}]}
     ApiKey.CREATE_TOPICS: {
         "topics": [
@@ -179,17 +183,20 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         ],
         "timeout_ms": int,
         "validate_only": Opt(bool),
+        "request_id": Opt(str),
     },
     # -> {topics: [{name, error, message}]}
-    ApiKey.DELETE_TOPICS: {"topics": [str], "timeout_ms": int},
+    ApiKey.DELETE_TOPICS: {"topics": [str], "timeout_ms": int, "request_id": Opt(str)},
     # -> {topics: [{name, error, message, configs: {name: value}}]}
     ApiKey.DESCRIBE_CONFIGS: {"topics": [str]},
     # count = the new total number of partitions -> {topics: [{name, error, message}]}
-    ApiKey.CREATE_PARTITIONS: {"topics": [{"name": str, "count": int}], "timeout_ms": int},
+    ApiKey.CREATE_PARTITIONS: {"topics": [{"name": str, "count": int}], "timeout_ms": int,
+                               "request_id": Opt(str)},
     # -> {error, message, producer_id, producer_epoch}
     ApiKey.INIT_PRODUCER_ID: {"producer_id": Opt(int), "producer_epoch": Opt(int)},
     # value None deletes the override -> {topics: [{name, error, message}]}
-    ApiKey.ALTER_CONFIGS: {"topics": [{"name": str, "configs": MapOf(str, Opt(str))}]},
+    ApiKey.ALTER_CONFIGS: {"topics": [{"name": str, "configs": MapOf(str, Opt(str))}],
+                           "request_id": Opt(str)},
     # election_type 0 preferred, 1 unclean; topics None = all
     # -> {error, topics: [{name, partitions: [{partition, error, message}]}]}
     ApiKey.ELECT_LEADERS: {"election_type": int, "topics": Opt(_TP_LIST)},

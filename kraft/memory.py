@@ -100,6 +100,9 @@ class MemoryQuorum:
     def image(self) -> MetadataImage:
         return self.cluster.state_machine.image
 
+    def applied_request(self, request_id: str) -> ProposeResult | None:
+        return self.cluster.state_machine.applied(request_id)
+
     async def propose(self, command: Command) -> ProposeResult:
         await trio.lowlevel.checkpoint()
         c = self.cluster

@@ -225,6 +225,13 @@ class MetadataQuorum(Protocol):
 
     def image(self) -> MetadataImage: ...
 
+    def applied_request(self, request_id: str) -> ProposeResult | None:
+        """The state machine's dedup entry for ``request_id`` (``duplicate=True``), read with
+        the same view as ``image()``; None if no command with that id has been applied (or
+        it was evicted). The active controller asks it before deciding a client-idempotent
+        admin request."""
+        ...
+
     async def propose(self, command: Command) -> ProposeResult: ...
 
     def read(self, from_offset: int, max_records: int) -> list[LogEntry]: ...

@@ -29,6 +29,25 @@ until its own image has reached that offset before answering its client
 served by every voter from its own fsynced ``@metadata`` log (long-poll up to ``max_wait_ms``;
 a fetcher below the log start gets the latest snapshot).
 
+Idempotent admin requests: CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS and ALTER_CONFIGS
+may carry ``request_id`` — one id per *logical* client call, the same on every retry
+(``client/aio/admin.py``). Each topic of the request gets its own proposal id
+``<op>:<topic>:<request_id>`` (op = create / delete / partitions / configs, so ids cannot
+collide across operations or topics), written by the same command as the records, so the
+state machine's dedup table remembers it atomically with the change. Before deciding, the
+controller looks the id up (``MetadataQuorum.applied_request``): a hit means an earlier
+attempt was committed and its answer lost (controller change during the proposal, a forward
+timing out), and the topic is answered with success — for a create with the topic's *current*
+id and partitions from the image — instead of being decided again (TOPIC_ALREADY_EXISTS,
+UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, or an INVALID_REPLICATION_FACTOR because a
+broker is fenced now). The id is looked up again after a refused decision (the engine applies
+on another thread; it publishes the dedup entry before the image). Kafka-like idempotence
+means the answer is about *this request*: if the topic was since deleted (and perhaps
+recreated by someone else), the retry of the original create still answers success (with
+``topic_id`` None / the new topic's id) and creates nothing. The table is bounded (FIFO,
+``DEFAULT_DEDUP_CAPACITY`` commands): a retry that comes after that many other commands is
+decided afresh, as before. Without ``request_id`` nothing changes.
+
 Settings (Kafka-style names; unknown names are ignored here): ``broker.session.timeout.ms``
 (3000), ``metadata.snapshot.records`` / ``metadata.snapshot.min.records`` (10000),
 ``metadata.snapshot.interval.ms`` (3600000), ``leader.imbalance.check.interval.ms`` (300000),
@@ -42,6 +61,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -63,6 +83,10 @@ log = logging.getLogger("rafka.controller")
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 VoterSpec = tuple[int, tuple[str, int], tuple[str, int]]  # (id, raft addr, rpc addr)
+
+# client request ids (``request_id`` of the idempotent admin APIs): no ':' so that the
+# derived per-topic id ``<op>:<topic>:<request_id>`` is unambiguous (topic names have none)
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 MAX_FETCH_RECORDS = 10_000
 MAX_FETCH_WAIT_MS = 30_000
@@ -344,6 +368,44 @@ class ControllerService:
     def _per_item(name: str, exc: RafkaError) -> dict[str, Any]:
         return {"name": name, "error": int(exc.code), "message": exc.message}
 
+    # -- idempotent admin requests (see the module docstring) --------------------------
+
+    @staticmethod
+    def _client_request_id(body: Mapping[str, Any]) -> str | None:
+        rid = body.get("request_id")
+        if rid is None:
+            return None
+        if not isinstance(rid, str) or not _REQUEST_ID.match(rid):
+            raise error_for(ErrorCode.INVALID_REQUEST,
+                            "request_id must be 1-128 characters of [A-Za-z0-9._-]")
+        return rid
+
+    @staticmethod
+    def _op_id(op: str, name: str, client_rid: str | None) -> str | None:
+        """The proposal id of one topic of an idempotent request (None: not idempotent)."""
+        return None if client_rid is None else f"{op}:{name}:{client_rid}"
+
+    async def _applied(self, request_id: str | None) -> ProposeResult | None:
+        """The original result if a command with this id was applied, once it is durable."""
+        if request_id is None:
+            return None
+        lookup = getattr(self._q(), "applied_request", None)
+        hit = None if lookup is None else lookup(request_id)
+        if hit is not None:
+            await self._q().wait_for_offset(hit.last_offset)
+        return hit
+
+    def _created(self, name: str) -> dict[str, Any]:
+        """The success answer of a create, from the image (the topic as it is now)."""
+        t = self._q().image().topics.by_name.get(name)
+        if t is None:  # created by this request, deleted since
+            return {"name": name, "error": 0, "message": "created by this request, since deleted",
+                    "topic_id": None, "num_partitions": -1, "replication_factor": -1}
+        first = t.partitions.get(0)
+        return {"name": name, "error": 0, "message": None, "topic_id": t.topic_id,
+                "num_partitions": len(t.partitions),
+                "replication_factor": len(first.replicas) if first is not None else 0}
+
     # -- consumer groups (decisions in kraft/groups) -----------------------------------
 
     async def consumer_group_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -401,18 +463,27 @@ class ControllerService:
     # -- topics -----------------------------------------------------------------------
 
     async def create_topics(self, body: dict[str, Any]) -> dict[str, Any]:
+        validate_only = bool(body.get("validate_only"))
+        client_rid = None if validate_only else self._client_request_id(body)
         results = []
         for t in body["topics"]:
             name = t["name"]
+            rid = self._op_id("create", name, client_rid)
             try:
+                if await self._applied(rid) is not None:
+                    results.append(self._created(name))
+                    continue
                 start, shift = self._placement()
                 d = ctl.create_topic(
                     self._q().image(), name, t["num_partitions"], t["replication_factor"],
                     t.get("configs") or {}, uuid.uuid4().hex, start, shift,
                     self.setting("num.partitions", 1), self.setting("default.replication.factor", 1),
                 )
-                if not body.get("validate_only"):
-                    await self._propose(d)
+                if not validate_only:
+                    res = await self._propose(d, request_id=rid)
+                    if res.duplicate:  # an earlier attempt, still in flight above, won
+                        results.append(self._created(name))
+                        continue
                 parts = [r for r in d.records if r.record_type == "Partition"]
                 results.append({
                     "name": name, "error": 0, "message": None, "topic_id": d.records[0].topic_id,  # type: ignore[union-attr]
@@ -422,31 +493,47 @@ class ControllerService:
             except RafkaError as exc:
                 if exc.code == ErrorCode.NOT_CONTROLLER:
                     raise
+                if await self._applied(rid) is not None:  # applied meanwhile (see docstring)
+                    results.append(self._created(name))
+                    continue
                 results.append(self._per_item(name, exc))
         return {"topics": results, "metadata_offset": self._q().committed_offset()}
 
     async def delete_topics(self, body: dict[str, Any]) -> dict[str, Any]:
+        client_rid = self._client_request_id(body)
         results = []
         for name in body["topics"]:
+            rid = self._op_id("delete", name, client_rid)
             try:
-                await self._propose(ctl.delete_topic(self._q().image(), name))
+                if await self._applied(rid) is None:
+                    await self._propose(ctl.delete_topic(self._q().image(), name), request_id=rid)
                 results.append({"name": name, "error": 0, "message": None})
             except RafkaError as exc:
                 if exc.code == ErrorCode.NOT_CONTROLLER:
                     raise
+                if await self._applied(rid) is not None:
+                    results.append({"name": name, "error": 0, "message": None})
+                    continue
                 results.append(self._per_item(name, exc))
         return {"topics": results, "metadata_offset": self._q().committed_offset()}
 
     async def create_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
+        client_rid = self._client_request_id(body)
         results = []
         for t in body["topics"]:
+            rid = self._op_id("partitions", t["name"], client_rid)
             try:
-                start, shift = self._placement()
-                await self._propose(ctl.create_partitions(self._q().image(), t["name"], t["count"], start, shift))
+                if await self._applied(rid) is None:
+                    start, shift = self._placement()
+                    d = ctl.create_partitions(self._q().image(), t["name"], t["count"], start, shift)
+                    await self._propose(d, request_id=rid)
                 results.append({"name": t["name"], "error": 0, "message": None})
             except RafkaError as exc:
                 if exc.code == ErrorCode.NOT_CONTROLLER:
                     raise
+                if await self._applied(rid) is not None:
+                    results.append({"name": t["name"], "error": 0, "message": None})
+                    continue
                 results.append(self._per_item(t["name"], exc))
         return {"topics": results, "metadata_offset": self._q().committed_offset()}
 
@@ -461,16 +548,23 @@ class ControllerService:
         return {"topics": results}
 
     async def alter_configs(self, body: dict[str, Any]) -> dict[str, Any]:
+        client_rid = self._client_request_id(body)
         results = []
         for t in body["topics"]:
+            # deduped too: a retry must not undo a change someone made after the lost answer
+            rid = self._op_id("configs", t["name"], client_rid)
             try:
-                d = ctl.alter_configs(self._q().image(), t["name"], t["configs"])
-                if d:
-                    await self._propose(d)
+                if await self._applied(rid) is None:
+                    d = ctl.alter_configs(self._q().image(), t["name"], t["configs"])
+                    if d:
+                        await self._propose(d, request_id=rid)
                 results.append({"name": t["name"], "error": 0, "message": None})
             except RafkaError as exc:
                 if exc.code == ErrorCode.NOT_CONTROLLER:
                     raise
+                if await self._applied(rid) is not None:
+                    results.append({"name": t["name"], "error": 0, "message": None})
+                    continue
                 results.append(self._per_item(t["name"], exc))
         return {"topics": results, "metadata_offset": self._q().committed_offset()}
 

@@ -14,6 +14,14 @@ equals the image's ``quorum.epoch``, or the command is a ``LeaderChange`` to a n
 (2) every guard holds. Then its records are folded at consecutive offsets after
 ``image.offset``. A rejected command appends nothing; only accepted commands are remembered
 for dedup (a rejected request may be retried once the reason is gone).
+
+The active controller also reads the table *before* deciding (``applied``): an admin request
+that carries a client request id (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS,
+ALTER_CONFIGS; ``kraft/service.py`` derives one id per operation and topic) whose id is
+already here was committed by an earlier attempt whose answer was lost, so it is answered
+with the original outcome instead of being decided again (which would say e.g.
+TOPIC_ALREADY_EXISTS for the caller's own topic). The id and the records are written by one
+command, so they are remembered atomically.
 """
 
 from __future__ import annotations
@@ -56,6 +64,12 @@ class ControllerStateMachine:
     def dedup_state(self) -> list[tuple[str, int, int, int]]:
         return [(rid, b, last, e) for rid, (b, last, e) in self.dedup.items()]
 
+    def applied(self, request_id: str) -> ProposeResult | None:
+        """The original result of an applied command with this request id (None: not applied,
+        rejected, or evicted from the bounded table)."""
+        hit = self.dedup.get(request_id) if request_id else None
+        return None if hit is None else ProposeResult(hit[0], hit[1], hit[2], duplicate=True)
+
     def remember(self, request_id: str, result: ProposeResult) -> None:
         if not request_id:
             return
@@ -83,9 +97,9 @@ class ControllerStateMachine:
     def apply(self, command: Command, raft_index: int = 0) -> Applied:
         if raft_index:
             self.last_raft_index = max(self.last_raft_index, raft_index)
-        hit = self.dedup.get(command.request_id) if command.request_id else None
+        hit = self.applied(command.request_id)
         if hit is not None:
-            return Applied(result=ProposeResult(hit[0], hit[1], hit[2], duplicate=True))
+            return Applied(result=hit)
         err = self.check(command)
         if err is not None:
             return Applied(error=err)
@@ -96,11 +110,14 @@ class ControllerStateMachine:
             offset += 1
             delta.replay(record, offset, command.epoch)
             entries.append(LogEntry(offset, command.epoch, record))
-        if entries:
-            self.image = delta.apply()
+        image = delta.apply() if entries else self.image
         base = entries[0].offset if entries else -1
-        result = ProposeResult(base, self.image.offset, command.epoch)
+        result = ProposeResult(base, image.offset, command.epoch)
+        # remembered before the image is published: a reader on another thread (the active
+        # controller, while the engine applies on its tick thread) that sees the new image
+        # then finds the request id too (kraft/service.py re-checks it after a refusal)
         self.remember(command.request_id, result)
+        self.image = image
         return Applied(entries=entries, result=result)
 
     def snapshot_state(self) -> dict[str, Any]:

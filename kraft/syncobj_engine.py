@@ -272,6 +272,9 @@ class SyncObjQuorum:
     def image(self) -> MetadataImage:
         return self.metadata_log.sm.image
 
+    def applied_request(self, request_id: str) -> ProposeResult | None:
+        return self.metadata_log.sm.applied(request_id)  # a dict lookup: atomic under the GIL
+
     def read(self, from_offset: int, max_records: int) -> list[LogEntry]:
         return self.metadata_log.read(from_offset, max_records)
 

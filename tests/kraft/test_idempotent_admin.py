@@ -1,0 +1,218 @@
+"""Idempotent admin requests: a retried CREATE_TOPICS / DELETE_TOPICS / CREATE_PARTITIONS /
+ALTER_CONFIGS with the same ``request_id`` is answered with the original outcome
+(docs/chaos-results.md §3: a retry whose first attempt was committed but whose answer was lost
+reported TOPIC_ALREADY_EXISTS for the caller's own topic). ControllerService over the in-memory
+quorum, under trio's mock clock."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from broker.errors import ErrorCode, error_for
+from broker.protocol import ApiKey
+from kraft.memory import MemoryQuorumCluster
+from kraft.quorum import Command, Guard
+from kraft.state_machine import ControllerStateMachine
+from metadata import LeaderChange, Partition, Topic
+
+from .test_service_memory import autojump_clock, heartbeat, register, start, wait_active  # noqa: F401
+
+
+def create_body(*names: str, rid: str | None = None, partitions: int = 1, rf: int = 1) -> dict:
+    body: dict = {"topics": [{"name": n, "num_partitions": partitions, "replication_factor": rf}
+                             for n in names], "timeout_ms": 1000}
+    if rid is not None:
+        body["request_id"] = rid
+    return body
+
+
+def records(cluster: MemoryQuorumCluster, kind: str) -> list:
+    return [e.record for e in cluster.entries if e.record.record_type == kind]
+
+
+async def active_cluster(nursery, brokers=(1,)):
+    cluster = MemoryQuorumCluster([1, 2])
+    s1 = await start(nursery, cluster, 1)
+    s2 = await start(nursery, cluster, 2)
+    cluster.elect(1)
+    await wait_active(s1)
+    for b in brokers:
+        epoch = await register(s1, b)
+        await heartbeat(s1, b, epoch, cluster.state_machine.image.offset)
+    return cluster, s1, s2
+
+
+def test_state_machine_same_request_id_applies_once():
+    """The state machine itself: the second command with the same id is a duplicate (the
+    original result, nothing appended); the dedup entry is visible through ``applied``."""
+    sm = ControllerStateMachine()
+    sm.apply(Command("leader", 1, 0, (LeaderChange(1, 1),)))
+    cmd = Command("create:t:r1", 1, 0, (Topic("t", "tid-1"), Partition("tid-1", 0, (1,), (1,), 1)),
+                  (Guard.topic_absent("t"),))
+    first = sm.apply(cmd)
+    assert first.error is None and not first.result.duplicate and len(first.entries) == 2
+    assert sm.applied("create:t:r1") == first.result._replace(duplicate=True)
+    again = sm.apply(cmd)
+    assert again.error is None and again.result.duplicate and again.entries == []
+    assert again.result[:3] == first.result[:3]
+    other = sm.apply(Command("create:t:r2", 1, 0, cmd.records, cmd.guards))
+    assert other.error is not None and other.error.code == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert sm.applied("create:t:r2") is None  # refusals are not remembered
+    # the table is part of the snapshot state
+    restored = ControllerStateMachine(sm.image, sm.snapshot_state()["dedup"])
+    assert restored.applied("create:t:r1") == sm.applied("create:t:r1")
+
+
+async def test_same_request_id_creates_once_and_answers_success(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        cluster, s1, _s2 = await active_cluster(nursery)
+        h = s1.handlers[ApiKey.CREATE_TOPICS]
+        r1 = await h(create_body("t", rid="abc", partitions=2))
+        assert r1["error"] == 0 and r1["topics"][0]["error"] == 0, r1
+        r2 = await h(create_body("t", rid="abc", partitions=2))
+        assert r2["error"] == 0 and r2["topics"][0]["error"] == 0, r2
+        assert r2["topics"][0]["topic_id"] == r1["topics"][0]["topic_id"]
+        assert (r2["topics"][0]["num_partitions"], r2["topics"][0]["replication_factor"]) == (2, 1)
+        assert r2["metadata_offset"] >= r1["metadata_offset"]
+        assert len(records(cluster, "Topic")) == 1
+        assert len(records(cluster, "Partition")) == 2
+        # another call (another id, or none): the topic exists, as before
+        r3 = await h(create_body("t", rid="other", partitions=2))
+        assert r3["topics"][0]["error"] == ErrorCode.TOPIC_ALREADY_EXISTS
+        r4 = await h(create_body("t", partitions=2))
+        assert r4["topics"][0]["error"] == ErrorCode.TOPIC_ALREADY_EXISTS
+        # the id is per operation: a delete with the same client id is not answered by the create
+        r5 = await s1.handlers[ApiKey.DELETE_TOPICS]({"topics": ["t"], "timeout_ms": 1000, "request_id": "abc"})
+        assert r5["topics"][0]["error"] == 0
+        assert "t" not in cluster.state_machine.image.topics.by_name
+        assert len(records(cluster, "RemoveTopic")) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_committed_but_answer_lost_then_retry_on_new_controller(autojump_clock):
+    """The first attempt is committed, but the controller is deposed before it answers
+    (NOT_CONTROLLER): the client's retry, on the next controller, gets success."""
+    async with trio.open_nursery() as nursery:
+        cluster, s1, s2 = await active_cluster(nursery)
+        await register(s1, 2)  # s2 also a broker: irrelevant, keeps the image realistic
+        q1 = cluster.voters[1]
+        real_propose = q1.propose
+
+        async def propose_then_lose_answer(command):
+            await real_propose(command)
+            cluster.elect(2)  # deposed right after the commit
+            raise error_for(ErrorCode.NOT_CONTROLLER, "leadership changed while proposing")
+
+        q1.propose = propose_then_lose_answer  # type: ignore[method-assign]
+        r1 = await s1.handlers[ApiKey.CREATE_TOPICS](create_body("t", rid="lost-1"))
+        assert r1["error"] == ErrorCode.NOT_CONTROLLER
+        q1.propose = real_propose  # type: ignore[method-assign]
+        assert "t" in cluster.state_machine.image.topics.by_name  # it was committed
+        await wait_active(s2)
+        r2 = await s2.handlers[ApiKey.CREATE_TOPICS](create_body("t", rid="lost-1"))
+        assert r2["error"] == 0 and r2["topics"][0]["error"] == 0, r2
+        tid = cluster.state_machine.image.topics.by_name["t"].topic_id
+        assert r2["topics"][0]["topic_id"] == tid
+        assert len(records(cluster, "Topic")) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_multi_topic_request_dedupes_each_topic(autojump_clock):
+    """Each topic of one request has its own derived id: a retry of [a, b] after only a was
+    committed answers a from the dedup table and creates b."""
+    async with trio.open_nursery() as nursery:
+        cluster, s1, _s2 = await active_cluster(nursery)
+        h = s1.handlers[ApiKey.CREATE_TOPICS]
+        r = await h(create_body("a", rid="multi"))
+        assert r["topics"][0]["error"] == 0
+        r = await h(create_body("a", "b", "bad name", rid="multi"))
+        assert [t["error"] for t in r["topics"]] == [0, 0, ErrorCode.INVALID_TOPIC_EXCEPTION]
+        assert len(records(cluster, "Topic")) == 2
+        assert cluster.state_machine.applied("create:a:multi") is not None
+        assert cluster.state_machine.applied("create:b:multi") is not None
+        # validate_only never proposes and never consults the table
+        r = await h({**create_body("c", rid="multi"), "validate_only": True})
+        assert r["topics"][0]["error"] == 0 and "c" not in cluster.state_machine.image.topics.by_name
+        nursery.cancel_scope.cancel()
+
+
+async def test_retry_succeeds_although_the_decision_would_now_fail(autojump_clock):
+    """The original outcome, not a new decision: rf=3 was possible at the first attempt; at the
+    retry a broker is fenced (INVALID_REPLICATION_FACTOR if decided again)."""
+    async with trio.open_nursery() as nursery:
+        cluster, s1, _s2 = await active_cluster(nursery, brokers=(1, 2, 3))
+        h = s1.handlers[ApiKey.CREATE_TOPICS]
+        assert (await h(create_body("t", rid="rf3", rf=3)))["topics"][0]["error"] == 0
+        b3 = cluster.state_machine.image.cluster.brokers[3]
+        await heartbeat(s1, 3, b3.epoch, cluster.state_machine.image.offset, want_fence=True)
+        assert cluster.state_machine.image.cluster.brokers[3].fenced
+        r = await h(create_body("u", rid="x", rf=3))
+        assert r["topics"][0]["error"] == ErrorCode.INVALID_REPLICATION_FACTOR
+        r = await h(create_body("t", rid="rf3", rf=3))
+        assert r["topics"][0]["error"] == 0 and r["topics"][0]["replication_factor"] == 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_deleted_and_recreated_by_someone_else(autojump_clock):
+    """Kafka-like idempotence: the retry of the original create still answers success (the
+    create did happen), naming the topic as it is now, and creates nothing."""
+    async with trio.open_nursery() as nursery:
+        cluster, s1, _s2 = await active_cluster(nursery)
+        h = s1.handlers
+        r1 = await h[ApiKey.CREATE_TOPICS](create_body("t", rid="orig"))
+        await h[ApiKey.DELETE_TOPICS]({"topics": ["t"], "timeout_ms": 1000, "request_id": "d1"})
+        r = await h[ApiKey.CREATE_TOPICS](create_body("t", rid="orig"))
+        assert r["topics"][0]["error"] == 0 and r["topics"][0]["topic_id"] is None
+        assert "t" not in cluster.state_machine.image.topics.by_name  # not created again
+        r2 = await h[ApiKey.CREATE_TOPICS](create_body("t", rid="someone-else"))
+        assert r2["topics"][0]["error"] == 0
+        r = await h[ApiKey.CREATE_TOPICS](create_body("t", rid="orig"))
+        assert r["topics"][0]["error"] == 0
+        assert r["topics"][0]["topic_id"] == r2["topics"][0]["topic_id"] != r1["topics"][0]["topic_id"]
+        assert len(records(cluster, "Topic")) == 2
+        # the delete's retry does not delete the new topic
+        r = await h[ApiKey.DELETE_TOPICS]({"topics": ["t"], "timeout_ms": 1000, "request_id": "d1"})
+        assert r["topics"][0]["error"] == 0
+        assert "t" in cluster.state_machine.image.topics.by_name
+        nursery.cancel_scope.cancel()
+
+
+async def test_delete_partitions_configs_retries_answer_the_original_outcome(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        cluster, s1, _s2 = await active_cluster(nursery)
+        h = s1.handlers
+        await h[ApiKey.CREATE_TOPICS](create_body("t", "u"))
+        body = {"topics": [{"name": "t", "count": 3}], "timeout_ms": 1000, "request_id": "p1"}
+        for _ in range(2):
+            r = await h[ApiKey.CREATE_PARTITIONS](body)
+            assert r["topics"][0]["error"] == 0, r
+        r = await h[ApiKey.CREATE_PARTITIONS]({**body, "request_id": "p2"})
+        assert r["topics"][0]["error"] == ErrorCode.INVALID_PARTITIONS
+        assert len(cluster.state_machine.image.topics.by_name["t"].partitions) == 3
+
+        # a retried alter must not undo a change made after the lost answer
+        set1 = {"topics": [{"name": "t", "configs": {"retention.ms": "1000"}}], "request_id": "c1"}
+        assert (await h[ApiKey.ALTER_CONFIGS](set1))["topics"][0]["error"] == 0
+        set2 = {"topics": [{"name": "t", "configs": {"retention.ms": "2000"}}], "request_id": "c2"}
+        assert (await h[ApiKey.ALTER_CONFIGS](set2))["topics"][0]["error"] == 0
+        assert (await h[ApiKey.ALTER_CONFIGS](set1))["topics"][0]["error"] == 0
+        assert cluster.state_machine.image.topics.by_name["t"].configs["retention.ms"] == "2000"
+
+        body = {"topics": ["u"], "timeout_ms": 1000, "request_id": "d1"}
+        for _ in range(2):
+            r = await h[ApiKey.DELETE_TOPICS](body)
+            assert r["topics"][0]["error"] == 0, r
+        r = await h[ApiKey.DELETE_TOPICS]({**body, "request_id": "d2"})
+        assert r["topics"][0]["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("rid", ["", "a:b", "x" * 129, "sp ace"])
+async def test_malformed_request_id_is_refused(autojump_clock, rid):
+    async with trio.open_nursery() as nursery:
+        cluster, s1, _s2 = await active_cluster(nursery)
+        r = await s1.handlers[ApiKey.CREATE_TOPICS](create_body("t", rid=rid))
+        assert r["error"] == ErrorCode.INVALID_REQUEST
+        assert "t" not in cluster.state_machine.image.topics.by_name
+        nursery.cancel_scope.cancel()
