@@ -225,7 +225,7 @@ class MetadataListener:
         err = body.get("error", 0)
         snap = body.get("snapshot")
         if snap and snap["offset"] > pending.offset:
-            log.info("metadata catch-up: loading snapshot at offset %d", snap["offset"])
+            log.info("loading metadata snapshot at offset %d (startup catch-up)", snap["offset"])
             records = [record_from_dict(r) for r in snap["records"]]
             pending = self._pending = MetadataDelta(records_to_image(records, snap["offset"], snap["epoch"]))
             self._pending_from_snapshot = True
