@@ -29,6 +29,14 @@ Recovery (``open``): the newest snapshot whose CRC holds, then every segment fra
 the first frame that is partial, fails its CRC or breaks offset continuity ends the log — the
 file is truncated there and later segments are removed (a torn tail after a crash).
 
+Storage failures: a frame that cannot be written (``apply``) or an fsync that fails (``sync``,
+the fsync of the current segment at a roll) stops the process through
+:func:`kraft.durable_journal.fail_stop` (exit 74, one named line, no traceback): the state
+machine has already moved on in memory, and a decision must never be reported done unless it
+is on disk. A snapshot that cannot be written (disk full) is optional: the temp file is
+removed, a warning logged and the next ``maybe_snapshot`` tries again; the log is unchanged.
+Recovery drops a torn tail frame, so the node restarts once space is freed.
+
 Threads: ``apply`` runs on the engine's thread, ``sync``/``maybe_snapshot`` on a flusher
 thread, ``read`` on trio's thread; one lock guards the in-memory state, and fsync runs outside
 it.
@@ -36,6 +44,7 @@ it.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -46,11 +55,14 @@ from typing import Any
 import msgpack
 from crc32c import crc32c
 
+from kraft.durable_journal import fail_stop
 from kraft.quorum import Command, LogEntry, OffsetOutOfRange, ProposeResult, Snapshot
 from kraft.state_machine import DEFAULT_DEDUP_CAPACITY, Applied, ControllerStateMachine
 from metadata import MetadataDelta, image_to_records, record_from_dict, records_to_image
 
 __all__ = ["MetadataLog", "encode_frame", "decode_frames"]
+
+log = logging.getLogger("rafka.kraft.metadata_log")
 
 _HEAD = struct.Struct(">II")
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -214,13 +226,14 @@ class MetadataLog:
     def _open_segment(self, base: int, roll: bool = False) -> None:
         """Open the segment to append to: the last one (recovery), or a new one at ``base``
         (``roll``; reusing the last one if it starts at ``base``, i.e. holds nothing)."""
-        if self._fd >= 0:
-            os.close(self._fd)
         path = self.dir / _name(base, ".log")
         existing = self._segments()
         if existing and not roll and int(existing[-1].stem) <= base:
             path = existing[-1]
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # before closing
+        if self._fd >= 0:  # the old one: a failed open leaves the log writing where it was
+            os.close(self._fd)
+        self._fd = fd
         self._segment_base = int(path.stem)
         _fsync_dir(self.dir)
 
@@ -238,13 +251,19 @@ class MetadataLog:
                     "o": base, "e": command.epoch, "ri": raft_index, "rid": command.request_id,
                     "r": [e.record.to_dict() for e in applied.entries],
                 })
+                self._write_frame(frame)
                 if applied.entries:
-                    os.write(self._fd, frame)
                     self.entries.extend(applied.entries)
                     self._written_offset = applied.entries[-1].offset
-                else:
-                    os.write(self._fd, frame)
             return applied
+
+    def _write_frame(self, frame: bytes) -> None:
+        view = memoryview(frame)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as exc:  # the state machine already applied it: fail-stop
+            fail_stop("writing the @metadata log", exc)
 
     def sync(self) -> int:
         """fsync what has been written; returns the new durable offset."""
@@ -252,7 +271,10 @@ class MetadataLog:
             with self._lock:
                 target, fd = self._written_offset, self._fd
             if target > self.durable_offset:
-                os.fsync(fd)
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    fail_stop("fsync of the @metadata log", exc)
                 self.fsyncs += 1
                 with self._lock:
                     self.durable_offset = max(self.durable_offset, target)
@@ -293,17 +315,25 @@ class MetadataLog:
             )
         if not (due or (force and since > 0)):
             return False
-        self.write_snapshot(self.snapshot_payload())
+        try:
+            self.write_snapshot(self.snapshot_payload())
+        except OSError as exc:  # optional: the log is unchanged, the next call tries again
+            log.warning("%s: metadata snapshot not written (retried later): %s", self.dir, exc)
+            return False
         return True
 
     def _write_snapshot_file(self, obj: dict[str, Any]) -> None:
         final = self.dir / _name(obj["o"], ".snap")
         tmp = final.with_suffix(".tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(encode_frame(obj))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(encode_frame(obj))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # give the space back
+            raise
         _fsync_dir(self.dir)
 
     def write_snapshot(self, obj: dict[str, Any]) -> None:
@@ -315,7 +345,10 @@ class MetadataLog:
                 self._snapshot = Snapshot(obj["o"], obj["e"], [record_from_dict(r) for r in obj["r"]])
                 self._last_snapshot_time = time.monotonic()
                 self._prev_snapshot_offset = prev
-                os.fsync(self._fd)
+                try:
+                    os.fsync(self._fd)
+                except OSError as exc:
+                    fail_stop("fsync of the @metadata log", exc)
                 self._open_segment(self._written_offset + 1, roll=True)
                 self._trim_locked(prev)
 
