@@ -6,7 +6,11 @@ A broker does not decide anything about topics: CREATE_TOPICS, DELETE_TOPICS,
 CREATE_PARTITIONS, ALTER_CONFIGS, ELECT_LEADERS and INIT_PRODUCER_ID (and the group APIs) are
 forwarded through the ``ControllerChannel`` (which finds the active controller and follows
 ``NOT_CONTROLLER`` hints, bounded) with ``_forwarded: true`` in the body, so the receiving node
-hands them to its controller role instead of forwarding again.
+hands them to its controller role instead of forwarding again. The body goes as the client
+sent it, ``request_id`` included (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS,
+ALTER_CONFIGS): the channel's own retries (another voter after a connection error, a
+``NOT_CONTROLLER`` hint) and the client's carry the same id, which the controller dedupes
+(``kraft/service.py``) — a retry of a committed change whose answer was lost gets success.
 
 For the APIs that change topics, the broker then waits — bounded by the request's
 ``timeout_ms`` — until its *own* metadata image has caught up with the controller: the offset

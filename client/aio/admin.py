@@ -8,12 +8,24 @@ replicas, ISR), LIST_OFFSETS to each leader (high watermarks and log start offse
 DESCRIBE_QUORUM. Per-topic errors are raised as their named ``RafkaError`` subclasses
 (``TopicAlreadyExistsError``, ``UnknownTopicOrPartitionError``, …), or returned per topic by the
 plural methods with ``raise_on_error=False``.
+
+Idempotence: every call of create_topics / delete_topics / create_partitions / alter_configs
+makes ONE ``request_id`` (``uuid.uuid4().hex``) and sends the same body — the same id — on
+every retry, ours here and the forwarding broker's to the controller. When an attempt was
+committed but its answer lost (a controller change during the proposal, a forward timing
+out), the retry is answered with the original outcome (success) instead of
+TOPIC_ALREADY_EXISTS / UNKNOWN_TOPIC_OR_PARTITION / INVALID_PARTITIONS for the caller's own
+change (``kraft/service.py``). A random id, not client id + counter: the default client id is
+shared by every admin instance and a counter restarts with the process, so a new process's
+"create t" could otherwise be answered by an old process's dedup entry for "create t" without
+creating anything. A broker that predates ``request_id`` ignores it (old behaviour).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, NamedTuple
@@ -109,7 +121,8 @@ class AsyncAdmin:
     # ------------------------------------------------------------------ plumbing
 
     async def _request(self, api: ApiKey, body: dict[str, Any]) -> Response:
-        """Any broker; retries NOT_CONTROLLER / unreachable brokers until request_timeout_ms."""
+        """Any broker; retries NOT_CONTROLLER / unreachable brokers until request_timeout_ms.
+        Every attempt sends ``body`` itself, so a ``request_id`` in it is the same on each."""
         self._check_open()
         deadline = time.monotonic() + self.request_timeout_ms / 1000
         attempt = 0
@@ -164,7 +177,8 @@ class AsyncAdmin:
                             "replication_factor": int(t.replication_factor),
                             "configs": {str(k): str(v) for k, v in (t.config or {}).items()}}
                            for t in items],
-                "timeout_ms": self.request_timeout_ms, "validate_only": validate_only}
+                "timeout_ms": self.request_timeout_ms, "validate_only": validate_only,
+                "request_id": _request_id()}
         out = await self._per_topic(ApiKey.CREATE_TOPICS, body, raise_on_error)
         if not validate_only:
             await self._wait_topics({t.name for t in items if out.get(t.name) is None}, present=True)
@@ -175,8 +189,8 @@ class AsyncAdmin:
 
     async def delete_topics(self, names: Iterable[str], *, raise_on_error: bool = True) -> dict[str, RafkaError | None]:
         names = list(names)
-        out = await self._per_topic(ApiKey.DELETE_TOPICS, {"topics": names, "timeout_ms": self.request_timeout_ms},
-                                    raise_on_error)
+        out = await self._per_topic(ApiKey.DELETE_TOPICS, {"topics": names, "timeout_ms": self.request_timeout_ms,
+                                                           "request_id": _request_id()}, raise_on_error)
         await self._wait_topics({n for n in names if out.get(n) is None}, present=False)
         return out
 
@@ -199,7 +213,7 @@ class AsyncAdmin:
         """Grow ``topic`` to ``total_count`` partitions."""
         await self._per_topic(ApiKey.CREATE_PARTITIONS,
                               {"topics": [{"name": topic, "count": int(total_count)}],
-                               "timeout_ms": self.request_timeout_ms}, True)
+                               "timeout_ms": self.request_timeout_ms, "request_id": _request_id()}, True)
 
     async def list_topics(self, *, include_internal: bool = False) -> list[str]:
         self._check_open()
@@ -262,7 +276,8 @@ class AsyncAdmin:
     async def alter_configs(self, topic: str, configs: Mapping[str, str | None]) -> None:
         """Set (or, with value ``None``, remove) per-topic overrides."""
         body = {"topics": [{"name": topic, "configs": {str(k): (None if v is None else str(v))
-                                                       for k, v in configs.items()}}]}
+                                                       for k, v in configs.items()}}],
+                "request_id": _request_id()}
         await self._per_topic(ApiKey.ALTER_CONFIGS, body, True)
 
     # ------------------------------------------------------------------ cluster
@@ -283,6 +298,11 @@ class AsyncAdmin:
         """Raw LIST_OFFSETS: ``{tp: ts}`` (-2 earliest, -1 latest) → ``{tp: (offset, timestamp)}``."""
         self._check_open()
         return await list_offsets(self._core, dict(timestamps))
+
+
+def _request_id() -> str:
+    """One per logical admin call (see the module docstring): 32 hex characters."""
+    return uuid.uuid4().hex
 
 
 def _topic_message(t: Mapping[str, Any]) -> str:
