@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from broker.errors import ErrorCode, error_for
 from broker.protocol import ApiKey
@@ -16,7 +17,12 @@ from kraft.quorum import Command, Guard
 from kraft.state_machine import ControllerStateMachine
 from metadata import LeaderChange, Partition, Topic
 
-from .test_service_memory import autojump_clock, heartbeat, register, start, wait_active  # noqa: F401
+from .test_service_memory import heartbeat, register, start, wait_active
+
+
+@pytest.fixture
+def autojump_clock():
+    return trio.testing.MockClock(autojump_threshold=0)
 
 
 def create_body(*names: str, rid: str | None = None, partitions: int = 1, rf: int = 1) -> dict:
