@@ -14,7 +14,9 @@ Kafka semantics followed here:
 * broker epoch = offset of its ``RegisterBroker`` record; a broker is registered fenced and
   unfenced once a heartbeat reports a metadata offset ≥ its registration offset; fenced again
   after ``broker.session.timeout.ms`` without a heartbeat (time in which the controller itself
-  was paused or starved does not count: ``expired_brokers``);
+  was paused or starved does not count: ``expired_brokers``) — or earlier, when a liveness
+  probe of its listener was refused (``brokers_to_probe`` / ``probe_fence``, the TCP connect
+  itself is done by :mod:`kraft.service`);
 * fencing (or controlled shutdown) moves leadership away: new leader = first replica that is
   in the ISR and live; the fenced broker leaves the ISR unless it is the last member (then the
   partition is leaderless, ``leader=-1``, ISR keeps it); an out-of-sync replica is chosen only
@@ -69,6 +71,8 @@ __all__ = [
     "heartbeat",
     "leaderless_elections",
     "place_replicas",
+    "probe_fence",
+    "brokers_to_probe",
     "preferred_elections",
     "allocate_producer_ids",
     "register_broker",
@@ -96,11 +100,21 @@ class ControllerState:
     metadata_offsets: dict[int, int] = field(default_factory=dict)  # broker id -> offset
     shutting_down: set[int] = field(default_factory=set)
     last_check_ms: int | None = None  # the previous ``expired_brokers`` check
+    # liveness probes (``brokers_to_probe``): brokers to probe at once (set on activation,
+    # when this controller has no heartbeat history), probes in flight, last probe start
+    probe_due: set[int] = field(default_factory=set)
+    probing: set[int] = field(default_factory=set)
+    last_probe_ms: dict[int, int] = field(default_factory=dict)
+    heartbeat_interval_ms: dict[int, int] = field(default_factory=dict)  # if a broker said
 
     def touch_all(self, image: MetadataImage, now_ms: int) -> None:
-        """On activation: every registered broker gets a fresh session (grace period)."""
-        for bid in image.cluster.brokers:
+        """On activation: every registered broker gets a fresh session (grace period), and
+        every unfenced one is due for a liveness probe (the grace would otherwise keep a
+        broker that died with the previous controller in place for a whole session)."""
+        for bid, reg in image.cluster.brokers.items():
             self.last_contact_ms[bid] = now_ms
+            if not reg.fenced:
+                self.probe_due.add(bid)
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -222,6 +236,65 @@ def expired_brokers(
         elif now_ms - last > session_timeout_ms:
             out.append(bid)
     return out
+
+
+def probe_after_ms(state: ControllerState, broker_id: int, session_timeout_ms: int,
+                   setting_ms: int | None = None) -> int:
+    """Silence after which a broker's listener is probed: the setting if given, else twice
+    the heartbeat interval the broker registered with, else a third of the session."""
+    if setting_ms is not None and setting_ms > 0:
+        return setting_ms
+    hb = state.heartbeat_interval_ms.get(broker_id)
+    if hb:
+        return min(2 * hb, session_timeout_ms)
+    return max(1, session_timeout_ms // 3)
+
+
+def brokers_to_probe(
+    image: MetadataImage, state: ControllerState, now_ms: int, session_timeout_ms: int,
+    setting_ms: int | None = None,
+) -> list[int]:
+    """Unfenced brokers whose listener should be probed now: those due since activation, and
+    those silent for longer than ``probe_after_ms`` whose last probe is at least that old. At
+    most one probe per broker is in flight (``state.probing``); the caller marks the ones it
+    starts (``probe_started``)."""
+    out = []
+    for bid, reg in image.cluster.brokers.items():
+        if reg.fenced or bid in state.probing:
+            continue
+        if bid in state.probe_due:
+            out.append(bid)
+            continue
+        after = probe_after_ms(state, bid, session_timeout_ms, setting_ms)
+        last = state.last_contact_ms.get(bid)
+        if last is None or now_ms - last <= after:
+            continue
+        probed = state.last_probe_ms.get(bid)
+        if probed is None or now_ms - probed >= after:
+            out.append(bid)
+    return out
+
+
+def probe_started(state: ControllerState, broker_id: int, now_ms: int) -> None:
+    state.probe_due.discard(broker_id)
+    state.probing.add(broker_id)
+    state.last_probe_ms[broker_id] = now_ms
+
+
+def probe_fence(
+    image: MetadataImage, state: ControllerState, broker_id: int, broker_epoch: int, started_ms: int
+) -> Decision:
+    """The fence after a probe started at ``started_ms`` found nothing listening at the
+    broker's address (connection refused) — re-checked against what happened since: nothing
+    if the broker re-registered (new epoch), is fenced already, or contacted this controller
+    after the probe started (a heartbeat is newer evidence than the probe)."""
+    reg = image.cluster.brokers.get(broker_id)
+    if reg is None or reg.epoch != broker_epoch or reg.fenced:
+        return Decision()
+    last = state.last_contact_ms.get(broker_id)
+    if last is not None and last > started_ms:
+        return Decision()
+    return fence_broker(image, broker_id, state)
 
 
 @dataclass(slots=True)

@@ -48,8 +48,33 @@ recreated by someone else), the retry of the original create still answers succe
 ``DEFAULT_DEDUP_CAPACITY`` commands): a retry that comes after that many other commands is
 decided afresh, as before. Without ``request_id`` nothing changes.
 
+Failure detection: a broker is fenced (its leaderships move away) when its session expires —
+``broker.session.timeout.ms`` without a heartbeat — or earlier, when a *liveness probe* proves
+it dead. The active controller probes a registered, unfenced broker that has been silent for
+longer than ``broker.liveness.probe.after.ms`` (default: twice the heartbeat interval the
+broker registered with, if it said, else a third of the session), and every unfenced broker
+right after it becomes active (it has no heartbeat history, and the fresh session it grants
+would otherwise keep a broker that died with the previous controller in place for a whole
+session). A probe is a plain TCP connect to the broker's registered listener, bounded by
+``PROBE_TIMEOUT_S``, closed at once. Only a refusal (ECONNREFUSED: nothing listens there)
+fences, through the decision lock and re-checked (``kraft.controller.probe_fence``: not if the
+broker re-registered or contacted us after the probe started). Why that is a proof: when a
+broker process is killed (kill -9, crash, OOM) on a host that is up, the kernel closes its
+listening socket and answers the next SYN with RST. A paused (SIGSTOP) or overloaded broker
+still has its listen socket, and the kernel completes the handshake into the backlog, so the
+probe connects and nothing happens; a dead host or a network partition that drops packets
+times out, and an unreachable host or a failed name lookup errors — all of these change
+nothing and the session timeout still applies. (A firewall that *rejects* with RST or ICMP
+port-unreachable reads as a refusal too.) Fencing is always safe, only availability is at
+stake: a live broker fenced by mistake — e.g. one whose advertised address is not reachable as
+such from this controller — unfences with its next heartbeat (``kraft.controller.heartbeat``),
+like a broker that registers; it loses its leaderships meanwhile. Probes run concurrently in
+``_probe_loop``'s nursery, outside the decision lock, at most one per broker at a time.
+
 Settings (Kafka-style names; unknown names are ignored here): ``broker.session.timeout.ms``
-(3000), ``metadata.snapshot.records`` / ``metadata.snapshot.min.records`` (10000),
+(3000), ``broker.liveness.probe.enable`` (true), ``broker.liveness.probe.after.ms`` (unset:
+2 × the broker's heartbeat interval if it registered one, else a third of the session),
+``metadata.snapshot.records`` / ``metadata.snapshot.min.records`` (10000),
 ``metadata.snapshot.interval.ms`` (3600000), ``leader.imbalance.check.interval.ms`` (300000),
 ``auto.leader.rebalance.enable`` (true), ``num.partitions`` (1), ``default.replication.factor``
 (1), ``raft.min.timeout.ms`` (150), ``raft.max.timeout.ms`` (600),
@@ -89,6 +114,7 @@ VoterSpec = tuple[int, tuple[str, int], tuple[str, int]]  # (id, raft addr, rpc 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 MAX_FETCH_RECORDS = 10_000
+PROBE_TIMEOUT_S = 0.25  # a liveness probe's TCP connect (see the module docstring)
 MAX_FETCH_WAIT_MS = 30_000
 
 
@@ -97,6 +123,35 @@ def _addr(a: Any) -> tuple[str, int]:
         host, _, port = a.rpartition(":")
         return host.strip("[]"), int(port)
     return str(a[0]), int(a[1])
+
+
+async def probe_listener(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """TCP-connect to ``host:port`` and close at once: "refused" when every address the name
+    resolves to answered ECONNREFUSED (nothing listens there: the process is gone), else
+    "open" (some address accepted), "timeout" or "error" (name lookup, unreachable, ...)."""
+    outcome = "timeout"
+    with trio.move_on_after(timeout_s):
+        try:
+            infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+        except OSError:
+            return "error"
+        refused = 0
+        for family, type_, proto, _canon, sockaddr in infos:
+            try:
+                sock = trio.socket.socket(family, type_, proto)
+            except OSError:  # out of file descriptors, family not supported: no verdict
+                continue
+            try:
+                await sock.connect(sockaddr)
+                return "open"
+            except ConnectionRefusedError:
+                refused += 1
+            except OSError:
+                pass
+            finally:
+                sock.close()
+        outcome = "refused" if infos and refused == len(infos) else "error"
+    return outcome
 
 
 def parse_voters(voters: Sequence[Any]) -> list[VoterSpec]:
@@ -214,6 +269,7 @@ class ControllerService:
                     await nursery.start(self.quorum.run)
                 nursery.start_soon(self._leadership_loop)
                 nursery.start_soon(self._periodic_loop)
+                nursery.start_soon(self._probe_loop)
                 task_status.started()
         finally:
             self._active = None
@@ -295,6 +351,56 @@ class ControllerService:
             d = ctl.preferred_elections(q.image(), None, active.state)
             if d:
                 await self._propose(d)
+
+    # -- liveness probes (see the module docstring) -----------------------------------
+
+    def _probe_after_setting(self) -> int | None:
+        v = self.settings.get("broker.liveness.probe.after.ms")
+        return None if v is None else int(v)
+
+    async def _probe_loop(self) -> None:
+        """Starts the due probes (``kraft.controller.brokers_to_probe``) in its own nursery,
+        each bounded by ``PROBE_TIMEOUT_S``; wakes at activation and every tick."""
+        async with trio.open_nursery() as probes:
+            while True:
+                changed = self._active_changed
+                after = self._probe_after_setting() or max(1, self.session_timeout_ms // 3)
+                with trio.move_on_after(max(0.02, min(0.1, after / 4000))):
+                    await changed.wait()
+                active = self._active
+                if active is None or self.quorum is None:
+                    continue
+                if not self.setting("broker.liveness.probe.enable", True):
+                    active.state.probe_due.clear()
+                    continue
+                now = self._now_ms()
+                image = self.quorum.image()
+                for bid in ctl.brokers_to_probe(image, active.state, now, self.session_timeout_ms,
+                                                self._probe_after_setting()):
+                    reg = image.cluster.brokers[bid]
+                    ctl.probe_started(active.state, bid, now)
+                    probes.start_soon(self._probe_broker, active, bid, reg.epoch, reg.host, reg.port, now)
+
+    async def _probe_broker(self, active: _Active, bid: int, epoch: int, host: str, port: int,
+                            started_ms: int) -> None:
+        try:
+            outcome = await probe_listener(host, port)
+            log.debug("liveness probe of broker %s at %s:%s: %s", bid, host, port, outcome)
+            if outcome != "refused" or self._active is not active:
+                return
+            timeout_s = self.setting("controller.propose.timeout.ms", 10_000) / 1000
+            with trio.move_on_after(timeout_s):
+                async with self._lock:
+                    if self._active is not active:
+                        return
+                    d = ctl.probe_fence(self._q().image(), active.state, bid, epoch, started_ms)
+                    if d:
+                        log.info("fencing broker %s: listener refused connection (%s:%s)", bid, host, port)
+                        await self._propose(d)
+        except RafkaError as exc:
+            log.info("fencing broker %s after its probe failed: %s", bid, exc)
+        finally:
+            active.state.probing.discard(bid)
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -430,6 +536,9 @@ class ControllerService:
             await self._propose(d)
         active.state.last_contact_ms[bid] = self._now_ms()
         active.state.shutting_down.discard(bid)
+        hb = body.get("heartbeat_interval_ms")  # optional: sets this broker's probe threshold
+        if isinstance(hb, int) and hb > 0:
+            active.state.heartbeat_interval_ms[bid] = hb
         return {"broker_epoch": self._q().image().cluster.brokers[bid].epoch}
 
     async def broker_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
