@@ -28,6 +28,13 @@ metadata and retry the batch with the same sequence after ``retry_backoff_ms``, 
 ``retries`` and ``delivery_timeout_ms`` allow; anything else fails the batch. ``acks=0``
 requests get no response: their batches settle as sent, with offset -1.
 
+Leader changes during a retry backoff (the backoff doubles per attempt, up to 1 s): while a
+batch waits out a backoff longer than ``_BACKOFF_REFRESH_S``, the sender refreshes the
+metadata that often, and a batch whose partition is now led by another broker than the one its
+last attempt went to is retried at once (as Kafka's KIP-951). Without it a producer that had
+met a dead leader for a while learned of the new one only at its next attempt, up to a second
+after the failover, and then still waited out one more backoff.
+
 Defaults differ from Kafka in one place: ``batch_size`` is 256 KiB (Kafka: 16 KiB). A rafka
 broker pays a fixed cost per produce request (Python dispatch, flush policy), so bigger batches
 move several times more records per second; ``linger_ms`` still bounds the latency of slow
@@ -140,6 +147,8 @@ class AsyncProducer:
         self._acc: RecordAccumulator | None = None
         self._parts: dict[TopicPartition, PartitionState] = {}
         self._node_inflight: dict[int, int] = {}
+        self._sent_to: dict[TopicPartition, int] = {}  # node of a partition's last attempt
+        self._backoff_refresh_at = 0.0
         self._producer_id = -1
         self._producer_epoch = -1
         self._wake = trio.Event()
@@ -419,6 +428,11 @@ class AsyncProducer:
             timeout = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
             if need_meta:
                 timeout = min(timeout, self.retry_backoff_ms / 1000)
+            elif self._waiting_out_backoff(now):  # has its leader changed meanwhile?
+                if now >= self._backoff_refresh_at:
+                    self._backoff_refresh_at = now + _BACKOFF_REFRESH_S
+                    self._nursery.start_soon(self._refresh_for_sender)
+                timeout = min(timeout, max(0.0, self._backoff_refresh_at - now))
             acc.wake_armed = True
             if acc.has_closed():
                 acc.wake_armed = False
@@ -426,6 +440,11 @@ class AsyncProducer:
             with trio.move_on_after(timeout):
                 await self._wake.wait()
             acc.wake_armed = False
+
+    def _waiting_out_backoff(self, now: float) -> bool:
+        """Does a batch wait for a retry more than ``_BACKOFF_REFRESH_S`` from now?"""
+        return any(st.retry and not st.inflight and st.retry[0].retry_at - now > _BACKOFF_REFRESH_S
+                   for st in self._parts.values())
 
     def _hold(self, topic: str, partition: int) -> bool:
         """Keep this partition's open batch filling: it could not be sent now anyway (earlier
@@ -505,8 +524,12 @@ class AsyncProducer:
                     continue
                 if self._node_inflight.get(leader, 0) >= self.max_in_flight:
                     continue
+                if st.retry and self._sent_to.get(tp, leader) != leader:
+                    for b in st.retry:  # a new leader: no backoff for it (Kafka's KIP-951)
+                        b.retry_at = min(b.retry_at, now)
                 batch = st.next_to_send(now, self.max_in_flight)
                 if batch is not None:
+                    self._sent_to[tp] = leader
                     by_node.setdefault(leader, []).append((st, batch))
             if not by_node:
                 return need_meta
@@ -646,6 +669,9 @@ class AsyncProducer:
         b.result.complete(base_offset, log_append_time, error)
         self._acc.release(b)
 
+
+# while a batch waits out a longer retry backoff, refresh the metadata this often (seconds)
+_BACKOFF_REFRESH_S = 0.1
 
 # answers that mean the leader validated the batch and appended nothing
 _NOT_APPENDED = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.CORRUPT_MESSAGE,
