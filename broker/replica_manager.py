@@ -64,6 +64,8 @@ from metadata.image import MetadataImage, PartitionRegistration, TopicPartition
 __all__ = ["ReplicaManager", "partition_dir_name"]
 
 log = logging.getLogger("rafka.replica_manager")
+# One AlterPartition attempt (see _send_alter): well above a live controller's commit time.
+ALTER_ATTEMPT_TIMEOUT_S = 3.0
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -304,7 +306,11 @@ class ReplicaManager:
         code = ErrorCode.REQUEST_TIMED_OUT
         try:
             with trio.fail_after(10):
-                answer = await self.channel.request(ApiKey.ALTER_PARTITION, body)
+                # per attempt: a paused or hung controller must not hold the ISR change for the
+                # whole 10 s (acks=all produces wait on it); a cut attempt is safe to repeat —
+                # the partition epoch guards AlterPartition and the outcome comes back as metadata
+                answer = await self.channel.request(ApiKey.ALTER_PARTITION, body,
+                                                    attempt_timeout_s=ALTER_ATTEMPT_TIMEOUT_S)
             code = ErrorCode(answer.get("error", 0) or 0)
         except RafkaError as exc:
             code = exc.code

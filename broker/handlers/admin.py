@@ -43,6 +43,7 @@ WAIT_FOR_METADATA = frozenset({
     ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
 })
 _DEFAULT_TIMEOUT_MS = 30_000
+FORWARD_ATTEMPT_TIMEOUT_S = 5.0
 
 
 async def forward(channel: ControllerChannel, publisher: MetadataPublisher, api_key: int,
@@ -53,7 +54,10 @@ async def forward(channel: ControllerChannel, publisher: MetadataPublisher, api_
     deadline = trio.current_time() + limit_ms / 1000
     with trio.move_on_at(deadline):
         try:
-            answer = await channel.request(api_key, {**body, FORWARDED_KEY: True})
+            # per attempt: a paused voter that still accepts connections must not eat the
+            # whole deadline; retrying elsewhere is safe (client request ids dedupe the change)
+            answer = await channel.request(api_key, {**body, FORWARDED_KEY: True},
+                                           attempt_timeout_s=FORWARD_ATTEMPT_TIMEOUT_S)
         except RafkaError as exc:
             return {"error": int(exc.code), "message": f"forwarding to the controller: {exc.message}"}
         if api_key in WAIT_FOR_METADATA and not answer.get("error"):
