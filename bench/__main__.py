@@ -41,6 +41,13 @@ def _fmt(v: float) -> str:
     return f"{v:.4f}"
 
 
+def _loadavg() -> float:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench")
     ap.add_argument("--only", action="append", help="run only bench modules whose name contains this")
@@ -51,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in _modules(args.only):
         print(f"== {name}", flush=True)
         t0 = time.monotonic()
+        load_before = _loadavg()
         try:
             mod = importlib.import_module(f"bench.{name}")
             got = mod.run(args.runs)
@@ -58,11 +66,13 @@ def main(argv: list[str] | None = None) -> int:
             failures[name] = traceback.format_exc()
             print(failures[name], file=sys.stderr)
             continue
+        load = (load_before, _loadavg())
         for metric, fig in got.items():
             if "median" not in fig and fig.get("runs"):
                 fig["median"] = statistics.median(fig["runs"])
+            fig.setdefault("loadavg_1min_before_after", load)  # the machine is shared: context
             results[f"{name[6:]}.{metric}"] = fig
-        print(f"   ({time.monotonic() - t0:.0f} s)", flush=True)
+        print(f"   ({time.monotonic() - t0:.0f} s; load average {load[0]:.2f} -> {load[1]:.2f})", flush=True)
     # ratios: a figure may name the figure it is compared with (same module)
     for key, fig in results.items():
         other = fig.get("ratio_of")
