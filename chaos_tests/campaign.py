@@ -58,6 +58,7 @@ import trio
 
 from .backends.base import Backend, ClusterSpec, rafka_node_spec
 from .checkers import CheckResult, Summary, check_all
+from .faults import unmount_leftovers
 from .history import HistoryWriter, read_history
 from .nemesis import CONTROLLER, KINDS_BY_NAME, LEADER, NemesisRunner, generate_schedule
 from .node_events import read_node_events
@@ -557,9 +558,13 @@ class _mounted:  # noqa: N801 - used as ``async with _mounted(handlers)``
         self.done: list[Any] = []
 
     async def __aenter__(self) -> None:
-        for h in self.handlers:
-            await h.setup()
-            self.done.append(h)
+        try:
+            for h in self.handlers:
+                self.done.append(h)  # before setup: a half-done setup (one of three mounts) is undone too
+                await h.setup()
+        except BaseException:
+            await self.__aexit__()
+            raise
 
     async def __aexit__(self, *exc: object) -> None:
         with trio.CancelScope(shield=True):
@@ -584,6 +589,7 @@ async def run(opts: CampaignOptions) -> CampaignResult:
     results.mkdir(parents=True, exist_ok=True)
     work_dir = Path(opts.work_dir)
     if work_dir.exists():
+        unmount_leftovers(work_dir)  # a killed earlier run may have left its FUSE/tmpfs mounts
         shutil.rmtree(work_dir)
     notes: dict[str, Any] = {"seed": opts.seed}
     queue = opts.queue

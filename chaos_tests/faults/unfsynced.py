@@ -334,7 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import mfusepy
 
+    # absolute paths before FUSE starts: libfuse may chdir("/") while mounting, and the control
+    # thread binds its socket concurrently (a relative path once failed with ENOENT)
     args.mountpoint = os.path.abspath(args.mountpoint)
+    args.backing = os.path.abspath(args.backing)
+    args.control = os.path.abspath(args.control)
     fs = FsyncTrackingFS(args.backing)
     stop = threading.Event()
     t = threading.Thread(target=_serve_control, args=(fs, args.control, stop, args.mountpoint),
@@ -377,8 +381,8 @@ class LoseUnfsyncedWrites:
     def __init__(self, backend: Any, data_dirs: Mapping[int, Path], work_dir: Path, *,
                  mount_timeout_s: float = 10.0) -> None:
         self.backend = backend
-        self.data_dirs = {n: Path(p) for n, p in data_dirs.items()}
-        self.work_dir = Path(work_dir)
+        self.data_dirs = {n: Path(p).absolute() for n, p in data_dirs.items()}
+        self.work_dir = Path(work_dir).absolute()
         self.mount_timeout_s = mount_timeout_s
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self.reports: list[dict[str, Any]] = []

@@ -27,12 +27,14 @@ from chaos_tests.backends.local import LocalBackend
 from chaos_tests.backends.netns import NetnsBackend, netns_supported
 from chaos_tests.campaign import (
     CampaignOptions,
+    _mounted,
     expand_nemesis,
     make_cluster,
     node_config,
     run,
     toml_dumps,
 )
+from chaos_tests.faults import unmount_leftovers
 from chaos_tests.faults.disk import fill, unfill
 from chaos_tests.faults.unfsynced import control, fuse_available
 from chaos_tests.workloads.queue import QueueSpec
@@ -79,6 +81,47 @@ def test_make_cluster_writes_everything(tmp_path):
         assert (tmp_path / "w" / f"node-{n}" / "data").is_dir()
     assert oct((tmp_path / "w" / "cluster.secret").stat().st_mode & 0o777) == "0o600"
     assert backend.use_faketime is False
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not ROOT, reason="needs root (tmpfs mount)")
+def test_leftover_mounts_are_unmounted_so_the_work_dir_can_go(tmp_path):
+    """A campaign killed mid-run leaves its fault mounts; the next one must still start."""
+    work = tmp_path / "chaos-work"
+    inner = work / "node-1" / "data"
+    inner.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "rafka-chaos-test", str(inner)],
+                   check=True)
+    try:
+        assert os.path.ismount(inner)
+        assert unmount_leftovers(work) == [str(inner)]
+        assert not os.path.ismount(inner)
+    finally:
+        subprocess.run(["umount", "-l", str(inner)], check=False, capture_output=True)
+
+
+async def test_a_half_done_fault_setup_is_undone():
+    """Seed 2 of the 14:33 campaign: the second of three FUSE mounts failed and the first stayed
+    mounted; every handler whose setup started must be torn down."""
+    calls: list[str] = []
+
+    class Handler:
+        def __init__(self, name: str, fail: bool) -> None:
+            self.name, self.fail = name, fail
+
+        async def setup(self) -> None:
+            calls.append(f"setup {self.name}")
+            if self.fail:
+                raise RuntimeError("mount failed")
+
+        async def teardown(self) -> None:
+            calls.append(f"teardown {self.name}")
+
+    with pytest.raises(RuntimeError, match="mount failed"):
+        async with _mounted({"a": Handler("a", False), "b": Handler("b", True),
+                             "c": Handler("c", False)}):
+            pytest.fail("the body must not run")
+    assert calls == ["setup a", "setup b", "teardown b", "teardown a"]
 
 
 @pytest.mark.root
