@@ -25,9 +25,15 @@ fetcher task (as Kafka's ``ReplicaFetcherThread``) that loops:
    * ``OFFSET_OUT_OF_RANGE`` with our end below the leader's log start → start over empty at
      the leader's log start (``truncate_fully_and_start_at``); above the leader's end (only
      possible for a log without epochs) → truncate to the leader's end;
-   * fencing / not leader / unknown partition → back off that partition until the metadata
-     moves it (or the backoff ends and we try again); other errors → back off with capped
-     exponential delay.
+   * any other error → back off that partition, capped exponential: ``backoff_ms`` doubling
+     up to ``max_backoff_ms`` (``failures`` counts the run; an answer without error resets
+     it). That includes the "metadata is behind" errors (not leader / unknown or fenced
+     epoch / unknown partition): right after an election the follower often fetches from the
+     new leader before that leader has applied the change that makes it leader, so these are
+     retried soon (100 ms, 200 ms, …), not after a flat ``max_backoff_ms`` — the new leader's
+     ISR and high watermark wait for this fetch. When our own image moves the partition
+     (``add_partitions`` with a new leader or epoch) the backoff is dropped and the link woken:
+     it is fetched at once (once the link's fetch in flight, if any, returns).
 
 4. durability before reporting: with ``sync_appended`` set (flush policy ``batch``), every
    partition the response appended to is synced in one call (one worker-thread round: group
@@ -67,7 +73,9 @@ log = logging.getLogger("rafka.replication.fetcher")
 
 TP = tuple[str, int]
 
-# Errors that mean "our metadata (or the leader's) is behind": wait, the image will move us.
+# Errors that mean "our metadata (or the leader's) is behind": the image will move us (and wake
+# the partition), or the leader applies its election in a moment. Retried like the rest (capped
+# exponential backoff); they are expected around every leader change, so logged quietly.
 _WAIT_FOR_METADATA = frozenset({
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ErrorCode.FENCED_LEADER_EPOCH,
@@ -379,9 +387,10 @@ class ReplicaFetcherManager:
                 plog.truncate_to(leader_end)
                 self._after_truncate(p, leo, leader_end)
                 return
-        log.info("%s/%d: fetch from leader %d: %s %s", *p.tp, p.leader_id, code.name,
-                 entry.get("message") or "")
-        self._backoff(p, wait_for_metadata=code in _WAIT_FOR_METADATA)
+        level = logging.DEBUG if p.failures and code in _WAIT_FOR_METADATA else logging.INFO
+        log.log(level, "%s/%d: fetch from leader %d: %s %s (retry in %d ms)", *p.tp, p.leader_id,
+                code.name, entry.get("message") or "", self._delay_ms(p.failures + 1))
+        self._backoff(p)
 
     def _truncate(self, p: FollowerPartition, div: EpochEndOffset) -> None:
         plog = p.log
@@ -409,10 +418,9 @@ class ReplicaFetcherManager:
             if self.on_high_watermark is not None:
                 self.on_high_watermark(p.tp, hw)
 
-    def _backoff(self, p: FollowerPartition, wait_for_metadata: bool = False) -> None:
+    def _backoff(self, p: FollowerPartition) -> None:
         p.failures += 1
-        delay = self.max_backoff_ms if wait_for_metadata else self._delay_ms(p.failures)
-        p.backoff_until = trio.current_time() + delay / 1000
+        p.backoff_until = trio.current_time() + self._delay_ms(p.failures) / 1000
 
     def statistics(self) -> dict[str, Any]:
         return {**self.stats, "partitions": len(self.partitions), "links": len(self._links)}

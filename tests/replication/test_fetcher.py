@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -207,3 +208,141 @@ async def test_fenced_follower_backs_off_until_metadata_moves_it(tmp_path: Path)
         mgr.remove_partitions([TP])
         assert mgr.partitions == {}
         nursery.cancel_scope.cancel()
+
+
+# -- leader changes: short retries and no waiting out a long poll (trio time, MockClock) ---------
+
+
+class PollLeader:
+    """Leader 1 of several partitions, answering FETCH the way the broker does: each request in
+    its own task, a long poll (``max_wait_ms``) while there is nothing to return, per partition
+    ``refuse[tp]`` errors before any data (the new leader that has not applied its election
+    yet). Records ``(trio time, {tp: partition entry})`` of every request it receives."""
+
+    def __init__(self, logs: dict[tuple[str, int], PartitionLog], leader_epoch: int = 1) -> None:
+        self.logs = logs
+        self.leader_epoch = leader_epoch
+        for plog in logs.values():
+            plog.epochs.assign(leader_epoch, plog.log_end_offset)
+        self.refuse: dict[tuple[str, int], list[ErrorCode]] = {}
+        self.requests: list[tuple[float, dict[tuple[str, int], dict[str, Any]]]] = []
+        self.changed = trio.Event()
+
+    def append(self, tp: tuple[str, int], records: bytes) -> None:
+        self.logs[tp].append(records, self.leader_epoch)
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def times(self, tp: tuple[str, int]) -> list[float]:
+        return [t for t, parts in self.requests if tp in parts]
+
+    def _read(self, body: dict[str, Any], refusals: dict[Any, ErrorCode]
+              ) -> tuple[dict[str, Any], bytes, bool]:
+        raws: list[bytes] = []
+        topics, ready = [], False
+        for t in body["topics"]:
+            parts = []
+            for pd in t["partitions"]:
+                tp = (t["name"], pd["partition"])
+                e: dict[str, Any] = {"partition": pd["partition"], "error": 0,
+                                     "diverging_epoch": None, "records_len": 0}
+                code = refusals.get(tp) or validate_leader_epoch(
+                    pd.get("current_leader_epoch"), self.leader_epoch)
+                plog = self.logs[tp]
+                if code:
+                    e["error"], ready = int(code), True
+                else:
+                    data = plog.read_bytes(pd["fetch_offset"], pd["partition_max_bytes"])
+                    e["records_len"] = len(data)
+                    raws.append(data)
+                    ready = ready or bool(data)
+                e.update(high_watermark=plog.log_end_offset, log_start_offset=0,
+                         log_end_offset=plog.log_end_offset)
+                parts.append(e)
+            topics.append({"name": t["name"], "partitions": parts})
+        return {"topics": topics}, b"".join(raws), ready
+
+    async def _answer(self, stream: trio.abc.Stream, lock: trio.Lock, req: Any) -> None:
+        body = req.body
+        asked = {(t["name"], pd["partition"]): pd for t in body["topics"] for pd in t["partitions"]}
+        self.requests.append((trio.current_time(), asked))
+        refusals = {tp: self.refuse[tp].pop(0) for tp in asked if self.refuse.get(tp)}
+        deadline = trio.current_time() + body["max_wait_ms"] / 1000
+        while True:
+            out, raw, ready = self._read(body, refusals)
+            if ready or trio.current_time() >= deadline:
+                break
+            with trio.move_on_at(deadline):
+                await self.changed.wait()
+        async with lock:
+            await stream.send_all(encode_response_head(req.correlation_id, out, len(raw)) + raw)
+
+    async def serve(self, stream: trio.abc.Stream) -> None:
+        dec, lock = FrameDecoder(), trio.Lock()
+        async with trio.open_nursery() as nursery:
+            while data := await stream.receive_some(65536):
+                dec.receive_data(data)
+                while (frame := dec.next_frame()) is not NEED_DATA:
+                    nursery.start_soon(self._answer, stream, lock, decode_request(frame))  # type: ignore[arg-type]
+
+
+class PollPool(MemPool):
+    """``MemPool`` with ``ConnectionPool.get`` (the fetcher's two-step send/wait path)."""
+
+    async def get(self, host: str, port: int) -> Connection:
+        if self.conn is None:
+            client, server = trio.testing.memory_stream_pair()
+            self.conn = Connection(client)
+            await self.nursery.start(self.conn.run)
+            self.nursery.start_soon(self.leader.serve, server)
+        return self.conn
+
+
+async def wait_until(cond: Any, timeout: float = 30) -> None:
+    with trio.fail_after(timeout):
+        while not cond():
+            await trio.sleep(0.001)
+
+
+@pytest.mark.parametrize("code", [ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                  ErrorCode.UNKNOWN_LEADER_EPOCH], ids=lambda c: c.name)
+async def test_leader_not_ready_yet_is_retried_after_a_short_backoff(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock, code: ErrorCode) -> None:
+    # The new leader has not applied the metadata that makes it leader: it refuses 7 fetches.
+    # The follower retries after backoff_ms (100), doubling, capped at max_backoff_ms (2 s), not
+    # after a flat 2 s each time (it waited ~2 s per refusal; acks=all waited with it).
+    lead = PollLeader({TP: open_log(tmp_path / "leader")})
+    lead.append(TP, batch(b"x"))
+    lead.refuse[TP] = [code] * 7
+    flog = open_log(tmp_path / "follower")
+    async with trio.open_nursery() as nursery:
+        mgr = ReplicaFetcherManager(2, PollPool(nursery, lead), lambda b: ("leader", 1))
+        assert (mgr.backoff_ms, mgr.max_backoff_ms) == (100, 2_000)  # the broker's settings
+        await nursery.start(mgr.run)
+        t0 = trio.current_time()
+        mgr.add_partitions({TP: (1, 1, flog)})
+        await wait_until(lambda: flog.log_end_offset == 1)
+        nursery.cancel_scope.cancel()
+    times = lead.times(TP)[:8]  # 7 refusals, then the fetch that got the record
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert gaps == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0], abs=0.01)
+    assert times[0] == pytest.approx(t0, abs=0.01)
+
+
+async def test_new_leader_epoch_wakes_a_backed_off_partition_at_once(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    lead = PollLeader({TP: open_log(tmp_path / "leader")}, leader_epoch=3)
+    lead.append(TP, batch(b"x"))
+    flog = open_log(tmp_path / "follower")
+    async with trio.open_nursery() as nursery:
+        mgr = ReplicaFetcherManager(2, PollPool(nursery, lead), lambda b: ("leader", 1),
+                                    backoff_ms=1_000)
+        await nursery.start(mgr.run)
+        mgr.add_partitions({TP: (1, 2, flog)})  # our metadata is behind: fenced, backs off 1 s
+        await wait_until(lambda: len(lead.requests) == 1)
+        await trio.sleep(0.05)
+        t1 = trio.current_time()
+        mgr.add_partitions({TP: (1, 3, flog)})  # the image moves: fetch now, not at +1 s
+        await wait_until(lambda: flog.log_end_offset == 1)
+        nursery.cancel_scope.cancel()
+    assert lead.times(TP)[1] == pytest.approx(t1, abs=0.001)
