@@ -12,7 +12,17 @@ fetcher task (as Kafka's ``ReplicaFetcherThread``) that loops:
    ``last_fetched_epoch`` = the local epoch cache's latest epoch, ``current_leader_epoch`` = the
    epoch we believe in (the leader fences us if we are behind, says "unknown" if it is);
 2. send it over the shared ``ConnectionPool`` (long poll: ``max_wait_ms``), bounded by
-   ``max_wait_ms + request_timeout_ms``;
+   ``max_wait_ms + request_timeout_ms``. A membership change for this link while the request
+   is out (``add_partitions``: a partition added to it, or a new epoch / log for one it has)
+   *interrupts* it: the wait for the answer is cancelled (the connection's slot is abandoned
+   and the late answer dropped, never half-applied: everything after the wait is synchronous)
+   and a new fetch naming the new set goes out at once. Without that, a partition moving to a
+   leader we already long-poll waited for the poll to end (up to ``max_wait_ms``) before its
+   first fetch, and the new leader's ISR — so ``acks=all`` — waited with it. Only the wait is
+   cancellable, never the write (a half-written frame would break the shared connection). The
+   leader still serves the abandoned poll until its ``max_wait_ms``, at offsets no newer than
+   the next fetch names; only metadata changes cause one. ``remove_partitions`` does not
+   interrupt: the answer is dropped by step 3;
 3. handle each partition of the answer, synchronously (no ``await``), and only if the partition
    is still followed from *this* leader in *this* epoch (a response that raced a leadership
    change is dropped: a partition this broker now leads must never get a follower append):
@@ -32,8 +42,8 @@ fetcher task (as Kafka's ``ReplicaFetcherThread``) that loops:
      new leader before that leader has applied the change that makes it leader, so these are
      retried soon (100 ms, 200 ms, …), not after a flat ``max_backoff_ms`` — the new leader's
      ISR and high watermark wait for this fetch. When our own image moves the partition
-     (``add_partitions`` with a new leader or epoch) the backoff is dropped and the link woken:
-     it is fetched at once (once the link's fetch in flight, if any, returns).
+     (``add_partitions`` with a new leader or epoch) the backoff is dropped and the link woken
+     (or its fetch interrupted, step 2): it is fetched at once.
 
 4. durability before reporting: with ``sync_appended`` set (flush policy ``batch``), every
    partition the response appended to is synced in one call (one worker-thread round: group
@@ -47,10 +57,12 @@ fetcher task (as Kafka's ``ReplicaFetcherThread``) that loops:
    is freed it catches up by itself. The first failure of a run is logged as a warning, the
    repeats at debug level; nothing ever leaves the link task.
 
-A link with no partitions left ends its task; ``add_partitions`` for a new leader starts one.
+A link with no partitions left ends its task (after its fetch in flight, if any, returns);
+``add_partitions`` for a new leader starts one.
 Everything runs in the nursery of ``run`` (structured concurrency: cancelling ``run`` stops every
-link). Bounded: one request in flight per link, ``max_bytes`` per response,
-``partition_max_bytes`` per partition, capped backoff.
+link). Bounded: one request awaited per link (an interrupted one is abandoned, and the leader
+ends it within its ``max_wait_ms``), ``max_bytes`` per response, ``partition_max_bytes`` per
+partition, capped backoff.
 """
 
 from __future__ import annotations
@@ -124,6 +136,26 @@ class FollowerPartition:
                 "last_fetched_epoch": epochs.latest_epoch}
 
 
+_INTERRUPTED: Any = object()  # ``_request``'s answer when the link's partitions changed
+
+
+class _Link:
+    """State of one fetcher task (one leader) that ``add_partitions`` acts on."""
+
+    __slots__ = ("wakeup", "changed", "waiting")
+
+    def __init__(self) -> None:
+        self.wakeup = trio.Event()  # set: the partitions changed (ends a backoff sleep)
+        self.changed = False  # membership changed since this round's fetch set was taken
+        self.waiting: trio.CancelScope | None = None  # the wait for the answer in flight
+
+    def interrupt(self) -> None:
+        self.changed = True
+        self.wakeup.set()
+        if self.waiting is not None:
+            self.waiting.cancel()
+
+
 class ReplicaFetcherManager:
     """Fetcher tasks for every leader this broker follows (see the module docstring).
 
@@ -160,9 +192,10 @@ class ReplicaFetcherManager:
         # the next fetch reports them (flush policy ``batch``); None: report at once.
         self.sync_appended: Callable[[list[TP]], Awaitable[set[TP]]] | None = None
         self.partitions: dict[TP, FollowerPartition] = {}
-        self._links: dict[int, trio.Event] = {}  # leader id -> "partitions changed" wakeup
+        self._links: dict[int, _Link] = {}  # leader id -> its fetcher task's state
         self._nursery: trio.Nursery | None = None
-        self.stats = {"fetches": 0, "errors": 0, "truncations": 0, "appended_batches_bytes": 0}
+        self.stats = {"fetches": 0, "errors": 0, "truncations": 0, "appended_batches_bytes": 0,
+                      "interrupted": 0}
 
     @property
     def broker_epoch(self) -> int:
@@ -172,7 +205,9 @@ class ReplicaFetcherManager:
     # -- membership --------------------------------------------------------------------------
 
     def add_partitions(self, parts: Mapping[TP, tuple[int, int, FollowerLog]]) -> None:
-        """Follow ``tp`` from ``leader_id`` in ``leader_epoch`` (replacing any older state)."""
+        """Follow ``tp`` from ``leader_id`` in ``leader_epoch`` (replacing any older state:
+        a changed partition starts without backoff, and its link's fetch in flight, if any, is
+        interrupted so that it is fetched at once)."""
         for tp, (leader_id, leader_epoch, plog) in parts.items():
             tp = (tp[0], tp[1])
             old = self.partitions.get(tp)
@@ -185,7 +220,9 @@ class ReplicaFetcherManager:
             if old is not None and old.leader_id != leader_id:
                 self._wake(old.leader_id)
             self._ensure_link(leader_id)
-            self._wake(leader_id)
+            link = self._links.get(leader_id)
+            if link is not None:
+                link.interrupt()
 
     def remove_partitions(self, tps: Iterable[TP]) -> None:
         """Stop following (we lead it now, or it moved, or it was deleted)."""
@@ -199,15 +236,15 @@ class ReplicaFetcherManager:
         return None if p is None else p.high_watermark
 
     def _wake(self, leader_id: int) -> None:
-        ev = self._links.get(leader_id)
-        if ev is not None:
-            ev.set()
+        link = self._links.get(leader_id)
+        if link is not None:
+            link.wakeup.set()
 
     def _ensure_link(self, leader_id: int) -> None:
         if leader_id in self._links or self._nursery is None:
             return
-        self._links[leader_id] = trio.Event()
-        self._nursery.start_soon(self._run_link, leader_id)
+        link = self._links[leader_id] = _Link()
+        self._nursery.start_soon(self._run_link, leader_id, link)
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -226,10 +263,11 @@ class ReplicaFetcherManager:
     def _serving(self, leader_id: int) -> list[FollowerPartition]:
         return [p for p in self.partitions.values() if p.leader_id == leader_id]
 
-    async def _run_link(self, leader_id: int) -> None:
+    async def _run_link(self, leader_id: int, link: _Link) -> None:
         failures = 0
         try:
             while True:
+                link.changed = False
                 serving = self._serving(leader_id)
                 if not serving:
                     return
@@ -239,22 +277,27 @@ class ReplicaFetcherManager:
                     await self._sync(ready)
                     now = trio.current_time()
                     ready = [p for p in ready if not p.unsynced and p.backoff_until <= now]
+                    if link.changed:
+                        continue  # the set changed during the sync: take it again
                 addr = self.lookup_broker_address(leader_id)
                 if addr is None or not ready:
                     wake_at = (now + self.backoff_ms / 1000 if addr is None
                                else min(p.backoff_until for p in serving))
-                    await self._sleep_until(leader_id, wake_at)
+                    await self._sleep_until(link, wake_at)
                     continue
-                ok = await self._fetch_once(leader_id, addr, ready)
+                ok = await self._fetch_once(leader_id, link, addr, ready)
+                if ok is None:
+                    continue  # interrupted: fetch the new set now
                 if ok:
                     failures = 0
                 else:
                     failures += 1
                     self.stats["errors"] += 1
-                    await self._sleep_until(leader_id, trio.current_time()
+                    await self._sleep_until(link, trio.current_time()
                                             + self._delay_ms(failures) / 1000)
         finally:
-            self._links.pop(leader_id, None)
+            if self._links.get(leader_id) is link:
+                del self._links[leader_id]
 
     async def _sync(self, parts: list[FollowerPartition]) -> None:
         """Group commit of one fetch response: one ``sync_appended`` call for every partition
@@ -277,14 +320,12 @@ class ReplicaFetcherManager:
             else:
                 self._backoff(p)
 
-    async def _sleep_until(self, leader_id: int, when: float) -> None:
-        ev = self._links.get(leader_id)
-        if ev is None:
-            ev = self._links[leader_id] = trio.Event()
+    @staticmethod
+    async def _sleep_until(link: _Link, when: float) -> None:
         with trio.move_on_at(when):
-            await ev.wait()
-        if ev.is_set():
-            self._links[leader_id] = trio.Event()
+            await link.wakeup.wait()
+        if link.wakeup.is_set():
+            link.wakeup = trio.Event()
 
     def _delay_ms(self, failures: int) -> int:
         return min(self.max_backoff_ms, self.backoff_ms * (2 ** min(failures - 1, 16)))
@@ -298,20 +339,29 @@ class ReplicaFetcherManager:
                 "max_bytes": self.max_bytes,
                 "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
 
-    async def _fetch_once(self, leader_id: int, addr: tuple[str, int],
-                          parts: list[FollowerPartition]) -> bool:
+    async def _fetch_once(self, leader_id: int, link: _Link, addr: tuple[str, int],
+                          parts: list[FollowerPartition]) -> bool | None:
+        """One FETCH of ``parts``: True answered, False failed (the link backs off), None
+        interrupted (``_Link.interrupt``; not a failure, the answer is dropped)."""
         body = self.build_request(parts)
         sent = {p.tp: p for p in parts}
         resp = None
+        waiting = trio.CancelScope()
         with trio.move_on_after((self.max_wait_ms + self.request_timeout_ms) / 1000):
             try:
-                resp = await self.pool.request(addr[0], addr[1], ApiKey.FETCH, body)
+                resp = await self._request(link, waiting, addr, body)
             except RafkaError as exc:
                 log.info("fetch from broker %d at %s:%d failed: %s", leader_id, *addr, exc)
                 discard = getattr(self.pool, "discard", None)
                 if discard is not None:
                     discard(*addr)
                 return False
+            finally:
+                link.waiting = None
+        if resp is _INTERRUPTED:
+            self.stats["interrupted"] += 1
+            log.debug("fetch from broker %d interrupted: its partitions changed", leader_id)
+            return None
         if resp is None:
             log.warning("fetch from broker %d timed out", leader_id)
             return False
@@ -323,6 +373,30 @@ class ReplicaFetcherManager:
             return False
         self.handle_response(leader_id, sent, resp.body, resp.raw)
         return True
+
+    async def _request(self, link: _Link, waiting: trio.CancelScope, addr: tuple[str, int],
+                       body: dict[str, Any]) -> Any:
+        """Send ``body`` and wait for the answer; ``_INTERRUPTED`` if ``link`` was.
+
+        With a ``ConnectionPool`` (``get`` → ``Connection.send_request``) only the wait is
+        interruptible: the request is written whole (a frame cancelled half-written would break
+        the shared connection), then abandoned if the link changed meanwhile. A pool with only
+        ``request`` gets the whole call interrupted."""
+        get = getattr(self.pool, "get", None)
+        if get is None:
+            link.waiting = waiting
+            with waiting:
+                return await self.pool.request(addr[0], addr[1], ApiKey.FETCH, body)
+            return _INTERRUPTED
+        conn = await get(addr[0], addr[1])
+        pending = await conn.send_request(ApiKey.FETCH, body)
+        if link.changed:
+            pending.abandon()
+            return _INTERRUPTED
+        link.waiting = waiting
+        with waiting:
+            return await pending.wait()
+        return _INTERRUPTED
 
     # -- responses (synchronous: nothing may change between the checks and the appends) --------
 

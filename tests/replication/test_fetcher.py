@@ -346,3 +346,75 @@ async def test_new_leader_epoch_wakes_a_backed_off_partition_at_once(
         await wait_until(lambda: flog.log_end_offset == 1)
         nursery.cancel_scope.cancel()
     assert lead.times(TP)[1] == pytest.approx(t1, abs=0.001)
+
+
+@pytest.mark.parametrize("two_step", [True, False], ids=["send-then-wait", "pool.request"])
+async def test_partition_added_during_a_long_poll_is_fetched_at_once(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock, two_step: bool) -> None:
+    # Broker 1 already leads t/0 for us (nothing new: a 500 ms long poll is in flight) and
+    # becomes leader of t/1, which has data. The follower must not wait out that poll.
+    tp1 = ("t", 1)
+    lead = PollLeader({TP: open_log(tmp_path / "l0"), tp1: open_log(tmp_path / "l1")})
+    lead.append(tp1, batch(b"x"))
+    f0, f1 = open_log(tmp_path / "f0"), open_log(tmp_path / "f1")
+    async with trio.open_nursery() as nursery:
+        pool = (PollPool if two_step else MemPool)(nursery, lead)
+        mgr = ReplicaFetcherManager(2, pool, lambda b: ("leader", 1), max_wait_ms=500)
+        await nursery.start(mgr.run)
+        mgr.add_partitions({TP: (1, 1, f0)})
+        await wait_until(lambda: len(lead.requests) == 1)
+        await trio.sleep(0.1)
+        t1 = trio.current_time()
+        mgr.add_partitions({tp1: (1, 1, f1)})
+        await wait_until(lambda: f1.log_end_offset == 1)
+        done = trio.current_time()
+        assert mgr.high_watermark(tp1) == 1
+        # and t/0 is still followed: a record for it arrives through the next poll
+        lead.append(TP, batch(b"y"))
+        await wait_until(lambda: f0.log_end_offset == 1)
+        nursery.cancel_scope.cancel()
+    assert done - t1 < 0.01  # not t1 + 0.4 (the end of the poll in flight)
+    assert set(lead.requests[1][1]) == {TP, tp1}  # one fetch for both
+    assert mgr.stats["interrupted"] == 1
+
+
+async def test_changed_epoch_of_a_backed_off_partition_interrupts_the_long_poll(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    # t/0 is long polling; t/1 (same leader) was fenced and backs off. The image moves t/1 to
+    # the leader's epoch: it is fetched at once, not when t/0's poll returns.
+    tp1 = ("t", 1)
+    lead = PollLeader({TP: open_log(tmp_path / "l0"), tp1: open_log(tmp_path / "l1")},
+                      leader_epoch=3)
+    lead.append(tp1, batch(b"x"))
+    f0, f1 = open_log(tmp_path / "f0"), open_log(tmp_path / "f1")
+    async with trio.open_nursery() as nursery:
+        mgr = ReplicaFetcherManager(2, PollPool(nursery, lead), lambda b: ("leader", 1),
+                                    max_wait_ms=500, backoff_ms=1_000)
+        await nursery.start(mgr.run)
+        mgr.add_partitions({TP: (1, 3, f0), tp1: (1, 2, f1)})
+        await wait_until(lambda: len(lead.requests) >= 2 and set(lead.requests[-1][1]) == {TP})
+        await trio.sleep(0.05)  # t/0 alone in a long poll, t/1 backing off
+        t1 = trio.current_time()
+        mgr.add_partitions({tp1: (1, 3, f1)})
+        await wait_until(lambda: f1.log_end_offset == 1)
+        nursery.cancel_scope.cancel()
+    assert lead.times(tp1)[-1] == pytest.approx(t1, abs=0.001)
+
+
+async def test_removed_partition_drops_the_late_answer_of_its_long_poll(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    # Removing a partition does not cut the poll short; its answer is still not applied.
+    lead = PollLeader({TP: open_log(tmp_path / "leader")})
+    flog = open_log(tmp_path / "follower")
+    async with trio.open_nursery() as nursery:
+        mgr = ReplicaFetcherManager(2, PollPool(nursery, lead), lambda b: ("leader", 1),
+                                    max_wait_ms=500)
+        await nursery.start(mgr.run)
+        mgr.add_partitions({TP: (1, 1, flog)})
+        await wait_until(lambda: len(lead.requests) == 1)
+        await trio.sleep(0.1)
+        mgr.remove_partitions([TP])  # we lead it now
+        lead.append(TP, batch(b"late"))  # the poll answers with it
+        await trio.sleep(1)
+        assert flog.log_end_offset == 0 and mgr.statistics()["links"] == 0
+        nursery.cancel_scope.cancel()
