@@ -21,7 +21,9 @@ Theory of operation (Kafka's cleaner, simplified to one pass per call):
   indexes removed (+ directory fsync), ``os.replace(cleaned, log)`` (+ directory fsync), new
   indexes written.  A crash before the rename leaves the old segment and a ``.cleaned``
   leftover that ``open`` deletes; after it, the new segment.  Either way a consistent log.
-  Segments are never merged, so ``log_start_offset`` and segment bases never change.
+  Segments are never merged, so ``log_start_offset`` and segment bases never change, and a
+  segment larger than ``segment.bytes`` (one batch bigger than that) is cleaned like any
+  other: its batches are streamed one by one, none is ever split.
 
 The broker calls ``compact`` from its owner thread (it decodes records: CPU-heavy, run it
 when the log is quiet or per segment budget); ``min.cleanable.dirty.ratio`` is left to the

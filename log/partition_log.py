@@ -17,6 +17,17 @@ run (``Segment.writev``) to the active segment (rolled first if it is full or ol
 may reuse its buffer as soon as ``append`` returns.  Followers (``append_as_follower``) keep
 the leader's offsets and epochs and write the fetched bytes as they are (one ``os.write``).
 
+Batches larger than ``segment.bytes`` (as Kafka): the only per-batch limit is
+``max.message.bytes``, checked by the leader's ``append`` before anything is written
+(``RecordTooLargeError`` → MESSAGE_TOO_LARGE).  A bigger-than-a-segment batch makes the active
+segment roll first unless it is empty, is written alone into the fresh segment — which then
+exceeds ``segment.bytes`` — and the next append rolls again (``Segment.roll_reason``).
+Followers accept such batches as they are (no size limit: the leader already accepted them,
+refusing would make the replicas diverge).  Nothing else assumes a segment is at most
+``segment.bytes``: index positions stay below it (a batch starts in a segment only while the
+segment is smaller than ``segment.bytes``), recovery scans batches of any size, retention
+counts real sizes and compaction never merges segments.
+
 Read path (``read``): the batch containing ``fetch_offset`` is found through the sparse index;
 whole batches are returned as a ``FetchSlice`` (an owned, dup'ed fd + position + length, ready
 for ``os.sendfile``), bounded by ``max_bytes`` (the first batch always whole) and by
@@ -251,10 +262,11 @@ class PartitionLog:
             size = h.size
             if pos + size > n:
                 raise CorruptBatchError(f"truncated batch: {n - pos} of {size} bytes")
+            # max.message.bytes is the only per-batch limit (checked before anything is
+            # written, so MESSAGE_TOO_LARGE never consumes offsets or sequences); a batch
+            # larger than segment.bytes is accepted and goes alone into a fresh segment
             if size > cfg.max_message_bytes:
                 raise RecordTooLargeError(size, cfg.max_message_bytes)
-            if size > cfg.segment_bytes:
-                raise RecordTooLargeError(size, cfg.segment_bytes)
             if not crc_ok(buf, pos):
                 raise CorruptBatchError(f"CRC mismatch in batch {len(metas)} of the payload")
             if h.record_count == 0 or h.record_count != h.last_offset_delta + 1:
@@ -344,7 +356,9 @@ class PartitionLog:
         start_leo = self.log_end_offset
         i = 0
         while i < len(metas):
-            # The largest run of batches that fits a segment (at least one batch).
+            # The largest run of batches that fits a segment (at least one batch: one larger
+            # than segment.bytes goes alone, into a fresh segment unless the active one is
+            # empty, and the next chunk or append rolls again).
             j, start = i + 1, metas[i][0]
             while j < len(metas) and metas[j][0] + metas[j][3] - start <= seg_bytes:
                 j += 1

@@ -19,6 +19,9 @@ Theory of operation: ``recover(log)`` runs once from ``PartitionLog.open``.
    headers.  At the first bad or partial batch the segment is truncated there and every later
    segment deleted; what was dropped (bytes, offset range, reason) is logged at WARNING on
    logger ``rafka.log``.  The validated data is then fsynced and becomes the recovery point.
+   Nothing here compares a segment with ``segment.bytes``: a segment whose one batch is
+   larger than that (``log/partition_log.py``, "Batches larger than segment.bytes") is
+   validated like any other, and a torn one is a partial batch, cut like any other.
 4. Producer state is rebuilt from the newest snapshot ≤ log end offset plus a header scan, the
    epoch cache is trimmed to ``[log_start, log_end)``.
 """

@@ -8,6 +8,10 @@ entries (a short write is continued; an error — ENOSPC — truncates the file 
 previous size, so a failed append leaves no trace).  Reads use ``os.pread`` on the same descriptor; fetches hand out ``os.dup`` copies so a
 reader survives the segment being deleted or replaced.
 
+A segment holds at most ``segment.bytes`` except when its only batch is bigger than that
+(``roll_reason``: an empty segment takes any batch): every batch starts below ``segment.bytes``,
+so index positions fit, and ``scan`` reads a batch bigger than its chunk in one piece.
+
 Sizes and offsets kept in memory: ``size`` (bytes of whole batches), ``next_offset`` (last
 offset + 1 of the last batch, ``base_offset`` when empty), ``max_timestamp`` and the offset of
 the batch that reached it (retention, time index), ``flushed_size`` (what ``fdatasync`` last
@@ -136,7 +140,10 @@ class Segment:
     # -- append ---------------------------------------------------------------------------
 
     def roll_reason(self, incoming_bytes: int, last_offset: int, now_ms: int) -> str | None:
-        """Why the segment must roll before taking a payload, or None."""
+        """Why the segment must roll before taking a payload, or None.
+
+        An empty segment takes anything, even a batch larger than ``segment.bytes`` (it then
+        exceeds ``segment.bytes`` and rolls on the next append, as in Kafka)."""
         if self.size == 0:
             return None
         cfg = self.config
