@@ -26,6 +26,18 @@ drained, then pick a new random one (KIP-480).
 again. With idempotence a batch gets its base sequence the first time it is sent and keeps it
 on every retry, so the broker can drop duplicates; while retries are outstanding the partition
 sends one batch at a time, lowest sequence first, so sequences reach the broker in order.
+
+Batches the broker refused before appending anything (MESSAGE_TOO_LARGE and the other
+``_NOT_APPENDED`` answers of the producer): their sequences were not consumed.
+``RecordAccumulator.split`` cuts a too-large batch of several records into smaller ones, in
+record order, that take over the original's sequence range (base sequence, base + n1, …) and
+its creation time and attempt count; the producer queues them in ``retry`` ahead of every
+later batch of the partition (their sequences are lower). The original's memory is now
+accounted to the parts, its ``BatchResult`` maps each record to its part (``client/aio/
+futures.py``). A batch that fails for good after such an answer gives its range back
+(``PartitionState.release_sequences``): every later batch that already has a sequence moves
+down by its record count and rebuilds its bytes — none of them can have been appended, since
+the broker accepts only the next sequence — so the partition carries on without a gap.
 """
 
 from __future__ import annotations
@@ -185,6 +197,40 @@ class RecordAccumulator:
                         default=None)
             return None if first is None else first + self.linger_s
 
+    def split(self, batch: ProducerBatch, starts: list[int]) -> list[ProducerBatch]:
+        """Cut ``batch`` (not queued anywhere any more) at record indexes ``starts`` (the first
+        is 0): one new batch per part, in order, with the original's creation time, attempt
+        count, producer epoch and, with idempotence, consecutive base sequences from its own.
+        The memory of the original passes to the parts; its result maps each record to its part.
+        """
+        rows = batch.records
+        ends = [*starts[1:], len(rows)]
+        parts: list[ProducerBatch] = []
+        left = batch.size
+        for k, (a, z) in enumerate(zip(starts, ends, strict=True)):
+            first = rows[a]
+            part = ProducerBatch(batch.topic, batch.partition, batch.created, self._loop_thread,
+                                 batch.ts0 + first[1])
+            dt = first[1]
+            part.records = [(i, r[1] - dt, r[2], r[3], r[4]) for i, r in enumerate(rows[a:z])]
+            if k == len(starts) - 1:
+                part.size = left  # estimates: the parts add up to exactly what was charged
+            else:
+                part.size = min(left, sum(record_size(r[2], r[3], r[4]) for r in part.records))
+            left -= part.size
+            part.attempts = batch.attempts
+            part.producer_epoch = batch.producer_epoch
+            if batch.base_sequence >= 0:
+                part.base_sequence = (batch.base_sequence + a) & SEQ_MASK
+            parts.append(part)
+        batch.result.split_into([(a, p.result) for a, p in zip(starts, parts, strict=True)])
+        with self._lock:
+            self.incomplete.discard(batch.result)
+            self.incomplete.update(p.result for p in parts)
+        batch.records = []
+        batch.payload = None
+        return parts
+
     def has_closed(self) -> bool:
         return bool(self._closed)
 
@@ -268,6 +314,34 @@ class PartitionState:
         batch.retry_at = retry_at
         self.retry.append(batch)
         self.retry.sort(key=_seq_key)
+
+    def requeue_split(self, parts: list[ProducerBatch], retry_at: float) -> None:
+        """Queue the parts of a split batch ahead of every later batch of the partition: by
+        sequence with idempotence (theirs are the lowest outstanding), else at the front."""
+        for b in parts:
+            b.retry_at = retry_at
+        if parts and parts[0].base_sequence >= 0:
+            self.retry.extend(parts)
+            self.retry.sort(key=_seq_key)
+        else:
+            self.retry[0:0] = parts
+
+    def release_sequences(self, batch: ProducerBatch) -> None:
+        """``batch`` was refused without being appended and fails for good: give its sequences
+        back. Later batches that already have sequences (in flight or to retry) cannot have
+        been appended either — the broker takes only the next sequence — so they move down by
+        its record count and rebuild their bytes (an in-flight one comes back
+        OUT_OF_ORDER_SEQUENCE_NUMBER and is retried with the new ones)."""
+        seq = batch.base_sequence
+        if seq < 0:
+            return
+        n = len(batch.records)
+        for b in (*self.inflight, *self.retry):
+            if b is not batch and b.base_sequence >= 0 and (b.base_sequence - seq) & SEQ_MASK < (
+                    self.next_seq - seq) & SEQ_MASK:
+                b.base_sequence = (b.base_sequence - n) & SEQ_MASK
+                b.payload = None
+        self.next_seq = (self.next_seq - n) & SEQ_MASK
 
     def has_earlier(self, batch: ProducerBatch) -> bool:
         """Is a lower-sequence batch of this partition still unacknowledged?"""

@@ -15,12 +15,19 @@ becomes a regular Future and the batch resolves it on completion. ``result()`` /
 ``exception()`` read the batch directly and never materialize. Inside trio, ``await fut``
 (or ``await fut.wait()``) waits without blocking the loop; calling ``result()`` on an
 unfinished future from the loop thread raises instead of deadlocking.
+
+Split batches: when the broker refuses a batch of several records as too large
+(MESSAGE_TOO_LARGE, nothing appended), the producer splits it into smaller batches
+(``BatchResult.split_into``). The futures already handed out keep pointing at the original
+result, which then maps each record index to the part holding it and completes once every
+part has; a future reads its offset or error from its own part (``_leaf``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -37,7 +44,8 @@ class BatchResult:
     """The fate of one produce batch; completed exactly once, in the loop thread."""
 
     __slots__ = ("topic", "partition", "base_offset", "log_append_time", "error", "done",
-                 "_lock", "_event", "_tevent", "_futures", "loop_thread")
+                 "_lock", "_event", "_tevent", "_futures", "loop_thread", "_split", "_starts",
+                 "_parent", "_open_parts")
 
     def __init__(self, topic: str, partition: int, loop_thread: int) -> None:
         self.topic = topic
@@ -51,6 +59,30 @@ class BatchResult:
         self._event: threading.Event | None = None
         self._tevent: trio.Event | None = None
         self._futures: list[FutureRecordMetadata] | None = None
+        self._split: list[BatchResult] | None = None  # the parts, when split (see above)
+        self._starts: list[int] = []  # first record index of each part
+        self._parent: BatchResult | None = None
+        self._open_parts = 0
+
+    def split_into(self, parts: list[tuple[int, BatchResult]]) -> None:
+        """Records from index ``parts[i][0]`` on (up to the next part) now travel in the batch
+        of ``parts[i][1]``; this result completes when every part has (loop thread only)."""
+        self._starts = [start for start, _ in parts]
+        self._split = [r for _, r in parts]
+        self._open_parts = len(parts)
+        for r in self._split:
+            r._parent = self
+
+    def locate(self, index: int) -> tuple[BatchResult, int]:
+        """(part result, index in it) of record ``index`` of a split result."""
+        assert self._split is not None
+        i = bisect_right(self._starts, index) - 1
+        return self._split[i], index - self._starts[i]
+
+    def _part_done(self) -> None:
+        self._open_parts -= 1
+        if self._open_parts == 0:
+            self.complete()
 
     def complete(self, base_offset: int = -1, log_append_time: int = -1,
                  error: BaseException | None = None) -> None:
@@ -69,6 +101,8 @@ class BatchResult:
             self._tevent.set()
         for f in futures or ():
             f._resolve()
+        if self._parent is not None:
+            self._parent._part_done()
 
     def wait_sync(self, timeout: float | None) -> bool:
         with self._lock:
@@ -126,8 +160,16 @@ class FutureRecordMetadata(cf.Future):  # type: ignore[type-arg]
         if not self._batch.attach(self):
             self._resolve()
 
+    def _leaf(self) -> tuple[BatchResult, int]:
+        """The (completed) result that holds this record and its index there: the batch's own
+        unless it was split (see the module docstring)."""
+        b, i = self._batch, self._index
+        while b._split is not None:
+            b, i = b.locate(i)
+        return b, i
+
     def _resolve(self) -> None:
-        err = self._batch.error
+        err = self._leaf()[0].error
         if err is not None:
             cf.Future.set_exception(self, err)
         else:
@@ -141,8 +183,8 @@ class FutureRecordMetadata(cf.Future):  # type: ignore[type-arg]
         return True
 
     def _metadata(self) -> RecordMetadata:
-        b = self._batch
-        offset = b.base_offset + self._index if b.base_offset >= 0 else -1
+        b, index = self._leaf()
+        offset = b.base_offset + index if b.base_offset >= 0 else -1
         ts = b.log_append_time if b.log_append_time >= 0 else self._ts
         return RecordMetadata(b.topic, b.partition, offset, ts)
 
@@ -163,14 +205,15 @@ class FutureRecordMetadata(cf.Future):  # type: ignore[type-arg]
     def result(self, timeout: float | None = None) -> RecordMetadata:
         if not self._batch.wait_sync(timeout):
             raise cf.TimeoutError(f"record not acknowledged within {timeout} s")
-        if self._batch.error is not None:
-            raise self._batch.error
+        err = self._leaf()[0].error
+        if err is not None:
+            raise err
         return self._metadata()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self._batch.wait_sync(timeout):
             raise cf.TimeoutError(f"record not acknowledged within {timeout} s")
-        return self._batch.error
+        return self._leaf()[0].error
 
     def add_done_callback(self, fn: Callable[[cf.Future], object]) -> None:  # type: ignore[type-arg]
         self._materialize()

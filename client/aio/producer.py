@@ -28,6 +28,18 @@ metadata and retry the batch with the same sequence after ``retry_backoff_ms``, 
 ``retries`` and ``delivery_timeout_ms`` allow; anything else fails the batch. ``acks=0``
 requests get no response: their batches settle as sent, with offset -1.
 
+MESSAGE_TOO_LARGE (the topic's ``max.message.bytes``; the leader checks it before appending, so
+nothing of the batch was written and none of its sequences used) on a batch of several records
+splits it, as Kafka's producer does (``_split``): into parts that fit the broker's limit when
+its answer names it ("record batch of N bytes exceeds max.message.bytes=L", which also gives the
+ratio of wire bytes to the accumulator's estimate), else into halves; the parts keep record
+order, take over the original's sequences, and go ahead of every later batch of the partition
+(``PartitionState.requeue_split``); a part refused again is split again. The futures already
+returned follow their records into the parts (``BatchResult.split_into``). Only a single-record
+batch fails, with ``MessageTooLargeError`` (code MESSAGE_TOO_LARGE); its sequence is given back and later batches of the
+partition renumbered (``PartitionState.release_sequences``), so later records still go
+through.
+
 Leader changes during a retry backoff (the backoff doubles per attempt, up to 1 s): while a
 batch waits out a backoff longer than ``_BACKOFF_REFRESH_S``, the sender refreshes the
 metadata that often, and a batch whose partition is now led by another broker than the one its
@@ -51,6 +63,7 @@ thread (the accumulator is locked) and wakes the sender with ``run_sync_soon``.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -63,7 +76,6 @@ from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey, Response
 from client.aio._core import REFRESH_CODES, ClientCore
 from client.aio.accumulator import (
-    SEQ_MASK,
     PartitionState,
     ProducerBatch,
     RecordAccumulator,
@@ -161,6 +173,7 @@ class AsyncProducer:
         self._loop_thread = 0
         self._fatal: BaseException | None = None
         self._max_record_size = min(max_request_size, buffer_memory)
+        self._batches_split = 0  # batches split after MESSAGE_TOO_LARGE (statistics)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -393,6 +406,7 @@ class AsyncProducer:
             "requests_in_flight": sum(self._node_inflight.values()),
             "producer_id": self._producer_id,
             "producer_epoch": self._producer_epoch,
+            "batches_split": self._batches_split,
         }
 
     # ------------------------------------------------------------------ sender
@@ -649,19 +663,32 @@ class AsyncProducer:
             self._core.metadata.invalidate_leader(tp)
             self._core.invalidate()
         expired = now - b.created > self.delivery_timeout_ms / 1000
+        if exc.code == ErrorCode.MESSAGE_TOO_LARGE and len(b.records) > 1 and not expired:
+            self._split(st, b, exc, now)
+            return
         if retriable and b.attempts <= self.retries and not expired:
             st.requeue(b, now + backoff_ms(b.attempts - 1, self.retry_backoff_ms, 1000) / 1000)
             return
         st.done(b)
-        if (exc.code in _NOT_APPENDED and b.base_sequence >= 0
-                and st.next_seq == (b.base_sequence + len(b.records)) & SEQ_MASK):
-            # the broker refused the batch without appending it and no later batch has a
-            # sequence yet: give its sequences back, or the partition's next batch would leave
-            # a gap the broker refuses for good (UNKNOWN_PRODUCER_ID / OUT_OF_ORDER_SEQUENCE)
-            st.next_seq = b.base_sequence
+        if exc.code in _NOT_APPENDED:
+            # the broker refused the batch without appending it: give its sequences back (and
+            # move later batches' down), or the partition's next batch would leave a gap the
+            # broker refuses for good (UNKNOWN_PRODUCER_ID / OUT_OF_ORDER_SEQUENCE_NUMBER)
+            st.release_sequences(b)
         if exc.message and f"{b.topic}-{b.partition}" not in exc.message:
             exc = type(exc)(f"{b.topic}-{b.partition}: {exc.message}", **exc.details)
         self._settle(b, error=exc)
+
+    def _split(self, st: PartitionState, b: ProducerBatch, exc: RafkaError, now: float) -> None:
+        """Split a batch the broker refused as too large (nothing appended) and queue the parts
+        ahead of the partition's later batches; see the module docstring."""
+        assert self._acc is not None
+        st.done(b)
+        starts = _split_points(b, exc.message or "")
+        parts = self._acc.split(b, starts)
+        self._batches_split += 1
+        st.requeue_split(parts, now)
+        self._wake.set()
 
     def _settle(self, b: ProducerBatch, *, base_offset: int = -1, log_append_time: int = -1,
                 error: BaseException | None = None) -> None:
@@ -677,6 +704,40 @@ _BACKOFF_REFRESH_S = 0.1
 _NOT_APPENDED = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.CORRUPT_MESSAGE,
                            ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_RECORD,
                            ErrorCode.INVALID_TIMESTAMP})
+
+
+_TOO_LARGE_RE = re.compile(r"batch of (\d+) bytes exceeds max\.message\.bytes=(\d+)")
+_BATCH_OVERHEAD = 61 + 16  # v2 batch header + the records array's msgpack framing, roughly
+
+
+def _split_points(b: ProducerBatch, message: str) -> list[int]:
+    """First record index of each part of a too-large batch of at least two records: parts of
+    at most the broker's limit (scaled by the answer's wire bytes / our estimate, with a margin)
+    when the answer names it, else two halves by estimated size. At least two parts, never an
+    empty one, record order kept."""
+    rows = b.records
+    sizes = [record_size(r[2], r[3], r[4]) for r in rows]
+    m = _TOO_LARGE_RE.search(message)
+    if m is not None and b.size > 0:
+        wire, limit = int(m.group(1)), int(m.group(2))
+        ratio = max(wire / b.size, 0.01)
+        target = (limit - _BATCH_OVERHEAD) / ratio * 0.9
+        starts = [0]
+        acc = 0
+        for i, sz in enumerate(sizes):
+            if acc and acc + sz > target:
+                starts.append(i)
+                acc = 0
+            acc += sz
+        if len(starts) > 1:
+            return starts
+    half = sum(sizes) / 2
+    acc = 0
+    for i, sz in enumerate(sizes[:-1]):
+        acc += sz
+        if acc >= half:
+            return [0, i + 1]
+    return [0, len(rows) - 1]
 
 
 def _parse_acks(acks: Acks | str) -> int:
