@@ -77,7 +77,8 @@ class OffsetOutOfRangeError(LogError):
 
 
 class RecordTooLargeError(LogError):
-    """A batch is larger than ``max.message.bytes`` (or than a segment can hold)."""
+    """A batch is larger than ``max.message.bytes`` (a batch larger than ``segment.bytes`` is
+    accepted: it gets a segment of its own)."""
 
     def __init__(self, size: int, limit: int) -> None:
         self.size = size
