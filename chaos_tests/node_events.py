@@ -247,6 +247,46 @@ def _truncated_acks(out: _Collector, facts: Facts, truncations: list[tuple[int, 
         found = [isr_at(tp, t) for t in times]
         return bool(found) and all(isr is not None and node not in isr for isr in found)
 
+    # tp -> [(history time, hw, node)] of every hw event with a known leader epoch
+    hws: dict[str, list[tuple[int, int, Any]]] = {}
+    for ev in events:
+        if ev.get("event") == "hw" and "mono_ns" in ev and int(ev.get("leader_epoch", -1)) >= 0:
+            hws.setdefault(ev["tp"], []).append(
+                (int(ev["mono_ns"]) - start_mono_ns, int(ev["hw"]), ev.get("node")))
+    for v in hws.values():
+        v.sort()
+    # (tp, node) -> [(history time, partition_epoch, leader, isr)] from that node's own events
+    own: dict[tuple[str, Any], list[tuple[int, int, int, tuple[int, ...]]]] = {}
+    for ev in events:
+        if ev.get("event") == "partition" and "mono_ns" in ev and "isr" in ev:
+            own.setdefault((ev["tp"], ev.get("node")), []).append(
+                (int(ev["mono_ns"]) - start_mono_ns, int(ev.get("partition_epoch", -1)),
+                 int(ev["leader"]), tuple(ev["isr"])))
+    for v in own.values():
+        v.sort()
+
+    def outside_isr_when_committed(tp: str, node: Any, offset: int, comp: int) -> bool:
+        """The ISR that committed the record did not hold ``node``: the first high watermark
+        past ``offset`` (the commit; its leader emits it before answering) came from a node that
+        led the partition then with an ISR without ``node``, and the newest ISR any node knew
+        at the answer excludes it too. Covers a send invoked before a leader change and
+        acknowledged after it (acceptance seed 9 of the second campaign: node 1, paused while
+        leading epoch 1 with an unreplicated record at 427, was outside epoch 2's ISR [3, 2]
+        that committed another record there)."""
+        op = ops.get(comp)
+        if op is None:
+            return False
+        first = next(((t, n) for t, hw, n in hws.get(tp, ()) if hw > offset and t <= op.time), None)
+        if first is None:
+            return False
+        t_c, leader = first
+        view = [r for r in own.get((tp, leader), ()) if r[0] <= t_c]
+        if not view:
+            return False
+        _t, _pe, view_leader, isr = max(view, key=lambda r: r[1])
+        now = isr_at(tp, op.time)
+        return view_leader == leader and node not in isr and now is not None and node not in now
+
     def acked_in_epoch_at_least(tp: str, inv: int, comp: int, epoch: int) -> bool:
         node, op_inv = ops[comp].node if comp in ops else None, ops.get(inv)
         view = views.get((tp, node))
@@ -269,6 +309,8 @@ def _truncated_acks(out: _Collector, facts: Facts, truncations: list[tuple[int, 
             if epoch is not None and acked_in_epoch_at_least(ev["tp"], inv, comp, int(epoch)):
                 continue
             if epoch is not None and outside_isr_when_acked(ev["tp"], ev["node"], inv, comp):
+                continue
+            if epoch is not None and outside_isr_when_committed(ev["tp"], ev["node"], offset, comp):
                 continue
             out.add(Anomaly("acked-truncated",
                             {"why": "acked-offset-removed", "node": ev["node"], "tp": ev["tp"],

@@ -356,6 +356,36 @@ def test_diverging_truncation_outside_the_isr_spares_acks():
         r = check_acked_not_truncated(evs, facts, start_mono_ns=start)
         assert not r.valid and r.anomalies[0].details["why"] == "acked-offset-removed", evs
 
+def test_diverging_truncation_by_a_node_outside_the_committing_isr_spares_acks():
+    # second acceptance campaign, seed 9: node 1 led epoch 1 (ISR [3, 2, 1]) and appended
+    # offset 4 alone, then was paused; the send was invoked then (ISR still [3, 2, 1]), node 3
+    # took over in epoch 2 with ISR [3, 2], committed another record at 4 (hw 5) and answered;
+    # node 1 came back and truncated its epoch-1 record. Not an anomaly. It is one if node 1
+    # was in the ISR that committed, or if the commit came from a node that did not lead.
+    b = Builder()
+    s = b.send(1, 0, "a", 4)  # invoked at 1 ms, acknowledged at 2 ms; the op names no node
+    start = 1_000_000_000
+    t_inv, t_ack = b.ops[s[0]]["time"], b.ops[s[1]]["time"]
+    old = {"event": "partition", "node": 1, "tp": "t/0", "leader": 1, "leader_epoch": 1,
+           "partition_epoch": 10, "replicas": [3, 2, 1], "isr": [3, 2, 1], "mono_ns": start}
+    new = {"event": "partition", "node": 3, "tp": "t/0", "leader": 3, "leader_epoch": 2,
+           "partition_epoch": 11, "replicas": [3, 2, 1], "isr": [3, 2],
+           "mono_ns": start + (t_inv + t_ack) // 2}
+    hw = {"event": "hw", "node": 3, "tp": "t/0", "leader_epoch": 2, "hw": 5,
+          "mono_ns": start + t_ack - 1}
+    trunc = {"event": "truncate", "node": 1, "tp": "t/0", "to": 4, "from": 5,
+             "leader_epoch": 2, "reason": "diverging-epoch", "mono_ns": start + t_ack + 10}
+    facts = analyse(b.ops)
+    assert check_acked_not_truncated([old, new, hw, trunc], facts, start_mono_ns=start).valid
+    for evs in ([old, dict(new, isr=[3, 2, 1]), hw, trunc],   # node 1 was in the ISR
+                [old, dict(new, leader=2), hw, trunc],         # node 3 did not lead
+                [old, new, dict(hw, hw=4), trunc],             # no commit past offset 4
+                [old, new, dict(hw, mono_ns=start + t_ack + 5), trunc],  # committed after
+                [old, new, trunc]):                            # no hw events at all
+        r = check_acked_not_truncated(evs, facts, start_mono_ns=start)
+        assert not r.valid and r.anomalies[0].details["why"] == "acked-offset-removed", evs
+
+
 # ----------------------------------------------------------------------- model-based
 
 _action = st.one_of(
