@@ -31,13 +31,30 @@ async def test_produce_fetch_round_trip(tmp_path):
         assert values == [b"a", b"b", b"c"]
         offsets = [r.offset for pos, _h in iter_batches(raw) for r in decode_records(raw, pos)]
         assert offsets == [0, 1, 2]
-        assert b.server.stats.bytes_sendfile >= len(raw)  # served from the segment file
+        # a small reply: its slice is read from the segment file and sent with the head
+        assert b.server.stats.bytes_copied >= len(raw) and b.server.stats.bytes_sendfile == 0
         # fetch from the middle of the log: whole batches from the one holding the offset
         p = part((await conn.request(ApiKey.FETCH, fetch_body("t", 2))).body)
         assert p["records_len"] > 0
         earliest = part((await conn.request(ApiKey.LIST_OFFSETS, list_offsets_body("t", -2))).body)
         latest = part((await conn.request(ApiKey.LIST_OFFSETS, list_offsets_body("t", -1))).body)
         assert (earliest["offset"], latest["offset"]) == (0, 3)
+
+
+async def test_large_fetch_is_sent_with_sendfile(tmp_path):
+    """Above SMALL_REPLY_BYTES the records go from the segment file with sendfile, whole."""
+    from broker.server import SMALL_REPLY_BYTES
+
+    async with running_broker(tmp_path, topics={"t": 1}) as b, b.connect() as conn:
+        values = [bytes([i % 251]) * 1000 for i in range(3 * SMALL_REPLY_BYTES // 1000)]
+        r = (await conn.request(ApiKey.PRODUCE, produce_body("t", batch(*values)))).body
+        assert part(r)["error"] == 0
+        resp = await conn.request(ApiKey.FETCH, fetch_body("t", 0))
+        raw = bytes(resp.raw)
+        assert len(raw) > SMALL_REPLY_BYTES
+        assert b.server.stats.bytes_sendfile >= len(raw) and b.server.stats.bytes_copied == 0
+        got = [r.value for pos, _h in iter_batches(raw) for r in decode_records(raw, pos)]
+        assert got == values
 
 
 async def test_wrong_crc_appends_nothing(tmp_path):
