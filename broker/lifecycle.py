@@ -74,7 +74,8 @@ class BrokerLifecycle:
         try:
             body = await self.channel.request(ApiKey.BROKER_REGISTRATION, {
                 "broker_id": self.broker_id, "incarnation_id": self.incarnation_id,
-                "host": self.host, "port": self.port, "rack": self.rack},
+                "host": self.host, "port": self.port, "rack": self.rack,
+                "heartbeat_interval_ms": round(self.interval_s * 1000)},
                 attempt_timeout_s=self.attempt_timeout_s)
         except RafkaError as exc:
             log.info("registration failed: %s", exc)
@@ -92,7 +93,8 @@ class BrokerLifecycle:
             body = await self.channel.request(ApiKey.BROKER_HEARTBEAT, {
                 "broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
                 "metadata_offset": self.publisher.image.offset, "want_fence": False,
-                "want_shutdown": self.want_shutdown},
+                "want_shutdown": self.want_shutdown,
+                "heartbeat_interval_ms": round(self.interval_s * 1000)},
                 attempt_timeout_s=self.attempt_timeout_s)
         except RafkaError as exc:
             log.info("heartbeat failed: %s", exc)

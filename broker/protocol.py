@@ -208,6 +208,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "host": str,
         "port": int,
         "rack": Opt(str),
+        "heartbeat_interval_ms": Opt(int),  # the controller probes a broker silent for 2x this
     },
     # -> {error, message, is_caught_up, is_fenced, should_shutdown}
     ApiKey.BROKER_HEARTBEAT: {
@@ -216,6 +217,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "metadata_offset": int,
         "want_fence": bool,
         "want_shutdown": bool,
+        "heartbeat_interval_ms": Opt(int),  # repeated: a new active controller learns it too
     },
     # long-poll the @metadata log from from_offset
     # -> {error, message, leader_id, entries: [[offset, epoch, record]], committed_offset,

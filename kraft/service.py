@@ -180,6 +180,15 @@ class _Active:
         self.last_rebalance_ms = now_ms
 
 
+def _note_heartbeat_interval(active: _Active, broker_id: int, body: dict[str, Any]) -> None:
+    """Registrations and heartbeats may say the broker's heartbeat interval (optional): its
+    liveness-probe threshold is twice that. Sent with every heartbeat, so a controller that
+    takes over learns it within one interval."""
+    hb = body.get("heartbeat_interval_ms")
+    if isinstance(hb, int) and hb > 0:
+        active.state.heartbeat_interval_ms[broker_id] = hb
+
+
 class ControllerService:
     def __init__(
         self,
@@ -536,13 +545,12 @@ class ControllerService:
             await self._propose(d)
         active.state.last_contact_ms[bid] = self._now_ms()
         active.state.shutting_down.discard(bid)
-        hb = body.get("heartbeat_interval_ms")  # optional: sets this broker's probe threshold
-        if isinstance(hb, int) and hb > 0:
-            active.state.heartbeat_interval_ms[bid] = hb
+        _note_heartbeat_interval(active, bid, body)
         return {"broker_epoch": self._q().image().cluster.brokers[bid].epoch}
 
     async def broker_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
         active = self._require_active()
+        _note_heartbeat_interval(active, body["broker_id"], body)
         out = ctl.heartbeat(
             self._q().image(), active.state, body["broker_id"], body["broker_epoch"],
             body["metadata_offset"], body["want_fence"], body["want_shutdown"], self._now_ms(),

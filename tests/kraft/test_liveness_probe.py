@@ -235,3 +235,29 @@ def test_brokers_to_probe_schedule():
     assert ctl.probe_after_ms(st, 2, 3000) == 200
     assert ctl.brokers_to_probe(w.image, st, 4700, 3000) == []
     assert ctl.brokers_to_probe(w.image, st, 4701, 3000) == [2]
+
+
+async def test_heartbeats_carry_the_interval_that_sets_the_probe_threshold(clock, closed_port):
+    """A broker's heartbeats say its interval (the brokers send it since the 30 s-session
+    integration test showed a probe only after session/3 = 10 s): a silent broker is probed
+    after 2 x that, and a controller that takes over learns it from the next heartbeat."""
+    cluster = MemoryQuorumCluster([1, 2])
+    async with trio.open_nursery() as nursery:
+        s1 = await start(nursery, cluster, 1)
+        cluster.elect(1)
+        await wait_active(s1)
+        r = await s1.handlers[ApiKey.BROKER_REGISTRATION](
+            {"broker_id": 1, "incarnation_id": "inc-1", "host": "127.0.0.1",
+             "port": closed_port})  # as to a controller that missed the registration:
+        assert r["error"] == 0, r       # only the heartbeat says the interval
+        hb = await s1.handlers[ApiKey.BROKER_HEARTBEAT](
+            {"broker_id": 1, "broker_epoch": r["broker_epoch"],
+             "metadata_offset": image(cluster).offset, "want_fence": False,
+             "want_shutdown": False, "heartbeat_interval_ms": 100})
+        assert hb["error"] == 0 and not hb["is_fenced"], hb
+        assert s1._active.state.heartbeat_interval_ms[1] == 100
+        silent_since = trio.current_time()
+        t = await fenced_at(cluster, 1, SESSION_MS / 1000)
+        # 2 x 100 ms of silence (+ one probe-loop tick), far below session/3 = 2 s
+        assert t is not None and t - silent_since < SESSION_MS / 3000 / 2
+        nursery.cancel_scope.cancel()
