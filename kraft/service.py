@@ -52,7 +52,7 @@ Failure detection: a broker is fenced (its leaderships move away) when its sessi
 ``broker.session.timeout.ms`` without a heartbeat — or earlier, when a *liveness probe* proves
 it dead. The active controller probes a registered, unfenced broker that has been silent for
 longer than ``broker.liveness.probe.after.ms`` (default: twice the heartbeat interval the
-broker registered with, if it said, else a third of the session), and every unfenced broker
+broker states in its registration and heartbeats, else a third of the session), and every unfenced broker
 right after it becomes active (it has no heartbeat history, and the fresh session it grants
 would otherwise keep a broker that died with the previous controller in place for a whole
 session). A probe is a plain TCP connect to the broker's registered listener, bounded by
@@ -73,7 +73,7 @@ like a broker that registers; it loses its leaderships meanwhile. Probes run con
 
 Settings (Kafka-style names; unknown names are ignored here): ``broker.session.timeout.ms``
 (3000), ``broker.liveness.probe.enable`` (true), ``broker.liveness.probe.after.ms`` (unset:
-2 × the broker's heartbeat interval if it registered one, else a third of the session),
+2 × the heartbeat interval the broker states, else a third of the session),
 ``metadata.snapshot.records`` / ``metadata.snapshot.min.records`` (10000),
 ``metadata.snapshot.interval.ms`` (3600000), ``leader.imbalance.check.interval.ms`` (300000),
 ``auto.leader.rebalance.enable`` (true), ``num.partitions`` (1), ``default.replication.factor``
