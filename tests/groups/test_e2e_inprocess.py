@@ -37,8 +37,9 @@ class DirectChannel:
     def __init__(self, svc: ControllerService) -> None:
         self.svc = svc
 
-    async def request(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
-        return await self.svc.handlers[api_key](dict(body))
+    async def request(self, api_key: int, body: dict[str, Any], *,
+                      attempt_timeout_s: float | None = None) -> dict[str, Any]:
+        return await self.svc.handlers[api_key](dict(body))  # one in-process attempt
 
     request_any = request
 
