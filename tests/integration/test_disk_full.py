@@ -147,7 +147,7 @@ def test_a_full_disk_leaves_the_node_up_and_it_recovers(cluster) -> None:
             wait_for(lambda p=p: log_bytes(n2 / f"{topic}-{p}") == log_bytes(leader_dirs[p]),
                      f"node 2 caught up on {topic}/{p}")
         for p in led_by_2:
-            r = wait_for(lambda p=p: (lambda r: r if r["error"] == 0 else None)(part(call(
+            r = wait_for(lambda p=p: (lambda resp: resp if resp["error"] == 0 else None)(part(call(
                 c.port + 1, ApiKey.PRODUCE, produce_body(topic, batch(b"after"), acks=1,
                                                          partition=p)))),
                          f"a produce to {topic}/{p} on node 2 after space is freed")

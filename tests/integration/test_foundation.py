@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import threading
 import time
 import uuid
@@ -40,6 +39,7 @@ from client.connection import connect
 from log.batch import iter_batches
 from tests.broker.harness import batch, fetch_body, part, produce_body
 from tests.integration.conftest import LocalCluster
+from tests.tmpfs import mounted_tmpfs
 
 HANG_GUARD = 90  # seconds; for conditions that become true
 HOUSEKEEPING = {"log.retention.check.interval.ms": 200, "log.cleaner.backoff.ms": 200}
@@ -411,18 +411,8 @@ def test_consumer_prefetches_while_the_application_processes(node: LocalCluster)
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with mounted_tmpfs(tmp_path / "tmpfs", "48m") as where:
+        yield where
 
 
 def test_full_disk_on_a_real_broker(tmpfs: Path) -> None:

@@ -21,24 +21,15 @@ from pysyncobj.journal import LAST_RECORD_OFFSET_OFFSET
 from chaos_tests.faults.disk import fill, unfill
 from kraft.durable_journal import EXIT_STORAGE_FAILURE, DurableFileJournal
 from kraft.metadata_log import MetadataLog
+from tests.tmpfs import mounted_tmpfs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with mounted_tmpfs(tmp_path / "mnt", "256k") as where:
+        yield where
 
 
 def test_torn_journal_tail_is_dropped_on_open(tmp_path):

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
@@ -19,6 +18,7 @@ from log.batch import decode_records, iter_batches
 from log.config import LogConfig
 from log.errors import StorageError
 from log.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
+from tests.tmpfs import mounted_tmpfs
 
 from .conftest import make_batch
 
@@ -27,18 +27,8 @@ PAGE = 4096
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with mounted_tmpfs(tmp_path / "mnt", "256k") as where:
+        yield where
 
 
 def offsets(log):
