@@ -44,6 +44,7 @@ FLUSH = "batch"
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
 LATENCY_RATE = 2000
 E2E_RATE = 10_000
+E2E_LINGER_MS = 1
 UNAVAIL_TRIALS = 10
 SESSION_TIMEOUT_MS = 1500
 HEARTBEAT_MS = 250
@@ -151,7 +152,7 @@ def _e2e_latencies_ms(bootstrap: str, topic: str, seconds: float = 3.0) -> list[
         if not ready.wait(60):
             raise RuntimeError("the e2e consumer process did not start")
         with Producer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-                      linger_ms=1) as p:
+                      linger_ms=E2E_LINGER_MS) as p:
             for i in _paced(E2E_RATE, seconds):
                 p.send(topic, value=struct.pack(">d", time.perf_counter()) + VALUE[8:],
                        key=KEYS[i & 1023], partition=0)
