@@ -56,10 +56,32 @@ def setup_logging(config: NodeConfig, level: int = logging.INFO) -> None:
     fmt = logging.Formatter(f"%(asctime)s node-{config.node_id} %(levelname)s %(name)s: %(message)s")
     root = logging.getLogger()
     root.setLevel(level)
-    for h in (logging.FileHandler(config.data_dir / "node.log"), logging.StreamHandler(sys.stderr)):
+    for h in (_QuietFileHandler(config.data_dir / "node.log"), logging.StreamHandler(sys.stderr)):
         h.setFormatter(fmt)
         root.addHandler(h)
     logging.getLogger("pysyncobj").setLevel(logging.WARNING)
+
+
+class _QuietFileHandler(logging.FileHandler):
+    """node.log lives on the data volume: when that is full a log line is lost, not turned into
+    a "--- Logging error ---" traceback on stderr per line (the stderr handler still has it)."""
+
+    dropped = 0
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        self.dropped += 1
+
+    def flush(self) -> None:  # also called by close(): a full volume must not fail shutdown
+        try:
+            super().flush()
+        except OSError:
+            self.dropped += 1
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:
+            self.dropped += 1
 
 
 class _Node:
