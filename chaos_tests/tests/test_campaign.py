@@ -226,17 +226,18 @@ async def test_short_campaign_is_valid(tmp_path):
 
 
 @pytest.mark.chaos
-@pytest.mark.slow  # timing-dependent (see the docstring): kept out of `make test` so CI never flakes on it
 @pytest.mark.skipif(netns_supported() is not None,
                     reason="needs the netns backend (local proxies cannot cut replication)")
 async def test_unsafe_acks_are_caught(tmp_path):
     """Acks before replication + the partition leader isolated or SIGKILLed: acknowledged
     writes are lost (gone, overwritten, or truncated on a node). Whether a 25 s run loses one
     depends on timing (the broker refuses acks=all up front once the followers stop fetching,
-    and a killed leader loses only what it acknowledged and had not replicated yet): about one
-    run in three stays valid, so a second seed runs when the first catches nothing."""
+    and a killed leader loses only what it acknowledged and had not replicated yet). Since the
+    unsafe setting also skips that up-front check (0e6d447) the first seed caught it in each of
+    4 runs on 2026-11-21 (~32 s each), so the test is back in `make test`; up to three seeds
+    run, the next only when the previous one caught nothing."""
     reports = []
-    for seed in (1, 3):
+    for seed in (1, 3, 5):
         work = tmp_path / f"seed{seed}"
         opts = _opts(work, nemesis=("partition-isolate-leader", "kill-leader"), seed=seed,
                      unsafe_ack_before_replication=True, metadata=False, groups=False,
