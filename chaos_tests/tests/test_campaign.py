@@ -234,7 +234,7 @@ async def test_unsafe_acks_are_caught(tmp_path):
     depends on timing (the broker refuses acks=all up front once the followers stop fetching,
     and a killed leader loses only what it acknowledged and had not replicated yet). Since the
     unsafe setting also skips that up-front check (0e6d447) the first seed caught it in each of
-    4 runs on 2026-11-21 (~32 s each), so the test is back in `make test`; up to three seeds
+    3 dedicated runs on 2026-11-21 (~32 s each), so the test is back in `make test`; up to three seeds
     run, the next only when the previous one caught nothing."""
     reports = []
     for seed in (1, 3, 5):
