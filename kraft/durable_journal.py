@@ -61,6 +61,8 @@ from pysyncobj.journal import (
 )
 from pysyncobj.pickle import dumps
 
+from log.index import fsync_dir, write_file_atomic
+
 __all__ = ["DurableFileJournal", "patched_create_journal", "fail_stop", "EXIT_STORAGE_FAILURE"]
 
 log = logging.getLogger("rafka.kraft.journal")
@@ -121,29 +123,10 @@ def _repair_torn_tail(journal_file: str) -> None:
         return
 
 
-def _fsync_dir(path: str | Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class _DurableMetaStorer(MetaStorer):
     def storeMeta(self, meta: dict[str, Any]) -> None:  # noqa: N802 (pysyncobj's name)
-        path = self.getPath()
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(dumps(meta))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)  # give the space back; the old meta file is intact
-            raise
-        _fsync_dir(os.path.dirname(os.path.abspath(path)))
+        # on failure the old meta file is intact and the temp file's space given back
+        write_file_atomic(Path(self.getPath()).absolute(), dumps(meta), fsync=True, sync_dir=True)
 
 
 class DurableFileJournal(FileJournal):
@@ -193,7 +176,7 @@ class DurableFileJournal(FileJournal):
 
     def clear(self) -> None:
         try:
-            _fsync_dir(self._dir)  # a dump renamed into place just before must survive first
+            fsync_dir(self._dir)  # a dump renamed into place just before must survive first
         except OSError as exc:
             fail_stop("fsync of the controller directory", exc)
         super().clear()

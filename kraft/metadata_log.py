@@ -58,6 +58,7 @@ from crc32c import crc32c
 from kraft.durable_journal import fail_stop
 from kraft.quorum import Command, LogEntry, OffsetOutOfRange, ProposeResult, Snapshot
 from kraft.state_machine import DEFAULT_DEDUP_CAPACITY, Applied, ControllerStateMachine
+from log.index import fsync_dir, write_file_atomic
 from metadata import MetadataDelta, image_to_records, record_from_dict, records_to_image
 
 __all__ = ["MetadataLog", "encode_frame", "decode_frames"]
@@ -92,14 +93,6 @@ def decode_frames(data: bytes) -> tuple[list[tuple[Any, int]], int]:
             break
         pos = end
     return out, pos
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _name(offset: int, suffix: str) -> str:
@@ -235,7 +228,7 @@ class MetadataLog:
             os.close(self._fd)
         self._fd = fd
         self._segment_base = int(path.stem)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
 
     # -- the write path -------------------------------------------------------------------
 
@@ -323,18 +316,9 @@ class MetadataLog:
         return True
 
     def _write_snapshot_file(self, obj: dict[str, Any]) -> None:
-        final = self.dir / _name(obj["o"], ".snap")
-        tmp = final.with_suffix(".tmp")
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(encode_frame(obj))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            tmp.unlink(missing_ok=True)  # give the space back
-            raise
-        _fsync_dir(self.dir)
+        # on failure the temp file is removed (space given back) and no snapshot appears
+        write_file_atomic(self.dir / _name(obj["o"], ".snap"), encode_frame(obj),
+                          fsync=True, sync_dir=True)
 
     def write_snapshot(self, obj: dict[str, Any]) -> None:
         """Write a snapshot of our own state, roll the segment, trim old segments/snapshots."""

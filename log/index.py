@@ -29,14 +29,24 @@ from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
-__all__ = ["OffsetIndex", "TimeIndex", "write_file_atomic"]
+__all__ = ["OffsetIndex", "TimeIndex", "fsync_dir", "write_file_atomic"]
 
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 
 
-def write_file_atomic(path: Path, data: bytes, *, fsync: bool) -> None:
-    """Write ``data`` to ``path`` via a temp file and rename (optionally fsynced).
+def fsync_dir(path: str | Path) -> None:
+    """fsync a directory: makes a rename, create or unlink inside it durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file_atomic(path: Path, data: bytes, *, fsync: bool, sync_dir: bool = False) -> None:
+    """Write ``data`` to ``path`` via a temp file and rename (optionally fsynced; with
+    ``sync_dir`` the rename itself is made durable by fsyncing the directory too).
 
     On failure (ENOSPC...) the temp file is removed and ``path`` is left untouched."""
     tmp = path.with_name(path.name + ".tmp")
@@ -58,6 +68,8 @@ def write_file_atomic(path: Path, data: bytes, *, fsync: bool) -> None:
         except OSError:
             pass
         raise
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
 class OffsetIndex:

@@ -94,7 +94,7 @@ from .errors import (
     StorageError,
     UnexpectedAppendOffsetError,
 )
-from .index import write_file_atomic
+from .index import fsync_dir, write_file_atomic
 from .producer_state import ProducerStateManager
 from .segment import Segment
 
@@ -585,11 +585,7 @@ class PartitionLog:
             return rp
 
     def _fsync_dir(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(self.directory)
 
     def _write_recovery_checkpoint(self, rp: int, seg_base: int | None = None) -> None:
         try:
