@@ -321,8 +321,9 @@ class _Connection:
 
     async def _send_reply(self, cid: int, reply: Reply) -> None:
         try:
-            head = encode_response_head(cid, reply.body, reply.raw_len)
-            if reply.raw_len <= SMALL_REPLY_BYTES:
+            raw_len = reply.raw_len
+            head = encode_response_head(cid, reply.body, raw_len)
+            if raw_len <= SMALL_REPLY_BYTES:
                 # one write: head and records leave in one segment, so the receiver wakes once
                 # (head + sendfile is two sends, and the reader's first wake-up finds half a
                 # frame); small slices are pread from the page cache — a copy of at most
