@@ -298,13 +298,8 @@ class PartitionLog:
             state.commit(overlay)
         latest = self.epochs.latest_epoch
         if latest is None or leader_epoch > latest:
-            self._assign_epoch(leader_epoch, base)
+            self.epochs.assign(leader_epoch, base)  # a failed checkpoint never fails it
         return AppendInfo(base, offset - 1, max_ts, now if log_append_time else -1)
-
-    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
-        """After data is written, a failed checkpoint write must not fail the append (the
-        epoch cache logs it, keeps the entry in memory and retries on the next flush)."""
-        self.epochs.assign(epoch, start_offset)
 
     @staticmethod
     def _check_keys(buf: bytearray, pos: int, h: BatchHeader) -> None:
@@ -340,7 +335,7 @@ class PartitionLog:
         for h in headers:
             self.producer_state.update(h, h.base_offset, overlay)
             if h.partition_leader_epoch >= 0:
-                self._assign_epoch(h.partition_leader_epoch, h.base_offset)
+                self.epochs.assign(h.partition_leader_epoch, h.base_offset)
         self.producer_state.commit(overlay)
         return AppendInfo(headers[0].base_offset, headers[-1].last_offset,
                           max(h.max_timestamp for h in headers), -1)
