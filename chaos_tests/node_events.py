@@ -216,23 +216,32 @@ def _truncated_acks(out: _Collector, facts: Facts, truncations: list[tuple[int, 
         rows.sort()
         times[tp] = [r[0] for r in rows]
     ops = {op.index: op for op in facts.history}
-    # (tp, node) -> [(history time, leader, leader_epoch)] from that node's own partition events
+    # One pass over the node events, four time-sorted indexes:
+    # views: (tp, node) -> [(history time, leader, leader_epoch)], that node's own partition events
+    # own:   (tp, node) -> [(history time, partition_epoch, leader, isr)], the same with the ISR
+    # isrs:  tp -> [(history time, partition_epoch, isr)] from every node's partition events
+    # hws:   tp -> [(history time, hw, node)] of every hw event with a known leader epoch
     views: dict[tuple[str, Any], list[tuple[int, int, int]]] = {}
-    for ev in events:
-        if ev.get("event") == "partition" and "mono_ns" in ev:
-            views.setdefault((ev["tp"], ev.get("node")), []).append(
-                (int(ev["mono_ns"]) - start_mono_ns, ev["leader"], int(ev["leader_epoch"])))
-    for v in views.values():
-        v.sort()
-    # tp -> [(history time, partition_epoch, isr)] from every node's partition events
+    own: dict[tuple[str, Any], list[tuple[int, int, int, tuple[int, ...]]]] = {}
     isrs: dict[str, list[tuple[int, int, tuple[int, ...]]]] = {}
+    hws: dict[str, list[tuple[int, int, Any]]] = {}
     for ev in events:
-        if ev.get("event") == "partition" and "mono_ns" in ev and "isr" in ev:
-            isrs.setdefault(ev["tp"], []).append(
-                (int(ev["mono_ns"]) - start_mono_ns, int(ev.get("partition_epoch", -1)),
-                 tuple(ev["isr"])))
-    for v in isrs.values():
-        v.sort()
+        if "mono_ns" not in ev:
+            continue
+        t_ev = int(ev["mono_ns"]) - start_mono_ns
+        kind = ev.get("event")
+        if kind == "partition":
+            key = (ev["tp"], ev.get("node"))
+            views.setdefault(key, []).append((t_ev, ev["leader"], int(ev["leader_epoch"])))
+            if "isr" in ev:
+                pe, isr = int(ev.get("partition_epoch", -1)), tuple(ev["isr"])
+                isrs.setdefault(ev["tp"], []).append((t_ev, pe, isr))
+                own.setdefault(key, []).append((t_ev, pe, int(ev["leader"]), isr))
+        elif kind == "hw" and int(ev.get("leader_epoch", -1)) >= 0:
+            hws.setdefault(ev["tp"], []).append((t_ev, int(ev["hw"]), ev.get("node")))
+    for index in (views, own, isrs, hws):
+        for v in index.values():
+            v.sort()
 
     def isr_at(tp: str, t: int) -> tuple[int, ...] | None:
         """The ISR of the newest partition epoch any node had applied by history time t."""
@@ -246,24 +255,6 @@ def _truncated_acks(out: _Collector, facts: Facts, truncations: list[tuple[int, 
         times = [op.time for op in (ops.get(inv), ops.get(comp)) if op is not None]
         found = [isr_at(tp, t) for t in times]
         return bool(found) and all(isr is not None and node not in isr for isr in found)
-
-    # tp -> [(history time, hw, node)] of every hw event with a known leader epoch
-    hws: dict[str, list[tuple[int, int, Any]]] = {}
-    for ev in events:
-        if ev.get("event") == "hw" and "mono_ns" in ev and int(ev.get("leader_epoch", -1)) >= 0:
-            hws.setdefault(ev["tp"], []).append(
-                (int(ev["mono_ns"]) - start_mono_ns, int(ev["hw"]), ev.get("node")))
-    for v in hws.values():
-        v.sort()
-    # (tp, node) -> [(history time, partition_epoch, leader, isr)] from that node's own events
-    own: dict[tuple[str, Any], list[tuple[int, int, int, tuple[int, ...]]]] = {}
-    for ev in events:
-        if ev.get("event") == "partition" and "mono_ns" in ev and "isr" in ev:
-            own.setdefault((ev["tp"], ev.get("node")), []).append(
-                (int(ev["mono_ns"]) - start_mono_ns, int(ev.get("partition_epoch", -1)),
-                 int(ev["leader"]), tuple(ev["isr"])))
-    for v in own.values():
-        v.sort()
 
     def outside_isr_when_committed(tp: str, node: Any, offset: int, comp: int) -> bool:
         """The ISR that committed the record did not hold ``node``: the first high watermark
