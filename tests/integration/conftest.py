@@ -90,6 +90,16 @@ class LocalCluster:
             except ProcessLookupError:
                 pass
 
+    def stop(self) -> None:
+        """Test teardown: a clean ``cluster down`` if the cluster came up, then SIGKILL to
+        every node process ever seen (a down that failed leaves none behind)."""
+        try:
+            if (self.data_dir / "cluster.json").exists():
+                self._remember()
+                self.down()
+        finally:
+            self.kill_all()
+
 
 def _wait_gone(pid: int, timeout_s: float = 30) -> None:
     import time
@@ -123,12 +133,7 @@ def cluster_factory(tmp_path: Path) -> Iterator[Any]:
         yield make
     finally:
         for c in made:
-            try:
-                if (c.data_dir / "cluster.json").exists():
-                    c._remember()
-                    c.down()
-            finally:
-                c.kill_all()
+            c.stop()
 
 
 @pytest.fixture

@@ -65,22 +65,13 @@ def _start(data_dir: Path, **broker: Any) -> LocalCluster:
     return c
 
 
-def _stop(c: LocalCluster) -> None:
-    try:
-        if (c.data_dir / "cluster.json").exists():
-            c._remember()
-            c.down()
-    finally:
-        c.kill_all()
-
-
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     c = _start(tmp_path_factory.mktemp("foundation") / "cluster")
     try:
         yield c
     finally:
-        _stop(c)
+        c.stop()
 
 
 def new_topic(c: LocalCluster, partitions: int = 1, config: dict[str, str] | None = None) -> str:
@@ -455,7 +446,7 @@ def test_full_disk_on_a_real_broker(tmpfs: Path) -> None:
         m = wait_for(lambda: produce(c, topic, [b"after"])[0], "a produce after space is freed")
         assert m.offset == 100 + ok
     finally:
-        _stop(c)
+        c.stop()
 
 
 # ------------------------------------------------------------------ the wire, on the real process
