@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-``Connection`` wraps a trio stream and the sans-I/O ``ClientProtocol``. ``request()`` writes a
-frame and waits for the response with the same correlation id; any number of callers may have
+``Connection`` wraps a trio stream: it numbers requests (correlation ids) and matches
+responses to their waiters. ``request()`` writes a frame and waits for the response with the same correlation id; any number of callers may have
 requests in flight at once (bounded by ``max_in_flight``), so one connection carries a whole
 pipeline. A single reader task, started in the nursery of whoever opened the connection
 (``await nursery.start(conn.run)`` or the ``connect()`` context manager), reads frames
@@ -31,7 +31,6 @@ from broker.frame_reader import FrameReader
 from broker.protocol import (
     API_VERSION,
     DEFAULT_MAX_FRAME_BYTES,
-    ClientProtocol,
     Response,
     decode_response,
 )
@@ -40,7 +39,6 @@ __all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_
 
 _LEN = struct.Struct(">I")
 _SPLIT_WRITE_BYTES = 64 * 1024  # smaller frames go out as one write (length prefix joined)
-
 
 
 def parse_address(addr: str) -> tuple[str, int]:
@@ -82,7 +80,8 @@ class Connection:
     ) -> None:
         self.stream = stream
         self.address = address
-        self._proto = ClientProtocol(client_id, max_frame_bytes)  # numbering; frames: FrameReader
+        self._client_id = client_id
+        self._next_cid = 0
         self._max_frame_bytes = max_frame_bytes
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)  # used under _send_lock
         self._waiters: dict[int, _Waiter] = {}
@@ -99,7 +98,6 @@ class Connection:
         """The reader loop; returns when the connection closes."""
         task_status.started()
         reader = FrameReader(self.stream, self._max_frame_bytes)
-        in_flight = self._proto.in_flight
         with self._cancel_scope:
             try:
                 while True:
@@ -107,7 +105,6 @@ class Connection:
                     if payload is None:
                         raise error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()} closed the connection")
                     resp = decode_response(payload)  # type: ignore[arg-type]  # any buffer
-                    in_flight.discard(resp.correlation_id)
                     waiter = self._waiters.pop(resp.correlation_id, None)
                     if waiter is not None:
                         waiter.response = resp
@@ -138,7 +135,7 @@ class Connection:
             raise self._closed_error
         async with self._slots:
             waiter = _Waiter()
-            cid = self._next_cid(True)
+            cid = self._take_cid()
             self._waiters[cid] = waiter
             try:
                 await self._send(api_key, cid, body)
@@ -161,7 +158,7 @@ class Connection:
             raise self._closed_error
         await self._slots.acquire()
         waiter = _Waiter()
-        cid = self._next_cid(True)
+        cid = self._take_cid()
         self._waiters[cid] = waiter
         try:
             await self._send(api_key, cid, body)
@@ -175,15 +172,12 @@ class Connection:
         """Send a request that gets no response (produce with acks=0)."""
         if self._closed_error is not None:
             raise self._closed_error
-        await self._send(api_key, self._next_cid(False), body)
+        await self._send(api_key, self._take_cid(), body)
 
-    def _next_cid(self, expect_response: bool) -> int:
-        """The next correlation id (``ClientProtocol``'s numbering and in-flight set)."""
-        proto = self._proto
-        cid = proto._next_cid
-        proto._next_cid = (cid + 1) & 0x7FFFFFFF
-        if expect_response:
-            proto.in_flight.add(cid)
+    def _take_cid(self) -> int:
+        """The next correlation id (a waiter in ``_waiters`` marks one still unanswered)."""
+        cid = self._next_cid
+        self._next_cid = (cid + 1) & 0x7FFFFFFF
         return cid
 
     async def _send(self, api_key: int, cid: int, body: dict[str, Any]) -> None:
@@ -196,7 +190,7 @@ class Connection:
             async with self._send_lock:
                 packer = self._packer
                 packer.reset()
-                packer.pack([int(api_key), API_VERSION, cid, self._proto.client_id, body])
+                packer.pack([int(api_key), API_VERSION, cid, self._client_id, body])
                 view = packer.getbuffer()
                 try:
                     n = len(view)
