@@ -457,7 +457,7 @@ class AsyncProducer:
 
     def _waiting_out_backoff(self, now: float) -> bool:
         """Does a batch wait for a retry more than ``_BACKOFF_REFRESH_S`` from now?"""
-        return any(st.retry and not st.inflight and st.retry[0].retry_at - now > _BACKOFF_REFRESH_S
+        return any((t := st.next_ready_time()) is not None and t - now > _BACKOFF_REFRESH_S
                    for st in self._parts.values())
 
     def _hold(self, topic: str, partition: int) -> bool:
