@@ -83,6 +83,7 @@ Settings (Kafka-style names; unknown names are ignored here): ``broker.session.t
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import random
@@ -521,6 +522,31 @@ class ControllerService:
                 "num_partitions": len(t.partitions),
                 "replication_factor": len(first.replicas) if first is not None else 0}
 
+    @staticmethod
+    def _ok(name: str) -> dict[str, Any]:
+        return {"name": name, "error": 0, "message": None}
+
+    async def _topic_once(
+        self, op: str, name: str, client_rid: str | None,
+        decide: Callable[[str | None], Awaitable[dict[str, Any]]],
+        replay: Callable[[str], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """One topic of an admin request: ``decide(rid)``'s answer (``rid``: the topic's
+        proposal id, ``_op_id``) — or ``replay(name)`` when a command with that id was applied
+        already, found before deciding or after a refusal (applied meanwhile; see the module
+        docstring). Other refusals answer the topic's error; NOT_CONTROLLER fails the whole
+        request."""
+        rid = self._op_id(op, name, client_rid)
+        try:
+            if await self._applied(rid) is None:
+                return await decide(rid)
+        except RafkaError as exc:
+            if exc.code == ErrorCode.NOT_CONTROLLER:
+                raise
+            if await self._applied(rid) is None:
+                return self._per_item(name, exc)
+        return replay(name)
+
     # -- consumer groups (decisions in kraft/groups) -----------------------------------
 
     async def consumer_group_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -582,76 +608,55 @@ class ControllerService:
     async def create_topics(self, body: dict[str, Any]) -> dict[str, Any]:
         validate_only = bool(body.get("validate_only"))
         client_rid = None if validate_only else self._client_request_id(body)
-        results = []
-        for t in body["topics"]:
+
+        async def create(t: dict[str, Any], rid: str | None) -> dict[str, Any]:
             name = t["name"]
-            rid = self._op_id("create", name, client_rid)
-            try:
-                if await self._applied(rid) is not None:
-                    results.append(self._created(name))
-                    continue
-                start, shift = self._placement()
-                d = ctl.create_topic(
-                    self._q().image(), name, t["num_partitions"], t["replication_factor"],
-                    t.get("configs") or {}, uuid.uuid4().hex, start, shift,
-                    self.setting("num.partitions", 1), self.setting("default.replication.factor", 1),
-                )
-                if not validate_only:
-                    res = await self._propose(d, request_id=rid)
-                    if res.duplicate:  # an earlier attempt, still in flight above, won
-                        results.append(self._created(name))
-                        continue
-                parts = [r for r in d.records if r.record_type == "Partition"]
-                results.append({
-                    "name": name, "error": 0, "message": None, "topic_id": d.records[0].topic_id,  # type: ignore[union-attr]
-                    "num_partitions": len(parts),
-                    "replication_factor": len(parts[0].replicas) if parts else 0,  # type: ignore[union-attr]
-                })
-            except RafkaError as exc:
-                if exc.code == ErrorCode.NOT_CONTROLLER:
-                    raise
-                if await self._applied(rid) is not None:  # applied meanwhile (see docstring)
-                    results.append(self._created(name))
-                    continue
-                results.append(self._per_item(name, exc))
+            start, shift = self._placement()
+            d = ctl.create_topic(
+                self._q().image(), name, t["num_partitions"], t["replication_factor"],
+                t.get("configs") or {}, uuid.uuid4().hex, start, shift,
+                self.setting("num.partitions", 1), self.setting("default.replication.factor", 1),
+            )
+            if not validate_only:
+                res = await self._propose(d, request_id=rid)
+                if res.duplicate:  # an earlier attempt, still in flight above, won
+                    return self._created(name)
+            parts = [r for r in d.records if r.record_type == "Partition"]
+            return {
+                "name": name, "error": 0, "message": None, "topic_id": d.records[0].topic_id,  # type: ignore[union-attr]
+                "num_partitions": len(parts),
+                "replication_factor": len(parts[0].replicas) if parts else 0,  # type: ignore[union-attr]
+            }
+
+        results = [await self._topic_once("create", t["name"], client_rid,
+                                          functools.partial(create, t), self._created)
+                   for t in body["topics"]]
         return {"topics": results, "metadata_offset": self._q().committed_offset()}
 
     async def delete_topics(self, body: dict[str, Any]) -> dict[str, Any]:
         client_rid = self._client_request_id(body)
-        results = []
-        for name in body["topics"]:
-            rid = self._op_id("delete", name, client_rid)
-            try:
-                if await self._applied(rid) is None:
-                    await self._propose(ctl.delete_topic(self._q().image(), name), request_id=rid)
-                results.append({"name": name, "error": 0, "message": None})
-            except RafkaError as exc:
-                if exc.code == ErrorCode.NOT_CONTROLLER:
-                    raise
-                if await self._applied(rid) is not None:
-                    results.append({"name": name, "error": 0, "message": None})
-                    continue
-                results.append(self._per_item(name, exc))
+
+        async def delete(name: str, rid: str | None) -> dict[str, Any]:
+            await self._propose(ctl.delete_topic(self._q().image(), name), request_id=rid)
+            return self._ok(name)
+
+        results = [await self._topic_once("delete", name, client_rid,
+                                          functools.partial(delete, name), self._ok)
+                   for name in body["topics"]]
         return {"topics": results, "metadata_offset": self._q().committed_offset()}
 
     async def create_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
         client_rid = self._client_request_id(body)
-        results = []
-        for t in body["topics"]:
-            rid = self._op_id("partitions", t["name"], client_rid)
-            try:
-                if await self._applied(rid) is None:
-                    start, shift = self._placement()
-                    d = ctl.create_partitions(self._q().image(), t["name"], t["count"], start, shift)
-                    await self._propose(d, request_id=rid)
-                results.append({"name": t["name"], "error": 0, "message": None})
-            except RafkaError as exc:
-                if exc.code == ErrorCode.NOT_CONTROLLER:
-                    raise
-                if await self._applied(rid) is not None:
-                    results.append({"name": t["name"], "error": 0, "message": None})
-                    continue
-                results.append(self._per_item(t["name"], exc))
+
+        async def grow(t: dict[str, Any], rid: str | None) -> dict[str, Any]:
+            start, shift = self._placement()
+            d = ctl.create_partitions(self._q().image(), t["name"], t["count"], start, shift)
+            await self._propose(d, request_id=rid)
+            return self._ok(t["name"])
+
+        results = [await self._topic_once("partitions", t["name"], client_rid,
+                                          functools.partial(grow, t), self._ok)
+                   for t in body["topics"]]
         return {"topics": results, "metadata_offset": self._q().committed_offset()}
 
     async def describe_configs(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -666,23 +671,17 @@ class ControllerService:
 
     async def alter_configs(self, body: dict[str, Any]) -> dict[str, Any]:
         client_rid = self._client_request_id(body)
-        results = []
-        for t in body["topics"]:
-            # deduped too: a retry must not undo a change someone made after the lost answer
-            rid = self._op_id("configs", t["name"], client_rid)
-            try:
-                if await self._applied(rid) is None:
-                    d = ctl.alter_configs(self._q().image(), t["name"], t["configs"])
-                    if d:
-                        await self._propose(d, request_id=rid)
-                results.append({"name": t["name"], "error": 0, "message": None})
-            except RafkaError as exc:
-                if exc.code == ErrorCode.NOT_CONTROLLER:
-                    raise
-                if await self._applied(rid) is not None:
-                    results.append({"name": t["name"], "error": 0, "message": None})
-                    continue
-                results.append(self._per_item(t["name"], exc))
+
+        async def alter(t: dict[str, Any], rid: str | None) -> dict[str, Any]:
+            d = ctl.alter_configs(self._q().image(), t["name"], t["configs"])
+            if d:
+                await self._propose(d, request_id=rid)
+            return self._ok(t["name"])
+
+        # deduped too: a retry must not undo a change someone made after the lost answer
+        results = [await self._topic_once("configs", t["name"], client_rid,
+                                          functools.partial(alter, t), self._ok)
+                   for t in body["topics"]]
         return {"topics": results, "metadata_offset": self._q().committed_offset()}
 
     async def elect_leaders(self, body: dict[str, Any]) -> dict[str, Any]:
