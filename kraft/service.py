@@ -505,8 +505,7 @@ class ControllerService:
         """The original result if a command with this id was applied, once it is durable."""
         if request_id is None:
             return None
-        lookup = getattr(self._q(), "applied_request", None)
-        hit = None if lookup is None else lookup(request_id)
+        hit = self._q().applied_request(request_id)
         if hit is not None:
             await self._q().wait_for_offset(hit.last_offset)
         return hit
