@@ -32,7 +32,6 @@ offset, durable end or HW; long-poll fetches and ``acks`` waits sleep on it, nev
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -73,12 +72,7 @@ def read_hw_checkpoint(directory: Path) -> int:
 
 def write_hw_checkpoint(directory: Path, hw: int) -> None:
     """Atomically (tmp + fsync + rename + directory fsync) record ``hw``; raises OSError."""
-    write_file_atomic(directory / HW_CHECKPOINT_FILE, f"{hw}\n".encode(), fsync=True)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_file_atomic(directory / HW_CHECKPOINT_FILE, f"{hw}\n".encode(), fsync=True, sync_dir=True)
 
 
 class Partition:
