@@ -177,12 +177,8 @@ class MetadataListener:
             "max_wait_ms": max_wait_ms,
         }
         timeout_s = max_wait_ms / 1000 + 5  # a long-poll that never returns: next voter
-        request_any_from = getattr(self.channel, "request_any_from", None)
-        if request_any_from is None:  # a channel that cannot say who answered: never "leader"
-            return None, await self.channel.request_any(ApiKey.METADATA_FETCH, body,
-                                                        attempt_timeout_s=timeout_s)
-        responder, out = await request_any_from(ApiKey.METADATA_FETCH, body, attempt_timeout_s=timeout_s)
-        return responder, out
+        return await self.channel.request_any_from(ApiKey.METADATA_FETCH, body,
+                                                   attempt_timeout_s=timeout_s)
 
     async def fetch_once(self) -> None:
         if not self.caught_up:
@@ -247,9 +243,7 @@ class MetadataListener:
             await self._finish_catch_up()
             return
         if not leader_served and isinstance(leader, int) and leader >= 0 and leader != responder:
-            note_leader = getattr(self.channel, "note_leader", None)
-            if note_leader is not None:
-                note_leader(leader)  # ask the leader next: only its committed offset counts
+            self.channel.note_leader(leader)  # ask the leader next: only its committed offset counts
         if not folded and not snap:
             # nothing new from this voter: before a target is known the answers are not
             # long-polls, so do not spin (an election, or a voter that is behind)
