@@ -15,16 +15,24 @@ from chaos_tests.tests.conftest import REPO, echo_argv, free_port
 pytestmark = pytest.mark.timeout(60)
 
 
+_pending: dict[int, bytes] = {}  # per stream: bytes received after the last line returned
+
+
 async def _line(stream: trio.SocketStream, timeout_s: float) -> bytes | None:
-    buf = b""
+    """The next line from ``stream``; lines that arrived together are kept for the next call
+    (two echoes in one segment used to lose the second one)."""
+    buf = _pending.pop(id(stream), b"")
     with trio.move_on_after(timeout_s):
         while b"\n" not in buf:
             data = await stream.receive_some(4096)
             if not data:
                 return None
             buf += data
-        return buf.split(b"\n", 1)[0]
-    return None
+    if b"\n" not in buf:
+        _pending[id(stream)] = buf
+        return None
+    line, _pending[id(stream)] = buf.split(b"\n", 1)
+    return line
 
 
 async def _start_proxy(nursery, target) -> LinkProxy:
