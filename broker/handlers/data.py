@@ -225,7 +225,7 @@ async def fetch(rm: ReplicaManager, body: Mapping[str, Any]) -> Reply:
             return Reply({"topics": out}, slices)
         for sl in slices:
             sl.close()
-        events = [p.changed for p in parts]
+        events = [p.hw_changed if st.consumer else p.data_changed for p in parts]
         with trio.move_on_at(deadline):
             await _wait_any(events)
 
