@@ -352,9 +352,7 @@ class ReplicaFetcherManager:
                 resp = await self._request(link, waiting, addr, body)
             except RafkaError as exc:
                 log.info("fetch from broker %d at %s:%d failed: %s", leader_id, *addr, exc)
-                discard = getattr(self.pool, "discard", None)
-                if discard is not None:
-                    discard(*addr)
+                self.pool.discard(*addr)
                 return False
             finally:
                 link.waiting = None
@@ -378,17 +376,10 @@ class ReplicaFetcherManager:
                        body: dict[str, Any]) -> Any:
         """Send ``body`` and wait for the answer; ``_INTERRUPTED`` if ``link`` was.
 
-        With a ``ConnectionPool`` (``get`` → ``Connection.send_request``) only the wait is
-        interruptible: the request is written whole (a frame cancelled half-written would break
-        the shared connection), then abandoned if the link changed meanwhile. A pool with only
-        ``request`` gets the whole call interrupted."""
-        get = getattr(self.pool, "get", None)
-        if get is None:
-            link.waiting = waiting
-            with waiting:
-                return await self.pool.request(addr[0], addr[1], ApiKey.FETCH, body)
-            return _INTERRUPTED
-        conn = await get(addr[0], addr[1])
+        Only the wait is interruptible: the request is written whole through the pool's
+        connection (a frame cancelled half-written would break the shared connection), then
+        abandoned if the link changed meanwhile."""
+        conn = await self.pool.get(addr[0], addr[1])
         pending = await conn.send_request(ApiKey.FETCH, body)
         if link.changed:
             pending.abandon()

@@ -123,13 +123,13 @@ class MemPool:
         self.leader = leader
         self.conn: Connection | None = None
 
-    async def request(self, host: str, port: int, api_key: int, body: dict[str, Any]) -> Any:
+    async def get(self, host: str, port: int) -> Connection:
         if self.conn is None:
             client, server = trio.testing.memory_stream_pair()
             self.conn = Connection(client)
             await self.nursery.start(self.conn.run)
             self.nursery.start_soon(self.leader.serve, server)
-        return await self.conn.request(api_key, body)
+        return self.conn
 
     def discard(self, host: str, port: int) -> None:
         self.conn = None
@@ -286,18 +286,6 @@ class PollLeader:
                     nursery.start_soon(self._answer, stream, lock, decode_request(frame))  # type: ignore[arg-type]
 
 
-class PollPool(MemPool):
-    """``MemPool`` with ``ConnectionPool.get`` (the fetcher's two-step send/wait path)."""
-
-    async def get(self, host: str, port: int) -> Connection:
-        if self.conn is None:
-            client, server = trio.testing.memory_stream_pair()
-            self.conn = Connection(client)
-            await self.nursery.start(self.conn.run)
-            self.nursery.start_soon(self.leader.serve, server)
-        return self.conn
-
-
 async def wait_until(cond: Any, timeout: float = 30) -> None:
     with trio.fail_after(timeout):
         while not cond():
@@ -316,7 +304,7 @@ async def test_leader_not_ready_yet_is_retried_after_a_short_backoff(
     lead.refuse[TP] = [code] * 7
     flog = open_log(tmp_path / "follower")
     async with trio.open_nursery() as nursery:
-        mgr = ReplicaFetcherManager(2, PollPool(nursery, lead), lambda b: ("leader", 1))
+        mgr = ReplicaFetcherManager(2, MemPool(nursery, lead), lambda b: ("leader", 1))
         assert (mgr.backoff_ms, mgr.max_backoff_ms) == (100, 2_000)  # the broker's settings
         await nursery.start(mgr.run)
         t0 = trio.current_time()
@@ -335,7 +323,7 @@ async def test_new_leader_epoch_wakes_a_backed_off_partition_at_once(
     lead.append(TP, batch(b"x"))
     flog = open_log(tmp_path / "follower")
     async with trio.open_nursery() as nursery:
-        mgr = ReplicaFetcherManager(2, PollPool(nursery, lead), lambda b: ("leader", 1),
+        mgr = ReplicaFetcherManager(2, MemPool(nursery, lead), lambda b: ("leader", 1),
                                     backoff_ms=1_000)
         await nursery.start(mgr.run)
         mgr.add_partitions({TP: (1, 2, flog)})  # our metadata is behind: fenced, backs off 1 s
@@ -348,9 +336,8 @@ async def test_new_leader_epoch_wakes_a_backed_off_partition_at_once(
     assert lead.times(TP)[1] == pytest.approx(t1, abs=0.001)
 
 
-@pytest.mark.parametrize("two_step", [True, False], ids=["send-then-wait", "pool.request"])
 async def test_partition_added_during_a_long_poll_is_fetched_at_once(
-        tmp_path: Path, autojump_clock: trio.testing.MockClock, two_step: bool) -> None:
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     # Broker 1 already leads t/0 for us (nothing new: a 500 ms long poll is in flight) and
     # becomes leader of t/1, which has data. The follower must not wait out that poll.
     tp1 = ("t", 1)
@@ -358,8 +345,7 @@ async def test_partition_added_during_a_long_poll_is_fetched_at_once(
     lead.append(tp1, batch(b"x"))
     f0, f1 = open_log(tmp_path / "f0"), open_log(tmp_path / "f1")
     async with trio.open_nursery() as nursery:
-        pool = (PollPool if two_step else MemPool)(nursery, lead)
-        mgr = ReplicaFetcherManager(2, pool, lambda b: ("leader", 1), max_wait_ms=500)
+        mgr = ReplicaFetcherManager(2, MemPool(nursery, lead), lambda b: ("leader", 1), max_wait_ms=500)
         await nursery.start(mgr.run)
         mgr.add_partitions({TP: (1, 1, f0)})
         await wait_until(lambda: len(lead.requests) == 1)
@@ -388,7 +374,7 @@ async def test_changed_epoch_of_a_backed_off_partition_interrupts_the_long_poll(
     lead.append(tp1, batch(b"x"))
     f0, f1 = open_log(tmp_path / "f0"), open_log(tmp_path / "f1")
     async with trio.open_nursery() as nursery:
-        mgr = ReplicaFetcherManager(2, PollPool(nursery, lead), lambda b: ("leader", 1),
+        mgr = ReplicaFetcherManager(2, MemPool(nursery, lead), lambda b: ("leader", 1),
                                     max_wait_ms=500, backoff_ms=1_000)
         await nursery.start(mgr.run)
         mgr.add_partitions({TP: (1, 3, f0), tp1: (1, 2, f1)})
@@ -407,7 +393,7 @@ async def test_removed_partition_drops_the_late_answer_of_its_long_poll(
     lead = PollLeader({TP: open_log(tmp_path / "leader")})
     flog = open_log(tmp_path / "follower")
     async with trio.open_nursery() as nursery:
-        mgr = ReplicaFetcherManager(2, PollPool(nursery, lead), lambda b: ("leader", 1),
+        mgr = ReplicaFetcherManager(2, MemPool(nursery, lead), lambda b: ("leader", 1),
                                     max_wait_ms=500)
         await nursery.start(mgr.run)
         mgr.add_partitions({TP: (1, 1, flog)})
