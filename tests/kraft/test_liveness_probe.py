@@ -9,7 +9,6 @@ by the kernel at once — is not overtaken by the probe's timeout.
 
 from __future__ import annotations
 
-import random
 import socket
 
 import pytest
@@ -19,9 +18,11 @@ import trio.testing
 from broker.protocol import ApiKey
 from kraft import controller as ctl
 from kraft.memory import MemoryQuorumCluster
-from kraft.service import ControllerService, probe_listener
+from kraft.service import probe_listener
 
-VOTERS = [(1, "127.0.0.1:19001", "127.0.0.1:9001"), (2, "127.0.0.1:19002", "127.0.0.1:9002")]
+from . import test_service_memory as svc_util
+from .test_service_memory import wait_active
+
 SESSION_MS = 6000
 
 
@@ -49,18 +50,8 @@ def closed_port():
 
 
 async def start(nursery, cluster, node_id, **settings):
-    svc = ControllerService(
-        node_id, VOTERS, None, "/nonexistent", None,
-        {"broker.session.timeout.ms": SESSION_MS, **settings},
-        quorum=cluster.voters[node_id], rng=random.Random(7),
-    )
-    await nursery.start(svc.run)
-    return svc
-
-
-async def wait_active(svc):
-    while not svc.is_active:
-        await trio.sleep(0.01)
+    return await svc_util.start(nursery, cluster, node_id,
+                                **{"broker.session.timeout.ms": SESSION_MS, **settings})
 
 
 def image(cluster):
@@ -165,30 +156,31 @@ async def test_new_controller_probes_every_broker_at_once(clock, listening_port,
         nursery.cancel_scope.cancel()
 
 
-async def test_probe_disabled_leaves_it_to_the_session(clock, closed_port):
+async def _silence_to_fence_s(settings, limit_s, closed_port):
+    """One broker registered on a closed port with ``settings``: mock seconds from its last
+    heartbeat until it is fenced (None if not within ``limit_s``)."""
     cluster = MemoryQuorumCluster([1, 2])
     async with trio.open_nursery() as nursery:
-        s1 = await start(nursery, cluster, 1, **{"broker.liveness.probe.enable": "false"})
+        s1 = await start(nursery, cluster, 1, **settings)
         cluster.elect(1)
         await wait_active(s1)
         await register_unfenced(s1, cluster, 1, closed_port)
         since = trio.current_time()
-        t1 = await fenced_at(cluster, 1, 2 * SESSION_MS / 1000)
-        assert t1 is not None and t1 - since >= SESSION_MS / 1000
+        t1 = await fenced_at(cluster, 1, limit_s)
         nursery.cancel_scope.cancel()
+    return None if t1 is None else t1 - since
+
+
+async def test_probe_disabled_leaves_it_to_the_session(clock, closed_port):
+    waited = await _silence_to_fence_s({"broker.liveness.probe.enable": "false"},
+                                       2 * SESSION_MS / 1000, closed_port)
+    assert waited is not None and waited >= SESSION_MS / 1000
 
 
 async def test_probe_after_setting(clock, closed_port):
-    cluster = MemoryQuorumCluster([1, 2])
-    async with trio.open_nursery() as nursery:
-        s1 = await start(nursery, cluster, 1, **{"broker.liveness.probe.after.ms": "4000"})
-        cluster.elect(1)
-        await wait_active(s1)
-        await register_unfenced(s1, cluster, 1, closed_port)
-        since = trio.current_time()
-        t1 = await fenced_at(cluster, 1, SESSION_MS / 1000)
-        assert t1 is not None and 4.0 <= t1 - since < SESSION_MS / 1000
-        nursery.cancel_scope.cancel()
+    waited = await _silence_to_fence_s({"broker.liveness.probe.after.ms": "4000"},
+                                       SESSION_MS / 1000, closed_port)
+    assert waited is not None and 4.0 <= waited < SESSION_MS / 1000
 
 
 # -- the pure parts ------------------------------------------------------------------------
