@@ -213,7 +213,7 @@ class Partition:
         if self.leader_state is not None:
             self._apply_effects(self.leader_state.on_append(leo))
         self.pending_flush = True
-        self._update_hw_and_wake(durable_moved=not self.fsync_acks)
+        self.refresh_hw(durable_moved=not self.fsync_acks)
         self._wake_data()
 
     def on_flushed(self, end_offset: int) -> None:
@@ -223,7 +223,7 @@ class Partition:
         end_offset = min(end_offset, self.log.recovery_point)
         if end_offset > self.durable_end:
             self.durable_end = end_offset
-            self._update_hw_and_wake(durable_moved=True)
+            self.refresh_hw(durable_moved=True)
 
     def _apply_effects(self, effects: list[Any]) -> None:
         for eff in effects:
@@ -261,10 +261,7 @@ class Partition:
             self._apply_effects(cur.on_alter_partition_error(code, _now_ms()))
         self.refresh_hw()
 
-    def refresh_hw(self) -> None:
-        self._update_hw_and_wake()
-
-    def _update_hw_and_wake(self, durable_moved: bool = False) -> None:
+    def refresh_hw(self, durable_moved: bool = False) -> None:
         """Recompute the HW; wake the produce waiters if it or the durable end moved and the
         consumer fetches if it moved."""
         before = self.high_watermark
