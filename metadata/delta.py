@@ -177,8 +177,8 @@ class TopicsDelta:
         if d is not None:
             return d
         base = self.image.by_id.get(topic_id)
-        if base is None:
-            return None
+        if base is None or topic_id in self.deleted:
+            return None  # unknown, or removed earlier in this delta: records for it are void
         d = _TopicDraft(base, base.name, base.topic_id)
         self.drafts[topic_id] = d
         return d
@@ -188,9 +188,7 @@ class TopicsDelta:
             if d.name == name:
                 return d
         base = self.image.by_name.get(name)
-        if base is None or base.topic_id in self.deleted:
-            return None
-        return self._draft(base.topic_id)
+        return None if base is None else self._draft(base.topic_id)
 
     def replay(self, record: MetadataRecord) -> None:
         if isinstance(record, Topic):
