@@ -93,6 +93,15 @@ class ApiKey(IntEnum):
     DESCRIBE_GROUPS = 34
     DELETE_GROUPS = 35
     ALTER_GROUP_OFFSETS = 36
+    # transactions (docs/transactions.md)
+    ADD_PARTITIONS_TO_TXN = 40
+    ADD_OFFSETS_TO_TXN = 41
+    END_TXN = 42
+    WRITE_TXN_MARKERS = 43
+    TXN_OFFSET_COMMIT = 44
+    DESCRIBE_TRANSACTIONS = 45
+    LIST_TRANSACTIONS = 46
+    DESCRIBE_PRODUCERS = 47
 
 
 # --------------------------------------------------------------------------- schemas
@@ -124,17 +133,24 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     ApiKey.METADATA: {"topics": Opt([str])},
     # -> {topics: [{name, partitions: [{partition, error, message, base_offset,
     #                                   log_append_time, log_start_offset}]}]}
+    # transactional_id: set by transactional producers; a transactional batch that opens a
+    # transaction on a partition is verified with that id's coordinator first (KIP-890).
     ApiKey.PRODUCE: {
         "acks": int,
         "timeout_ms": int,
+        "transactional_id": Opt(str),
         "topics": [{"name": str, "partitions": [{"partition": int, "records": bytes}]}],
     },
     # replica_id -1 = consumer; >= 0 = follower broker id (then broker_epoch is required)
     # -> {topics: [{name, partitions: [{partition, error, message, high_watermark,
     #     log_start_offset, log_end_offset, diverging_epoch: {epoch, end_offset} | None,
     #     records_len}]}]} + raw bytes (records_len of each partition, in order)
+    # isolation_level: 0 read_uncommitted (default), 1 read_committed -> data only below the
+    # last stable offset, and per partition also last_stable_offset and
+    # aborted_transactions: [[producer_id, first_offset]] | None (docs/transactions.md)
     ApiKey.FETCH: {
         "replica_id": int,
+        "isolation_level": Opt(int),
         "broker_epoch": Opt(int),
         "max_wait_ms": int,
         "min_bytes": int,
@@ -156,8 +172,10 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     },
     # timestamp: -2 earliest, -1 latest (high watermark), >= 0 first offset with ts >= it
     # -> {topics: [{name, partitions: [{partition, error, offset, timestamp, leader_epoch}]}]}
+    # isolation_level 1: latest (-1) answers the last stable offset instead of the high watermark
     ApiKey.LIST_OFFSETS: {
         "replica_id": Opt(int),
+        "isolation_level": Opt(int),
         "topics": [
             {
                 "name": str,
@@ -192,8 +210,14 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # count = the new total number of partitions -> {topics: [{name, error, message}]}
     ApiKey.CREATE_PARTITIONS: {"topics": [{"name": str, "count": int}], "timeout_ms": int,
                                "request_id": Opt(str)},
+    # without transactional_id: to the controller (a fresh id for an idempotent producer);
+    # with it: to that id's transaction coordinator, which bumps the epoch (fencing older
+    # incarnations) and ends what they left open. producer_id/producer_epoch with it: a
+    # producer re-initialising after TRANSACTION_TIMED_OUT (KIP-360).
     # -> {error, message, producer_id, producer_epoch}
-    ApiKey.INIT_PRODUCER_ID: {"producer_id": Opt(int), "producer_epoch": Opt(int)},
+    ApiKey.INIT_PRODUCER_ID: {"producer_id": Opt(int), "producer_epoch": Opt(int),
+                              "transactional_id": Opt(str),
+                              "transaction_timeout_ms": Opt(int)},
     # value None deletes the override -> {topics: [{name, error, message}]}
     ApiKey.ALTER_CONFIGS: {"topics": [{"name": str, "configs": MapOf(str, Opt(str))}],
                            "request_id": Opt(str)},
@@ -299,6 +323,71 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "group_id": str,
         "topics": [{"name": str, "partitions": [{"partition": int, "offset": int}]}],
     },
+    # ---- transactions (docs/transactions.md). The coordinator of a transactional id is the
+    # leader of __transaction_state partition crc32(id) % partitions.
+    # verify_only: a partition leader asks whether (producer_id, producer_epoch) is in an
+    # ongoing transaction that holds these partitions; nothing changes.
+    # -> {error, message, topics: [{name, partitions: [{partition, error}]}]}
+    ApiKey.ADD_PARTITIONS_TO_TXN: {
+        "transactional_id": str,
+        "producer_id": int,
+        "producer_epoch": int,
+        "topics": _TP_LIST,
+        "verify_only": Opt(bool),
+    },
+    # adds the group's __consumer_offsets partition -> {error, message}
+    ApiKey.ADD_OFFSETS_TO_TXN: {
+        "transactional_id": str,
+        "producer_id": int,
+        "producer_epoch": int,
+        "group_id": str,
+    },
+    # -> {error, message}; answered once the markers are written and the outcome is complete
+    ApiKey.END_TXN: {
+        "transactional_id": str,
+        "producer_id": int,
+        "producer_epoch": int,
+        "commit": bool,
+    },
+    # coordinator -> partition leaders: append a control batch (acks=all) to each partition
+    # -> {error, markers: [{producer_id, topics: [{name, partitions: [{partition, error, message}]}]}]}
+    ApiKey.WRITE_TXN_MARKERS: {
+        "markers": [{
+            "producer_id": int,
+            "producer_epoch": int,
+            "commit": bool,
+            "coordinator_epoch": int,
+            "topics": _TP_LIST,
+        }],
+        "timeout_ms": Opt(int),
+    },
+    # to the group's coordinator; the offsets stay pending until the transaction's marker
+    # -> as OFFSET_COMMIT
+    ApiKey.TXN_OFFSET_COMMIT: {
+        "transactional_id": str,
+        "group_id": str,
+        "producer_id": int,
+        "producer_epoch": int,
+        "member_id": Opt(str),
+        "member_epoch": Opt(int),
+        "min_metadata_offset": Opt(int),
+        "topics": [
+            {
+                "name": str,
+                "partitions": [{"partition": int, "offset": int, "metadata": Opt(str)}],
+            }
+        ],
+    },
+    # -> {error, transactions: [{transactional_id, error, message, state, producer_id,
+    #     producer_epoch, timeout_ms, txn_start_ms, last_update_ms, partitions: _TP_LIST}]}
+    ApiKey.DESCRIBE_TRANSACTIONS: {"transactional_ids": [str]},
+    # any broker: the ids it coordinates (the client asks every broker and merges)
+    # -> {error, transactions: [{transactional_id, producer_id, producer_epoch, state}]}
+    ApiKey.LIST_TRANSACTIONS: {"states": Opt([str])},
+    # partition leaders -> {error, topics: [{name, partitions: [{partition, error, message,
+    #     producers: [{producer_id, producer_epoch, last_sequence, last_timestamp,
+    #                  txn_first_offset}]}]}]}
+    ApiKey.DESCRIBE_PRODUCERS: {"topics": _TP_LIST},
 }
 
 
