@@ -1,0 +1,131 @@
+"""The marker writer: a decided transaction's COMMIT/ABORT marker into each of its partitions.
+
+Theory of operation
+-------------------
+``MarkerWriter.write(metadata, coordinator_epoch, still_valid)`` returns once every partition of
+the transaction answered ``NONE`` to ``WRITE_TXN_MARKERS`` (the leader appended the control batch
+with ``acks=all``), and never gives up before that while ``still_valid()`` holds — a decided
+transaction must not be left half-written. Each round groups the partitions still missing by
+their leader in this broker's metadata image, sends one request per leader concurrently (this
+broker's own partitions through the local handler, the others over the node's
+``ConnectionPool``), each bounded by ``attempt_timeout_s``, then backs off (capped) before the
+next round for what is left. A partition whose topic is gone from the image (and whose leader
+says ``UNKNOWN_TOPIC_OR_PARTITION``) was deleted: done. When ``still_valid()`` turns false (this
+broker no longer leads the ``__transaction_state`` partition) it raises ``NOT_COORDINATOR``:
+the new coordinator finishes the transaction when it loads the partition.
+
+Duplicate markers are harmless (docs/transactions.md), so a round that timed out after a leader
+appended is simply repeated.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError, error_for
+from broker.protocol import ApiKey
+from broker.txn.state import TxnMetadata
+from client.connection import backoff_ms
+from metadata.image import MetadataImage
+
+__all__ = ["MarkerWriter", "marker_body"]
+
+log = logging.getLogger("rafka.txn.markers")
+
+TP = tuple[str, int]
+LocalHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def marker_body(md: TxnMetadata, coordinator_epoch: int, partitions: list[TP],
+                timeout_ms: int) -> dict[str, Any]:
+    """The WRITE_TXN_MARKERS request for ``partitions`` of ``md``'s decided transaction."""
+    topics: dict[str, list[int]] = {}
+    for t, p in sorted(partitions):
+        topics.setdefault(t, []).append(p)
+    return {"markers": [{"producer_id": md.producer_id, "producer_epoch": md.producer_epoch,
+                         "commit": md.commit, "coordinator_epoch": coordinator_epoch,
+                         "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}],
+            "timeout_ms": timeout_ms}
+
+
+class MarkerWriter:
+    def __init__(self, broker_id: int, image: Callable[[], MetadataImage], pool: Any,
+                 local: LocalHandler | None, *, attempt_timeout_s: float = 5.0,
+                 max_backoff_ms: int = 1000) -> None:
+        self.broker_id = broker_id
+        self.image = image
+        self.pool = pool
+        self.local = local
+        self.attempt_timeout_s = attempt_timeout_s
+        self.max_backoff_ms = max_backoff_ms
+        self.rounds = 0
+
+    async def write(self, md: TxnMetadata, coordinator_epoch: int,
+                    still_valid: Callable[[], bool]) -> None:
+        remaining: set[TP] = set(md.partitions)
+        attempt = 0
+        while remaining:
+            if not still_valid():
+                raise error_for(ErrorCode.NOT_COORDINATOR,
+                                f"lost the coordinator role of {md.transactional_id!r}")
+            self.rounds += 1
+            remaining -= await self._round(md, coordinator_epoch, remaining)
+            if remaining:
+                log.info("markers of %r (%s): %d partitions left, retrying",
+                         md.transactional_id, md.state.wire_name, len(remaining))
+                await trio.sleep(backoff_ms(attempt, 20, self.max_backoff_ms) / 1000)
+                attempt += 1
+
+    async def _round(self, md: TxnMetadata, coordinator_epoch: int, remaining: set[TP]) -> set[TP]:
+        """One request per leader; returns the partitions that are done."""
+        image = self.image()
+        done: set[TP] = set()
+        by_leader: dict[int, list[TP]] = {}
+        for tp in remaining:
+            reg = image.topics.partition(*tp)
+            if reg is None:
+                done.add(tp)  # the topic (or partition) was deleted: nothing to mark
+            elif reg.leader >= 0:
+                by_leader.setdefault(reg.leader, []).append(tp)
+        async with trio.open_nursery() as nursery:
+            for leader, tps in by_leader.items():
+                nursery.start_soon(self._send, leader, md, coordinator_epoch, tps, done)
+        return done
+
+    async def _send(self, leader: int, md: TxnMetadata, coordinator_epoch: int, tps: list[TP],
+                    done: set[TP]) -> None:
+        body = marker_body(md, coordinator_epoch, tps, int(self.attempt_timeout_s * 1000))
+        answer: dict[str, Any] | None = None
+        with trio.move_on_after(self.attempt_timeout_s):
+            try:
+                answer = await self._request(leader, body)
+            except (RafkaError, OSError, trio.BrokenResourceError) as exc:
+                log.info("WRITE_TXN_MARKERS to broker %d: %s", leader, exc)
+        if answer is None:
+            return
+        image = self.image()
+        for m in answer.get("markers") or []:
+            for t in m.get("topics") or []:
+                for pd in t.get("partitions") or []:
+                    tp = (t["name"], pd["partition"])
+                    code = pd.get("error", 0)
+                    if code == ErrorCode.NONE or (code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                                                  and image.topics.partition(*tp) is None):
+                        done.add(tp)
+
+    async def _request(self, leader: int, body: dict[str, Any]) -> dict[str, Any] | None:
+        if leader == self.broker_id and self.local is not None:
+            return await self.local(body)
+        reg = self.image().cluster.brokers.get(leader)
+        if reg is None or self.pool is None:
+            return None
+        try:
+            resp = await self.pool.request(reg.host, reg.port, ApiKey.WRITE_TXN_MARKERS, body)
+        except BaseException:
+            self.pool.discard(reg.host, reg.port)
+            raise
+        return resp.body
