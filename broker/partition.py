@@ -193,7 +193,8 @@ class Partition:
     # -- appends and durability ---------------------------------------------------------------
 
     def append_as_leader(self, records: bytes, acks: int,
-                         current_leader_epoch: int | None = None) -> AppendInfo:
+                         current_leader_epoch: int | None = None, *,
+                         from_coordinator: bool = False) -> AppendInfo:
         st = self.check_leader(current_leader_epoch)
         # the test-only unsafe mode acknowledges acks=all like acks=1, min.insync.replicas included
         code = st.check_produce(1 if self.unsafe_ack_before_replication else acks, _now_ms())
@@ -201,7 +202,7 @@ class Partition:
             raise error_for(code, f"{self.name}: in-sync replicas {list(st.fetching_isr(_now_ms()))} "
                                   f"of ISR {list(st.isr)} are fewer than "
                                   f"min.insync.replicas={self.min_insync_replicas}")
-        info = self.log.append(records, st.leader_epoch)
+        info = self.log.append(records, st.leader_epoch, from_coordinator=from_coordinator)
         if not info.duplicate:
             self.after_append()
         return info

@@ -205,9 +205,11 @@ class ReplicaManager:
 
     # -- appends ------------------------------------------------------------------------------
 
-    def append(self, p: Partition, records: bytes, acks: int) -> Any:
-        """Leader append (raises log / wire errors); pokes the flusher."""
-        info = p.append_as_leader(records, acks)
+    def append(self, p: Partition, records: bytes, acks: int, *, from_coordinator: bool = False) -> Any:
+        """Leader append (raises log / wire errors); pokes the flusher. ``from_coordinator``: a
+        coordinator of this broker writes (transactional offsets, markers: base sequence -1)."""
+        info = (p.append_as_leader(records, acks, from_coordinator=True) if from_coordinator
+                else p.append_as_leader(records, acks))
         if not info.duplicate:
             self.appended(p, info.last_offset - info.base_offset + 1)
         return info
