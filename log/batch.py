@@ -12,6 +12,13 @@ The broker only calls ``parse_header``, ``crc_ok``, ``stamp`` and ``iter_batches
 batches, never records.  ``build_batch`` / ``build_batch_rows`` (producers) pack the record
 list with one ``Packer.pack`` call; ``decode_records`` (consumers, compaction) unpacks it with one
 ``unpackb``.  With LogAppendTime every record's timestamp is the batch ``max_timestamp``.
+
+Transactions (docs/transactions.md): attributes bit 4 (``0x10``) marks a *transactional* batch
+(an idempotent batch inside a transaction), bit 5 (``0x20``) a *control* batch — a transaction
+marker written by a coordinator: one record, key msgpack ``[0, type]`` (0 ABORT, 1 COMMIT),
+value msgpack ``[coordinator_epoch]``, base sequence -1, both bits set.  ``control_type`` reads
+the type back; everything else treats a marker as an ordinary batch (``decode_records`` works
+on it, consumers skip it by its header).
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ __all__ = [
     "COMPRESSION_LZ4",
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
+    "TRANSACTIONAL_BIT",
+    "CONTROL_BIT",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
     "BatchHeader",
     "Record",
     "CorruptBatchError",
@@ -43,6 +54,8 @@ __all__ = [
     "build_batch",
     "build_batch_rows",
     "build_raw_batch",
+    "build_control_batch",
+    "control_type",
     "stamp",
     "stamp_log_append_time",
     "crc_ok",
@@ -57,6 +70,10 @@ COMPRESSION_NONE = 0
 COMPRESSION_LZ4 = 1
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
 _COMPRESSION_MASK = 0x07
 _TIMESTAMP_TYPE_BIT = 0x08
 _CRC_START = 21
@@ -111,6 +128,14 @@ class BatchHeader:
     @property
     def timestamp_type(self) -> int:
         return 1 if self.attributes & _TIMESTAMP_TYPE_BIT else 0
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
 
 
 class Record(NamedTuple):
@@ -204,8 +229,10 @@ def build_raw_batch(records_section: bytes, *, base_offset: int, last_offset_del
 def build_batch(records: Sequence[tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]],
                 *, compression: str = "none", producer_id: int = -1, producer_epoch: int = -1,
                 base_sequence: int = -1, base_offset: int = 0, leader_epoch: int = -1,
-                timestamp_type: int = 0) -> bytes:
-    """Build a batch from ``(key, value, headers, timestamp_ms)`` tuples; offset deltas 0..n-1."""
+                timestamp_type: int = 0, transactional: bool = False) -> bytes:
+    """Build a batch from ``(key, value, headers, timestamp_ms)`` tuples; offset deltas 0..n-1.
+
+    ``transactional`` sets attributes bit 4 (a batch of an open transaction)."""
     if not records:
         raise ValueError("a record batch needs at least one record")
     ts0 = records[0][3]
@@ -213,7 +240,7 @@ def build_batch(records: Sequence[tuple[bytes | None, bytes | None, list[tuple[s
     return build_batch_rows(rows, ts0, compression=compression, producer_id=producer_id,
                             producer_epoch=producer_epoch, base_sequence=base_sequence,
                             base_offset=base_offset, leader_epoch=leader_epoch,
-                            timestamp_type=timestamp_type)
+                            timestamp_type=timestamp_type, transactional=transactional)
 
 
 _second = itemgetter(1)
@@ -221,7 +248,8 @@ _second = itemgetter(1)
 
 def build_batch_rows(rows: Sequence[Sequence], first_timestamp: int, *, compression: str = "none",
                      producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-                     base_offset: int = 0, leader_epoch: int = -1, timestamp_type: int = 0) -> bytes:
+                     base_offset: int = 0, leader_epoch: int = -1, timestamp_type: int = 0,
+                     transactional: bool = False) -> bytes:
     """Build a batch from records already in wire form: ``(offset_delta, timestamp_delta, key,
     value, headers)`` rows with offset deltas ``0..n-1`` and timestamp deltas against
     ``first_timestamp`` (the producer's accumulator appends exactly these). One ``Packer.pack``
@@ -236,12 +264,49 @@ def build_batch_rows(rows: Sequence[Sequence], first_timestamp: int, *, compress
     section = _packer().pack(rows)
     if codec == COMPRESSION_LZ4:
         section = lz4.frame.compress(section)
-    attributes = codec | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+    attributes = (codec | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+                  | (TRANSACTIONAL_BIT if transactional else 0))
     return build_raw_batch(section, base_offset=base_offset, last_offset_delta=n - 1,
                            record_count=n, first_timestamp=first_timestamp, max_timestamp=max_ts,
                            attributes=attributes, producer_id=producer_id,
                            producer_epoch=producer_epoch, base_sequence=base_sequence,
                            leader_epoch=leader_epoch)
+
+
+def build_control_batch(producer_id: int, producer_epoch: int, commit: bool,
+                        coordinator_epoch: int, timestamp_ms: int) -> bytes:
+    """A transaction marker: one record, key ``[0, type]``, value ``[coordinator_epoch]``."""
+    if producer_id < 0 or producer_epoch < 0:
+        raise ValueError(f"a marker needs a producer id and epoch, got {producer_id}/"
+                         f"{producer_epoch}")
+    packer = _packer()
+    key = packer.pack([0, CONTROL_COMMIT if commit else CONTROL_ABORT])
+    value = packer.pack([coordinator_epoch])
+    section = packer.pack([[0, 0, key, value, []]])
+    return build_raw_batch(section, base_offset=0, last_offset_delta=0, record_count=1,
+                           first_timestamp=timestamp_ms, max_timestamp=timestamp_ms,
+                           attributes=TRANSACTIONAL_BIT | CONTROL_BIT, producer_id=producer_id,
+                           producer_epoch=producer_epoch, base_sequence=-1)
+
+
+def control_type(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """``CONTROL_ABORT`` or ``CONTROL_COMMIT`` of the marker at ``pos`` (CRC checked).
+
+    Raises ``CorruptBatchError`` when the batch is not a well-formed control batch."""
+    h = parse_header(buf, pos)
+    if not h.is_control:
+        raise CorruptBatchError(f"batch at offset {h.base_offset} is not a control batch")
+    recs = decode_raw_records(buf, pos, h)
+    try:
+        if len(recs) != 1:
+            raise ValueError(f"{len(recs)} records")
+        version, ctype = msgpack.unpackb(recs[0][2], raw=False)
+        if version != 0 or ctype not in (CONTROL_ABORT, CONTROL_COMMIT):
+            raise ValueError(f"version {version} type {ctype}")
+    except Exception as exc:  # malformed key: any unpack/shape error
+        raise CorruptBatchError(f"bad control record in batch at offset {h.base_offset}: "
+                                f"{exc}") from exc
+    return ctype
 
 
 def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:

@@ -12,7 +12,8 @@ Two families:
   CRC check), ``CorruptSegmentError`` (a stored segment is damaged in a known offset range),
   ``InvalidRecordError``, ``RecordTooLargeError``;
 * state errors — the request does not fit the log: ``OffsetOutOfRangeError``, the idempotent
-  producer errors, ``UnexpectedAppendOffsetError`` (replication out of order);
+  producer errors, ``InvalidTxnStateError``, ``UnexpectedAppendOffsetError`` (replication out
+  of order);
 * ``StorageError`` wraps an ``OSError`` from the file system (``.disk_full`` for ENOSPC/EDQUOT).
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "UnknownProducerIdError",
     "DuplicateSequenceError",
     "InvalidProducerEpochError",
+    "InvalidTxnStateError",
     "UnexpectedAppendOffsetError",
 ]
 
@@ -151,6 +153,11 @@ class InvalidProducerEpochError(LogError):
         super().__init__(
             f"producer {producer_id}: epoch {got} is older than the current epoch {current_epoch}"
         )
+
+
+class InvalidTxnStateError(LogError):
+    """A batch does not fit the producer's transaction state on this partition (e.g. a
+    non-transactional batch while its transaction is open) — INVALID_TXN_STATE."""
 
 
 class UnexpectedAppendOffsetError(LogError):

@@ -77,6 +77,7 @@ from .batch import (
     HEADER_SIZE,
     BatchHeader,
     CorruptBatchError,
+    control_type,
     crc_ok,
     decode_raw_records,
     decode_records,
@@ -95,8 +96,9 @@ from .errors import (
     UnexpectedAppendOffsetError,
 )
 from .index import fsync_dir, write_file_atomic
-from .producer_state import ProducerStateManager
+from .producer_state import CompletedTxn, ProducerInfo, ProducerStateManager
 from .segment import Segment
+from .txn_index import AbortedTxn
 
 __all__ = ["PartitionLog", "AppendInfo", "FetchSlice", "CLEAN_SHUTDOWN_FILE",
            "RECOVERY_POINT_FILE"]
@@ -240,8 +242,13 @@ class PartitionLog:
 
     # -- append -------------------------------------------------------------------------------
 
-    def append(self, batch: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
-        """Append a produce payload (one or more batches) as the leader."""
+    def append(self, batch: bytes | bytearray | memoryview, leader_epoch: int, *,
+               from_coordinator: bool = False) -> AppendInfo:
+        """Append a produce payload (one or more batches) as the leader.
+
+        ``from_coordinator``: written by a coordinator of this broker, not a client — only then
+        are control batches (transaction markers) and transactional batches without a
+        sequence (transactional offset commits) accepted."""
         self._check_usable()
         buf = batch if isinstance(batch, memoryview) else memoryview(batch)
         n = len(buf)
@@ -255,6 +262,7 @@ class PartitionLog:
         heads: list[bytearray] = []
         overlay = None
         state = self.producer_state
+        completed: list[CompletedTxn] = []
         max_ts = -1
         pos = 0
         while pos < n:
@@ -275,13 +283,16 @@ class PartitionLog:
             if cfg.compact:
                 self._check_keys(buf, pos, h)
             ts = now if log_append_time else h.max_timestamp
-            if h.producer_id >= 0:
+            if h.producer_id >= 0 or h.is_transactional or h.is_control:
                 if overlay is None:
                     overlay = state.begin()
-                dup = state.check(h, overlay)
+                dup = state.check(h, overlay, from_coordinator=from_coordinator)
                 if dup is not None:
                     return AppendInfo(dup.base_offset, dup.last_offset, dup.timestamp, -1, True)
-                state.update(h, offset, overlay, timestamp=ts)
+                done = state.update(h, offset, overlay, timestamp=ts,
+                                    marker_type=self._marker_type(buf, pos, h))
+                if done is not None:
+                    completed.append(done)
             head = bytearray(buf[pos:pos + HEADER_SIZE])
             stamp(head, 0, offset, leader_epoch)
             if log_append_time:
@@ -296,10 +307,39 @@ class PartitionLog:
         self._write(buf, metas, now, heads)
         if overlay:
             state.commit(overlay)
+        self._index_aborted(completed)
         latest = self.epochs.latest_epoch
         if latest is None or leader_epoch > latest:
             self.epochs.assign(leader_epoch, base)  # a failed checkpoint never fails it
         return AppendInfo(base, offset - 1, max_ts, now if log_append_time else -1)
+
+    @staticmethod
+    def _marker_type(buf: memoryview, pos: int, h: BatchHeader) -> int | None:
+        if not h.is_control:
+            return None
+        if h.record_count != 1:
+            raise InvalidRecordError(f"control batch at offset {h.base_offset} has "
+                                     f"{h.record_count} records (a marker has one)")
+        try:
+            return control_type(buf, pos)
+        except CorruptBatchError as exc:
+            raise InvalidRecordError(str(exc)) from exc
+
+    def _index_aborted(self, completed: list[CompletedTxn]) -> None:
+        """Write the aborted-transaction index entries of markers just appended (each into the
+        segment holding its marker).  A failed write takes the log offline: the marker is in
+        the log but the index would miss it; recovery rebuilds it on restart."""
+        for c in completed:
+            if not c.aborted:
+                continue
+            seg = self._segments[self._segment_index(c.last_offset)]
+            try:
+                seg.txn_index.append(AbortedTxn(c.producer_id, c.first_offset, c.last_offset,
+                                                c.last_stable_offset))
+            except StorageError as exc:
+                self._offline = exc
+                logger.error("%s: %s; the log is offline until restart", self.directory, exc)
+                raise
 
     @staticmethod
     def _check_keys(buf: bytearray, pos: int, h: BatchHeader) -> None:
@@ -317,6 +357,7 @@ class PartitionLog:
         expected = self.log_end_offset
         metas: list[tuple[int, int, int, int, int]] = []
         headers: list[BatchHeader] = []
+        types: list[int | None] = []
         pos = 0
         while pos < n:
             h = parse_header(buf, pos)
@@ -328,15 +369,21 @@ class PartitionLog:
                 raise UnexpectedAppendOffsetError(expected, h.base_offset)
             metas.append((pos, h.base_offset, h.next_offset, h.size, h.max_timestamp))
             headers.append(h)
+            # the leader accepted it: an unreadable marker here is damage in transit
+            types.append(control_type(buf, pos) if h.is_control else None)
             expected = h.next_offset
             pos += h.size
         self._write(buf, metas, self._now_ms())
         overlay = self.producer_state.begin()
-        for h in headers:
-            self.producer_state.update(h, h.base_offset, overlay)
+        completed: list[CompletedTxn] = []
+        for h, mtype in zip(headers, types, strict=True):
+            done = self.producer_state.update(h, h.base_offset, overlay, marker_type=mtype)
+            if done is not None:
+                completed.append(done)
             if h.partition_leader_epoch >= 0:
                 self.epochs.assign(h.partition_leader_epoch, h.base_offset)
         self.producer_state.commit(overlay)
+        self._index_aborted(completed)
         return AppendInfo(headers[0].base_offset, headers[-1].last_offset,
                           max(h.max_timestamp for h in headers), -1)
 
@@ -530,6 +577,31 @@ class PartitionLog:
             yield seg, pos, h
             pos += h.size
 
+    # -- transactions -------------------------------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open transaction, or None (docs/transactions.md)."""
+        return self.producer_state.first_unstable_offset()
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Index entries of the aborted transactions overlapping ``[fetch_offset,
+        upper_bound)``: ``last_offset >= fetch_offset`` and ``first_offset < upper_bound``."""
+        out: list[AbortedTxn] = []
+        for seg in self._segments[self._segment_index(fetch_offset):]:
+            if seg.txn_index.collect(fetch_offset, upper_bound, out):
+                break
+        return out
+
+    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
+        """``(producer_id, first_offset)`` of every aborted transaction overlapping
+        ``[fetch_offset, upper_bound)`` — a read_committed FETCH's ``aborted_transactions``."""
+        return [(e.producer_id, e.first_offset)
+                for e in self.aborted_transactions(fetch_offset, upper_bound)]
+
+    def describe_producers(self) -> list[ProducerInfo]:
+        """The producers this replica knows (DESCRIBE_PRODUCERS)."""
+        return self.producer_state.describe()
+
     # -- durability ---------------------------------------------------------------------------
 
     def flush(self) -> int:
@@ -541,16 +613,23 @@ class PartitionLog:
                 target = self.log_end_offset
                 work = [(s, s.size) for s in self._segments if s.size > s.flushed_size]
                 index_work = [s for s in self._segments[:-1] if s.index_dirty]
+                txn_work = [s.txn_index for s in self._segments if s.txn_index.dirty]
+                for t in txn_work:
+                    t.dirty = False
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
             try:
                 for seg, _size in work:
                     os.fdatasync(seg.fd)
+                for t in txn_work:
+                    t.sync()
                 if dir_dirty:
                     self._fsync_dir()
             except OSError as exc:
                 # after a failed fsync the page cache may have dropped the unflushed pages
                 # (fsyncgate): a retry could "succeed" without them.  Offline until restart.
                 self._dir_dirty = self._dir_dirty or dir_dirty
+                for t in txn_work:
+                    t.dirty = True
                 err = StorageError(f"flush of {self.directory} failed", exc)
                 self._offline = err
                 logger.error("%s: %s; the log is offline until the broker restarts",
@@ -727,6 +806,12 @@ class PartitionLog:
                 excess -= candidates[k_size].size
                 k_size += 1
         k = max(k_time, k_size)
+        # never past the first unstable offset: an open transaction's batches stay, so
+        # its marker can still be matched (and the last stable offset stays readable)
+        fuo = self.first_unstable_offset()
+        if fuo is not None:
+            while k > 0 and self._segments[k].base_offset > fuo:
+                k -= 1
         if k == 0:
             return []
         return self._delete_oldest(k, now, "retention")
@@ -740,7 +825,7 @@ class PartitionLog:
             paths = []
             for seg in doomed:
                 seg.close()
-                for p in (seg.path, seg.offset_index.path, seg.time_index.path):
+                for p in seg.file_paths:
                     if p.exists():
                         dead = p.with_name(p.name + DELETED_SUFFIX)
                         os.replace(p, dead)
@@ -776,6 +861,7 @@ class PartitionLog:
                 raise LogError(f"cleaned segment {old.path} is unreadable: {res.problem}")
             new.roll_base_ms = old.roll_base_ms
             new.next_offset = old.next_offset  # keeps its offset range even if emptied
+            new.txn_index = old.txn_index  # markers are kept, so are their entries
             new.persist_indexes(fsync=True)
             with self._lock:
                 i = self._segments.index(old)

@@ -15,6 +15,20 @@ base_offset, last_offset, timestamp)``.  A leader append ``check``s each batch:
 checked against an *overlay* dict (``begin()``) so the batches see each other, and committed
 only once the write succeeded.
 
+Transactions (docs/transactions.md): each entry also keeps ``txn_first_offset``, the base
+offset of its open transaction (-1 none).  A transactional data batch opens one when none is
+open; a control batch (marker) closes it and ``update`` returns a ``CompletedTxn`` — with the
+last stable offset right after it, which the aborted-transaction index stores.  Markers carry
+no sequence (base sequence -1): they never touch the sequence window, except that a marker
+with a newer epoch is an epoch bump like any other (the window is cleared; the next batch
+starts at sequence 0).  ``check`` takes ``from_coordinator``: only then are markers, and
+transactional batches without a sequence (the group coordinator's offset commits), accepted —
+with the epoch check but no sequence check.  ``first_unstable_offset`` is the smallest open
+``txn_first_offset``, kept incrementally in ``_open`` (producer id → first offset) so it costs
+O(open transactions), not O(producers).  Producers with an open transaction are never
+evicted by ``trim`` or ``expire`` (their transaction would silently stop holding back the last
+stable offset).
+
 Persistence: state is a pure function of the batch headers, so it is rebuilt on open from the
 newest snapshot file ``<offset:020d>.snapshot`` at or below the log end offset plus a header
 scan of the batches after it.  Snapshots are written on segment roll and on close (msgpack,
@@ -38,15 +52,19 @@ from crc32c import crc32c
 from .batch import BatchHeader
 from .errors import (
     InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
 from .index import write_file_atomic
 
 __all__ = ["ProducerStateManager", "ProducerEntry", "BatchMetadata", "DuplicateInfo",
-           "SNAPSHOT_SUFFIX", "BATCHES_PER_PRODUCER", "last_sequence"]
+           "CompletedTxn", "ProducerInfo", "SNAPSHOT_SUFFIX", "SNAPSHOT_VERSION",
+           "BATCHES_PER_PRODUCER", "last_sequence"]
 
 SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 2  # 2 adds txn_first_offset per producer; 1 still loads
 BATCHES_PER_PRODUCER = 5
 _SEQ_MAX = 2**31 - 1
 _SNAPSHOT_KEEP = 3
@@ -70,16 +88,40 @@ class DuplicateInfo(NamedTuple):
     timestamp: int
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction closed by a marker at ``last_offset``.
+
+    ``last_stable_offset``: the first unstable offset once it is closed (the marker offset + 1
+    when nothing else is open) — the aborted-transaction index stores it."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+    last_stable_offset: int = -1
+
+
+class ProducerInfo(NamedTuple):
+    """One producer as DESCRIBE_PRODUCERS shows it."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int  # -1 when none
+    last_timestamp: int
+    txn_first_offset: int  # -1 when no transaction is open
+
+
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(
         default_factory=lambda: deque(maxlen=BATCHES_PER_PRODUCER))
     last_timestamp: int = -1
+    txn_first_offset: int = -1
 
     def copy(self) -> ProducerEntry:
         return ProducerEntry(self.epoch, deque(self.batches, maxlen=BATCHES_PER_PRODUCER),
-                             self.last_timestamp)
+                             self.last_timestamp, self.txn_first_offset)
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
@@ -100,9 +142,44 @@ class ProducerStateManager:
         self.max_producers = max_producers
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerEntry] = {}
+        self._open: dict[int, int] = {}  # producer id -> txn_first_offset of open transactions
 
     def __len__(self) -> int:
         return len(self.producers)
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        """The smallest first offset of an open transaction, or None."""
+        return min(self._open.values()) if self._open else None
+
+    def open_transactions(self) -> dict[int, int]:
+        """producer id → first offset of its open transaction."""
+        return dict(self._open)
+
+    def describe(self) -> list[ProducerInfo]:
+        """Every producer with its epoch, last sequence, last timestamp and open txn."""
+        return [ProducerInfo(pid, e.epoch, e.batches[-1].last_seq if e.batches else -1,
+                             e.last_timestamp, e.txn_first_offset)
+                for pid, e in sorted(self.producers.items())]
+
+    def _set(self, pid: int, entry: ProducerEntry) -> None:
+        self.producers[pid] = entry
+        if entry.txn_first_offset >= 0:
+            self._open[pid] = entry.txn_first_offset
+        else:
+            self._open.pop(pid, None)
+
+    def _forget(self, pid: int) -> None:
+        del self.producers[pid]
+        self._open.pop(pid, None)
+
+    def _first_unstable_with(self, overlay: dict[int, ProducerEntry] | None) -> int | None:
+        if not overlay:
+            return self.first_unstable_offset()
+        firsts = [off for pid, off in self._open.items() if pid not in overlay]
+        firsts.extend(e.txn_first_offset for e in overlay.values() if e.txn_first_offset >= 0)
+        return min(firsts) if firsts else None
 
     # -- check and update -------------------------------------------------------------------
 
@@ -110,15 +187,33 @@ class ProducerStateManager:
         """An overlay for checking and updating several batches before committing them."""
         return {}
 
-    def check(self, header: BatchHeader,
-              overlay: dict[int, ProducerEntry] | None = None) -> DuplicateInfo | None:
-        """Validate an incoming leader batch; a ``DuplicateInfo`` means "already appended"."""
-        pid = header.producer_id
-        if pid < 0:
-            return None
+    def _entry(self, pid: int, overlay: dict[int, ProducerEntry] | None) -> ProducerEntry | None:
         entry = overlay.get(pid) if overlay else None
-        if entry is None:
-            entry = self.producers.get(pid)
+        return entry if entry is not None else self.producers.get(pid)
+
+    def check(self, header: BatchHeader, overlay: dict[int, ProducerEntry] | None = None, *,
+              from_coordinator: bool = False) -> DuplicateInfo | None:
+        """Validate an incoming leader batch; a ``DuplicateInfo`` means "already appended".
+
+        ``from_coordinator``: the batch comes from a coordinator of this broker — markers and
+        sequence-less transactional batches are accepted (epoch checked, sequence not)."""
+        pid = header.producer_id
+        if header.is_control or (from_coordinator and header.is_transactional
+                                 and header.base_sequence < 0):
+            if not from_coordinator:
+                raise InvalidRecordError("control batches are written by transaction "
+                                         "coordinators only")
+            if pid < 0:
+                raise InvalidRecordError("a transactional batch needs a producer id")
+            entry = self._entry(pid, overlay)
+            if entry is not None and header.producer_epoch < entry.epoch:
+                raise InvalidProducerEpochError(pid, entry.epoch, header.producer_epoch)
+            return None
+        if pid < 0:
+            if header.is_transactional:
+                raise InvalidRecordError("a transactional batch needs a producer id")
+            return None
+        entry = self._entry(pid, overlay)
         seq = header.base_sequence
         if entry is None or not entry.batches:
             if entry is not None and header.producer_epoch < entry.epoch:
@@ -127,6 +222,7 @@ class ProducerStateManager:
                 raise UnknownProducerIdError(
                     pid, 0, seq, f"producer {pid}: unknown producer id with sequence {seq} "
                     "(a new producer must start at sequence 0)")
+            self._check_txn_mode(header, entry)
             return None
         if header.producer_epoch < entry.epoch:
             raise InvalidProducerEpochError(pid, entry.epoch, header.producer_epoch)
@@ -143,57 +239,94 @@ class ProducerStateManager:
         expected = _next_sequence(entry.batches[-1].last_seq)
         if seq != expected:
             raise OutOfOrderSequenceError(pid, expected, seq)
+        self._check_txn_mode(header, entry)
         return None
+
+    @staticmethod
+    def _check_txn_mode(header: BatchHeader, entry: ProducerEntry | None) -> None:
+        """A non-transactional batch of the same epoch while its transaction is open is a
+        client bug (Kafka: "expected transactional write"); it would never be committed."""
+        if (entry is not None and entry.txn_first_offset >= 0 and not header.is_transactional
+                and header.producer_epoch == entry.epoch):
+            raise InvalidTxnStateError(
+                f"producer {header.producer_id}: non-transactional batch while its transaction "
+                f"from offset {entry.txn_first_offset} is open")
 
     def update(self, header: BatchHeader, base_offset: int,
                overlay: dict[int, ProducerEntry] | None = None, *,
-               timestamp: int | None = None) -> None:
+               timestamp: int | None = None, marker_type: int | None = None
+               ) -> CompletedTxn | None:
         """Record an appended batch (``base_offset`` as assigned, the header may predate it).
 
-        ``timestamp`` overrides the header's max timestamp (LogAppendTime stamping).
-        """
+        ``timestamp`` overrides the header's max timestamp (LogAppendTime stamping).  A control
+        batch needs its ``marker_type`` (``log.batch.control_type``); when it closes an open
+        transaction the ``CompletedTxn`` is returned."""
         pid = header.producer_id
         if pid < 0:
-            return
+            return None
         ts = header.max_timestamp if timestamp is None else timestamp
         target = overlay if overlay is not None else self.producers
         entry = target.get(pid)
         if entry is None:
             existing = self.producers.get(pid)
             entry = existing.copy() if existing is not None else ProducerEntry(header.producer_epoch)
-            target[pid] = entry
-        if header.producer_epoch != entry.epoch:
+            if overlay is not None:
+                overlay[pid] = entry
+        if header.producer_epoch > entry.epoch or (
+                header.producer_epoch != entry.epoch and not header.is_control):
             entry.epoch = header.producer_epoch
             entry.batches.clear()
-        if header.base_sequence >= 0:
-            entry.batches.append(BatchMetadata(
-                header.base_sequence, last_sequence(header.base_sequence, header.last_offset_delta),
-                base_offset, base_offset + header.last_offset_delta, ts))
+        completed = None
+        if header.is_control:
+            if marker_type is None:
+                raise ValueError("update of a control batch needs its marker_type")
+            if entry.txn_first_offset >= 0:
+                first, entry.txn_first_offset = entry.txn_first_offset, -1
+                completed = (pid, first, base_offset, marker_type == 0)
+        else:
+            if header.is_transactional and entry.txn_first_offset < 0:
+                entry.txn_first_offset = base_offset
+            if header.base_sequence >= 0:
+                entry.batches.append(BatchMetadata(
+                    header.base_sequence,
+                    last_sequence(header.base_sequence, header.last_offset_delta),
+                    base_offset, base_offset + header.last_offset_delta, ts))
         entry.last_timestamp = max(entry.last_timestamp, ts)
+        if overlay is None:
+            self._set(pid, entry)
+        if completed is None:
+            return None
+        fuo = self._first_unstable_with(overlay)
+        return CompletedTxn(*completed, base_offset + 1 if fuo is None else fuo)
 
     def commit(self, overlay: dict[int, ProducerEntry]) -> None:
         if overlay:
-            self.producers.update(overlay)
+            for pid, entry in overlay.items():
+                self._set(pid, entry)
             self.trim()
 
     def trim(self) -> None:
-        """Evict the least recently active producers beyond ``max_producers``."""
+        """Evict the least recently active producers beyond ``max_producers`` (never one
+        with an open transaction)."""
         excess = len(self.producers) - self.max_producers
         if excess > 0:
-            oldest = sorted(self.producers, key=lambda p: self.producers[p].last_timestamp)
-            for pid in oldest[:excess]:
-                del self.producers[pid]
+            idle = [p for p in self.producers if p not in self._open]
+            idle.sort(key=lambda p: self.producers[p].last_timestamp)
+            for pid in idle[:excess]:
+                self._forget(pid)
 
     def expire(self, now_ms: int) -> int:
-        """Forget producers idle for ``expiration_ms``; returns how many."""
+        """Forget producers idle for ``expiration_ms`` (none with an open transaction)."""
         horizon = now_ms - self.expiration_ms
-        dead = [pid for pid, e in self.producers.items() if e.last_timestamp < horizon]
+        dead = [pid for pid, e in self.producers.items()
+                if e.last_timestamp < horizon and pid not in self._open]
         for pid in dead:
-            del self.producers[pid]
+            self._forget(pid)
         return len(dead)
 
     def clear(self) -> None:
         self.producers.clear()
+        self._open.clear()
 
     # -- snapshots --------------------------------------------------------------------------
 
@@ -211,8 +344,8 @@ class ProducerStateManager:
 
     def write_snapshot(self, offset: int, *, fsync: bool = False) -> None:
         """Persist the state covering every batch below ``offset``; keeps the newest few."""
-        body = msgpack.packb([1, offset, [
-            [pid, e.epoch, e.last_timestamp, [list(b) for b in e.batches]]
+        body = msgpack.packb([SNAPSHOT_VERSION, offset, [
+            [pid, e.epoch, e.last_timestamp, [list(b) for b in e.batches], e.txn_first_offset]
             for pid, e in self.producers.items()]])
         write_file_atomic(self._snapshot_path(offset), _CRC.pack(crc32c(body)) + body,
                           fsync=fsync)
@@ -226,7 +359,7 @@ class ProducerStateManager:
 
     def load_latest_snapshot(self, max_offset: int) -> int | None:
         """Load the newest readable snapshot at or below ``max_offset``; its offset or None."""
-        self.producers.clear()
+        self.clear()
         for off in reversed(self.snapshot_offsets()):
             if off > max_offset:
                 continue
@@ -236,15 +369,17 @@ class ProducerStateManager:
                 if len(data) < 4 or _CRC.unpack_from(data)[0] != crc32c(data[4:]):
                     raise ValueError("CRC mismatch")
                 version, snap_off, producers = msgpack.unpackb(data[4:])
-                if version != 1 or snap_off != off:
+                if version not in (1, SNAPSHOT_VERSION) or snap_off != off:
                     raise ValueError(f"bad version/offset {version}/{snap_off}")
-                for pid, epoch, last_ts, batches in producers:
-                    e = ProducerEntry(epoch, deque((BatchMetadata(*b) for b in batches),
-                                                   maxlen=BATCHES_PER_PRODUCER), last_ts)
-                    self.producers[pid] = e
+                for row in producers:
+                    pid, epoch, last_ts, batches = row[:4]
+                    txn_first = row[4] if version >= 2 else -1
+                    self._set(pid, ProducerEntry(
+                        epoch, deque((BatchMetadata(*b) for b in batches),
+                                     maxlen=BATCHES_PER_PRODUCER), last_ts, txn_first))
             except (OSError, ValueError, TypeError, msgpack.UnpackException) as exc:
                 logger.warning("ignoring unreadable producer snapshot %s: %s", path, exc)
-                self.producers.clear()
+                self.clear()
                 continue
             return off
         return None

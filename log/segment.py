@@ -1,4 +1,8 @@
-"""One log segment: ``<base_offset:020d>.log`` plus its two indexes.
+"""One log segment: ``<base_offset:020d>.log`` plus its indexes.
+
+Besides the offset and time indexes (accelerators) a segment owns its aborted-transaction index
+``txn_index`` (``log/txn_index.py``: state, not an accelerator — created with the segment,
+truncated with it, deleted with it; ``PartitionLog`` appends to it and recovery rebuilds it).
 
 Theory of operation: a segment is an append-only file of whole record batches opened once
 ``O_RDWR | O_APPEND``; appends are one ``os.write`` per payload (``write``; follower appends)
@@ -40,6 +44,7 @@ from .batch import HEADER_SIZE, BatchHeader, CorruptBatchError, crc_ok, parse_he
 from .config import LogConfig
 from .errors import CorruptSegmentError, StorageError
 from .index import OffsetIndex, TimeIndex
+from .txn_index import TXN_INDEX_SUFFIX, TxnIndex
 
 __all__ = ["Segment", "ScanResult", "segment_file_name", "LOG_SUFFIX"]
 
@@ -74,7 +79,8 @@ class ScanResult:
 class Segment:
     __slots__ = ("directory", "base_offset", "config", "path", "fd", "size", "next_offset",
                  "max_timestamp", "offset_of_max_timestamp", "offset_index", "time_index",
-                 "bytes_since_index", "roll_base_ms", "flushed_size", "index_dirty", "batches")
+                 "bytes_since_index", "roll_base_ms", "flushed_size", "index_dirty", "batches",
+                 "txn_index")
 
     def __init__(self, directory: Path, base_offset: int, config: LogConfig, fd: int) -> None:
         self.directory = directory
@@ -91,6 +97,8 @@ class Segment:
                                         base_offset, entries)
         self.time_index = TimeIndex(directory / segment_file_name(base_offset, ".timeindex"),
                                     base_offset, config.segment_index_bytes // 12)
+        self.txn_index = TxnIndex(directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX),
+                                  base_offset)
         self.bytes_since_index = 0
         self.roll_base_ms = -1
         self.flushed_size = 0
@@ -112,6 +120,11 @@ class Segment:
             raise StorageError(f"cannot create segment {path}", exc) from exc
         seg = cls(directory, base_offset, config, fd)
         seg.roll_base_ms = now_ms
+        try:
+            seg.txn_index.create()
+        except StorageError:
+            seg.delete_files()
+            raise
         return seg
 
     @classmethod
@@ -130,11 +143,17 @@ class Segment:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        self.txn_index.close()
+
+    @property
+    def file_paths(self) -> tuple[Path, ...]:
+        """The segment file and every index file of it."""
+        return (self.path, self.offset_index.path, self.time_index.path, self.txn_index.path)
 
     def delete_files(self) -> None:
         """Close and unlink the segment and its indexes."""
         self.close()
-        for p in (self.path, self.offset_index.path, self.time_index.path):
+        for p in self.file_paths:
             p.unlink(missing_ok=True)
 
     # -- append ---------------------------------------------------------------------------
@@ -411,6 +430,7 @@ class Segment:
         if found is None:
             return False
         self.truncate_to_position(found[0])
+        self.txn_index.truncate(offset)
         return True
 
     # -- durability -------------------------------------------------------------------------
