@@ -17,6 +17,7 @@ __all__ = [
     "OffsetAndTimestamp",
     "PartitionMetadata",
     "BrokerMetadata",
+    "GroupMetadata",
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
 ]
@@ -65,3 +66,14 @@ class PartitionMetadata(NamedTuple):
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     error: int = 0
+
+
+class GroupMetadata(NamedTuple):
+    """A consumer's group identity, for ``Producer.send_offsets_to_transaction`` (KIP-447):
+    the offsets committed in a transaction are validated like the member's own commit.
+    ``member_id`` ``""`` / ``member_epoch`` -1: a commit from outside the group's membership."""
+
+    group_id: str
+    member_id: str = ""
+    member_epoch: int = -1
+    min_metadata_offset: int = -1
