@@ -9,8 +9,11 @@ Theory of operation
    controller APIs to ``ControllerService.handlers`` when this node is a controller;
 2. the ``ControllerService`` (controllers);
 3. for brokers: the ``ReplicaManager`` (partitions, group commit, retention, compaction), the
-   ``MetadataListener`` tailing the ``@metadata`` log into the ``MetadataPublisher`` (the broker's
-   only source of metadata), and the ``BrokerLifecycle`` (register, heartbeat).
+   transaction coordinator's background tasks (``broker/txn/coordinator.py``: completions of
+   decided transactions, timeout aborts; it reaches other brokers through the node's
+   ``ConnectionPool``), the ``MetadataListener`` tailing the ``@metadata`` log into the
+   ``MetadataPublisher`` (the broker's only source of metadata), and the ``BrokerLifecycle``
+   (register, heartbeat).
 
 Before the controller and the broker lifecycle start, the node checks its config against the
 voters' (``kraft/membership.py``: cluster id, voter ids, secret proof) and waits until a
@@ -136,6 +139,8 @@ class _Node:
                         rack=cfg.broker["rack"])
                     self._attach_replication(pool, channel)
                     await nursery.start(self.rm.run)
+                    if api.txn is not None:  # transaction completions and timeouts
+                        await nursery.start(api.txn.run)
                     listener = MetadataListener(self.publisher, channel,
                                                 max_wait_ms=cfg.broker["metadata.fetch.max.wait.ms"])
                     await nursery.start(listener.run)

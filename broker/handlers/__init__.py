@@ -10,7 +10,11 @@ Theory of operation
    (``admin.forward``), unless the body carries ``_forwarded`` and this node is a controller: then
    its controller answers; the other group APIs (31–36: offsets, group admin) are answered here
    by ``kraft.groups.offsets.GroupOffsetsManager`` (this broker must lead the group's
-   ``__consumer_offsets`` partition, else ``NOT_COORDINATOR``);
+   ``__consumer_offsets`` partition, else ``NOT_COORDINATOR``), TXN_OFFSET_COMMIT (44) too;
+   the transaction APIs (40-42, 45, 46, and INIT_PRODUCER_ID with a ``transactional_id``) by
+   ``broker.txn.coordinator.TxnCoordinator`` (this broker must lead the id's
+   ``__transaction_state`` partition, else ``NOT_COORDINATOR``); its background tasks run in the
+   node's nursery (``NodeApi.txn.run``);
 3. controller APIs (20–29) → this node's ``ControllerService.handlers`` if it is a controller;
    a broker-only node answers ``NOT_CONTROLLER`` with the leader it last saw.
 
@@ -30,9 +34,11 @@ from broker.metadata_listener import MetadataPublisher
 from broker.protocol import ApiKey, Request
 from broker.replica_manager import ReplicaManager
 from broker.server import Reply
+from broker.txn.coordinator import TxnCoordinator
+from broker.txn.verify import CoordinatorVerifier
 from kraft.groups.offsets import GroupOffsetsManager
 
-__all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS", "GROUP_BROKER_APIS"]
+__all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS", "GROUP_BROKER_APIS", "TXN_BROKER_APIS"]
 
 ControllerHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -48,7 +54,12 @@ FORWARDED_APIS = frozenset({
 # committed offsets and group admin: served by the group's coordinator broker (kraft/groups/offsets.py)
 GROUP_BROKER_APIS = frozenset({
     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS,
-    ApiKey.DELETE_GROUPS, ApiKey.ALTER_GROUP_OFFSETS,
+    ApiKey.DELETE_GROUPS, ApiKey.ALTER_GROUP_OFFSETS, ApiKey.TXN_OFFSET_COMMIT,
+})
+# transactions: served by the id's coordinator broker (broker/txn/coordinator.py)
+TXN_BROKER_APIS = frozenset({
+    ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
+    ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS,
 })
 
 
@@ -64,11 +75,24 @@ class NodeApi:
         self.controller = dict(controller_handlers or {})
         self.topic_defaults = dict(topic_defaults or {})
         self.groups = GroupOffsetsManager(replica_manager, publisher) if replica_manager is not None else None
+        self.txn: TxnCoordinator | None = None
+        self.txn_verifier: CoordinatorVerifier | None = None
+        if replica_manager is not None:
+            pool = channel.pool if channel is not None else None
+            self.txn = TxnCoordinator(replica_manager, publisher, channel, pool=pool,
+                                      local_markers=self._local_markers,
+                                      settings=replica_manager.settings)
+            self.txn_verifier = CoordinatorVerifier(self.txn, pool)
+
+    async def _local_markers(self, body: dict[str, Any]) -> dict[str, Any]:
+        """WRITE_TXN_MARKERS to this broker's own partitions, without a connection."""
+        out = await self.dispatch(Request(ApiKey.WRITE_TXN_MARKERS, 0, body))
+        return out if isinstance(out, dict) else {}
 
     def api_keys(self) -> list[int]:
         keys = set(self.controller)
         if self.rm is not None:
-            keys |= BROKER_APIS | FORWARDED_APIS | GROUP_BROKER_APIS
+            keys |= BROKER_APIS | FORWARDED_APIS | GROUP_BROKER_APIS | TXN_BROKER_APIS
         return sorted(int(k) for k in keys)
 
     async def dispatch(self, req: Request) -> Reply | dict[str, Any] | None:
@@ -79,6 +103,9 @@ class NodeApi:
             return await self._broker(key, body)
         if self.groups is not None and key in GROUP_BROKER_APIS:
             return await self.groups.handlers[key](body)
+        if self.txn is not None and (key in TXN_BROKER_APIS or (
+                key == ApiKey.INIT_PRODUCER_ID and body.get("transactional_id"))):
+            return await self.txn.handlers[key](body)
         if key == ApiKey.DESCRIBE_QUORUM and not body.get("local_only") and not body.get(FORWARDED_KEY):
             # only the active controller can describe the quorum: any node finds it for the
             # client (a broker-only node, or a voter that does not lead)

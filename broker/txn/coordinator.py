@@ -126,7 +126,7 @@ class TxnCoordinator:
         self.rm = replica_manager
         self.publisher = publisher
         self.channel = channel
-        self._wall_ms = wall_clock_ms or (lambda: int(time.time() * 1000))
+        self.wall_clock_ms = wall_clock_ms or (lambda: int(time.time() * 1000))
         self.max_timeout_ms: int = settings.get("transaction.max.timeout.ms", S.MAX_TXN_TIMEOUT_MS)
         self.check_interval_ms: int = settings.get(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms", 1000)
@@ -172,7 +172,7 @@ class TxnCoordinator:
 
     async def tick(self) -> None:
         """Load newly led partitions (resuming their decided transactions); abort timed-out ones."""
-        now = self._wall_ms()
+        now = self.wall_clock_ms()
         for st in await self._led_states():
             for tid, md in list(st.txns.items()):
                 if S.timed_out(md, now) and tid not in st.pending:
@@ -305,7 +305,7 @@ class TxnCoordinator:
         if p.leader_epoch != st.leader_epoch or self.states.get(st.index) is not st:
             raise error_for(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_TOPIC}/{st.index} moved")
         batch = build_batch([(S.encode_key(md.transactional_id), S.encode_value(md), [],
-                              self._wall_ms())])
+                              self.wall_clock_ms())])
         info = self.rm.append(p, batch, _ACKS_ALL)
         with trio.move_on_after(self.append_timeout_ms / 1000):
             code = await p.wait_produce(info.last_offset, _ACKS_ALL)
@@ -346,7 +346,7 @@ class TxnCoordinator:
             await self.markers.write(md, st.leader_epoch, lambda: self._current(st))
             while self._current(st):
                 try:
-                    await self._write(st, S.complete(md, self._wall_ms()))
+                    await self._write(st, S.complete(md, self.wall_clock_ms()))
                     log.info("transaction %r: %s", tid, st.txns[tid].state.wire_name)
                     return
                 except RafkaError as exc:
@@ -385,14 +385,14 @@ class TxnCoordinator:
             if first is None:
                 with self._pending(st, tid):
                     new_pid = await self._new_producer_id() if S.needs_new_producer_id(md) else None
-                    new = S.init_producer(md, tid, timeout_ms, self._wall_ms(), expected=expected,
+                    new = S.init_producer(md, tid, timeout_ms, self.wall_clock_ms(), expected=expected,
                                           new_producer_id=new_pid)
                     if new != md:
                         await self._write(st, new)
                 return {"producer_id": new.producer_id, "producer_epoch": new.producer_epoch}
             assert md is not None
             if first is TxnState.ONGOING:
-                fenced = S.fence_abort(md, self._wall_ms())
+                fenced = S.fence_abort(md, self.wall_clock_ms())
                 ev = await self._prepare(st, tid, fenced)
                 done = await self._wait_done(st, tid, ev, self.request_timeout_ms,
                                              ErrorCode.CONCURRENT_TRANSACTIONS)
@@ -437,7 +437,7 @@ class TxnCoordinator:
         st = await self._coordinator(tid)
         with self._pending(st, tid):
             md = st.txns.get(tid)
-            new = S.add_partitions(md, pid, epoch, tps, self._wall_ms())
+            new = S.add_partitions(md, pid, epoch, tps, self.wall_clock_ms())
             if new is not md:
                 await self._write(st, new)
 
@@ -457,7 +457,7 @@ class TxnCoordinator:
         md = st.txns.get(tid)
         if tid in st.pending and tid not in st.done:
             raise error_for(ErrorCode.CONCURRENT_TRANSACTIONS, f"{tid!r}: a transition is in flight")
-        step, new = S.end_txn(md, body["producer_id"], body["producer_epoch"], commit, self._wall_ms())
+        step, new = S.end_txn(md, body["producer_id"], body["producer_epoch"], commit, self.wall_clock_ms())
         if step is EndStep.DONE:
             return {}
         if step is EndStep.PREPARE:

@@ -29,6 +29,14 @@ its previous one (a commit racing the heartbeat that advanced it) → ``FENCED_M
 → ``STALE_MEMBER`` for that partition. A commit from outside the group (``member_epoch -1``, e.g.
 ``assign()`` consumers, admin resets) is accepted only while the group has no members.
 
+Offsets in a transaction (docs/transactions.md): TXN_OFFSET_COMMIT is validated like
+OFFSET_COMMIT and appended as a *transactional* batch (the producer's id and epoch, base sequence
+-1, appended by this coordinator: ``from_coordinator``). Its offsets stay pending per producer id
+(:attr:`OffsetsCache.pending`, invisible to OFFSET_FETCH) until that producer's COMMIT marker is
+acknowledged in the partition (the replica manager's marker listener: applied at the marker's
+offset) or dropped by its ABORT marker. Loading a partition replays the same rules from the
+batches and markers it reads.
+
 Broker seam (what the broker calls; see :class:`GroupOffsetsManager`)::
 
     groups = GroupOffsetsManager(replica_manager, publisher)   # broker/replica_manager.py, broker/metadata_listener.py
@@ -58,7 +66,7 @@ import trio
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey
 from kraft.groups.coordinator import assignment_body
-from log.batch import build_batch, decode_records, iter_batches
+from log.batch import CONTROL_COMMIT, build_batch, control_type, decode_records, iter_batches
 from metadata.groups import GroupImage
 from metadata.image import MetadataImage
 
@@ -153,6 +161,7 @@ class OffsetsCache:
         self.leader_epoch = leader_epoch
         self.values: dict[Key, tuple[OffsetValue, int]] = {}  # key -> (value, log offset)
         self.by_group: dict[str, set[Key]] = {}
+        self.pending: dict[int, dict[Key, OffsetValue]] = {}  # producer id -> its txn offsets
         self.loaded_to = 0
 
     def apply(self, key: Key, value: OffsetValue | None, log_offset: int) -> None:
@@ -170,18 +179,41 @@ class OffsetsCache:
             self.values[key] = (value, log_offset)
             self.by_group.setdefault(key[0], set()).add(key)
 
+    def add_pending(self, producer_id: int, entries: Iterable[tuple[Key, OffsetValue]]) -> None:
+        """Offsets of an open transaction: kept aside until its marker."""
+        self.pending.setdefault(producer_id, {}).update(entries)
+
+    def end_txn(self, producer_id: int, commit: bool, marker_offset: int) -> int:
+        """A marker of ``producer_id``: apply (commit) or drop its pending offsets; returns how many."""
+        entries = self.pending.pop(producer_id, {})
+        if commit:
+            for k, v in entries.items():
+                self.apply(k, v, marker_offset)
+        return len(entries)
+
     def load(self, buf: bytes) -> int:
         """Fold whole batches of ``buf``; returns the next offset to read (0 if none whole)."""
         nxt = 0
         for pos, h in iter_batches(buf):
+            nxt = h.last_offset + 1
+            if h.is_control:
+                try:
+                    self.end_txn(h.producer_id, control_type(buf, pos) == CONTROL_COMMIT, h.base_offset)
+                except Exception as exc:  # noqa: BLE001 - a bad marker must not stop the load
+                    log.warning("skipping bad marker at %d: %s", h.base_offset, exc)
+                continue
             for rec in decode_records(buf, pos):
                 if rec.key is None:
                     continue
                 try:
-                    self.apply(decode_key(rec.key), decode_value(rec.value), rec.offset)
+                    key, value = decode_key(rec.key), decode_value(rec.value)
                 except Exception as exc:  # a foreign record must not break the coordinator
                     log.warning("skipping bad offsets record at %d: %s", rec.offset, exc)
-            nxt = h.last_offset + 1
+                    continue
+                if h.is_transactional and value is not None:
+                    self.add_pending(h.producer_id, [(key, value)])
+                else:
+                    self.apply(key, value, rec.offset)
         return nxt
 
     def group(self, group_id: str) -> dict[tuple[str, int], OffsetValue]:
@@ -212,7 +244,7 @@ class _ReplicaManager(Protocol):
     image: MetadataImage
 
     def get_leader(self, topic: str, partition: int) -> Any: ...
-    def append(self, p: Any, records: bytes, acks: int) -> Any: ...
+    def append(self, p: Any, records: bytes, acks: int, *, from_coordinator: bool = False) -> Any: ...
 
 
 class _Publisher(Protocol):
@@ -251,7 +283,11 @@ class GroupOffsetsManager:
             ApiKey.DESCRIBE_GROUPS: self._errors(self.describe_groups),
             ApiKey.DELETE_GROUPS: self._errors(self.delete_groups),
             ApiKey.ALTER_GROUP_OFFSETS: self._errors(self.alter_group_offsets),
+            ApiKey.TXN_OFFSET_COMMIT: self._errors(self.txn_offset_commit),
         }
+        listeners = getattr(replica_manager, "marker_listeners", None)
+        if listeners is not None:
+            listeners.append(self.on_marker)
 
     @staticmethod
     def _errors(fn: Handler) -> Handler:
@@ -329,17 +365,27 @@ class GroupOffsetsManager:
         )
         return cache
 
-    async def _append(self, group_id: str, entries: list[tuple[Key, OffsetValue | None]]) -> None:
-        """Append ``entries`` as one batch with acks=all; then (only then) update the cache."""
+    async def _append(self, group_id: str, entries: list[tuple[Key, OffsetValue | None]],
+                      producer: tuple[int, int] | None = None) -> None:
+        """Append ``entries`` as one batch with acks=all; then (only then) update the cache —
+        for a transaction's ``producer`` (id, epoch): its pending offsets."""
         p, cache = self._coordinator(group_id)
         now = self._wall_ms()
-        batch = build_batch([(encode_key(*k), encode_value(v), [], now) for k, v in entries])
-        info = self.rm.append(p, batch, _ACKS_ALL)
+        records = [(encode_key(*k), encode_value(v), [], now) for k, v in entries]
+        if producer is None:
+            info = self.rm.append(p, build_batch(records), _ACKS_ALL)
+        else:
+            batch = build_batch(records, producer_id=producer[0], producer_epoch=producer[1],
+                                base_sequence=-1, transactional=True)
+            info = self.rm.append(p, batch, _ACKS_ALL, from_coordinator=True)
         with trio.move_on_after(self.append_timeout_ms / 1000):
             code = await p.wait_produce(info.last_offset, _ACKS_ALL)
             if code:
                 raise error_for(code, f"{OFFSETS_TOPIC}: {code.name}")
             if cache is self.caches.get(offsets_partition(group_id, self._num_partitions())):
+                if producer is not None:
+                    cache.add_pending(producer[0], [(k, v) for k, v in entries if v is not None])
+                    return
                 for i, (k, v) in enumerate(entries):
                     cache.apply(k, v, info.base_offset + i)
             return
@@ -350,6 +396,27 @@ class GroupOffsetsManager:
     # -- OFFSET_COMMIT / OFFSET_FETCH -------------------------------------------------------
 
     async def offset_commit(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._commit(body, None)
+
+    async def txn_offset_commit(self, body: dict[str, Any]) -> dict[str, Any]:
+        """TXN_OFFSET_COMMIT: validated as OFFSET_COMMIT; pending until the transaction's marker."""
+        if body["producer_id"] < 0 or body["producer_epoch"] < 0:
+            raise error_for(ErrorCode.INVALID_REQUEST, "a transactional commit needs a producer id and epoch")
+        return await self._commit(body, (body["producer_id"], body["producer_epoch"]))
+
+    def on_marker(self, topic: str, partition: int, producer_id: int, commit: bool,
+                  marker_offset: int) -> None:
+        """The replica manager's marker listener: a marker was acknowledged in ``topic``."""
+        if topic != OFFSETS_TOPIC:
+            return
+        cache = self.caches.get(partition)
+        if cache is not None:  # not loaded: the load replays the marker from the log
+            n = cache.end_txn(producer_id, commit, marker_offset)
+            if n:
+                log.info("%s/%d: %s %d offsets of producer %d", topic, partition,
+                         "committed" if commit else "dropped", n, producer_id)
+
+    async def _commit(self, body: dict[str, Any], producer: tuple[int, int] | None) -> dict[str, Any]:
         group_id: str = body["group_id"]
         epoch = body.get("member_epoch")
         epoch = -1 if epoch is None else epoch
@@ -400,7 +467,7 @@ class GroupOffsetsManager:
                         )
                     )
         if entries:
-            await self._append(group_id, entries)
+            await self._append(group_id, entries, producer)
         return {"topics": out}
 
     async def offset_fetch(self, body: dict[str, Any]) -> dict[str, Any]:
