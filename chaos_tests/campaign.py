@@ -16,7 +16,9 @@ Theory of operation
    short run).
 2. **Start** every node, wait until all brokers are registered, create the queue topic and
    wait until each partition has a leader and a full ISR.
-3. **Run** the workloads (:mod:`chaos_tests.workloads`) until ``time_limit_s`` and, at the
+3. **Run** the workloads (:mod:`chaos_tests.workloads`: ``queue`` by default, or ``txn`` —
+   then its topics, final reads in both isolation levels and :func:`check_all_txn`
+   replace the queue's) until ``time_limit_s`` and, at the
    same time, the :class:`~chaos_tests.nemesis.NemesisRunner` over
    ``generate_schedule(seed, nodes, time_limit_s, kinds=...)``; ``@controller`` resolves through
    DESCRIBE_QUORUM, ``@leader`` through the topic metadata (leader of partition 0).  The
@@ -58,6 +60,7 @@ import trio
 
 from .backends.base import Backend, ClusterSpec, rafka_node_spec
 from .checkers import CheckResult, Summary, check_all
+from .checkers_txn import check_all_txn
 from .faults import unmount_leftovers
 from .history import HistoryWriter, read_history
 from .nemesis import CONTROLLER, KINDS_BY_NAME, LEADER, NemesisRunner, generate_schedule
@@ -66,6 +69,7 @@ from .report import write_report
 from .workloads.common import RunContext
 from .workloads.metadata import MetadataSpec, metadata_process, verify_topics
 from .workloads.queue import QueueSpec, create_queue_topic, final_reads, run_queue
+from .workloads.txn import TxnSpec, create_txn_topics, run_txn, txn_final_reads
 
 __all__ = [
     "CampaignOptions",
@@ -278,6 +282,8 @@ class CampaignOptions:
     nodes: int = 3
     unsafe_ack_before_replication: bool = False
     queue: QueueSpec = field(default_factory=QueueSpec)
+    workload: str = "queue"  # or "txn" (workloads/txn.py, checkers_txn.py)
+    txn: TxnSpec = field(default_factory=TxnSpec)
     metadata: bool = True
     groups: bool = True
     op_timeout_s: float = 5.0
@@ -393,6 +399,8 @@ async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
                       notes: dict[str, Any], queue: QueueSpec, acks: str) -> Summary:
     ids = backend.spec.node_ids
     kinds = [k for k in expand_nemesis(opts.nemesis)]
+    txn = opts.workload == "txn"
+    spec: QueueSpec | TxnSpec = opts.txn if txn else queue
     handlers = _fault_handlers(backend, kinds, backend.work_dir)
     async with _mounted(handlers):
         for n in ids:
@@ -405,7 +413,10 @@ async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
         with HistoryWriter(history_path) as history:
             ctx = RunContext(history, bootstrap, op_timeout_s=opts.op_timeout_s,
                              request_timeout_ms=int(min(3.0, opts.op_timeout_s) * 1000))
-            await create_queue_topic(ctx, queue, timeout_s=opts.start_timeout_s)
+            if txn:
+                await create_txn_topics(ctx, opts.txn, timeout_s=opts.start_timeout_s)
+            else:
+                await create_queue_topic(ctx, queue, timeout_s=opts.start_timeout_s)
             notes["startup_s"] = round(time.monotonic() - t_start, 2)
             schedule = generate_schedule(
                 opts.seed, ids, opts.time_limit_s, kinds=kinds,
@@ -417,7 +428,7 @@ async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
 
             async def resolve(symbol: str) -> int:
                 try:
-                    return await resolve_target(bootstrap, symbol, queue.topic)
+                    return await resolve_target(bootstrap, symbol, spec.topic)
                 except Exception as exc:  # noqa: BLE001 - fall back to a seeded pick
                     pick = rng.choice(ids)
                     log.info("cannot resolve %s (%r); using node %d", symbol, exc, pick)
@@ -431,7 +442,8 @@ async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
                 async with trio.open_nursery() as n:
                     if opts.metadata:
                         n.start_soon(metadata_process, ctx, MetadataSpec())
-                    workload_notes.update(await run_queue(ctx, queue, groups=opts.groups))
+                    workload_notes.update(await run_txn(ctx, opts.txn) if txn else
+                                          await run_queue(ctx, queue, groups=opts.groups))
 
             exits: list[dict[str, Any]] = []
             notes["unexpected_exits"] = exits
@@ -453,11 +465,12 @@ async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
             for n in ids:
                 if not backend.running(n):
                     await backend.start_node(n, wait_ready_s=opts.start_timeout_s)
-            rec = await wait_recovered(bootstrap, queue.topic, queue.replication_factor,
+            rec = await wait_recovered(bootstrap, spec.topic, spec.replication_factor,
                                        opts.recovery_timeout_s)
             notes["recovery_s"] = None if rec is None else round(rec, 2)
-            notes["final_reads"] = await final_reads(ctx, queue,
-                                                     timeout_s=opts.final_read_timeout_s)
+            notes["final_reads"] = await (
+                txn_final_reads(ctx, opts.txn, timeout_s=opts.final_read_timeout_s) if txn
+                else final_reads(ctx, queue, timeout_s=opts.final_read_timeout_s))
             meta_result: CheckResult | None = None
             if opts.metadata:
                 history.flush()
@@ -472,7 +485,7 @@ async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
         events = read_node_events(_event_files(backend))
         _copy_logs(backend, results)
     ops = read_history(history_path)
-    summary = check_all(ops, events, start_mono_ns=start_mono)
+    summary = (check_all_txn if txn else check_all)(ops, events, start_mono_ns=start_mono)
     if meta_result is not None:
         summary.checkers["metadata"] = meta_result
         summary.anomalies.extend(meta_result.anomalies)
@@ -615,7 +628,8 @@ async def run(opts: CampaignOptions) -> CampaignResult:
         backend = make_cluster(opts.backend, work_dir, opts.nodes, broker=broker_overrides,
                                faketime="clock-skew" in kinds)
         hard_limit = (opts.time_limit_s + 2 * opts.start_timeout_s + opts.recovery_timeout_s
-                      + opts.final_read_timeout_s * max(1, queue.partitions) + 120)
+                      + opts.final_read_timeout_s * max(1, len(
+                          opts.txn.tps() if opts.workload == "txn" else queue.tps())) + 120)
         with trio.fail_after(hard_limit):
             async with backend:
                 summary = await _run_phases(opts, backend, results, notes, queue, acks)

@@ -5,7 +5,8 @@ Theory of operation
 :func:`analyse_txn` folds a history into :class:`TxnFacts`: every transaction (ops ``txn`` of
 the writers and ``transform`` of the consume-transform-produce process) with its intended
 writes ``(topic, partition, value)`` and its outcome, every read split by isolation level
-(``"isolation"`` in a ``poll`` / ``final-read`` value; read_uncommitted when absent), and the
+(``"isolation"`` in a ``poll`` / ``final-read`` value, or in the ``assign`` / ``subscribe`` of its
+process; read_uncommitted when absent), and the
 final reads per partition.  Its :class:`~chaos_tests.checkers.Facts` (the queue analysis of the
 same history) is kept, so the queue checkers that stay sound with transactions run unchanged.
 
@@ -60,6 +61,7 @@ from typing import Any
 
 from .checkers import (
     READ_FS,
+    RESET_FS,
     Anomaly,
     CheckResult,
     Facts,
@@ -156,11 +158,11 @@ class TxnFacts:
         return fr if fr is not None and fr.stable else None
 
 
-def _isolation(*values: Any) -> str:
+def _isolation(*values: Any, default: str = READ_UNCOMMITTED) -> str:
     for v in values:
         if isinstance(v, Mapping) and v.get("isolation"):
             return str(v["isolation"])
-    return READ_UNCOMMITTED
+    return default
 
 
 def _fill_txn(txn: Txn, v: Any) -> None:
@@ -185,7 +187,10 @@ def analyse_txn(history: Iterable[Op | Mapping[str, Any]] | TxnFacts) -> TxnFact
     tf = TxnFacts(analyse(ops))
     pending: dict[int | str, Op] = {}
     open_txn: dict[int | str, Txn] = {}
+    proc_iso: dict[int | str, str] = {}  # from "isolation" in assign/subscribe values
     for op in ops:
+        if op.f in RESET_FS and isinstance(op.value, Mapping) and op.value.get("isolation"):
+            proc_iso[op.process] = str(op.value["isolation"])
         if op.type == INVOKE:
             pending[op.process] = op
             if op.f in TXN_FS:
@@ -203,7 +208,8 @@ def analyse_txn(history: Iterable[Op | Mapping[str, Any]] | TxnFacts) -> TxnFact
             _fill_txn(txn, op.value)
         elif op.f in READ_FS and op.type == OK:
             v = op.value if isinstance(op.value, Mapping) else {}
-            iso = _isolation(v, inv.value if inv is not None else None)
+            iso = _isolation(v, inv.value if inv is not None else None,
+                             default=proc_iso.get(op.process, READ_UNCOMMITTED))
             tf.processes[iso].add(op.process)
             records = v.get("records") or []
             if iso == READ_COMMITTED:

@@ -1,7 +1,8 @@
 """``rafka chaos ...``: run a Jepsen-style campaign against a real cluster from the command line.
 
 ``rafka chaos run --backend netns|docker|local --nemesis kill,pause,partition,clock
---time-limit 120 --seed S [--results DIR] [--unsafe-ack-before-replication]`` runs
+--time-limit 120 --seed S [--results DIR] [--unsafe-ack-before-replication]
+[--workload queue|txn [--unsafe-txn-offsets]]`` runs
 :func:`chaos_tests.campaign.run` and exits 0 (no anomaly), 1 (anomalies; the results folder
 says which) or 2 (the campaign could not run).  ``rafka chaos nemeses`` lists the fault names.
 The same group runs as ``python -m chaos_tests``.
@@ -18,6 +19,7 @@ import click
 from .campaign import NEMESIS_ALIASES, CampaignOptions, expand_nemesis, main_run
 from .nemesis import FAULT_KINDS
 from .workloads.queue import QueueSpec
+from .workloads.txn import TxnSpec, unsafe
 
 __all__ = ["chaos"]
 
@@ -51,12 +53,20 @@ def chaos() -> None:
               help="Fault-free seconds at the end of the time limit.")
 @click.option("--unsafe-ack-before-replication", is_flag=True,
               help="Test-only: acknowledge writes before replication (the checker must fail).")
+@click.option("--workload", type=click.Choice(["queue", "txn"]), default="queue",
+              show_default=True, help="queue: idempotent producers and consumers; txn: "
+              "transactional writers, read_committed/uncommitted readers, an exactly-once "
+              "transform (chaos_tests/workloads/txn.py).")
+@click.option("--unsafe-txn-offsets", is_flag=True,
+              help="Test-only (--workload txn): the transform commits its offsets outside the "
+                   "transaction (the exactly-once checker must fail).")
 @click.option("--no-png", is_flag=True, help="Skip timeline.png (no matplotlib needed).")
 @click.option("-v", "--verbose", count=True)
 def run_cmd(backend: str, nemesis: str, time_limit_s: float, seed: int,
             results_dir: Path | None, work_dir: Path, nodes: int, partitions: int,
             producers: int, group_consumers: int, no_metadata: bool, quiet_s: float,
-            unsafe_ack_before_replication: bool, no_png: bool, verbose: int) -> None:
+            unsafe_ack_before_replication: bool, workload: str, unsafe_txn_offsets: bool,
+            no_png: bool, verbose: int) -> None:
     """Run one campaign; exit 0 = valid, 1 = anomalies found, 2 = could not run."""
     logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -71,6 +81,8 @@ def run_cmd(backend: str, nemesis: str, time_limit_s: float, seed: int,
         unsafe_ack_before_replication=unsafe_ack_before_replication,
         queue=QueueSpec(partitions=partitions, producers=producers,
                         group_consumers=group_consumers),
+        workload=workload, txn=unsafe(TxnSpec(partitions=partitions)) if unsafe_txn_offsets
+        else TxnSpec(partitions=partitions),
         metadata=not no_metadata, quiet_s=quiet_s, png=not no_png)
     sys.exit(main_run(opts))
 
@@ -97,6 +109,7 @@ def recheck_cmd(results_dir: Path, indefinite: tuple[str, ...]) -> None:
     import json
 
     from .checkers import check_all
+    from .checkers_txn import TXN_FS, check_all_txn
     from .node_events import read_node_events
 
     ops = [json.loads(line) for line in open(results_dir / "history.jsonl", encoding="utf-8")
@@ -111,7 +124,8 @@ def recheck_cmd(results_dir: Path, indefinite: tuple[str, ...]) -> None:
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     start = results.get("notes", {}).get("history_start_mono_ns")
     events = read_node_events(sorted(results_dir.glob("nodes/node-*-events.jsonl")))
-    summary = check_all(ops, events, start_mono_ns=start)
+    txn = any(op.get("f") in TXN_FS for op in ops)
+    summary = (check_all_txn if txn else check_all)(ops, events, start_mono_ns=start)
     meta = results.get("checkers", {}).get("metadata")
     bad = {k: r.stats.get("anomalies") for k, r in summary.checkers.items() if not r.valid}
     if meta is not None and not meta.get("valid", True):

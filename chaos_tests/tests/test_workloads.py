@@ -46,3 +46,84 @@ def test_expected_topics_from_history():
     assert exp["m-0"]["partitions"] == 2
     assert exp["m-1"]["create"] == "fail"
     assert exp["m-2"]["create"] == "info"  # never completed
+
+
+# ----------------------------------------------------------------------- txn workload
+
+class _Meta:
+    """A settled send future: ``await`` gives itself, with the offset."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    def __await__(self):
+        return self
+        yield  # a generator: awaitable without a coroutine left unawaited
+
+
+class _TxnProducer:
+    """The transactional producer surface _run_txn uses; ``fail_at`` names the failing call."""
+
+    def __init__(self, fail_at: str | None = None) -> None:
+        self.fail_at, self.calls, self.next_offset = fail_at, [], 0
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name == self.fail_at:
+            raise error_for(ErrorCode.REQUEST_TIMED_OUT)
+
+    def begin_transaction(self) -> None:
+        self._call("begin")
+
+    async def send(self, topic, value, partition=None):
+        self._call("send")
+        self.next_offset += 1
+        return _Meta(self.next_offset - 1)
+
+    async def send_offsets_to_transaction(self, offsets, group_metadata):
+        self._call("offsets")
+
+    async def commit_transaction(self):
+        self._call("commit")
+
+    async def abort_transaction(self):
+        self._call("abort")
+
+
+async def _one_txn(tmp_path, producer, **kw):
+    from chaos_tests.history import HistoryWriter, read_history
+    from chaos_tests.workloads.common import RunContext
+    from chaos_tests.workloads.txn import _run_txn
+
+    with HistoryWriter(tmp_path / "h.jsonl") as h:
+        ctx = RunContext(h, "unused:1")
+        kind = await _run_txn(ctx, producer, 1, "txn",
+                              {"writes": [["a", 0, 1], ["a", 1, 2]], "abort": False}, **kw)
+    return kind, read_history(tmp_path / "h.jsonl")[-1]
+
+
+async def test_txn_outcomes_follow_the_stage_reached(tmp_path):
+    kind, op = await _one_txn(tmp_path, _TxnProducer())
+    assert kind == "ok" and op.type == "ok"
+    assert op.value["writes"] == [["a", 0, 1, 0], ["a", 1, 2, 1]]
+    assert isinstance(op.value["commit_ns"], int)
+    # an error before the commit was requested: the transaction can only abort
+    kind, op = await _one_txn(tmp_path, _TxnProducer("send"))
+    assert kind == "fail" and op.value["stage"] == "send"
+    kind, op = await _one_txn(tmp_path, _TxnProducer("offsets"), offsets=({}, None))
+    assert kind == "fail" and op.value["stage"] == "send"
+    # the commit itself failed: unknown outcome
+    kind, op = await _one_txn(tmp_path, _TxnProducer("commit"))
+    assert kind == "info" and op.type == "info" and op.value["stage"] == "commit"
+    kind, op = await _one_txn(tmp_path, _TxnProducer(), abort=True)
+    assert kind == "aborted" and op.type == "fail" and op.value["aborted"] is True
+
+
+def test_txn_spec_topics():
+    from chaos_tests.workloads.txn import TxnSpec, unsafe
+
+    spec = TxnSpec(partitions=2)
+    assert spec.topic == "chaos-txn-a" and len(spec.writer_tps()) == 4
+    assert len(spec.tps()) == 8 and ("chaos-txn-out", 1) in spec.tps()
+    assert TxnSpec(transform=False).all_topics() == ["chaos-txn-a", "chaos-txn-b"]
+    assert unsafe(spec).unsafe_offsets_outside_txn and not spec.unsafe_offsets_outside_txn

@@ -235,11 +235,19 @@ async def _poll(ctx: RunContext, consumer: Any, process: int,
     return "info", []
 
 
-async def assign_consumer_process(ctx: RunContext, spec: QueueSpec, slot: int) -> None:
-    """Poll every partition by ``assign``; replaced by a new process after an ``info``."""
+async def assign_consumer_process(ctx: RunContext, spec: QueueSpec, slot: int, *,
+                                  tps: list[tuple[str, int]] | None = None,
+                                  consumer_options: Mapping[str, Any] | None = None,
+                                  assign_extra: Mapping[str, Any] | None = None) -> None:
+    """Poll every partition (or ``tps``) by ``assign``; a new process after an ``info``.
+
+    ``consumer_options`` go to the consumer (the txn workload's ``isolation_level``) and
+    ``assign_extra`` into every recorded ``assign`` value.
+    """
     from client import AsyncConsumer
 
     positions: dict[tuple[str, int], int] = {}
+    tps = spec.tps() if tps is None else tps
     while ctx.running():
         process = ctx.next_process()
         try:
@@ -248,13 +256,14 @@ async def assign_consumer_process(ctx: RunContext, spec: QueueSpec, slot: int) -
                                      auto_offset_reset="earliest", enable_auto_commit=False,
                                      fetch_max_wait_ms=200,
                                      request_timeout_ms=ctx.request_timeout_ms,
-                                     metadata_max_age_ms=5000) as consumer:
-                tps = spec.tps()
+                                     metadata_max_age_ms=5000,
+                                     **(consumer_options or {})) as consumer:
                 consumer.assign([_tp(t, p) for t, p in tps])
                 for (t, p), pos in positions.items():
                     consumer.seek(_tp(t, p), pos)
                 value = {"partitions": [tp_key(t, p) for t, p in tps],
-                         "positions": {tp_key(t, p): o for (t, p), o in positions.items()}}
+                         "positions": {tp_key(t, p): o for (t, p), o in positions.items()},
+                         **(assign_extra or {})}
                 inv = ctx.history.invoke(process, "assign", value)
                 ctx.history.ok(inv)
                 while ctx.running():
@@ -390,23 +399,33 @@ async def run_queue(ctx: RunContext, spec: QueueSpec, *, groups: bool = True) ->
     return notes
 
 
-async def _final_read_one(ctx: RunContext, topic: str, partition: int,
-                          timeout_s: float) -> dict[str, Any]:
+async def _final_read_one(ctx: RunContext, topic: str, partition: int, timeout_s: float, *,
+                          consumer_options: Mapping[str, Any] | None = None,
+                          extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One final read; ``consumer_options`` go to the consumer, ``extra`` into the values.
+
+    Complete = the consumer's position reached the end it was given (offsets of control
+    records and of filtered aborted records are never returned, so the last record read may
+    lie below ``end - 1``).
+    """
     from client import AsyncConsumer
 
     h = ctx.history
     process = ctx.next_process()
-    inv = h.invoke(process, "final-read", {"topic": topic, "partition": partition})
+    inv = h.invoke(process, "final-read", {"topic": topic, "partition": partition,
+                                           **(extra or {})})
     records: list[list[Any]] = []
     end: int | None = None
     error: str | None = None
+    pos = -1
     with trio.move_on_after(timeout_s) as scope:
         try:
             async with AsyncConsumer(bootstrap_servers=ctx.bootstrap,
                                      client_id=f"chaos-final-{process}",
                                      auto_offset_reset="earliest", enable_auto_commit=False,
                                      fetch_max_wait_ms=200,
-                                     request_timeout_ms=ctx.request_timeout_ms) as c:
+                                     request_timeout_ms=ctx.request_timeout_ms,
+                                     **(consumer_options or {})) as c:
                 tp = _tp(topic, partition)
                 c.assign([tp])
                 await c.seek_to_beginning(tp)
@@ -416,7 +435,6 @@ async def _final_read_one(ctx: RunContext, topic: str, partition: int,
                     except Exception as exc:  # noqa: BLE001
                         error = error_name(exc)
                         await trio.sleep(0.5)
-                pos = -1
                 while pos < end - 1:
                     batch = await c.poll(timeout_ms=1000, max_records=MAX_POLL_RECORDS)
                     got = _records(batch)
@@ -424,15 +442,16 @@ async def _final_read_one(ctx: RunContext, topic: str, partition: int,
                     if got:
                         pos = max(pos, max(r[2] for r in got))
                     elif await c.position(tp) >= end:
+                        pos = end - 1
                         break
         except Exception as exc:  # noqa: BLE001
             error = error_name(exc)
-    complete = end is not None and (not records or records[-1][2] >= end - 1) \
+    complete = end is not None and (pos >= end - 1 if end else True) \
         and not scope.cancelled_caught and error is None
     # Always ``ok``: what was read was read.  An incomplete read still counts as the final
     # read of the partition, so acked records past it are reported ``unseen`` (a liveness
     # failure the report must show), never silently skipped.
-    h.ok(inv, {"records": records, "end": end, "complete": complete,
+    h.ok(inv, {"records": records, "end": end, "complete": complete, **(extra or {}),
                **({"error": error} if error else {})})
     return {"tp": tp_key(topic, partition), "records": len(records), "end": end,
             "complete": complete, "error": error}
