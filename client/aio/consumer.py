@@ -28,6 +28,14 @@ same leader in the same epoch still leads does it reset the position (or raise f
 with ``auto_offset_reset='none'``). Leadership errors refresh metadata and back off; anything
 else is raised from the next ``poll``.
 
+Isolation (docs/transactions.md): ``isolation_level`` is ``"read_uncommitted"`` (default, as in
+Kafka: every record up to the high watermark) or ``"read_committed"``: FETCH asks for data below
+the last stable offset only, and the records of aborted transactions are dropped client-side
+from the response's ``aborted_transactions`` (``client.txn_filter``, per batch). In both modes
+control batches (transaction markers) are never returned, but the position moves past them.
+``end_offsets``, ``seek_to_end``, ``auto_offset_reset='latest'`` and ``current_lag`` use the
+last stable offset in read_committed (LIST_OFFSETS with ``isolation_level`` 1).
+
 Consumer groups: ``group_id`` needs a coordinator. ``AsyncConsumer.coordinator_factory`` (set by
 the group module) builds one per consumer; it runs in the consumer's nursery, assigns
 partitions via ``_set_assignment`` and provides committed offsets and ``commit``. Without one,
@@ -53,7 +61,8 @@ from client.aio.fetch import CompletedFetch, split_fetch_response
 from client.aio.offsets import EARLIEST, LATEST, list_offsets
 from client.connection import backoff_ms
 from client.errors import CorruptRecordError, IllegalStateError, RecordTooLargeError
-from client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from client.txn_filter import READ_UNCOMMITTED, isolation_level_code
+from client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["AsyncConsumer", "Coordinator"]
 
@@ -70,7 +79,7 @@ class Coordinator(Protocol):
 
 class _PartitionState:
     __slots__ = ("position", "fetch_offset", "buffered", "paused", "epoch", "inflight",
-                 "high_watermark", "log_start_offset", "error", "retry_at")
+                 "high_watermark", "last_stable_offset", "log_start_offset", "error", "retry_at")
 
     def __init__(self) -> None:
         self.position: int | None = None
@@ -80,6 +89,7 @@ class _PartitionState:
         self.epoch = 0
         self.inflight = False
         self.high_watermark = -1
+        self.last_stable_offset = -1
         self.log_start_offset = -1
         self.error: BaseException | None = None
         self.retry_at = 0.0
@@ -115,10 +125,13 @@ class AsyncConsumer:
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300000,
         consumer_timeout_ms: float | None = None,
+        isolation_level: str = READ_UNCOMMITTED,
         **group_options: Any,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
+        self._isolation = isolation_level_code(isolation_level)  # ValueError on a bad value
+        self.isolation_level = isolation_level.strip().lower()
         if group_id is not None and type(self).coordinator_factory is None:
             raise NotImplementedError(
                 "consumer groups are not supported yet: omit group_id and use assign() "
@@ -276,6 +289,7 @@ class AsyncConsumer:
         await self._seek_to(EARLIEST, partitions)
 
     async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """To the high watermark (read_uncommitted) or the last stable offset (read_committed)."""
         await self._seek_to(LATEST, partitions)
 
     async def _seek_to(self, ts: int, partitions: tuple[TopicPartition, ...]) -> None:
@@ -283,7 +297,7 @@ class AsyncConsumer:
         tps = list(partitions) or list(self._states)
         for tp in tps:
             self._state(tp)
-        found = await list_offsets(self._core, {tp: ts for tp in tps})
+        found = await list_offsets(self._core, {tp: ts for tp in tps}, isolation_level=self._isolation)
         for tp, (off, _) in found.items():
             if tp in self._states:
                 self.seek(tp, off)
@@ -303,6 +317,15 @@ class AsyncConsumer:
         """High watermark seen in the last fetch of ``partition`` (None before any)."""
         hw = self._state(partition).high_watermark
         return None if hw < 0 else hw
+
+    def current_lag(self, partition: TopicPartition) -> int | None:
+        """Records between the position and the end seen in the last fetch — the high
+        watermark, or in read_committed the last stable offset (None before any fetch)."""
+        st = self._state(partition)
+        end = st.last_stable_offset if self._isolation else st.high_watermark
+        if end < 0 or st.position is None:
+            return None
+        return max(0, end - st.position)
 
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
@@ -340,8 +363,10 @@ class AsyncConsumer:
         return {tp: off for tp, (off, _) in found.items()}
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """High watermarks, or last stable offsets in read_committed (as Kafka's consumer)."""
         self._check_open()
-        found = await list_offsets(self._core, {TopicPartition(*tp): LATEST for tp in partitions})
+        found = await list_offsets(self._core, {TopicPartition(*tp): LATEST for tp in partitions},
+                                   isolation_level=self._isolation)
         return {tp: off for tp, (off, _) in found.items()}
 
     async def partitions_for_topic(self, topic: str) -> set[int]:
@@ -375,6 +400,19 @@ class AsyncConsumer:
                 if tp in out and r.offset < out[tp]:
                     out[tp] = r.offset
         return out
+
+    def group_metadata(self) -> GroupMetadata:
+        """This member's identity for ``Producer.send_offsets_to_transaction`` (KIP-447): the
+        group, member id and epoch, and the metadata offset its commits carry. Outside a
+        group's membership (not joined yet, or left) the id is ``""`` and the epoch -1, so the
+        coordinator validates the offsets as a commit from outside the group."""
+        if self._coordinator is None or self.group_id is None:
+            raise IllegalStateError("group_metadata() needs a group_id (consumer groups)")
+        epoch = int(getattr(self._coordinator, "member_epoch", 0) or 0)
+        if epoch <= 0:
+            return GroupMetadata(self.group_id, "", -1, -1)
+        return GroupMetadata(self.group_id, str(getattr(self._coordinator, "member_id", "")), epoch,
+                             int(getattr(self._coordinator, "metadata_offset", -1)))
 
     async def committed(self, partition: TopicPartition) -> int | None:
         if self._coordinator is None:
@@ -521,7 +559,7 @@ class AsyncConsumer:
                 "current_leader_epoch": leader_epochs[tp],  # < 0: unknown, not checked
             })
         body = {"replica_id": -1, "max_wait_ms": self.fetch_max_wait_ms, "min_bytes": self.fetch_min_bytes,
-                "max_bytes": self.fetch_max_bytes,
+                "max_bytes": self.fetch_max_bytes, "isolation_level": self._isolation,
                 "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
         try:
             resp = await self._core.request_node(node, ApiKey.FETCH, body,
@@ -556,6 +594,8 @@ class AsyncConsumer:
                 st.high_watermark = pd.high_watermark
             if pd.log_start_offset >= 0:
                 st.log_start_offset = pd.log_start_offset
+            if pd.last_stable_offset >= 0:
+                st.last_stable_offset = pd.last_stable_offset
             if pd.error:
                 if pd.error == ErrorCode.OFFSET_OUT_OF_RANGE and self._nursery is not None:
                     # validate against a fresh leader/epoch before any reset (KIP-320)
@@ -568,7 +608,7 @@ class AsyncConsumer:
                 continue
             if not len(pd.raw):
                 continue
-            cf = CompletedFetch(pd.tp, pd.raw, st.epoch)
+            cf = CompletedFetch(pd.tp, pd.raw, st.epoch, pd.aborted)
             if cf.end_offset < 0:
                 if len(pd.raw) >= self.max_partition_fetch_bytes:
                     st.error = RecordTooLargeError(
@@ -652,7 +692,8 @@ class AsyncConsumer:
         ts = EARLIEST if self.auto_offset_reset == "earliest" else LATEST
         epochs = {tp: self._states[tp].epoch for tp in tps}
         try:
-            found = await list_offsets(self._core, {tp: ts for tp in tps}, attempts=3)
+            found = await list_offsets(self._core, {tp: ts for tp in tps}, attempts=3,
+                                       isolation_level=self._isolation)
         except RafkaError:
             await trio.sleep(backoff_ms(1, self._core.retry_backoff_ms, 1000) / 1000)
             raise

@@ -14,7 +14,12 @@ batch, so ``poll(max_records=...)`` decodes only what it returns:
   which steps over offset gaps left by compaction;
 * each batch's CRC-32C is checked (``log.batch.decode_raw_records``); a bad batch raises
   ``CorruptRecordError`` naming the topic, partition and offset range;
-* a trailing partial batch (cut by ``max_bytes``) is ignored; the next fetch starts there.
+* a trailing partial batch (cut by ``max_bytes``) is ignored; the next fetch starts there;
+* transactions (``client.txn_filter``): control batches are never returned, and in
+  ``read_committed`` the batches of aborted transactions (the response's
+  ``aborted_transactions``) are skipped; the position still moves past them. Decided per
+  batch from the header attributes, so batches without the transactional/control bits — all
+  of them on a topic without transactions — cost one integer test.
 
 Speed (the consumer target is ≥ 1M records/s): records are unpacked here rather than with
 ``log.batch.decode_raw_records`` — same layout, same CRC check (``log.batch.crc_ok``) — because
@@ -43,6 +48,7 @@ import lz4.frame
 import msgpack
 
 from client.errors import CorruptRecordError
+from client.txn_filter import TXN_BITS, TxnBatchFilter
 from client.types import ConsumerRecord, TopicPartition
 from log.batch import (
     COMPRESSION_LZ4,
@@ -68,6 +74,8 @@ class PartitionData:
     high_watermark: int
     log_start_offset: int
     raw: memoryview
+    last_stable_offset: int = -1  # read_committed answers only (-1: not given)
+    aborted: list[tuple[int, int]] | None = None  # [(producer_id, first_offset)], read_committed
 
 
 def split_fetch_response(body: dict[str, Any], raw: bytes | memoryview) -> list[PartitionData]:
@@ -85,11 +93,23 @@ def split_fetch_response(body: dict[str, Any], raw: bytes | memoryview) -> list[
                 int(p.get("high_watermark", -1) if p.get("high_watermark") is not None else -1),
                 int(p.get("log_start_offset", -1) if p.get("log_start_offset") is not None else -1),
                 mv[pos:pos + n],
+                int(p["last_stable_offset"]) if p.get("last_stable_offset") is not None else -1,
+                _aborted_list(p.get("aborted_transactions")),
             ))
             pos += n
     if pos > len(mv):
         raise CorruptRecordError(f"fetch response declares {pos} raw bytes but carries {len(mv)}")
     return out
+
+
+def _aborted_list(entries: Any) -> list[tuple[int, int]] | None:
+    """``aborted_transactions`` of a FETCH partition entry: ``[[producer_id, first_offset]]``."""
+    if not entries:
+        return None
+    try:
+        return [(int(pid), int(first)) for pid, first in entries]
+    except (TypeError, ValueError) as exc:
+        raise CorruptRecordError(f"malformed aborted_transactions in a fetch response: {exc}") from None
 
 
 def batch_headers(raw: memoryview | bytes) -> Iterator[tuple[int, BatchHeader]]:
@@ -147,13 +167,15 @@ def _decode_batch(buf: memoryview, pos: int, h: BatchHeader, topic: str, partiti
 class CompletedFetch:
     """The raw bytes fetched for one partition, consumed lazily by ``take``."""
 
-    __slots__ = ("tp", "raw", "pos", "epoch", "end_offset", "_left", "_left_end")
+    __slots__ = ("tp", "raw", "pos", "epoch", "end_offset", "_left", "_left_end", "_txn")
 
-    def __init__(self, tp: TopicPartition, raw: memoryview, epoch: int = 0) -> None:
+    def __init__(self, tp: TopicPartition, raw: memoryview, epoch: int = 0,
+                 aborted: list[tuple[int, int]] | None = None) -> None:
         self.tp = tp
         self.raw = raw
         self.pos = 0
         self.epoch = epoch
+        self._txn = TxnBatchFilter(aborted)  # hides control batches and aborted transactions
         self._left: list[ConsumerRecord] = []
         self._left_end = -1
         last = -1
@@ -197,6 +219,9 @@ class CompletedFetch:
                 break
             self.pos = pos + h.size
             nxt = h.next_offset
+            if h.attributes & TXN_BITS and self._skip_txn(pos, h):
+                position = max(position, nxt)  # a marker or aborted data: step over it
+                continue
             if nxt <= position:
                 continue
             gc_was_on = _gc_isenabled()
@@ -205,17 +230,9 @@ class CompletedFetch:
             try:
                 crs = _decode_batch(raw, pos, h, topic, partition, position)
             except CorruptBatchError as exc:
-                raise CorruptRecordError(
-                    f"{topic}-{partition}: corrupt batch at offsets [{h.base_offset}, {h.last_offset}]: "
-                    f"{exc} (seek to {nxt} to skip it)",
-                    topic=topic, partition=partition, start_offset=h.base_offset, end_offset=h.last_offset,
-                ) from None
+                raise self._corrupt(h, "corrupt batch", exc) from None
             except (TypeError, ValueError) as exc:
-                raise CorruptRecordError(
-                    f"{topic}-{partition}: malformed record in batch at offsets [{h.base_offset}, "
-                    f"{h.last_offset}]: {exc} (seek to {nxt} to skip it)",
-                    topic=topic, partition=partition, start_offset=h.base_offset, end_offset=h.last_offset,
-                ) from None
+                raise self._corrupt(h, "malformed record in batch", exc) from None
             finally:
                 if gc_was_on:
                     _gc_enable()
@@ -225,3 +242,16 @@ class CompletedFetch:
             self._left = crs
             self._left_end = nxt
         return out, position
+
+    def _skip_txn(self, pos: int, h: BatchHeader) -> bool:
+        try:
+            return self._txn.skip(self.raw, pos, h)
+        except CorruptBatchError as exc:
+            raise self._corrupt(h, "corrupt control batch", exc) from None
+
+    def _corrupt(self, h: BatchHeader, what: str, exc: BaseException) -> CorruptRecordError:
+        topic, partition = self.tp
+        return CorruptRecordError(
+            f"{topic}-{partition}: {what} at offsets [{h.base_offset}, {h.last_offset}]: {exc} "
+            f"(seek to {h.next_offset} to skip it)",
+            topic=topic, partition=partition, start_offset=h.base_offset, end_offset=h.last_offset)

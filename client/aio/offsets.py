@@ -3,8 +3,9 @@
 ``list_offsets(core, {tp: timestamp})`` groups the partitions by leader (one request per
 broker, concurrently), retries partitions whose leader moved after a metadata refresh (up to
 ``attempts`` rounds, with backoff), and returns ``{tp: (offset, timestamp)}``. Timestamp
-``-2`` = earliest (log start), ``-1`` = latest (high watermark), ``≥ 0`` = first offset whose
-timestamp is ≥ it (offset -1 when there is none).
+``-2`` = earliest (log start), ``-1`` = latest (high watermark; with ``isolation_level=1``,
+read_committed, the last stable offset), ``≥ 0`` = first offset whose timestamp is ≥ it (offset
+-1 when there is none).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ LATEST = -1
 
 
 async def list_offsets(core: ClientCore, wanted: Mapping[TopicPartition, int], *,
-                       attempts: int = 10) -> dict[TopicPartition, tuple[int, int]]:
+                       attempts: int = 10, isolation_level: int = 0) -> dict[TopicPartition, tuple[int, int]]:
     todo = dict(wanted)
     out: dict[TopicPartition, tuple[int, int]] = {}
     last: RafkaError | None = None
@@ -59,7 +60,10 @@ async def list_offsets(core: ClientCore, wanted: Mapping[TopicPartition, int], *
             topics: dict[str, list[dict[str, Any]]] = {}
             for tp, ts in parts.items():
                 topics.setdefault(tp.topic, []).append({"partition": tp.partition, "timestamp": ts})
-            body = {"replica_id": -1, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+            body: dict[str, Any] = {"replica_id": -1,
+                                    "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+            if isolation_level:
+                body["isolation_level"] = isolation_level
             try:
                 resp = await core.request_node(node, ApiKey.LIST_OFFSETS, body)
                 resp.raise_for_error()
