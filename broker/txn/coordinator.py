@@ -42,8 +42,8 @@ from typing import Any, Final
 
 import trio
 
+from broker.controller_channel import FORWARDED_KEY
 from broker.errors import ErrorCode, RafkaError, error_for
-from broker.handlers.admin import forward
 from broker.protocol import ApiKey
 from broker.txn import state as S
 from broker.txn.markers import LocalHandler, MarkerWriter
@@ -274,13 +274,25 @@ class TxnCoordinator:
             return
         live = sum(1 for b in self.rm.image.cluster.brokers.values() if not b.fenced)
         body = {"topics": [txn_state_topic_spec(max(1, live))], "timeout_ms": 5000}
-        answer = await forward(self.channel, self.publisher, ApiKey.CREATE_TOPICS, body)
-        log.info("creating %s: %s", TXN_STATE_TOPIC, answer)
+        with contextlib.suppress(RafkaError):
+            answer = await self._controller(ApiKey.CREATE_TOPICS, body)
+            log.info("creating %s: %s", TXN_STATE_TOPIC, answer)
+
+    async def _controller(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+        """The active controller's answer, forwarded as broker/handlers/admin.py does (bounded)."""
+        with trio.move_on_after(self.request_timeout_ms / 1000):
+            return await self.channel.request(api_key, {**body, FORWARDED_KEY: True},
+                                              attempt_timeout_s=5.0)
+        raise error_for(ErrorCode.REQUEST_TIMED_OUT, f"the controller did not answer {ApiKey(api_key).name}")
 
     async def _new_producer_id(self) -> int:
         if self.channel is None:
             raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, "no controller to allocate a producer id")
-        answer = await forward(self.channel, self.publisher, ApiKey.INIT_PRODUCER_ID, {})
+        try:
+            answer = await self._controller(ApiKey.INIT_PRODUCER_ID, {})
+        except RafkaError as exc:
+            raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"allocating a producer id: {exc.message}"
+                            ) from None
         if answer.get("error"):
             raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                             f"allocating a producer id: {answer.get('message') or answer['error']}")

@@ -1,0 +1,227 @@
+"""The transaction coordinator on a real in-process broker, over real TCP with raw requests:
+INIT → ADD_PARTITIONS → transactional PRODUCE → END_TXN, with the markers and the
+``__transaction_state`` record checked in the logs; fencing by a new incarnation; the timeout
+abort (time injected into the coordinator); a decided transaction finished by a new leader epoch;
+offsets in a transaction (pending until the COMMIT marker, dropped on ABORT, and after a reload).
+
+Producer ids come from a real ControllerService on the in-memory quorum."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import trio
+
+from broker.errors import ErrorCode
+from broker.protocol import ApiKey
+from broker.txn import state as S
+from broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
+from kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from kraft.memory import MemoryQuorumCluster
+from kraft.service import ControllerService
+from log.batch import CONTROL_COMMIT, build_batch, control_type, decode_records, iter_batches
+from metadata.records import Partition
+from tests.broker.harness import Broker, running_broker
+from tests.groups.test_e2e_inprocess import DirectChannel
+
+T0 = 1_700_000_000_000
+TOPICS = {TXN_STATE_TOPIC: 5, OFFSETS_TOPIC: 3, "out": 2}
+
+
+class Env:
+    def __init__(self, b: Broker, conn: Any) -> None:
+        self.b = b
+        self.conn = conn
+        self.api = b.server.dispatch.__self__  # the NodeApi the harness built
+        self.now = T0
+        self.api.txn.wall_clock_ms = lambda: self.now
+
+    async def req(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+        return (await self.conn.request(api_key, body)).body
+
+    async def init(self, tid: str = "tx", timeout_ms: int = 60_000, **kw: Any) -> tuple[int, int]:
+        r = await self.req(ApiKey.INIT_PRODUCER_ID, {"transactional_id": tid,
+                                                     "transaction_timeout_ms": timeout_ms, **kw})
+        assert r["error"] == 0, r
+        return r["producer_id"], r["producer_epoch"]
+
+    async def add(self, pid: int, epoch: int, parts: list[int], tid: str = "tx", **kw: Any) -> dict[str, Any]:
+        return await self.req(ApiKey.ADD_PARTITIONS_TO_TXN, {
+            "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+            "topics": [{"name": "out", "partitions": parts}], **kw})
+
+    async def produce(self, pid: int, epoch: int, partition: int, seq: int, tid: str = "tx") -> dict[str, Any]:
+        batch = build_batch([(None, b"v%d" % seq, [], T0)], producer_id=pid, producer_epoch=epoch,
+                            base_sequence=seq, transactional=True)
+        r = await self.req(ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 10_000, "transactional_id": tid,
+                                            "topics": [{"name": "out", "partitions": [
+                                                {"partition": partition, "records": batch}]}]})
+        return r["topics"][0]["partitions"][0]
+
+    async def end(self, pid: int, epoch: int, commit: bool, tid: str = "tx") -> dict[str, Any]:
+        return await self.req(ApiKey.END_TXN, {"transactional_id": tid, "producer_id": pid,
+                                               "producer_epoch": epoch, "commit": commit})
+
+    async def describe(self, tid: str = "tx") -> dict[str, Any]:
+        return (await self.req(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]}))["transactions"][0]
+
+    async def wait_state(self, state: str, tid: str = "tx") -> dict[str, Any]:
+        with trio.fail_after(10):  # a bound, not a timing assertion
+            while (d := await self.describe(tid)).get("state") != state:
+                await trio.sleep(0.02)
+        return d
+
+    def batches(self, topic: str, partition: int) -> list[tuple[Any, bytes, int]]:
+        p = self.b.rm.get_leader(topic, partition)
+        buf = p.log.read_bytes(p.log.log_start_offset, 1 << 20)
+        return [(h, buf, pos) for pos, h in iter_batches(buf)]
+
+    def markers(self, partition: int) -> list[tuple[int, int, bool]]:
+        """(producer id, epoch, commit) of every marker in out/partition below its HW."""
+        hw = self.b.rm.get_leader("out", partition).high_watermark
+        return [(h.producer_id, h.producer_epoch, control_type(buf, pos) == CONTROL_COMMIT)
+                for h, buf, pos in self.batches("out", partition) if h.is_control and h.last_offset < hw]
+
+    async def bump_leader_epoch(self, topic: str, partition: int) -> None:
+        """What a leader change back to this broker looks like: a new leader epoch."""
+        p = self.b.rm.get_leader(topic, partition)
+        rec = Partition(f"id-{topic}", partition, (1,), (1,), 1, p.leader_epoch + 1, p.leader_epoch + 1)
+        img = self.b.publisher.image
+        await self.b.publisher.publish_records([(img.offset + 1, 1, rec)])
+
+
+@contextlib.asynccontextmanager
+async def txn_env(tmp_path: Any) -> AsyncIterator[Env]:
+    q = MemoryQuorumCluster([1])
+    svc = ControllerService(1, [(1, "127.0.0.1:1", "127.0.0.1:2")], None, tmp_path / "ctl", None, {},
+                            quorum=q.voters[1], rng=random.Random(1))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(svc.run)
+        q.elect(1)
+        with trio.fail_after(10):
+            while not svc.is_active:
+                await trio.sleep(0.01)
+        async with running_broker(tmp_path, topics=TOPICS) as b, b.connect() as conn:
+            env = Env(b, conn)
+            env.api.txn.channel = DirectChannel(svc)
+            await nursery.start(env.api.txn.run)
+            yield env
+        nursery.cancel_scope.cancel()
+
+
+async def test_commit_writes_markers_and_the_state_record(tmp_path: Any) -> None:
+    async with txn_env(tmp_path) as env:
+        pid, epoch = await env.init()
+        assert epoch == 0
+        r = await env.add(pid, epoch, [0, 1])
+        assert r["error"] == 0 and all(p["error"] == 0 for p in r["topics"][0]["partitions"]), r
+        v = await env.add(pid, epoch, [0, 1], verify_only=True)
+        assert [p["error"] for p in v["topics"][0]["partitions"]] == [0, 0]
+        for part in (0, 1):
+            assert (await env.produce(pid, epoch, part, 0))["error"] == 0
+        assert (await env.end(pid, epoch, True))["error"] == 0
+        # when END_TXN answers, both partitions hold the COMMIT marker below the HW
+        assert env.markers(0) == env.markers(1) == [(pid, epoch, True)]
+        d = await env.describe()
+        assert (d["state"], d["producer_id"], d["producer_epoch"]) == ("CompleteCommit", pid, epoch)
+        # the durable record is what a new coordinator will load
+        h, buf, pos = env.batches(TXN_STATE_TOPIC, txn_partition("tx"))[-1]
+        rec = decode_records(buf, pos)[-1]
+        md = S.decode_value(S.decode_key(rec.key), rec.value)
+        assert md is not None and md.state is S.TxnState.COMPLETE_COMMIT and md.producer_id == pid
+        # a retry of the same END_TXN succeeds, the opposite outcome is refused
+        assert (await env.end(pid, epoch, True))["error"] == 0
+        assert (await env.end(pid, epoch, False))["error"] == ErrorCode.INVALID_TXN_STATE
+        v = await env.add(pid, epoch, [0], verify_only=True)
+        assert v["topics"][0]["partitions"][0]["error"] == ErrorCode.INVALID_TXN_STATE
+        lt = await env.req(ApiKey.LIST_TRANSACTIONS, {"states": ["CompleteCommit"]})
+        assert [t["transactional_id"] for t in lt["transactions"]] == ["tx"]
+
+
+async def test_new_incarnation_fences_and_aborts_the_open_transaction(tmp_path: Any) -> None:
+    async with txn_env(tmp_path) as env:
+        pid, epoch = await env.init()
+        await env.add(pid, epoch, [0])
+        assert (await env.produce(pid, epoch, 0, 0))["error"] == 0
+        pid2, epoch2 = await env.init()
+        assert (pid2, epoch2) == (pid, epoch + 1)
+        # the abort marker carries the bumped epoch: the partition fences the zombie
+        assert env.markers(0) == [(pid, epoch + 1, False)]
+        assert (await env.describe())["state"] == "CompleteAbort"
+        assert (await env.end(pid, epoch, True))["error"] == ErrorCode.PRODUCER_FENCED
+        assert (await env.add(pid, epoch, [1]))["error"] == ErrorCode.PRODUCER_FENCED
+        assert (await env.add(pid2, epoch2, [1]))["error"] == 0
+
+
+async def test_timeout_abort_and_kip360_reinit(tmp_path: Any) -> None:
+    async with txn_env(tmp_path) as env:
+        pid, epoch = await env.init(timeout_ms=1000)
+        await env.add(pid, epoch, [1])
+        assert (await env.produce(pid, epoch, 1, 0))["error"] == 0
+        await env.api.txn.tick()
+        assert (await env.describe())["state"] == "Ongoing"  # not yet past its timeout
+        env.now += 1001
+        await env.api.txn.tick()
+        d = await env.wait_state("CompleteAbort")
+        assert d["producer_epoch"] == epoch + 1
+        assert env.markers(1) == [(pid, epoch + 1, False)]
+        assert (await env.end(pid, epoch, True))["error"] == ErrorCode.TRANSACTION_TIMED_OUT
+        assert (await env.end(pid, epoch, False))["error"] == 0  # already aborted
+        assert await env.init(timeout_ms=1000, producer_id=pid, producer_epoch=epoch) == (pid, epoch + 1)
+
+
+async def test_a_new_leader_epoch_finishes_a_decided_transaction(tmp_path: Any) -> None:
+    async with txn_env(tmp_path) as env:
+        pid, epoch = await env.init(tid="ty")
+        await env.add(pid, epoch, [0], tid="ty")
+        assert (await env.produce(pid, epoch, 0, 0, tid="ty"))["error"] == 0
+        # the previous coordinator decided (PrepareCommit is durable) and died before the markers
+        n = txn_partition("ty")
+        st = env.api.txn.states[n]
+        prepared = S.end_txn(st.txns["ty"], pid, epoch, True, env.now)[1]
+        p = env.b.rm.get_leader(TXN_STATE_TOPIC, n)
+        env.b.rm.append(p, build_batch([(S.encode_key("ty"), S.encode_value(prepared), [], T0)]), -1)
+        await env.bump_leader_epoch(TXN_STATE_TOPIC, n)
+        await env.wait_state("CompleteCommit", tid="ty")
+        assert env.markers(0) == [(pid, epoch, True)]
+
+
+async def _txn_commit_offset(env: Env, pid: int, epoch: int, offset: int) -> dict[str, Any]:
+    r = await env.req(ApiKey.ADD_OFFSETS_TO_TXN, {"transactional_id": "tx", "producer_id": pid,
+                                                  "producer_epoch": epoch, "group_id": "g"})
+    assert r["error"] == 0, r
+    return await env.req(ApiKey.TXN_OFFSET_COMMIT, {
+        "transactional_id": "tx", "group_id": "g", "producer_id": pid, "producer_epoch": epoch,
+        "topics": [{"name": "in", "partitions": [{"partition": 0, "offset": offset}]}]})
+
+
+async def _fetched(env: Env) -> int:
+    r = await env.req(ApiKey.OFFSET_FETCH, {"group_id": "g", "topics": [{"name": "in", "partitions": [0]}]})
+    return r["topics"][0]["partitions"][0]["offset"]
+
+
+async def test_offsets_in_a_transaction(tmp_path: Any) -> None:
+    async with txn_env(tmp_path) as env:
+        pid, epoch = await env.init()
+        r = await _txn_commit_offset(env, pid, epoch, 10)
+        assert r["error"] == 0 and r["topics"][0]["partitions"][0]["error"] == 0, r
+        assert await _fetched(env) == -1  # pending until the COMMIT marker
+        assert (await env.end(pid, epoch, True))["error"] == 0
+        assert await _fetched(env) == 10
+        # an aborted transaction's offsets never show
+        assert (await _txn_commit_offset(env, pid, epoch, 20))["error"] == 0
+        assert (await env.end(pid, epoch, False))["error"] == 0
+        assert await _fetched(env) == 10
+        # pending across a reload: still invisible, then committed by the marker
+        assert (await _txn_commit_offset(env, pid, epoch, 30))["error"] == 0
+        n = offsets_partition("g", TOPICS[OFFSETS_TOPIC])
+        await env.bump_leader_epoch(OFFSETS_TOPIC, n)
+        assert await _fetched(env) == 10
+        assert (await env.end(pid, epoch, True))["error"] == 0
+        assert await _fetched(env) == 30
+        # and a reload replays markers the same way
+        await env.bump_leader_epoch(OFFSETS_TOPIC, n)
+        assert await _fetched(env) == 30
