@@ -119,7 +119,7 @@ class _Node:
                 api = NodeApi(cluster_id=cfg.cluster_id, replica_manager=self.rm,
                               publisher=self.publisher, channel=channel,
                               controller_handlers=self.controller.handlers if self.controller else None,
-                              topic_defaults=cfg.topic_defaults())
+                              topic_defaults=cfg.topic_defaults(), pool=pool)
                 limits = ServerLimits(cfg.broker["max.connections"],
                                       cfg.broker["max.inflight.requests.per.connection"],
                                       cfg.broker["socket.request.max.bytes"])

@@ -234,10 +234,13 @@ def _check(futures: list[Any]) -> None:
 @click.option("--max-messages", type=int, default=None, help="Exit after N records.")
 @click.option("--timeout-ms", type=int, default=None, help="Exit when no record came for T ms.")
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
+@click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]),
+              default="read_uncommitted", show_default=True,
+              help="read_committed: only records of committed transactions (docs/transactions.md).")
 @bootstrap_option
 @_handle_errors
 def consume(topic_name: str, group: str | None, from_beginning: bool, max_messages: int | None,
-            timeout_ms: int | None, print_key: bool, bootstrap: str) -> None:
+            timeout_ms: int | None, print_key: bool, isolation_level: str, bootstrap: str) -> None:
     """Print the values of TOPIC's records, one per line."""
     from client.sync import Consumer
 
@@ -247,7 +250,7 @@ def consume(topic_name: str, group: str | None, from_beginning: bool, max_messag
     n = 0
     with Consumer(topic_name, bootstrap_servers=bootstrap, group_id=group,
                   auto_offset_reset="earliest" if from_beginning else "latest",
-                  consumer_timeout_ms=timeout_ms) as consumer:
+                  consumer_timeout_ms=timeout_ms, isolation_level=isolation_level) as consumer:
         if from_beginning and group is None:
             consumer.seek_to_beginning()
         for rec in consumer:
@@ -301,6 +304,9 @@ def _add_group_commands() -> None:
     from client.group_cli import group  # rafka group list|describe|reset-offsets|delete
 
     main.add_command(group, "group")
+    from client.txn_cli import transactions  # rafka transactions list|describe|producers|abort
+
+    main.add_command(transactions, "transactions")
 
 
 _add_group_commands()

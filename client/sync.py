@@ -24,12 +24,20 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
-from client.aio.admin import AsyncAdmin, ClusterDescription, NewTopic, TopicDescription
+from client.aio.admin import (
+    AsyncAdmin,
+    ClusterDescription,
+    NewTopic,
+    ProducerState,
+    TopicDescription,
+    TransactionDescription,
+    TransactionListing,
+)
 from client.aio.consumer import AsyncConsumer
 from client.aio.futures import FutureRecordMetadata
 from client.aio.producer import AsyncProducer, Headers
 from client.errors import IllegalStateError, RafkaError
-from client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Producer", "Consumer", "Admin"]
 
@@ -239,6 +247,9 @@ class Consumer(_Facade[AsyncConsumer]):
     def highwater(self, partition: TopicPartition) -> int | None:
         return self._loop.run_sync(self._async.highwater, partition)
 
+    def current_lag(self, partition: TopicPartition) -> int | None:
+        return self._loop.run_sync(self._async.current_lag, partition)
+
     def pause(self, *partitions: TopicPartition) -> None:
         self._drop_chunk()
         self._loop.run_sync(self._async.pause, *partitions)
@@ -273,6 +284,10 @@ class Consumer(_Facade[AsyncConsumer]):
 
     def committed(self, partition: TopicPartition) -> int | None:
         return self._loop.run(self._async.committed, partition)
+
+    def group_metadata(self) -> GroupMetadata:
+        """For ``Producer.send_offsets_to_transaction`` (see ``AsyncConsumer.group_metadata``)."""
+        return self._loop.run_sync(self._async.group_metadata)
 
 
 class Admin(_Facade[AsyncAdmin]):
@@ -322,8 +337,22 @@ class Admin(_Facade[AsyncAdmin]):
     def describe_quorum(self) -> dict[str, Any]:
         return self._loop.run(self._async.describe_quorum)
 
-    def list_offsets(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
-        return self._loop.run(self._async.list_offsets, dict(timestamps))
+    def list_offsets(self, timestamps: Mapping[TopicPartition, int], *,
+                     isolation_level: int = 0) -> dict[TopicPartition, tuple[int, int]]:
+        return self._loop.run(_kw(self._async.list_offsets, isolation_level=isolation_level), dict(timestamps))
+
+    def list_transactions(self, states: Iterable[str] | None = None) -> list[TransactionListing]:
+        return self._loop.run(self._async.list_transactions, None if states is None else list(states))
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
+        return self._loop.run(self._async.describe_transactions, list(transactional_ids))
+
+    def describe_producers(self, topic: str, partition: int) -> list[ProducerState]:
+        return self._loop.run(self._async.describe_producers, topic, partition)
+
+    def abort_transaction(self, topic: str, partition: int, producer_id: int,
+                          producer_epoch: int | None = None) -> ProducerState:
+        return self._loop.run(self._async.abort_transaction, topic, partition, producer_id, producer_epoch)
 
 
 # ---------------------------------------------------------------------- helpers (loop side)

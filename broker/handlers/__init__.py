@@ -36,6 +36,7 @@ from broker.replica_manager import ReplicaManager
 from broker.server import Reply
 from broker.txn.coordinator import TxnCoordinator
 from broker.txn.verify import CoordinatorVerifier
+from client.connection import ConnectionPool
 from kraft.groups.offsets import GroupOffsetsManager
 
 __all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS", "GROUP_BROKER_APIS", "TXN_BROKER_APIS"]
@@ -67,7 +68,8 @@ class NodeApi:
     def __init__(self, *, cluster_id: str, replica_manager: ReplicaManager | None,
                  publisher: MetadataPublisher, channel: ControllerChannel | None,
                  controller_handlers: Mapping[int, ControllerHandler] | None = None,
-                 topic_defaults: Mapping[str, Any] | None = None) -> None:
+                 topic_defaults: Mapping[str, Any] | None = None,
+                 pool: ConnectionPool | None = None) -> None:
         self.cluster_id = cluster_id
         self.rm = replica_manager
         self.publisher = publisher
@@ -78,7 +80,7 @@ class NodeApi:
         self.txn: TxnCoordinator | None = None
         self.txn_verifier: CoordinatorVerifier | None = None
         if replica_manager is not None:
-            pool = channel.pool if channel is not None else None
+            # pool: the node's ConnectionPool (markers to other leaders, remote verification)
             self.txn = TxnCoordinator(replica_manager, publisher, channel, pool=pool,
                                       local_markers=self._local_markers,
                                       settings=replica_manager.settings)

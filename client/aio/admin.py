@@ -19,6 +19,9 @@ change (``kraft/service.py``). A random id, not client id + counter: the default
 shared by every admin instance and a counter restarts with the process, so a new process's
 "create t" could otherwise be answered by an old process's dedup entry for "create t" without
 creating anything. A broker that predates ``request_id`` ignores it (old behaviour).
+
+Transactions (``list_transactions``, ``describe_transactions``, ``describe_producers``,
+``abort_transaction``) are in ``client.aio.txn_admin``; the methods here call it.
 """
 
 from __future__ import annotations
@@ -34,13 +37,16 @@ import trio
 
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey, Response
+from client.aio import txn_admin
 from client.aio._core import REFRESH_CODES, ClientCore
 from client.aio.offsets import EARLIEST, LATEST, list_offsets
+from client.aio.txn_admin import ProducerState, TransactionDescription, TransactionListing
 from client.connection import backoff_ms
 from client.errors import IllegalStateError
 from client.types import BrokerMetadata, TopicPartition
 
-__all__ = ["AsyncAdmin", "NewTopic", "PartitionDescription", "TopicDescription", "ClusterDescription"]
+__all__ = ["AsyncAdmin", "NewTopic", "PartitionDescription", "TopicDescription", "ClusterDescription",
+           "TransactionListing", "TransactionDescription", "ProducerState"]
 
 
 class NewTopic(NamedTuple):
@@ -294,10 +300,41 @@ class AsyncAdmin:
         resp.raise_for_error()
         return dict(resp.body)
 
-    async def list_offsets(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
-        """Raw LIST_OFFSETS: ``{tp: ts}`` (-2 earliest, -1 latest) → ``{tp: (offset, timestamp)}``."""
+    async def list_offsets(self, timestamps: Mapping[TopicPartition, int], *,
+                           isolation_level: int = 0) -> dict[TopicPartition, tuple[int, int]]:
+        """Raw LIST_OFFSETS: ``{tp: ts}`` (-2 earliest, -1 latest) → ``{tp: (offset, timestamp)}``;
+        ``isolation_level=1``: latest is the last stable offset."""
         self._check_open()
-        return await list_offsets(self._core, dict(timestamps))
+        return await list_offsets(self._core, dict(timestamps), isolation_level=isolation_level)
+
+    # ------------------------------------------------------------------ transactions
+
+    async def list_transactions(self, states: Iterable[str] | None = None) -> list[TransactionListing]:
+        """Every transactional id known to the coordinators (all brokers asked, answers merged);
+        ``states`` filters by Kafka's state names (``Ongoing``, ``PrepareCommit``, …)."""
+        self._check_open()
+        return await txn_admin.list_transactions(self._core, states)
+
+    async def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
+        """Each id's state, producer id/epoch, timeout, start time and partitions (from its
+        coordinator). Raises e.g. ``TransactionalIdNotFoundError``."""
+        self._check_open()
+        return await txn_admin.describe_transactions(self._core, transactional_ids)
+
+    async def describe_producers(self, topic: str, partition: int) -> list[ProducerState]:
+        """The producers the partition's leader tracks (``txn_first_offset`` ≥ 0: one open
+        transaction there)."""
+        self._check_open()
+        return await txn_admin.describe_producers(self._core, TopicPartition(topic, partition))
+
+    async def abort_transaction(self, topic: str, partition: int, producer_id: int,
+                                producer_epoch: int | None = None) -> ProducerState:
+        """Operator abort of a hanging transaction on one partition: an ABORT marker
+        (coordinator epoch -1) after checking that the producer has a transaction open there.
+        Returns the producer's state before the abort."""
+        self._check_open()
+        return await txn_admin.abort_transaction(self._core, TopicPartition(topic, partition),
+                                                 producer_id, producer_epoch)
 
 
 def _request_id() -> str:
