@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import socket
 import struct
 from collections.abc import AsyncIterator
 from typing import Any
@@ -243,9 +244,21 @@ class PendingResponse:
             self._conn._slots.release()
 
 
+# getaddrinfo's answers that a retry cannot change (EAI_AGAIN, a DNS server that did not
+# answer, is left retriable)
+_NO_SUCH_NAME = frozenset(getattr(socket, n) for n in ("EAI_NONAME", "EAI_FAIL", "EAI_NODATA") if hasattr(socket, n))
+
+
 async def _open(host: str, port: int, **kw: Any) -> Connection:
+    """Connect; a failure is BROKER_NOT_AVAILABLE, with ``details["unresolvable"]`` set when
+    the host name does not exist (``ClientCore.request_any`` gives up on those at once)."""
     try:
         stream = await trio.open_tcp_stream(host, port)
+    except socket.gaierror as exc:
+        if exc.errno in _NO_SUCH_NAME:
+            raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"cannot resolve host {host} ({exc.strerror})",
+                            unresolvable=host) from None
+        raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"cannot connect to {host}:{port}: {exc}") from None
     except OSError as exc:
         raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"cannot connect to {host}:{port}: {exc}") from None
     try:

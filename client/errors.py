@@ -28,6 +28,7 @@ __all__ = [
     "BufferExhaustedError",
     "IllegalStateError",
     "NoBrokersAvailableError",
+    "UnresolvableHostError",
     "CorruptRecordError",
     "RecordTooLargeError",
 ]
@@ -57,6 +58,13 @@ class NoBrokersAvailableError(ClientError):
     """No bootstrap or known broker answered."""
 
     code = ErrorCode.BROKER_NOT_AVAILABLE
+
+
+class UnresolvableHostError(ClientError):
+    """No bootstrap or known broker address resolves (the name does not exist): a setting to
+    fix, not a state to wait out, so it is not retriable (Kafka's "no resolvable bootstrap urls")."""
+
+    code = ErrorCode.INVALID_CONFIG
 
 
 class CorruptRecordError(ClientError):

@@ -55,6 +55,7 @@ from broker.protocol import ApiKey
 from client.aio._core import ClientCore
 from client.aio.consumer import AsyncConsumer
 from client.aio.offsets import list_offsets
+from client.errors import UnresolvableHostError
 from client.types import TopicPartition
 from kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
 
@@ -95,7 +96,8 @@ async def _coordinator_node(core: ClientCore, group_id: str) -> int:
         code = (resp.body.get("topics") or [{}])[0].get("error", resp.body.get("error", 0))
         if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
             raise error_for(code, f"creating {OFFSETS_TOPIC}")
-        n = await core.wait_for_topic(OFFSETS_TOPIC, core.request_timeout_ms)
+        n = await core.wait_for_topic(OFFSETS_TOPIC, core.request_timeout_ms,  # created just now
+                                      unknown_topic_grace_ms=core.request_timeout_ms)
     leader = core.metadata.leader(TopicPartition(OFFSETS_TOPIC, offsets_partition(group_id, n)))
     if leader < 0:
         core.invalidate()
@@ -312,6 +314,8 @@ class GroupMembership:
             fields["subscribed_topics"] = list(self.subscription)
         try:
             body = await self._send(fields)
+        except UnresolvableHostError:
+            raise  # no broker name resolves: waiting cannot help, the consumer fails with it
         except RafkaError as exc:
             body = {"error": int(exc.code), "message": exc.message}
         code = body.get("error", 0)

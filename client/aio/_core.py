@@ -16,6 +16,12 @@ connection call ``invalidate()`` and then refresh, and cannot hammer the cluster
 
 ``request_node`` / ``request_any`` wrap each request in ``request_timeout_ms``; a timed-out
 connection is discarded (its late responses would be orphans anyway), as Kafka does.
+
+Errors that cannot heal end a wait at once instead of at its deadline: when no address of
+``request_any`` resolves (every host name is unknown to DNS) it raises ``UnresolvableHostError``
+(not retriable); ``wait_for_topic`` raises any non-retriable error it meets, and gives up on a
+topic the brokers keep calling unknown after ``unknown_topic_grace_ms`` (rafka creates no topic
+on demand; the grace covers a topic created a moment ago that some broker has not seen yet).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import trio
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey, Response
 from client.connection import ConnectionPool, backoff_ms, parse_bootstrap
-from client.errors import KafkaTimeoutError, NoBrokersAvailableError
+from client.errors import KafkaTimeoutError, NoBrokersAvailableError, UnresolvableHostError
 from client.types import BrokerMetadata, PartitionMetadata, TopicPartition
 
 __all__ = ["ClusterMetadata", "ClientCore", "REFRESH_CODES", "is_retriable"]
@@ -142,8 +148,10 @@ class ClientCore:
         request_timeout_ms: int = 30000,
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300000,
+        unknown_topic_grace_ms: int = 1000,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.unknown_topic_grace_ms = unknown_topic_grace_ms
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
@@ -205,7 +213,9 @@ class ClientCore:
     async def request_any(self, api_key: ApiKey, body: dict[str, Any]) -> Response:
         """Send to the first broker that answers (known brokers, then the bootstrap list)."""
         last: BaseException | None = None
-        for host, port in self.candidates():
+        unresolved: list[str] = []
+        candidates = self.candidates()
+        for host, port in candidates:
             try:
                 return await self.request_address(host, port, api_key, body)
             except RafkaError as exc:
@@ -213,7 +223,11 @@ class ClientCore:
                                     ErrorCode.REQUEST_TIMED_OUT):
                     raise
                 last = exc
-        addrs = ",".join(f"{h}:{p}" for h, p in self.candidates())
+                if exc.details.get("unresolvable"):
+                    unresolved.append(exc.message)
+        if unresolved and len(unresolved) == len(candidates):  # no name resolves: cannot heal
+            raise UnresolvableHostError("; ".join(dict.fromkeys(unresolved)))
+        addrs = ",".join(f"{h}:{p}" for h, p in candidates)
         raise NoBrokersAvailableError(f"no broker answered ({addrs}): {last}")
 
     # ------------------------------------------------------------------ metadata
@@ -262,22 +276,37 @@ class ClientCore:
             except RafkaError:
                 pass  # callers work with what they have and retry later
 
-    async def wait_for_topic(self, topic: str, timeout_ms: float) -> int:
-        """Partition count of ``topic``, refreshing until it is known or ``timeout_ms`` passes."""
+    async def wait_for_topic(self, topic: str, timeout_ms: float, *,
+                             unknown_topic_grace_ms: float | None = None) -> int:
+        """Partition count of ``topic``, refreshing until it is known or ``timeout_ms`` passes.
+
+        Raises at once what cannot heal: a non-retriable error, and UNKNOWN_TOPIC_OR_PARTITION
+        once the brokers have called the topic unknown for ``unknown_topic_grace_ms`` (default:
+        the core's; pass ``timeout_ms`` for a topic being created right now)."""
         n = self.metadata.num_partitions(topic)
         if n:
             return n
+        grace_s = (self.unknown_topic_grace_ms if unknown_topic_grace_ms is None else unknown_topic_grace_ms) / 1000
         last: BaseException | None = None
+        unknown_since: float | None = None
         with trio.move_on_after(timeout_ms / 1000):
             while True:
                 self.invalidate()
                 try:
                     await self.refresh_metadata([topic])
                 except RafkaError as exc:
+                    if not exc.retriable:
+                        raise
                     last = exc
                 n = self.metadata.num_partitions(topic)
                 if n:
                     return n
+                if self.metadata.topic_errors.get(topic) != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    unknown_since = None
+                elif unknown_since is None:
+                    unknown_since = time.monotonic()
+                elif time.monotonic() - unknown_since >= grace_s:
+                    raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
         code = self.metadata.topic_errors.get(topic)
         if code:
             raise error_for(code, f"topic {topic!r}: {ErrorCode(code).name.lower()} after {timeout_ms:.0f} ms")
