@@ -19,11 +19,13 @@ from broker.errors import ErrorCode
 from broker.protocol import ApiKey
 from broker.txn import state as S
 from broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
+from broker.txn.verify import CoordinatorVerifier
+from client.connection import ConnectionPool
 from kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from kraft.memory import MemoryQuorumCluster
 from kraft.service import ControllerService
 from log.batch import CONTROL_COMMIT, build_batch, control_type, decode_records, iter_batches
-from metadata.records import Partition
+from metadata.records import Partition, RegisterBroker, UnfenceBroker
 from tests.broker.harness import Broker, running_broker
 from tests.groups.test_e2e_inprocess import DirectChannel
 
@@ -225,3 +227,30 @@ async def test_offsets_in_a_transaction(tmp_path: Any) -> None:
         # and a reload replays markers the same way
         await env.bump_leader_epoch(OFFSETS_TOPIC, n)
         assert await _fetched(env) == 30
+
+
+async def test_verifier_local_and_unreachable_coordinator(tmp_path: Any) -> None:
+    async with txn_env(tmp_path) as env:
+        pid, epoch = await env.init()
+        await env.add(pid, epoch, [0])
+        verifier = env.api.txn_verifier
+        assert await verifier.verify("tx", pid, epoch, "out", 0) == ErrorCode.NONE
+        assert await verifier.verify("tx", pid, epoch, "out", 1) == ErrorCode.INVALID_TXN_STATE
+        assert await verifier.verify("tx", pid, epoch + 1, "out", 0) == ErrorCode.INVALID_TXN_STATE
+        # the id's coordinator moves to broker 2, which does not answer: retriable, nothing opened
+        with trio.socket.socket() as s:
+            await s.bind(("127.0.0.1", 0))
+            dead_port = s.getsockname()[1]
+        n = txn_partition("tx")
+        img = env.b.publisher.image
+        await env.b.publisher.publish_records([
+            (img.offset + 1, 1, RegisterBroker(2, "b2", "127.0.0.1", dead_port)),
+            (img.offset + 2, 1, UnfenceBroker(2)),
+            (img.offset + 3, 1, Partition(f"id-{TXN_STATE_TOPIC}", n, (2,), (2,), 2, 5, 5)),
+        ])
+        assert not env.api.txn.leads("tx")
+        assert (await env.end(pid, epoch, True))["error"] == ErrorCode.NOT_COORDINATOR
+        async with trio.open_nursery() as nursery:
+            remote = CoordinatorVerifier(env.api.txn, ConnectionPool(nursery), timeout_s=2.0)
+            assert await remote.verify("tx", pid, epoch, "out", 0) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+            nursery.cancel_scope.cancel()
