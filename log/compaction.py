@@ -25,6 +25,15 @@ Theory of operation (Kafka's cleaner, simplified to one pass per call):
   segment larger than ``segment.bytes`` (one batch bigger than that) is cleaned like any
   other: its batches are streamed one by one, none is ever split.
 
+Transactions (docs/transactions.md): the tail also ends at the first unstable offset (and at
+the caller's ``upper_bound``, e.g. the last stable offset): only segments wholly below it are
+cleaned, so every transaction with data there is decided.  Records of aborted transactions (a
+transactional data batch inside an aborted-transaction index entry of its producer) are
+removed and never enter the offset map, so an aborted record never shadows an earlier committed
+one of its key.  Control batches (markers) are always kept byte for byte — the simplest correct
+choice (Kafka drops a marker once no data of its transaction is left; keeping them costs one
+small batch per transaction and keeps producer state and the index rebuildable from the log).
+
 The broker calls ``compact`` from its owner thread (it decodes records: CPU-heavy, run it
 when the log is quiet or per segment budget); ``min.cleanable.dirty.ratio`` is left to the
 caller's scheduling.
@@ -63,6 +72,23 @@ class CompactionResult:
     bytes_before: int = 0
     bytes_after: int = 0
     tombstones_removed: int = 0
+    aborted_records_removed: int = 0
+
+
+class _AbortedRanges:
+    """Offset ranges ``[first, last]`` of aborted transactions, per producer id."""
+
+    def __init__(self, log: PartitionLog, start: int, end: int) -> None:
+        self.ranges: dict[int, list[tuple[int, int]]] = {}
+        for e in log.aborted_transactions(start, end):
+            self.ranges.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
+
+    def contains(self, h) -> bool:
+        """Is ``h`` a data batch of an aborted transaction?"""
+        if not h.is_transactional or h.is_control:
+            return False
+        off = h.base_offset
+        return any(a <= off <= b for a, b in self.ranges.get(h.producer_id, ()))
 
 
 def _batches(log: PartitionLog, seg: Segment):
@@ -72,21 +98,29 @@ def _batches(log: PartitionLog, seg: Segment):
 
 
 def compact(log: PartitionLog, now_ms: int | None = None, *,
-            max_keys: int = 1_000_000) -> CompactionResult:
-    """Compact the tail of ``log`` (no-op unless cleanup.policy contains compact)."""
+            max_keys: int = 1_000_000, upper_bound: int | None = None) -> CompactionResult:
+    """Compact the tail of ``log`` (no-op unless cleanup.policy contains compact).
+
+    Only segments wholly below ``upper_bound`` (when given) and below the first unstable
+    offset are cleaned."""
     result = CompactionResult()
     cfg = log.config
     if not cfg.compact:
         return result
     now = log._now_ms() if now_ms is None else now_ms
     lag_horizon = now - cfg.min_compaction_lag_ms
+    bounds = [b for b in (upper_bound, log.first_unstable_offset()) if b is not None]
+    bound = min(bounds) if bounds else None
     tail: list[Segment] = []
     for seg in log.segments[:-1]:
         if cfg.min_compaction_lag_ms > 0 and seg.max_timestamp > lag_horizon:
             break
+        if bound is not None and seg.next_offset > bound:
+            break
         tail.append(seg)
     if not tail:
         return result
+    aborted = _AbortedRanges(log, tail[0].base_offset, tail[-1].next_offset)
 
     # Pass 1: key -> last offset, and each producer's last batch in the tail.
     last_offset: dict[bytes, int] = {}
@@ -95,11 +129,13 @@ def compact(log: PartitionLog, now_ms: int | None = None, *,
     for seg in tail:
         for _pos, h, raw in _batches(log, seg):
             base = h.base_offset
+            if h.producer_id >= 0:
+                producer_last_batch[h.producer_id] = base
+            if h.is_control or aborted.contains(h):
+                continue
             for rec in decode_raw_records(raw, 0, h):
                 if rec[2] is not None:
                     last_offset[rec[2]] = base + rec[0]
-            if h.producer_id >= 0:
-                producer_last_batch[h.producer_id] = base
         cleanable += 1
         if len(last_offset) >= max_keys:
             logger.info("%s: compaction offset map full (%d keys); cleaning %d of %d segments",
@@ -115,7 +151,13 @@ def compact(log: PartitionLog, now_ms: int | None = None, *,
         try:
             for pos, h, raw in _batches(log, seg):
                 recs = decode_raw_records(raw, 0, h)
-                kept = _kept_records(h, recs, last_offset, tombstone_horizon, result)
+                if h.is_control:
+                    kept = recs
+                elif aborted.contains(h):
+                    kept = []
+                    result.aborted_records_removed += len(recs)
+                else:
+                    kept = _kept_records(h, recs, last_offset, tombstone_horizon, result)
                 result.records_before += len(recs)
                 result.records_after += len(kept)
                 result.bytes_before += len(raw)
