@@ -43,6 +43,7 @@ from typing import Any, Final
 import trio
 
 from broker.controller_channel import FORWARDED_KEY
+from broker.error_map import wire_error
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey
 from broker.txn import state as S
@@ -165,7 +166,10 @@ class TxnCoordinator:
             task_status.started()
             try:
                 while True:
-                    await self.tick()
+                    try:
+                        await self.tick()
+                    except Exception:  # the broker stays up; the next tick tries again
+                        log.exception("transaction coordinator tick failed")
                     await trio.sleep(self.check_interval_ms / 1000)
             finally:
                 self._nursery = None
@@ -318,7 +322,13 @@ class TxnCoordinator:
             raise error_for(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_TOPIC}/{st.index} moved")
         batch = build_batch([(S.encode_key(md.transactional_id), S.encode_value(md), [],
                               self.wall_clock_ms())])
-        info = self.rm.append(p, batch, _ACKS_ALL)
+        try:
+            info = self.rm.append(p, batch, _ACKS_ALL)
+        except RafkaError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a log error (disk full, ...) as its wire error
+            code, msg = wire_error(exc)
+            raise error_for(code, f"{TXN_STATE_TOPIC}: {msg}") from None
         with trio.move_on_after(self.append_timeout_ms / 1000):
             code = await p.wait_produce(info.last_offset, _ACKS_ALL)
             if code:
@@ -367,6 +377,8 @@ class TxnCoordinator:
                     attempt += 1
         except RafkaError as exc:
             log.info("completion of %r stopped: %s", tid, exc)
+        except Exception:  # the broker stays up; the next load or tick resumes it
+            log.exception("completion of %r failed", tid)
         finally:
             st.pending.discard(tid)
             st.done.pop(tid, None)

@@ -254,3 +254,20 @@ async def test_verifier_local_and_unreachable_coordinator(tmp_path: Any) -> None
             remote = CoordinatorVerifier(env.api.txn, ConnectionPool(nursery), timeout_s=2.0)
             assert await remote.verify("tx", pid, epoch, "out", 0) == ErrorCode.COORDINATOR_NOT_AVAILABLE
             nursery.cancel_scope.cancel()
+
+
+async def test_bad_requests_get_named_errors(tmp_path: Any) -> None:
+    async with txn_env(tmp_path) as env:
+        r = await env.req(ApiKey.INIT_PRODUCER_ID, {"transactional_id": "tx", "transaction_timeout_ms": 0})
+        assert r["error"] == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+        assert (await env.add(5, 0, [0]))["error"] == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert (await env.describe("nope"))["error"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+        pid, epoch = await env.init()
+        r = await env.add(pid, epoch, [0, 7])
+        assert r["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert (await env.describe())["state"] == "Empty"  # nothing was added
+        assert (await env.end(pid, epoch, True))["error"] == ErrorCode.INVALID_TXN_STATE
+        lt = await env.req(ApiKey.LIST_TRANSACTIONS, {"states": ["Bogus"]})
+        assert lt["error"] == ErrorCode.INVALID_REQUEST
+        # the broker is still up and serving
+        assert await env.init() == (pid, epoch + 1)
