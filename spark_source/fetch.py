@@ -14,6 +14,11 @@ range may need trimming (a fetch returns whole batches, which may start before `
 after ``end``). Offsets may have gaps (compaction): the position always advances to the batch's
 ``last_offset + 1``, and the range is done once the position reaches ``end``.
 
+Transactions: control batches (markers) are never turned into rows, and with ``read_committed``
+(the cluster's ``isolation_level`` 1) the batches of aborted transactions are dropped using the
+response's ``aborted_transactions`` — per batch, from the header, by the consumer's own rule
+(``client.txn_filter``). The position still moves past both, so a range may end on a marker.
+
 Data loss: when the broker answers OFFSET_OUT_OF_RANGE because retention deleted the start of
 the range, or the partition is gone, ``on_loss(topic, partition, lost_from, lost_to, why)`` is
 called; it raises (``failOnDataLoss=true``) or logs a warning, and the read continues from the
@@ -44,6 +49,7 @@ from pyspark.sql.types import (
 )
 
 from broker.errors import ErrorCode, RafkaError
+from client.txn_filter import TXN_BITS, TxnBatchFilter
 from log.batch import (
     HEADER_SIZE,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -254,6 +260,8 @@ def read_range(cluster: Cluster, rng: OffsetRange, *, include_headers: bool,
                 max_bytes = max(max_bytes * 2, len(raw) * 2)
                 continue
             hw = int(entry.get("high_watermark", -1))
+            if cluster.isolation_level and entry.get("last_stable_offset") is not None:
+                hw = int(entry["last_stable_offset"])  # read_committed: served up to the LSO
             if hw >= end:    # nothing left in [position, end): compacted away
                 return
             stalled_since = _stall(stalled_since, stall_timeout_s, RuntimeError(
@@ -268,10 +276,13 @@ def read_range(cluster: Cluster, rng: OffsetRange, *, include_headers: bool,
         if next_position < end:  # pipeline: the broker reads while we decode
             inflight = (*cluster.send_fetch(tp, next_position, max_bytes), next_position)
         cols = _Columns(include_headers)
+        txn = TxnBatchFilter(entry.get("aborted_transactions"))
         gc_was_on = gc.isenabled()
         gc.disable()    # millions of short-lived acyclic tuples: no point scanning them
         try:
             for pos, header in batches:
+                if header.attributes & TXN_BITS and txn.skip(raw, pos, header):
+                    continue    # a marker, or a batch of an aborted transaction
                 if header.last_offset >= position and header.base_offset < end:
                     _add_batch(cols, raw, pos, header, position, end)
         finally:

@@ -13,6 +13,11 @@ Starting/ending positions are kept symbolic (``Position``): "earliest", "latest"
 explicit offsets (-2 = earliest, -1 = latest), or a timestamp (global or per partition). They
 are resolved against the cluster by the reader, which knows the partitions.
 
+Isolation: ``isolation.level`` (or Spark's ``kafka.isolation.level``) is ``read_committed`` by
+default — Spark's Kafka source reads what its consumer reads, and a rafka topic written by
+transactional producers should show only committed records. On a topic without transactions
+both levels read exactly the same records.
+
 Everything here is picklable plain data: executors rebuild readers from it.
 """
 
@@ -60,6 +65,8 @@ _SOURCE_OPTIONS = {
     "includeheaders",
     "fetch.max.bytes",
     "request.timeout.ms",
+    "isolation.level",
+    "kafka.isolation.level",
 }
 _STREAM_ONLY = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"}
 _BATCH_ONLY = {"endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"}
@@ -87,7 +94,7 @@ _SPELLING = {
         "compression.type checkpointLocation path fetch.max.bytes request.timeout.ms"
     ).split()
 }
-_SPELLING["kafka.bootstrap.servers"] = "kafka.bootstrap.servers"
+_SPELLING.update({n: n for n in ("kafka.bootstrap.servers", "isolation.level", "kafka.isolation.level")})
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?\s*$")
 _DURATION_MS = {"ms": 1, "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
@@ -135,6 +142,7 @@ class SourceOptions:
     include_headers: bool = False
     fetch_max_bytes: int = 8 * 1024 * 1024
     request_timeout_ms: int = 30_000
+    isolation_level: int = 1  # FETCH/LIST_OFFSETS isolation_level: 1 read_committed, 0 read_uncommitted
 
     def matches(self, topic: str) -> bool:
         """Does a topic name belong to this subscription (internal topics never do)?"""
@@ -365,7 +373,24 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None = Non
                                               minimum=1024)
     if "request.timeout.ms" in opts:
         kw["request_timeout_ms"] = _positive_int("request.timeout.ms", opts["request.timeout.ms"])
+    kw["isolation_level"] = _isolation_level(opts)
     return SourceOptions(bootstrap_servers=servers, **kw)
+
+
+def _isolation_level(opts: Mapping[str, str]) -> int:
+    """``isolation.level`` / ``kafka.isolation.level`` (the same if both are given) → 0 or 1."""
+    from client.txn_filter import READ_COMMITTED, isolation_level_code
+
+    given = {k: str(opts[k]).strip().lower() for k in ("isolation.level", "kafka.isolation.level") if k in opts}
+    if len(set(given.values())) > 1:
+        raise OptionError("options isolation.level and kafka.isolation.level contradict each other: "
+                          "give only one")
+    name, raw = next(iter(given.items()), ("isolation.level", READ_COMMITTED))
+    try:
+        return isolation_level_code(raw)
+    except ValueError:
+        raise OptionError(f"option {name}: expected read_committed or read_uncommitted, "
+                          f"got {opts.get(name)!r}") from None
 
 
 def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:

@@ -7,8 +7,9 @@ On the driver a long-lived ``RafkaStreamReader`` answers three questions per mic
 
 * ``initialOffset`` — where a new query starts (``startingOffsets`` / ``startingTimestamp``),
   computed once and cached because Spark asks twice;
-* ``latestOffset(start, limit)`` — where the next batch ends: the high watermarks (never beyond,
-  so a batch never waits for records that are not committed), cut by admission control
+* ``latestOffset(start, limit)`` — where the next batch ends: the high watermarks — the last
+  stable offsets with ``isolation.level`` read_committed, the default — (never beyond, so a
+  batch never waits for records that are not committed), cut by admission control
   (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` + ``maxTriggerDelay``) and, under
   ``Trigger.AvailableNow``, by the target fixed in ``prepareForTriggerAvailableNow``. Partitions
   discovered since ``start`` start at their earliest offset. ``start`` itself is returned when
@@ -138,7 +139,8 @@ class _Base:
         c = getattr(self, "_cluster", None)
         if c is None:
             c = self._cluster = Cluster(self.opts.bootstrap_servers,
-                                        timeout_ms=self.opts.request_timeout_ms)
+                                        timeout_ms=self.opts.request_timeout_ms,
+                                        isolation_level=self.opts.isolation_level)
         return c
 
     def __getstate__(self) -> dict[str, Any]:
@@ -154,7 +156,8 @@ class _Base:
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition), partition
         opts = self.opts
-        with Cluster(opts.bootstrap_servers, timeout_ms=opts.request_timeout_ms) as cluster:
+        with Cluster(opts.bootstrap_servers, timeout_ms=opts.request_timeout_ms,
+                     isolation_level=opts.isolation_level) as cluster:
             yield from read_range(cluster, partition.range, include_headers=opts.include_headers,
                                   on_loss=loss_handler(opts.fail_on_data_loss),
                                   fetch_max_bytes=opts.fetch_max_bytes)

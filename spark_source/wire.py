@@ -12,7 +12,9 @@ trio client uses.
 
 ``Cluster`` keeps the broker list and partition leaders from METADATA, one connection per
 broker, and retries retriable errors (refreshing metadata) until ``timeout_ms`` runs out. It is
-opened where it is used (executors open their own) and is never pickled.
+opened where it is used (executors open their own) and is never pickled. Its
+``isolation_level`` (1 = read_committed) goes into every FETCH and LIST_OFFSETS: fetches stop
+at the last stable offset and "latest" *is* the last stable offset.
 """
 
 from __future__ import annotations
@@ -113,9 +115,10 @@ class BlockingConnection:
 class Cluster:
     """Metadata, leaders and connections; retries retriable errors for ``timeout_ms``."""
 
-    def __init__(self, servers: str, *, timeout_ms: int = 30_000) -> None:
+    def __init__(self, servers: str, *, timeout_ms: int = 30_000, isolation_level: int = 0) -> None:
         self.bootstrap = parse_servers(servers)
         self.timeout_s = timeout_ms / 1000
+        self.isolation_level = isolation_level
         self.brokers: dict[int, tuple[str, int]] = {}
         self.leaders: dict[tuple[str, int], int] = {}
         self.topics: dict[str, list[int]] = {}
@@ -214,8 +217,8 @@ class Cluster:
     # -- offsets
 
     def list_offsets(self, query: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """tp → timestamp (-2 earliest, -1 latest = high watermark, >= 0 first offset with a
-        timestamp at or after it) ⇒ tp → offset (-1 when no record matches a timestamp).
+        """tp → timestamp (-2 earliest, -1 latest = high watermark or, read_committed, the last
+        stable offset, >= 0 first offset with a timestamp at or after it) ⇒ tp → offset (-1 when no record matches a timestamp).
         Partitions that do not exist (any more) are left out of the answer."""
         result: dict[tuple[str, int], int] = {}
         pending = dict(query)
@@ -236,7 +239,7 @@ class Cluster:
                 topics: dict[str, list[dict[str, int]]] = {}
                 for t, p in tps:
                     topics.setdefault(t, []).append({"partition": p, "timestamp": pending[(t, p)]})
-                body = {"replica_id": -1,
+                body = {"replica_id": -1, "isolation_level": self.isolation_level,
                         "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
                 try:
                     conn = self.conn(addr)
@@ -280,7 +283,7 @@ class Cluster:
         addr = self.leader_address(tp)
         conn = self.conn(addr)
         body = {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
-                "max_bytes": max_bytes,
+                "max_bytes": max_bytes, "isolation_level": self.isolation_level,
                 "topics": [{"name": tp[0], "partitions": [
                     {"partition": tp[1], "fetch_offset": offset,
                      "partition_max_bytes": max_bytes}]}]}
