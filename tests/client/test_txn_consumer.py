@@ -8,6 +8,7 @@ builders (transactional data batches and control batches), exactly as a FETCH re
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -20,6 +21,9 @@ from client.txn_cli import choose_aborts
 from client.txn_filter import isolation_level_code
 from client.types import GroupMetadata, TopicPartition
 from log.batch import build_batch, build_control_batch, stamp
+
+if TYPE_CHECKING:
+    from click.testing import Result
 
 TP = TopicPartition("t", 0)
 
@@ -220,3 +224,40 @@ def test_abort_choice() -> None:
     assert plan.chosen == [] and plan.error
     plan = choose_aborts(_producers(-1), None, True)
     assert plan.chosen == [] and not plan.error and plan.message == "no open transaction"
+
+
+# ---------------------------------------------------------------- CLI parsing
+
+
+def _cli(*args: str) -> Result:
+    from click.testing import CliRunner
+
+    from client.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def test_transactions_group_is_registered() -> None:
+    res = _cli("transactions", "--help")
+    assert res.exit_code == 0
+    for cmd in ("list", "describe", "producers", "abort"):
+        assert cmd in res.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (("consume", "t", "--isolation-level", "committed"), ["--isolation-level", "read_committed"]),
+    (("transactions", "abort", "--topic", "t", "--partition", "0", "--producer-epoch", "3"),
+     ["--producer-epoch needs --producer-id"]),
+    (("transactions", "abort", "--topic", "t"), ["--partition"]),
+    (("transactions", "producers", "--partition", "0"), ["--topic"]),
+    (("transactions", "describe"), ["ID"]),
+])
+def test_cli_usage_errors(args: tuple[str, ...], words: list[str]) -> None:
+    res = _cli(*args)
+    assert res.exit_code == 2, res.output
+    assert all(w in res.output for w in words), res.output
+
+
+def test_consume_help_shows_isolation_default() -> None:
+    res = _cli("consume", "--help")
+    assert "--isolation-level" in res.output and "read_uncommitted" in res.output
