@@ -28,6 +28,7 @@ _BY_CLASS: list[tuple[type[BaseException], ErrorCode]] = [
     (le.OutOfOrderSequenceError, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
     (le.DuplicateSequenceError, ErrorCode.DUPLICATE_SEQUENCE_NUMBER),
     (le.InvalidProducerEpochError, ErrorCode.INVALID_PRODUCER_EPOCH),
+    (le.InvalidTxnStateError, ErrorCode.INVALID_TXN_STATE),
     (le.InvalidRecordError, ErrorCode.INVALID_RECORD),
     (le.InvalidConfigError, ErrorCode.INVALID_CONFIG),
     (le.UnexpectedAppendOffsetError, ErrorCode.UNKNOWN_SERVER_ERROR),

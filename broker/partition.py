@@ -22,6 +22,16 @@ the metadata image (leader, leader epoch, partition epoch, replicas, ISR).
 * As **follower** it serves nobody; the replica fetcher (``broker/replication``) appends with
   ``append_as_follower`` and sets the HW the leader reports. Under ``batch`` the fetcher has the
   replica manager fsync what a response appended before its next fetch reports it.
+* **Transactions** (docs/transactions.md, "Partition leader"): the *last stable offset* is
+  ``min(high watermark, first unstable offset)``; a transaction stays unstable until its marker
+  is below the HW (as Kafka's ``unreplicatedTxns``): the log's producer state closes it when the
+  marker is appended, so ``append_marker`` remembers ``(marker offset, first offset)`` until the
+  HW passes the marker. The LSO therefore moves only when the HW moves (or a truncation/role
+  change), and ``hw_changed`` wakes the parked read_committed fetches too.
+  ``txn_verified`` holds one ``VerificationGuard`` per producer id whose opening of a
+  transaction here was (or is being) verified with its coordinator (KIP-890 part 1): a marker
+  for that producer removes it, so a late batch of an ended transaction can never open a new
+  one; every role change clears the table (followers serve no produce requests).
 * ``unsafe_ack_before_replication`` (TEST ONLY, broker setting ``unsafe.ack.before.replication``)
   answers ``acks=all`` like ``acks=1``; see docs/durability.md.
 
@@ -59,11 +69,13 @@ from broker.replication.state import (
     LeaderState,
     validate_leader_epoch,
 )
+from log.batch import build_control_batch
 from log.index import write_file_atomic
 from log.partition_log import AppendInfo, FetchSlice, PartitionLog
 from metadata.image import PartitionRegistration
 
-__all__ = ["Partition", "HW_CHECKPOINT_FILE", "read_hw_checkpoint", "write_hw_checkpoint"]
+__all__ = ["Partition", "VerificationGuard", "HW_CHECKPOINT_FILE", "read_hw_checkpoint",
+           "write_hw_checkpoint"]
 
 log = logging.getLogger("rafka.partition")
 
@@ -73,6 +85,21 @@ HW_CHECKPOINT_FILE = "high-watermark-checkpoint"
 
 def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+class VerificationGuard:
+    """A producer's (pending or done) verification with its transaction coordinator that it
+    may open a transaction on this partition with ``epoch``. Compared by identity: the answer
+    of a verification counts only if this very guard is still in ``Partition.txn_verified``."""
+
+    __slots__ = ("epoch", "verified")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.verified = False
+
+    def __repr__(self) -> str:
+        return f"VerificationGuard(epoch={self.epoch}, verified={self.verified})"
 
 
 def read_hw_checkpoint(directory: Path) -> int:
@@ -120,6 +147,10 @@ class Partition:
         self.pending_alter: Any = None  # an AlterPartitionRequest for the replication glue
         self.alter_poke: Any = None  # called when pending_alter is set (wakes the sender)
         self.deleted = False
+        # transactions (module docstring): verified openings, and closed transactions whose
+        # marker is not yet below the HW: (marker offset, first offset of the transaction)
+        self.txn_verified: dict[int, VerificationGuard] = {}
+        self._closing_txns: list[tuple[int, int]] = []
 
     # -- role ---------------------------------------------------------------------------------
 
@@ -156,6 +187,7 @@ class Partition:
                 log.info("%s: follower of %d in epoch %d", self.name, reg.leader, reg.leader_epoch)
             self.leader_state = None
             self.pending_alter = None
+            self.txn_verified.clear()
         self.notify()
 
     def set_min_insync_replicas(self, value: int) -> None:
@@ -175,6 +207,7 @@ class Partition:
             min_insync_replicas=self.min_insync_replicas,
             replica_lag_time_max_ms=self.replica_lag_time_max_ms, now_ms=_now_ms())
         log.info("%s: leader in epoch %d at log end offset %d", self.name, reg.leader_epoch, leo)
+        self.txn_verified.clear()
         self._apply_effects(self.leader_state.on_append(leo))
         self._update_hw()
 
@@ -192,9 +225,7 @@ class Partition:
 
     # -- appends and durability ---------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes, acks: int,
-                         current_leader_epoch: int | None = None, *,
-                         from_coordinator: bool = False) -> AppendInfo:
+    def _check_appendable(self, acks: int, current_leader_epoch: int | None = None) -> LeaderState:
         st = self.check_leader(current_leader_epoch)
         # the test-only unsafe mode acknowledges acks=all like acks=1, min.insync.replicas included
         code = st.check_produce(1 if self.unsafe_ack_before_replication else acks, _now_ms())
@@ -202,9 +233,34 @@ class Partition:
             raise error_for(code, f"{self.name}: in-sync replicas {list(st.fetching_isr(_now_ms()))} "
                                   f"of ISR {list(st.isr)} are fewer than "
                                   f"min.insync.replicas={self.min_insync_replicas}")
+        return st
+
+    def append_as_leader(self, records: bytes, acks: int,
+                         current_leader_epoch: int | None = None, *,
+                         from_coordinator: bool = False) -> AppendInfo:
+        st = self._check_appendable(acks, current_leader_epoch)
         info = self.log.append(records, st.leader_epoch, from_coordinator=from_coordinator)
         if not info.duplicate:
             self.after_append()
+        return info
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int) -> AppendInfo:
+        """Append a COMMIT/ABORT control batch (WRITE_TXN_MARKERS, always ``acks=all``).
+
+        Clears the producer's verification guard; the transaction it closes stays unstable
+        (holds the LSO) until the HW passes the marker. Raises like ``append_as_leader``
+        (an older producer epoch than the log's is ``InvalidProducerEpochError``)."""
+        st = self._check_appendable(-1)
+        entry = self.log.producer_state.producers.get(producer_id)
+        first = entry.txn_first_offset if entry is not None else -1
+        batch = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
+                                    time.time_ns() // 1_000_000)
+        info = self.log.append(batch, st.leader_epoch, from_coordinator=True)
+        self.txn_verified.pop(producer_id, None)
+        if first >= 0:
+            self._closing_txns.append((info.last_offset, first))
+        self.after_append()
         return info
 
     def after_append(self) -> None:
@@ -277,6 +333,7 @@ class Partition:
         """A follower truncation (diverging epoch): durable end and HW cannot exceed it."""
         self.durable_end = min(self.durable_end, to_offset)
         self.follower_hw = min(self.follower_hw, to_offset)
+        self._closing_txns = [(m, f) for m, f in self._closing_txns if m < to_offset]
         self.refresh_hw()
 
     def _update_hw(self) -> None:
@@ -346,8 +403,28 @@ class Partition:
 
     # -- reads --------------------------------------------------------------------------------
 
-    def read(self, fetch_offset: int, max_bytes: int, *, consumer: bool) -> FetchSlice | None:
-        limit = self.high_watermark if consumer else self.log.log_end_offset
+    @property
+    def last_stable_offset(self) -> int:
+        """``min(HW, first unstable offset)``: read_committed consumers are served below it."""
+        hw = self.high_watermark
+        lso = hw
+        first = self.log.first_unstable_offset()
+        if first is not None and first < lso:
+            lso = first
+        if self._closing_txns:
+            self._closing_txns = closing = [(m, f) for m, f in self._closing_txns if m >= hw]
+            for _, f in closing:
+                lso = min(lso, f)
+        return lso
+
+    def read(self, fetch_offset: int, max_bytes: int, *, consumer: bool,
+             committed: bool = False) -> FetchSlice | None:
+        """Whole batches from ``fetch_offset``: below the log end offset for followers, the HW
+        for consumers, the LSO for read_committed consumers (``committed``)."""
+        if not consumer:
+            limit = self.log.log_end_offset
+        else:
+            limit = self.last_stable_offset if committed else self.high_watermark
         return self.log.read(fetch_offset, max_bytes, limit)
 
     def notify(self) -> None:
@@ -371,4 +448,5 @@ class Partition:
     def statistics(self) -> dict[str, Any]:
         return {"leader": self.is_leader, "leader_epoch": self.leader_epoch,
                 "high_watermark": self.high_watermark, "durable_end": self.durable_end,
+                "last_stable_offset": self.last_stable_offset,
                 **self.log.statistics()}

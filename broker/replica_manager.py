@@ -31,6 +31,13 @@ Housekeeping runs in the same nursery, bounded and periodic: retention
 run in a worker thread), so both run on the trio thread, one partition at a time with a
 checkpoint in between.
 
+Transaction markers (docs/transactions.md): ``append_marker`` appends a COMMIT/ABORT control
+batch through the same path as any leader append (flush, replication, HW); once the
+WRITE_TXN_MARKERS handler has seen it acknowledged (``acks=all``) it calls
+``marker_acknowledged``, which tells every ``marker_listeners`` callback ``(topic, partition,
+producer_id, commit, marker_offset)`` — the group offsets manager registers one to apply or
+drop a producer's pending transactional offsets.
+
 Full disk / I/O errors (docs/durability.md, "Disk full"): no storage error leaves a task of this
 manager — the broker stays up. A partition whose log cannot open stays unhosted (clients get
 NOT_LEADER_OR_FOLLOWER / retry) until the next metadata change; a failed leader append answers
@@ -93,6 +100,8 @@ class ReplicaManager:
         self.channel: Any = None
         self.broker_epoch: Callable[[], int] = lambda: -1
         self._isr_poke = trio.Event()
+        # (topic, partition, producer_id, commit, marker_offset) of each acknowledged marker
+        self.marker_listeners: list[Callable[[str, int, int, bool, int], None]] = []
 
     def attach_replication(self, fetcher: Any, channel: Any, broker_epoch: Callable[[], int]) -> None:
         """Plug in the follower fetcher (``ReplicaFetcherManager``) and the controller channel
@@ -213,6 +222,24 @@ class ReplicaManager:
         if not info.duplicate:
             self.appended(p, info.last_offset - info.base_offset + 1)
         return info
+
+    def append_marker(self, p: Partition, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int) -> Any:
+        """Leader append of a transaction marker (``acks=all``); pokes the flusher."""
+        info = p.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+        self.appended(p, 1)
+        return info
+
+    def marker_acknowledged(self, p: Partition, producer_id: int, commit: bool,
+                            marker_offset: int) -> None:
+        """Tell the marker listeners; one that fails is logged (the marker is in the log, and
+        a listener's owner rebuilds its state from the log when it reloads)."""
+        for listener in list(self.marker_listeners):
+            try:
+                listener(p.topic, p.partition, producer_id, commit, marker_offset)
+            except Exception:
+                log.exception("%s: marker listener %r failed for producer %d at offset %d",
+                              p.name, listener, producer_id, marker_offset)
 
     def appended(self, p: Partition, records: int) -> None:
         self._unflushed_messages += records

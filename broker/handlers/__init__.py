@@ -5,7 +5,8 @@ Theory of operation
 ``NodeApi.dispatch(request)`` is the ``Dispatch`` the server calls. The rule, per api key:
 
 1. data plane and metadata (PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS,
-   DESCRIBE_CONFIGS) → this broker's handlers (``data``, ``metadata_api``), if it is a broker;
+   DESCRIBE_CONFIGS, and the partition leader's WRITE_TXN_MARKERS / DESCRIBE_PRODUCERS) → this
+   broker's handlers (``data``, ``txn_data``, ``metadata_api``), if it is a broker;
 2. admin APIs and CONSUMER_GROUP_HEARTBEAT → forwarded to the active controller
    (``admin.forward``), unless the body carries ``_forwarded`` and this node is a controller: then
    its controller answers; the other group APIs (31–36: offsets, group admin) are answered here
@@ -29,7 +30,7 @@ from typing import Any
 
 from broker.controller_channel import FORWARDED_KEY, ControllerChannel
 from broker.errors import ErrorCode, error_for
-from broker.handlers import admin, data, metadata_api
+from broker.handlers import admin, data, metadata_api, txn_data
 from broker.metadata_listener import MetadataPublisher
 from broker.protocol import ApiKey, Request
 from broker.replica_manager import ReplicaManager
@@ -45,7 +46,7 @@ ControllerHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 BROKER_APIS = frozenset({
     ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS,
-    ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.DESCRIBE_CONFIGS, ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_PRODUCERS,
 })
 FORWARDED_APIS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
@@ -139,9 +140,13 @@ class NodeApi:
         if key == ApiKey.DESCRIBE_CONFIGS:
             return metadata_api.describe_configs(body, image, self.topic_defaults)
         if key == ApiKey.PRODUCE:
-            return await data.produce(self.rm, body)
+            return await data.produce(self.rm, body, self.txn_verifier)
         if key == ApiKey.FETCH:
             return await data.fetch(self.rm, body)
         if key == ApiKey.LIST_OFFSETS:
             return data.list_offsets(self.rm, body)
+        if key == ApiKey.WRITE_TXN_MARKERS:
+            return await txn_data.write_txn_markers(self.rm, body)
+        if key == ApiKey.DESCRIBE_PRODUCERS:
+            return txn_data.describe_producers(self.rm, body)
         raise error_for(ErrorCode.UNKNOWN_API, f"api {key} has no broker handler")

@@ -14,6 +14,18 @@ replicated/durable as this request's acks ask. A partition entry may carry
 one ``UNKNOWN_LEADER_EPOCH`` (as for fetch). An answer whose leader epoch ended while it waited
 is ``NOT_LEADER_OR_FOLLOWER`` (the offsets may since hold other records).
 
+Transactions (docs/transactions.md, "Partition leader"): ``txn_flags`` ORs the attributes of a
+payload's batches with two struct reads per batch, so a plain or idempotent payload costs
+nothing more. A payload with a control batch is refused (``INVALID_RECORD``: markers come from
+coordinators only), a transactional one without the request's ``transactional_id`` too
+(``INVALID_REQUEST``). A transactional batch that would *open* a transaction on its partition
+(its producer has none open there with that epoch) needs a verified ``VerificationGuard``
+(KIP-890 part 1): before the append loop, the produce creates the guard and asks the
+coordinator through the ``TxnVerifier`` (``broker/handlers/txn_data.py``), all such
+partitions concurrently and bounded by ``timeout_ms``; the answer counts only if the guard is
+still in place afterwards (a marker for that producer removes it). The synchronous append loop
+then checks again, and refuses with ``INVALID_TXN_STATE`` what still lacks a verified guard.
+
 FETCH reads whole batches (``FetchSlice``: owned fd + position + length) per partition, up to
 the high watermark for consumers and the log end offset for followers, bounded by
 ``partition_max_bytes`` and the response's ``max_bytes`` (the first batch is always whole, as
@@ -27,42 +39,78 @@ broker epoch than its registration in our metadata gets ``STALE_BROKER_EPOCH`` (
 incarnation); one whose registration we do not know, or know fenced, is served but never
 proposed into the ISR (``isr_eligible``, KIP-841/903).
 
+With ``isolation_level`` 1 (read_committed) a consumer is served only below the partition's last
+stable offset, and each partition's answer carries ``aborted_transactions`` — ``[producer_id,
+first_offset]`` of the aborted transactions overlapping the served range — for the client to
+filter (see docs/transactions.md for why the broker does not). Every consumer answer carries
+``last_stable_offset``.
+
 LIST_OFFSETS: ``-2`` earliest (log start), ``-1`` latest (high watermark; log end for
-followers), ``>= 0`` the first offset whose timestamp is at least that (below the HW).
+followers; the LSO with ``isolation_level`` 1), ``>= 0`` the first offset whose timestamp is at
+least that (below the HW, or the LSO with ``isolation_level`` 1).
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from broker.error_map import wire_error
-from broker.errors import ErrorCode, RafkaError
-from broker.partition import Partition
+from broker.errors import ErrorCode, RafkaError, error_for
+from broker.partition import Partition, VerificationGuard
 from broker.replica_manager import ReplicaManager
 from broker.replication.epochs import find_divergence
 from broker.server import Reply
+from log.batch import CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT, iter_batches
 from log.errors import DuplicateSequenceError
 from log.partition_log import FetchSlice
 
-__all__ = ["produce", "fetch", "list_offsets"]
+if TYPE_CHECKING:
+    from broker.handlers.txn_data import TxnVerifier
+
+__all__ = ["produce", "fetch", "list_offsets", "txn_flags", "fail_entry", "wait_outcomes"]
+
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+_TXN_BITS = TRANSACTIONAL_BIT | CONTROL_BIT
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
 
 
 def _err(code: int | ErrorCode, message: str = "") -> dict[str, Any]:
     return {"error": int(code), "message": message or ErrorCode(code).name}
 
 
+def fail_entry(entry: dict[str, Any], exc: BaseException) -> None:
+    """Put ``exc`` as a partition's wire error into its answer (with the leader hint if any)."""
+    code, msg = wire_error(exc)
+    entry.update(error=int(code), message=msg)
+    if isinstance(exc, RafkaError) and "leader_id" in exc.details:
+        entry["leader_id"] = exc.details["leader_id"]
+
+
+def _bad_isolation(body: Mapping[str, Any]) -> str | None:
+    level = body.get("isolation_level")
+    if level is None or level in (READ_UNCOMMITTED, READ_COMMITTED):
+        return None
+    return f"isolation_level {level} (use 0 read_uncommitted or 1 read_committed)"
+
+
 # --------------------------------------------------------------------------- produce
 
 
-async def produce(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any] | None:
+async def produce(rm: ReplicaManager, body: Mapping[str, Any],
+                  verifier: TxnVerifier | None = None) -> dict[str, Any] | None:
     acks = body["acks"]
     if acks not in (0, 1, -1):
         return None if acks == 0 else _err(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} (use 0, 1 or -1)")
+    deadline = trio.current_time() + max(0, body["timeout_ms"]) / 1000
+    tid: str | None = body.get("transactional_id")
     out: list[dict[str, Any]] = []
-    waits: list[tuple[dict[str, Any], Partition, int, int]] = []
+    todo: list[tuple[dict[str, Any], str, Mapping[str, Any], int]] = []
+    openings: list[_Opening] = []
     for t in body["topics"]:
         parts: list[dict[str, Any]] = []
         out.append({"name": t["name"], "partitions": parts})
@@ -71,30 +119,61 @@ async def produce(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any]
                                      "base_offset": -1, "log_append_time": -1,
                                      "log_start_offset": -1}
             parts.append(entry)
-            try:
-                p = rm.get_leader(t["name"], pd["partition"], pd.get("current_leader_epoch"))
-                epoch = p.leader_epoch
-                info = rm.append(p, pd["records"], acks)
-            except DuplicateSequenceError as exc:
-                # the original's offsets; its answer still waits for the acks it asked for
-                entry["base_offset"] = exc.base_offset
-                waits.append((entry, p, exc.last_offset, epoch))
-                continue
-            except Exception as exc:  # noqa: BLE001 - mapped per partition
-                code, msg = wire_error(exc)
-                entry.update(error=int(code), message=msg)
-                if isinstance(exc, RafkaError) and "leader_id" in exc.details:
-                    entry["leader_id"] = exc.details["leader_id"]
-                continue
-            entry.update(base_offset=info.base_offset, log_append_time=info.log_append_time,
-                         log_start_offset=p.log.log_start_offset)
-            # A duplicate (idempotent retry) answers with the original's offsets, but only once
-            # those are as replicated/durable as this request's acks ask (as Kafka's purgatory):
-            # the original may still be waiting for the ISR.
-            waits.append((entry, p, info.last_offset, epoch))
+            flags = txn_flags(pd["records"])
+            if flags:  # rare: transactional (or refused control) batches
+                try:
+                    p = rm.get_leader(t["name"], pd["partition"], pd.get("current_leader_epoch"))
+                    openings += [_Opening(entry, p, pid, pe)
+                                 for pid, pe in _unverified_openings(p, pd["records"], flags, tid)]
+                except Exception as exc:  # noqa: BLE001 - mapped per partition
+                    fail_entry(entry, exc)
+                    continue
+            todo.append((entry, t["name"], pd, flags))
+    if openings:
+        with trio.move_on_at(deadline):
+            await _verify_openings(verifier, tid or "", openings)
+        for o in openings:
+            if not o.done and not o.entry["error"]:
+                o.entry.update(error=int(ErrorCode.REQUEST_TIMED_OUT),
+                               message=f"{o.p.name}: transaction not verified within timeout_ms")
+    waits: list[tuple[dict[str, Any], Partition, int, int]] = []
+    for entry, topic, pd, flags in todo:
+        if entry["error"]:
+            continue
+        try:
+            p = rm.get_leader(topic, pd["partition"], pd.get("current_leader_epoch"))
+            epoch = p.leader_epoch
+            if flags and _unverified_openings(p, pd["records"], flags, tid):
+                raise error_for(ErrorCode.INVALID_TXN_STATE,
+                                f"{p.name}: the producer's transaction is not verified to "
+                                "include this partition (or its marker arrived meanwhile)")
+            info = rm.append(p, pd["records"], acks)
+        except DuplicateSequenceError as exc:
+            # the original's offsets; its answer still waits for the acks it asked for
+            entry["base_offset"] = exc.base_offset
+            waits.append((entry, p, exc.last_offset, epoch))
+            continue
+        except Exception as exc:  # noqa: BLE001 - mapped per partition
+            fail_entry(entry, exc)
+            continue
+        entry.update(base_offset=info.base_offset, log_append_time=info.log_append_time,
+                     log_start_offset=p.log.log_start_offset)
+        # A duplicate (idempotent retry) answers with the original's offsets, but only once
+        # those are as replicated/durable as this request's acks ask (as Kafka's purgatory):
+        # the original may still be waiting for the ISR.
+        waits.append((entry, p, info.last_offset, epoch))
     if acks == 0:
         return None
-    with trio.move_on_after(max(0, body["timeout_ms"]) / 1000):
+    await wait_outcomes(waits, acks, deadline)
+    return {"topics": out}
+
+
+async def wait_outcomes(waits: list[tuple[dict[str, Any], Partition, int, int]], acks: int,
+                        deadline: float) -> None:
+    """Wait (until the trio time ``deadline``) for each appended partition's outcome —
+    ``(answer entry, partition, last offset, leader epoch of the append)`` — and write it into
+    the entry; what is still undecided at the deadline is ``REQUEST_TIMED_OUT``."""
+    with trio.move_on_at(deadline):
         for entry, p, last, epoch in waits:
             code = await p.wait_produce(last, acks, epoch)
             entry["error"] = int(code)
@@ -105,7 +184,103 @@ async def produce(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any]
         if not entry.pop("done", False):
             entry.update(error=int(ErrorCode.REQUEST_TIMED_OUT),
                          message=f"{p.name}: not replicated/durable within timeout_ms")
-    return {"topics": out}
+
+
+# --------------------------------------------------------------------------- transactional produce
+
+
+def txn_flags(records: bytes | bytearray | memoryview) -> int:
+    """The transactional/control attribute bits of a produce payload's batches, OR-ed (0 for a
+    plain or idempotent payload): two struct reads per batch, no header parse. A malformed
+    payload stops the scan early; the log refuses such a payload whole."""
+    flags = 0
+    pos, n = 0, len(records)
+    while n - pos >= HEADER_SIZE:
+        (length,) = _INT32.unpack_from(records, pos + 8)
+        (attributes,) = _INT16.unpack_from(records, pos + 21)
+        flags |= attributes
+        if length <= 0:
+            break
+        pos += 12 + length
+    return flags & _TXN_BITS
+
+
+def _unverified_openings(p: Partition, records: bytes, flags: int,
+                         transactional_id: str | None) -> list[tuple[int, int]]:
+    """``(producer_id, producer_epoch)`` of the payload's transactional batches that would open a
+    transaction on ``p`` and hold no verified guard there. Raises for a control batch and for
+    a transactional batch in a request without ``transactional_id``."""
+    if flags & CONTROL_BIT:
+        raise error_for(ErrorCode.INVALID_RECORD, f"{p.name}: control batches (transaction "
+                                                  "markers) are written by coordinators only")
+    if not transactional_id:
+        raise error_for(ErrorCode.INVALID_REQUEST, f"{p.name}: transactional batch in a produce "
+                                                   "request without transactional_id")
+    out: list[tuple[int, int]] = []
+    producers = p.log.producer_state.producers
+    for _pos, h in iter_batches(records):
+        if not h.is_transactional:
+            continue
+        entry = producers.get(h.producer_id)
+        if entry is not None and entry.txn_first_offset >= 0 and entry.epoch == h.producer_epoch:
+            continue  # its transaction is open here: nothing to open
+        guard = p.txn_verified.get(h.producer_id)
+        if guard is not None and guard.verified and guard.epoch == h.producer_epoch:
+            continue
+        if (h.producer_id, h.producer_epoch) not in out:
+            out.append((h.producer_id, h.producer_epoch))
+    return out
+
+
+class _Opening:
+    """One (partition, producer, epoch) of a produce request that must be verified."""
+
+    __slots__ = ("entry", "p", "producer_id", "producer_epoch", "done")
+
+    def __init__(self, entry: dict[str, Any], p: Partition, producer_id: int,
+                 producer_epoch: int) -> None:
+        self.entry = entry
+        self.p = p
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.done = False
+
+
+async def _verify_openings(verifier: TxnVerifier | None, transactional_id: str,
+                           openings: list[_Opening]) -> None:
+    async with trio.open_nursery() as nursery:
+        for o in openings:
+            nursery.start_soon(_verify_one, verifier, transactional_id, o)
+
+
+async def _verify_one(verifier: TxnVerifier | None, transactional_id: str, o: _Opening) -> None:
+    p, pid = o.p, o.producer_id
+    guard = p.txn_verified.get(pid)
+    if guard is None or guard.epoch != o.producer_epoch:
+        guard = p.txn_verified[pid] = VerificationGuard(o.producer_epoch)
+    message = ""
+    if verifier is None:
+        code, message = ErrorCode.INVALID_TXN_STATE, f"{p.name}: no transaction verifier"
+    elif guard.verified:
+        code = ErrorCode.NONE
+    else:
+        try:
+            code = ErrorCode(await verifier.verify(transactional_id, pid, o.producer_epoch,
+                                                   p.topic, p.partition))
+        except Exception as exc:  # noqa: BLE001 - a coordinator failure answers this partition
+            code, message = wire_error(exc)
+    o.done = True
+    if p.txn_verified.get(pid) is not guard:
+        code, message = ErrorCode.INVALID_TXN_STATE, (
+            f"{p.name}: a marker for producer {pid} arrived during its verification")
+    elif code:
+        del p.txn_verified[pid]
+    else:
+        guard.verified = True
+        return
+    if not o.entry["error"]:
+        o.entry.update(error=int(code), message=message or
+                       f"{p.name}: producer {pid} may not open a transaction here: {code.name}")
 
 
 # --------------------------------------------------------------------------- fetch
@@ -119,6 +294,7 @@ class _FetchState:
         self.max_bytes: int = max(0, body["max_bytes"])
         self.min_bytes: int = max(0, body["min_bytes"])
         self.topics = body["topics"]
+        self.committed = self.replica_id < 0 and body.get("isolation_level") == READ_COMMITTED
         self.isr_eligible = False
         if self.replica_id >= 0:
             reg = rm.image.cluster.brokers.get(self.replica_id)
@@ -169,13 +345,12 @@ class _FetchState:
                   ) -> tuple[dict[str, Any], FetchSlice | None, Partition | None]:
         entry: dict[str, Any] = {"partition": pd["partition"], "error": 0, "message": None,
                                  "high_watermark": -1, "log_start_offset": -1,
-                                 "log_end_offset": -1, "diverging_epoch": None, "records_len": 0}
+                                 "log_end_offset": -1, "diverging_epoch": None, "records_len": 0,
+                                 "last_stable_offset": -1, "aborted_transactions": None}
         try:
             p = self.rm.get_leader(topic, pd["partition"], pd.get("current_leader_epoch"))
         except RafkaError as exc:
-            entry.update(error=int(exc.code), message=exc.message)
-            if "leader_id" in exc.details:
-                entry["leader_id"] = exc.details["leader_id"]
+            fail_entry(entry, exc)
             return entry, None, None
         offset = pd["fetch_offset"]
         sl = None
@@ -186,12 +361,14 @@ class _FetchState:
                     entry["diverging_epoch"] = diverging
                     return self._positions(entry, p), None, p
             if budget > 0:
-                sl = p.read(offset, budget, consumer=self.consumer)
+                sl = p.read(offset, budget, consumer=self.consumer, committed=self.committed)
             elif not p.log.log_start_offset <= offset <= p.log.log_end_offset:
                 p.read(offset, 1, consumer=self.consumer)  # raises out of range
+            if self.committed:
+                entry["aborted_transactions"] = [] if sl is None else [
+                    [pid, first] for pid, first in p.log.collect_aborted(offset, sl.last_offset + 1)]
         except Exception as exc:  # noqa: BLE001 - mapped per partition
-            code, msg = wire_error(exc)
-            entry.update(error=int(code), message=msg)
+            fail_entry(entry, exc)
         if sl is not None:
             entry["records_len"] = sl.length
         return self._positions(entry, p), sl, p
@@ -204,14 +381,18 @@ class _FetchState:
         p.on_follower_fetch(self.replica_id, offset, self.broker_epoch, self.isr_eligible)
         return None
 
-    @staticmethod
-    def _positions(entry: dict[str, Any], p: Partition) -> dict[str, Any]:
+    def _positions(self, entry: dict[str, Any], p: Partition) -> dict[str, Any]:
         entry.update(high_watermark=p.high_watermark, log_start_offset=p.log.log_start_offset,
                      log_end_offset=p.log.log_end_offset)
+        if self.consumer:
+            entry["last_stable_offset"] = p.last_stable_offset
         return entry
 
 
 async def fetch(rm: ReplicaManager, body: Mapping[str, Any]) -> Reply:
+    bad = _bad_isolation(body)
+    if bad is not None:
+        return Reply({**_err(ErrorCode.INVALID_REQUEST, bad), "topics": []}, [])
     st = _FetchState(rm, body)
     stale = st.stale_broker_epoch()
     if stale is not None:
@@ -247,7 +428,11 @@ async def _wait_any(events: list[trio.Event]) -> None:
 
 
 def list_offsets(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any]:
+    bad = _bad_isolation(body)
+    if bad is not None:
+        return {**_err(ErrorCode.INVALID_REQUEST, bad), "topics": []}
     replica = (body.get("replica_id") or -1) >= 0
+    committed = not replica and body.get("isolation_level") == READ_COMMITTED
     out = []
     for t in body["topics"]:
         parts = []
@@ -263,15 +448,17 @@ def list_offsets(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any]:
                 if ts == -2:
                     entry["offset"] = p.log.log_start_offset
                 elif ts == -1:
-                    entry["offset"] = p.log.log_end_offset if replica else p.high_watermark
+                    entry["offset"] = (p.log.log_end_offset if replica else
+                                       p.last_stable_offset if committed else p.high_watermark)
                 elif ts >= 0:
-                    found = p.log.offset_for_timestamp(ts, None if replica else p.high_watermark)
+                    bound = (None if replica else
+                             p.last_stable_offset if committed else p.high_watermark)
+                    found = p.log.offset_for_timestamp(ts, bound)
                     if found is not None:
                         entry["offset"], entry["timestamp"] = found
                 else:
                     entry.update(error=int(ErrorCode.INVALID_REQUEST), message=f"bad timestamp {ts}")
             except Exception as exc:  # noqa: BLE001 - mapped per partition
-                code, msg = wire_error(exc)
-                entry.update(error=int(code), message=msg)
+                fail_entry(entry, exc)
     return {"topics": out}
 

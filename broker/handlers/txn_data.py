@@ -1,0 +1,110 @@
+"""The partition leader's transaction APIs: WRITE_TXN_MARKERS and DESCRIBE_PRODUCERS.
+
+Theory of operation
+-------------------
+WRITE_TXN_MARKERS (inter-broker, from transaction coordinators; docs/transactions.md): for
+every marker and each of its partitions this broker must lead, ``ReplicaManager.append_marker``
+appends the COMMIT/ABORT control batch through the ordinary leader append path (group-commit
+flush, replication, HW), synchronously for all partitions first; then the handler waits for each
+one's ``acks=all`` outcome exactly as PRODUCE does (``data.wait_outcomes``), bounded by
+``timeout_ms`` (default 30 s). Each partition answers its own error: ``NONE`` once the marker is
+below the HW, ``UNKNOWN_TOPIC_OR_PARTITION`` for a partition that no longer exists (the
+coordinator counts a deleted partition as done), ``NOT_LEADER_OR_FOLLOWER`` /
+``REQUEST_TIMED_OUT`` / ``NOT_ENOUGH_REPLICAS`` for it to retry (a repeated marker is harmless:
+with no open transaction it changes nothing but the log). Only after a marker is acknowledged
+are the replica manager's ``marker_listeners`` told ``(topic, partition, producer_id, commit,
+marker_offset)``, so the offsets manager applies a transaction's offsets only once its COMMIT
+is as durable as any acknowledged record.
+
+DESCRIBE_PRODUCERS: per partition this broker leads, the producers its log's producer state
+knows (epoch, last sequence, last timestamp, first offset of the open transaction or -1).
+
+``TxnVerifier`` is the seam to the coordinator that PRODUCE uses before a batch may open a
+transaction on a partition (``ADD_PARTITIONS_TO_TXN verify_only``, KIP-890 part 1); the
+coordinator package implements it, ``broker/handlers/data.py`` calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import trio
+
+from broker.errors import ErrorCode
+from broker.handlers.data import fail_entry, wait_outcomes
+from broker.partition import Partition
+from broker.replica_manager import ReplicaManager
+
+__all__ = ["TxnVerifier", "write_txn_markers", "describe_producers",
+           "DEFAULT_MARKER_TIMEOUT_MS"]
+
+DEFAULT_MARKER_TIMEOUT_MS = 30_000
+
+
+class TxnVerifier(Protocol):
+    """May ``producer_id`` with ``producer_epoch`` open a transaction on (topic, partition)?"""
+
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     topic: str, partition: int) -> ErrorCode:
+        """``NONE`` if the id's coordinator holds an ongoing transaction of this producer id and
+        epoch that includes the partition; otherwise the code this partition's PRODUCE answer
+        gets: ``INVALID_TXN_STATE`` when the coordinator says no, a retriable code
+        (``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE``, …) when it could not be asked. May
+        raise ``RafkaError`` instead of returning a code."""
+        ...
+
+
+async def write_txn_markers(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any]:
+    timeout_ms = body.get("timeout_ms")
+    deadline = trio.current_time() + max(
+        0, DEFAULT_MARKER_TIMEOUT_MS if timeout_ms is None else timeout_ms) / 1000
+    out: list[dict[str, Any]] = []
+    waits: list[tuple[dict[str, Any], Partition, int, int]] = []
+    acked: list[tuple[dict[str, Any], Partition, int, bool, int]] = []
+    for m in body["markers"]:
+        pid, commit = m["producer_id"], m["commit"]
+        topics: list[dict[str, Any]] = []
+        out.append({"producer_id": pid, "topics": topics})
+        for t in m["topics"]:
+            parts: list[dict[str, Any]] = []
+            topics.append({"name": t["name"], "partitions": parts})
+            for index in t["partitions"]:
+                entry: dict[str, Any] = {"partition": index, "error": 0, "message": None}
+                parts.append(entry)
+                try:
+                    p = rm.get_leader(t["name"], index)
+                    epoch = p.leader_epoch
+                    info = rm.append_marker(p, pid, m["producer_epoch"], commit,
+                                            m["coordinator_epoch"])
+                except Exception as exc:  # noqa: BLE001 - mapped per partition
+                    fail_entry(entry, exc)
+                    continue
+                waits.append((entry, p, info.last_offset, epoch))
+                acked.append((entry, p, pid, commit, info.last_offset))
+    await wait_outcomes(waits, -1, deadline)
+    for entry, p, pid, commit, offset in acked:
+        if not entry["error"]:
+            rm.marker_acknowledged(p, pid, commit, offset)
+    return {"error": 0, "markers": out}
+
+
+def describe_producers(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any]:
+    out: list[dict[str, Any]] = []
+    for t in body["topics"]:
+        parts: list[dict[str, Any]] = []
+        out.append({"name": t["name"], "partitions": parts})
+        for index in t["partitions"]:
+            entry: dict[str, Any] = {"partition": index, "error": 0, "message": None,
+                                     "producers": []}
+            parts.append(entry)
+            try:
+                p = rm.get_leader(t["name"], index)
+                entry["producers"] = [
+                    {"producer_id": info.producer_id, "producer_epoch": info.producer_epoch,
+                     "last_sequence": info.last_sequence, "last_timestamp": info.last_timestamp,
+                     "txn_first_offset": info.txn_first_offset}
+                    for info in p.log.describe_producers()]
+            except Exception as exc:  # noqa: BLE001 - mapped per partition
+                fail_entry(entry, exc)
+    return {"error": 0, "topics": out}
