@@ -1,6 +1,7 @@
 """Property: any interleaving of producers' transactional batches and markers gives the same
 last stable offset and aborted lists from the live log, from a pure model, and from a fresh
-recovery (clean, crashed, and with every aborted-transaction index file lost)."""
+recovery (clean, crashed, and with every aborted-transaction index file lost), and again after
+truncating the log at any batch boundary (a follower's divergence)."""
 
 from __future__ import annotations
 
@@ -32,17 +33,36 @@ class Model:
     def __init__(self) -> None:
         self.open: dict[int, int] = {}
         self.aborted: list[tuple[int, int, int]] = []  # (pid, first, last) in marker order
+        self.events: list[tuple[int, int, bool | None]] = []  # (offset, pid, commit?)
+
+    def truncated(self, offset: int) -> Model:
+        """The model of the log cut at ``offset`` (a batch boundary)."""
+        m = Model()
+        for off, pid, commit in self.events:
+            if off < offset:
+                m.data(pid, off) if commit is None else m.marker(pid, off, commit)
+        return m
 
     def data(self, pid: int, offset: int) -> None:
+        self.events.append((offset, pid, None))
         self.open.setdefault(pid, offset)
 
     def marker(self, pid: int, offset: int, commit: bool) -> None:
+        self.events.append((offset, pid, commit))
         first = self.open.pop(pid, None)
         if first is not None and not commit:
             self.aborted.append((pid, first, offset))
 
     def collect(self, a: int, b: int) -> list[tuple[int, int]]:
         return [(p, f) for p, f, last in self.aborted if last >= a and f < b]
+
+
+def check(log: PartitionLog, model: Model) -> tuple:
+    seen = observe(log)
+    assert seen[0] == (min(model.open.values()) if model.open else None)
+    assert seen[1] == model.open
+    assert seen[2] == {k: model.collect(*k) for k in seen[2]}
+    return seen
 
 
 def observe(log: PartitionLog) -> tuple:
@@ -53,8 +73,8 @@ def observe(log: PartitionLog) -> tuple:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops)
-def test_live_model_and_recovery_agree(script):
+@given(ops, st.integers(0, 10**6))
+def test_live_model_and_recovery_agree(script, cut):
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "p"
         log = PartitionLog.open(d, CFG, now_ms=lambda: T0)
@@ -72,10 +92,7 @@ def test_live_model_and_recovery_agree(script):
                 log.append(make_batch(op[1], value=b"x" * 40), 0)
             else:
                 log.roll()
-        live = observe(log)
-        assert live[0] == (min(model.open.values()) if model.open else None)
-        assert live[1] == model.open
-        assert live[2] == {k: model.collect(*k) for k in live[2]}
+        live = check(log, model)
 
         log.close()  # clean reopen
         log = PartitionLog.open(d, CFG, now_ms=lambda: T0)
@@ -90,4 +107,14 @@ def test_live_model_and_recovery_agree(script):
         (d / CLEAN_SHUTDOWN_FILE).unlink()
         log = PartitionLog.open(d, CFG, now_ms=lambda: T0)
         assert observe(log) == live
+
+        bounds = [h.base_offset for _seg, _pos, h in log.iter_headers(0)]
+        at = bounds[cut % len(bounds)] if bounds else 0
+        log.truncate_to(at)
+        cut_model = model.truncated(at)
+        cut_view = check(log, cut_model)
+        log.flush()
+        log._crash()
+        log = PartitionLog.open(d, CFG, now_ms=lambda: T0)
+        assert observe(log) == cut_view
         log.close()
