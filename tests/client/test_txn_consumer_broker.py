@@ -1,7 +1,6 @@
 """read_committed vs read_uncommitted, and the transaction admin/CLI, against one real broker.
 
-The transactions are driven over the wire protocol itself (INIT_PRODUCER_ID with a
-transactional id, ADD_PARTITIONS_TO_TXN, a transactional PRODUCE, END_TXN), so this tests the
+The transactions are driven over the wire protocol itself (``txn_wire.py``), so this tests the
 consumer side independently of the transactional producer. One partition ends up holding:
 
     p0 | a1 a2 (aborted) | ABORT | b1 (committed) | COMMIT | p1 | c1 (left open)
@@ -15,82 +14,16 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 import pytest
-import trio
 
-from broker.errors import RafkaError
-from broker.protocol import ApiKey
-from client.aio._core import ClientCore
 from client.sync import Admin, Consumer
 from client.types import ConsumerRecord, TopicPartition
-from log.batch import build_batch
 
 from .conftest import rafka
+from .txn_wire import write_txn_log
 
 pytestmark = pytest.mark.timeout(300)
-
-
-async def _call(core: ClientCore, api: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` to the (only) broker; retries retriable errors, in the body or per partition."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            resp = await core.request_any(api, body)
-            resp.raise_for_error()
-            for t in resp.body.get("topics") or ():
-                for p in t.get("partitions") or ():
-                    if isinstance(p, dict) and p.get("error"):
-                        from broker.errors import error_for
-
-                        raise error_for(p["error"], f"{api.name} {t.get('name')}-{p.get('partition')}")
-            return resp.body
-        except RafkaError as exc:
-            if not exc.retriable or time.monotonic() > deadline:
-                raise
-        await trio.sleep(0.1)
-
-
-async def _transaction(core: ClientCore, tid: str, topic: str, values: list[bytes],
-                       end: bool | None) -> None:
-    """One transaction of ``tid`` writing ``values`` to partition 0; ``end``: commit, abort or
-    (None) leave it open."""
-    init = await _call(core, ApiKey.INIT_PRODUCER_ID, {"transactional_id": tid,
-                                                       "transaction_timeout_ms": 120_000})
-    pid, epoch = init["producer_id"], init["producer_epoch"]
-    ids = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
-    await _call(core, ApiKey.ADD_PARTITIONS_TO_TXN, {**ids, "topics": [{"name": topic, "partitions": [0]}]})
-    batch = build_batch([(None, v, [], 1_700_000_000_000) for v in values], producer_id=pid,
-                        producer_epoch=epoch, base_sequence=0, transactional=True)
-    await _call(core, ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 30_000, "transactional_id": tid,
-                                       "topics": [{"name": topic, "partitions": [{"partition": 0,
-                                                                                  "records": batch}]}]})
-    if end is not None:
-        await _call(core, ApiKey.END_TXN, {**ids, "commit": end})
-
-
-async def _plain(core: ClientCore, topic: str, value: bytes) -> None:
-    await _call(core, ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 30_000, "topics": [
-        {"name": topic, "partitions": [{"partition": 0, "records": build_batch([(None, value, [], 1)])}]}]})
-
-
-def _write_log(bootstrap: str, topic: str, tag: str) -> None:
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            core = ClientCore(bootstrap, client_id="txn-test")
-            core.open(nursery)
-            try:
-                await _plain(core, topic, b"p0")
-                await _transaction(core, f"{tag}-a", topic, [b"a1", b"a2"], end=False)
-                await _transaction(core, f"{tag}-b", topic, [b"b1"], end=True)
-                await _plain(core, topic, b"p1")
-                await _transaction(core, f"{tag}-c", topic, [b"c1"], end=None)
-            finally:
-                await core.aclose()
-                nursery.cancel_scope.cancel()
-
-    trio.run(main)
 
 
 def _read_all(bootstrap: str, topic: str, level: str, until: int) -> tuple[list[ConsumerRecord], int, int]:
@@ -111,7 +44,7 @@ def _read_all(bootstrap: str, topic: str, level: str, until: int) -> tuple[list[
 def test_read_committed_vs_uncommitted_and_operator_abort(bootstrap: str, make_topic) -> None:  # type: ignore[no-untyped-def]
     topic = make_topic(1)
     tag = topic[2:]
-    _write_log(bootstrap, topic, tag)
+    write_txn_log(bootstrap, topic, tag)
     tp = TopicPartition(topic, 0)
     with Admin(bootstrap) as admin:
         hw = admin.list_offsets({tp: -1})[tp][0]
