@@ -402,17 +402,16 @@ class AsyncConsumer:
         return out
 
     def group_metadata(self) -> GroupMetadata:
-        """This member's identity for ``Producer.send_offsets_to_transaction`` (KIP-447): the
-        group, member id and epoch, and the metadata offset its commits carry. Outside a
-        group's membership (not joined yet, or left) the id is ``""`` and the epoch -1, so the
-        coordinator validates the offsets as a commit from outside the group."""
-        if self._coordinator is None or self.group_id is None:
+        """This member's identity for ``Producer.send_offsets_to_transaction`` (KIP-447): group,
+        member id and epoch, and the metadata offset its commits carry; ``("g", "", -1, -1)``
+        outside the membership (not joined yet, or left): a commit from outside the group."""
+        m = self._coordinator
+        if m is None or self.group_id is None:
             raise IllegalStateError("group_metadata() needs a group_id (consumer groups)")
-        epoch = int(getattr(self._coordinator, "member_epoch", 0) or 0)
+        epoch = int(getattr(m, "member_epoch", 0) or 0)
         if epoch <= 0:
-            return GroupMetadata(self.group_id, "", -1, -1)
-        return GroupMetadata(self.group_id, str(getattr(self._coordinator, "member_id", "")), epoch,
-                             int(getattr(self._coordinator, "metadata_offset", -1)))
+            return GroupMetadata(self.group_id)
+        return GroupMetadata(self.group_id, str(m.member_id), epoch, int(m.metadata_offset))  # type: ignore[attr-defined]
 
     async def committed(self, partition: TopicPartition) -> int | None:
         if self._coordinator is None:
