@@ -43,6 +43,15 @@ a syscall that waits for the disk); ``_flush_lock`` serialises flushes with the 
 that close file descriptors (truncation, retention, compaction swaps, close).  Every other
 method belongs to the one owner thread (the broker's trio thread).
 
+Transactions (docs/transactions.md): ``append(from_coordinator=True)`` is the only way in for
+control batches (markers).  Producer state (``log/producer_state.py``) tracks each producer's
+open transaction; a marker closing one returns a ``CompletedTxn`` and, for an ABORT, an entry is
+appended to the ``.txnindex`` of the segment holding the marker (``log/txn_index.py``) once
+the batches are written — leader and follower alike.  ``first_unstable_offset`` and
+``collect_aborted`` serve the broker's last stable offset and read_committed fetches.
+Truncation and recovery re-derive state and index together (``recovery.rebuild_producer_state``);
+retention (``log/retention.py``) and compaction stop at the first unstable offset.
+
 The recovery point is checkpointed (``recovery-point-checkpoint``) when it moves into another
 segment, on truncation and on close; an unclean open validates every batch from the start of
 the segment that holds it (``log/recovery.py``).  ``close`` leaves a ``.clean_shutdown`` marker.
@@ -72,7 +81,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from . import recovery
+from . import recovery, retention
 from .batch import (
     HEADER_SIZE,
     BatchHeader,
@@ -105,8 +114,6 @@ __all__ = ["PartitionLog", "AppendInfo", "FetchSlice", "CLEAN_SHUTDOWN_FILE",
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 RECOVERY_POINT_FILE = "recovery-point-checkpoint"
-DELETED_SUFFIX = ".deleted"
-_MAX_PENDING_DELETES = 1024
 logger = logging.getLogger("rafka.log")
 
 
@@ -782,68 +789,16 @@ class PartitionLog:
         self.producer_state.clear()
         self.producer_state.delete_snapshots_above(-1)
 
-    # -- retention ----------------------------------------------------------------------------
+    # -- retention (log/retention.py) ---------------------------------------------------------
 
     def enforce_retention(self, now_ms: int | None = None) -> list[int]:
-        """Delete old segments by retention.ms / retention.bytes; returns their base offsets."""
-        self._check_usable()
-        now = self._now_ms() if now_ms is None else now_ms
-        self._purge_deleted(now)
-        self.producer_state.expire(now)
-        cfg = self.config
-        if not cfg.delete:
-            return []
-        candidates = self._segments[:-1]
-        k_time = 0
-        if cfg.retention_ms >= 0:
-            horizon = now - cfg.retention_ms
-            while k_time < len(candidates) and candidates[k_time].max_timestamp < horizon:
-                k_time += 1
-        k_size = 0
-        if cfg.retention_bytes >= 0:
-            excess = self.size_bytes - cfg.retention_bytes
-            while k_size < len(candidates) and excess - candidates[k_size].size >= 0:
-                excess -= candidates[k_size].size
-                k_size += 1
-        k = max(k_time, k_size)
-        # never past the first unstable offset: an open transaction's batches stay, so
-        # its marker can still be matched (and the last stable offset stays readable)
-        fuo = self.first_unstable_offset()
-        if fuo is not None:
-            while k > 0 and self._segments[k].base_offset > fuo:
-                k -= 1
-        if k == 0:
-            return []
-        return self._delete_oldest(k, now, "retention")
+        """Delete old segments by retention.ms / retention.bytes; returns their base offsets.
 
-    def _delete_oldest(self, k: int, now: int, why: str) -> list[int]:
-        with self._flush_lock, self._lock:
-            doomed = self._segments[:k]
-            del self._segments[:k]
-            del self._bases[:k]
-            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
-            paths = []
-            for seg in doomed:
-                seg.close()
-                for p in seg.file_paths:
-                    if p.exists():
-                        dead = p.with_name(p.name + DELETED_SUFFIX)
-                        os.replace(p, dead)
-                        paths.append(dead)
-            self._pending_deletes.append((now + self.config.file_delete_delay_ms, paths))
-            while len(self._pending_deletes) > _MAX_PENDING_DELETES:
-                for p in self._pending_deletes.popleft()[1]:
-                    p.unlink(missing_ok=True)
-            self._purge_deleted(now)
-        self.epochs.truncate_from_start(self._log_start_offset)
-        logger.info("%s: %s deleted segments %s; log start offset now %d", self.directory, why,
-                    [s.base_offset for s in doomed], self._log_start_offset)
-        return [s.base_offset for s in doomed]
+        Never moves the log start past the first unstable offset."""
+        return retention.enforce_retention(self, now_ms)
 
     def _purge_deleted(self, now: int | None) -> None:
-        while self._pending_deletes and (now is None or self._pending_deletes[0][0] <= now):
-            for p in self._pending_deletes.popleft()[1]:
-                p.unlink(missing_ok=True)
+        retention.purge_deleted(self, now)
 
     # -- compaction support (log/compaction.py) -----------------------------------------------
 
