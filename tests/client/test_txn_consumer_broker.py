@@ -66,6 +66,17 @@ def test_read_committed_vs_uncommitted_and_operator_abort(bootstrap: str, make_t
     assert [(r.offset, r.value) for r in rc] == [(0, b"p0"), (4, b"b1"), (6, b"p1")]
     assert (rc_pos, rc_end) == (7, 7)  # stops at the open transaction, past both markers
 
+    out = rafka("transactions", "describe", f"{tag}-c", "--json", "--bootstrap", bootstrap)
+    assert out.returncode == 0, out.stderr.decode()
+    d = json.loads(out.stdout)
+    assert (d["state"], d["partitions"], d["producer_id"]) == (
+        "Ongoing", [{"topic": topic, "partition": 0}], open_txns[0].producer_id)
+    assert d["age_ms"] >= 0
+    out = rafka("transactions", "list", "--bootstrap", bootstrap)
+    assert out.returncode == 0 and any(line.split()[:2] == [f"{tag}-c", "Ongoing"]
+                                       for line in out.stdout.decode().splitlines())
+    out = rafka("transactions", "describe", "nosuch-id", "--bootstrap", bootstrap)
+    assert out.returncode == 1 and out.stderr.decode().startswith("error: TRANSACTIONAL_ID_NOT_FOUND")
     out = rafka("transactions", "producers", "--topic", topic, "--partition", "0", "--json",
                 "--bootstrap", bootstrap)
     assert out.returncode == 0, out.stderr.decode()
