@@ -9,7 +9,13 @@ from client import errors
 from client import groups as _groups  # noqa: F401,E402  registers the consumer-group coordinator
 from client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer, NewTopic
 from client.sync import Admin, Consumer, Producer
-from client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from client.types import (
+    ConsumerRecord,
+    GroupMetadata,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
 
 __all__ = [
     "Admin",
@@ -18,6 +24,7 @@ __all__ = [
     "AsyncProducer",
     "Consumer",
     "ConsumerRecord",
+    "GroupMetadata",
     "NewTopic",
     "OffsetAndTimestamp",
     "Producer",

@@ -31,6 +31,8 @@ __all__ = [
     "UnresolvableHostError",
     "CorruptRecordError",
     "RecordTooLargeError",
+    "IllegalTxnStateError",
+    "TransactionAbortedError",
 ]
 
 
@@ -86,6 +88,20 @@ class RecordTooLargeError(ClientError):
     larger than ``max_partition_fetch_bytes``."""
 
     code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class IllegalTxnStateError(IllegalStateError, error_class(ErrorCode.INVALID_TXN_STATE)):  # type: ignore[misc]
+    """A transactional producer's call does not fit its transaction state (``send`` before
+    ``begin_transaction()``, ``commit_transaction()`` with none open, …). Both an
+    ``IllegalStateError`` and an ``InvalidTxnStateError``."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+
+
+class TransactionAbortedError(ClientError):
+    """The record's batch was dropped unsent because its transaction was aborted."""
+
+    code = ErrorCode.INVALID_TXN_STATE
 
 
 def __getattr__(name: str) -> Any:  # the per-code classes of broker.errors

@@ -17,6 +17,7 @@ the thread. Errors raised in the loop propagate to the calling thread unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from types import TracebackType
@@ -155,6 +156,36 @@ class Producer(_Facade[AsyncProducer]):
 
     def statistics(self) -> dict[str, Any]:
         return self._loop.run_sync(self._async.statistics)
+
+    # transactions (``transactional_id``): the async producer's methods, blocking
+
+    def init_transactions(self) -> None:
+        self._loop.run(self._async.init_transactions)
+
+    def begin_transaction(self) -> None:
+        self._loop.run(self._async.begin_transaction)
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
+                                    group_metadata: GroupMetadata | str) -> None:
+        self._loop.run(self._async.send_offsets_to_transaction, dict(offsets), group_metadata)
+
+    def commit_transaction(self) -> None:
+        self._loop.run(self._async.commit_transaction)
+
+    def abort_transaction(self) -> None:
+        self._loop.run(self._async.abort_transaction)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """``with producer.transaction():`` — begin; commit on normal exit, abort when the block
+        raises (the exception propagates); a commit that fails is aborted, then raised."""
+        self.begin_transaction()
+        try:
+            yield
+        except BaseException:
+            self._loop.run(self._async._end_block, True)
+            raise
+        self._loop.run(self._async._end_block, False)
 
 
 class Consumer(_Facade[AsyncConsumer]):
@@ -298,9 +329,11 @@ class Admin(_Facade[AsyncAdmin]):
         self._loop = _LoopThread(self._async, "rafka-admin")
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
-                     config: Mapping[str, str] | None = None, *, validate_only: bool = False) -> None:
-        self._loop.run(_kw(self._async.create_topic, validate_only=validate_only), name, partitions,
-                       replication_factor, config)
+                     config: Mapping[str, str] | None = None, *, validate_only: bool = False,
+                     exist_ok: bool = False) -> bool:
+        """True if created; with ``exist_ok`` an existing topic is no error (False)."""
+        return self._loop.run(_kw(self._async.create_topic, validate_only=validate_only, exist_ok=exist_ok),
+                              name, partitions, replication_factor, config)
 
     def create_topics(self, topics: Iterable[NewTopic | tuple[Any, ...]], *, validate_only: bool = False,
                       raise_on_error: bool = True) -> dict[str, RafkaError | None]:

@@ -55,6 +55,15 @@ streams, since a batch is sent when it is full *or* has lingered.
 Idempotence (default on when ``acks='all'``, as in Kafka) gets a producer id and epoch with
 INIT_PRODUCER_ID before the first send.
 
+Transactions (``transactional_id``; docs/transactions.md, ``client/aio/transactions.py``):
+the ``TransactionManager`` holds the transaction's state; ``init_transactions`` /
+``begin_transaction`` / ``send_offsets_to_transaction`` / ``commit_transaction`` /
+``abort_transaction`` / ``transaction()`` delegate to it. The sender keeps a partition's batches
+queued until the coordinator acknowledged the partition (``_dispatch`` asks the manager, which
+batches the partitions waiting into one ADD_PARTITIONS_TO_TXN); transactional batches carry
+attributes bit 4 and PRODUCE carries the ``transactional_id``. Without a transactional id none of
+this runs: ``send`` pays one ``is None`` test.
+
 Thread model: every method except ``send_threadsafe`` must run in the producer's trio loop.
 ``send_threadsafe`` is the sync facade's hot path: it appends straight from the caller's
 thread (the accumulator is locked) and wakes the sender with ``run_sync_soon``.
@@ -82,6 +91,7 @@ from client.aio.accumulator import (
     record_size,
 )
 from client.aio.futures import FutureRecordMetadata
+from client.aio.transactions import TransactionalApi, TransactionManager
 from client.connection import PendingResponse, backoff_ms
 from client.errors import (
     BufferExhaustedError,
@@ -103,8 +113,12 @@ Headers = Sequence[tuple[str, bytes]] | None
 _NO_HEADERS: Any = ()  # shared: a record without headers allocates nothing for them
 
 
-class AsyncProducer:
-    """``async with AsyncProducer(bootstrap_servers=...) as p: fut = await p.send(...)``."""
+class AsyncProducer(TransactionalApi):
+    """``async with AsyncProducer(bootstrap_servers=...) as p: fut = await p.send(...)``.
+
+    With ``transactional_id``: ``init_transactions()``, ``begin_transaction()``,
+    ``send_offsets_to_transaction()``, ``commit_transaction()``, ``abort_transaction()``,
+    ``transaction()`` (``TransactionalApi``)."""
 
     def __init__(
         self,
@@ -126,8 +140,20 @@ class AsyncProducer:
         max_in_flight_requests_per_connection: int = 5,
         partitioner: str | Partitioner | None = None,
         metadata_max_age_ms: int = 300000,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60000,
     ) -> None:
         self.acks = _parse_acks(acks)
+        self._txn: TransactionManager | None = None
+        if transactional_id is not None:  # transactions imply idempotence and acks=all
+            if enable_idempotence is False or self.acks != -1:
+                raise error_for(ErrorCode.INVALID_CONFIG, "a transactional producer needs acks='all' and "
+                                f"idempotence (got acks={acks!r}, enable_idempotence={enable_idempotence!r})")
+            enable_idempotence = True
+            self._txn = TransactionManager(transactional_id, transaction_timeout_ms,
+                                           request_timeout_ms=request_timeout_ms,
+                                           retry_backoff_ms=retry_backoff_ms)
+            self._txn.bind(self)
         if enable_idempotence is None:
             enable_idempotence = self.acks == -1
         elif enable_idempotence and self.acks != -1:
@@ -217,16 +243,23 @@ class AsyncProducer:
             self._fail_everything(IllegalStateError("producer closed before the record was sent"))
 
     def _fail_everything(self, err: BaseException) -> None:
+        self._drop_unsent(err)
         assert self._acc is not None
-        for batch in self._acc.drain(0, force=True):
-            batch.result.complete(error=err)
-            self._acc.release(batch)
         for st in self._parts.values():
-            for b in [*st.pending, *st.inflight, *st.retry]:
+            for b in st.inflight:
                 b.result.complete(error=err)
                 self._acc.release(b)
-            st.pending.clear()
             st.inflight.clear()
+
+    def _drop_unsent(self, err: BaseException) -> None:
+        """Fail every batch not in flight: still in the accumulator, queued, or to retry."""
+        assert self._acc is not None
+        for batch in self._acc.drain(0, force=True):
+            self._settle(batch, error=err)
+        for st in self._parts.values():
+            for b in [*st.pending, *st.retry]:
+                self._settle(b, error=err)
+            st.pending.clear()
             st.retry.clear()
 
     # ------------------------------------------------------------------ send
@@ -270,7 +303,7 @@ class AsyncProducer:
         buffer. Kept flat on purpose: it is the whole per-record cost of the sync ``send``.
         """
         acc = self._acc
-        if acc is None or self._closed or self._fatal is not None:
+        if acc is None or self._closed or self._fatal is not None or self._txn is not None:
             acc = self._check_open()
         parts = self._core.metadata.topics.get(topic)
         if not parts:
@@ -368,6 +401,8 @@ class AsyncProducer:
             raise IllegalStateError("producer is not open (use `async with AsyncProducer(...)`)")
         if self._fatal is not None:
             raise self._fatal
+        if self._txn is not None:
+            self._txn.check_send()
         return self._acc
 
     def _check_size(self, size: int) -> None:
@@ -407,7 +442,22 @@ class AsyncProducer:
             "producer_id": self._producer_id,
             "producer_epoch": self._producer_epoch,
             "batches_split": self._batches_split,
+            **(self._txn.statistics() if self._txn is not None else {}),
         }
+
+    # ------------------------------------------------------------------ transactions
+
+    def _set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        """A new producer id / epoch (transactions): every partition's sequences restart at 0."""
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        for st in self._parts.values():
+            st.next_seq = 0
+
+    def _set_fatal(self, err: RafkaError) -> None:
+        """Fenced: every later call raises ``err``; batches not sent yet fail with it."""
+        self._fatal = err
+        self._drop_unsent(err)
 
     # ------------------------------------------------------------------ sender
 
@@ -421,7 +471,7 @@ class AsyncProducer:
     async def _sender(self) -> None:
         assert self._acc is not None and self._nursery is not None
         acc = self._acc
-        if self.enable_idempotence:
+        if self.enable_idempotence and self._txn is None:  # transactions: init_transactions()
             await self._init_producer_id()
             if self._fatal is not None:
                 return
@@ -527,10 +577,19 @@ class AsyncProducer:
         assert self._nursery is not None
         meta = self._core.metadata
         need_meta = False
+        txn = self._txn
         while True:
             by_node: dict[int, list[tuple[PartitionState, ProducerBatch]]] = {}
             for tp, st in self._parts.items():
                 if not (st.pending or st.retry):
+                    continue
+                if txn is not None and tp not in txn.partitions:  # not in the transaction yet
+                    if not txn.want(tp):  # and never will be: the transaction failed
+                        err = txn.error or error_for(ErrorCode.INVALID_TXN_STATE, "no open transaction")
+                        for b in [*st.pending, *st.retry]:
+                            self._settle(b, error=type(err)(err.message, **err.details))
+                        st.pending.clear()
+                        st.retry.clear()
                     continue
                 leader = meta.leader(tp)
                 if leader < 0:
@@ -545,6 +604,8 @@ class AsyncProducer:
                 if batch is not None:
                     self._sent_to[tp] = leader
                     by_node.setdefault(leader, []).append((st, batch))
+            if txn is not None and (adds := txn.take_wanted()):  # one ADD_PARTITIONS for them all
+                self._nursery.start_soon(txn.add_partitions, adds)
             if not by_node:
                 return need_meta
             for node, items in by_node.items():
@@ -578,7 +639,7 @@ class AsyncProducer:
                 batch.records, batch.ts0, compression=self.compression,
                 producer_id=self._producer_id if self.enable_idempotence else -1,
                 producer_epoch=self._producer_epoch if self.enable_idempotence else -1,
-                base_sequence=batch.base_sequence)
+                base_sequence=batch.base_sequence, transactional=self._txn is not None)
         batch.attempts += 1
 
     async def _produce(self, node: int, group: list[tuple[PartitionState, ProducerBatch]]) -> None:
@@ -589,6 +650,8 @@ class AsyncProducer:
             topics.setdefault(b.topic, []).append({"partition": b.partition, "records": b.payload})
         body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
                 "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+        if self._txn is not None:
+            body["transactional_id"] = self._txn.transactional_id
         try:
             host, port = self._core.send_only_node(node)
             with trio.fail_after(self.request_timeout_ms / 1000):
@@ -693,6 +756,8 @@ class AsyncProducer:
     def _settle(self, b: ProducerBatch, *, base_offset: int = -1, log_append_time: int = -1,
                 error: BaseException | None = None) -> None:
         assert self._acc is not None
+        if error is not None and self._txn is not None:
+            self._txn.batch_failed(error, b.base_sequence >= 0)
         b.result.complete(base_offset, log_append_time, error)
         self._acc.release(b)
 

@@ -1,0 +1,554 @@
+"""The transactional producer's client side: ``TransactionManager`` (docs/transactions.md).
+
+Theory of operation
+-------------------
+A producer with a ``transactional_id`` owns one ``TransactionManager``. Its state is a small
+table (``_NEXT``) walked by the producer's calls, as Kafka's client does::
+
+    UNINITIALIZED ─init─► INITIALIZING ─► READY ─begin─► IN_TRANSACTION ─commit─► COMMITTING ─► READY
+                                            ▲                 │    └─abort─► ABORTING ─► READY
+                                            │                 ▼                 ▲
+                                            └──────────── ABORTABLE_ERROR ─abort┘
+    any state ─fenced─► FATAL_ERROR (every later call raises the fatal error)
+
+The pure part — state, the partitions the coordinator has acknowledged, error classification
+(``classify``) — does no I/O and is tested without a broker. The I/O part talks to the id's
+*coordinator*: the leader of ``__transaction_state`` partition ``crc32(id) % 5``, found in the
+client's metadata (when the topic does not exist yet any broker is asked: it creates the topic
+and answers COORDINATOR_NOT_AVAILABLE). Every coordinator call is retried — coordinator
+re-found, exponential backoff — on retriable answers (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, timeouts, broken connections) for at most
+``max(transaction_timeout_ms, request_timeout_ms)``; after that the call raises
+``KafkaTimeoutError`` and the state is left as it was, so calling it again resumes it (END_TXN is
+idempotent on the coordinator).
+
+Partitions join the transaction from the sender (``want``/``add_partitions``): a partition's
+batches stay queued until the coordinator acknowledged ADD_PARTITIONS_TO_TXN for it; every
+partition waiting meanwhile goes into the next request (one request in flight, as Kafka).
+``send_offsets`` adds the group (ADD_OFFSETS_TO_TXN), then writes the offsets to the group's
+coordinator (TXN_OFFSET_COMMIT, ``client.groups.coordinator_request``). ``commit`` flushes every
+batch, then sends END_TXN(commit) — only when the coordinator holds an open transaction (some
+partition or group was added; otherwise there is nothing to end). ``abort`` drops the batches not
+sent yet, waits for those in flight, sends END_TXN(abort), then bumps the epoch when it must.
+
+Errors, as Kafka's client classifies them:
+
+* *fatal* — PRODUCER_FENCED, INVALID_PRODUCER_EPOCH or INVALID_TXN_STATE from the coordinator,
+  INVALID_PRODUCER_ID_MAPPING, …: a newer incarnation owns the id (``ProducerFencedError``);
+  every later call raises it; only ``close()`` is left.
+* *abortable* — a failed batch, a refused offset commit, TRANSACTION_TIMED_OUT: the current
+  transaction cannot commit; ``abort_transaction()`` then carries on. After
+  TRANSACTION_TIMED_OUT, or when a batch that had a sequence number was lost, the abort
+  re-initialises with INIT_PRODUCER_ID(id, producer id, epoch) (KIP-360): a fresh epoch whose
+  sequences start at 0.
+* a batch refused with INVALID_PRODUCER_EPOCH by a partition is ambiguous — the coordinator
+  bumped the epoch either to fence us or because our transaction timed out — and the
+  transaction is dead either way; ``commit`` asks the coordinator with END_TXN(abort), which
+  answers PRODUCER_FENCED (fatal) or succeeds (it was the timeout: abortable, KIP-588).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any, Protocol
+
+import trio
+
+from broker.errors import ErrorCode, RafkaError, error_class, error_for
+from broker.protocol import ApiKey
+from client.aio._core import REFRESH_CODES, ClientCore
+from client.connection import backoff_ms
+from client.errors import (
+    IllegalStateError,
+    IllegalTxnStateError,
+    KafkaTimeoutError,
+    TransactionAbortedError,
+)
+from client.types import GroupMetadata, TopicPartition
+
+__all__ = ["ErrorKind", "TransactionManager", "TransactionalApi", "TxnState", "classify"]
+
+ProducerFencedError = error_class(ErrorCode.PRODUCER_FENCED)
+TransactionTimedOutError = error_class(ErrorCode.TRANSACTION_TIMED_OUT)
+
+
+class TxnState(enum.Enum):
+    UNINITIALIZED = "Uninitialized"
+    INITIALIZING = "Initializing"
+    READY = "Ready"
+    IN_TRANSACTION = "InTransaction"
+    COMMITTING = "Committing"
+    ABORTING = "Aborting"
+    ABORTABLE_ERROR = "AbortableError"
+    FATAL_ERROR = "FatalError"
+
+
+S = TxnState
+# the state machine as data: state -> the states a call may move it to (FATAL_ERROR: from any)
+_NEXT: dict[TxnState, frozenset[TxnState]] = {
+    S.UNINITIALIZED: frozenset({S.INITIALIZING}),
+    S.INITIALIZING: frozenset({S.READY}),
+    S.READY: frozenset({S.IN_TRANSACTION}),
+    S.IN_TRANSACTION: frozenset({S.COMMITTING, S.ABORTING, S.ABORTABLE_ERROR}),
+    S.COMMITTING: frozenset({S.READY, S.ABORTABLE_ERROR}),
+    S.ABORTING: frozenset({S.READY, S.ABORTABLE_ERROR}),
+    S.ABORTABLE_ERROR: frozenset({S.ABORTING, S.ABORTABLE_ERROR}),
+    S.FATAL_ERROR: frozenset(),
+}
+
+
+class ErrorKind(enum.Enum):
+    RETRIABLE = "retriable"  # find the coordinator again, back off, retry
+    ABORTABLE = "abortable"  # this transaction must be aborted; the producer goes on
+    BUMP = "abortable, epoch bump"  # abortable; the abort re-initialises (KIP-360)
+    FENCED_OR_TIMED_OUT = "ask the coordinator"  # a partition saw a newer epoch (KIP-588)
+    FATAL = "fatal"  # the producer can only be closed
+
+
+_FATAL: frozenset[int] = frozenset({
+    ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_TXN_STATE,
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.UNKNOWN_API,
+})
+_FENCING: frozenset[int] = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH})
+
+
+def classify(exc: BaseException, *, from_partition: bool = False) -> ErrorKind:
+    """How the transactional producer treats ``exc``: from the coordinator, or (with
+    ``from_partition``) a produce answer that failed a batch for good."""
+    if isinstance(exc, TransactionAbortedError):
+        return ErrorKind.ABORTABLE
+    code = exc.code if isinstance(exc, RafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
+    if from_partition:
+        return ErrorKind.FENCED_OR_TIMED_OUT if code in _FENCING else ErrorKind.ABORTABLE
+    if code in _FATAL:
+        return ErrorKind.FATAL
+    if code == ErrorCode.TRANSACTION_TIMED_OUT:
+        return ErrorKind.BUMP
+    if isinstance(exc, RafkaError) and (exc.retriable or code in REFRESH_CODES):
+        return ErrorKind.RETRIABLE
+    return ErrorKind.ABORTABLE
+
+
+def _fresh(exc: RafkaError) -> RafkaError:
+    """A new instance of ``exc`` to raise again (a stored one would grow its traceback)."""
+    return type(exc)(exc.message, **exc.details)
+
+
+class ProducerHooks(Protocol):
+    """What the manager needs of its producer (``AsyncProducer`` implements it)."""
+
+    _core: ClientCore
+
+    async def flush(self) -> None: ...
+
+    def _set_producer_id(self, producer_id: int, producer_epoch: int) -> None: ...
+
+    def _drop_unsent(self, err: RafkaError) -> None: ...
+
+    def _set_fatal(self, err: RafkaError) -> None: ...
+
+    def _wakeup(self) -> None: ...
+
+
+class TransactionManager:
+    """State and coordinator calls of one transactional producer (module docstring)."""
+
+    def __init__(self, transactional_id: str, transaction_timeout_ms: int, *,
+                 request_timeout_ms: int = 30000, retry_backoff_ms: int = 100) -> None:
+        if not transactional_id or not isinstance(transactional_id, str):
+            raise error_for(ErrorCode.INVALID_CONFIG, "transactional_id must be a non-empty string")
+        if transaction_timeout_ms <= 0:
+            raise error_for(ErrorCode.INVALID_CONFIG,
+                            f"transaction_timeout_ms must be positive, not {transaction_timeout_ms}")
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.call_bound_ms = max(transaction_timeout_ms, request_timeout_ms)
+        self.state = TxnState.UNINITIALIZED
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.partitions: set[TopicPartition] = set()  # acknowledged by the coordinator
+        self.wanted: set[TopicPartition] = set()  # have batches, not added yet
+        self.started = False  # the coordinator holds an open transaction (partitions/offsets added)
+        self.error: RafkaError | None = None  # the abortable or fatal error of the current state
+        self.epoch_bump = False  # the abort must re-initialise (KIP-360)
+        self.epoch_suspect = False  # a partition refused our epoch (fenced, or timed out)
+        self._adding: trio.Event | None = None  # set when the ADD_PARTITIONS in flight ends
+        self._producer: ProducerHooks | None = None
+
+    def bind(self, producer: ProducerHooks) -> None:
+        self._producer = producer
+
+    # ------------------------------------------------------------------ pure state
+
+    def _to(self, state: TxnState) -> None:
+        if state is not TxnState.FATAL_ERROR and state not in _NEXT[self.state]:
+            raise IllegalTxnStateError(f"transactional id {self.transactional_id!r}: cannot go from "
+                                       f"{self.state.value} to {state.value}")
+        self.state = state
+
+    def _refuse(self, what: str) -> RafkaError:
+        """The error for calling ``what`` in the current state."""
+        if self.state in (TxnState.FATAL_ERROR, TxnState.ABORTABLE_ERROR) and self.error is not None:
+            return _fresh(self.error)
+        hint = {TxnState.UNINITIALIZED: "call init_transactions() first",
+                TxnState.READY: "call begin_transaction() first"}.get(self.state, "")
+        return IllegalTxnStateError(f"{what} is not allowed in state {self.state.value}"
+                                    + (f": {hint}" if hint else ""))
+
+    def check_send(self) -> None:
+        """``send`` may add a record to the transaction (raises the named error otherwise)."""
+        if self.state is not TxnState.IN_TRANSACTION:
+            raise self._refuse("send")
+
+    def begin(self) -> None:
+        if self.state is not TxnState.READY:
+            raise self._refuse("begin_transaction")
+        self._to(TxnState.IN_TRANSACTION)
+
+    def want(self, tp: TopicPartition) -> bool:
+        """The sender has a batch for ``tp``, which the coordinator has not acknowledged: note it
+        for the next ADD_PARTITIONS_TO_TXN. False: the transaction failed, the batch cannot go."""
+        if self.state is not TxnState.IN_TRANSACTION:
+            return False
+        self.wanted.add(tp)
+        return True
+
+    def take_wanted(self) -> list[TopicPartition]:
+        """Partitions for one ADD_PARTITIONS_TO_TXN (none while one is in flight)."""
+        if self._adding is not None or not self.wanted:
+            return []
+        out = sorted(self.wanted)
+        self.wanted.clear()
+        self._adding = trio.Event()
+        return out
+
+    def batch_failed(self, exc: BaseException, sequenced: bool) -> None:
+        """A batch of the transaction failed for good (``sequenced``: it had a sequence number,
+        which the partition may or may not have taken — only a new epoch is safe after it)."""
+        if sequenced:
+            self.epoch_bump = True
+        if self.state is not TxnState.IN_TRANSACTION or not isinstance(exc, RafkaError):
+            return  # aborting anyway, or the first error is already recorded
+        if classify(exc, from_partition=True) is ErrorKind.FENCED_OR_TIMED_OUT:
+            self.epoch_suspect = True
+        self.error = exc
+        self._to(TxnState.ABORTABLE_ERROR)
+
+    def failed(self, exc: RafkaError, *, during_init: bool = False) -> RafkaError:
+        """Record a coordinator call's error; returns what to raise. A timeout of the call itself
+        leaves the state as it was (calling again resumes)."""
+        kind = classify(exc)
+        if isinstance(exc, KafkaTimeoutError) or kind is ErrorKind.RETRIABLE:
+            return exc
+        if kind is ErrorKind.FATAL or during_init:
+            if exc.code in _FENCING:
+                exc = ProducerFencedError(f"transactional id {self.transactional_id!r}: {exc.message}")
+            self.error = exc
+            self._to(TxnState.FATAL_ERROR)
+            if self._producer is not None:
+                self._producer._set_fatal(exc)
+            return _fresh(exc)
+        if kind is ErrorKind.BUMP:
+            self.epoch_bump = True
+        self.error = exc
+        if self.state is not TxnState.ABORTING or kind is ErrorKind.BUMP:
+            self._to(TxnState.ABORTABLE_ERROR)
+        return _fresh(exc)
+
+    def _finish(self) -> None:
+        self.partitions.clear()
+        self.wanted.clear()
+        self.started = False
+        self.error = None
+        self.epoch_suspect = False
+        self._to(TxnState.READY)
+
+    def statistics(self) -> dict[str, Any]:
+        return {"transaction_state": self.state.value,
+                "transaction_partitions": len(self.partitions)}
+
+    # ------------------------------------------------------------------ coordinator I/O
+
+    @property
+    def _hooks(self) -> ProducerHooks:
+        if self._producer is None:
+            raise IllegalTxnStateError("the transaction manager is not bound to a producer")
+        return self._producer
+
+    async def _coordinator(self, core: ClientCore) -> int | None:
+        """The coordinator's broker id; None = ask any broker (no ``__transaction_state`` yet)."""
+        from broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
+
+        n = core.metadata.num_partitions(TXN_STATE_TOPIC)
+        if not n or core.stale:
+            await core.refresh_metadata([TXN_STATE_TOPIC])
+            n = core.metadata.num_partitions(TXN_STATE_TOPIC)
+        if not n:
+            return None
+        leader = core.metadata.leader(TopicPartition(TXN_STATE_TOPIC, txn_partition(self.transactional_id, n)))
+        if leader < 0:
+            raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                            f"no leader for the coordinator of {self.transactional_id!r}")
+        return leader
+
+    async def _call(self, api: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` to the coordinator, retried on retriable answers up to ``call_bound_ms``."""
+        core = self._hooks._core
+        deadline = time.monotonic() + self.call_bound_ms / 1000
+        attempt = 0
+        while True:
+            try:
+                node = await self._coordinator(core)
+                resp = await (core.request_any(api, body) if node is None
+                              else core.request_node(node, api, body))
+                resp.raise_for_error()
+                return resp.body
+            except RafkaError as exc:
+                if classify(exc) is not ErrorKind.RETRIABLE:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(f"{api.name} for transactional id {self.transactional_id!r} "
+                                            f"did not succeed within {self.call_bound_ms} ms: {exc}") from exc
+                if exc.code != ErrorCode.CONCURRENT_TRANSACTIONS:
+                    core.invalidate()  # the coordinator may have moved
+            attempt += 1
+            await trio.sleep(backoff_ms(attempt, self.retry_backoff_ms, 1000) / 1000)
+
+    def _ids(self) -> dict[str, Any]:
+        return {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                "producer_epoch": self.producer_epoch}
+
+    async def _init_producer_id(self, *, bump: bool) -> None:
+        body: dict[str, Any] = {"transactional_id": self.transactional_id,
+                                "transaction_timeout_ms": self.transaction_timeout_ms}
+        if bump:
+            body.update(producer_id=self.producer_id, producer_epoch=self.producer_epoch)
+        answer = await self._call(ApiKey.INIT_PRODUCER_ID, body)
+        self.producer_id = int(answer["producer_id"])
+        self.producer_epoch = int(answer["producer_epoch"])
+        self.epoch_bump = False
+        self._hooks._set_producer_id(self.producer_id, self.producer_epoch)
+
+    async def init(self) -> None:
+        """INIT_PRODUCER_ID: fences older incarnations of the id and ends what they left open."""
+        if self.state is TxnState.UNINITIALIZED:
+            self._to(TxnState.INITIALIZING)
+        elif self.state is not TxnState.INITIALIZING:  # INITIALIZING: an earlier call timed out
+            raise self._refuse("init_transactions")
+        try:
+            await self._init_producer_id(bump=False)
+        except RafkaError as exc:
+            raise self.failed(exc, during_init=True) from None
+        self._to(TxnState.READY)
+
+    async def add_partitions(self, tps: list[TopicPartition]) -> None:
+        """The sender's task for the partitions of ``take_wanted()``: ADD_PARTITIONS_TO_TXN,
+        then wake the sender (their batches may go now, or fail)."""
+        ev = self._adding
+        try:
+            by_topic: dict[str, list[int]] = {}
+            for tp in tps:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            answer = await self._call(ApiKey.ADD_PARTITIONS_TO_TXN, {
+                **self._ids(), "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
+            for t in answer.get("topics") or ():
+                for p in t.get("partitions") or ():
+                    if p.get("error"):
+                        raise error_for(p["error"], f"adding {t['name']}-{p['partition']} to the transaction")
+            self.partitions.update(tps)
+            self.started = True
+        except RafkaError as exc:
+            err = self.failed(exc)
+            if self.state is TxnState.IN_TRANSACTION:  # the call timed out: failed() kept the state
+                self.error = err
+                self._to(TxnState.ABORTABLE_ERROR)  # the batches of these partitions fail
+        finally:
+            self._adding = None
+            if ev is not None:
+                ev.set()
+            self._hooks._wakeup()
+
+    async def _adds_settled(self) -> None:
+        while self._adding is not None:
+            await self._adding.wait()
+
+    async def send_offsets(self, offsets: Mapping[TopicPartition, int],
+                           group_metadata: GroupMetadata | str) -> None:
+        """ADD_OFFSETS_TO_TXN, then TXN_OFFSET_COMMIT to the group's coordinator: the offsets
+        commit with the transaction (and are dropped if it aborts)."""
+        from client.groups import _coordinator_node, coordinator_request  # noqa: I001  (groups imports client.aio)
+
+        if self.state is not TxnState.IN_TRANSACTION:
+            raise self._refuse("send_offsets_to_transaction")
+        gm = GroupMetadata(group_metadata) if isinstance(group_metadata, str) else group_metadata
+        if not gm.group_id:
+            raise error_for(ErrorCode.INVALID_REQUEST, "send_offsets_to_transaction needs a group id")
+        core = self._hooks._core
+        try:
+            await _coordinator_node(core, gm.group_id)  # creates __consumer_offsets if missing
+            await self._call(ApiKey.ADD_OFFSETS_TO_TXN, {**self._ids(), "group_id": gm.group_id})
+            self.started = True
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for tp, off in sorted(offsets.items()):
+                topics.setdefault(tp.topic, []).append({"partition": tp.partition, "offset": int(off)})
+            member = gm.member_epoch >= 0
+            answer = await coordinator_request(core, gm.group_id, ApiKey.TXN_OFFSET_COMMIT, {
+                **self._ids(), "group_id": gm.group_id,
+                "member_id": gm.member_id or None if member else None,
+                "member_epoch": gm.member_epoch if member else -1,
+                "min_metadata_offset": gm.min_metadata_offset if member and gm.min_metadata_offset >= 0 else None,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+            for t in answer.get("topics") or ():
+                for p in t.get("partitions") or ():
+                    if p.get("error"):
+                        raise error_for(p["error"], p.get("message")
+                                        or f"transactional commit of {t['name']}-{p['partition']}")
+        except RafkaError as exc:
+            # a timeout or a coordinator that stayed unreachable keeps the state: calling again
+            # is safe (both requests are idempotent), and so is aborting
+            raise self.failed(exc) from None
+
+    async def _end(self, commit: bool) -> None:
+        try:
+            await self._call(ApiKey.END_TXN, {**self._ids(), "commit": commit})
+        except RafkaError as exc:
+            raise self.failed(exc) from None
+
+    async def commit(self) -> None:
+        """Flush every batch, then END_TXN(commit); raises the first batch error instead (the
+        transaction must then be aborted)."""
+        if self.state is TxnState.IN_TRANSACTION:
+            await self._hooks.flush()
+            await self._adds_settled()
+        if self.state is TxnState.ABORTABLE_ERROR and self.epoch_suspect:
+            await self._resolve_epoch()
+        if self.state is TxnState.IN_TRANSACTION:
+            self._to(TxnState.COMMITTING)
+        elif self.state is not TxnState.COMMITTING:  # COMMITTING: an earlier call timed out
+            raise self._refuse("commit_transaction")
+        if self.started:
+            await self._end(commit=True)
+        self._finish()
+
+    async def _resolve_epoch(self) -> None:
+        """A partition refused our epoch: the coordinator bumped it — to fence us, or because
+        the transaction timed out. END_TXN(abort) tells which (the transaction is aborted
+        either way); raises ProducerFencedError or TransactionTimedOutError."""
+        try:
+            await self._call(ApiKey.END_TXN, {**self._ids(), "commit": False})
+        except RafkaError as exc:
+            raise self.failed(exc) from None  # PRODUCER_FENCED: fatal
+        self.epoch_suspect = False
+        self.started = False
+        self.epoch_bump = True
+        self.error = TransactionTimedOutError(
+            f"transactional id {self.transactional_id!r}: the coordinator aborted the transaction "
+            f"(transaction_timeout_ms={self.transaction_timeout_ms}); abort_transaction() and go on")
+        raise _fresh(self.error)
+
+    async def abort(self) -> None:
+        """Drop unsent batches, wait for those in flight, END_TXN(abort), re-init if needed."""
+        if self.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+            self._to(TxnState.ABORTING)
+        elif self.state is not TxnState.ABORTING:  # ABORTING: an earlier call timed out
+            raise self._refuse("abort_transaction")
+        hooks = self._hooks
+        hooks._drop_unsent(TransactionAbortedError(
+            f"transactional id {self.transactional_id!r}: the transaction was aborted before the batch was sent"))
+        await hooks.flush()
+        await self._adds_settled()
+        if self.started:
+            await self._end(commit=False)
+            self.started = False
+        if self.epoch_bump:
+            try:
+                await self._init_producer_id(bump=True)
+            except RafkaError as exc:
+                raise self.failed(exc, during_init=not isinstance(exc, KafkaTimeoutError)) from None
+        self._finish()
+
+    async def end_block(self, failed: bool) -> None:
+        """The end of a ``transaction()`` block: abort after an exception (unless the producer is
+        fenced, when nothing is left to do), else commit — and if the commit fails with an
+        abortable error, abort too and raise the commit's error."""
+        if failed:
+            if self.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
+                await self.abort()
+            return
+        try:
+            await self.commit()
+        except RafkaError:
+            if self.state is TxnState.ABORTABLE_ERROR:
+                await self.abort()
+            raise
+
+
+def offsets_arg(offsets: Mapping[TopicPartition, int] | Iterable[tuple[TopicPartition, int]]
+                ) -> dict[TopicPartition, int]:
+    """``send_offsets_to_transaction``'s offsets as a dict of ``TopicPartition`` → offset."""
+    items = offsets.items() if isinstance(offsets, Mapping) else offsets
+    return {TopicPartition(*tp): int(off) for tp, off in items}
+
+
+class TransactionalApi:
+    """The transactional methods of ``AsyncProducer`` (mixed in; its ``_txn`` is the manager,
+    ``None`` without a ``transactional_id``)."""
+
+    _txn: TransactionManager | None
+    _acc: Any
+    _closed: bool
+
+    def _transactional(self) -> TransactionManager:
+        if self._txn is None:
+            raise IllegalStateError("transactions need a producer with a transactional_id")
+        if self._acc is None or self._closed:
+            raise IllegalStateError("producer is not open (use `async with AsyncProducer(...)`)")
+        return self._txn
+
+    async def init_transactions(self) -> None:
+        """Get the transactional id's producer id and epoch from its coordinator — fencing older
+        producers with the same id, and ending what they left open. Once, before anything else."""
+        await self._transactional().init()
+
+    async def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until commit/abort belong to it."""
+        self._transactional().begin()
+
+    async def send_offsets_to_transaction(
+            self, offsets: Mapping[TopicPartition, int] | Iterable[tuple[TopicPartition, int]],
+            group_metadata: GroupMetadata | str) -> None:
+        """Commit a consumer group's ``offsets`` (the next offset to read, per partition) as
+        part of the transaction: visible when it commits, dropped if it aborts."""
+        await self._transactional().send_offsets(offsets_arg(offsets), group_metadata)
+
+    async def commit_transaction(self) -> None:
+        """Flush, then commit. A batch that failed fails the commit with its error (then
+        ``abort_transaction()``); a ``KafkaTimeoutError`` can be retried by calling again."""
+        await self._transactional().commit()
+
+    async def abort_transaction(self) -> None:
+        """Drop the records not sent yet and abort the transaction (its records stay invisible
+        to read_committed consumers)."""
+        await self._transactional().abort()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """``async with producer.transaction():`` — begin; commit on normal exit, abort when the
+        block raises (the exception propagates). A commit that fails is aborted, then raised."""
+        self._transactional().begin()
+        try:
+            yield
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._end_block(True)
+            raise
+        await self._end_block(False)
+
+    async def _end_block(self, failed: bool) -> None:
+        """The end of a ``transaction()`` block (also the sync facade's)."""
+        await self._transactional().end_block(failed)
