@@ -440,7 +440,9 @@ class ReplicaManager:
                 if p.deleted or not p.log.config.compact:
                     continue
                 try:
-                    compact(p.log)
+                    # never below the last stable offset: open transactions and records not
+                    # yet committed (above the HW) stay as they are
+                    compact(p.log, upper_bound=p.last_stable_offset)
                 except (LogError, OSError) as exc:
                     log.warning("compaction of %s: %s", p.name, exc)
                 await trio.lowlevel.checkpoint()
