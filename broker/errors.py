@@ -80,6 +80,7 @@ class ErrorCode(IntEnum):
     STALE_BROKER_EPOCH = 77
     OFFSET_NOT_AVAILABLE = 78
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88  # KIP-447: a transaction holding offsets of this partition is open
     PRODUCER_FENCED = 90
     FENCED_MEMBER_EPOCH = 110
     UNKNOWN_TOPIC_ID = 100
@@ -111,6 +112,7 @@ RETRIABLE: frozenset[ErrorCode] = frozenset(
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
         ErrorCode.NOT_COORDINATOR,
         ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,
         ErrorCode.NOT_ENOUGH_REPLICAS,
         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         ErrorCode.NOT_CONTROLLER,

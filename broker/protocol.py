@@ -263,7 +263,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "new_isr": [int],
     },
     # -> {error, leader_id, epoch, high_watermark,
-    #     voters: [{id, rpc, metadata_offset, lag}], observers: [{id, metadata_offset, lag}]}
+    #     voters: [{id, raft, rpc, metadata_offset, lag}], observers: [{id, metadata_offset, lag}]}
     # local_only: a voter answers with its own metadata offset only (the leader asks each voter)
     ApiKey.DESCRIBE_QUORUM: {"local_only": Opt(bool)},
     # ---- consumer groups (kraft/groups; docs in kraft/groups/offsets.py and coordinator.py)
@@ -303,7 +303,9 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # topics None = every committed partition of the group
     # -> {error, message, topics: [{name, partitions: [{partition, offset (-1: none),
     #     metadata, commit_timestamp, error}]}]}
-    ApiKey.OFFSET_FETCH: {"group_id": str, "topics": Opt(_TP_LIST)},
+    # require_stable (KIP-447; read_committed consumers): a partition with offsets pending in
+    # an open transaction answers UNSTABLE_OFFSET_COMMIT (retriable) instead of the older offset
+    ApiKey.OFFSET_FETCH: {"group_id": str, "topics": Opt(_TP_LIST), "require_stable": Opt(bool)},
     # any broker: groups in its image + groups with offsets it coordinates
     # -> {error, groups: [{group_id, state, members, group_epoch}]}
     ApiKey.LIST_GROUPS: {},

@@ -55,6 +55,7 @@ from broker.protocol import ApiKey
 from client.aio._core import ClientCore
 from client.aio.consumer import AsyncConsumer
 from client.aio.offsets import list_offsets
+from client.connection import backoff_ms
 from client.errors import UnresolvableHostError
 from client.types import TopicPartition
 from kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
@@ -135,9 +136,28 @@ def _from_tp_list(entries: Iterable[dict[str, Any]] | None) -> set[TopicPartitio
     return {TopicPartition(e["name"], p) for e in entries or () for p in e["partitions"]}
 
 
-async def fetch_committed(core: ClientCore, group_id: str, tps: Iterable[TopicPartition] | None) -> dict[TopicPartition, int | None]:
-    body = await coordinator_request(core, group_id, ApiKey.OFFSET_FETCH,
-                                     {"group_id": group_id, "topics": None if tps is None else _tp_list(tps)})
+async def fetch_committed(core: ClientCore, group_id: str, tps: Iterable[TopicPartition] | None,
+                          *, require_stable: bool = False) -> dict[TopicPartition, int | None]:
+    """The group's committed offsets. ``require_stable`` (read_committed consumers, KIP-447):
+    while a transaction holding offsets of a partition is open, wait for its outcome (the
+    coordinator answers UNSTABLE_OFFSET_COMMIT) instead of taking the older offset, which would
+    make a new owner re-process what the transaction is about to commit."""
+    request = {"group_id": group_id, "topics": None if tps is None else _tp_list(tps)}
+    if require_stable:
+        request["require_stable"] = True
+    deadline = trio.current_time() + core.request_timeout_ms / 1000
+    attempt = 0
+    while True:
+        body = await coordinator_request(core, group_id, ApiKey.OFFSET_FETCH, request)
+        unstable = [p for t in body.get("topics", ()) for p in t["partitions"]
+                    if p.get("error") == ErrorCode.UNSTABLE_OFFSET_COMMIT]
+        if not unstable:
+            break
+        if trio.current_time() >= deadline:
+            raise error_for(ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                            f"group {group_id}: offsets still pending in an open transaction")
+        await trio.sleep(backoff_ms(attempt, 20, 500) / 1000)
+        attempt += 1
     return {
         TopicPartition(t["name"], p["partition"]): (p["offset"] if p["offset"] >= 0 else None)
         for t in body.get("topics", ()) for p in t["partitions"]
@@ -210,7 +230,8 @@ class GroupMembership:
         self._wake.set()
 
     async def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-        got = await fetch_committed(self.core, self.group_id, tps)
+        got = await fetch_committed(self.core, self.group_id, tps,
+                                    require_stable=bool(self.consumer._isolation))
         return {tp: got.get(tp) for tp in tps}
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:

@@ -179,6 +179,10 @@ class OffsetsCache:
             self.values[key] = (value, log_offset)
             self.by_group.setdefault(key[0], set()).add(key)
 
+    def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """The group's partitions with offsets pending in an open transaction (KIP-447)."""
+        return {(t, p) for entries in self.pending.values() for (g, t, p) in entries if g == group_id}
+
     def add_pending(self, producer_id: int, entries: Iterable[tuple[Key, OffsetValue]]) -> None:
         """Offsets of an open transaction: kept aside until its marker."""
         self.pending.setdefault(producer_id, {}).update(entries)
@@ -478,7 +482,14 @@ class GroupOffsetsManager:
             keys = sorted(committed)
         else:
             keys = [(t["name"], p) for t in wanted for p in t["partitions"]]
-        return {"topics": _offsets_body(committed, keys, with_error=True)}
+        topics = _offsets_body(committed, keys, with_error=True)
+        if body.get("require_stable"):
+            unstable = cache.pending_partitions(body["group_id"])
+            for t in topics:
+                for p in t["partitions"]:
+                    if (t["name"], p["partition"]) in unstable:
+                        p["error"] = int(ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        return {"topics": topics}
 
     # -- admin ------------------------------------------------------------------------------
 

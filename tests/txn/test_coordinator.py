@@ -229,6 +229,23 @@ async def test_offsets_in_a_transaction(tmp_path: Any) -> None:
         assert await _fetched(env) == 30
 
 
+async def test_require_stable_offset_fetch_waits_for_the_transaction(tmp_path: Any) -> None:
+    """KIP-447: a read_committed member asking with require_stable gets UNSTABLE_OFFSET_COMMIT
+    while a transaction holds offsets of the partition, not the older offset."""
+    stable = {"group_id": "g", "topics": [{"name": "in", "partitions": [0]}],
+              "require_stable": True}
+    async with txn_env(tmp_path) as env:
+        pid, epoch = await env.init()
+        assert (await _txn_commit_offset(env, pid, epoch, 10))["error"] == 0
+        r = await env.req(ApiKey.OFFSET_FETCH, stable)
+        assert r["topics"][0]["partitions"][0]["error"] == ErrorCode.UNSTABLE_OFFSET_COMMIT
+        assert await _fetched(env) == -1  # without require_stable: the (older) committed offset
+        assert (await env.end(pid, epoch, True))["error"] == 0
+        r = await env.req(ApiKey.OFFSET_FETCH, stable)
+        assert r["topics"][0]["partitions"][0] == {**r["topics"][0]["partitions"][0],
+                                                   "error": 0, "offset": 10}
+
+
 async def test_verifier_local_and_unreachable_coordinator(tmp_path: Any) -> None:
     async with txn_env(tmp_path) as env:
         pid, epoch = await env.init()
