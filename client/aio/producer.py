@@ -272,7 +272,7 @@ class AsyncProducer(TransactionalApi):
         Waits up to ``max_block_ms`` for topic metadata and for buffer room, then raises
         ``KafkaTimeoutError`` / ``BufferExhaustedError``.
         """
-        acc = self._check_open()
+        acc = self._check_send()
         n = self._core.metadata.num_partitions(topic)
         if n is None:
             n = await self._core.wait_for_topic(topic, self.max_block_ms)
@@ -304,7 +304,7 @@ class AsyncProducer(TransactionalApi):
         """
         acc = self._acc
         if acc is None or self._closed or self._fatal is not None or self._txn is not None:
-            acc = self._check_open()
+            acc = self._check_send()
         parts = self._core.metadata.topics.get(topic)
         if not parts:
             trio.from_thread.run(self.wait_for_topic, topic, trio_token=self._token)
@@ -359,7 +359,7 @@ class AsyncProducer(TransactionalApi):
                     timestamp_ms: int | None = None) -> FutureRecordMetadata:
         """Non-blocking ``send`` (loop thread): raises ``BufferExhaustedError`` at once when the
         buffer is full, ``KafkaTimeoutError`` when the topic's metadata is not cached yet."""
-        acc = self._check_open()
+        acc = self._check_send()
         n = self._core.metadata.num_partitions(topic)
         if n is None:
             raise KafkaTimeoutError(f"no metadata for topic {topic!r} yet (await wait_for_topic)")
@@ -401,9 +401,14 @@ class AsyncProducer(TransactionalApi):
             raise IllegalStateError("producer is not open (use `async with AsyncProducer(...)`)")
         if self._fatal is not None:
             raise self._fatal
+        return self._acc
+
+    def _check_send(self) -> RecordAccumulator:
+        """``_check_open``, and a transactional producer must be in a transaction."""
+        acc = self._check_open()
         if self._txn is not None:
             self._txn.check_send()
-        return self._acc
+        return acc
 
     def _check_size(self, size: int) -> None:
         if size > self.max_request_size:

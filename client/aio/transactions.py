@@ -41,10 +41,12 @@ Errors, as Kafka's client classifies them:
   TRANSACTION_TIMED_OUT, or when a batch that had a sequence number was lost, the abort
   re-initialises with INIT_PRODUCER_ID(id, producer id, epoch) (KIP-360): a fresh epoch whose
   sequences start at 0.
-* a batch refused with INVALID_PRODUCER_EPOCH by a partition is ambiguous — the coordinator
-  bumped the epoch either to fence us or because our transaction timed out — and the
-  transaction is dead either way; ``commit`` asks the coordinator with END_TXN(abort), which
-  answers PRODUCER_FENCED (fatal) or succeeds (it was the timeout: abortable, KIP-588).
+* a batch refused by a partition with INVALID_PRODUCER_EPOCH / PRODUCER_FENCED, or with
+  INVALID_TXN_STATE (the leader's verification with the coordinator failed, KIP-890), is
+  ambiguous: the coordinator may have bumped the epoch to fence us, or aborted our transaction
+  on its timeout, or neither. ``commit`` asks the coordinator (KIP-588): an ADD_PARTITIONS_TO_TXN
+  of a partition already in the transaction changes nothing and answers PRODUCER_FENCED (fatal),
+  TRANSACTION_TIMED_OUT (abortable, re-init) or NONE (the batch's own error, abortable).
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ _FATAL: frozenset[int] = frozenset({
     ErrorCode.INVALID_TRANSACTION_TIMEOUT, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.UNKNOWN_API,
 })
 _FENCING: frozenset[int] = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH})
+_SUSPECT: frozenset[int] = _FENCING | {ErrorCode.INVALID_TXN_STATE}  # from a partition leader
 
 
 def classify(exc: BaseException, *, from_partition: bool = False) -> ErrorKind:
@@ -123,7 +126,7 @@ def classify(exc: BaseException, *, from_partition: bool = False) -> ErrorKind:
         return ErrorKind.ABORTABLE
     code = exc.code if isinstance(exc, RafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
     if from_partition:
-        return ErrorKind.FENCED_OR_TIMED_OUT if code in _FENCING else ErrorKind.ABORTABLE
+        return ErrorKind.FENCED_OR_TIMED_OUT if code in _SUSPECT else ErrorKind.ABORTABLE
     if code in _FATAL:
         return ErrorKind.FATAL
     if code == ErrorCode.TRANSACTION_TIMED_OUT:
@@ -436,20 +439,20 @@ class TransactionManager:
         self._finish()
 
     async def _resolve_epoch(self) -> None:
-        """A partition refused our epoch: the coordinator bumped it — to fence us, or because
-        the transaction timed out. END_TXN(abort) tells which (the transaction is aborted
-        either way); raises ProducerFencedError or TransactionTimedOutError."""
-        try:
-            await self._call(ApiKey.END_TXN, {**self._ids(), "commit": False})
-        except RafkaError as exc:
-            raise self.failed(exc) from None  # PRODUCER_FENCED: fatal
+        """A partition refused our epoch or our transaction: ask the coordinator whether we are
+        fenced (fatal) or timed out (abortable, re-init) — an ADD_PARTITIONS_TO_TXN of a
+        partition already added changes nothing. Otherwise the batch's error stands."""
         self.epoch_suspect = False
-        self.started = False
-        self.epoch_bump = True
-        self.error = TransactionTimedOutError(
-            f"transactional id {self.transactional_id!r}: the coordinator aborted the transaction "
-            f"(transaction_timeout_ms={self.transaction_timeout_ms}); abort_transaction() and go on")
-        raise _fresh(self.error)
+        probe = sorted(self.partitions)[:1]
+        if not probe:
+            return
+        try:
+            await self._call(ApiKey.ADD_PARTITIONS_TO_TXN, {
+                **self._ids(), "topics": [{"name": probe[0].topic, "partitions": [probe[0].partition]}]})
+        except RafkaError as exc:
+            if classify(exc) in (ErrorKind.FATAL, ErrorKind.BUMP):
+                raise self.failed(exc) from None
+            # no clear answer (or another error): the batch's own error stands
 
     async def abort(self) -> None:
         """Drop unsent batches, wait for those in flight, END_TXN(abort), re-init if needed."""

@@ -77,7 +77,8 @@ def test_timeout_is_abortable_with_an_epoch_bump_and_the_rest_abortable() -> Non
 def test_a_partition_refusing_the_epoch_is_ambiguous_other_batch_errors_abortable() -> None:
     assert classify(error_for(ErrorCode.INVALID_PRODUCER_EPOCH), from_partition=True) \
         is ErrorKind.FENCED_OR_TIMED_OUT
-    assert classify(error_for(ErrorCode.INVALID_TXN_STATE), from_partition=True) is ErrorKind.ABORTABLE
+    assert classify(error_for(ErrorCode.INVALID_TXN_STATE), from_partition=True) \
+        is ErrorKind.FENCED_OR_TIMED_OUT  # the leader's verification failed: ask the coordinator
     assert classify(error_for(ErrorCode.MESSAGE_TOO_LARGE), from_partition=True) is ErrorKind.ABORTABLE
 
 
