@@ -11,9 +11,15 @@ import time
 import uuid
 
 import pytest
+import trio
 
-from client import Admin, Consumer, Producer
-from client.errors import MessageTooLargeError, ProducerFencedError, TransactionTimedOutError
+from client import Admin, AsyncProducer, Consumer, Producer
+from client.errors import (
+    MessageTooLargeError,
+    ProducerFencedError,
+    TransactionAbortedError,
+    TransactionTimedOutError,
+)
 from client.types import ConsumerRecord, GroupMetadata, TopicPartition
 
 pytestmark = pytest.mark.timeout(300)
@@ -158,3 +164,26 @@ def test_a_timed_out_transaction_is_aborted_and_the_producer_reinitialises(boots
         with p.transaction():
             p.send(topic, b"on time", partition=0)
     assert values(read(bootstrap, topic, 1, "read_committed")) == {b"on time"}
+
+
+def test_async_transaction_block_commits_or_aborts(bootstrap: str, make_topic) -> None:  # type: ignore[no-untyped-def]
+    topic = make_topic(2)
+
+    async def main() -> None:
+        async with AsyncProducer(bootstrap, transactional_id=tid(), linger_ms=1) as p:
+            await p.init_transactions()
+            with pytest.raises(KeyError):
+                async with p.transaction():
+                    futs = [await p.send(topic, b"dropped", partition=i % 2) for i in range(4)]
+                    raise KeyError("boom")
+            for f in futs:  # never sent: failed by the abort
+                with pytest.raises(TransactionAbortedError):
+                    await f
+            async with p.transaction():
+                await p.send(topic, b"kept-0", partition=0)
+                await p.send(topic, b"kept-1", partition=1)
+            assert p.statistics()["transaction_state"] == "Ready"
+
+    trio.run(main)
+    assert values(read(bootstrap, topic, 2, "read_committed")) == {b"kept-0", b"kept-1"}
+    assert b"dropped" not in values(read(bootstrap, topic, 2, "read_uncommitted"))
