@@ -182,6 +182,8 @@ class NodeConfig:
     controller: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<config>"
     advertised_host: str | None = None
+    # Prometheus endpoint (broker/metrics.py): "HOST:PORT"; None = no metrics listener
+    metrics_listener: tuple[str, int] | None = None
 
     @property
     def is_broker(self) -> bool:
@@ -279,7 +281,7 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
     base = base_dir or Path.cwd()
     known = {"node_id", "roles", "data_dir", "listener", "raft_listener", "cluster_id",
              "cluster_secret", "cluster_secret_file", "voters", "broker", "controller",
-             "advertised_host"}
+             "advertised_host", "metrics_listener"}
     for key in raw:
         if key not in known:
             raise ConfigError(source, key, "unknown setting")
@@ -307,6 +309,7 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
     if "controller" in roles and node_id not in {v.id for v in voters}:
         raise ConfigError(source, "voters", f"node {node_id} has the controller role but is not a voter")
     advertised = raw.get("advertised_host")
+    metrics = raw.get("metrics_listener")
     return NodeConfig(
         node_id=node_id,
         roles=frozenset(roles),
@@ -320,6 +323,7 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
         controller=_settings(raw.get("controller"), CONTROLLER_SETTINGS, "controller", source),
         source=source,
         advertised_host=str(advertised) if advertised else None,
+        metrics_listener=_addr(metrics, "metrics_listener", source) if metrics else None,
     )
 
 

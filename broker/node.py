@@ -13,7 +13,9 @@ Theory of operation
    decided transactions, timeout aborts; it reaches other brokers through the node's
    ``ConnectionPool``), the ``MetadataListener`` tailing the ``@metadata`` log into the
    ``MetadataPublisher`` (the broker's only source of metadata), and the ``BrokerLifecycle``
-   (register, heartbeat).
+   (register, heartbeat);
+4. with ``metrics_listener`` set: the Prometheus endpoint (``broker/metrics.py``), whose
+   ``NodeMetrics`` also wraps the dispatch (one latency observe per request).
 
 Before the controller and the broker lifecycle start, the node checks its config against the
 voters' (``kraft/membership.py``: cluster id, voter ids, secret proof) and waits until a
@@ -123,8 +125,20 @@ class _Node:
                 limits = ServerLimits(cfg.broker["max.connections"],
                                       cfg.broker["max.inflight.requests.per.connection"],
                                       cfg.broker["socket.request.max.bytes"])
-                server = Server(api.dispatch, cfg.listener[0], cfg.listener[1], limits)
+                dispatch = api.dispatch
+                if cfg.metrics_listener is not None:  # Prometheus /metrics (broker/metrics.py)
+                    from broker.metrics import NodeMetrics
+
+                    metrics = NodeMetrics(cfg.node_id, publisher=self.publisher, replica_manager=self.rm,
+                                          controller=self.controller, groups=api.groups, pool=pool)
+                    dispatch = metrics.instrument(api.dispatch)
+                server = Server(dispatch, cfg.listener[0], cfg.listener[1], limits)
                 port = await nursery.start(server.serve)
+                if cfg.metrics_listener is not None:
+                    metrics.server = server
+                    mport = await nursery.start(metrics.serve, *cfg.metrics_listener)
+                    log.info("node %d: metrics at http://%s:%d/metrics", cfg.node_id,
+                             cfg.metrics_listener[0], mport)
                 agreed = trio.Event()
                 nursery.start_soon(self._check_membership, agreed)
                 # the Raft voter starts and the broker registers only once a majority of the

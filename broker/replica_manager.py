@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,8 @@ class ReplicaManager:
         self._dirty = trio.Event()
         self._unflushed_messages = 0
         self.flush_rounds = 0
+        # called with each flush round's duration in seconds (broker/metrics.py)
+        self.flush_observer: Callable[[float], None] | None = None
         # replication seam (broker/replication): set by attach_replication()
         self.fetcher: Any = None
         self.channel: Any = None
@@ -388,7 +391,10 @@ class ReplicaManager:
         for p in work:
             p.pending_flush = False
         self.flush_rounds += 1
+        start = time.perf_counter()
         results = await trio.to_thread.run_sync(_flush_all, work)
+        if self.flush_observer is not None:
+            self.flush_observer(time.perf_counter() - start)
         for p, res in zip(work, results, strict=True):
             if isinstance(res, BaseException):
                 log.error("flush of %s failed: %s", p.name, res)

@@ -139,6 +139,7 @@ class SyncObjQuorum:
         self._token = trio.lowlevel.current_trio_token()
         self._events_send, self._events_recv = trio.open_memory_channel[LeadershipEvent](_EVENTS_BUFFER)
         self._last_event: tuple[int | None, int, bool] | None = None
+        self.leader_changes = 0
         self._durable = trio.Event()
         self._applied = trio.Event()
         self._closed = False
@@ -219,6 +220,8 @@ class SyncObjQuorum:
     def _poll_leadership(self) -> None:
         ev = (self.leader_id(), self.epoch(), bool(self._node._isLeader()))
         if ev != self._last_event:
+            if ev[0] is not None and (self._last_event is None or ev[0] != self._last_event[0]):
+                self.leader_changes += 1  # a new known leader (statistics(): broker/metrics.py)
             self._last_event = ev
             try:
                 self._events_send.send_nowait(LeadershipEvent(*ev))
@@ -335,6 +338,7 @@ class SyncObjQuorum:
             "raft_log_len": st.get("log_len"),
             "metadata_durable_offset": self.metadata_log.durable_offset,
             "metadata_fsyncs": self.metadata_log.fsyncs,
+            "leader_changes": self.leader_changes,
         }
 
 
