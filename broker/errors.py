@@ -50,10 +50,15 @@ class ErrorCode(IntEnum):
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     INVALID_REQUIRED_ACKS = 21
     ILLEGAL_GENERATION = 22
+    TOPIC_AUTHORIZATION_FAILED = 29  # security (docs/security.md)
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     INVALID_TIMESTAMP = 32
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -71,7 +76,10 @@ class ErrorCode(IntEnum):
     INVALID_TRANSACTION_TIMEOUT = 50
     CONCURRENT_TRANSACTIONS = 51
     TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
@@ -95,6 +103,10 @@ class ErrorCode(IntEnum):
     STALE_PARTITION_EPOCH = 1006
     STALE_MEMBER = 1007
     TRANSACTION_TIMED_OUT = 1008  # the coordinator aborted the transaction (transaction.timeout.ms)
+    # security (docs/security.md)
+    TLS_REQUIRED = 1020  # a plaintext request reached a TLS listener
+    TLS_HANDSHAKE_FAILED = 1021  # client side: the TLS handshake failed (wrong CA, bad cert...)
+    RESOURCE_NOT_FOUND = 1022  # e.g. deleting a SCRAM credential that does not exist
 
 
 # Errors a client may retry after refreshing metadata / backing off.

@@ -102,6 +102,11 @@ class ApiKey(IntEnum):
     DESCRIBE_TRANSACTIONS = 45
     LIST_TRANSACTIONS = 46
     DESCRIBE_PRODUCERS = 47
+    # security (docs/security.md)
+    SASL_HANDSHAKE = 50
+    SASL_AUTHENTICATE = 51
+    ALTER_USER_SCRAM_CREDENTIALS = 52
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 53
 
 
 # --------------------------------------------------------------------------- schemas
@@ -391,6 +396,25 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     #                  txn_first_offset}]}]}]}
     ApiKey.DESCRIBE_PRODUCERS: {"topics": _TP_LIST},
 }
+    # ---- security (docs/security.md; security/sasl.py). On a SASL listener nothing but
+    # API_VERSIONS and these two is served before authentication, in frames of at most
+    # sasl.max.unauthenticated.frame.bytes; any error closes the connection.
+    # -> {error, message, mechanisms: [str]}  (the listener's enabled mechanisms)
+    ApiKey.SASL_HANDSHAKE: {"mechanism": str},
+    # one SCRAM message each way (client-first, then client-final)
+    # -> {error, message, auth_bytes: bytes}  (server-first, then server-final)
+    ApiKey.SASL_AUTHENTICATE: {"auth_bytes": bytes},
+    # forwarded to the controller, which writes UserScramCredential records (never a password:
+    # the client derives salt/iterations/stored_key/server_key, security/scram.py)
+    # -> {error, message, results: [{user, mechanism, error, message}], metadata_offset}
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {
+        "upsertions": Opt([{"user": str, "mechanism": str, "iterations": int, "salt": bytes,
+                            "stored_key": bytes, "server_key": bytes}]),
+        "deletions": Opt([{"user": str, "mechanism": str}]),
+    },
+    # any broker, from its image; users None = all
+    # -> {error, users: [{user, error, message, credentials: [{mechanism, iterations}]}]}
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": Opt([str])},
 
 
 def _type_name(spec: Any) -> str:
@@ -529,6 +553,7 @@ class Request:
     api_version: int = API_VERSION
     client_id: str = ""
 
+    principal: str | None = None  # set by the server on secured listeners (docs/security.md)
 
 @dataclass(frozen=True, slots=True)
 class Response:

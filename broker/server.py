@@ -38,16 +38,29 @@ Any exception escaping a handler is logged and answered as ``UNKNOWN_SERVER_ERRO
 message: a bad request never takes the broker down. A ``FileSlice`` that comes up short (the
 segment was truncated under us) cannot be patched in a frame whose length is already on the
 wire, so that connection is closed and the client retries.
+
+Security (``Server.security``, a ``security.listener.ListenerSecurity``; None = PLAINTEXT, as
+before): on a TLS listener each accepted stream first goes through ``security.tls.accept_tls``
+(bounded by ``ssl.handshake.timeout.ms``); a plaintext client gets one ``TLS_REQUIRED`` frame
+(correlation id −1) in clear and is closed, a failed handshake is closed. On a SASL listener the
+connection starts unauthenticated: its frames may be at most
+``sasl.max.unauthenticated.frame.bytes``, it must authenticate within
+``sasl.authentication.timeout.ms`` (else it is closed), and every request but API_VERSIONS goes
+to its ``security.sasl.SaslGate`` until that says authenticated; a gate error is answered and
+the connection closed. Requests of an authenticated (or mutual-TLS) connection carry its
+principal (``Request.principal``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -55,12 +68,18 @@ from broker.errors import ErrorCode, RafkaError
 from broker.frame_reader import FrameReader
 from broker.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
+    ApiKey,
     FrameTooLargeError,
     Request,
     decode_request,
     encode_response_head,
     peek_correlation_id,
 )
+from security.sasl import SASL_APIS, SaslGate
+from security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal
+
+if TYPE_CHECKING:
+    from security.listener import ListenerSecurity
 
 __all__ = ["FileSlice", "Reply", "Dispatch", "ServerLimits", "ServerStats", "Server", "error_body"]
 
@@ -137,6 +156,8 @@ class ServerStats:
     handler_crashes: int = 0
     bytes_sendfile: int = 0
     bytes_copied: int = 0  # file slices of small replies, pread and sent with their head
+    tls_refused: int = 0  # plaintext on a TLS port, failed or timed-out handshakes
+    auth_failures: int = 0  # connections closed by the SASL gate or its deadline
 
 
 class _ShortFileError(Exception):
@@ -196,6 +217,7 @@ class Server:
     port: int = 0
     limits: ServerLimits = field(default_factory=ServerLimits)
     stats: ServerStats = field(default_factory=ServerStats)
+    security: ListenerSecurity | None = None
 
     def statistics(self) -> ServerStats:
         return self.stats
@@ -219,6 +241,11 @@ class Server:
                 return
             self.stats.connections_open += 1
             try:
+                if self.security is not None and self.security.ssl_context is not None:
+                    tls = await self._accept_tls(stream, self.security.ssl_context)
+                    if tls is None:
+                        return
+                    stream = tls
                 await _Connection(self, stream).run()
             finally:
                 self.stats.connections_open -= 1
@@ -229,6 +256,26 @@ class Server:
                 await trio.aclose_forcefully(stream)
 
 
+    async def _accept_tls(self, stream: trio.abc.Stream, ctx: ssl.SSLContext) -> trio.abc.Stream | None:
+        """The TLS stream of an accepted connection, or None (refused, answered, logged)."""
+        assert self.security is not None
+        with trio.move_on_after(self.security.config.handshake_timeout_ms / 1000):
+            try:
+                return await accept_tls(stream, ctx)
+            except PlaintextOnTlsPortError as exc:
+                self.stats.tls_refused += 1
+                msg = "this listener speaks TLS: connect with security_protocol SSL or SASL_SSL"
+                await exc.stream.send_all(encode_response_head(-1, error_body(ErrorCode.TLS_REQUIRED, msg)))
+                return None
+            except (ssl.SSLError, trio.BrokenResourceError) as exc:
+                self.stats.tls_refused += 1
+                log.info("TLS handshake failed: %s", exc)
+                return None
+        self.stats.tls_refused += 1
+        log.info("TLS handshake timed out")
+        return None
+
+
 class _Connection:
     def __init__(self, server: Server, stream: trio.abc.Stream) -> None:
         self.server = server
@@ -237,10 +284,19 @@ class _Connection:
         self.send_lock = trio.Lock()
         self.in_flight = 0
         self.nursery: trio.Nursery | None = None
+        self.principal: str | None = certificate_principal(stream)
+        self.gate: SaslGate | None = None
+        sec = server.security
+        if sec is not None and sec.config.uses_sasl:
+            self.gate = SaslGate(sec.config.mechanisms, sec.credentials)
+            self.reader.max_frame_bytes = min(server.limits.max_frame_bytes,
+                                              sec.config.max_unauthenticated_frame_bytes)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
+            if self.gate is not None:
+                nursery.start_soon(self._authentication_deadline)
             try:
                 await self._read_loop(nursery)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -263,6 +319,17 @@ class _Connection:
                 return
             await self._on_frame(payload, nursery)
 
+    async def _authentication_deadline(self) -> None:
+        assert self.server.security is not None and self.gate is not None
+        await trio.sleep(self.server.security.config.authentication_timeout_ms / 1000)
+        if not self.gate.authenticated:
+            self.server.stats.auth_failures += 1
+            log.info("closing a connection that did not authenticate in time")
+            self._close()
+
+    def _unauthenticated(self) -> bool:
+        return self.gate is not None and not self.gate.authenticated
+
     async def _on_frame(self, payload: bytes | memoryview, nursery: trio.Nursery) -> None:
         stats = self.server.stats
         stats.requests += 1
@@ -271,7 +338,14 @@ class _Connection:
         except RafkaError as exc:
             stats.request_errors += 1
             await self._send_error(peek_correlation_id(payload), exc.code, exc.message)  # type: ignore[arg-type]
+            if self._unauthenticated():
+                self._close()  # garbage before authentication: no second chance
             return
+        if req.api_key in SASL_APIS or (self._unauthenticated() and req.api_key != ApiKey.API_VERSIONS):
+            await self._authenticate(req)
+            return
+        if self.principal is not None:
+            req = dataclasses.replace(req, principal=self.principal)
         if self.in_flight >= self.server.limits.max_in_flight:
             stats.request_errors += 1
             msg = f"more than {self.server.limits.max_in_flight} requests in flight on this connection"
@@ -297,6 +371,21 @@ class _Connection:
         finally:
             on_first_wait()  # idempotent; covers a request that never reached its handler
             self.in_flight -= 1
+
+    async def _authenticate(self, req: Request) -> None:
+        """A request the SASL gate answers (see the module docstring)."""
+        if self.gate is None:
+            await self._send_error(req.correlation_id, ErrorCode.ILLEGAL_SASL_STATE,
+                                   "this listener does not use SASL")
+            return
+        answer = self.gate.handle(req.api_key, req.body)
+        await self._send_reply(req.correlation_id, Reply(answer.body))
+        if answer.close:
+            self.server.stats.auth_failures += 1
+            self._close()
+        elif self.gate.authenticated:  # the SASL user, even over mutual TLS (as Kafka)
+            self.principal = self.gate.principal
+            self.reader.max_frame_bytes = self.server.limits.max_frame_bytes
 
     def _close(self) -> None:
         if self.nursery is not None:

@@ -11,6 +11,13 @@ pipeline. A single reader task, started in the nursery of whoever opened the con
 buffer, whose views the consumer keeps) and wakes the waiters. When the stream breaks, every waiter gets ``NetworkExceptionError`` and the
 connection is marked closed; callers (usually ``ConnectionPool``) open a new one.
 
+A response with correlation id −1 is the broker refusing the whole connection (too many
+connections, a frame too large, ``TLS_REQUIRED`` on a TLS port): every waiter gets that named
+error. With ``security=`` (a ``security.client.ClientSecurity``: kafka-python's
+``security_protocol`` and friends) ``connect`` and ``ConnectionPool`` speak TLS and/or log in
+with SASL/SCRAM before a connection is handed out; a failed login closes it and raises the
+broker's named error.
+
 No ``timeout=`` parameters: callers wrap requests in ``trio.fail_after`` / ``move_on_after``.
 A request cancelled while in flight simply abandons its slot; the late response is dropped.
 """
@@ -22,7 +29,7 @@ import math
 import socket
 import struct
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import trio
@@ -35,6 +42,9 @@ from broker.protocol import (
     Response,
     decode_response,
 )
+
+if TYPE_CHECKING:
+    from security.client import ClientSecurity
 
 __all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_address", "parse_bootstrap"]
 
@@ -106,6 +116,10 @@ class Connection:
                     if payload is None:
                         raise error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()} closed the connection")
                     resp = decode_response(payload)  # type: ignore[arg-type]  # any buffer
+                    if resp.correlation_id == -1 and resp.body.get("error"):
+                        # the broker refuses the connection itself: a named error for all
+                        raise error_for(resp.body["error"], f"{self._where()}: "
+                                        f"{resp.body.get('message') or ''}")
                     waiter = self._waiters.pop(resp.correlation_id, None)
                     if waiter is not None:
                         waiter.response = resp
@@ -249,11 +263,14 @@ class PendingResponse:
 _NO_SUCH_NAME = frozenset(getattr(socket, n) for n in ("EAI_NONAME", "EAI_FAIL", "EAI_NODATA") if hasattr(socket, n))
 
 
-async def _open(host: str, port: int, **kw: Any) -> Connection:
+async def _open(host: str, port: int, *, security: ClientSecurity | None = None,
+                **kw: Any) -> Connection:
     """Connect; a failure is BROKER_NOT_AVAILABLE, with ``details["unresolvable"]`` set when
-    the host name does not exist (``ClientCore.request_any`` gives up on those at once)."""
+    the host name does not exist (``ClientCore.request_any`` gives up on those at once).
+    With ``security`` the TLS handshake is done too (the SASL login needs the reader running:
+    ``_start``)."""
     try:
-        stream = await trio.open_tcp_stream(host, port)
+        stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
     except socket.gaierror as exc:
         if exc.errno in _NO_SUCH_NAME:
             raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"cannot resolve host {host} ({exc.strerror})",
@@ -265,7 +282,20 @@ async def _open(host: str, port: int, **kw: Any) -> Connection:
         stream.setsockopt(6, 1, 1)  # TCP_NODELAY: requests are whole frames already
     except OSError:
         pass
+    if security is not None:
+        stream = await security.wrap(stream, host)
     return Connection(stream, address=(host, port), **kw)
+
+
+async def _start(nursery: trio.Nursery, conn: Connection, security: ClientSecurity | None) -> None:
+    """Start ``conn``'s reader in ``nursery`` and log in (SASL); a failed login closes it."""
+    await nursery.start(conn.run)
+    if security is not None and security.uses_sasl:
+        try:
+            await security.login(conn)
+        except BaseException:
+            await conn.aclose()
+            raise
 
 
 @contextlib.asynccontextmanager
@@ -273,7 +303,7 @@ async def connect(host: str, port: int, **kw: Any) -> AsyncIterator[Connection]:
     """``async with connect(host, port) as conn: await conn.request(...)``."""
     conn = await _open(host, port, **kw)
     async with trio.open_nursery() as nursery:
-        await nursery.start(conn.run)
+        await _start(nursery, conn, kw.get("security"))
         try:
             yield conn
         finally:
@@ -299,7 +329,7 @@ class ConnectionPool:
             conn = self._conns.get(key)
             if conn is None or conn.closed:
                 conn = await _open(host, port, **self._kw)
-                await self._nursery.start(conn.run)
+                await _start(self._nursery, conn, self._kw.get("security"))
                 self._conns[key] = conn
             return conn
 

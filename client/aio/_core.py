@@ -38,6 +38,7 @@ from broker.protocol import ApiKey, Response
 from client.connection import ConnectionPool, backoff_ms, parse_bootstrap
 from client.errors import KafkaTimeoutError, NoBrokersAvailableError, UnresolvableHostError
 from client.types import BrokerMetadata, PartitionMetadata, TopicPartition
+from security.client import ClientSecurity
 
 __all__ = ["ClusterMetadata", "ClientCore", "REFRESH_CODES", "is_retriable"]
 
@@ -149,7 +150,9 @@ class ClientCore:
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300000,
         unknown_topic_grace_ms: int = 1000,
+        security: ClientSecurity | None = None,
     ) -> None:
+        self.security = security  # TLS / SASL for every connection (security/client.py)
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.unknown_topic_grace_ms = unknown_topic_grace_ms
         self.client_id = client_id
@@ -165,7 +168,7 @@ class ClientCore:
         self._stale = True
 
     def open(self, nursery: trio.Nursery) -> None:
-        self.pool = ConnectionPool(nursery, client_id=self.client_id)
+        self.pool = ConnectionPool(nursery, client_id=self.client_id, security=self.security)
 
     async def aclose(self) -> None:
         if self.pool is not None:

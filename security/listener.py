@@ -1,0 +1,157 @@
+"""What a secured listener enforces, and how a node's ``[security]`` table describes it.
+
+Theory of operation
+-------------------
+A node always has its main ``listener`` (PLAINTEXT: the brokers, the controllers and the
+node's own clients talk there — keep it on a private network, docs/security.md). The optional
+``[security]`` table adds a second, client-facing listener with its own protocol, as Kafka's
+named listeners do::
+
+    [security]
+    listener = "0.0.0.0:9193"              # required
+    advertised_listener = "broker1:9193"   # optional: what METADATA on this listener names
+    protocol = "SASL_SSL"                  # SSL | SASL_PLAINTEXT | SASL_SSL
+    "ssl.certfile" = "node.pem"
+    "ssl.keyfile" = "node.key"
+    "ssl.cafile" = "ca.pem"                # verifies client certificates (mutual TLS)
+    "ssl.client.auth" = "none"             # none | requested | required
+    "sasl.enabled.mechanisms" = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+    "sasl.authentication.timeout.ms" = 10000
+    "sasl.max.unauthenticated.frame.bytes" = 4096
+
+``parse_security(raw, source, base)`` checks the table (a ``ConfigError`` naming the key on any
+problem) and returns a ``SecurityConfig``; ``ListenerSecurity`` is what the ``Server`` gets at
+run time: the same settings, the built ``ssl.SSLContext`` and the credential source (the
+node's metadata image). Without the table nothing changes.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from broker.config import ConfigError, parse_hostport
+from security.sasl import CredentialSource
+from security.scram import MECHANISMS
+from security.tls import CLIENT_AUTH, server_context
+
+__all__ = ["PROTOCOLS", "SecurityConfig", "ListenerSecurity", "parse_security"]
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_KEYS = {"listener", "advertised_listener", "protocol", "ssl.certfile", "ssl.keyfile",
+         "ssl.cafile", "ssl.client.auth", "sasl.enabled.mechanisms",
+         "sasl.authentication.timeout.ms", "sasl.max.unauthenticated.frame.bytes",
+         "ssl.handshake.timeout.ms"}
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityConfig:
+    listener: tuple[str, int]
+    advertised_listener: tuple[str, int] | None
+    protocol: str
+    certfile: str | None = None
+    keyfile: str | None = None
+    cafile: str | None = None
+    client_auth: str = "none"
+    mechanisms: tuple[str, ...] = tuple(MECHANISMS)
+    authentication_timeout_ms: int = 10_000
+    max_unauthenticated_frame_bytes: int = 4096
+    handshake_timeout_ms: int = 10_000
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSecurity:
+    """A listener's run-time security: ``Server(security=...)``."""
+
+    config: SecurityConfig
+    ssl_context: ssl.SSLContext | None
+    credentials: CredentialSource
+
+    @classmethod
+    def build(cls, config: SecurityConfig, credentials: CredentialSource) -> ListenerSecurity:
+        ctx = None
+        if config.uses_tls:
+            assert config.certfile and config.keyfile
+            ctx = server_context(config.certfile, config.keyfile, cafile=config.cafile,
+                                 client_auth=config.client_auth)
+        return cls(config, ctx, credentials)
+
+
+def _path(raw: Mapping[str, Any], key: str, base: Path, source: str) -> str | None:
+    v = raw.get(key)
+    if v is None:
+        return None
+    p = Path(str(v))
+    p = p if p.is_absolute() else base / p
+    if not p.is_file():
+        raise ConfigError(source, f"security.{key}", f"{p} is not a readable file")
+    return str(p)
+
+
+def _positive(raw: Mapping[str, Any], key: str, default: int, lo: int, hi: int, source: str) -> int:
+    v = raw.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise ConfigError(source, f"security.{key}", f"expected an integer {lo}..{hi}, got {v!r}")
+    return v
+
+
+def parse_security(raw: Any, source: str, base: Path) -> SecurityConfig | None:
+    """The ``[security]`` table (None when absent); ``ConfigError`` naming the bad key."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(source, "[security]", "must be a table")
+    for key in raw:
+        if key not in _KEYS:
+            raise ConfigError(source, f"security.{key}", "unknown security setting")
+    try:
+        listener = parse_hostport(raw.get("listener"))
+        adv = raw.get("advertised_listener")
+        advertised = parse_hostport(adv) if adv is not None else None
+    except ValueError as exc:
+        raise ConfigError(source, "security.listener", str(exc)) from None
+    protocol = str(raw.get("protocol", "SASL_SSL")).upper()
+    if protocol not in PROTOCOLS[1:]:
+        raise ConfigError(source, "security.protocol",
+                          f"must be one of {', '.join(PROTOCOLS[1:])}, got {protocol!r}")
+    client_auth = str(raw.get("ssl.client.auth", "none")).lower()
+    if client_auth not in CLIENT_AUTH:
+        raise ConfigError(source, "security.ssl.client.auth",
+                          f"must be one of {', '.join(CLIENT_AUTH)}, got {client_auth!r}")
+    mechs = raw.get("sasl.enabled.mechanisms", list(MECHANISMS))
+    if isinstance(mechs, str):
+        mechs = [m.strip() for m in mechs.split(",") if m.strip()]
+    if not isinstance(mechs, list) or not mechs or any(m not in MECHANISMS for m in mechs):
+        raise ConfigError(source, "security.sasl.enabled.mechanisms",
+                          f"expected a non-empty subset of {list(MECHANISMS)}, got {mechs!r}")
+    cfg = SecurityConfig(
+        listener=listener, advertised_listener=advertised, protocol=protocol,
+        certfile=_path(raw, "ssl.certfile", base, source),
+        keyfile=_path(raw, "ssl.keyfile", base, source),
+        cafile=_path(raw, "ssl.cafile", base, source),
+        client_auth=client_auth, mechanisms=tuple(mechs),
+        authentication_timeout_ms=_positive(raw, "sasl.authentication.timeout.ms", 10_000,
+                                            100, 600_000, source),
+        max_unauthenticated_frame_bytes=_positive(raw, "sasl.max.unauthenticated.frame.bytes",
+                                                  4096, 512, 1 << 20, source),
+        handshake_timeout_ms=_positive(raw, "ssl.handshake.timeout.ms", 10_000, 100, 600_000,
+                                       source),
+    )
+    if cfg.uses_tls and not (cfg.certfile and cfg.keyfile):
+        raise ConfigError(source, "security.ssl.certfile",
+                          f"protocol {protocol} needs ssl.certfile and ssl.keyfile")
+    if client_auth != "none" and not cfg.cafile:
+        raise ConfigError(source, "security.ssl.cafile",
+                          f"ssl.client.auth={client_auth} needs ssl.cafile")
+    return cfg
