@@ -133,3 +133,16 @@ async def test_two_nodes_in_one_process_do_not_clash(tmp_path: Path) -> None:
         assert value(await scrape(port_a), "rafka_request_duration_seconds_count", api="produce") == 1
         assert value(await scrape(port_b), "rafka_request_duration_seconds_count", api="produce") is None
         nursery.cancel_scope.cancel()
+
+
+def test_metrics_listener_config() -> None:
+    import pytest
+
+    from broker.config import ConfigError, parse_config
+
+    base = {"node_id": 1, "roles": ["broker"], "data_dir": "/tmp/x", "listener": "127.0.0.1:9092",
+            "voters": [{"id": 9, "raft": "127.0.0.1:1", "rpc": "127.0.0.1:2"}]}
+    assert parse_config(base).metrics_listener is None  # off unless configured
+    assert parse_config({**base, "metrics_listener": "0.0.0.0:29092"}).metrics_listener == ("0.0.0.0", 29092)
+    with pytest.raises(ConfigError, match="metrics_listener"):
+        parse_config({**base, "metrics_listener": "nope"})
