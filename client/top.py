@@ -26,12 +26,10 @@ import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client.parser import text_string_to_metric_families
-from rich.console import Console, Group
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # rich and prometheus_client load only when `rafka top` runs
+    from rich.console import Console, Group
 
 __all__ = ["Scrape", "TopView", "scrape", "scrape_all", "build_view", "render", "discover_endpoints",
            "run_top", "parse_metrics", "top", "SCRAPE_TIMEOUT_S"]
@@ -59,6 +57,8 @@ class Scrape:
 
 
 def parse_metrics(url: str, at: float, text: str) -> Scrape:
+    from prometheus_client.parser import text_string_to_metric_families
+
     out = Scrape(url, at)
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -193,6 +193,10 @@ def _bytes(n: float) -> str:
 
 
 def render(view: TopView) -> Group:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     up = sum(1 for n in view.nodes if not n.error)
     head = Text.assemble(
         ("rafka top", "bold"), f"  nodes {up}/{len(view.nodes)}",
@@ -275,6 +279,8 @@ def _wait_for_quit(fd: int | None, timeout_s: float) -> bool:
 
 def run_top(urls: Sequence[str], *, once: bool = False, interval_s: float = 1.0,
             internal: bool = False, console: Console | None = None) -> None:
+    from rich.console import Console
+
     console = console or Console()
     previous = scrape_all(urls)
     if once:
