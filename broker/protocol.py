@@ -238,6 +238,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "port": int,
         "rack": Opt(str),
         "heartbeat_interval_ms": Opt(int),  # the controller probes a broker silent for 2x this
+        "secure_listener": Opt(str),  # "host:port" of its secured listener (docs/security.md)
     },
     # -> {error, message, is_caught_up, is_fenced, should_shutdown}
     ApiKey.BROKER_HEARTBEAT: {
@@ -395,7 +396,6 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     #     producers: [{producer_id, producer_epoch, last_sequence, last_timestamp,
     #                  txn_first_offset}]}]}]}
     ApiKey.DESCRIBE_PRODUCERS: {"topics": _TP_LIST},
-}
     # ---- security (docs/security.md; security/sasl.py). On a SASL listener nothing but
     # API_VERSIONS and these two is served before authentication, in frames of at most
     # sasl.max.unauthenticated.frame.bytes; any error closes the connection.
@@ -415,6 +415,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # any broker, from its image; users None = all
     # -> {error, users: [{user, error, message, credentials: [{mechanism, iterations}]}]}
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": Opt([str])},
+}
 
 
 def _type_name(spec: Any) -> str:
@@ -552,8 +553,8 @@ class Request:
     body: dict[str, Any]
     api_version: int = API_VERSION
     client_id: str = ""
-
     principal: str | None = None  # set by the server on secured listeners (docs/security.md)
+
 
 @dataclass(frozen=True, slots=True)
 class Response:
