@@ -7,6 +7,9 @@ Theory of operation
 problem is a ``ConfigError`` naming the file and the offending key, so ``rafka server`` can
 print one clear line and exit non-zero instead of a traceback.
 
+An optional ``[security]`` table adds a secured client listener (TLS and/or SASL/SCRAM;
+``security/listener.py``, docs/security.md).
+
 Broker and controller settings use Kafka's names (``[broker] "log.segment.bytes" = ...``).
 Each known setting has a parser and a default in ``BROKER_SETTINGS`` / ``CONTROLLER_SETTINGS``;
 unknown keys are an error (a typo must not silently fall back to a default). The broker-level
@@ -184,6 +187,8 @@ class NodeConfig:
     advertised_host: str | None = None
     # Prometheus endpoint (broker/metrics.py): "HOST:PORT"; None = no metrics listener
     metrics_listener: tuple[str, int] | None = None
+    # a secured client listener (security/listener.py SecurityConfig; docs/security.md)
+    security: Any = None
 
     @property
     def is_broker(self) -> bool:
@@ -281,7 +286,7 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
     base = base_dir or Path.cwd()
     known = {"node_id", "roles", "data_dir", "listener", "raft_listener", "cluster_id",
              "cluster_secret", "cluster_secret_file", "voters", "broker", "controller",
-             "advertised_host", "metrics_listener"}
+             "advertised_host", "metrics_listener", "security"}
     for key in raw:
         if key not in known:
             raise ConfigError(source, key, "unknown setting")
@@ -310,6 +315,11 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
         raise ConfigError(source, "voters", f"node {node_id} has the controller role but is not a voter")
     advertised = raw.get("advertised_host")
     metrics = raw.get("metrics_listener")
+    from security.listener import parse_security  # (it imports this module)
+
+    security = parse_security(raw.get("security"), source, base)
+    if security is not None and security.listener == listener and listener[1] != 0:
+        raise ConfigError(source, "security.listener", "must differ from listener")
     return NodeConfig(
         node_id=node_id,
         roles=frozenset(roles),
@@ -324,6 +334,7 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
         source=source,
         advertised_host=str(advertised) if advertised else None,
         metrics_listener=_addr(metrics, "metrics_listener", source) if metrics else None,
+        security=security,
     )
 
 

@@ -46,6 +46,7 @@ from broker.metadata_listener import MetadataListener, MetadataPublisher
 from broker.replica_manager import ReplicaManager
 from broker.server import Server, ServerLimits
 from client.connection import ConnectionPool
+from security.listener import ListenerSecurity, advertised, image_credentials, secured_dispatch
 
 __all__ = ["run_node", "main", "setup_logging"]
 
@@ -134,6 +135,8 @@ class _Node:
                     dispatch = metrics.instrument(api.dispatch)
                 server = Server(dispatch, cfg.listener[0], cfg.listener[1], limits)
                 port = await nursery.start(server.serve)
+                if cfg.security is not None and self.rm is not None:  # docs/security.md
+                    await nursery.start(self._serve_secured, dispatch, limits)
                 if cfg.metrics_listener is not None:
                     metrics.server = server
                     mport = await nursery.start(metrics.serve, *cfg.metrics_listener)
@@ -150,7 +153,8 @@ class _Node:
                     self.lifecycle = BrokerLifecycle(
                         cfg.node_id, cfg.advertised, channel, self.publisher,
                         heartbeat_interval_ms=cfg.broker["broker.heartbeat.interval.ms"],
-                        rack=cfg.broker["rack"])
+                        rack=cfg.broker["rack"],
+                        secure_listener=advertised(cfg.security) if cfg.security else None)
                     self._attach_replication(pool, channel)
                     await nursery.start(self.rm.run)
                     if api.txn is not None:  # transaction completions and timeouts
@@ -173,6 +177,22 @@ class _Node:
             self.events.emit("stop")
             self.events.close()
             log.info("node %d stopped", cfg.node_id)
+
+    async def _serve_secured(self, dispatch: Any, limits: ServerLimits, *,
+                             task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """The ``[security]`` listener: TLS and/or SASL in front of the same dispatch."""
+        sec = self.config.security
+
+        def image_of() -> Any:
+            return self.publisher.image
+
+        server = Server(secured_dispatch(dispatch, image_of), sec.listener[0], sec.listener[1],
+                        limits, security=ListenerSecurity.build(sec, image_credentials(image_of)))
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(server.serve)
+            log.info("node %d: %s listener on %s:%d", self.config.node_id, sec.protocol,
+                     sec.listener[0], port)
+            task_status.started(port)
 
     async def _check_membership(self, agreed: trio.Event) -> None:
         """Stops the node (a QuorumConfigError leaves the nursery) when its cluster id, voter

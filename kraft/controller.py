@@ -183,12 +183,16 @@ def register_broker(
     host: str,
     port: int,
     rack: str | None = None,
+    *,
+    secure_listener: str | None = None,
 ) -> Decision:
-    """Empty decision if this very incarnation is already registered (idempotent)."""
+    """Empty decision if this very incarnation is already registered (idempotent).
+    ``secure_listener``: "host:port" of the broker's secured client listener (docs/security.md)."""
     cur = image.cluster.brokers.get(broker_id)
     if cur is not None and cur.incarnation_id == incarnation_id:
         return Decision()
-    records: list[MetadataRecord] = [RegisterBroker(broker_id, incarnation_id, host, port, rack)]
+    records: list[MetadataRecord] = [RegisterBroker(broker_id, incarnation_id, host, port, rack,
+                                                    secure_listener=secure_listener)]
     if cur is not None:
         # a new incarnation: the old one is gone; move its leaderships away now
         live = _live(image) - {broker_id}

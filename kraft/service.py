@@ -99,6 +99,7 @@ import trio
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey
 from kraft import controller as ctl
+from kraft import scram_admin
 from kraft.groups.service import GroupsController, group_config_from_settings
 from kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, ProposeResult
 from metadata import LeaderChange, MetadataImage
@@ -235,6 +236,8 @@ class ControllerService:
             ApiKey.ELECT_LEADERS: self._guard(self.elect_leaders),
             ApiKey.DESCRIBE_QUORUM: self._errors(self.describe_quorum),
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self._guard(self.consumer_group_heartbeat),
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._guard(  # kraft/scram_admin.py
+                functools.partial(scram_admin.alter_user_scram_credentials, self)),
         }
 
     # -- settings ---------------------------------------------------------------------
@@ -564,7 +567,8 @@ class ControllerService:
         active = self._require_active()
         bid = body["broker_id"]
         d = ctl.register_broker(
-            self._q().image(), bid, body["incarnation_id"], body["host"], body["port"], body.get("rack")
+            self._q().image(), bid, body["incarnation_id"], body["host"], body["port"], body.get("rack"),
+            secure_listener=body.get("secure_listener"),
         )
         if d:
             await self._propose(d)

@@ -55,6 +55,7 @@ from metadata.records import (
     UnfenceBroker,
     UnregisterBroker,
 )
+from metadata.security import SCRAM_RECORD_TYPES, ScramDelta
 
 __all__ = [
     "ClusterDelta",
@@ -120,6 +121,7 @@ class ClusterDelta:
                 port=record.port,
                 rack=record.rack,
                 fenced=record.fenced,
+                secure_listener=record.secure_listener,
             )
         elif isinstance(record, UnregisterBroker):
             cur = self._get(record.broker_id)
@@ -310,6 +312,7 @@ class MetadataDelta:
         self.topics = TopicsDelta(image.topics)
         self.configs = _ConfigsDelta(image.configs)
         self.groups = GroupsDelta(image.groups)
+        self.scram = ScramDelta(image.scram)
         self.producer_ids: ProducerIdsImage | None = None
         self.quorum: QuorumImage | None = None
         self.offset = image.offset
@@ -338,6 +341,8 @@ class MetadataDelta:
             self.quorum = QuorumImage(leader_id=record.leader_id, epoch=record.epoch)
         elif isinstance(record, GROUP_RECORD_TYPES):
             self.groups.replay(record)  # type: ignore[arg-type]
+        elif isinstance(record, SCRAM_RECORD_TYPES):
+            self.scram.replay(record)
         elif isinstance(record, NoOp):
             pass
 
@@ -351,4 +356,5 @@ class MetadataDelta:
             producer_ids=self.producer_ids or self.image.producer_ids,
             groups=self.groups.apply(),
             quorum=self.quorum or self.image.quorum,
+            scram=self.scram.apply(),
         )

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from metadata.groups import GroupImage, GroupMemberImage, GroupsImage
 from metadata.records import LEADER_RECOVERED, NO_LEADER
+from metadata.security import ScramImage
 
 __all__ = [
     "BrokerRegistration",
@@ -62,6 +63,7 @@ class BrokerRegistration:
     port: int
     rack: str | None = None
     fenced: bool = True
+    secure_listener: str | None = None  # "host:port" (docs/security.md)
 
     @property
     def id(self) -> int:
@@ -157,6 +159,7 @@ class MetadataImage:
     producer_ids: ProducerIdsImage = ProducerIdsImage.EMPTY
     groups: GroupsImage = GroupsImage.EMPTY
     quorum: QuorumImage = QuorumImage.EMPTY
+    scram: ScramImage = ScramImage.EMPTY  # SCRAM credentials (metadata/security.py)
     EMPTY: ClassVar[MetadataImage]
 
     def is_empty(self) -> bool:

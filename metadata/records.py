@@ -20,7 +20,8 @@ Conventions
 * ``RegisterBroker.broker_epoch == -1`` means "the offset of this record" (the broker epoch
   of KIP-631); snapshots write the explicit epoch and fenced state.
 * Group records (``GroupEpoch``, ``GroupMember``, ``GroupMemberRemoved``, ``GroupAssignment``,
-  ``GroupDeleted``) are defined in :mod:`metadata.groups` with their image and fold.
+  ``GroupDeleted``) are defined in :mod:`metadata.groups` with their image and fold; security
+  records (``UserScramCredential``, ``UserScramCredentialRemoved``) in :mod:`metadata.security`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from metadata.groups import (
     GroupMember,
     GroupMemberRemoved,
 )
+from metadata.security import UserScramCredential, UserScramCredentialRemoved
 
 __all__ = [
     "ConfigRecord",
@@ -58,6 +60,8 @@ __all__ = [
     "UnfenceBroker",
     "UnknownRecordType",
     "UnregisterBroker",
+    "UserScramCredential",
+    "UserScramCredentialRemoved",
     "record_from_dict",
     "LEADER_RECOVERED",
     "LEADER_RECOVERING",
@@ -89,6 +93,7 @@ class RegisterBroker(_Record):
     rack: str | None = None
     broker_epoch: int = -1  # -1: the offset of this record
     fenced: bool = True
+    secure_listener: str | None = None  # "host:port" of its secured listener (docs/security.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +219,8 @@ MetadataRecord = (
     | GroupMemberRemoved
     | GroupAssignment
     | GroupDeleted
+    | UserScramCredential
+    | UserScramCredentialRemoved
 )
 
 RECORD_TYPES: dict[str, type[_Record]] = {
@@ -236,6 +243,8 @@ RECORD_TYPES: dict[str, type[_Record]] = {
         GroupMemberRemoved,
         GroupAssignment,
         GroupDeleted,
+        UserScramCredential,
+        UserScramCredentialRemoved,
     )
 }
 

@@ -24,6 +24,7 @@ from metadata.records import (
     RegisterBroker,
     Topic,
 )
+from metadata.security import scram_to_records
 
 __all__ = ["image_to_records", "records_to_image"]
 
@@ -42,6 +43,7 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
                 rack=b.rack,
                 broker_epoch=b.epoch,
                 fenced=b.fenced,
+                secure_listener=b.secure_listener,
             )
         )
     for name, cfg in image.configs.brokers.items():
@@ -67,6 +69,7 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
     if image.producer_ids.next_producer_id > 0:
         out.append(ProducerIds(-1, -1, image.producer_ids.next_producer_id))
     out.extend(groups_to_records(image.groups))
+    out.extend(scram_to_records(image.scram))  # type: ignore[arg-type]
     return out
 
 

@@ -23,22 +23,34 @@ named listeners do::
 problem) and returns a ``SecurityConfig``; ``ListenerSecurity`` is what the ``Server`` gets at
 run time: the same settings, the built ``ssl.SSLContext`` and the credential source (the
 node's metadata image). Without the table nothing changes.
+
+The node (``broker/node.py``) serves the secured listener with ``secured_dispatch`` — the same
+``NodeApi.dispatch``, except that METADATA names every broker by the secured listener it
+registered (``RegisterBroker.secure_listener``, from ``advertised(config)``), so a secured
+client is never sent to a plaintext port — and looks credentials up with
+``image_credentials``.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.config import ConfigError, parse_hostport
+from broker.protocol import ApiKey, Request
 from security.sasl import CredentialSource
-from security.scram import MECHANISMS
+from security.scram import MECHANISMS, ScramCredential
 from security.tls import CLIENT_AUTH, server_context
 
-__all__ = ["PROTOCOLS", "SecurityConfig", "ListenerSecurity", "parse_security"]
+if TYPE_CHECKING:
+    from broker.server import Dispatch
+    from metadata import MetadataImage
+
+__all__ = ["PROTOCOLS", "SecurityConfig", "ListenerSecurity", "parse_security", "advertised",
+           "image_credentials", "secured_dispatch"]
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _KEYS = {"listener", "advertised_listener", "protocol", "ssl.certfile", "ssl.keyfile",
@@ -155,3 +167,47 @@ def parse_security(raw: Any, source: str, base: Path) -> SecurityConfig | None:
         raise ConfigError(source, "security.ssl.cafile",
                           f"ssl.client.auth={client_auth} needs ssl.cafile")
     return cfg
+
+
+# -- a node's secured listener -----------------------------------------------------------
+
+
+def advertised(config: SecurityConfig) -> str:
+    """"host:port" other nodes register for this node's secured listener."""
+    host, port = config.advertised_listener or config.listener
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
+
+
+def image_credentials(image_of: Callable[[], MetadataImage]) -> CredentialSource:
+    """Credentials looked up in the node's current metadata image (``image_of()``)."""
+
+    def lookup(mechanism: str, user: str) -> ScramCredential | None:
+        e = image_of().scram.get(user, mechanism)
+        if e is None:
+            return None
+        return ScramCredential(mechanism, e.salt, e.iterations, e.stored_key, e.server_key)
+
+    return lookup
+
+
+def secured_dispatch(dispatch: Dispatch, image_of: Callable[[], MetadataImage]) -> Dispatch:
+    """``dispatch`` for the secured listener: METADATA names each broker by its secured
+    listener (brokers without one are left out — a secured client could not reach them)."""
+
+    async def run(req: Request) -> Any:
+        out = await dispatch(req)
+        if req.api_key == ApiKey.METADATA and isinstance(out, dict) and "brokers" in out:
+            regs = image_of().cluster.brokers
+            brokers = []
+            for b in out["brokers"]:
+                reg = regs.get(b["node_id"])
+                if reg is None or not reg.secure_listener:
+                    continue
+                host, port = parse_hostport(reg.secure_listener)
+                brokers.append({**b, "host": host, "port": port})
+            out = {**out, "brokers": brokers}
+        return out
+
+    return run

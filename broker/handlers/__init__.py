@@ -30,7 +30,7 @@ from typing import Any
 
 from broker.controller_channel import FORWARDED_KEY, ControllerChannel
 from broker.errors import ErrorCode, error_for
-from broker.handlers import admin, data, metadata_api, txn_data
+from broker.handlers import admin, data, metadata_api, security_api, txn_data
 from broker.metadata_listener import MetadataPublisher
 from broker.protocol import ApiKey, Request
 from broker.replica_manager import ReplicaManager
@@ -47,11 +47,12 @@ ControllerHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 BROKER_APIS = frozenset({
     ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS,
     ApiKey.DESCRIBE_CONFIGS, ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_PRODUCERS,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
 })
 FORWARDED_APIS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
     ApiKey.INIT_PRODUCER_ID, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
-    ApiKey.CONSUMER_GROUP_HEARTBEAT,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
 })
 # committed offsets and group admin: served by the group's coordinator broker (kraft/groups/offsets.py)
 GROUP_BROKER_APIS = frozenset({
@@ -149,4 +150,6 @@ class NodeApi:
             return await txn_data.write_txn_markers(self.rm, body)
         if key == ApiKey.DESCRIBE_PRODUCERS:
             return txn_data.describe_producers(self.rm, body)
+        if key == ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS:
+            return security_api.describe_user_scram_credentials(body, image)
         raise error_for(ErrorCode.UNKNOWN_API, f"api {key} has no broker handler")

@@ -37,13 +37,14 @@ import trio
 
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey, Response
-from client.aio import txn_admin
+from client.aio import security_admin, txn_admin
 from client.aio._core import REFRESH_CODES, ClientCore
 from client.aio.offsets import EARLIEST, LATEST, list_offsets
 from client.aio.txn_admin import ProducerState, TransactionDescription, TransactionListing
 from client.connection import backoff_ms
 from client.errors import IllegalStateError
 from client.types import BrokerMetadata, TopicPartition
+from security.client import ClientSecurity
 
 __all__ = ["AsyncAdmin", "NewTopic", "PartitionDescription", "TopicDescription", "ClusterDescription",
            "TransactionListing", "TransactionDescription", "ProducerState"]
@@ -85,10 +86,12 @@ class AsyncAdmin:
 
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
                  client_id: str = "rafka-admin", request_timeout_ms: int = 30000,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, **security: Any) -> None:
         self.request_timeout_ms = request_timeout_ms
+        # security: security_protocol, sasl_*, ssl_* as kafka-python (security/client.py)
         self._core = ClientCore(bootstrap_servers, client_id=client_id,
-                                request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
+                                request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+                                security=ClientSecurity.from_kwargs(security))
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
         self._closed = False
@@ -335,6 +338,24 @@ class AsyncAdmin:
         self._check_open()
         return await txn_admin.abort_transaction(self._core, TopicPartition(topic, partition),
                                                  producer_id, producer_epoch)
+
+    # ------------------------------------------------------------------ security (client/aio/security_admin.py)
+
+    async def upsert_scram_credential(self, user: str, password: str, *,
+                                      mechanism: str = "SCRAM-SHA-256", iterations: int = 4096) -> None:
+        """Create or replace a SCRAM credential (derived here: the password is never sent)."""
+        self._check_open()
+        await security_admin.upsert_scram_credential(self, user, password, mechanism=mechanism,
+                                                     iterations=iterations)
+
+    async def delete_scram_credential(self, user: str, *, mechanism: str = "SCRAM-SHA-256") -> None:
+        self._check_open()
+        await security_admin.delete_scram_credential(self, user, mechanism=mechanism)
+
+    async def describe_scram_credentials(self, users: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
+        """user -> {mechanism: iterations} (never salts or keys)."""
+        self._check_open()
+        return await security_admin.describe_scram_credentials(self, users)
 
 
 def _request_id() -> str:

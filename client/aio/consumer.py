@@ -63,6 +63,7 @@ from client.connection import backoff_ms
 from client.errors import CorruptRecordError, IllegalStateError, RecordTooLargeError
 from client.txn_filter import READ_UNCOMMITTED, isolation_level_code
 from client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, TopicPartition
+from security.client import SECURITY_OPTIONS, ClientSecurity
 
 __all__ = ["AsyncConsumer", "Coordinator"]
 
@@ -148,10 +149,13 @@ class AsyncConsumer:
         self.max_poll_records = max_poll_records
         self.max_buffered_fetches = max(1, max_buffered_fetches)
         self.consumer_timeout_ms = consumer_timeout_ms
+        # security_protocol, sasl_*, ssl_* as kafka-python names them (security/client.py)
+        security = {k: group_options.pop(k) for k in SECURITY_OPTIONS if k in group_options}
         self._core = ClientCore(bootstrap_servers, client_id=client_id,
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
-                                metadata_max_age_ms=metadata_max_age_ms)
+                                metadata_max_age_ms=metadata_max_age_ms,
+                                security=ClientSecurity.from_kwargs(security))
         self._initial_topics = list(topics)
         self._subscription: list[str] = []
         self._states: dict[TopicPartition, _PartitionState] = {}

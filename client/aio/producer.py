@@ -102,6 +102,7 @@ from client.errors import (
 from client.partitioner import Murmur2Partitioner, Partitioner, make_partitioner
 from client.types import TopicPartition
 from log.batch import build_batch_rows
+from security.client import ClientSecurity
 
 __all__ = ["AsyncProducer"]
 
@@ -142,6 +143,7 @@ class AsyncProducer(TransactionalApi):
         metadata_max_age_ms: int = 300000,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60000,
+        **security: Any,  # security_protocol, sasl_*, ssl_* as kafka-python (security/client.py)
     ) -> None:
         self.acks = _parse_acks(acks)
         self._txn: TransactionManager | None = None
@@ -179,7 +181,8 @@ class AsyncProducer(TransactionalApi):
         self._core = ClientCore(bootstrap_servers, client_id=client_id,
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
-                                metadata_max_age_ms=metadata_max_age_ms)
+                                metadata_max_age_ms=metadata_max_age_ms,
+                                security=ClientSecurity.from_kwargs(security))
         self._batch_size = batch_size
         self._linger_ms = linger_ms
         self._acc: RecordAccumulator | None = None

@@ -1,0 +1,31 @@
+"""Security APIs a broker answers from its own metadata image (docs/security.md).
+
+``describe_user_scram_credentials(body, image)``: which users have which SCRAM mechanisms and
+iteration counts — never salts or keys. ``users`` None lists every user; a named user without
+credentials is ``RESOURCE_NOT_FOUND`` in its entry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.errors import ErrorCode
+from metadata import MetadataImage
+
+__all__ = ["describe_user_scram_credentials"]
+
+
+def describe_user_scram_credentials(body: dict[str, Any], image: MetadataImage) -> dict[str, Any]:
+    users = image.scram.users
+    names = body.get("users")
+    out = []
+    for name in (sorted(users) if names is None else names):
+        mechs = users.get(name)
+        if not mechs:
+            out.append({"user": name, "error": int(ErrorCode.RESOURCE_NOT_FOUND),
+                        "message": f"user {name!r} has no SCRAM credentials", "credentials": []})
+            continue
+        out.append({"user": name, "error": 0, "message": None,
+                    "credentials": [{"mechanism": m, "iterations": e.iterations}
+                                    for m, e in mechs.items()]})
+    return {"error": 0, "users": out}
