@@ -21,13 +21,14 @@ every transaction in it is decided.  Checks that conclude from a value's absence
 final reads only (others are counted as ``unchecked``); ``txn-hanging`` reports the unstable.
 
 =========================  ============================================================
-txn-aborted-read           a read_committed read returned a value of a ``fail`` txn
+txn-aborted-read           a read_committed read returned a value only ``fail`` txns wrote
 txn-intermediate-read      a read_committed read returned a value (a) of an ``info`` txn
                            that did not commit (absent from a stable final read), or (b)
                            before its producer had even asked to commit
 txn-lost-write             a value of an ``ok`` txn absent from the stable final read
 txn-partial                a txn some of whose values are in the stable final reads and
-                           others not
+                           others not (txns whose values no other txn wrote: a transform's
+                           retry writes the same outputs again)
 txn-write-cycle            a cycle of write order and real time: see below
 txn-hanging                a final read_committed read whose LSO stayed below the high
                            watermark after the heal (an open transaction nobody ends)
@@ -137,7 +138,9 @@ class FinalRead:
 class TxnFacts:
     facts: Facts
     txns: list[Txn] = field(default_factory=list)
-    by_value: dict[tuple[str, Any], Txn] = field(default_factory=dict)
+    # (topic, value) -> every txn that wrote it: one for writers' values; a transform's output
+    # is written again by the transaction that retries its input after an abort
+    by_value: dict[tuple[str, Any], list[Txn]] = field(default_factory=dict)
     # read_committed reads (poll and final): (op index, completion time, records)
     committed_reads: list[tuple[int, int, list[list[Any]]]] = field(default_factory=list)
     uncommitted_values: set[tuple[str, Any]] = field(default_factory=set)
@@ -152,6 +155,11 @@ class TxnFacts:
             for t, p, o, v in fr.records:
                 out.setdefault((t, v), (p, o, fr.op))
         return out
+
+    def sole(self, topic: str, value: Any) -> Txn | None:
+        """The one transaction that wrote ``value`` (None: none or several)."""
+        ws = self.by_value.get((topic, value), ())
+        return ws[0] if len(ws) == 1 else None
 
     def stable(self, topic: str, partition: int) -> FinalRead | None:
         fr = self.final_committed.get((topic, partition))
@@ -229,7 +237,7 @@ def analyse_txn(history: Iterable[Op | Mapping[str, Any]] | TxnFacts) -> TxnFact
                 parse_tp(k): int(o) for k, o in (op.value.get("offsets") or {}).items()}
     for txn in tf.txns:
         for t, _p, v in txn.writes:
-            tf.by_value.setdefault((t, v), txn)
+            tf.by_value.setdefault((t, v), []).append(txn)
     return tf
 
 
@@ -259,12 +267,12 @@ def check_txn_aborted_read(history: Any) -> CheckResult:
     reported: set[tuple[str, Any]] = set()
     for op, _time, records in tf.committed_reads:
         for t, p, o, v in records:
-            txn = tf.by_value.get((t, v))
-            if txn is not None and txn.type == FAIL and (t, v) not in reported:
+            ws = tf.by_value.get((t, v))
+            if ws and all(x.type == FAIL for x in ws) and (t, v) not in reported:
                 reported.add((t, v))
                 out.add(Anomaly("txn-aborted-read",
                                 {"topic": t, "partition": p, "offset": o, "value": v},
-                                [*txn.ops, op]))
+                                [*(i for x in ws[:5] for i in x.ops), op]))
     aborted = [x for x in tf.txns if x.type == FAIL]
     seen_uncommitted = sum(1 for x in aborted for t, _p, v in x.writes
                            if (t, v) in tf.uncommitted_values)
@@ -280,16 +288,17 @@ def check_txn_intermediate_read(history: Any) -> CheckResult:
     reported: set[tuple[str, Any]] = set()
     for op, time_ns, records in tf.committed_reads:
         for t, p, o, v in records:
-            txn = tf.by_value.get((t, v))
-            if txn is None or (t, v) in reported:
+            ws = [x for x in tf.by_value.get((t, v), ()) if x.type != FAIL]
+            if not ws or (t, v) in reported:
                 continue
+            txn = ws[0]
             details = {"topic": t, "partition": p, "offset": o, "value": v, "txn": txn.invoke}
-            if txn.commit_ns is not None and time_ns < txn.commit_ns:
+            if all(x.commit_ns is not None and time_ns < x.commit_ns for x in ws):
                 reported.add((t, v))
                 out.add(Anomaly("txn-intermediate-read",
                                 {**details, "why": "read before the commit was requested"},
                                 [*txn.ops, op]))
-            elif txn.type == INFO:
+            elif txn.type == INFO and tf.sole(t, v) is txn:
                 if txn.invoke not in not_committed:
                     present, absent, _ = _committed_status(tf, txn, final)
                     not_committed[txn.invoke] = not present and bool(absent)
@@ -327,6 +336,8 @@ def check_txn_partial(history: Any) -> CheckResult:
     final = tf.final_values()
     out = _Collector()
     for txn in tf.txns:
+        if any(tf.sole(t, v) is not txn for t, _p, v in txn.writes):
+            continue  # a transform's output written again by its retry: exactly-once's job
         present, absent, _ = _committed_status(tf, txn, final)
         if present and absent:
             out.add(Anomaly("txn-partial",
@@ -402,8 +413,11 @@ def _sccs(adj: Mapping[Any, list[Any]]) -> list[list[Any]]:
 def check_txn_write_cycle(history: Any) -> CheckResult:
     tf = analyse_txn(history)
     final = tf.final_values()
-    committed: dict[tuple[str, Any], Txn] = {k: tf.by_value[k] for k in final
-                                             if k in tf.by_value}
+    committed: dict[tuple[str, Any], Txn] = {}
+    for key in final:
+        txn = tf.sole(*key)
+        if txn is not None:
+            committed[key] = txn
     adj: dict[Any, list[Any]] = defaultdict(list)
     events = sorted({i for txn in committed.values() for i in txn.ops})
     for a, b in zip(events, events[1:], strict=False):

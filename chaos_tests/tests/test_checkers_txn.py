@@ -219,3 +219,20 @@ def test_analyse_reads_isolation_and_outcomes():
     assert tf.txns[0].offsets == {("a", 1): 0, ("a", 2): 0}
     assert set(tf.final_committed) == {("a", 0), ("a", 1)}
     assert all(fr.stable for fr in tf.final_committed.values())
+
+
+def test_a_retried_transform_owns_the_outputs_its_aborted_attempt_wrote():
+    """Seen in the first real txn campaign: a transform failed (KafkaTimeoutError while
+    sending), the next member re-consumed the same input and committed the same outputs."""
+    b = TxnBuilder()
+    attempt = dict(f="transform", consumed=[["in", 0, 0, 10]], group="g", offsets={"in/0": 1})
+    b.txn(6, [("out", 0, "t:10", None)], "fail", **attempt)
+    b.txn(7, [("out", 0, "t:10", 0)], "ok", **attempt)
+    b.read(9, [["out", 0, 0, "t:10"]])
+    b.final("out", 0, [["out", 0, 0, "t:10"]])
+    summary = check_all_txn(b.ops)
+    assert summary.valid, {k: r.stats for k, r in summary.checkers.items() if not r.valid}
+    only_failed = TxnBuilder()
+    only_failed.txn(6, [("out", 0, "t:10", None)], "fail", **attempt)
+    only_failed.read(9, [["out", 0, 0, "t:10"]])
+    assert not check_txn_aborted_read(only_failed.ops).valid

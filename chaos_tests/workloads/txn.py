@@ -9,7 +9,9 @@ an output topic for the transform.
 * **Writers** (``writers`` tasks, transactional id ``chaos-txn-w<slot>`` each, kept across
   restarts so ``init_transactions`` fences the previous incarnation and aborts what it left
   open): each transaction writes one unique value to each of 2–4 random partitions of the
-  writer topics and then commits, or, with probability ``abort_probability``, aborts.  One op
+  writer topics, waits until every send is acknowledged (so the records are in the log: an
+  abort right after ``send`` would only drop batches still in the producer, and aborts would
+  never be tested) and then commits, or, with probability ``abort_probability``, aborts.  One op
   ``f = "txn"``: invoke ``{"writes": [[topic, partition, value], ...], "abort": bool}``; ok
   ``{"writes": [[topic, partition, value, offset], ...], "commit_ns": t}`` once
   ``commit_transaction`` returned (``commit_ns`` = history time just before the producer asked
@@ -148,7 +150,7 @@ async def _init(ctx: RunContext, producer: Any) -> None:
 
 
 async def _offsets_of(futures: list[Any]) -> list[int | None]:
-    """Offsets of already-acknowledged sends (after a commit every future is done)."""
+    """Offsets of the already-acknowledged sends of a transaction."""
     out: list[int | None] = []
     for fut in futures:
         off = None
@@ -179,6 +181,8 @@ async def _run_txn(ctx: RunContext, producer: Any, process: int, f: str,
             stage = "send"
             for t, p, v in writes:
                 futures.append(await producer.send(t, encode_value(v), partition=p))
+            for fut in futures:  # in the log before deciding: an abort then has data to abort
+                await fut
             if offsets is not None:
                 await producer.send_offsets_to_transaction(*offsets)
             if abort:
