@@ -13,7 +13,8 @@ Figures (medians of ``runs``; one fresh cluster for the whole module):
 * ``commit_p50_ms_<n>`` / ``commit_p99_ms_<n>``: ``commit_transaction()`` latency (send of the
   last record → commit returned, so it includes the flush of the last batch).
 * ``read_committed_offsets_per_s`` / ``read_uncommitted_offsets_per_s``: one consumer reads the
-  whole topic (the records above, then ``ABORTED_SHARE`` as many in aborted transactions) from the
+  whole topic (the records above, then ``ABORTED_SHARE`` as many as the transactional ones in
+  aborted 100-record transactions, flushed before the abort so they are in the log) from the
   beginning to its end; offsets covered per second, so both traverse the same log;
   the read_committed figure has ``ratio_of`` the read_uncommitted one (measured alternately
   in the same run).
@@ -74,6 +75,7 @@ def _aborted(bootstrap: str, records: int) -> None:
             p.begin_transaction()
             for j in range(100):
                 p.send(TOPIC, value=VALUE, partition=(i + j) % PARTITIONS)
+            p.flush()  # in the log first: an abort drops the batches still in the producer
             p.abort_transaction()
 
 
