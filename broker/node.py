@@ -46,6 +46,7 @@ from broker.metadata_listener import MetadataListener, MetadataPublisher
 from broker.replica_manager import ReplicaManager
 from broker.server import Server, ServerLimits
 from client.connection import ConnectionPool
+from security.authz import authorizing_dispatch
 from security.listener import ListenerSecurity, advertised, image_credentials, secured_dispatch
 
 __all__ = ["run_node", "main", "setup_logging"]
@@ -186,6 +187,8 @@ class _Node:
         def image_of() -> Any:
             return self.publisher.image
 
+        if sec.authorizer:  # ACLs on every API (security/authz.py)
+            dispatch = authorizing_dispatch(dispatch, image_of, sec.super_users)
         server = Server(secured_dispatch(dispatch, image_of), sec.listener[0], sec.listener[1],
                         limits, security=ListenerSecurity.build(sec, image_credentials(image_of)))
         async with trio.open_nursery() as nursery:

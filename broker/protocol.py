@@ -107,6 +107,9 @@ class ApiKey(IntEnum):
     SASL_AUTHENTICATE = 51
     ALTER_USER_SCRAM_CREDENTIALS = 52
     DESCRIBE_USER_SCRAM_CREDENTIALS = 53
+    CREATE_ACLS = 54
+    DESCRIBE_ACLS = 55
+    DELETE_ACLS = 56
 
 
 # --------------------------------------------------------------------------- schemas
@@ -128,6 +131,10 @@ class MapOf:
 
 
 _TP_LIST = [{"name": str, "partitions": [int]}]
+# an access control entry (docs/security.md) and a filter of them (None: any value)
+_ACL = {"principal": str, "resource_type": str, "pattern_type": str, "resource_name": str,
+        "operation": str, "permission": str, "host": str}
+_ACL_FILTER = {k: Opt(str) for k in _ACL}
 
 SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # -> {error, apis: [[api_key, min_version, max_version]]}
@@ -415,6 +422,13 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # any broker, from its image; users None = all
     # -> {error, users: [{user, error, message, credentials: [{mechanism, iterations}]}]}
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": Opt([str])},
+    # ACLs (security/acl.py): forwarded to the controller, which writes AclCreated / AclRemoved
+    # -> {error, message, results: [{error, message}]} (one per acl, in order), metadata_offset
+    ApiKey.CREATE_ACLS: {"acls": [_ACL]},
+    # any broker, from its image; a None field matches anything -> {error, acls: [_ACL]}
+    ApiKey.DESCRIBE_ACLS: {"filter": _ACL_FILTER},
+    # forwarded -> {error, message, results: [{error, message, deleted: [_ACL]}]}, metadata_offset
+    ApiKey.DELETE_ACLS: {"filters": [_ACL_FILTER]},
 }
 
 
@@ -554,6 +568,7 @@ class Request:
     api_version: int = API_VERSION
     client_id: str = ""
     principal: str | None = None  # set by the server on secured listeners (docs/security.md)
+    client_host: str | None = None  # the peer's address, set with principal
 
 
 @dataclass(frozen=True, slots=True)

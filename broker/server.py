@@ -76,7 +76,7 @@ from broker.protocol import (
     peek_correlation_id,
 )
 from security.sasl import SASL_APIS, SaslGate
-from security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal
+from security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
 
 if TYPE_CHECKING:
     from security.listener import ListenerSecurity
@@ -285,6 +285,7 @@ class _Connection:
         self.in_flight = 0
         self.nursery: trio.Nursery | None = None
         self.principal: str | None = certificate_principal(stream)
+        self.peer_host = peer_host(stream) if server.security is not None else None
         self.gate: SaslGate | None = None
         sec = server.security
         if sec is not None and sec.config.uses_sasl:
@@ -344,8 +345,8 @@ class _Connection:
         if req.api_key in SASL_APIS or (self._unauthenticated() and req.api_key != ApiKey.API_VERSIONS):
             await self._authenticate(req)
             return
-        if self.principal is not None:
-            req = dataclasses.replace(req, principal=self.principal)
+        if self.server.security is not None:
+            req = dataclasses.replace(req, principal=self.principal, client_host=self.peer_host)
         if self.in_flight >= self.server.limits.max_in_flight:
             stats.request_errors += 1
             msg = f"more than {self.server.limits.max_in_flight} requests in flight on this connection"

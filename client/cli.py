@@ -307,6 +307,10 @@ def _add_group_commands() -> None:
     from client.txn_cli import transactions  # rafka transactions list|describe|producers|abort
 
     main.add_command(transactions, "transactions")
+    from client.security_cli import acl, user  # rafka user|acl (docs/security.md)
+
+    main.add_command(user, "user")
+    main.add_command(acl, "acl")
 
 
 _add_group_commands()

@@ -355,6 +355,8 @@ class GroupMembership:
             self.member_epoch = 0
             self._interval_s = 0.05
             return
+        if code in (ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TOPIC_AUTHORIZATION_FAILED):
+            raise error_for(code, body.get("message") or self.group_id)  # retrying cannot help
         log.info("group %s: heartbeat failed: %s %s", self.group_id, code, body.get("message"))
         self._interval_s = min(1.0, max(0.1, self.core.retry_backoff_ms / 1000))
         if (time.monotonic() - self._last_ok) * 1000 > self.session_timeout_ms and self.owned:

@@ -98,8 +98,8 @@ import trio
 
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey
+from kraft import acl_admin, scram_admin
 from kraft import controller as ctl
-from kraft import scram_admin
 from kraft.groups.service import GroupsController, group_config_from_settings
 from kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, ProposeResult
 from metadata import LeaderChange, MetadataImage
@@ -238,6 +238,8 @@ class ControllerService:
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self._guard(self.consumer_group_heartbeat),
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._guard(  # kraft/scram_admin.py
                 functools.partial(scram_admin.alter_user_scram_credentials, self)),
+            ApiKey.CREATE_ACLS: self._guard(functools.partial(acl_admin.create_acls, self)),
+            ApiKey.DELETE_ACLS: self._guard(functools.partial(acl_admin.delete_acls, self)),
         }
 
     # -- settings ---------------------------------------------------------------------

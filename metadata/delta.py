@@ -55,7 +55,7 @@ from metadata.records import (
     UnfenceBroker,
     UnregisterBroker,
 )
-from metadata.security import SCRAM_RECORD_TYPES, ScramDelta
+from metadata.security import ACL_RECORD_TYPES, SCRAM_RECORD_TYPES, AclsDelta, ScramDelta
 
 __all__ = [
     "ClusterDelta",
@@ -313,6 +313,7 @@ class MetadataDelta:
         self.configs = _ConfigsDelta(image.configs)
         self.groups = GroupsDelta(image.groups)
         self.scram = ScramDelta(image.scram)
+        self.acls = AclsDelta(image.acls)
         self.producer_ids: ProducerIdsImage | None = None
         self.quorum: QuorumImage | None = None
         self.offset = image.offset
@@ -343,6 +344,8 @@ class MetadataDelta:
             self.groups.replay(record)  # type: ignore[arg-type]
         elif isinstance(record, SCRAM_RECORD_TYPES):
             self.scram.replay(record)
+        elif isinstance(record, ACL_RECORD_TYPES):
+            self.acls.replay(record)
         elif isinstance(record, NoOp):
             pass
 
@@ -357,4 +360,5 @@ class MetadataDelta:
             groups=self.groups.apply(),
             quorum=self.quorum or self.image.quorum,
             scram=self.scram.apply(),
+            acls=self.acls.apply(),
         )

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from metadata.groups import GroupImage, GroupMemberImage, GroupsImage
 from metadata.records import LEADER_RECOVERED, NO_LEADER
-from metadata.security import ScramImage
+from metadata.security import AclsImage, ScramImage
 
 __all__ = [
     "BrokerRegistration",
@@ -160,6 +160,7 @@ class MetadataImage:
     groups: GroupsImage = GroupsImage.EMPTY
     quorum: QuorumImage = QuorumImage.EMPTY
     scram: ScramImage = ScramImage.EMPTY  # SCRAM credentials (metadata/security.py)
+    acls: AclsImage = AclsImage.EMPTY  # access control entries (metadata/security.py)
     EMPTY: ClassVar[MetadataImage]
 
     def is_empty(self) -> bool:

@@ -21,7 +21,8 @@ Conventions
   of KIP-631); snapshots write the explicit epoch and fenced state.
 * Group records (``GroupEpoch``, ``GroupMember``, ``GroupMemberRemoved``, ``GroupAssignment``,
   ``GroupDeleted``) are defined in :mod:`metadata.groups` with their image and fold; security
-  records (``UserScramCredential``, ``UserScramCredentialRemoved``) in :mod:`metadata.security`.
+  records (``UserScramCredential``, ``UserScramCredentialRemoved``, ``AclCreated``,
+  ``AclRemoved``) in :mod:`metadata.security`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ from metadata.groups import (
     GroupMember,
     GroupMemberRemoved,
 )
-from metadata.security import UserScramCredential, UserScramCredentialRemoved
+from metadata.security import (
+    AclCreated,
+    AclRemoved,
+    UserScramCredential,
+    UserScramCredentialRemoved,
+)
 
 __all__ = [
     "ConfigRecord",
@@ -62,6 +68,8 @@ __all__ = [
     "UnregisterBroker",
     "UserScramCredential",
     "UserScramCredentialRemoved",
+    "AclCreated",
+    "AclRemoved",
     "record_from_dict",
     "LEADER_RECOVERED",
     "LEADER_RECOVERING",
@@ -221,6 +229,8 @@ MetadataRecord = (
     | GroupDeleted
     | UserScramCredential
     | UserScramCredentialRemoved
+    | AclCreated
+    | AclRemoved
 )
 
 RECORD_TYPES: dict[str, type[_Record]] = {
@@ -245,6 +255,8 @@ RECORD_TYPES: dict[str, type[_Record]] = {
         GroupDeleted,
         UserScramCredential,
         UserScramCredentialRemoved,
+        AclCreated,
+        AclRemoved,
     )
 }
 

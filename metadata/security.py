@@ -11,9 +11,13 @@ impersonate the *server* to a client, not a client to the server.
 
 * ``UserScramCredential`` — upsert of one (user, mechanism) credential.
 * ``UserScramCredentialRemoved`` — the (user, mechanism) credential is gone.
+* ``AclCreated`` / ``AclRemoved`` — one access control entry (``AclEntry``: principal, resource
+  type and pattern, operation, allow/deny, host) is added / removed; the set of entries is the
+  ``AclsImage`` the authorizer evaluates (``security/acl.py``). Adding an entry twice or removing
+  one that is not there changes nothing.
 
-``scram_to_records(image)`` lists records whose fold onto ``ScramImage.EMPTY`` gives back an
-equal image (snapshots). Like ``metadata.groups`` this imports nothing from the rest of
+``scram_to_records(image)`` / ``acls_to_records(image)`` list records whose fold onto the empty
+image gives back an equal image (snapshots). Like ``metadata.groups`` this imports nothing from the rest of
 ``metadata`` but the record base.
 """
 
@@ -27,6 +31,13 @@ from typing import Any, ClassVar
 from metadata._base import Record
 
 __all__ = [
+    "ACL_RECORD_TYPES",
+    "AclCreated",
+    "AclEntry",
+    "AclRemoved",
+    "AclsDelta",
+    "AclsImage",
+    "acls_to_records",
     "SCRAM_RECORD_TYPES",
     "ScramEntry",
     "ScramImage",
@@ -114,3 +125,91 @@ class ScramDelta:
 def scram_to_records(image: ScramImage) -> list[Record]:
     return [UserScramCredential(user, mech, e.salt, e.iterations, e.stored_key, e.server_key)
             for user, mechs in image.users.items() for mech, e in mechs.items()]
+
+
+# -- ACLs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class AclEntry:
+    """One access control entry. ``resource_type``: topic, group, cluster, transactional_id;
+    ``pattern_type``: literal (``resource_name`` "*" = every name) or prefixed; ``operation``:
+    read, write, create, delete, alter, describe, describe_configs, alter_configs,
+    cluster_action, idempotent_write or all; ``permission``: allow or deny; ``principal``
+    "User:<name>" or "User:*"; ``host`` an IP address or "*"."""
+
+    principal: str
+    resource_type: str
+    pattern_type: str
+    resource_name: str
+    operation: str
+    permission: str
+    host: str = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class AclCreated(Record):
+    record_type: ClassVar[str] = "AclCreated"
+    principal: str
+    resource_type: str
+    pattern_type: str
+    resource_name: str
+    operation: str
+    permission: str
+    host: str = "*"
+
+    def entry(self) -> AclEntry:
+        return AclEntry(self.principal, self.resource_type, self.pattern_type, self.resource_name,
+                        self.operation, self.permission, self.host)
+
+
+@dataclass(frozen=True, slots=True)
+class AclRemoved(Record):
+    record_type: ClassVar[str] = "AclRemoved"
+    principal: str
+    resource_type: str
+    pattern_type: str
+    resource_name: str
+    operation: str
+    permission: str
+    host: str = "*"
+
+    def entry(self) -> AclEntry:
+        return AclEntry(self.principal, self.resource_type, self.pattern_type, self.resource_name,
+                        self.operation, self.permission, self.host)
+
+
+ACL_RECORD_TYPES: tuple[type[Record], ...] = (AclCreated, AclRemoved)
+
+
+@dataclass(frozen=True, slots=True)
+class AclsImage:
+    entries: frozenset[AclEntry] = frozenset()
+    EMPTY: ClassVar[AclsImage]
+
+
+AclsImage.EMPTY = AclsImage()
+
+
+class AclsDelta:
+    def __init__(self, image: AclsImage) -> None:
+        self.image = image
+        self.entries: set[AclEntry] | None = None
+
+    def replay(self, record: Record) -> None:
+        if isinstance(record, AclCreated | AclRemoved):
+            if self.entries is None:
+                self.entries = set(self.image.entries)
+            if isinstance(record, AclCreated):
+                self.entries.add(record.entry())
+            else:
+                self.entries.discard(record.entry())
+
+    def apply(self) -> AclsImage:
+        if self.entries is None or self.entries == self.image.entries:
+            return self.image
+        return AclsImage(frozenset(self.entries))
+
+
+def acls_to_records(image: AclsImage) -> list[Record]:
+    return [AclCreated(*(getattr(e, f) for f in e.__slots__)) for e in sorted(image.entries)]

@@ -24,7 +24,7 @@ from metadata.records import (
     RegisterBroker,
     Topic,
 )
-from metadata.security import scram_to_records
+from metadata.security import acls_to_records, scram_to_records
 
 __all__ = ["image_to_records", "records_to_image"]
 
@@ -70,6 +70,7 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
         out.append(ProducerIds(-1, -1, image.producer_ids.next_producer_id))
     out.extend(groups_to_records(image.groups))
     out.extend(scram_to_records(image.scram))  # type: ignore[arg-type]
+    out.extend(acls_to_records(image.acls))  # type: ignore[arg-type]
     return out
 
 

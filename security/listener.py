@@ -18,6 +18,8 @@ named listeners do::
     "sasl.enabled.mechanisms" = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
     "sasl.authentication.timeout.ms" = 10000
     "sasl.max.unauthenticated.frame.bytes" = 4096
+    authorizer = true                      # check ACLs on every API (default false)
+    "super.users" = ["User:admin"]         # may do everything
 
 ``parse_security(raw, source, base)`` checks the table (a ``ConfigError`` naming the key on any
 problem) and returns a ``SecurityConfig``; ``ListenerSecurity`` is what the ``Server`` gets at
@@ -33,6 +35,7 @@ client is never sent to a plaintext port — and looks credentials up with
 
 from __future__ import annotations
 
+import dataclasses
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -56,7 +59,7 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _KEYS = {"listener", "advertised_listener", "protocol", "ssl.certfile", "ssl.keyfile",
          "ssl.cafile", "ssl.client.auth", "sasl.enabled.mechanisms",
          "sasl.authentication.timeout.ms", "sasl.max.unauthenticated.frame.bytes",
-         "ssl.handshake.timeout.ms"}
+         "ssl.handshake.timeout.ms", "authorizer", "super.users"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,8 @@ class SecurityConfig:
     authentication_timeout_ms: int = 10_000
     max_unauthenticated_frame_bytes: int = 4096
     handshake_timeout_ms: int = 10_000
+    authorizer: bool = False  # ACLs checked on every API (security/authz.py)
+    super_users: tuple[str, ...] = ()
 
     @property
     def uses_tls(self) -> bool:
@@ -160,6 +165,17 @@ def parse_security(raw: Any, source: str, base: Path) -> SecurityConfig | None:
         handshake_timeout_ms=_positive(raw, "ssl.handshake.timeout.ms", 10_000, 100, 600_000,
                                        source),
     )
+    authorizer = raw.get("authorizer", False)
+    supers = raw.get("super.users", [])
+    if isinstance(supers, str):
+        supers = [s.strip() for s in supers.split(";") if s.strip()]
+    if not isinstance(authorizer, bool):
+        raise ConfigError(source, "security.authorizer", f"expected true or false, got {authorizer!r}")
+    if not isinstance(supers, list) or any(not isinstance(s, str) or not s.startswith("User:")
+                                           for s in supers):
+        raise ConfigError(source, "security.super.users",
+                          f"expected a list of User:<name>, got {supers!r}")
+    cfg = dataclasses.replace(cfg, authorizer=authorizer, super_users=tuple(supers))
     if cfg.uses_tls and not (cfg.certfile and cfg.keyfile):
         raise ConfigError(source, "security.ssl.certfile",
                           f"protocol {protocol} needs ssl.certfile and ssl.keyfile")

@@ -30,6 +30,7 @@ __all__ = [
     "PrefixedStream",
     "accept_tls",
     "certificate_principal",
+    "peer_host",
     "client_context",
     "server_context",
 ]
@@ -75,6 +76,21 @@ def certificate_principal(stream: Any) -> str | None:
         for key, value in rdn:
             if key == "commonName":
                 return f"User:{value}"
+    return None
+
+
+def peer_host(stream: Any) -> str | None:
+    """The peer's IP address of a (possibly wrapped) trio socket stream."""
+    for _ in range(4):
+        sock = getattr(stream, "socket", None)
+        if sock is not None:
+            try:
+                return str(sock.getpeername()[0])
+            except (OSError, IndexError):
+                return None
+        stream = getattr(stream, "transport_stream", None) or getattr(stream, "inner", None)
+        if stream is None:
+            return None
     return None
 
 

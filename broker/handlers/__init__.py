@@ -47,12 +47,13 @@ ControllerHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 BROKER_APIS = frozenset({
     ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS,
     ApiKey.DESCRIBE_CONFIGS, ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_PRODUCERS,
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_ACLS,
 })
 FORWARDED_APIS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
     ApiKey.INIT_PRODUCER_ID, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
     ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+    ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
 })
 # committed offsets and group admin: served by the group's coordinator broker (kraft/groups/offsets.py)
 GROUP_BROKER_APIS = frozenset({
@@ -152,4 +153,6 @@ class NodeApi:
             return txn_data.describe_producers(self.rm, body)
         if key == ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS:
             return security_api.describe_user_scram_credentials(body, image)
+        if key == ApiKey.DESCRIBE_ACLS:
+            return security_api.describe_acls(body, image)
         raise error_for(ErrorCode.UNKNOWN_API, f"api {key} has no broker handler")

@@ -3,16 +3,20 @@
 ``describe_user_scram_credentials(body, image)``: which users have which SCRAM mechanisms and
 iteration counts — never salts or keys. ``users`` None lists every user; a named user without
 credentials is ``RESOURCE_NOT_FOUND`` in its entry.
+
+``describe_acls(body, image)``: the access control entries matching ``filter`` (a None field
+matches anything), sorted.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from broker.errors import ErrorCode
 from metadata import MetadataImage
 
-__all__ = ["describe_user_scram_credentials"]
+__all__ = ["describe_user_scram_credentials", "describe_acls"]
 
 
 def describe_user_scram_credentials(body: dict[str, Any], image: MetadataImage) -> dict[str, Any]:
@@ -29,3 +33,10 @@ def describe_user_scram_credentials(body: dict[str, Any], image: MetadataImage) 
                     "credentials": [{"mechanism": m, "iterations": e.iterations}
                                     for m, e in mechs.items()]})
     return {"error": 0, "users": out}
+
+
+def describe_acls(body: dict[str, Any], image: MetadataImage) -> dict[str, Any]:
+    from kraft.acl_admin import matches
+
+    flt = body["filter"]
+    return {"error": 0, "acls": [asdict(e) for e in sorted(image.acls.entries) if matches(e, flt)]}

@@ -8,6 +8,7 @@ written."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -32,8 +33,9 @@ from security.certs import CertAuthority, write_node_files
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def node(tmp_path):
+@contextlib.contextmanager
+def running_node(tmp_path: Path, extra: str = ""):
+    """A real node process: plaintext listener + SASL_SSL listener (+ ``extra`` [security] lines)."""
     base = free_port_block(2)
     plain, secure = base, base + 1
     ca = CertAuthority.create()
@@ -55,6 +57,7 @@ listener = "127.0.0.1:{secure}"
 protocol = "SASL_SSL"
 "ssl.certfile" = "{files.certfile}"
 "ssl.keyfile" = "{files.keyfile}"
+{extra}
 """)
     proc = subprocess.Popen([sys.executable, "-m", "broker.node", "--config", str(cfg)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "stderr", "wb"),
@@ -68,6 +71,21 @@ protocol = "SASL_SSL"
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def node(tmp_path):
+    with running_node(tmp_path) as n:
+        yield n
+
+
+async def create_topic(admin, name: str) -> None:
+    while True:  # until the node has registered and unfenced itself
+        try:
+            await admin.create_topic(name, 1, 1)
+            return
+        except InvalidReplicationFactorError:
+            await trio.sleep(0.2)
 
 
 def secured(files, user="alice", password="alice-pw", **kw):
@@ -100,12 +118,7 @@ async def test_secured_listener_end_to_end(node):
     plain, secure, files, tmp = node
     with trio.fail_after(120):
         async with AsyncAdmin(plain, request_timeout_ms=60_000) as admin:
-            while True:  # until the node has registered and unfenced itself
-                try:
-                    await admin.create_topic("events", 1, 1)
-                    break
-                except InvalidReplicationFactorError:
-                    await trio.sleep(0.2)
+            await create_topic(admin, "events")
             await admin.upsert_scram_credential("alice", "alice-pw")
             await admin.upsert_scram_credential("alice", "alice-pw", mechanism="SCRAM-SHA-512")
             assert await admin.describe_scram_credentials() == {
