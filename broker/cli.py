@@ -3,14 +3,24 @@
 ``client/cli.py`` owns the ``rafka`` group and adds these with ``main.add_command(server)`` /
 ``main.add_command(cluster)``. Errors users can fix (a bad config, a busy port, a cluster that
 does not come up) print one line naming the problem and exit non-zero; never a traceback.
+
+A foreground ``cluster up`` stops its nodes however it ends: SIGINT, SIGTERM or SIGHUP (while
+starting they interrupt the start, which then stops what it started), the reader of its stdout
+gone (``rafka cluster up | tee log`` after ``tee`` exited: seen as POLLERR on the pipe), or
+every node exiting. Its messages survive a closed pipe (``_say``), so a dead reader cannot kill
+it before the nodes are down; if it is SIGKILLed, the nodes' parent-death signal stops them.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -20,6 +30,7 @@ from broker.cluster import (
     cluster_down,
     cluster_up,
     is_running,
+    load_cluster,
     parse_overrides,
     stop_nodes,
 )
@@ -59,31 +70,95 @@ def up(nodes: int, data_dir: str, host: str, port: int, detach: bool, ready_time
     """Start (or restart) the cluster in DATA_DIR; print the bootstrap string."""
     d = Path(data_dir)
     try:
-        state = cluster_up(d, nodes, host, port, ready_timeout_s=ready_timeout,
-                           echo=lambda m: click.echo(m, err=True),
-                           broker_config=parse_overrides(broker_config, "broker"),
-                           controller_config=parse_overrides(controller_config, "controller"))
+        overrides = {"broker_config": parse_overrides(broker_config, "broker"),
+                     "controller_config": parse_overrides(controller_config, "controller")}
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(bootstrap(state))
     if detach:
+        try:
+            state = cluster_up(d, nodes, host, port, ready_timeout_s=ready_timeout, echo=_say, **overrides)
+        except ClusterError as exc:
+            raise click.ClickException(str(exc)) from None
+        _say(bootstrap(state), err=False)
         return
-    click.echo("cluster running; Ctrl-C stops it", err=True)
-    stop = {"now": False}
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # while starting: as a Ctrl-C
+        signal.signal(sig, signal.default_int_handler)
+    try:
+        state = cluster_up(d, nodes, host, port, ready_timeout_s=ready_timeout, echo=_say,
+                           die_with_parent=True, **overrides)
+    except BaseException as exc:  # a failed or interrupted start stops what it started
+        _stop_quietly(d)
+        if isinstance(exc, ClusterError):
+            raise click.ClickException(str(exc)) from None
+        if isinstance(exc, SystemExit):
+            raise
+        sys.exit(130)
+    _supervise(d, state)
 
-    def on_signal(_sig: int, _frame: object) -> None:
-        stop["now"] = True
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    while not stop["now"]:
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _say(message: str, err: bool = True) -> None:
+    """``click.echo`` that a closed pipe or a hung-up terminal cannot break."""
+    try:
+        click.echo(message, err=err)
+    except OSError:  # BrokenPipeError, EIO
+        pass
+
+
+def _stdout_gone() -> bool:
+    """True once nobody reads our stdout pipe any more (POLLERR on a pipe's write end)."""
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLERR / POLLHUP are always reported
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _stop_quietly(d: Path) -> None:
+    """Stop whatever nodes the cluster in ``d`` has running (after an interrupted start); a
+    second signal meanwhile is ignored so that the stop completes."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        state = load_cluster(d.resolve())
+    except ClusterError:
+        return
+    if state is not None:
+        stopped = stop_nodes(d.resolve(), state)
+        _say(f"stopped node(s) {', '.join(map(str, stopped)) or '-'}")
+
+
+def _supervise(d: Path, state: dict[str, Any]) -> None:
+    """Print the bootstrap string, wait for a reason to stop, stop the nodes."""
+    why: list[str] = []
+
+    def on_signal(sig: int, _frame: object) -> None:
+        why.append(signal.Signals(sig).name)
+
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, on_signal)
+    _say(bootstrap(state), err=False)
+    _say("cluster running; Ctrl-C stops it")
+    while not why:
         time.sleep(0.2)
-        if not any(is_running(n) for n in state["nodes"]):
-            click.echo("every node has exited", err=True)
+        if _stdout_gone():
+            why.append("stdout closed")
+        elif not any(is_running(n) for n in state["nodes"]):
+            _say("every node has exited")
             break
-    click.echo("stopping the cluster...", err=True)
+    _say(f"stopping the cluster ({why[0]})..." if why else "stopping the cluster...")
     stopped = stop_nodes(d.resolve(), state)
-    click.echo(f"stopped node(s) {', '.join(map(str, stopped)) or '-'}", err=True)
+    _say(f"stopped node(s) {', '.join(map(str, stopped)) or '-'}")
+    if why and why[0] == "stdout closed":  # nothing more can be written there; no flush error at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 @cluster.command("down")

@@ -5,7 +5,8 @@ Theory of operation
 ``DATA_DIR`` holds everything: ``cluster.secret`` (mode 0600, the Raft transport's key),
 ``cluster.json`` (the cluster's shape and the pid of each node) and ``node-<id>/`` with each
 node's ``node.toml``, its data and its ``stdout.log``. Node ``i`` (1-based) listens for clients
-on ``PORT + i - 1`` and for Raft on ``PORT + 10000 + i - 1``; every node is a voter and a broker.
+on ``PORT + i - 1``, for Raft on ``PORT + 10000 + i - 1`` and serves Prometheus metrics on
+``PORT + 20000 + i - 1`` (``up`` prints their URLs); every node is a voter and a broker.
 
 ``up`` creates that layout the first time; on a data dir that already holds a cluster it keeps
 the existing layout (ids, ports, secret, data) and starts only the nodes that are not running
@@ -14,6 +15,11 @@ its recorded pid is alive *and* that process's command line names its config (no
 with a recycled pid). Nodes run ``python -m broker.node --config …`` in their own session, so a
 Ctrl-C in the terminal reaches only ``cluster up``, which then stops them in order.
 
+A foreground ``cluster up`` owns its nodes: ``broker/cli.py`` stops them however it ends
+(SIGINT, SIGTERM, SIGHUP, its stdout pipe closed), and nodes it starts get
+``PR_SET_PDEATHSIG`` (Linux), so even a SIGKILLed ``cluster up`` takes them down (SIGTERM, a
+clean shutdown). ``--detach`` nodes are started without it: they outlive their starter.
+
 Ready means: every node answers METADATA, a controller leader is known, and every broker is
 registered and unfenced in the metadata of every node. ``down`` sends SIGTERM (controlled
 shutdown, clean logs), waits, and SIGKILLs whatever is left after the timeout.
@@ -21,6 +27,8 @@ shutdown, clean logs), waits, and SIGKILLs whatever is left after the timeout.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import os
 import secrets
@@ -40,9 +48,11 @@ from broker.protocol import ApiKey
 from client.connection import connect
 
 __all__ = ["ClusterError", "NodeSpec", "cluster_up", "cluster_down", "load_cluster", "parse_overrides",
-           "wait_ready", "stop_nodes", "start_missing", "RAFT_PORT_OFFSET"]
+           "wait_ready", "stop_nodes", "start_missing", "RAFT_PORT_OFFSET", "METRICS_PORT_OFFSET",
+           "metrics_urls"]
 
 RAFT_PORT_OFFSET = 10000
+METRICS_PORT_OFFSET = 20000  # node i serves Prometheus metrics on PORT+20000+i-1 (broker/metrics.py)
 CLUSTER_FILE = "cluster.json"
 SECRET_FILE = "cluster.secret"
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +105,7 @@ def free_port_block(n: int, host: str = "127.0.0.1") -> int:
 
     for _ in range(200):
         base = random.randrange(12000, 22000 - n)
-        wanted = [base + i for i in range(n)] + [base + RAFT_PORT_OFFSET + i for i in range(n)]
+        wanted = [base + off + i for off in (0, RAFT_PORT_OFFSET, METRICS_PORT_OFFSET) for i in range(n)]
         try:
             for p in wanted:
                 with socket.socket() as t:
@@ -143,6 +153,8 @@ def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file:
         f'cluster_id = "{cluster_id}"',
         f"cluster_secret_file = {json.dumps(str(secret_file))}",
     ]
+    if n.port + METRICS_PORT_OFFSET <= 65535:
+        lines.append(f'metrics_listener = "{n.host}:{n.port + METRICS_PORT_OFFSET}"')
     for v in nodes:
         lines += ["", "[[voters]]", f"id = {v.id}", f'raft = "{v.controller}"', f'rpc = "{v.client}"']
     for section, defaults, given in (("broker", _DEFAULT_BROKER, broker),
@@ -243,9 +255,32 @@ def is_running(n: NodeSpec) -> bool:
     return str(n.config_path).encode() in cmdline
 
 
-def start_missing(data_dir: Path, state: dict[str, Any]) -> list[int]:
-    """Start every node that is not running; returns their ids."""
+_PR_SET_PDEATHSIG = 1
+
+
+def _death_signal_hook() -> Any:
+    """A ``preexec_fn`` that makes the child get SIGTERM when this process dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), or None where prctl does not exist. libc is loaded here, in
+    the parent: the hook runs between fork and exec, where only the prctl call is safe."""
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl: no signal will come
+            os._exit(1)
+
+    return hook
+
+
+def start_missing(data_dir: Path, state: dict[str, Any], *, die_with_parent: bool = False) -> list[int]:
+    """Start every node that is not running; returns their ids. ``die_with_parent``: the nodes
+    get SIGTERM when this process dies, however it dies (a foreground ``cluster up``)."""
     started = []
+    hook = _death_signal_hook() if die_with_parent else None
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
     for n in state["nodes"]:
@@ -256,7 +291,7 @@ def start_missing(data_dir: Path, state: dict[str, Any]) -> list[int]:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "broker.node", "--config", str(n.config_path)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, env=env, cwd=str(data_dir))
+                start_new_session=True, env=env, cwd=str(data_dir), preexec_fn=hook)
         n.pid = proc.pid
         started.append(n.id)
     _save(data_dir, state)
@@ -376,10 +411,12 @@ def wait_ready(state: dict[str, Any], timeout_s: float = 60.0) -> None:
 def cluster_up(data_dir: Path, nodes: int, host: str, port: int, *,
                ready_timeout_s: float = 60.0, echo: Any = print,
                broker_config: dict[str, str] | None = None,
-               controller_config: dict[str, str] | None = None) -> dict[str, Any]:
+               controller_config: dict[str, str] | None = None,
+               die_with_parent: bool = False) -> dict[str, Any]:
     """Create or restart the cluster. ``broker_config`` / ``controller_config`` override node
     settings (``--broker-config k=v``); on an existing cluster, given overrides rewrite every
-    node's ``node.toml`` (same ids, ports, secret) and apply to the nodes started now."""
+    node's ``node.toml`` (same ids, ports, secret) and apply to the nodes started now.
+    ``die_with_parent``: the nodes started now die with this process (see ``start_missing``)."""
     data_dir = data_dir.resolve()
     state = load_cluster(data_dir)
     if state is None:
@@ -390,7 +427,7 @@ def cluster_up(data_dir: Path, nodes: int, host: str, port: int, *,
             echo(f"{data_dir} holds a {len(state['nodes'])}-node cluster; restarting it as it is")
         if broker_config or controller_config:
             _write_configs(data_dir, state, broker_config, controller_config)
-    started = start_missing(data_dir, state)
+    started = start_missing(data_dir, state, die_with_parent=die_with_parent)
     if started:
         echo(f"started node(s) {', '.join(map(str, started))}")
     else:
@@ -400,7 +437,27 @@ def cluster_up(data_dir: Path, nodes: int, host: str, port: int, *,
     except ClusterError as exc:
         logs = ", ".join(str(n.data_dir / "stdout.log") for n in state["nodes"])
         raise ClusterError(f"{exc} (see {logs})") from None
+    urls = metrics_urls(state)
+    if urls:
+        echo(f"metrics: {' '.join(urls)}")
     return state
+
+
+def metrics_urls(state: dict[str, Any]) -> list[str]:
+    """The Prometheus endpoints of the cluster's nodes (those whose node.toml sets
+    ``metrics_listener``; a cluster created before metrics existed has none)."""
+    from broker.config import ConfigError, load_config
+
+    out = []
+    for n in state["nodes"]:
+        try:
+            listener = load_config(n.config_path).metrics_listener
+        except ConfigError:
+            continue
+        if listener is not None:
+            host = n.host if listener[0] in ("0.0.0.0", "::", "") else listener[0]
+            out.append(f"http://{host}:{listener[1]}/metrics")
+    return out
 
 
 def cluster_down(data_dir: Path, timeout_s: float = 30.0) -> list[int]:
