@@ -337,6 +337,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     ApiKey.ALTER_GROUP_OFFSETS: {
         "group_id": str,
         "topics": [{"name": str, "partitions": [{"partition": int, "offset": int}]}],
+        "force": Opt(bool),  # also with members (NON_EMPTY_GROUP otherwise)
     },
     # ---- transactions (docs/transactions.md). The coordinator of a transactional id is the
     # leader of __transaction_state partition crc32(id) % partitions.

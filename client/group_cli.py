@@ -3,6 +3,12 @@
 ``client/cli.py`` adds the exported ``group`` click group to ``rafka``. Each command opens one
 ``ClientCore`` in a trio nursery and uses the helpers of :mod:`client.groups`. Lag is computed
 here, client side, as Kafka's tooling does: high watermark (LIST_OFFSETS latest) − committed.
+
+``reset-offsets`` behaves as Kafka's: an explicit ``--to-offset`` is clamped into the log
+(past the log end → the log end, below the log start → the log start; a committed offset past
+the end would skip every record later written in between), each clamp said on stderr; and a
+group with members is refused unless ``--force`` (the members keep their positions and may
+commit over the reset).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import trio
 
 from client.aio._core import ClientCore
 from client.aio.offsets import EARLIEST, LATEST, list_offsets
+from client.errors import ErrorCode, RafkaError, error_for
 from client.groups import (
     alter_group_offsets,
     delete_groups,
@@ -115,18 +122,26 @@ def group_describe(group_id: str, bootstrap: str, as_json: bool) -> None:
 @click.option("--to-datetime", default=None, metavar="ISO8601", help="First offset at/after this time.")
 @click.option("--to-offset", type=int, default=None)
 @click.option("--dry-run", is_flag=True, help="Show the new offsets, change nothing.")
+@click.option("--force", is_flag=True,
+              help="Reset even while G has members (they keep their positions and may commit over it).")
 @_bootstrap
 @_json
 @_errors
 def group_reset_offsets(group_id: str, topics: tuple[str, ...], to_earliest: bool, to_latest: bool,
-                        to_datetime: str | None, to_offset: int | None, dry_run: bool, bootstrap: str,
-                        as_json: bool) -> None:
-    """Set G's committed offsets (G must have no members)."""
+                        to_datetime: str | None, to_offset: int | None, dry_run: bool, force: bool,
+                        bootstrap: str, as_json: bool) -> None:
+    """Set G's committed offsets (G must have no members, unless --force).
+
+    --to-offset is clamped into each partition's log: past the log end it becomes the log end,
+    below the log start the log start (each clamp is reported)."""
     modes = [to_earliest, to_latest, to_datetime is not None, to_offset is not None]
     if sum(modes) != 1:
         raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-datetime, --to-offset")
+    notes: list[str] = []
 
     async def work(core: ClientCore) -> dict[TopicPartition, int]:
+        if not force:
+            await _refuse_active(core, group_id)
         if topics:
             tps: list[TopicPartition] = []
             for t in topics:
@@ -137,7 +152,7 @@ def group_reset_offsets(group_id: str, topics: tuple[str, ...], to_earliest: boo
         if not tps:
             return {}
         if to_offset is not None:
-            new = {tp: to_offset for tp in tps}
+            new = await _clamped(core, tps, to_offset, notes)
         else:
             ts = EARLIEST if to_earliest else LATEST
             if to_datetime is not None:
@@ -150,10 +165,12 @@ def group_reset_offsets(group_id: str, topics: tuple[str, ...], to_earliest: boo
                     ends = await list_offsets(core, {tp: LATEST for tp in missing}, attempts=3)
                     new.update({tp: off for tp, (off, _) in ends.items()})
         if not dry_run:
-            await alter_group_offsets(core, group_id, new)
+            await alter_group_offsets(core, group_id, new, force=force)
         return new
 
     new = _run(bootstrap, work)
+    for note in notes:
+        click.echo(note, err=True)
     rows = [{"topic": tp.topic, "partition": tp.partition, "offset": off} for tp, off in sorted(new.items())]
     if as_json:
         click.echo(json.dumps(rows))
@@ -162,6 +179,39 @@ def group_reset_offsets(group_id: str, topics: tuple[str, ...], to_earliest: boo
         click.echo(f"{r['topic']}\t{r['partition']}\t{r['offset']}")
     if dry_run:
         click.echo("(dry run: nothing changed)")
+
+
+async def _refuse_active(core: ClientCore, group_id: str) -> None:
+    """NON_EMPTY_GROUP, as Kafka's tool says it, when ``group_id`` has members."""
+    try:
+        d = await describe_group(core, group_id)
+    except RafkaError as exc:
+        if exc.code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return  # a group that does not exist yet has no members
+        raise
+    members = d.get("members") or []
+    if members:
+        n = len(members)
+        raise error_for(ErrorCode.NON_EMPTY_GROUP,
+                        f"group {group_id!r} has {n} active member{'s' if n != 1 else ''} (state {d.get('state')}): "
+                        "stop its consumers first, or pass --force (they may commit over the reset)")
+
+
+async def _clamped(core: ClientCore, tps: list[TopicPartition], offset: int,
+                   notes: list[str]) -> dict[TopicPartition, int]:
+    """``offset`` for each partition, clamped into [log start, log end]; each clamp → ``notes``."""
+    starts = await list_offsets(core, {tp: EARLIEST for tp in tps}, attempts=3)
+    ends = await list_offsets(core, {tp: LATEST for tp in tps}, attempts=3)
+    out = {}
+    for tp in tps:
+        start, end = starts[tp][0], ends[tp][0]
+        out[tp] = min(max(offset, start), end)
+        if offset > end:
+            notes.append(f"offset {offset} is past the log end {end} of {tp.topic}-{tp.partition}: reset to {end}")
+        elif offset < start:
+            notes.append(f"offset {offset} is before the log start {start} of {tp.topic}-{tp.partition}: "
+                         f"reset to {start}")
+    return out
 
 
 @group.command("delete")

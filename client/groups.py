@@ -486,9 +486,11 @@ async def delete_groups(core: ClientCore, group_ids: Iterable[str]) -> dict[str,
     return out
 
 
-async def alter_group_offsets(core: ClientCore, group_id: str, offsets: dict[TopicPartition, int]) -> None:
-    """Set committed offsets (the group must have no members: NON_EMPTY_GROUP otherwise)."""
-    body = {"group_id": group_id, "topics": [
+async def alter_group_offsets(core: ClientCore, group_id: str, offsets: dict[TopicPartition, int], *,
+                              force: bool = False) -> None:
+    """Set committed offsets (the group must have no members: NON_EMPTY_GROUP otherwise, unless
+    ``force`` — members keep their positions and may commit over the new offsets)."""
+    body: dict[str, Any] = {"group_id": group_id, "force": force, "topics": [
         {"name": e["name"], "partitions": [{"partition": p, "offset": offsets[TopicPartition(e["name"], p)]}
                                            for p in e["partitions"]]}
         for e in _tp_list(offsets)]}

@@ -563,7 +563,8 @@ class GroupOffsetsManager:
     async def alter_group_offsets(self, body: dict[str, Any]) -> dict[str, Any]:
         gid = body["group_id"]
         self._coordinator(gid)
-        self._check_empty(gid)
+        if not body.get("force"):  # forced (`reset-offsets --force`): members may commit over it
+            self._check_empty(gid)
         now = self._wall_ms()
         out, entries = [], []
         for t in body["topics"]:
