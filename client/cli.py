@@ -64,8 +64,8 @@ def handle_errors(fn: F) -> F:
             if isinstance(raised, (SystemExit, GeneratorExit)):
                 raise
             exc = unwrap_exception(raised)
-            if isinstance(exc, KeyboardInterrupt):
-                sys.exit(130)
+            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C: 130; SIGTERM (client.terminate): 143
+                sys.exit(getattr(exc, "exit_code", 130))
             line = error_line(exc)
             if line is None:
                 raise
@@ -243,26 +243,33 @@ def consume(topic_name: str, group: str | None, from_beginning: bool, max_messag
             timeout_ms: int | None, print_key: bool, isolation_level: str, bootstrap: str) -> None:
     """Print the values of TOPIC's records, one per line."""
     from client.sync import Consumer
+    from client.terminate import sigterm_as_interrupt
 
     if max_messages is not None and max_messages <= 0:
         return
     out = sys.stdout.buffer
     n = 0
-    with Consumer(topic_name, bootstrap_servers=bootstrap, group_id=group,
-                  auto_offset_reset="earliest" if from_beginning else "latest",
-                  consumer_timeout_ms=timeout_ms, isolation_level=isolation_level) as consumer:
+    stopped: KeyboardInterrupt | None = None
+    with sigterm_as_interrupt(), Consumer(topic_name, bootstrap_servers=bootstrap, group_id=group,
+                                          auto_offset_reset="earliest" if from_beginning else "latest",
+                                          consumer_timeout_ms=timeout_ms, isolation_level=isolation_level) as consumer:
         if from_beginning and group is None:
             consumer.seek_to_beginning()
-        for rec in consumer:
-            if print_key:
-                out.write((rec.key or b"") + b"\t")
-            out.write((rec.value or b"") + b"\n")
-            n += 1
-            if max_messages is not None and n >= max_messages:
-                break
-            if n % 1000 == 0:
-                out.flush()
+        try:
+            for rec in consumer:
+                if print_key:
+                    out.write((rec.key or b"") + b"\t")
+                out.write((rec.value or b"") + b"\n")
+                n += 1
+                if max_messages is not None and n >= max_messages:
+                    break
+                if n % 1000 == 0:
+                    out.flush()
+        except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM is a stop, not a failure: the close
+            stopped = exc                 # commits what was printed and leaves the group
         out.flush()
+    if stopped is not None:
+        raise stopped
 
 
 # ---------------------------------------------------------------------- quorum / groups
