@@ -111,15 +111,20 @@ def _parse_configs(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--partitions", "-p", type=int, default=1, show_default=True)
 @click.option("--replication-factor", "-r", type=int, default=1, show_default=True)
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config (repeatable).")
+@click.option("--if-not-exists", is_flag=True, help="A topic NAME already there is no error (left as it is).")
 @bootstrap_option
 @_handle_errors
 def topic_create(name: str, partitions: int, replication_factor: int, configs: tuple[str, ...],
-                 bootstrap: str) -> None:
+                 if_not_exists: bool, bootstrap: str) -> None:
     """Create topic NAME."""
     from client.sync import Admin
 
     with Admin(bootstrap) as admin:
-        admin.create_topic(name, partitions, replication_factor, _parse_configs(configs))
+        created = admin.create_topic(name, partitions, replication_factor, _parse_configs(configs),
+                                     exist_ok=if_not_exists)
+    if not created:
+        click.echo(f"topic {name} already exists")
+        return
     click.echo(f"created topic {name} ({partitions} partitions, replication factor {replication_factor})")
 
 

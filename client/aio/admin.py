@@ -175,9 +175,16 @@ class AsyncAdmin:
     # ------------------------------------------------------------------ topics
 
     async def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
-                           config: Mapping[str, str] | None = None, *, validate_only: bool = False) -> None:
-        await self.create_topics([NewTopic(name, partitions, replication_factor, config)],
-                                 validate_only=validate_only)
+                           config: Mapping[str, str] | None = None, *, validate_only: bool = False,
+                           exist_ok: bool = False) -> bool:
+        """Create one topic; True if created. ``exist_ok``: a topic of that name already there
+        is no error (returns False; its partitions and configs are left as they are)."""
+        out = await self.create_topics([NewTopic(name, partitions, replication_factor, config)],
+                                       validate_only=validate_only, raise_on_error=not exist_ok)
+        err = out.get(name)
+        if err is not None and err.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            raise err
+        return err is None
 
     async def create_topics(self, topics: Iterable[NewTopic | tuple[Any, ...]], *, validate_only: bool = False,
                             raise_on_error: bool = True) -> dict[str, RafkaError | None]:
