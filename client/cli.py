@@ -301,7 +301,7 @@ def quorum_describe(bootstrap: str, as_json: bool) -> None:
         return
     click.echo(f"leader {q.get('leader_id')}  epoch {q.get('epoch')}  high watermark {q.get('high_watermark')}")
     for v in q.get("voters") or []:
-        where = f"  voter {v.get('id')}  {v.get('rpc', '')}"
+        where = f"  voter {v.get('id')}  raft {v.get('raft', '?')}  rpc {v.get('rpc', '?')}"
         if v.get("reachable") is False:  # a dead or cut-off voter: no offset to report
             click.echo(f"{where}  UNREACHABLE")
             continue

@@ -807,10 +807,10 @@ class ControllerService:
                 if vid != self.node_id:
                     n.start_soon(ask, vid, rpc)
         voters = []
-        for vid, _raft, rpc in self.voters:
+        for vid, raft, rpc in self.voters:  # raft: the Raft transport; rpc: its client listener
             st = states.get(vid)
             voters.append({
-                "id": vid, "rpc": f"{rpc[0]}:{rpc[1]}", "reachable": st is not None,
+                "id": vid, "raft": f"{raft[0]}:{raft[1]}", "rpc": f"{rpc[0]}:{rpc[1]}", "reachable": st is not None,
                 "metadata_offset": -1 if st is None else st["metadata_offset"],
                 "lag": None if st is None else hw - st["metadata_offset"],
                 "log_start_offset": None if st is None else st.get("log_start_offset"),
