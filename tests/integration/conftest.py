@@ -14,7 +14,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,9 +102,19 @@ class LocalCluster:
             self.kill_all()
 
 
-def _wait_gone(pid: int, timeout_s: float = 30) -> None:
-    import time
+def wait_until(cond: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
+    """Poll ``cond`` every 0.1 s until it is truthy (returned) or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        time.sleep(0.1)
 
+
+def _wait_gone(pid: int, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

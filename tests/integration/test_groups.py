@@ -22,7 +22,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,24 +36,13 @@ from client.sync import Admin, Consumer, Producer
 from client.types import TopicPartition
 from kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition
 
-from .conftest import PROJECT_ROOT, LocalCluster
+from .conftest import PROJECT_ROOT, LocalCluster, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
 SCRIPT = Path(__file__).with_name("group_consumer.py")
 SESSION_MS = 2000
 DEADLINE_S = 60.0
-
-
-def wait_until(cond: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        time.sleep(0.1)
 
 
 class ConsumerProc:

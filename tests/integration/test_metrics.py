@@ -20,7 +20,7 @@ from broker.cluster import METRICS_PORT_OFFSET
 from client.sync import Admin, Consumer, Producer
 from client.top import Scrape, parse_metrics
 
-from .conftest import PROJECT_ROOT, LocalCluster
+from .conftest import PROJECT_ROOT, LocalCluster, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -31,14 +31,6 @@ def scrape(c: LocalCluster) -> Scrape:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/plain")
         return parse_metrics(url, time.monotonic(), resp.read().decode())
-
-
-def wait_until(cond: Any, what: str, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (v := cond()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return v
 
 
 def test_metrics_move_with_traffic_and_top_shows_them(cluster_factory: Any) -> None:

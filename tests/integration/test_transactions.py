@@ -24,7 +24,6 @@ import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from client.errors import RafkaError
 from client.sync import Admin, Consumer, Producer
 from client.types import TopicPartition
 
-from .conftest import PROJECT_ROOT, LocalCluster
+from .conftest import PROJECT_ROOT, LocalCluster, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -42,17 +41,6 @@ PIPELINE = Path(__file__).with_name("txn_pipeline.py")
 ZOMBIE = Path(__file__).with_name("txn_zombie.py")
 DEADLINE_S = 60.0
 TXN_STATE_TOPIC = "__transaction_state"
-
-
-def wait_until(cond: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        time.sleep(0.1)
 
 
 def make_topic(cluster: LocalCluster, name: str, partitions: int = 3) -> None:
