@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from client.errors import RafkaError
+from client.topic_cli import version_option
 
 __all__ = ["main"]
 
@@ -84,6 +85,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option()
 def main() -> None:
     """rafka — a Kafka-style distributed commit log."""
 
