@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from client.errors import RafkaError
-from client.topic_cli import version_option
+from client.topic_cli import effective_configs, format_configs, version_option
 
 __all__ = ["main"]
 
@@ -152,23 +152,29 @@ def topic_list(bootstrap: str, as_json: bool, internal: bool) -> None:
 @click.argument("name")
 @bootstrap_option
 @json_option
+@click.option("--all-configs", is_flag=True, help="Every effective config, defaults marked (not only overrides).")
 @_handle_errors
-def topic_describe(name: str, bootstrap: str, as_json: bool) -> None:
+def topic_describe(name: str, bootstrap: str, as_json: bool, all_configs: bool) -> None:
     """Leader, replicas, ISR and high watermark of each partition of NAME."""
     from client.sync import Admin
 
     with Admin(bootstrap) as admin:
         d = admin.describe_topic(name)
+        effective = effective_configs(admin.describe_configs(name), d.configs) if all_configs else None
     if as_json:
         click.echo(json.dumps({
             "name": d.name, "topic_id": str(d.topic_id) if d.topic_id is not None else None,
             "internal": d.internal, "configs": d.configs,
             "partitions": [p._asdict() | {"replicas": list(p.replicas), "isr": list(p.isr)}
                            for p in d.partitions],
-        }))
+        } | ({"effective_configs": effective} if effective is not None else {}), default=str))
         return
     click.echo(f"topic {d.name}  partitions {len(d.partitions)}  id {d.topic_id}")
-    if d.configs:
+    if effective is not None:
+        click.echo("  configs:")
+        for line in format_configs(effective):
+            click.echo(line)
+    elif d.configs:
         click.echo("  configs: " + ", ".join(f"{k}={v}" for k, v in sorted(d.configs.items())))
     click.echo(f"  {'partition':>9}  {'leader':>6}  {'epoch':>5}  {'replicas':<12} {'isr':<12} {'high_watermark':>14}")
     for p in d.partitions:

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-__all__ = ["version_option", "rafka_version"]
+__all__ = ["effective_configs", "format_configs", "version_option", "rafka_version"]
 
 
 def rafka_version() -> str:
@@ -31,5 +31,19 @@ def version_option() -> Any:
     """``rafka --version`` → ``rafka <version>``."""
     return click.version_option(rafka_version(), "--version", "-V", prog_name="rafka",
                                 message="%(prog)s %(version)s")
+
+
+def effective_configs(effective: dict[str, Any], overrides: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every effective setting, sorted, with ``default`` true unless the topic overrides it."""
+    keys = sorted(set(effective) | set(overrides))
+    return [{"name": k, "value": overrides.get(k, effective.get(k)), "default": k not in overrides}
+            for k in keys]
+
+
+def format_configs(rows: list[dict[str, Any]]) -> list[str]:
+    """``  name = value  (default)`` lines for ``topic describe``."""
+    width = max((len(r["name"]) for r in rows), default=0)
+    return [f"    {r['name']:<{width}} = {r['value']}" + ("  (default)" if r["default"] else "")
+            for r in rows]
 
 
