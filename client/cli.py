@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from client.errors import RafkaError
-from client.topic_cli import effective_configs, format_configs, version_option
+from client.topic_cli import add_topic_commands, effective_configs, format_configs, version_option
 
 __all__ = ["main"]
 
@@ -318,6 +318,9 @@ def quorum_describe(bootstrap: str, as_json: bool) -> None:
     for o in q.get("observers") or []:
         state = "  fenced" if o.get("fenced") else ""
         click.echo(f"  broker {o.get('id')}  offset {o.get('metadata_offset')}  lag {o.get('lag')}{state}")
+
+
+add_topic_commands(topic, bootstrap_option, _handle_errors)  # alter-config, add-partitions
 
 
 def _add_group_commands() -> None:
