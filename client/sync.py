@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -34,9 +34,11 @@ from client.aio.admin import (
     TransactionDescription,
     TransactionListing,
 )
+from client.aio.batch_send import BatchFuture, HeadersList
 from client.aio.consumer import AsyncConsumer
 from client.aio.futures import FutureRecordMetadata
 from client.aio.producer import AsyncProducer, Headers
+from client.columnar import ColumnBatch
 from client.errors import IllegalStateError, RafkaError
 from client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, TopicPartition
 
@@ -144,6 +146,14 @@ class Producer(_Facade[AsyncProducer]):
         """
         return self._async.send_threadsafe(topic, value, key, headers, partition, timestamp_ms)
 
+    def send_batch(self, topic: str, values: Sequence[bytes | None],
+                   keys: Sequence[bytes | None] | None = None, headers: HeadersList = None,
+                   partition: int | None = None, timestamp_ms: int | None = None) -> BatchFuture:
+        """Queue many records at once (``AsyncProducer.send_batch``); returns one
+        ``concurrent.futures.Future`` of their ``RecordMetadata`` list, in input order
+        (``BatchSendError`` with ``.results`` when some failed)."""
+        return self._async.send_batch_threadsafe(topic, values, keys, headers, partition, timestamp_ms)
+
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record sent so far is acknowledged or failed."""
         if timeout is None:
@@ -200,6 +210,10 @@ class Consumer(_Facade[AsyncConsumer]):
 
     def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
         return self._loop.run(self._async.poll, timeout_ms, max_records)
+
+    def poll_batch(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, ColumnBatch]:
+        """Columnar ``poll`` (``AsyncConsumer.poll_batch``): a ``ColumnBatch`` per partition."""
+        return self._loop.run(self._async.poll_batch, timeout_ms, max_records)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records one by one, fetched in chunks (one thread hop per chunk); stops after

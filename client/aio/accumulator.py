@@ -45,17 +45,20 @@ from __future__ import annotations
 import random
 import threading
 import time
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 import trio
 
 from client.aio.futures import BatchResult, FutureRecordMetadata
 
-__all__ = ["ProducerBatch", "RecordAccumulator", "PartitionState", "record_size", "SEQ_MASK"]
+__all__ = ["ProducerBatch", "RecordAccumulator", "PartitionState", "RowGroup", "record_size", "SEQ_MASK"]
 
 SEQ_MASK = 0x7FFFFFFF
+_NO_HEADERS: Any = ()  # shared by every record without headers
 # (offset_delta, timestamp_delta, key, value, headers): one record as the batch's msgpack holds it
 Row = tuple[int, int, bytes | None, bytes | None, Any]
 
@@ -100,6 +103,27 @@ class ProducerBatch:
     def __repr__(self) -> str:
         return (f"<ProducerBatch {self.topic}-{self.partition} n={len(self.records)} "
                 f"seq={self.base_sequence} attempts={self.attempts}>")
+
+
+class RowGroup:
+    """Records of one ``send_batch`` call bound for one partition (``-1``: sticky), for
+    ``RecordAccumulator.append_many``: aligned ``keys`` / ``values`` / ``headers`` (``None``
+    = all ``None`` / all without headers) and ``cum``, the prefix sums of their estimated sizes
+    (``cum[0] == 0``). ``done`` counts the records appended so far; ``segments`` says where they
+    went: ``(batch result, index of the first in that batch, first record of the group, count)``."""
+
+    __slots__ = ("partition", "keys", "values", "headers", "cum", "done", "segments", "index")
+
+    def __init__(self, partition: int, keys: list[Any] | None, values: list[Any],
+                 headers: list[Any] | None, cum: list[int], index: list[int] | None = None) -> None:
+        self.partition = partition
+        self.keys = keys
+        self.values = values
+        self.headers = headers
+        self.cum = cum
+        self.done = 0
+        self.segments: list[tuple[BatchResult, int, int, int]] = []
+        self.index = index  # the records' positions in the caller's input (None: 0, 1, 2…)
 
 
 class RecordAccumulator:
@@ -163,6 +187,87 @@ class RecordAccumulator:
             self.wake_armed = False
             self._wakeup()
         return FutureRecordMetadata(batch.result, index, timestamp_ms)
+
+    def append_many(self, topic: str, groups: list[RowGroup], timestamp_ms: int,
+                    num_partitions: int, max_batch_bytes: int) -> bool:
+        """Append whole groups of records (``send_batch``) under one lock acquisition: per
+        partition, runs of rows go into its open batch with one ``list.extend``, the run's
+        length found by bisecting the group's size prefix sums — a batch closes when it reaches
+        ``batch_size`` (as ``append``), or before a record that would take it past
+        ``max_batch_bytes``. Sticky groups (``partition -1``) fill the topic's sticky partition
+        and pick another each time its batch closes. Returns ``False`` when ``buffer_memory``
+        is full before the end (each group's ``done`` says how far it got: wait for memory and
+        call again), ``True`` when every record is in."""
+        wake = False
+        complete = True
+        with self._lock:
+            open_batches = self._open.get(topic)
+            if open_batches is None:
+                open_batches = self._open[topic] = {}
+            for g in groups:
+                cum = g.cum
+                total = len(cum) - 1
+                while g.done < total:
+                    a = g.done
+                    base = cum[a]
+                    # records a..k-1 fit in memory when used + cum[k] - base <= buffer_memory
+                    mem_k = bisect_right(cum, self.buffer_memory - self.used + base, a) - 1
+                    if mem_k <= a:
+                        if self.used:
+                            complete = False
+                            break
+                        mem_k = a + 1  # an empty buffer takes any record (as ``append``)
+                    p = g.partition
+                    if p < 0:
+                        p = self._sticky.get(topic, -1)
+                        if p < 0 or p >= num_partitions:
+                            p = self._sticky[topic] = random.randrange(num_partitions)
+                    batch = open_batches.get(p)
+                    if batch is None:
+                        batch = ProducerBatch(topic, p, time.monotonic(), self._loop_thread,
+                                              timestamp_ms)
+                        open_batches[p] = batch
+                        self.incomplete.add(batch.result)
+                        wake = True
+                    max_k = bisect_right(cum, base + max_batch_bytes - batch.size, a) - 1
+                    if max_k <= a:
+                        if batch.records:  # the next record would make it too big: close it
+                            self._close(topic, open_batches, p, batch)
+                            wake = True
+                            continue
+                        max_k = a + 1
+                    # the record that reaches batch_size is the batch's last (as ``append``)
+                    full_k = bisect_left(cum, base + self.batch_size - batch.size, a + 1)
+                    k = min(mem_k, max_k, full_k, total)
+                    records = batch.records
+                    i0 = len(records)
+                    n = k - a
+                    records.extend(zip(
+                        range(i0, i0 + n), repeat(timestamp_ms - batch.ts0, n),
+                        repeat(None, n) if g.keys is None else g.keys[a:k], g.values[a:k],
+                        repeat(_NO_HEADERS, n) if g.headers is None else g.headers[a:k], strict=True))
+                    added = cum[k] - base
+                    batch.size += added
+                    self.used += added
+                    g.segments.append((batch.result, i0, a, n))
+                    g.done = k
+                    if batch.size >= self.batch_size:
+                        self._close(topic, open_batches, p, batch)
+                        wake = True
+                if not complete:
+                    break
+        if wake and self.wake_armed:
+            self.wake_armed = False
+            self._wakeup()
+        return complete
+
+    def _close(self, topic: str, open_batches: dict[int, ProducerBatch], partition: int,
+               batch: ProducerBatch) -> None:
+        """Move an open batch to the closed queue (lock held)."""
+        del open_batches[partition]
+        self._closed.append(batch)
+        if self._sticky.get(topic) == partition:
+            del self._sticky[topic]
 
     # ------------------------------------------------------------------ sender side
 

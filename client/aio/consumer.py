@@ -14,7 +14,9 @@ fetchable partitions by leader and keeps one FETCH in flight per broker. A parti
 fetchable when it is assigned, not paused, has a position and fewer than
 ``max_buffered_fetches`` completed fetches waiting — so the next FETCH is in flight while the
 user processes the previous one, and the buffer is bounded (≤ partitions × buffered ×
-``max_partition_fetch_bytes``). ``poll`` only decodes buffered batches (``client.aio.fetch``).
+``max_partition_fetch_bytes``). ``poll`` only decodes buffered batches (``client.aio.fetch``);
+``poll_batch`` does the same into columns (``client.columnar.ColumnBatch``), one object per
+partition instead of one per record — same positions, pausing, seeking and filtering.
 
 Leader epochs (KIP-320, kept small): every FETCH partition entry carries
 ``current_leader_epoch``, the partition's leader epoch from the metadata cache, so a deposed or
@@ -46,6 +48,7 @@ assigns every partition of the topics (a standalone subscription).
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -59,6 +62,7 @@ from broker.protocol import ApiKey
 from client.aio._core import REFRESH_CODES, ClientCore
 from client.aio.fetch import CompletedFetch, split_fetch_response
 from client.aio.offsets import EARLIEST, LATEST, list_offsets
+from client.columnar import ColumnBatch
 from client.connection import backoff_ms
 from client.errors import CorruptRecordError, IllegalStateError, RecordTooLargeError
 from client.txn_filter import READ_UNCOMMITTED, isolation_level_code
@@ -66,6 +70,9 @@ from client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, Topi
 from security.client import SECURITY_OPTIONS, ClientSecurity
 
 __all__ = ["AsyncConsumer", "Coordinator"]
+
+# CompletedFetch.take or .take_columns: (fetch, position, max records) -> (records, position)
+_Take = Callable[[CompletedFetch, int, int], tuple[Any, int]]
 
 
 class Coordinator(Protocol):
@@ -426,23 +433,32 @@ class AsyncConsumer:
 
     async def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records by partition; waits up to ``timeout_ms`` for some (``{}`` if none came)."""
+        return await self._poll(timeout_ms, max_records or self.max_poll_records, CompletedFetch.take)
+
+    async def poll_batch(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, ColumnBatch]:
+        """``poll`` in columns: per partition a ``ColumnBatch`` (offsets, timestamps, keys,
+        values, headers as lists; ``.to_arrow()``), built without an object per record. Same
+        positions, pause/seek and isolation as ``poll``; ``max_records`` (default: all that is
+        buffered) bounds the records of the whole call."""
+        return await self._poll(timeout_ms, max_records or sys.maxsize, CompletedFetch.take_columns)
+
+    async def _poll(self, timeout_ms: float, limit: int, take: _Take) -> dict[TopicPartition, Any]:
         self._check_open()
         on_poll = getattr(self._coordinator, "on_poll", None)  # groups: processed offsets, max_poll_interval
         if on_poll is not None:
             on_poll()
-        limit = max_records or self.max_poll_records
-        out = self._collect(limit)
+        out = self._collect(limit, take)
         if out or timeout_ms <= 0:
             return out
         with trio.move_on_after(timeout_ms / 1000):
             while not out:
                 self._data = trio.Event()
                 await self._data.wait()
-                out = self._collect(limit)
+                out = self._collect(limit, take)
         return out
 
-    def _collect(self, limit: int) -> dict[TopicPartition, list[ConsumerRecord]]:
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+    def _collect(self, limit: int, take: _Take = CompletedFetch.take) -> dict[TopicPartition, Any]:
+        out: dict[TopicPartition, Any] = {}
         tps = list(self._states)
         if not tps:
             return out
@@ -464,7 +480,7 @@ class AsyncConsumer:
                     st.buffered.popleft()
                     continue
                 try:
-                    recs, st.position = cf.take(st.position, limit - n)
+                    recs, st.position = take(cf, st.position, limit - n)
                 except RafkaError as exc:
                     st.buffered.clear()
                     st.fetch_offset = st.position
@@ -474,7 +490,11 @@ class AsyncConsumer:
                         return out
                     raise
                 if recs:
-                    out.setdefault(tp, []).extend(recs)
+                    prev = out.get(tp)
+                    if prev is None:
+                        out[tp] = recs
+                    else:
+                        prev.extend(recs)
                     n += len(recs)
                 if cf.exhausted:
                     st.buffered.popleft()

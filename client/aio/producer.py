@@ -90,6 +90,7 @@ from client.aio.accumulator import (
     RecordAccumulator,
     record_size,
 )
+from client.aio.batch_send import BatchSendApi
 from client.aio.futures import FutureRecordMetadata
 from client.aio.transactions import TransactionalApi, TransactionManager
 from client.connection import PendingResponse, backoff_ms
@@ -114,12 +115,12 @@ Headers = Sequence[tuple[str, bytes]] | None
 _NO_HEADERS: Any = ()  # shared: a record without headers allocates nothing for them
 
 
-class AsyncProducer(TransactionalApi):
+class AsyncProducer(TransactionalApi, BatchSendApi):
     """``async with AsyncProducer(bootstrap_servers=...) as p: fut = await p.send(...)``.
 
     With ``transactional_id``: ``init_transactions()``, ``begin_transaction()``,
     ``send_offsets_to_transaction()``, ``commit_transaction()``, ``abort_transaction()``,
-    ``transaction()`` (``TransactionalApi``)."""
+    ``transaction()`` (``TransactionalApi``). Whole batches: ``send_batch`` (``BatchSendApi``)."""
 
     def __init__(
         self,

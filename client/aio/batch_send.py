@@ -1,0 +1,317 @@
+"""The producer's whole-batch API: ``send_batch(topic, values, keys, headers, partition)``.
+
+Theory of operation
+-------------------
+A caller that already holds many records hands them over in one call and gets one future
+(``BatchFuture``) whose result is the list of their ``RecordMetadata``, in input order. The work
+per call, not per record, is what makes it fast:
+
+1. *plan* (``_plan``, caller's thread, no lock): estimated sizes as C-level ``map(len, …)`` and
+   their prefix sums; every record checked against ``max_request_size`` / ``buffer_memory``
+   before anything is queued (``RecordTooLargeError`` names the first offender). Records are
+   partitioned as ``send`` does — the given ``partition``; else murmur2 of the key (the
+   producer's partitioner and its key cache); else, for keyless records, the sticky partition
+   (a call of only keyless records fills the sticky partition and moves on as its batches
+   close; keyless records mixed with keyed ones share one partition chosen for the call, so
+   that every partition's records stay in input order) — and grouped per partition into
+   ``RowGroup``\\ s that keep their input positions;
+2. *append* (``RecordAccumulator.append_many``): one lock acquisition appends every group as
+   runs of final wire rows (``list.extend`` over a ``zip``), closing batches at ``batch_size``
+   and before ``max_request_size``; the sender then encodes each batch once with
+   ``log.batch.build_batch_rows``, assigns idempotent sequences and, for a transactional
+   producer, registers the partitions with the transaction — the same path ``send``'s records
+   take. When ``buffer_memory`` fills up midway the call waits for room (up to
+   ``max_block_ms``) and appends the rest;
+3. *settle*: the future registers with each batch result it used (``BatchResult.attach``) and
+   resolves when the last one completes (loop thread): offsets are ``base_offset + index`` per
+   run, built by one comprehension; a batch split after MESSAGE_TOO_LARGE is read record by
+   record through ``FutureRecordMetadata``'s own lookup.
+
+Partial failure: if any record failed, the future fails with ``BatchSendError`` whose
+``.results`` holds, in input order, a ``RecordMetadata`` for each record written and the
+exception for each one that was not (``.errors`` maps input positions to exceptions).
+
+``send_batch`` (async, loop thread) and ``send_batch_threadsafe`` (the sync ``Producer``'s path,
+any other thread: the first use of a topic hops into the loop once for its metadata) differ only
+in how they wait. A transactional producer must be inside a transaction, as for ``send``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import random
+import threading
+import time
+from collections.abc import Generator, Sequence
+from itertools import accumulate
+from operator import add
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from client.aio.accumulator import RowGroup, record_size
+from client.aio.futures import BatchResult, FutureRecordMetadata
+from client.errors import BufferExhaustedError, ClientError, RecordTooLargeError
+from client.types import RecordMetadata
+
+if TYPE_CHECKING:
+    from client.aio.producer import AsyncProducer
+
+__all__ = ["BatchFuture", "BatchSendError", "BatchSendApi"]
+
+_new = tuple.__new__
+HeadersList = Sequence[Sequence[tuple[str, bytes]] | None] | None
+
+
+class BatchSendError(ClientError):
+    """Some records of a ``send_batch`` were not written. ``.results`` (input order): the
+    ``RecordMetadata`` of each record written, the exception of each one that failed;
+    ``.errors``: input position → exception. ``.code`` is the first failure's code."""
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message, **details)
+        self.results: list[RecordMetadata | BaseException] = details.get("results", [])
+        self.errors: dict[int, BaseException] = {
+            i: r for i, r in enumerate(self.results) if isinstance(r, BaseException)}
+        first = next(iter(self.errors.values()), None)
+        if first is not None and hasattr(first, "code"):
+            self.code = first.code
+
+
+class BatchFuture(cf.Future):  # type: ignore[type-arg]
+    """The future of one ``send_batch``: ``list[RecordMetadata]`` in input order, or
+    ``BatchSendError``. A ``concurrent.futures.Future``; inside trio, ``await fut``."""
+
+    def __init__(self, topic: str, count: int, timestamp_ms: int, groups: list[RowGroup],
+                 loop_thread: int) -> None:
+        super().__init__()
+        self._topic = topic
+        self._count = count
+        self._ts = timestamp_ms
+        self._groups = groups
+        self._loop_thread = loop_thread
+        self._results: list[BatchResult] = []
+        self._unqueued: BaseException | None = None  # the records not queued fail with it
+        self._open = 0
+        self._lock = threading.Lock()
+
+    def _watch(self) -> None:
+        """Register with every batch result the records went to (after the last append)."""
+        seen: dict[int, BatchResult] = {}
+        for g in self._groups:
+            for res, *_ in g.segments:
+                seen.setdefault(id(res), res)
+        self._results = list(seen.values())
+        with self._lock:
+            self._open = len(self._results) + 1  # +1: held until every result is attached
+        for res in self._results:
+            if not res.attach(self):  # type: ignore[arg-type]  # duck-typed: only _resolve is called
+                self._resolve()
+        self._resolve()
+
+    def _resolve(self) -> None:
+        """One batch result completed (called once per result, by ``BatchResult.complete``)."""
+        with self._lock:
+            self._open -= 1
+            if self._open:
+                return
+        results = self._assemble()
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            self.set_exception(BatchSendError(
+                f"{len(errors)} of {len(results)} records to {self._topic!r} failed; first: "
+                f"{errors[0]!r}", results=results))
+        else:
+            self.set_result(results)
+
+    def _assemble(self) -> list[Any]:
+        out: list[Any] = [None] * self._count
+        topic, ts = self._topic, self._ts
+        for g in self._groups:
+            for res, i0, a, n in g.segments:
+                if res._split is None and res.error is None:
+                    t = res.log_append_time if res.log_append_time >= 0 else ts
+                    p = res.partition
+                    first = res.base_offset + i0 if res.base_offset >= 0 else -1
+                    offsets = range(first, first + n) if first >= 0 else [-1] * n
+                    metas: list[Any] = [_new(RecordMetadata, (topic, p, o, t)) for o in offsets]
+                elif res._split is None:
+                    metas = [res.error] * n
+                else:  # split after MESSAGE_TOO_LARGE: each record reads its own part
+                    metas = [_settled(FutureRecordMetadata(res, i, ts)) for i in range(i0, i0 + n)]
+                if g.index is None:
+                    out[a:a + n] = metas
+                else:
+                    for pos, m in zip(g.index[a:a + n], metas, strict=True):
+                        out[pos] = m
+        if self._unqueued is not None:
+            out = [self._unqueued if r is None else r for r in out]
+        return out
+
+    def result(self, timeout: float | None = None) -> list[RecordMetadata]:
+        if not self.done() and threading.get_ident() == self._loop_thread:
+            raise RuntimeError("blocking on a produce future inside its event loop would "
+                               "deadlock: use `await future` in async code")
+        return super().result(timeout)  # type: ignore[no-any-return]
+
+    async def wait(self) -> list[RecordMetadata]:
+        """Wait (trio, in the producer's loop) for every record; raises ``BatchSendError``."""
+        for res in self._results:
+            await res.wait_async()
+        return self.result(0)
+
+    def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
+        return self.wait().__await__()
+
+
+def _settled(fut: FutureRecordMetadata) -> RecordMetadata | BaseException:
+    err = fut.exception(0)
+    return err if err is not None else fut._metadata()
+
+
+class BatchSendApi:
+    """``send_batch`` / ``send_batch_threadsafe``, mixed into ``AsyncProducer``."""
+
+    async def send_batch(self: AsyncProducer, topic: str, values: Sequence[bytes | None],
+                         keys: Sequence[bytes | None] | None = None, headers: HeadersList = None,
+                         partition: int | None = None,
+                         timestamp_ms: int | None = None) -> BatchFuture:
+        """Queue ``values`` (with the aligned ``keys`` / ``headers``) as ``send`` would each of
+        them; returns one ``BatchFuture`` (``await fut`` → ``list[RecordMetadata]``, input
+        order). Waits up to ``max_block_ms`` for metadata and buffer room."""
+        acc = self._check_send()
+        n = self._core.metadata.num_partitions(topic)
+        if n is None:
+            n = await self._core.wait_for_topic(topic, self.max_block_ms)
+        fut, groups = _plan(self, topic, values, keys, headers, partition, timestamp_ms, n)
+        deadline = time.monotonic() + self.max_block_ms / 1000
+        while not acc.append_many(topic, groups, fut._ts, n, self.max_request_size):
+            with trio.move_on_after(max(0.0, deadline - time.monotonic())):
+                await acc.wait_for_memory(_next_size(groups))
+            if _wait_failed(self, fut, groups, deadline):
+                break
+        fut._watch()
+        return fut
+
+    def send_batch_threadsafe(self: AsyncProducer, topic: str, values: Sequence[bytes | None],
+                              keys: Sequence[bytes | None] | None = None,
+                              headers: HeadersList = None, partition: int | None = None,
+                              timestamp_ms: int | None = None) -> BatchFuture:
+        """``send_batch`` from a thread other than the loop's (the sync ``Producer``)."""
+        acc = self._check_send()
+        parts = self._core.metadata.topics.get(topic)
+        if not parts:
+            trio.from_thread.run(self.wait_for_topic, topic, trio_token=self._token)
+            parts = self._core.metadata.topics[topic]
+        n = len(parts)
+        fut, groups = _plan(self, topic, values, keys, headers, partition, timestamp_ms, n)
+        deadline = time.monotonic() + self.max_block_ms / 1000
+        while not acc.append_many(topic, groups, fut._ts, n, self.max_request_size):
+            acc.wait_for_memory_sync(_next_size(groups), max(0.0, deadline - time.monotonic()))
+            if _wait_failed(self, fut, groups, deadline):
+                break
+        fut._watch()
+        return fut
+
+
+def _wait_failed(producer: AsyncProducer, fut: BatchFuture, groups: list[RowGroup],
+                 deadline: float) -> bool:
+    """Between two appends of one call (buffer full): is it over? Still open, and before
+    the deadline: ``False`` (append the rest). After it: ``BufferExhaustedError`` if no
+    record was queued; otherwise the records not queued fail in the future's results
+    (the queued ones are on their way) and ``True``."""
+    producer._check_open()
+    if time.monotonic() < deadline:
+        return False
+    queued = sum(g.done for g in groups)
+    err = BufferExhaustedError(
+        f"buffer_memory={producer.buffer_memory} bytes stayed full for "
+        f"max_block_ms={producer.max_block_ms:.0f} ({queued} of {fut._count} records queued)")
+    if not queued:
+        raise err
+    fut._unqueued = err
+    return True
+
+
+def _next_size(groups: list[RowGroup]) -> int:
+    for g in groups:
+        if g.done < len(g.cum) - 1:
+            return g.cum[g.done + 1] - g.cum[g.done]
+    return 0
+
+
+def _plan(producer: AsyncProducer, topic: str, values: Sequence[bytes | None],
+          keys: Sequence[bytes | None] | None, headers: HeadersList, partition: int | None,
+          timestamp_ms: int | None, n: int) -> tuple[BatchFuture, list[RowGroup]]:
+    """Sizes, checks and per-partition groups (see the module docstring, step 1)."""
+    values = values if isinstance(values, list) else list(values)
+    count = len(values)
+    if keys is not None:
+        keys = keys if isinstance(keys, list) else list(keys)
+        if len(keys) != count:
+            raise ValueError(f"send_batch: {len(keys)} keys for {count} values")
+        if keys.count(None) == count:
+            keys = None
+    hdrs: list[Any] | None = None
+    if headers is not None:
+        if len(headers) != count:
+            raise ValueError(f"send_batch: {len(headers)} headers for {count} values")
+        hdrs = [list(h) if h else () for h in headers]
+        if hdrs.count(()) == count:
+            hdrs = None
+    sizes = _sizes(keys, values, hdrs)
+    if sizes and max(sizes) > producer._max_record_size:
+        big = max(range(count), key=sizes.__getitem__)
+        try:
+            producer._check_size(sizes[big])
+        except RecordTooLargeError as exc:
+            raise RecordTooLargeError(f"send_batch: record {big}: {exc.message}") from None
+    ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+    if partition is not None or keys is None:
+        p = -1 if partition is None else producer._choose(topic, None, partition, n)
+        groups = [RowGroup(p, keys, values, hdrs, [0, *accumulate(sizes)])]
+    else:
+        groups = _by_partition(producer, keys, values, hdrs, sizes, n)
+    loop_thread = producer._loop_thread
+    return BatchFuture(topic, count, ts, groups, loop_thread), groups
+
+
+def _sizes(keys: list[Any] | None, values: list[Any], hdrs: list[Any] | None) -> list[int]:
+    """Estimated size of each record (``record_size``), with C-level maps where possible."""
+    try:
+        sizes = list(map((12).__add__, map(len, values)))
+        if keys is not None:
+            sizes = list(map(add, sizes, map(len, keys)))
+    except TypeError:  # some None key or value
+        sizes = [12 + (len(v) if v is not None else 0) for v in values]
+        if keys is not None:
+            sizes = [s + (len(k) if k is not None else 0) for s, k in zip(sizes, keys, strict=True)]
+    if hdrs is not None:
+        sizes = [s + record_size(None, None, h) - 12 if h else s for s, h in zip(sizes, hdrs, strict=True)]
+    return sizes
+
+
+def _by_partition(producer: AsyncProducer, keys: list[Any], values: list[Any],
+                  hdrs: list[Any] | None, sizes: list[int], n: int) -> list[RowGroup]:
+    """Keyed records grouped by their partition, each group in input order with its input
+    positions. Keyless records among them go to one random partition for the whole call (the
+    sticky partitioner's choice, made up front) so that every partition's records keep their
+    input order."""
+    part = producer._partitioner
+    sticky = random.randrange(n)
+    index: dict[int, list[int]] = {}
+    for i, k in enumerate(keys):
+        p = part(k, n) if k is not None else sticky
+        idx = index.get(p)
+        if idx is None:
+            index[p] = [i]
+        else:
+            idx.append(i)
+    groups = []
+    for p, idx in index.items():
+        gk = list(map(keys.__getitem__, idx))
+        gv = list(map(values.__getitem__, idx))
+        gh = list(map(hdrs.__getitem__, idx)) if hdrs is not None else None
+        cum = [0, *accumulate(map(sizes.__getitem__, idx))]
+        groups.append(RowGroup(p, gk, gv, gh, cum, idx))
+    return groups
