@@ -210,6 +210,8 @@ def topic_delete(name: str, bootstrap: str) -> None:
 def produce(topic_name: str, key_separator: str | None, acks: str, compression: str, linger_ms: float,
             bootstrap: str) -> None:
     """Send one record per stdin line to TOPIC."""
+    from itertools import islice
+
     from client.sync import Producer
 
     sep = key_separator.encode() if key_separator else None
@@ -218,16 +220,18 @@ def produce(topic_name: str, key_separator: str | None, acks: str, compression: 
                   compression_type=None if compression == "none" else compression,
                   linger_ms=linger_ms) as producer:
         futures = []
-        for line in sys.stdin.buffer:
-            line = line.rstrip(b"\r\n")
-            key = None
+        lines = sys.stdin.buffer
+        while chunk := [line.rstrip(b"\r\n") for line in islice(lines, 10000)]:
+            keys = None  # one send_batch per chunk of lines (the whole-batch fast path)
             if sep is not None:
-                k, found, v = line.partition(sep)
-                if found:
-                    key, line = k, v
-            futures.append(producer.send(topic_name, value=line, key=key))
-            n += 1
-            if len(futures) >= 10000:
+                keys = [None] * len(chunk)
+                for i, line in enumerate(chunk):
+                    k, found, v = line.partition(sep)
+                    if found:
+                        keys[i], chunk[i] = k, v
+            futures.append(producer.send_batch(topic_name, chunk, keys=keys))
+            n += len(chunk)
+            if len(futures) >= 10:
                 _check(futures)
         producer.flush()
         _check(futures)
@@ -337,6 +341,10 @@ def _add_group_commands() -> None:
 
 
 _add_group_commands()
+
+from client.top import top as _top  # noqa: E402 - rafka top: live view of the nodes' /metrics
+
+main.add_command(_top, "top")
 
 
 # ---------------------------------------------------------------------- node commands
