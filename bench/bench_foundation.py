@@ -7,6 +7,11 @@ Figures (medians of ``runs``), each measured in the same run as its reference:
   Compared with NATS JetStream's publish rate (nats-py, file store R1).
 * ``consumer``: records/s of the sync ``Consumer`` reading the same records from the beginning.
   Compared with NATS's ordered push consumer.
+* ``producer_send_batch`` / ``consumer_poll_batch`` (issue 13): the same records through the
+  whole-batch producer API (``Producer.send_batch``, chunks of ``BATCH_CHUNK`` records with their
+  keys) and the columnar read (``Consumer.poll_batch``), each measured right after its
+  record-by-record twin in the same repetition; ``send_batch_vs_send`` / ``poll_batch_vs_poll``
+  are the medians of those per-repetition ratios.
 * ``produce_latency_p50/p99``: send → acknowledged, at a fixed moderate rate (5,000 rec/s).
 * ``large_batch``: MB/s of pipelined PRODUCE requests, each one pre-built ~1 MiB batch, straight
   over the protocol (the broker's socket → segment path). Compared with the machine's raw limit:
@@ -49,6 +54,7 @@ KEYS = [f"key-{i:012d}".encode() for i in range(1024)]  # 16 bytes each
 FLUSH = "batch"
 LARGE_PAIRS = 2  # raw / rafka pairs per repetition
 LARGE_MB = 256  # per measurement
+BATCH_CHUNK = 10_000  # records per send_batch call
 
 
 def _producer_rate(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
@@ -64,16 +70,35 @@ def _producer_rate(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
         return n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e6
 
 
-def _consumer_rate(bootstrap: str, topic: str, partitions: int, n: int) -> tuple[float, float]:
-    """(records/s, client CPU µs per record)."""
+def _producer_batch_rate(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """``_producer_rate`` through ``send_batch`` (same records, same keys, same producer options)."""
+    keys = [KEYS[i & 1023] for i in range(BATCH_CHUNK)]
+    values = [VALUE] * BATCH_CHUNK
+    with Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=256 * 1024,
+                  enable_idempotence=False) as p:
+        p.send(topic, value=VALUE, key=KEYS[0]).result(timeout=30)  # metadata warm-up
+        futures = []
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(n // BATCH_CHUNK):
+            futures.append(p.send_batch(topic, values, keys=keys))
+        p.flush()
+        for f in futures:
+            f.result(timeout=30)
+        return n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e6
+
+
+def _consumer_rate(bootstrap: str, topic: str, partitions: int, n: int, *,
+                   columnar: bool = False) -> tuple[float, float]:
+    """(records/s, client CPU µs per record); ``columnar``: through ``poll_batch``."""
     with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                   enable_auto_commit=False) as c:
         c.assign([TopicPartition(topic, p) for p in range(partitions)])
         c.seek_to_beginning()
+        poll = c.poll_batch if columnar else c.poll
         got = 0
         t0, c0 = time.perf_counter(), time.process_time()
         while got < n:
-            batch = c.poll(timeout_ms=1000, max_records=100_000)
+            batch = poll(1000, 100_000)
             got += sum(len(v) for v in batch.values())
         return got / (time.perf_counter() - t0), (time.process_time() - c0) / got * 1e6
 
@@ -135,6 +160,7 @@ def run(runs: int = 3) -> dict[str, Any]:
     prod_cpu, cons_cpu = [], []
     nats_pub, nats_cons, prod_vs_nats, cons_vs_nats = [], [], [], []
     large_nofsync, nofsync_ratios = [], []
+    prod_b, prod_b_cpu, prod_b_ratio, cons_b, cons_b_cpu, cons_b_ratio = [], [], [], [], [], []
     # A second broker that never fsyncs (log.flush.policy=none, Kafka's own default): the raw
     # reference never fsyncs either, so this pair shows how much of the gap is the fsync.
     with cluster(nodes=1) as bootstrap, \
@@ -146,13 +172,22 @@ def run(runs: int = 3) -> dict[str, Any]:
             admin.create_topic("lat", partitions=1, replication_factor=1)
             for r in range(runs):
                 admin.create_topic(f"perf{r}", partitions=3, replication_factor=1)
+                admin.create_topic(f"perfb{r}", partitions=3, replication_factor=1)
         for r in range(runs):
             rate, cpu = _producer_rate(bootstrap, f"perf{r}", N_RECORDS)
             prod.append(rate)
             prod_cpu.append(cpu)
+            rate, cpu = _producer_batch_rate(bootstrap, f"perfb{r}", N_RECORDS)
+            prod_b.append(rate)
+            prod_b_cpu.append(cpu)
+            prod_b_ratio.append(rate / prod[-1])
             rate, cpu = _consumer_rate(bootstrap, f"perf{r}", 3, N_RECORDS)
             cons.append(rate)
             cons_cpu.append(cpu)
+            rate, cpu = _consumer_rate(bootstrap, f"perf{r}", 3, N_RECORDS, columnar=True)
+            cons_b.append(rate)
+            cons_b_cpu.append(cpu)
+            cons_b_ratio.append(rate / cons[-1])
             nats = nats_rates(100_000)  # right after rafka's: the same load moment
             if nats is not None:
                 nats_pub.append(nats[0])
@@ -175,6 +210,12 @@ def run(runs: int = 3) -> dict[str, Any]:
         "producer_client_cpu": _fig(prod_cpu, "us/rec"),
         "consumer": _fig(cons, "rec/s"),
         "consumer_client_cpu": _fig(cons_cpu, "us/rec"),
+        "producer_send_batch": _fig(prod_b, "rec/s", flush_policy=FLUSH, chunk=BATCH_CHUNK),
+        "producer_send_batch_client_cpu": _fig(prod_b_cpu, "us/rec"),
+        "send_batch_vs_send": _fig(prod_b_ratio, "x", what="median of per-repetition ratios"),
+        "consumer_poll_batch": _fig(cons_b, "rec/s"),
+        "consumer_poll_batch_client_cpu": _fig(cons_b_cpu, "us/rec"),
+        "poll_batch_vs_poll": _fig(cons_b_ratio, "x", what="median of per-repetition ratios"),
         "produce_latency_p50": _fig(p50, "ms", flush_policy=FLUSH, rate="5000 rec/s"),
         "produce_latency_p99": _fig(p99, "ms", flush_policy=FLUSH, rate="5000 rec/s"),
         "raw_socket_to_file": _fig(raw, "MB/s", interleaved_with="large_batch"),
