@@ -42,6 +42,7 @@ import concurrent.futures as cf
 import random
 import threading
 import time
+from collections import Counter, deque
 from collections.abc import Generator, Sequence
 from itertools import accumulate
 from operator import add
@@ -142,8 +143,7 @@ class BatchFuture(cf.Future):  # type: ignore[type-arg]
                 if g.index is None:
                     out[a:a + n] = metas
                 else:
-                    for pos, m in zip(g.index[a:a + n], metas, strict=True):
-                        out[pos] = m
+                    deque(map(out.__setitem__, g.index[a:a + n], metas), maxlen=0)
         if self._unqueued is not None:
             out = [self._unqueued if r is None else r for r in out]
         return out
@@ -296,19 +296,32 @@ def _by_partition(producer: AsyncProducer, keys: list[Any], values: list[Any],
     """Keyed records grouped by their partition, each group in input order with its input
     positions. Keyless records among them go to one random partition for the whole call (the
     sticky partitioner's choice, made up front) so that every partition's records keep their
-    input order."""
-    part = producer._partitioner
+    input order. With the default partitioner the hashes come from its key cache through
+    C-level maps (a miss is hashed once, which fills the cache); the grouping is a stable sort
+    of the input positions by partition."""
     sticky = random.randrange(n)
-    index: dict[int, list[int]] = {}
-    for i, k in enumerate(keys):
-        p = part(k, n) if k is not None else sticky
-        idx = index.get(p)
-        if idx is None:
-            index[p] = [i]
-        else:
-            idx.append(i)
+    cache = producer._hash_cache
+    if cache is not None:
+        hashes: list[Any] = list(map(cache.get, keys))
+        if None in hashes:
+            for i, h in enumerate(hashes):
+                if h is None:
+                    k = keys[i]
+                    if k is None:
+                        hashes[i] = sticky
+                    else:
+                        producer._partitioner(k, n)  # a miss: hashes the key into the cache
+                        hashes[i] = cache[k]
+        parts: list[int] = list(map(n.__rmod__, hashes))
+    else:
+        part = producer._partitioner
+        parts = [part(k, n) if k is not None else sticky for k in keys]
+    order = sorted(range(len(keys)), key=parts.__getitem__)  # stable: input order per partition
     groups = []
-    for p, idx in index.items():
+    lo = 0
+    for p, count in sorted(Counter(parts).items()):
+        idx = order[lo:lo + count]
+        lo += count
         gk = list(map(keys.__getitem__, idx))
         gv = list(map(values.__getitem__, idx))
         gh = list(map(hdrs.__getitem__, idx)) if hdrs is not None else None
