@@ -70,6 +70,7 @@ from .checkers import (
     _Collector,
     _history_checks,
     analyse,
+    check_duplicate,
     check_poll_skip,
 )
 from .history import FAIL, INFO, INVOKE, OK, Op, from_dicts, parse_tp
@@ -536,6 +537,24 @@ def _split_poll_skip(tf: TxnFacts) -> CheckResult:
     return CheckResult(count == 0, anomalies, {"anomalies": count})
 
 
+def _split_duplicate(tf: TxnFacts) -> CheckResult:
+    """duplicate, knowing that a value several transactions wrote (a transform's output written
+    again by the transaction that retries its input after an abort) may stand at several offsets
+    for read_uncommitted readers — the aborted attempt and the retry — but never twice in
+    read_committed reads; a value one transaction wrote may stand once, for everyone."""
+    uncommitted = tf.processes.get(READ_UNCOMMITTED, set())
+    everyone = check_duplicate(tf.facts.history)
+    committed = check_duplicate([op for op in tf.facts.history if op.process not in uncommitted])
+
+    def key(a: Anomaly) -> tuple[str, Any]:
+        return a.details["topic"], a.details["value"]
+
+    keep = [a for a in everyone.anomalies if len(tf.by_value.get(key(a), ())) <= 1]
+    kept = {key(a) for a in keep}
+    keep += [a for a in committed.anomalies if key(a) not in kept]
+    return CheckResult(not keep, keep, {**everyone.stats, "anomalies": len(keep)})
+
+
 def check_all_txn(history: Iterable[Op | Mapping[str, Any]] | TxnFacts,
                   node_events: Sequence[Mapping[str, Any]] = (), *,
                   start_mono_ns: int | None = None) -> Summary:
@@ -545,6 +564,7 @@ def check_all_txn(history: Iterable[Op | Mapping[str, Any]] | TxnFacts,
     tf = analyse_txn(history)
     results = _history_checks(tf.facts)
     results["poll-skip"] = _split_poll_skip(tf)
+    results["duplicate"] = _split_duplicate(tf)
     results.update({
         "txn-aborted-read": check_txn_aborted_read(tf),
         "txn-intermediate-read": check_txn_intermediate_read(tf),

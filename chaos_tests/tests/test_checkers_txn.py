@@ -236,3 +236,23 @@ def test_a_retried_transform_owns_the_outputs_its_aborted_attempt_wrote():
     only_failed.txn(6, [("out", 0, "t:10", None)], "fail", **attempt)
     only_failed.read(9, [["out", 0, 0, "t:10"]])
     assert not check_txn_aborted_read(only_failed.ops).valid
+
+
+def test_duplicate_allows_a_retried_output_twice_only_for_read_uncommitted():
+    """Seen in txn campaign seed 3: a read_uncommitted reader saw a transform output at two
+    offsets — the aborted attempt's and the retry's. That is no duplicate; the same in a
+    read_committed read is, and so is a value one transaction wrote seen twice by anyone."""
+    attempt = dict(f="transform", consumed=[["in", 0, 0, 10]], group="g", offsets={"in/0": 1})
+
+    def run(reader_iso: str, *, retried: bool = True) -> Any:
+        b = TxnBuilder()
+        if retried:
+            b.txn(6, [("out", 0, "t:10", 0)], "fail", **attempt)
+        b.txn(7, [("out", 0, "t:10", 2)], "ok", **attempt)
+        b.read(9, [["out", 0, 0, "t:10"], ["out", 0, 2, "t:10"]], iso=reader_iso)
+        b.final("out", 0, [["out", 0, 2, "t:10"]], end=4, hw=4)
+        return check_all_txn(b.ops).checkers["duplicate"]
+
+    assert _valid(run(RU))
+    assert not run(RC).valid
+    assert not run(RU, retried=False).valid
