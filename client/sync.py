@@ -36,11 +36,18 @@ from client.aio.admin import (
 )
 from client.aio.batch_send import BatchFuture, HeadersList
 from client.aio.consumer import AsyncConsumer
+from client.aio.conveniences import ConsumerGroupListing
 from client.aio.futures import FutureRecordMetadata
 from client.aio.producer import AsyncProducer, Headers
 from client.columnar import ColumnBatch
 from client.errors import IllegalStateError, RafkaError
-from client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, TopicPartition
+from client.types import (
+    ConsumerRecord,
+    GroupMetadata,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
 
 __all__ = ["Producer", "Consumer", "Admin"]
 
@@ -153,6 +160,12 @@ class Producer(_Facade[AsyncProducer]):
         ``concurrent.futures.Future`` of their ``RecordMetadata`` list, in input order
         (``BatchSendError`` with ``.results`` when some failed)."""
         return self._async.send_batch_threadsafe(topic, values, keys, headers, partition, timestamp_ms)
+
+    def send_and_wait(self, topic: str, value: Any = None, key: Any = None, headers: Headers = None,
+                      partition: int | None = None, timestamp_ms: int | None = None) -> RecordMetadata:
+        """``send(...).result()``: block until the record is acknowledged (its
+        ``RecordMetadata``) or raise its error — ``AsyncProducer.send_and_wait``'s sync twin."""
+        return self.send(topic, value, key, headers, partition, timestamp_ms).result()
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record sent so far is acknowledged or failed."""
@@ -387,6 +400,24 @@ class Admin(_Facade[AsyncAdmin]):
     def list_offsets(self, timestamps: Mapping[TopicPartition, int], *,
                      isolation_level: int = 0) -> dict[TopicPartition, tuple[int, int]]:
         return self._loop.run(_kw(self._async.list_offsets, isolation_level=isolation_level), dict(timestamps))
+
+    # consumer groups (client.aio.conveniences.GroupAdminApi)
+
+    def list_consumer_groups(self) -> list[ConsumerGroupListing]:
+        return self._loop.run(self._async.list_consumer_groups)
+
+    def describe_consumer_groups(self, group_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        return self._loop.run(self._async.describe_consumer_groups, list(group_ids))
+
+    def list_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+                                    ) -> dict[TopicPartition, int]:
+        return self._loop.run(self._async.list_consumer_group_offsets, group_id,
+                              None if partitions is None else list(partitions))
+
+    def delete_consumer_groups(self, group_ids: Iterable[str], *,
+                               raise_on_error: bool = True) -> dict[str, RafkaError | None]:
+        return self._loop.run(_kw(self._async.delete_consumer_groups, raise_on_error=raise_on_error),
+                              list(group_ids))
 
     def list_transactions(self, states: Iterable[str] | None = None) -> list[TransactionListing]:
         return self._loop.run(self._async.list_transactions, None if states is None else list(states))

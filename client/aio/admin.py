@@ -39,6 +39,7 @@ from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey, Response
 from client.aio import security_admin, txn_admin
 from client.aio._core import REFRESH_CODES, ClientCore
+from client.aio.conveniences import ConsumerGroupListing, GroupAdminApi
 from client.aio.offsets import EARLIEST, LATEST, list_offsets
 from client.aio.txn_admin import ProducerState, TransactionDescription, TransactionListing
 from client.connection import backoff_ms
@@ -46,7 +47,7 @@ from client.errors import IllegalStateError
 from client.types import BrokerMetadata, TopicPartition
 from security.client import ClientSecurity
 
-__all__ = ["AsyncAdmin", "NewTopic", "PartitionDescription", "TopicDescription", "ClusterDescription",
+__all__ = ["AsyncAdmin", "ConsumerGroupListing", "NewTopic", "PartitionDescription", "TopicDescription", "ClusterDescription",
            "TransactionListing", "TransactionDescription", "ProducerState"]
 
 
@@ -81,8 +82,11 @@ class ClusterDescription(NamedTuple):
     brokers: list[BrokerMetadata]
 
 
-class AsyncAdmin:
-    """``async with AsyncAdmin(bootstrap_servers=...) as a: await a.create_topic("t", 3, 1)``."""
+class AsyncAdmin(GroupAdminApi):
+    """``async with AsyncAdmin(bootstrap_servers=...) as a: await a.create_topic("t", 3, 1)``.
+
+    Consumer groups: ``list_consumer_groups``, ``describe_consumer_groups``,
+    ``list_consumer_group_offsets``, ``delete_consumer_groups`` (``GroupAdminApi``)."""
 
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
                  client_id: str = "rafka-admin", request_timeout_ms: int = 30000,

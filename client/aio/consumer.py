@@ -60,6 +60,7 @@ import trio
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey
 from client.aio._core import REFRESH_CODES, ClientCore
+from client.aio.conveniences import Deserializer, GetManyApi, deserializing_take
 from client.aio.fetch import CompletedFetch, split_fetch_response
 from client.aio.offsets import EARLIEST, LATEST, list_offsets
 from client.columnar import ColumnBatch
@@ -109,8 +110,11 @@ class _PartitionState:
         self.epoch += 1
 
 
-class AsyncConsumer:
-    """``async with AsyncConsumer(bootstrap_servers=...) as c: c.assign([...]); await c.poll()``."""
+class AsyncConsumer(GetManyApi):
+    """``async with AsyncConsumer(bootstrap_servers=...) as c: c.assign([...]); await c.poll()``.
+
+    ``key_deserializer`` / ``value_deserializer`` (``f(bytes) -> obj``; ``None`` passes through)
+    and ``getmany``: ``client.aio.conveniences``."""
 
     coordinator_factory: ClassVar[Callable[[AsyncConsumer], Coordinator] | None] = None
 
@@ -134,6 +138,8 @@ class AsyncConsumer:
         metadata_max_age_ms: int = 300000,
         consumer_timeout_ms: float | None = None,
         isolation_level: str = READ_UNCOMMITTED,
+        key_deserializer: Deserializer | None = None,
+        value_deserializer: Deserializer | None = None,
         **group_options: Any,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
@@ -156,6 +162,8 @@ class AsyncConsumer:
         self.max_poll_records = max_poll_records
         self.max_buffered_fetches = max(1, max_buffered_fetches)
         self.consumer_timeout_ms = consumer_timeout_ms
+        # CompletedFetch.take itself without deserializers: no per-record call
+        self._take = deserializing_take(CompletedFetch.take, key_deserializer, value_deserializer)
         # security_protocol, sasl_*, ssl_* as kafka-python names them (security/client.py)
         security = {k: group_options.pop(k) for k in SECURITY_OPTIONS if k in group_options}
         self._core = ClientCore(bootstrap_servers, client_id=client_id,
@@ -433,7 +441,7 @@ class AsyncConsumer:
 
     async def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records by partition; waits up to ``timeout_ms`` for some (``{}`` if none came)."""
-        return await self._poll(timeout_ms, max_records or self.max_poll_records, CompletedFetch.take)
+        return await self._poll(timeout_ms, max_records or self.max_poll_records, self._take)
 
     async def poll_batch(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, ColumnBatch]:
         """``poll`` in columns: per partition a ``ColumnBatch`` (offsets, timestamps, keys,
@@ -442,24 +450,26 @@ class AsyncConsumer:
         buffered) bounds the records of the whole call."""
         return await self._poll(timeout_ms, max_records or sys.maxsize, CompletedFetch.take_columns)
 
-    async def _poll(self, timeout_ms: float, limit: int, take: _Take) -> dict[TopicPartition, Any]:
+    async def _poll(self, timeout_ms: float, limit: int, take: _Take,
+                    only: frozenset[TopicPartition] | None = None) -> dict[TopicPartition, Any]:
         self._check_open()
         on_poll = getattr(self._coordinator, "on_poll", None)  # groups: processed offsets, max_poll_interval
         if on_poll is not None:
             on_poll()
-        out = self._collect(limit, take)
+        out = self._collect(limit, take, only)
         if out or timeout_ms <= 0:
             return out
         with trio.move_on_after(timeout_ms / 1000):
             while not out:
                 self._data = trio.Event()
                 await self._data.wait()
-                out = self._collect(limit, take)
+                out = self._collect(limit, take, only)
         return out
 
-    def _collect(self, limit: int, take: _Take = CompletedFetch.take) -> dict[TopicPartition, Any]:
+    def _collect(self, limit: int, take: _Take = CompletedFetch.take,
+                 only: frozenset[TopicPartition] | None = None) -> dict[TopicPartition, Any]:
         out: dict[TopicPartition, Any] = {}
-        tps = list(self._states)
+        tps = list(self._states) if only is None else [tp for tp in self._states if tp in only]
         if not tps:
             return out
         self._rr = (self._rr + 1) % len(tps)

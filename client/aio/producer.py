@@ -91,6 +91,7 @@ from client.aio.accumulator import (
     record_size,
 )
 from client.aio.batch_send import BatchSendApi
+from client.aio.conveniences import SendAndWaitApi, Serializer, install_serializers
 from client.aio.futures import FutureRecordMetadata
 from client.aio.transactions import TransactionalApi, TransactionManager
 from client.connection import PendingResponse, backoff_ms
@@ -115,12 +116,14 @@ Headers = Sequence[tuple[str, bytes]] | None
 _NO_HEADERS: Any = ()  # shared: a record without headers allocates nothing for them
 
 
-class AsyncProducer(TransactionalApi, BatchSendApi):
+class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
     """``async with AsyncProducer(bootstrap_servers=...) as p: fut = await p.send(...)``.
 
     With ``transactional_id``: ``init_transactions()``, ``begin_transaction()``,
     ``send_offsets_to_transaction()``, ``commit_transaction()``, ``abort_transaction()``,
-    ``transaction()`` (``TransactionalApi``). Whole batches: ``send_batch`` (``BatchSendApi``)."""
+    ``transaction()`` (``TransactionalApi``). Whole batches: ``send_batch`` (``BatchSendApi``).
+    ``key_serializer`` / ``value_serializer`` (``f(obj) -> bytes``; ``None`` is passed through)
+    and ``send_and_wait``: ``client.aio.conveniences``."""
 
     def __init__(
         self,
@@ -144,6 +147,8 @@ class AsyncProducer(TransactionalApi, BatchSendApi):
         metadata_max_age_ms: int = 300000,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60000,
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
         **security: Any,  # security_protocol, sasl_*, ssl_* as kafka-python (security/client.py)
     ) -> None:
         self.acks = _parse_acks(acks)
@@ -204,6 +209,7 @@ class AsyncProducer(TransactionalApi, BatchSendApi):
         self._fatal: BaseException | None = None
         self._max_record_size = min(max_request_size, buffer_memory)
         self._batches_split = 0  # batches split after MESSAGE_TOO_LARGE (statistics)
+        install_serializers(self, key_serializer, value_serializer)  # a no-op without them
 
     # ------------------------------------------------------------------ lifecycle
 
