@@ -345,6 +345,9 @@ _add_group_commands()
 from client.top import top as _top  # noqa: E402 - rafka top: live view of the nodes' /metrics
 
 main.add_command(_top, "top")
+from client.console import console as _console  # noqa: E402 - rafka console: the web console
+
+main.add_command(_console, "console")
 
 
 # ---------------------------------------------------------------------- node commands
