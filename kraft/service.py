@@ -180,6 +180,11 @@ class _Active:
         self.pid_next = 0
         self.pid_end = 0
         self.last_rebalance_ms = now_ms
+        # request ids of this term's proposals whose wait was cut short (the guard's timeout):
+        # their command may still commit, so a retry must not answer a fresh refusal. Nothing
+        # proposed in an earlier term can apply after this term's LeaderChange (epoch fencing),
+        # so the set starts empty with each activation.
+        self.undecided: set[str] = set()
 
 
 def _note_heartbeat_interval(active: _Active, broker_id: int, body: dict[str, Any]) -> None:
@@ -479,6 +484,12 @@ class ControllerService:
         except RafkaError as exc:
             if exc.code == ErrorCode.NOT_CONTROLLER and self._active is active:
                 self._set_active(None)  # deposed: the log says someone else leads
+            if request_id and exc.code == ErrorCode.UNKNOWN_SERVER_ERROR:
+                active.undecided.add(request_id)  # "command replayed, outcome unknown"
+            raise
+        except trio.Cancelled:
+            if request_id:
+                active.undecided.add(request_id)  # submitted; it may commit after we stop waiting
             raise
 
     def _placement(self) -> tuple[int, int]:
@@ -548,6 +559,11 @@ class ControllerService:
             if exc.code == ErrorCode.NOT_CONTROLLER:
                 raise
             if await self._applied(rid) is None:
+                if self._active is not None and rid in self._active.undecided:
+                    # an earlier attempt's command may still commit: a refusal now could be
+                    # contradicted by it (txn chaos campaign seed 3: topic-created-after-fail)
+                    exc = error_for(ErrorCode.REQUEST_TIMED_OUT,
+                                    "an earlier attempt of this request is still being decided")
                 return self._per_item(name, exc)
         return replay(name)
 

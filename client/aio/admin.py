@@ -163,7 +163,9 @@ class AsyncAdmin(GroupAdminApi):
             for t in resp.body.get("topics") or []:
                 code = t.get("error") or 0
                 out[t["name"]] = error_for(code, _topic_message(t)) if code else None
-                if code == ErrorCode.NOT_CONTROLLER:
+                # REQUEST_TIMED_OUT: an earlier attempt may still be deciding (retries carry the
+                # same request_id, so a retry answers that attempt's outcome once known)
+                if code in (ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT):
                     retry = True
             if retry and time.monotonic() < deadline:
                 attempt += 1

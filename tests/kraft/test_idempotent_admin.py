@@ -160,6 +160,50 @@ async def test_retry_succeeds_although_the_decision_would_now_fail(autojump_cloc
         nursery.cancel_scope.cancel()
 
 
+async def test_no_fresh_refusal_while_an_earlier_attempt_may_still_commit(autojump_clock):
+    """The first attempt's command was submitted, but the controller stopped waiting for it
+    (its decision timeout) — it may still commit, as a Raft entry does. Meanwhile a broker was
+    fenced, so deciding the retry afresh would refuse with INVALID_REPLICATION_FACTOR, and
+    the first attempt would then create the topic anyway (txn chaos campaign seed 3:
+    topic-created-after-fail). The retry gets REQUEST_TIMED_OUT (retriable, outcome unknown)
+    until the command has committed, then the original outcome."""
+    async with trio.open_nursery() as nursery:
+        cluster, s1, _s2 = await active_cluster(nursery, brokers=(1, 2, 3))
+        q1 = cluster.voters[1]
+        real_propose = q1.propose
+        gate = trio.Event()
+
+        async def commit_later(command):
+            await gate.wait()
+            await real_propose(command)
+
+        async def submitted_but_slow(command):
+            if not command.request_id.startswith("create:t:"):
+                return await real_propose(command)
+            nursery.start_soon(commit_later, command)  # in Raft's hands now
+            await trio.sleep_forever()
+
+        q1.propose = submitted_but_slow  # type: ignore[method-assign]
+        h = s1.handlers[ApiKey.CREATE_TOPICS]
+        first = await h(create_body("t", rid="slow", rf=3))
+        assert first["error"] == ErrorCode.REQUEST_TIMED_OUT, first
+        # a broker is fenced meanwhile: a fresh decision would be a refusal
+        b3 = cluster.state_machine.image.cluster.brokers[3]
+        await heartbeat(s1, 3, b3.epoch, cluster.state_machine.image.offset, want_fence=True)
+        assert cluster.state_machine.image.cluster.brokers[3].fenced
+        retry = await h(create_body("t", rid="slow", rf=3))
+        assert retry["topics"][0]["error"] == ErrorCode.REQUEST_TIMED_OUT, retry
+        gate.set()
+        await trio.sleep(0.01)
+        assert "t" in cluster.state_machine.image.topics.by_name
+        last = await h(create_body("t", rid="slow", rf=3))
+        assert last["topics"][0]["error"] == 0 and last["topics"][0]["replication_factor"] == 3
+        other = await h(create_body("u", rid="fresh", rf=3))  # no earlier attempt: refused
+        assert other["topics"][0]["error"] == ErrorCode.INVALID_REPLICATION_FACTOR
+        q1.propose = real_propose  # type: ignore[method-assign]
+        nursery.cancel_scope.cancel()
+
+
 async def test_deleted_and_recreated_by_someone_else(autojump_clock):
     """Kafka-like idempotence: the retry of the original create still answers success (the
     create did happen), naming the topic as it is now, and creates nothing."""
