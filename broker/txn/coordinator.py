@@ -17,8 +17,10 @@ second request for an id with a transition in flight gets ``CONCURRENT_TRANSACTI
 decided transaction (Prepare*) is finished by a *completion* task in the coordinator's own
 nursery (started by :meth:`TxnCoordinator.run` inside the node's nursery): it writes the markers
 (``broker/txn/markers.py``, retried until every partition answered) and then appends Complete*.
-The task owns the id's pending mark until it ends; END_TXN and INIT_PRODUCER_ID wait for its
-``done`` event, bounded, so a timed-out request never stops a completion.
+The task owns the id's pending mark until it ends; INIT_PRODUCER_ID and ADD_PARTITIONS/OFFSETS
+wait for its ``done`` event, END_TXN only for its ``marked`` event (every marker acknowledged:
+the Complete* append is off the answer's path — a lost one is re-derived from the durable
+Prepare*), all bounded, so a timed-out request never stops a completion.
 
 The background loop of :meth:`run` (every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)
 loads every partition this broker newly leads, resumes the completion of every id found in
@@ -92,6 +94,7 @@ class TxnPartitionState:
         self.txns: dict[str, TxnMetadata] = {}
         self.pending: set[str] = set()
         self.done: dict[str, trio.Event] = {}  # ids with a running completion task
+        self.marked: dict[str, trio.Event] = {}  # set once the markers of that task are acked
         self.loaded = trio.Event()
 
     def fold(self, buf: bytes) -> int:
@@ -353,9 +356,11 @@ class TxnCoordinator:
         if ev is not None:
             return ev
         ev = st.done[tid] = trio.Event()
+        st.marked[tid] = trio.Event()
         if self._nursery is None:  # not running (yet): tick() resumes it after the next load
             ev.set()
             st.done.pop(tid)
+            st.marked.pop(tid).set()
             return ev
         st.pending.add(tid)
         self._nursery.start_soon(self._complete, st, tid, md, ev)
@@ -366,6 +371,7 @@ class TxnCoordinator:
         attempt = 0
         try:
             await self.markers.write(md, st.leader_epoch, lambda: self._current(st))
+            st.marked[tid].set()  # END_TXN may answer now (see end_txn)
             while self._current(st):
                 try:
                     await self._write(st, S.complete(md, self.wall_clock_ms()))
@@ -382,6 +388,9 @@ class TxnCoordinator:
         finally:
             st.pending.discard(tid)
             st.done.pop(tid, None)
+            marked = st.marked.pop(tid, None)
+            if marked is not None:
+                marked.set()
             ev.set()
 
     async def _wait_done(self, st: TxnPartitionState, tid: str, ev: trio.Event, timeout_ms: int,
@@ -459,6 +468,9 @@ class TxnCoordinator:
 
     async def _add(self, tid: str, pid: int, epoch: int, tps: list[TP]) -> None:
         st = await self._coordinator(tid)
+        ev = st.done.get(tid)
+        if ev is not None:  # END_TXN answered before its Complete* landed: wait for it (bounded)
+            await self._wait_done(st, tid, ev, self.request_timeout_ms, ErrorCode.CONCURRENT_TRANSACTIONS)
         with self._pending(st, tid):
             md = st.txns.get(tid)
             new = S.add_partitions(md, pid, epoch, tps, self.wall_clock_ms())
@@ -488,6 +500,14 @@ class TxnCoordinator:
             ev = await self._prepare(st, tid, new)
         else:
             ev = self._start_completion(st, tid, new)
+        marked = st.marked.get(tid)
+        if marked is not None:  # answer once every marker is acked, before Complete* lands
+            with trio.move_on_after(self.request_timeout_ms / 1000):
+                await marked.wait()
+            if not self._current(st):
+                raise error_for(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_TOPIC}/{st.index} moved")
+            if marked.is_set() and not ev.is_set():
+                return {}  # the completion task's markers, of this same decision (new/md)
         done = await self._wait_done(st, tid, ev, self.request_timeout_ms, ErrorCode.REQUEST_TIMED_OUT)
         if done.is_prepared or done.commit != commit:
             raise error_for(ErrorCode.REQUEST_TIMED_OUT, f"{tid!r} is still {done.state.wire_name}")

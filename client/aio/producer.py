@@ -483,6 +483,12 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
             with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(self._wake.set)
 
+    @staticmethod
+    def _open_partitions(acc: RecordAccumulator) -> list[TopicPartition]:
+        """The partitions with a batch still open (lingering) in the accumulator."""
+        with acc._lock:
+            return [TopicPartition(t, p) for t, by_part in acc._open.items() for p in by_part]
+
     async def _sender(self) -> None:
         assert self._acc is not None and self._nursery is not None
         acc = self._acc
@@ -499,6 +505,8 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
                 if st is None:
                     st = self._parts[tp] = PartitionState()
                 st.pending.append(batch)
+            if self._txn is not None:
+                self._txn.want_open(self._open_partitions(acc))
             self._expire(now)
             need_meta = await self._dispatch(now)
             if need_meta:

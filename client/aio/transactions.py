@@ -24,7 +24,9 @@ idempotent on the coordinator).
 
 Partitions join the transaction from the sender (``want``/``add_partitions``): a partition's
 batches stay queued until the coordinator acknowledged ADD_PARTITIONS_TO_TXN for it; every
-partition waiting meanwhile goes into the next request (one request in flight, as Kafka).
+partition waiting meanwhile goes into the next request (one request in flight, as Kafka). The
+sender asks as soon as a partition has a batch in the accumulator (``want_open``), i.e. at the
+first ``send`` to it, so the request overlaps the linger and the rest of the sends.
 ``send_offsets`` adds the group (ADD_OFFSETS_TO_TXN), then writes the offsets to the group's
 coordinator (TXN_OFFSET_COMMIT, ``client.groups.coordinator_request``). ``commit`` flushes every
 batch, then sends END_TXN(commit) — only when the coordinator holds an open transaction (some
@@ -181,6 +183,7 @@ class TransactionManager:
         self.epoch_bump = False  # the abort must re-initialise (KIP-360)
         self.epoch_suspect = False  # a partition refused our epoch (fenced, or timed out)
         self._adding: trio.Event | None = None  # set when the ADD_PARTITIONS in flight ends
+        self._adding_tps: frozenset[TopicPartition] = frozenset()  # ... and its partitions
         self._producer: ProducerHooks | None = None
 
     def bind(self, producer: ProducerHooks) -> None:
@@ -218,8 +221,17 @@ class TransactionManager:
         for the next ADD_PARTITIONS_TO_TXN. False: the transaction failed, the batch cannot go."""
         if self.state is not TxnState.IN_TRANSACTION:
             return False
-        self.wanted.add(tp)
+        if tp not in self._adding_tps:
+            self.wanted.add(tp)
         return True
+
+    def want_open(self, tps: Iterable[TopicPartition]) -> None:
+        """Partitions that have a batch still lingering in the accumulator: add them now, so
+        ADD_PARTITIONS_TO_TXN overlaps the linger and the sends instead of following them."""
+        if self.state is TxnState.IN_TRANSACTION:
+            for tp in tps:
+                if tp not in self.partitions and tp not in self._adding_tps:
+                    self.wanted.add(tp)
 
     def take_wanted(self) -> list[TopicPartition]:
         """Partitions for one ADD_PARTITIONS_TO_TXN (none while one is in flight)."""
@@ -228,6 +240,7 @@ class TransactionManager:
         out = sorted(self.wanted)
         self.wanted.clear()
         self._adding = trio.Event()
+        self._adding_tps = frozenset(out)
         return out
 
     def batch_failed(self, exc: BaseException, sequenced: bool) -> None:
@@ -372,6 +385,7 @@ class TransactionManager:
                 self._to(TxnState.ABORTABLE_ERROR)  # the batches of these partitions fail
         finally:
             self._adding = None
+            self._adding_tps = frozenset()
             if ev is not None:
                 ev.set()
             self._hooks._wakeup()

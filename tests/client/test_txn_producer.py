@@ -120,6 +120,22 @@ def test_partitions_waiting_go_into_one_request_and_one_at_a_time() -> None:
     assert tm.take_wanted() == [C]
 
 
+def test_lingering_partitions_are_added_early_and_never_twice_in_flight() -> None:
+    tm, _ = ready_manager()
+    tm.want_open([A])  # no transaction open: nothing to add
+    assert tm.take_wanted() == []
+    tm.begin()
+    tm.want_open([A, B])  # batches still lingering in the accumulator
+    assert tm.take_wanted() == [A, B]
+    tm.want_open([A, B])  # still lingering while their ADD_PARTITIONS is in flight
+    assert tm.want(A)  # drained meanwhile: waits for the request in flight
+    assert not tm.wanted
+    tm._adding, tm._adding_tps = None, frozenset()  # what add_partitions' end does
+    tm.partitions.update([A, B])
+    tm.want_open([A, B, C])
+    assert tm.take_wanted() == [C]
+
+
 def test_a_failed_batch_makes_the_transaction_abortable_and_send_raises_it() -> None:
     tm, _ = ready_manager()
     tm.begin()

@@ -127,7 +127,7 @@ async def test_commit_writes_markers_and_the_state_record(tmp_path: Any) -> None
         assert (await env.end(pid, epoch, True))["error"] == 0
         # when END_TXN answers, both partitions hold the COMMIT marker below the HW
         assert env.markers(0) == env.markers(1) == [(pid, epoch, True)]
-        d = await env.describe()
+        d = await env.wait_state("CompleteCommit")  # Complete* may land just after the answer
         assert (d["state"], d["producer_id"], d["producer_epoch"]) == ("CompleteCommit", pid, epoch)
         # the durable record is what a new coordinator will load
         h, buf, pos = env.batches(TXN_STATE_TOPIC, txn_partition("tx"))[-1]
@@ -141,6 +141,42 @@ async def test_commit_writes_markers_and_the_state_record(tmp_path: Any) -> None
         assert v["topics"][0]["partitions"][0]["error"] == ErrorCode.INVALID_TXN_STATE
         lt = await env.req(ApiKey.LIST_TRANSACTIONS, {"states": ["CompleteCommit"]})
         assert [t["transactional_id"] for t in lt["transactions"]] == ["tx"]
+
+
+async def test_end_txn_answers_once_marked_and_the_next_add_waits_for_complete(tmp_path: Any) -> None:
+    """END_TXN answers when every marker is acked, without waiting for Complete*; an
+    ADD_PARTITIONS for the next transaction meanwhile waits for Complete* (no
+    CONCURRENT_TRANSACTIONS), and INIT_PRODUCER_ID does too."""
+    async with txn_env(tmp_path) as env:
+        coord = env.api.txn
+        gate = trio.Event()
+        real_write = coord._write
+
+        async def held_complete(st: Any, md: Any) -> None:
+            if md.state in (S.TxnState.COMPLETE_COMMIT, S.TxnState.COMPLETE_ABORT):
+                await gate.wait()  # the Complete* append is slow (a follower lags)
+            await real_write(st, md)
+
+        coord._write = held_complete
+        pid, epoch = await env.init()
+        assert (await env.add(pid, epoch, [0]))["error"] == 0
+        assert (await env.produce(pid, epoch, 0, 0))["error"] == 0
+        with trio.fail_after(10):  # a bound, not a timing assertion
+            assert (await env.end(pid, epoch, True))["error"] == 0
+        assert env.markers(0) == [(pid, epoch, True)]
+        assert (await env.describe())["state"] == "PrepareCommit"  # Complete* not landed yet
+        assert (await env.end(pid, epoch, True))["error"] == 0  # a retry answers too
+        added: list[dict[str, Any]] = []
+        async with trio.open_nursery() as nursery:
+            async def add_next() -> None:
+                added.append(await env.add(pid, epoch, [1]))
+
+            nursery.start_soon(add_next)
+            await trio.sleep(0.2)
+            assert not added  # waiting for Complete*, not refused
+            gate.set()
+        assert added[0]["error"] == 0, added
+        assert (await env.describe())["state"] == "Ongoing"
 
 
 async def test_new_incarnation_fences_and_aborts_the_open_transaction(tmp_path: Any) -> None:
