@@ -12,17 +12,28 @@ Figures (medians of ``runs``; one fresh cluster for the whole module):
   (``plain_records_per_s``, same sends, one flush per 1000) measured in the same run.
 * ``commit_p50_ms_<n>`` / ``commit_p99_ms_<n>``: ``commit_transaction()`` latency (send of the
   last record → commit returned, so it includes the flush of the last batch).
+* ``txn_aggregate_records_per_s_100``: ``PRODUCERS`` transactional producers in separate
+  processes (distinct transactional ids, 100 records per transaction, all three partitions),
+  started together, for ``SECONDS`` s: the sum of their records/s. One producer is bounded by
+  its sequential commit latency (begin → sends → commit → begin), as in Kafka; the issue's
+  target (>= 100k records/s at 100 records per transaction) is a cluster figure, so this row
+  is the one to compare with it (``ratio_of`` ``txn_target_records_per_s_100``, a constant row;
+  the single producer's ``txn_records_per_s_100`` has it too).
 * ``read_committed_offsets_per_s`` / ``read_uncommitted_offsets_per_s``: one consumer reads the
   whole topic (the records above, then ``ABORTED_SHARE`` as many as the transactional ones in
   aborted 100-record transactions, flushed before the abort so they are in the log) from the
-  beginning to its end; offsets covered per second, so both traverse the same log;
-  the read_committed figure has ``ratio_of`` the read_uncommitted one (measured alternately
-  in the same run).
+  beginning to its end; offsets covered per second, so both traverse the same log (records/s
+  *delivered* would cap read_committed near 1 - aborted share, since it skips the aborted
+  records; ``delivered`` lists them). The read_committed figure has ``ratio_of`` the
+  read_uncommitted one; the two alternate, in both orders, ``READ_ROUNDS`` times.
+  ``read_*_client_cpu_us_per_1k_offsets`` is the consumer process's CPU per 1,000 offsets —
+  what the client-side filter costs, independent of how loaded the machine is.
 """
 
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any
@@ -38,6 +49,9 @@ SIZES = (1, 10, 100, 1000)
 SECONDS = 3.0
 ABORTED_SHARE = 0.1
 LINGER_MS = 5
+PRODUCERS = 4
+READ_ROUNDS = 5
+TARGET_RECORDS_PER_S = 100_000
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -64,6 +78,37 @@ def _transactions(bootstrap: str, size: int, run: int) -> tuple[float, list[floa
             lat.append((time.perf_counter() - t1) * 1000)
             n += size
         return n / (time.perf_counter() - t0), lat
+
+
+def _worker(bootstrap: str, tid: str, size: int, start_at: float) -> None:
+    """One process of the aggregate row: init, wait for the common start, run, print records/s."""
+    with Producer(bootstrap_servers=bootstrap, transactional_id=tid, linger_ms=LINGER_MS) as p:
+        p.init_transactions()
+        time.sleep(max(0.0, start_at - time.time()))
+        n = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < SECONDS:
+            p.begin_transaction()
+            for i in range(size):
+                p.send(TOPIC, value=VALUE, partition=i % PARTITIONS)
+            p.commit_transaction()
+            n += size
+        print(n / (time.perf_counter() - t0), flush=True)
+
+
+def _aggregate(bootstrap: str, size: int, run: int) -> float:
+    """Records/s of PRODUCERS concurrent transactional producers (separate processes)."""
+    start_at = time.time() + 5.0  # every process has initialised by then
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.bench_txn", "--worker", bootstrap,
+                               f"bench-agg-{run}-{i}", str(size), str(start_at)],
+                              stdout=subprocess.PIPE, text=True) for i in range(PRODUCERS)]
+    total = 0.0
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"aggregate worker failed ({proc.returncode})")
+        total += float(out.strip().splitlines()[-1])
+    return total
 
 
 def _aborted(bootstrap: str, records: int) -> None:
@@ -93,8 +138,9 @@ def _plain(bootstrap: str) -> float:
         return n / (time.perf_counter() - t0)
 
 
-def _read_rate(bootstrap: str, isolation: str) -> tuple[float, int]:
-    """(offsets covered per second, records delivered) reading the topic start to end."""
+def _read_rate(bootstrap: str, isolation: str) -> tuple[float, int, float]:
+    """(offsets covered per second, records delivered, client CPU µs per 1,000 offsets)
+    reading the topic start to end."""
     tps = [TopicPartition(TOPIC, part) for part in range(PARTITIONS)]
     with Consumer(bootstrap_servers=bootstrap, isolation_level=isolation,
                   auto_offset_reset="earliest", enable_auto_commit=False) as c:
@@ -102,13 +148,15 @@ def _read_rate(bootstrap: str, isolation: str) -> tuple[float, int]:
         ends = c.end_offsets(tps)
         c.seek_to_beginning(*tps)
         delivered = 0
+        c0 = time.process_time()
         t0 = time.perf_counter()
         while any(c.position(tp) < ends[tp] for tp in tps):
             for recs in c.poll(timeout_ms=500, max_records=5000).values():
                 delivered += len(recs)
             if time.perf_counter() - t0 > 120:
                 raise RuntimeError(f"{isolation} read did not reach the end in 120 s")
-        return sum(ends.values()) / (time.perf_counter() - t0), delivered
+        took, offsets = time.perf_counter() - t0, sum(ends.values())
+        return offsets / took, delivered, (time.process_time() - c0) * 1e9 / max(1, offsets)
 
 
 def _fig(values: list[float], unit: str, **extra: Any) -> dict[str, Any]:
@@ -120,8 +168,10 @@ def run(runs: int = 3) -> dict[str, Any]:
     p50: dict[int, list[float]] = {s: [] for s in SIZES}
     p99: dict[int, list[float]] = {s: [] for s in SIZES}
     plain: list[float] = []
+    agg: list[float] = []
     rc: list[float] = []
     ru: list[float] = []
+    cpu: dict[str, list[float]] = {"read_committed": [], "read_uncommitted": []}
     delivered: dict[str, list[int]] = {"read_committed": [], "read_uncommitted": []}
     with cluster(nodes=3) as bootstrap:
         _create(bootstrap, TOPIC, PARTITIONS)
@@ -132,28 +182,42 @@ def run(runs: int = 3) -> dict[str, Any]:
                 p50[size].append(_pct(lat, 0.5))
                 p99[size].append(_pct(lat, 0.99))
             plain.append(_plain(bootstrap))
-        committed = sum(r * SECONDS for v in rates.values() for r in v)
+            agg.append(_aggregate(bootstrap, 100, r))
+        committed = sum(r * SECONDS for v in [*rates.values(), agg] for r in v)
         _aborted(bootstrap, int(committed * ABORTED_SHARE))
-        for _ in range(max(3, runs)):
-            for iso, out in (("read_uncommitted", ru), ("read_committed", rc)):
-                rate, n = _read_rate(bootstrap, iso)
+        for i in range(max(READ_ROUNDS, runs)):
+            pair = [("read_uncommitted", ru), ("read_committed", rc)]
+            for iso, out in pair if i % 2 == 0 else pair[::-1]:  # both orders
+                rate, n, cpu_us = _read_rate(bootstrap, iso)
                 out.append(rate)
                 delivered[iso].append(n)
+                cpu[iso].append(cpu_us)
     figs: dict[str, Any] = {"plain_records_per_s": _fig(plain, "records/s", flush_every=1000)}
     for size in SIZES:
         extra = {"ratio_of": "plain_records_per_s"} if size == 1000 else {}
         figs[f"txn_records_per_s_{size}"] = _fig(rates[size], "records/s", **extra)
         figs[f"commit_p50_ms_{size}"] = _fig(p50[size], "ms")
         figs[f"commit_p99_ms_{size}"] = _fig(p99[size], "ms")
+    figs["txn_target_records_per_s_100"] = _fig([TARGET_RECORDS_PER_S], "records/s",
+                                                note="issue 12's target, not a measurement")
+    figs["txn_records_per_s_100"]["ratio_of"] = "txn_target_records_per_s_100"
+    figs["txn_aggregate_records_per_s_100"] = _fig(
+        agg, "records/s", ratio_of="txn_target_records_per_s_100", producers=PRODUCERS,
+        times_single=statistics.median(agg) / statistics.median(rates[100]))
     figs["read_uncommitted_offsets_per_s"] = _fig(
         ru, "offsets/s", delivered=delivered["read_uncommitted"])
     figs["read_committed_offsets_per_s"] = _fig(
         rc, "offsets/s", ratio_of="read_uncommitted_offsets_per_s",
         delivered=delivered["read_committed"])
+    for iso in ("read_uncommitted", "read_committed"):
+        figs[f"{iso}_client_cpu_us_per_1k_offsets"] = _fig(cpu[iso], "µs")
     return figs
 
 
 if __name__ == "__main__":
     import json
 
+    if sys.argv[1:2] == ["--worker"]:
+        _worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+        sys.exit(0)
     print(json.dumps(run(int(sys.argv[1]) if len(sys.argv) > 1 else 3), indent=1))
