@@ -199,89 +199,129 @@ def topic_delete(name: str, bootstrap: str) -> None:
 # ---------------------------------------------------------------------- produce / consume
 
 
+CONSUME_HELP = """Print the records of TOPIC, one per line: each value by default, or as --format says.
+
+\b
+Without --group: every partition of TOPIC (or those of --partition), from --offset.
+With --group G: the partitions come from the group and each starts at G's committed offset
+(--offset earliest|latest only says where to start in a partition without one).
+
+\b
+Auto-commit (with --group): every 5 s, the offsets of the records printed by earlier polls.
+When consume ends - --max-messages reached, --timeout-ms without records, Ctrl-C or SIGTERM -
+it commits every record it printed, then leaves the group at once. An error exit commits only
+what earlier polls returned (the record in hand comes again); SIGKILL commits nothing more and
+the member stays in the group until its session times out.
+"""
+
+
 @main.command()
 @click.argument("topic_name", metavar="TOPIC")
 @click.option("--key-separator", default=None, help="Split each line into KEY<SEP>VALUE.")
+@click.option("--key", default=None, help="This key for every record.")
+@click.option("-H", "--header", "headers", multiple=True, metavar="KEY=VALUE",
+              help="A header on every record (repeatable).")
+@click.option("--partition", type=click.IntRange(0), default=None, metavar="N",
+              help="Send every record to partition N (default: by key, or sticky).")
+@click.option("--value-file", type=click.File("rb"), default=None, metavar="PATH",
+              help="Send the whole file as ONE record's value ('-': all of stdin).")
+@click.option("--progress/--no-progress", default=None,
+              help="A progress line on stderr for large inputs (default: when stderr is a terminal).")
 @click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="all", show_default=True)
 @click.option("--compression", type=click.Choice(["none", "lz4"]), default="none", show_default=True)
 @click.option("--linger-ms", type=float, default=5, show_default=True)
 @bootstrap_option
 @_handle_errors
-def produce(topic_name: str, key_separator: str | None, acks: str, compression: str, linger_ms: float,
-            bootstrap: str) -> None:
-    """Send one record per stdin line to TOPIC."""
-    from itertools import islice
-
+def produce(topic_name: str, key_separator: str | None, key: str | None, headers: tuple[str, ...],
+            partition: int | None, value_file: Any, progress: bool | None, acks: str, compression: str,
+            linger_ms: float, bootstrap: str) -> None:
+    """Send one record per stdin line to TOPIC (or one record: --value-file)."""
+    from client.io_cli import ProduceProgress, parse_headers, produce_lines
     from client.sync import Producer
 
-    sep = key_separator.encode() if key_separator else None
-    n = 0
+    if key is not None and key_separator is not None:
+        raise click.UsageError("--key and --key-separator exclude each other")
+    if value_file is not None and key_separator is not None:
+        raise click.UsageError("--key-separator splits lines: not with --value-file")
+    hdrs = parse_headers(headers)
     with Producer(bootstrap, acks=acks if acks == "all" else int(acks),
                   compression_type=None if compression == "none" else compression,
                   linger_ms=linger_ms) as producer:
-        futures = []
-        lines = sys.stdin.buffer
-        while chunk := [line.rstrip(b"\r\n") for line in islice(lines, 10000)]:
-            keys = None  # one send_batch per chunk of lines (the whole-batch fast path)
-            if sep is not None:
-                keys = [None] * len(chunk)
-                for i, line in enumerate(chunk):
-                    k, found, v = line.partition(sep)
-                    if found:
-                        keys[i], chunk[i] = k, v
-            futures.append(producer.send_batch(topic_name, chunk, keys=keys))
-            n += len(chunk)
-            if len(futures) >= 10:
-                _check(futures)
-        producer.flush()
-        _check(futures)
+        if value_file is not None:
+            producer.send_and_wait(topic_name, value_file.read(), key.encode() if key is not None else None,
+                                   hdrs or None, partition)
+            n = 1
+        else:
+            with ProduceProgress.for_input(progress, sys.stdin.buffer) as bar:
+                n = produce_lines(producer, topic_name, sys.stdin.buffer,
+                                  key_separator=key_separator.encode() if key_separator else None,
+                                  key=key.encode() if key is not None else None, headers=hdrs,
+                                  partition=partition, progress=bar)
     click.echo(f"produced {n} records to {topic_name}", err=True)
 
 
-def _check(futures: list[Any]) -> None:
-    for f in futures:
-        f.result()
-    futures.clear()
-
-
-@main.command()
+@main.command(help=CONSUME_HELP)
 @click.argument("topic_name", metavar="TOPIC")
-@click.option("--group", default=None, help="Consumer group.")
-@click.option("--from-beginning", is_flag=True, help="Start at the earliest offset (default: the end).")
+@click.option("--group", default=None, help="Consumer group (see auto-commit below).")
+@click.option("--partition", "partitions", type=click.IntRange(0), multiple=True, metavar="N",
+              help="Only partition N (repeatable; not with --group).")
+@click.option("--offset", "offset", default=None, metavar="SPEC",
+              help="Where to start: earliest | latest (default) | N | -N (N before the end) | "
+                   "@TIMESTAMP_MS (first record at or after it), as kcat's -o.")
+@click.option("--from-beginning", is_flag=True, help="Same as --offset earliest.")
 @click.option("--max-messages", type=int, default=None, help="Exit after N records.")
 @click.option("--timeout-ms", type=int, default=None, help="Exit when no record came for T ms.")
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
+@click.option("--format", "-f", "fmt", default=None, metavar="FMT",
+              help="As kcat's -f: %t topic, %p partition, %o offset, %k key, %v value, %T timestamp (ms), "
+                   "%h headers (k=v,...), %K/%S key/value length, \\n \\t escapes. Example: '%k=%v\\n'.")
 @click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]),
               default="read_uncommitted", show_default=True,
               help="read_committed: only records of committed transactions (docs/transactions.md).")
 @bootstrap_option
 @_handle_errors
-def consume(topic_name: str, group: str | None, from_beginning: bool, max_messages: int | None,
-            timeout_ms: int | None, print_key: bool, isolation_level: str, bootstrap: str) -> None:
-    """Print the values of TOPIC's records, one per line."""
+def consume(topic_name: str, group: str | None, partitions: tuple[int, ...], offset: str | None,
+            from_beginning: bool, max_messages: int | None, timeout_ms: int | None, print_key: bool,
+            fmt: str | None, isolation_level: str, bootstrap: str) -> None:
+    from client.io_cli import (
+        EARLIEST,
+        LATEST,
+        compile_format,
+        parse_offset,
+        resolve_partitions,
+        seek_to_spec,
+        write_records,
+    )
     from client.sync import Consumer
     from client.terminate import sigterm_as_interrupt
 
+    spec = parse_offset(offset) if offset is not None else None
+    if from_beginning:
+        if spec not in (None, EARLIEST):
+            raise click.UsageError("--from-beginning is --offset earliest: not with another --offset")
+        spec = EARLIEST
+    if group is not None and partitions:
+        raise click.UsageError("--partition and --group exclude each other: the group assigns partitions")
+    if group is not None and spec is not None and spec.kind not in ("earliest", "latest"):
+        raise click.UsageError("with --group, --offset is earliest or latest (where to start without a "
+                               "committed offset); to move the group, use 'rafka group reset-offsets'")
+    if print_key and fmt is not None:
+        raise click.UsageError("--print-key is --format '%k\\t%v\\n': give one of them")
+    formatter = compile_format(fmt) if fmt is not None else None
     if max_messages is not None and max_messages <= 0:
         return
     out = sys.stdout.buffer
-    n = 0
     stopped: KeyboardInterrupt | None = None
-    with sigterm_as_interrupt(), Consumer(topic_name, bootstrap_servers=bootstrap, group_id=group,
-                                          auto_offset_reset="earliest" if from_beginning else "latest",
+    reset = "earliest" if spec is not None and spec.kind == "earliest" else "latest"
+    with sigterm_as_interrupt(), Consumer(*((topic_name,) if group is not None else ()), bootstrap_servers=bootstrap,
+                                          group_id=group, auto_offset_reset=reset,
                                           consumer_timeout_ms=timeout_ms, isolation_level=isolation_level) as consumer:
-        if from_beginning and group is None:
-            consumer.seek_to_beginning()
+        if group is None:
+            tps = resolve_partitions(consumer, topic_name, partitions)
+            consumer.assign(tps)
+            seek_to_spec(consumer, tps, spec or LATEST)
         try:
-            for rec in consumer:
-                if print_key:
-                    out.write((rec.key or b"") + b"\t")
-                out.write((rec.value or b"") + b"\n")
-                n += 1
-                if max_messages is not None and n >= max_messages:
-                    break
-                if n % 1000 == 0:
-                    out.flush()
+            write_records(consumer, out, formatter=formatter, print_key=print_key, max_messages=max_messages)
         except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM is a stop, not a failure: the close
             stopped = exc                 # commits what was printed and leaves the group
         out.flush()
