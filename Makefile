@@ -50,9 +50,12 @@ install-spark: $(VENV)/.spark
 # Debian packages for the chaos tests (network namespaces, iptables, libfaketime, FUSE for the
 # lose-unfsynced-writes fault): deploy/install-chaos-deps.sh. Root only; without root the netns
 # backend and the root-only fault tests are skipped and the local (proxy) backend is used.
+# Also Debian's chromium for the web console's headless screenshot test
+# (deploy/install-browser-deps.sh; skipped without it).
 os-deps:
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then sh deploy/install-chaos-deps.sh; \
-	else echo "os-deps: not root or no apt-get: netns chaos tests will be skipped"; fi
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then sh deploy/install-chaos-deps.sh && \
+	sh deploy/install-browser-deps.sh; \
+	else echo "os-deps: not root or no apt-get: netns chaos tests and the console screenshot test will be skipped"; fi
 
 run: install
 	$(RAFKA) cluster up --nodes $(NODES) --data-dir $(DATA_DIR)

@@ -121,7 +121,7 @@ function bytes(n) {
   if (n === null || n === undefined) return "–";
   const u = ["B", "KiB", "MiB", "GiB"]; let i = 0;
   while (Math.abs(n) >= 1024 && i < u.length - 1) { n /= 1024; i++; }
-  return (i === 0 ? n.toFixed(0) : n.toFixed(1)) + " " + u[i];
+  return (i === 0 ? n.toFixed(0) : String(Number(n.toFixed(1)))) + " " + u[i];
 }
 function num(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"); }
 function badge(text, kind) { return h("span", {class: "badge " + (kind || "")}, text); }
@@ -216,7 +216,11 @@ function nice(v) {
   for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * e) return m * e;
   return 10 * e;
 }
-function chart(el, samples, series, fmt) {
+function niceBytes(v) {  // a round number of B, KiB, MiB…: axis labels like "40 KiB", not "48.8 KiB"
+  const unit = Math.pow(1024, Math.max(0, Math.floor(Math.log(Math.max(v, 1)) / Math.log(1024))));
+  return nice(v / unit) * unit;
+}
+function chart(el, samples, series, fmt, round) {
   const W = Math.max(200, el.getBoundingClientRect().width || el.parentNode.clientWidth || 560);
   const H = Number(el.getAttribute("height")), L = 62, R = 8, T = 6, B = 16;
   el.setAttribute("width", W); el.setAttribute("viewBox", `0 0 ${W} ${H}`);
@@ -224,7 +228,7 @@ function chart(el, samples, series, fmt) {
   const t1 = samples.length ? samples[samples.length - 1].t : Date.now() / 1000;
   const span = Math.min(300, Math.max(60, samples.length ? t1 - samples[0].t : 60));
   const t0 = t1 - span;
-  const ymax = nice(Math.max(0, ...samples.flatMap((s) => series.map((se) => se.get(s)))));
+  const ymax = (round || nice)(Math.max(0, ...samples.flatMap((s) => series.map((se) => se.get(s)))));
   const x = (t) => L + (W - L - R) * (t - t0) / span, y = (v) => T + (H - T - B) * (1 - v / ymax);
   for (let i = 0; i <= 2; i++) {
     const v = ymax * i / 2;
@@ -246,8 +250,8 @@ function chart(el, samples, series, fmt) {
 function renderThroughput(tp) {
   rates = Object.fromEntries(tp.topics.map((t) => [t.topic, [t.in_rate, t.out_rate]]));
   const s = tp.samples, last = s[s.length - 1];
-  chart($("chart-bytes"), s, [{get: (x) => x.bytes_in, color: "#2f6fde"}, {get: (x) => x.bytes_out, color: "#e0832f"}], bytes);
-  chart($("chart-req"), s, [{get: (x) => x.requests, color: "#8a63d2"}], (v) => v.toFixed(v < 10 ? 1 : 0) + "/s");
+  chart($("chart-bytes"), s, [{get: (x) => x.bytes_in, color: "#2f6fde"}, {get: (x) => x.bytes_out, color: "#e0832f"}], bytes, niceBytes);
+  chart($("chart-req"), s, [{get: (x) => x.requests, color: "#8a63d2"}], (v) => v.toFixed(v > 0 && v < 10 ? 1 : 0) + "/s");
   $("tp-line").textContent = last ? `in ${bytes(last.bytes_in)}/s · out ${bytes(last.bytes_out)}/s · ${last.requests.toFixed(1)} req/s`
                                   : "waiting for two metrics samples…";
   const up = tp.nodes.filter((n) => n.up).length;
