@@ -65,13 +65,22 @@ def cluster() -> None:
               help="a [broker] setting for every node (repeatable), e.g. replica.lag.time.max.ms=2000")
 @click.option("--controller-config", "controller_config", multiple=True, metavar="KEY=VALUE",
               help="a [controller] setting for every node (repeatable)")
+@click.option("--tls", is_flag=True,
+              help="a throw-away CA and node certificates in DATA_DIR/tls; every node gets a TLS "
+                   "listener on PORT+30000+i-1 (docs/security.md)")
+@click.option("--auth", is_flag=True,
+              help="SCRAM on that listener, ACLs (default deny) and a super user admin whose "
+                   "password goes to DATA_DIR/admin.properties (mode 0600)")
 def up(nodes: int, data_dir: str, host: str, port: int, detach: bool, ready_timeout: float,
-       broker_config: tuple[str, ...], controller_config: tuple[str, ...]) -> None:
-    """Start (or restart) the cluster in DATA_DIR; print the bootstrap string."""
+       broker_config: tuple[str, ...], controller_config: tuple[str, ...], tls: bool,
+       auth: bool) -> None:
+    """Start (or restart) the cluster in DATA_DIR; print the bootstrap string (with --tls or
+    --auth: the secured listeners, and how to connect)."""
     d = Path(data_dir)
     try:
         overrides = {"broker_config": parse_overrides(broker_config, "broker"),
-                     "controller_config": parse_overrides(controller_config, "controller")}
+                     "controller_config": parse_overrides(controller_config, "controller"),
+                     "tls": tls, "auth": auth}
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     if detach:

@@ -44,8 +44,10 @@ from typing import Any
 
 import trio
 
+from broker.errors import RafkaError
 from broker.protocol import ApiKey
 from client.connection import connect
+from security import local_cluster as local_security
 
 __all__ = ["ClusterError", "NodeSpec", "cluster_up", "cluster_down", "load_cluster", "parse_overrides",
            "wait_ready", "stop_nodes", "start_missing", "RAFT_PORT_OFFSET", "METRICS_PORT_OFFSET",
@@ -143,7 +145,8 @@ _DEFAULT_CONTROLLER = {"broker.session.timeout.ms": "3000"}
 
 
 def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file: Path,
-               broker: dict[str, str] | None = None, controller: dict[str, str] | None = None) -> str:
+               broker: dict[str, str] | None = None, controller: dict[str, str] | None = None,
+               security_lines: list[str] | None = None) -> str:
     lines = [
         f"node_id = {n.id}",
         'roles = ["broker", "controller"]',
@@ -161,6 +164,7 @@ def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file:
                                      ("controller", _DEFAULT_CONTROLLER, controller)):
         lines += ["", f"[{section}]"]
         lines += [f"{json.dumps(k)} = {json.dumps(str(v))}" for k, v in {**defaults, **(given or {})}.items()]
+    lines += security_lines or []  # [security] with --tls/--auth (security/local_cluster.py)
     return "\n".join(lines) + "\n"
 
 
@@ -172,7 +176,8 @@ def _write_configs(data_dir: Path, state: dict[str, Any], broker: dict[str, str]
     nodes: list[NodeSpec] = state["nodes"]
     texts = {}
     for n in nodes:
-        text = _node_toml(n, nodes, state["cluster_id"], data_dir / SECRET_FILE, broker, controller)
+        text = _node_toml(n, nodes, state["cluster_id"], data_dir / SECRET_FILE, broker, controller,
+                          local_security.security_toml(n, data_dir, state.get("security")))
         try:
             parse_config(tomllib.loads(text), f"node {n.id} config", base_dir=data_dir)
         except ConfigError as exc:
@@ -185,7 +190,8 @@ def _write_configs(data_dir: Path, state: dict[str, Any], broker: dict[str, str]
 
 def _create(data_dir: Path, count: int, host: str, port: int,
             broker_config: dict[str, str] | None = None,
-            controller_config: dict[str, str] | None = None) -> dict[str, Any]:
+            controller_config: dict[str, str] | None = None,
+            security: dict[str, bool] | None = None) -> dict[str, Any]:
     if count < 1:
         raise ClusterError("--nodes must be at least 1")
     if port + RAFT_PORT_OFFSET + count - 1 > 65535:
@@ -199,7 +205,8 @@ def _create(data_dir: Path, count: int, host: str, port: int,
     cluster_id = uuid.uuid4().hex
     nodes = [NodeSpec(i, host, port + i - 1, port + RAFT_PORT_OFFSET + i - 1, data_dir / f"node-{i}")
              for i in range(1, count + 1)]
-    state = {"cluster_id": cluster_id, "nodes": nodes}
+    state = {"cluster_id": cluster_id, "nodes": nodes, "security": security}
+    _prepare_security(data_dir, state)
     _write_configs(data_dir, state, broker_config, controller_config)
     _save(data_dir, state)
     return state
@@ -211,6 +218,8 @@ def _save(data_dir: Path, state: dict[str, Any]) -> None:
            "bootstrap": ",".join(n.client for n in nodes),
            "raft_port_offset": RAFT_PORT_OFFSET,
            "nodes": [n.to_json() for n in nodes]}
+    if state.get("security"):
+        doc["security"] = state["security"]
     tmp = data_dir / (CLUSTER_FILE + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     os.replace(tmp, data_dir / CLUSTER_FILE)
@@ -227,7 +236,7 @@ def load_cluster(data_dir: Path) -> dict[str, Any] | None:
             host, _, port = d["client"].rpartition(":")
             raft_port = int(d["controller"].rpartition(":")[2])
             nodes.append(NodeSpec(int(d["id"]), host, int(port), raft_port, Path(d["data_dir"]), d.get("pid")))
-        return {"cluster_id": doc["cluster_id"], "nodes": nodes}
+        return {"cluster_id": doc["cluster_id"], "nodes": nodes, "security": doc.get("security")}
     except (ValueError, KeyError, TypeError) as exc:
         raise ClusterError(f"{path} is damaged ({exc}); move it away to create a new cluster") from None
 
@@ -412,20 +421,31 @@ def cluster_up(data_dir: Path, nodes: int, host: str, port: int, *,
                ready_timeout_s: float = 60.0, echo: Any = print,
                broker_config: dict[str, str] | None = None,
                controller_config: dict[str, str] | None = None,
-               die_with_parent: bool = False) -> dict[str, Any]:
+               die_with_parent: bool = False, tls: bool = False, auth: bool = False) -> dict[str, Any]:
     """Create or restart the cluster. ``broker_config`` / ``controller_config`` override node
     settings (``--broker-config k=v``); on an existing cluster, given overrides rewrite every
     node's ``node.toml`` (same ids, ports, secret) and apply to the nodes started now.
-    ``die_with_parent``: the nodes started now die with this process (see ``start_missing``)."""
+    ``die_with_parent``: the nodes started now die with this process (see ``start_missing``).
+    ``tls`` / ``auth``: every node also gets a secured listener (security/local_cluster.py);
+    recorded in the cluster, so a later plain ``up`` keeps them."""
     data_dir = data_dir.resolve()
     state = load_cluster(data_dir)
+    wanted = {"tls": tls, "auth": auth} if tls or auth else None
     if state is None:
-        state = _create(data_dir, nodes, host, port, broker_config, controller_config)
+        state = _create(data_dir, nodes, host, port, broker_config, controller_config, wanted)
         echo(f"created a {nodes}-node cluster in {data_dir}")
     else:
         if len(state["nodes"]) != nodes:
             echo(f"{data_dir} holds a {len(state['nodes'])}-node cluster; restarting it as it is")
-        if broker_config or controller_config:
+        old = state.get("security") or {}
+        new = {k: bool(old.get(k) or (wanted or {}).get(k)) for k in ("tls", "auth")}
+        added = new != {k: bool(old.get(k)) for k in ("tls", "auth")}
+        if added:  # --tls/--auth on an existing cluster: its nodes get them from their next start
+            state["security"] = new
+            _prepare_security(data_dir, state)
+            _save(data_dir, state)
+            echo("security added: nodes already running keep their old settings until restarted")
+        if broker_config or controller_config or added:
             _write_configs(data_dir, state, broker_config, controller_config)
     started = start_missing(data_dir, state, die_with_parent=die_with_parent)
     if started:
@@ -440,7 +460,31 @@ def cluster_up(data_dir: Path, nodes: int, host: str, port: int, *,
     urls = metrics_urls(state)
     if urls:
         echo(f"metrics: {' '.join(urls)}")
+    _secure_ready(data_dir, state, ready_timeout_s, echo)
     return state
+
+
+def _prepare_security(data_dir: Path, state: dict[str, Any]) -> None:
+    try:
+        local_security.prepare(data_dir, state["nodes"], state.get("security") or {})
+    except ValueError as exc:
+        raise ClusterError(str(exc)) from None
+
+
+def _secure_ready(data_dir: Path, state: dict[str, Any], timeout_s: float, echo: Any) -> None:
+    """With --auth, the admin's credentials written; then how to connect (security/local_cluster.py)."""
+    settings = state.get("security")
+    if settings and settings.get("auth"):
+        async def admin() -> None:
+            with trio.fail_after(timeout_s):
+                await local_security.ensure_admin(",".join(n.client for n in state["nodes"]), data_dir)
+
+        try:
+            trio.run(admin)
+        except (trio.TooSlowError, OSError, ValueError, RafkaError) as exc:
+            raise ClusterError(f"cannot create the admin user: {exc}") from None
+    for line in local_security.how_to_connect(data_dir, state["nodes"], settings):
+        echo(line)
 
 
 def metrics_urls(state: dict[str, Any]) -> list[str]:
@@ -469,4 +513,7 @@ def cluster_down(data_dir: Path, timeout_s: float = 30.0) -> list[int]:
 
 
 def bootstrap(state: dict[str, Any]) -> str:
+    """The clients' bootstrap: the secured listeners when the cluster has them."""
+    if state.get("security"):
+        return local_security.secure_bootstrap(state["nodes"])
     return ",".join(n.client for n in state["nodes"])

@@ -1,6 +1,8 @@
 """The ``rafka`` command: client commands here, ``server`` / ``cluster`` from ``broker.cli``.
 
-Every client command takes ``--bootstrap`` (env ``RAFKA_BOOTSTRAP``, default 127.0.0.1:9092);
+Every client command takes ``--bootstrap`` (env ``RAFKA_BOOTSTRAP``, default 127.0.0.1:9092)
+and the security options (``client/connect_options.py``: ``--security-protocol``, ``--user`` /
+``--password``, ``--tls-ca``, ``--command-config FILE``, their env vars);
 ``list`` / ``describe`` take ``--json``. Errors print one line to stderr —
 ``error: <ERROR_CODE>: <message>`` — and exit with status 1 (no tracebacks); Ctrl-C exits 130.
 """
@@ -15,6 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
+from client.connect_options import connection_options
 from client.errors import RafkaError
 from client.topic_cli import add_topic_commands, effective_configs, format_configs, version_option
 
@@ -78,9 +81,9 @@ def handle_errors(fn: F) -> F:
 _handle_errors = handle_errors
 
 
-bootstrap_option = click.option(
-    "--bootstrap", envvar="RAFKA_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
-    help="HOST:PORT[,HOST:PORT] of any brokers (env RAFKA_BOOTSTRAP).")
+# --bootstrap and the security options (--security-protocol, --user/--password, --tls-ca,
+# --command-config FILE, env vars), applied to every client command: client/connect_options.py
+bootstrap_option = connection_options
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 

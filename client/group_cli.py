@@ -25,6 +25,7 @@ import trio
 
 from client.aio._core import ClientCore
 from client.aio.offsets import EARLIEST, LATEST, list_offsets
+from client.connect_options import connection_options
 from client.errors import ErrorCode, RafkaError, error_for
 from client.groups import (
     alter_group_offsets,
@@ -34,20 +35,20 @@ from client.groups import (
     list_groups,
 )
 from client.types import TopicPartition
+from security.client import ClientSecurity
 
 __all__ = ["group"]
 
 T = TypeVar("T")
-_bootstrap = click.option(
-    "--bootstrap", envvar="RAFKA_BOOTSTRAP", default="127.0.0.1:9092", show_default=True,
-    help="HOST:PORT[,HOST:PORT] of any brokers (env RAFKA_BOOTSTRAP).")
+_bootstrap = connection_options  # --bootstrap + the security options (client/connect_options.py)
 _json = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def _run(bootstrap: str, fn: Callable[[ClientCore], Awaitable[T]]) -> T:
     async def main() -> T:
         async with trio.open_nursery() as nursery:
-            core = ClientCore(bootstrap, client_id="rafka-cli")
+            core = ClientCore(bootstrap, client_id="rafka-cli",
+                              security=ClientSecurity.from_kwargs({}))  # the CLI's options
             core.open(nursery)
             try:
                 return await fn(core)

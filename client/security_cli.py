@@ -1,15 +1,16 @@
 """``rafka user …`` and ``rafka acl …`` (click commands; docs/security.md).
 
 ``client/cli.py`` adds the exported ``user`` and ``acl`` groups to ``rafka``. Each command opens
-an ``AsyncAdmin`` and calls ``client.aio.security_admin``. The connection itself may be secured:
-``--security-protocol`` (env ``RAFKA_SECURITY_PROTOCOL``), ``--user`` / ``--password``
-(``RAFKA_USER`` / ``RAFKA_PASSWORD``), ``--sasl-mechanism``, ``--tls-ca`` (``RAFKA_TLS_CA``),
-``--tls-cert`` / ``--tls-key`` — the same as kafka-python's client options.
+an ``AsyncAdmin`` and calls ``client.aio.security_admin``. The connection itself may be secured
+with the options every client command takes (``client/connect_options.py``:
+``--security-protocol``, ``--user`` / ``--password``, ``--tls-ca``, ``--command-config FILE``,
+env vars).
 
 * ``rafka user create NAME`` asks for the new password (or ``--password-stdin``); the SCRAM
   credential is derived here, the password never leaves this process. ``user list``,
   ``user delete NAME``.
-* ``rafka acl add --principal User:alice --topic events --operation write`` (``--group``,
+* ``rafka acl add --allow User:alice --topic events --operation write`` (or ``--principal``;
+  ``--deny User:bob``; ``--group``,
   ``--transactional-id``, ``--cluster``; ``--prefixed``; ``--deny``; ``--host``; several
   ``--operation``), ``acl list`` (any filter), ``acl remove`` (a filter; at least one field).
 """
@@ -27,48 +28,16 @@ import trio
 from client.group_cli import _bootstrap, _errors, _json
 from security.acl import CLUSTER_NAME, OPERATIONS
 
-__all__ = ["user", "acl", "security_options"]
+__all__ = ["user", "acl"]
 
 T = TypeVar("T")
 
 
-def security_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The client's security options as click options (collected into ``security``)."""
-    opts = [
-        click.option("--security-protocol", envvar="RAFKA_SECURITY_PROTOCOL", default="PLAINTEXT",
-                     show_default=True, type=click.Choice(["PLAINTEXT", "SSL", "SASL_PLAINTEXT",
-                                                           "SASL_SSL"], case_sensitive=False)),
-        click.option("--user", "sasl_user", envvar="RAFKA_USER", help="SASL user (env RAFKA_USER)."),
-        click.option("--password", "sasl_password", envvar="RAFKA_PASSWORD",
-                     help="SASL password (env RAFKA_PASSWORD)."),
-        click.option("--sasl-mechanism", default="SCRAM-SHA-256", show_default=True,
-                     type=click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512"])),
-        click.option("--tls-ca", envvar="RAFKA_TLS_CA", help="CA file to verify brokers (env RAFKA_TLS_CA)."),
-        click.option("--tls-cert", help="Client certificate (mutual TLS)."),
-        click.option("--tls-key", help="Client key (mutual TLS)."),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
-
-
-def _client_options(kw: dict[str, Any]) -> dict[str, Any]:
-    proto = kw.pop("security_protocol").upper()
-    out: dict[str, Any] = {"security_protocol": proto}
-    user, password, mech = kw.pop("sasl_user"), kw.pop("sasl_password"), kw.pop("sasl_mechanism")
-    ca, cert, key = kw.pop("tls_ca"), kw.pop("tls_cert"), kw.pop("tls_key")
-    if proto.startswith("SASL"):
-        out.update(sasl_mechanism=mech, sasl_plain_username=user, sasl_plain_password=password)
-    if proto.endswith("SSL"):
-        out.update(ssl_cafile=ca, ssl_certfile=cert, ssl_keyfile=key)
-    return out
-
-
-def _run(bootstrap: str, security: dict[str, Any], fn: Callable[[Any], Awaitable[T]]) -> T:
+def _run(bootstrap: str, fn: Callable[[Any], Awaitable[T]]) -> T:
     from client.aio import AsyncAdmin
 
-    try:
-        admin = AsyncAdmin(bootstrap, client_id="rafka-cli", **security)
+    try:  # the security options are ambient (client/connect_options.py)
+        admin = AsyncAdmin(bootstrap, client_id="rafka-cli")
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -91,12 +60,9 @@ def user() -> None:
 @click.option("--iterations", default=4096, show_default=True, type=click.IntRange(4096, 16384))
 @click.option("--password-stdin", is_flag=True, help="Read the new password from stdin.")
 @_bootstrap
-@security_options
 @_errors
-def user_create(name: str, mechanism: str, iterations: int, password_stdin: bool, bootstrap: str,
-                **kw: Any) -> None:
+def user_create(name: str, mechanism: str, iterations: int, password_stdin: bool, bootstrap: str) -> None:
     """Create (or change the password of) a user."""
-    security = _client_options(kw)
     if password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
@@ -109,18 +75,17 @@ def user_create(name: str, mechanism: str, iterations: int, password_stdin: bool
         for m in mechs:
             await admin.upsert_scram_credential(name, password, mechanism=m, iterations=iterations)
 
-    _run(bootstrap, security, go)
+    _run(bootstrap, go)
     click.echo(f"user {name}: {', '.join(mechs)}")
 
 
 @user.command("list")
 @_bootstrap
 @_json
-@security_options
 @_errors
-def user_list(bootstrap: str, as_json: bool, **kw: Any) -> None:
+def user_list(bootstrap: str, as_json: bool) -> None:
     """Users and their mechanisms (never salts or keys)."""
-    found = _run(bootstrap, _client_options(kw), lambda a: a.describe_scram_credentials())
+    found = _run(bootstrap, lambda a: a.describe_scram_credentials())
     if as_json:
         click.echo(json.dumps(found))
         return
@@ -133,9 +98,8 @@ def user_list(bootstrap: str, as_json: bool, **kw: Any) -> None:
 @click.option("--mechanism", default="both", show_default=True,
               type=click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512", "both"]))
 @_bootstrap
-@security_options
 @_errors
-def user_delete(name: str, mechanism: str, bootstrap: str, **kw: Any) -> None:
+def user_delete(name: str, mechanism: str, bootstrap: str) -> None:
     """Delete a user's credentials."""
 
     async def go(admin: Any) -> list[str]:
@@ -145,7 +109,7 @@ def user_delete(name: str, mechanism: str, bootstrap: str, **kw: Any) -> None:
             await admin.delete_scram_credential(name, mechanism=m)
         return mechs
 
-    mechs = _run(bootstrap, _client_options(kw), go)
+    mechs = _run(bootstrap, go)
     click.echo(f"deleted {name}: {', '.join(mechs)}")
 
 
@@ -193,27 +157,37 @@ def _print_acls(acls: list[dict[str, str]], as_json: bool) -> None:
 @_resource_options
 @click.option("--operation", "operations", multiple=True, required=True,
               type=click.Choice(list(OPERATIONS)), help="Repeatable.")
-@click.option("--deny", is_flag=True, help="A deny entry (deny wins over allow).")
+@click.option("--allow", "allow", metavar="PRINCIPAL",
+              help="Allow PRINCIPAL (as --principal; Kafka's --allow-principal).")
+@click.option("--deny", "deny", is_flag=False, flag_value="", default=None, metavar="[PRINCIPAL]",
+              help="A deny entry (deny wins over allow); may name the principal.")
 @_bootstrap
-@security_options
 @_errors
 def acl_add(principal: str | None, topic: str | None, group: str | None, txn: str | None,
             cluster: bool, prefixed: bool, host: str | None, operations: tuple[str, ...],
-            deny: bool, bootstrap: str, **kw: Any) -> None:
-    """Add entries: PRINCIPAL may (or, with --deny, may not) do OPERATION on a resource."""
-    if not principal:
-        raise click.UsageError("--principal is required (User:<name> or User:*)")
+            allow: str | None, deny: str | None, bootstrap: str) -> None:
+    """Add entries: PRINCIPAL may (or, with --deny, may not) do OPERATION on a resource.
+
+    --allow User:alice is --principal User:alice; --deny User:bob is
+    --principal User:bob --deny."""
+    named = [p for p in (principal, allow, deny) if p]
+    if allow is not None and deny is not None:
+        raise click.UsageError("give --allow or --deny, not both")
+    if len(named) != 1:
+        raise click.UsageError("name one principal: --allow User:<name>, --deny User:<name> or "
+                               "--principal User:<name> (User:* for anyone)")
+    principal = named[0]
     rtype, name = _resource(topic, group, txn, cluster, required=True)
     acls = [{"principal": principal, "resource_type": rtype, "resource_name": name,
              "pattern_type": "prefixed" if prefixed else "literal", "operation": op,
-             "permission": "deny" if deny else "allow", "host": host or "*"} for op in operations]
+             "permission": "deny" if deny is not None else "allow", "host": host or "*"} for op in operations]
 
     async def go(admin: Any) -> None:
         from client.aio.security_admin import create_acls
 
         await create_acls(admin, acls)
 
-    _run(bootstrap, _client_options(kw), go)
+    _run(bootstrap, go)
     _print_acls(acls, False)  # type: ignore[arg-type]
 
 
@@ -231,11 +205,9 @@ def _filter(principal: str | None, topic: str | None, group: str | None, txn: st
 @_resource_options
 @_bootstrap
 @_json
-@security_options
 @_errors
 def acl_list(principal: str | None, topic: str | None, group: str | None, txn: str | None,
-             cluster: bool, prefixed: bool, host: str | None, bootstrap: str, as_json: bool,
-             **kw: Any) -> None:
+             cluster: bool, prefixed: bool, host: str | None, bootstrap: str, as_json: bool) -> None:
     """Entries matching the filters (none: all)."""
     flt = _filter(principal, topic, group, txn, cluster, prefixed, host, required=False)
 
@@ -244,18 +216,17 @@ def acl_list(principal: str | None, topic: str | None, group: str | None, txn: s
 
         return await describe_acls(admin, **flt)
 
-    _print_acls(_run(bootstrap, _client_options(kw), go), as_json)
+    _print_acls(_run(bootstrap, go), as_json)
 
 
 @acl.command("remove")
 @_resource_options
 @click.option("--operation", type=click.Choice(list(OPERATIONS)))
 @_bootstrap
-@security_options
 @_errors
 def acl_remove(principal: str | None, topic: str | None, group: str | None, txn: str | None,
                cluster: bool, prefixed: bool, host: str | None, operation: str | None,
-               bootstrap: str, **kw: Any) -> None:
+               bootstrap: str) -> None:
     """Remove every entry matching the filters (at least one)."""
     flt = {**_filter(principal, topic, group, txn, cluster, prefixed, host, required=True),
            "operation": operation}
@@ -265,6 +236,6 @@ def acl_remove(principal: str | None, topic: str | None, group: str | None, txn:
 
         return await delete_acls(admin, **flt)
 
-    gone = _run(bootstrap, _client_options(kw), go)
+    gone = _run(bootstrap, go)
     _print_acls(gone, False)
     click.echo(f"removed {len(gone)} entr{'y' if len(gone) == 1 else 'ies'}")

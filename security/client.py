@@ -15,11 +15,21 @@ the same:
    (``security.sasl.sasl_authenticate``) before the connection is handed out.
 
 ``PLAINTEXT`` (the default) does neither: nothing changes for existing users.
+
+A client built *without* any security option takes the **ambient** settings:
+``with ambient_security({...}):`` (a context variable) is how the ``rafka`` CLI's shared
+``--security-protocol`` / ``--user`` / ``--command-config`` options (``client/connect_options.py``)
+reach every client a command builds, without threading them through each call. The sync
+facades build their async client in the caller's thread, so they see it too. Explicit options
+always win; outside such a block the ambient is empty (plaintext).
 """
 
 from __future__ import annotations
 
 import ssl
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,12 +44,27 @@ from security.tls import client_context
 if TYPE_CHECKING:
     from client.connection import Connection
 
-__all__ = ["ClientSecurity", "SECURITY_OPTIONS"]
+__all__ = ["ClientSecurity", "SECURITY_OPTIONS", "ambient_security"]
 
 # the keyword arguments every client (producer, consumer, admin, ClientCore) accepts
 SECURITY_OPTIONS = ("security_protocol", "sasl_mechanism", "sasl_plain_username",
                     "sasl_plain_password", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
                     "ssl_check_hostname")
+
+_AMBIENT: ContextVar[Mapping[str, Any] | None] = ContextVar("rafka_ambient_security", default=None)
+
+
+@contextmanager
+def ambient_security(options: Mapping[str, Any]) -> Iterator[None]:
+    """Within the block, a client built without security options uses ``options``."""
+    unknown = set(options) - set(SECURITY_OPTIONS)
+    if unknown:
+        raise TypeError(f"unexpected security option(s): {', '.join(sorted(unknown))}")
+    token = _AMBIENT.set(dict(options))
+    try:
+        yield
+    finally:
+        _AMBIENT.reset(token)
 
 
 @dataclass(frozen=True)
@@ -90,7 +115,9 @@ class ClientSecurity:
     @classmethod
     def from_kwargs(cls, options: dict[str, Any]) -> ClientSecurity | None:
         """From a client's keyword arguments (None: plaintext, nothing to do); unknown keys are
-        a ``TypeError`` like any unexpected keyword argument."""
+        a ``TypeError`` like any unexpected keyword argument. No option at all: the ambient
+        settings (``ambient_security``)."""
+        options = options or _AMBIENT.get() or {}
         unknown = set(options) - set(SECURITY_OPTIONS)
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")

@@ -304,7 +304,12 @@ class ClientCore:
                 n = self.metadata.num_partitions(topic)
                 if n:
                     return n
-                if self.metadata.topic_errors.get(topic) != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                code = self.metadata.topic_errors.get(topic)
+                if code and code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    refused = error_for(code, f"topic {topic!r}: {ErrorCode(code).name.lower()}")
+                    if not refused.retriable:  # e.g. TOPIC_AUTHORIZATION_FAILED: cannot heal
+                        raise refused
+                if code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     unknown_since = None
                 elif unknown_since is None:
                     unknown_since = time.monotonic()

@@ -1,0 +1,211 @@
+"""How every client command of the ``rafka`` CLI reaches the cluster: ``--bootstrap`` and the
+security options, declared once.
+
+Theory of operation
+-------------------
+``connection_options`` is a click decorator: it adds ``--bootstrap`` (env ``RAFKA_BOOTSTRAP``)
+and the security options below to a command, and runs the command inside
+``security.client.ambient_security(...)``, so every client the command builds (``Admin``,
+``Producer``, ``Consumer``, ``ClientCore``…) connects with them — the command bodies do not
+change. ``client/cli.py`` (topic, produce, consume, quorum) and ``client/group_cli.py`` (group,
+transactions, user, acl) use it as their bootstrap option.
+
+Where a setting comes from, strongest first: the command line, the environment, the
+``--command-config FILE`` (a Java-style ``.properties`` file as Kafka's tools take, e.g. the
+``admin.properties`` that ``rafka cluster up --auth`` writes), then the defaults.
+
+============================  ==============================================  =====================
+option                        env                                             properties key
+============================  ==============================================  =====================
+``--bootstrap``               ``RAFKA_BOOTSTRAP``                             ``bootstrap.servers``
+``--security-protocol``       ``RAFKA_SECURITY_PROTOCOL``                     ``security.protocol``
+``--user``                    ``RAFKA_SASL_USERNAME`` (or ``RAFKA_USER``)     ``sasl.username``
+``--password``                ``RAFKA_SASL_PASSWORD`` (or ``RAFKA_PASSWORD``) ``sasl.password``
+``--sasl-mechanism``          ``RAFKA_SASL_MECHANISM``                        ``sasl.mechanism``
+``--tls-ca``                  ``RAFKA_SSL_CAFILE`` (or ``RAFKA_TLS_CA``)      ``ssl.cafile``
+``--tls-cert`` / ``--tls-key``  ``RAFKA_SSL_CERTFILE`` / ``RAFKA_SSL_KEYFILE``  ``ssl.certfile`` / ``ssl.keyfile``
+``--command-config``          ``RAFKA_COMMAND_CONFIG``
+============================  ==============================================  =====================
+
+The properties file also takes Kafka's ``sasl.jaas.config`` (``username="…" password="…"``)
+and librdkafka's ``ssl.ca.location`` / ``ssl.certificate.location`` / ``ssl.key.location``;
+relative paths are relative to the file. Without a protocol anywhere it is inferred: a user
+and a CA → ``SASL_SSL``, a user alone → ``SASL_PLAINTEXT``, a CA alone → ``SSL``, else
+``PLAINTEXT``. An unreadable file or an unknown key is a usage error naming it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from security.client import ambient_security
+
+__all__ = ["connection_options", "read_properties", "settings_from_properties",
+           "client_settings", "DEFAULT_BOOTSTRAP"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+PROTOCOLS = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+MECHANISMS = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+# properties key -> our setting name (kafka-python's keyword, or "bootstrap")
+_PROPERTY_KEYS = {
+    "bootstrap.servers": "bootstrap",
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.cafile": "ssl_cafile", "ssl.ca.location": "ssl_cafile",
+    "ssl.certfile": "ssl_certfile", "ssl.certificate.location": "ssl_certfile",
+    "ssl.keyfile": "ssl_keyfile", "ssl.key.location": "ssl_keyfile",
+    "ssl.check.hostname": "ssl_check_hostname",
+    "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
+    "sasl.jaas.config": "jaas",
+}
+_PATH_SETTINGS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+_JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """A Java ``.properties`` text: ``key=value`` or ``key: value`` lines, ``#`` / ``!``
+    comments, a trailing backslash continues a line. Values are taken literally otherwise."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip() if pending else raw.strip()
+        pending = ""
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        if not line or line[0] in "#!":
+            continue
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if m is None:  # a key alone: an empty value, as Java's Properties
+            out[line] = ""
+            continue
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def settings_from_properties(props: dict[str, str], base: Path, source: str) -> dict[str, Any]:
+    """Our settings from a properties map; ``click.UsageError`` naming an unknown key."""
+    out: dict[str, Any] = {}
+    for key, value in props.items():
+        name = _PROPERTY_KEYS.get(key)
+        if name is None:
+            raise click.UsageError(f"{source}: unknown setting {key!r} "
+                                   f"(known: {', '.join(sorted(_PROPERTY_KEYS))})")
+        if name == "jaas":
+            fields = dict(_JAAS_FIELD.findall(value))
+            if "username" in fields:
+                out.setdefault("sasl_plain_username", fields["username"].replace('\\"', '"'))
+            if "password" in fields:
+                out.setdefault("sasl_plain_password", fields["password"].replace('\\"', '"'))
+        elif name == "ssl_check_hostname":
+            v = value.strip().lower()
+            out[name] = v in ("true", "https", "1", "yes") if key == "ssl.check.hostname" else v == "https"
+        elif name in _PATH_SETTINGS and value:
+            p = Path(value).expanduser()
+            out[name] = str(p if p.is_absolute() else base / p)
+        else:
+            out[name] = value
+    return out
+
+
+def _load_file(path: str) -> dict[str, Any]:
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {p}: {exc.strerror or exc}",
+                                 param_hint="--command-config") from None
+    return settings_from_properties(read_properties(text), p.resolve().parent, str(p))
+
+
+def client_settings(given: dict[str, Any], file_settings: dict[str, Any]) -> dict[str, Any]:
+    """kafka-python keyword arguments from the given options (None: not given) over the file's
+    settings; the protocol inferred when nobody said it (see the module docstring)."""
+    merged = {**file_settings, **{k: v for k, v in given.items() if v is not None}}
+    merged.pop("bootstrap", None)
+    proto = merged.get("security_protocol")
+    if not proto:
+        sasl = bool(merged.get("sasl_plain_username"))
+        tls = bool(merged.get("ssl_cafile") or merged.get("ssl_certfile"))
+        proto = ("SASL_" if sasl else "") + ("SSL" if tls else "PLAINTEXT")
+    proto = str(proto).upper()
+    if proto not in PROTOCOLS:
+        raise click.BadParameter(f"must be one of {', '.join(PROTOCOLS)}, got {proto!r}",
+                                 param_hint="--security-protocol / security.protocol")
+    out: dict[str, Any] = {"security_protocol": proto}
+    if proto.startswith("SASL"):
+        out["sasl_mechanism"] = str(merged.get("sasl_mechanism") or "SCRAM-SHA-256").upper()
+        out["sasl_plain_username"] = merged.get("sasl_plain_username")
+        out["sasl_plain_password"] = merged.get("sasl_plain_password")
+        if not out["sasl_plain_username"] or out["sasl_plain_password"] is None:
+            raise click.UsageError(f"security protocol {proto} needs --user and --password "
+                                   "(or RAFKA_SASL_USERNAME / RAFKA_SASL_PASSWORD, or "
+                                   "sasl.username / sasl.password in --command-config)")
+    if proto.endswith("SSL"):
+        for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"):
+            if merged.get(k) is not None:
+                out[k] = merged[k]
+    return out
+
+
+_GIVEN = ("security_protocol", "sasl_plain_username", "sasl_plain_password", "sasl_mechanism",
+          "ssl_cafile", "ssl_certfile", "ssl_keyfile")
+
+
+def connection_options(fn: F) -> F:
+    """``--bootstrap`` + the security options (module docstring); the command gets ``bootstrap``
+    and runs with the security settings ambient for every client it builds."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        command_config = kwargs.pop("command_config")
+        given = {k: kwargs.pop(k) for k in _GIVEN}
+        file_settings = _load_file(command_config) if command_config else {}
+        ctx = click.get_current_context(silent=True)
+        from_default = ctx is not None and ctx.get_parameter_source("bootstrap") in (
+            click.core.ParameterSource.DEFAULT, None)
+        if from_default and file_settings.get("bootstrap"):
+            kwargs["bootstrap"] = file_settings["bootstrap"]
+        with ambient_security(client_settings(given, file_settings)):
+            return fn(*args, **kwargs)
+
+    opts = [
+        click.option("--bootstrap", envvar="RAFKA_BOOTSTRAP", default=DEFAULT_BOOTSTRAP,
+                     show_default=True,
+                     help="HOST:PORT[,HOST:PORT] of any brokers (env RAFKA_BOOTSTRAP; or "
+                          "bootstrap.servers in --command-config)."),
+        click.option("--command-config", envvar="RAFKA_COMMAND_CONFIG", metavar="FILE",
+                     help="Client settings as Kafka's .properties (security.protocol, "
+                          "sasl.username, sasl.password, ssl.cafile, ...; env RAFKA_COMMAND_CONFIG)."),
+        click.option("--security-protocol", "security_protocol", envvar="RAFKA_SECURITY_PROTOCOL",
+                     type=click.Choice(PROTOCOLS, case_sensitive=False),
+                     help="Default: inferred (--user and --tls-ca: SASL_SSL; env RAFKA_SECURITY_PROTOCOL)."),
+        click.option("--user", "sasl_plain_username", envvar=["RAFKA_SASL_USERNAME", "RAFKA_USER"],
+                     help="SASL/SCRAM user (env RAFKA_SASL_USERNAME)."),
+        click.option("--password", "sasl_plain_password",
+                     envvar=["RAFKA_SASL_PASSWORD", "RAFKA_PASSWORD"],
+                     help="SASL/SCRAM password (env RAFKA_SASL_PASSWORD)."),
+        click.option("--sasl-mechanism", "sasl_mechanism", envvar="RAFKA_SASL_MECHANISM",
+                     type=click.Choice(MECHANISMS, case_sensitive=False),
+                     help="Default SCRAM-SHA-256 (env RAFKA_SASL_MECHANISM)."),
+        click.option("--tls-ca", "ssl_cafile", envvar=["RAFKA_SSL_CAFILE", "RAFKA_TLS_CA"],
+                     help="CA file that signed the brokers' certificates (env RAFKA_SSL_CAFILE)."),
+        click.option("--tls-cert", "ssl_certfile", envvar="RAFKA_SSL_CERTFILE",
+                     help="Client certificate, for mutual TLS (env RAFKA_SSL_CERTFILE)."),
+        click.option("--tls-key", "ssl_keyfile", envvar="RAFKA_SSL_KEYFILE",
+                     help="Client key, for mutual TLS (env RAFKA_SSL_KEYFILE)."),
+    ]
+    decorated: Any = wrapper
+    for opt in reversed(opts):
+        decorated = opt(decorated)
+    return decorated  # type: ignore[no-any-return]
