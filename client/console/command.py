@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import click
 
+from client.connect_options import connection_options
+
 __all__ = ["console"]
 
 
 @click.command("console")
-@click.option("--bootstrap", envvar="RAFKA_BOOTSTRAP", default="127.0.0.1:9092", show_default=True,
-              help="HOST:PORT[,HOST:PORT] of any brokers (env RAFKA_BOOTSTRAP).")
+@connection_options
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
               help="HTTP port of the console (0: any free port, printed).")
 @click.option("--host", default="127.0.0.1", show_default=True,

@@ -17,7 +17,9 @@ answer is shared by concurrent and repeated requests, so open tabs do not multip
 and within ``ADMIN_TIMEOUT_S``; a cluster that does not answer gives a 503 with a JSON
 ``{"error": ...}`` the page shows, and the console stays up.
 
-The metrics endpoints are ``--metrics`` URLs, or every broker's client port +
+Both clients connect with the security options of the command line (``client.connect_options``:
+``--user``/``--password``, ``--tls-ca``, ``--command-config``…), ambient for the run. The
+metrics endpoints are ``--metrics`` URLs, or every broker's client port +
 ``METRICS_PORT_OFFSET`` (what ``rafka cluster up`` assigns), re-read from the cluster
 metadata every ``REDISCOVER_S`` so a broker that joins appears.
 """
@@ -42,6 +44,7 @@ from client.console.snapshot import Throughput, cluster_json, group_json, nodes_
 from client.errors import RafkaError
 from client.groups import describe_group, list_groups
 from client.top import scrape_all
+from security.client import ClientSecurity
 
 __all__ = ["Console", "run_console", "CACHE_S", "ADMIN_TIMEOUT_S", "MAX_GROUPS"]
 
@@ -181,7 +184,8 @@ async def run_console(bootstrap: str, *, host: str = "127.0.0.1", port: int = 80
                       task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the console on ``host:port`` until cancelled; ``started(bound port)``."""
     async with trio.open_nursery() as nursery, AsyncAdmin(bootstrap, client_id="rafka-console") as admin:
-        core = ClientCore(bootstrap, client_id="rafka-console")
+        core = ClientCore(bootstrap, client_id="rafka-console",
+                          security=ClientSecurity.from_kwargs({}))  # the CLI's security options
         core.open(nursery)
         try:
             console = Console(admin, core, metrics=metrics, interval_s=interval_s)
