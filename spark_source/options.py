@@ -18,6 +18,12 @@ default — Spark's Kafka source reads what its consumer reads, and a rafka topi
 transactional producers should show only committed records. On a topic without transactions
 both levels read exactly the same records.
 
+Security: ``rafka.security.protocol``, ``rafka.sasl.mechanism``, ``rafka.sasl.username``,
+``rafka.sasl.password``, ``rafka.ssl.cafile``, ``rafka.ssl.certfile``, ``rafka.ssl.keyfile``
+(or Spark's ``kafka.``-prefixed names: ``kafka.security.protocol``, …) are the client's
+kafka-python options (``security/client.py``), checked here and kept as plain pairs
+(``security``) — the source's connections and the sink's producer are built from them.
+
 Everything here is picklable plain data: executors rebuild readers from it.
 """
 
@@ -68,6 +74,14 @@ _SOURCE_OPTIONS = {
     "isolation.level",
     "kafka.isolation.level",
 }
+# rafka.<name> / kafka.<name> → the client's kafka-python keyword (security/client.py)
+_SECURITY = {"security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
+             "sasl.username": "sasl_plain_username", "sasl.password": "sasl_plain_password",
+             "ssl.cafile": "ssl_cafile", "ssl.certfile": "ssl_certfile",
+             "ssl.keyfile": "ssl_keyfile"}
+_SECURITY_OPTIONS = {f"{p}.{k}" for p in ("rafka", "kafka") for k in _SECURITY}
+_SOURCE_OPTIONS |= _SECURITY_OPTIONS
+
 _STREAM_ONLY = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"}
 _BATCH_ONLY = {"endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"}
 
@@ -81,7 +95,7 @@ _SINK_OPTIONS = {
     "includeheaders",
     "checkpointlocation",
     "path",
-}
+} | _SECURITY_OPTIONS
 
 # Spark's spelling of each option, for messages (the map we get is lower-cased).
 _SPELLING = {
@@ -95,6 +109,7 @@ _SPELLING = {
     ).split()
 }
 _SPELLING.update({n: n for n in ("kafka.bootstrap.servers", "isolation.level", "kafka.isolation.level")})
+_SPELLING.update({n: n for n in _SECURITY_OPTIONS})
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?\s*$")
 _DURATION_MS = {"ms": 1, "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
@@ -143,6 +158,7 @@ class SourceOptions:
     fetch_max_bytes: int = 8 * 1024 * 1024
     request_timeout_ms: int = 30_000
     isolation_level: int = 1  # FETCH/LIST_OFFSETS isolation_level: 1 read_committed, 0 read_uncommitted
+    security: tuple[tuple[str, str], ...] = ()  # kafka-python security options (module docstring)
 
     def matches(self, topic: str) -> bool:
         """Does a topic name belong to this subscription (internal topics never do)?"""
@@ -162,6 +178,7 @@ class SinkOptions:
     acks: str = "all"
     linger_ms: int = 5
     compression_type: str = "none"
+    security: tuple[tuple[str, str], ...] = ()  # kafka-python security options (module docstring)
 
 
 def parse_bool(name: str, raw: str) -> bool:
@@ -374,7 +391,30 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None = Non
     if "request.timeout.ms" in opts:
         kw["request_timeout_ms"] = _positive_int("request.timeout.ms", opts["request.timeout.ms"])
     kw["isolation_level"] = _isolation_level(opts)
+    kw["security"] = _security(opts)
     return SourceOptions(bootstrap_servers=servers, **kw)
+
+
+def _security(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``rafka.security.protocol`` & co. → sorted (keyword, value) pairs, checked as the
+    clients check them (a bad protocol, a SASL protocol without user and password, an
+    unreadable CA file → ``OptionError`` naming it)."""
+    from security.client import ClientSecurity
+
+    out: dict[str, str] = {}
+    for key in sorted(opts):
+        prefix, _, name = key.partition(".")
+        if prefix in ("rafka", "kafka") and name in _SECURITY:
+            kw = _SECURITY[name]
+            if kw in out and out[kw] != str(opts[key]):
+                raise OptionError(f"options rafka.{name} and kafka.{name} contradict each other")
+            out[kw] = str(opts[key])
+    if out:
+        try:
+            ClientSecurity.from_options(**out)
+        except ValueError as exc:
+            raise OptionError(f"security options: {exc}") from None
+    return tuple(sorted(out.items()))
 
 
 def _isolation_level(opts: Mapping[str, str]) -> int:
@@ -396,7 +436,7 @@ def _isolation_level(opts: Mapping[str, str]) -> int:
 def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
     opts = {str(k).lower(): v for k, v in raw.items()}
     _check_known(opts, _SINK_OPTIONS, "sink")
-    kw: dict = {"bootstrap_servers": _bootstrap(opts)}
+    kw: dict = {"bootstrap_servers": _bootstrap(opts), "security": _security(opts)}
     if "topic" in opts:
         topic = str(opts["topic"]).strip()
         if not topic:

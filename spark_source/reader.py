@@ -140,7 +140,8 @@ class _Base:
         if c is None:
             c = self._cluster = Cluster(self.opts.bootstrap_servers,
                                         timeout_ms=self.opts.request_timeout_ms,
-                                        isolation_level=self.opts.isolation_level)
+                                        isolation_level=self.opts.isolation_level,
+                                        security=self.opts.security)
         return c
 
     def __getstate__(self) -> dict[str, Any]:
@@ -157,7 +158,7 @@ class _Base:
         assert isinstance(partition, RangePartition), partition
         opts = self.opts
         with Cluster(opts.bootstrap_servers, timeout_ms=opts.request_timeout_ms,
-                     isolation_level=opts.isolation_level) as cluster:
+                     isolation_level=opts.isolation_level, security=opts.security) as cluster:
             yield from read_range(cluster, partition.range, include_headers=opts.include_headers,
                                   on_loss=loss_handler(opts.fail_on_data_loss),
                                   fetch_max_bytes=opts.fetch_max_bytes)

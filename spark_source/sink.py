@@ -101,7 +101,8 @@ def write_batches(batches: Iterator[pa.RecordBatch], opts: SinkOptions) -> Rafka
     pending: list[Any] = []
     with Producer(bootstrap_servers=opts.bootstrap_servers,
                   acks=opts.acks if opts.acks == "all" else int(opts.acks),
-                  linger_ms=opts.linger_ms, compression_type=opts.compression_type) as producer:
+                  linger_ms=opts.linger_ms, compression_type=opts.compression_type,
+                  **dict(opts.security)) as producer:
         for batch in batches:
             n = batch.num_rows
             names = batch.schema.names

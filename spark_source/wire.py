@@ -15,12 +15,18 @@ broker, and retries retriable errors (refreshing metadata) until ``timeout_ms`` 
 opened where it is used (executors open their own) and is never pickled. Its
 ``isolation_level`` (1 = read_committed) goes into every FETCH and LIST_OFFSETS: fetches stop
 at the last stable offset and "latest" *is* the last stable offset.
+
+With ``security`` (a ``security.client.ClientSecurity``, from the ``rafka.security.*``
+options) each connection does what the trio client's do: the TLS handshake
+(``ssl_context.wrap_socket``, the broker's certificate and host name checked), then the SCRAM
+login — ``security.sasl.sasl_authenticate`` itself, driven over this blocking socket.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -57,7 +63,7 @@ class BlockingConnection:
     """One TCP connection; several requests may be in flight (``send`` / ``receive``)."""
 
     def __init__(self, host: str, port: int, *, timeout_s: float = 30.0,
-                 client_id: str = "rafka-spark") -> None:
+                 client_id: str = "rafka-spark", security: Any = None) -> None:
         self.address = (host, port)
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout_s)
@@ -69,6 +75,38 @@ class BlockingConnection:
         self._proto = ClientProtocol(client_id)
         self._done: dict[int, Response] = {}
         self.closed = False
+        if security is not None:
+            self._secure(security, host)
+
+    def _secure(self, security: Any, host: str) -> None:
+        """TLS handshake and SASL login (see the module docstring); a failure closes."""
+        from security.sasl import sasl_authenticate
+
+        if security.ssl_context is not None:
+            try:
+                self._sock = security.ssl_context.wrap_socket(self._sock, server_hostname=host)
+            except (ssl.SSLError, ssl.CertificateError, OSError) as exc:
+                self.close()
+                raise error_for(ErrorCode.TLS_HANDSHAKE_FAILED,
+                                f"TLS handshake with {host} failed: {exc}") from None
+        if security.uses_sasl:
+            conn = self
+
+            class _Awaitable:  # sasl_authenticate awaits conn.request; ours never suspends
+                async def request(self, api_key: int, body: dict[str, Any]) -> Response:
+                    return conn.request(api_key, body)
+
+            login = sasl_authenticate(_Awaitable(), security.sasl_mechanism,  # type: ignore[arg-type]
+                                      security.username, security.password)
+            try:
+                login.send(None)
+            except StopIteration:
+                return  # logged in
+            except BaseException:
+                self.close()
+                raise
+            login.close()
+            raise RuntimeError("the SASL login suspended on a blocking connection")
 
     def send(self, api_key: int, body: dict[str, Any]) -> int:
         cid, frame = self._proto.send(api_key, body)
@@ -115,7 +153,12 @@ class BlockingConnection:
 class Cluster:
     """Metadata, leaders and connections; retries retriable errors for ``timeout_ms``."""
 
-    def __init__(self, servers: str, *, timeout_ms: int = 30_000, isolation_level: int = 0) -> None:
+    def __init__(self, servers: str, *, timeout_ms: int = 30_000, isolation_level: int = 0,
+                 security: Iterable[tuple[str, str]] = ()) -> None:
+        from security.client import ClientSecurity
+
+        pairs = dict(security)  # rafka.security.* options; none: plaintext (not the ambient)
+        self.security = ClientSecurity.from_kwargs(pairs) if pairs else None
         self.bootstrap = parse_servers(servers)
         self.timeout_s = timeout_ms / 1000
         self.isolation_level = isolation_level
@@ -129,8 +172,8 @@ class Cluster:
     def conn(self, address: tuple[str, int]) -> BlockingConnection:
         c = self._conns.get(address)
         if c is None or c.closed:
-            c = self._conns[address] = BlockingConnection(*address,
-                                                          timeout_s=self.timeout_s)
+            c = self._conns[address] = BlockingConnection(*address, timeout_s=self.timeout_s,
+                                                          security=self.security)
         return c
 
     def drop(self, address: tuple[str, int]) -> None:
@@ -176,6 +219,8 @@ class Cluster:
                     return self.conn(addr).request(ApiKey.METADATA, body)
                 except RafkaError as exc:
                     self.drop(addr)
+                    if exc.code not in RETRIABLE and exc.code != ErrorCode.NETWORK_EXCEPTION:
+                        raise  # e.g. SASL_AUTHENTICATION_FAILED, TLS_HANDSHAKE_FAILED: cannot heal
                     last = exc
             raise error_for(ErrorCode.BROKER_NOT_AVAILABLE,
                             f"no broker reachable (bootstrap {self.bootstrap}): {last}")
