@@ -47,6 +47,7 @@ from broker.replica_manager import ReplicaManager
 from broker.server import Server, ServerLimits
 from client.connection import ConnectionPool
 from security.authz import authorizing_dispatch
+from security.connections import ConnectionCounter
 from security.listener import ListenerSecurity, advertised, image_credentials, secured_dispatch
 
 __all__ = ["run_node", "main", "setup_logging"]
@@ -126,7 +127,10 @@ class _Node:
                               topic_defaults=cfg.topic_defaults(), pool=pool)
                 limits = ServerLimits(cfg.broker["max.connections"],
                                       cfg.broker["max.inflight.requests.per.connection"],
-                                      cfg.broker["socket.request.max.bytes"])
+                                      cfg.broker["socket.request.max.bytes"],
+                                      cfg.broker["max.connections.per.ip"])
+                # one ledger for both listeners: the limits bound the node (security/connections.py)
+                connections = ConnectionCounter(limits.max_connections, limits.max_connections_per_ip)
                 dispatch = api.dispatch
                 if cfg.metrics_listener is not None:  # Prometheus /metrics (broker/metrics.py)
                     from broker.metrics import NodeMetrics
@@ -134,10 +138,11 @@ class _Node:
                     metrics = NodeMetrics(cfg.node_id, publisher=self.publisher, replica_manager=self.rm,
                                           controller=self.controller, groups=api.groups, pool=pool)
                     dispatch = metrics.instrument(api.dispatch)
-                server = Server(dispatch, cfg.listener[0], cfg.listener[1], limits)
+                server = Server(dispatch, cfg.listener[0], cfg.listener[1], limits,
+                                connections=connections)
                 port = await nursery.start(server.serve)
                 if cfg.security is not None and self.rm is not None:  # docs/security.md
-                    await nursery.start(self._serve_secured, dispatch, limits)
+                    await nursery.start(self._serve_secured, dispatch, limits, connections)
                 if cfg.metrics_listener is not None:
                     metrics.server = server
                     mport = await nursery.start(metrics.serve, *cfg.metrics_listener)
@@ -179,7 +184,8 @@ class _Node:
             self.events.close()
             log.info("node %d stopped", cfg.node_id)
 
-    async def _serve_secured(self, dispatch: Any, limits: ServerLimits, *,
+    async def _serve_secured(self, dispatch: Any, limits: ServerLimits,
+                             connections: ConnectionCounter, *,
                              task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """The ``[security]`` listener: TLS and/or SASL in front of the same dispatch."""
         sec = self.config.security
@@ -190,7 +196,8 @@ class _Node:
         if sec.authorizer:  # ACLs on every API (security/authz.py)
             dispatch = authorizing_dispatch(dispatch, image_of, sec.super_users)
         server = Server(secured_dispatch(dispatch, image_of), sec.listener[0], sec.listener[1],
-                        limits, security=ListenerSecurity.build(sec, image_credentials(image_of)))
+                        limits, security=ListenerSecurity.build(sec, image_credentials(image_of)),
+                        connections=connections)
         async with trio.open_nursery() as nursery:
             port = await nursery.start(server.serve)
             log.info("node %d: %s listener on %s:%d", self.config.node_id, sec.protocol,

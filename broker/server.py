@@ -29,8 +29,10 @@ connection runs in its own nursery (``_Connection.run``):
   usual fetch) is instead gathered — its slices ``pread`` from the page cache — and written with
   its head in one send, so the receiver wakes once for the whole frame;
 
-Limits: more than ``max_connections`` open connections → the new one gets a
-``TOO_MANY_CONNECTIONS`` response (correlation id −1) and is closed; a frame longer than
+Limits: more than ``max_connections`` open connections, or more than ``max_connections_per_ip``
+from one address (``security.connections.ConnectionCounter``, shared by a node's listeners when
+the node passes one as ``connections``) → the new one gets a ``TOO_MANY_CONNECTIONS`` response
+(correlation id −1) and is closed; a frame longer than
 ``max_frame_bytes`` → ``FRAME_TOO_LARGE`` (−1) and close; a payload that is not a request, an
 unknown api or a body that fails its schema → an error response carrying the correlation id
 when ``peek_correlation_id`` can read it (the framing is intact, so the connection stays open).
@@ -75,6 +77,7 @@ from broker.protocol import (
     encode_response_head,
     peek_correlation_id,
 )
+from security.connections import ConnectionCounter
 from security.sasl import SASL_APIS, SaslGate
 from security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
 
@@ -144,6 +147,7 @@ class ServerLimits:
     max_connections: int = 1000
     max_in_flight: int = 64
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_connections_per_ip: int = 1_000_000
 
 
 @dataclass(slots=True)
@@ -218,6 +222,12 @@ class Server:
     limits: ServerLimits = field(default_factory=ServerLimits)
     stats: ServerStats = field(default_factory=ServerStats)
     security: ListenerSecurity | None = None
+    connections: ConnectionCounter | None = None  # None: this listener's own, from ``limits``
+
+    def __post_init__(self) -> None:
+        if self.connections is None:
+            self.connections = ConnectionCounter(self.limits.max_connections,
+                                                 self.limits.max_connections_per_ip)
 
     def statistics(self) -> ServerStats:
         return self.stats
@@ -233,11 +243,13 @@ class Server:
     async def _handle(self, stream: trio.abc.Stream) -> None:
         self.stats.connections_accepted += 1
         try:
-            if self.stats.connections_open >= self.limits.max_connections:
+            assert self.connections is not None
+            ip = peer_host(stream)
+            refused = self.connections.try_open(ip)
+            if refused is not None:
                 self.stats.connections_refused += 1
-                msg = f"connection limit of {self.limits.max_connections} reached"
                 with trio.move_on_after(1):
-                    await stream.send_all(encode_response_head(-1, error_body(ErrorCode.TOO_MANY_CONNECTIONS, msg)))
+                    await stream.send_all(encode_response_head(-1, error_body(ErrorCode.TOO_MANY_CONNECTIONS, refused)))
                 return
             self.stats.connections_open += 1
             try:
@@ -249,6 +261,7 @@ class Server:
                 await _Connection(self, stream).run()
             finally:
                 self.stats.connections_open -= 1
+                self.connections.close(ip)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         finally:

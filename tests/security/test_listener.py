@@ -194,3 +194,81 @@ def test_client_options_are_checked():
     with pytest.raises(TypeError, match="ssl_cafle"):
         ClientSecurity.from_kwargs({"ssl_cafle": "x"})
     assert ClientSecurity.from_kwargs({}) is None
+
+
+# -- connection limits (security/connections.py) ----------------------------------------
+
+
+async def _refused(port: int) -> bytes:
+    """What a connection the server refuses gets before the close (b"" if it was admitted)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    with trio.move_on_after(0.5):  # an admitted connection stays silent: nothing to read
+        data = b""
+        while chunk := await stream.receive_some(1000):
+            data += chunk
+        return data
+    await stream.aclose()
+    return b""
+
+
+async def test_connection_limits_per_ip_and_per_node():
+    from broker.server import ServerLimits
+    from security.connections import ConnectionCounter
+
+    async with trio.open_nursery() as nursery:
+        one = Server(dispatch, "127.0.0.1", 0, ServerLimits(max_connections_per_ip=2))
+        port = await nursery.start(one.serve)
+        held = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
+        # the third from 127.0.0.1 is refused with a named error, the listener stays up
+        with pytest.raises(RafkaError) as refused:
+            await ask(port, None)
+        assert refused.value.code.name == "TOO_MANY_CONNECTIONS" and "per IP" in refused.value.message
+        await held.pop().aclose()
+        with trio.fail_after(10):
+            while one.connections.open_total > 1:  # the server saw the close
+                await trio.sleep(0.01)
+        assert (await ask(port, None))["error"] == 0
+        assert one.stats.connections_refused == 1
+
+        # one ledger shared by two listeners bounds the node: 2 in all
+        node = ConnectionCounter(max_connections=2, max_connections_per_ip=100)
+        a = Server(dispatch, "127.0.0.1", 0, connections=node)
+        b = Server(dispatch, "127.0.0.1", 0, connections=node)
+        pa, pb = await nursery.start(a.serve), await nursery.start(b.serve)
+        x = await trio.open_tcp_stream("127.0.0.1", pa)
+        y = await trio.open_tcp_stream("127.0.0.1", pb)
+        with trio.fail_after(10):
+            while node.open_total < 2:
+                await trio.sleep(0.01)
+        assert b"connection limit of 2 reached" in await _refused(pb)
+        assert b"connection limit of 2 reached" in await _refused(pa)
+        for s in (x, y, *held):
+            await s.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_trickling_unauthenticated_connection_is_closed_by_the_deadline(pki):
+    """A client that sends a valid frame one byte at a time never gets to finish it: the
+    authentication deadline closes the connection first (no time is asserted: the frame is
+    long enough that only the deadline can end it before it is complete)."""
+    from broker.protocol import ClientProtocol
+
+    _cid, frame = ClientProtocol("slowloris").send(ApiKey.SASL_HANDSHAKE,
+                                                   {"mechanism": "SCRAM-SHA-256" + " " * 200})
+    async with trio.open_nursery() as nursery:
+        server, port = await start(nursery, pki, "SASL_PLAINTEXT", authentication_timeout_ms=300)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        sent = 0
+        with trio.fail_after(60):
+            try:
+                for i in range(len(frame)):
+                    await stream.send_all(frame[i:i + 1])
+                    sent += 1
+                    with trio.move_on_after(0.02):  # a byte every ~20 ms; closed yet?
+                        if await stream.receive_some(100) == b"":
+                            break
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        assert sent < len(frame), "the whole frame got through: no deadline"
+        assert server.stats.auth_failures == 1
+        nursery.cancel_scope.cancel()
