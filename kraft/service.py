@@ -48,6 +48,21 @@ recreated by someone else), the retry of the original create still answers succe
 ``DEFAULT_DEDUP_CAPACITY`` commands): a retry that comes after that many other commands is
 decided afresh, as before. Without ``request_id`` nothing changes.
 
+Refusals are decided once too. Before a topic of an idempotent request is answered with a
+refusal (any error but NOT_CONTROLLER and REQUEST_TIMED_OUT, which decide nothing), the
+controller commits a command under the topic's proposal id whose only record is a
+``NoOp(error_code, message)``; the dedup table then remembers the id (with a marker saying it
+was a refusal, ``kraft/state_machine.py``), and an earlier attempt still on its way — a forward
+stuck in TCP behind a partition, arriving after the heal when the refusal's reason (a fenced
+broker) is gone — is answered as a duplicate: the same refusal, nothing created (txn chaos
+campaign seed 3: topic-created-after-fail, where the client was told "failed" for a create
+that then happened). A later attempt reads the refusal from the log entry at the dedup hit's
+offset; if that entry has been snapshotted away, it gets the same error code with a message
+saying an earlier attempt was refused. The NoOp changes nothing in the image; it costs one Raft
+commit per refused idempotent request (a rare event). If that commit fails, the answer is
+what the failure says (NOT_CONTROLLER, REQUEST_TIMED_OUT), never a refusal that was not
+recorded.
+
 Failure detection: a broker is fenced (its leaderships move away) when its session expires —
 ``broker.session.timeout.ms`` without a heartbeat — or earlier, when a *liveness probe* proves
 it dead. The active controller probes a registered, unfenced broker that has been silent for
@@ -102,7 +117,8 @@ from kraft import acl_admin, scram_admin
 from kraft import controller as ctl
 from kraft.groups.service import GroupsController, group_config_from_settings
 from kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, ProposeResult
-from metadata import LeaderChange, MetadataImage
+from kraft.state_machine import refusal_id
+from metadata import LeaderChange, MetadataImage, NoOp
 
 __all__ = ["ControllerService", "VoterSpec", "parse_voters"]
 
@@ -547,25 +563,80 @@ class ControllerService:
         replay: Callable[[str], dict[str, Any]],
     ) -> dict[str, Any]:
         """One topic of an admin request: ``decide(rid)``'s answer (``rid``: the topic's
-        proposal id, ``_op_id``) — or ``replay(name)`` when a command with that id was applied
-        already, found before deciding or after a refusal (applied meanwhile; see the module
-        docstring). Other refusals answer the topic's error; NOT_CONTROLLER fails the whole
-        request."""
+        proposal id, ``_op_id``) — or the outcome of a command with that id applied already,
+        found before deciding or after a refusal (applied meanwhile; see the module
+        docstring): ``replay(name)``, or the recorded refusal. A fresh refusal is recorded
+        (``_refuse``) before it is answered; NOT_CONTROLLER fails the whole request."""
         rid = self._op_id(op, name, client_rid)
         try:
-            if await self._applied(rid) is None:
-                return await decide(rid)
+            hit = await self._applied(rid)
+            if hit is None:
+                answer = await decide(rid)
+                # decide's proposal may have been a duplicate of an earlier attempt's recorded
+                # refusal (that attempt's commit was still pending when this one looked)
+                if rid is None or self._q().applied_request(refusal_id(rid)) is None:
+                    return answer
+                hit = await self._applied(rid)
+                if hit is None:
+                    return answer
         except RafkaError as exc:
             if exc.code == ErrorCode.NOT_CONTROLLER:
                 raise
-            if await self._applied(rid) is None:
+            hit = await self._applied(rid)
+            if hit is None:
                 if self._active is not None and rid in self._active.undecided:
                     # an earlier attempt's command may still commit: a refusal now could be
                     # contradicted by it (txn chaos campaign seed 3: topic-created-after-fail)
                     exc = error_for(ErrorCode.REQUEST_TIMED_OUT,
                                     "an earlier attempt of this request is still being decided")
-                return self._per_item(name, exc)
-        return replay(name)
+                if rid is None or exc.code == ErrorCode.REQUEST_TIMED_OUT:
+                    return self._per_item(name, exc)
+                return await self._refuse(name, rid, exc, replay)
+        assert rid is not None
+        return self._outcome(name, rid, hit, replay)
+
+    async def _refuse(
+        self, name: str, rid: str, exc: RafkaError, replay: Callable[[str], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Answer ``exc`` for the topic once it is recorded under ``rid`` (a NoOp carrying it,
+        see the module docstring), so that no other attempt of the request is decided
+        otherwise. A failed commit answers its own error (NOT_CONTROLLER fails the request)."""
+        marker = ctl.Decision([NoOp(error_code=int(exc.code), message=exc.message or "")])
+        try:
+            res = await self._propose(marker, request_id=rid)
+        except RafkaError as err:
+            if err.code == ErrorCode.NOT_CONTROLLER:
+                raise
+            hit = await self._applied(rid)
+            if hit is not None:  # an attempt's command was applied meanwhile after all
+                return self._outcome(name, rid, hit, replay)
+            return self._per_item(name, error_for(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"the refusal of this request could not be recorded ({err.message}); retry"))
+        if res.duplicate:  # another attempt's command came first: its outcome is the answer
+            await self._q().wait_for_offset(res.last_offset)
+            return self._outcome(name, rid, res, replay)
+        return self._per_item(name, exc)
+
+    def _outcome(
+        self, name: str, rid: str, hit: ProposeResult, replay: Callable[[str], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The answer for a proposal id applied already (``hit``): ``replay(name)`` for an
+        accepted command, the recorded refusal otherwise — read from the NoOp at the hit's
+        offset, or named from the marker's code if that entry is below the log start."""
+        marker = self._q().applied_request(refusal_id(rid))
+        if marker is None:
+            return replay(name)
+        try:
+            entries = self._q().read(hit.base_offset, 1)
+        except OffsetOutOfRange:
+            entries = []
+        record = entries[0].record if entries else None
+        if isinstance(record, NoOp) and record.error_code:
+            return self._per_item(name, error_for(record.error_code, record.message))
+        return self._per_item(name, error_for(
+            marker.epoch,  # a marker's epoch slot holds the refusal's code (kraft/state_machine.py)
+            "an earlier attempt of this request was refused (its message is no longer in the log)"))
 
     # -- consumer groups (decisions in kraft/groups) -----------------------------------
 

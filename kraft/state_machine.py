@@ -12,8 +12,20 @@ dedup table is part of every snapshot.
 A command is accepted when (1) the proposer is the current active controller: its epoch
 equals the image's ``quorum.epoch``, or the command is a ``LeaderChange`` to a newer epoch;
 (2) every guard holds. Then its records are folded at consecutive offsets after
-``image.offset``. A rejected command appends nothing; only accepted commands are remembered
-for dedup (a rejected request may be retried once the reason is gone).
+``image.offset``. A rejected command appends nothing and is not remembered for dedup (a
+rejected *command* may be retried once the reason is gone).
+
+A *refusal* of an idempotent admin request is remembered, though: the active controller
+commits it as a command of its own (the request's proposal id, one ``NoOp`` record carrying
+the refusal's error code and message; ``kraft/service.py``), so the outcome of a request id is
+decided once, refusals included, and an earlier attempt still on its way (a forward stuck in
+TCP) is answered as a duplicate instead of creating the topic the client was told could not
+be created (txn chaos campaign seed 3: topic-created-after-fail). The NoOp folds as nothing:
+it changes the image's offset only. Applying such a command also remembers a *marker*,
+``refusal_id(request_id)`` (inserted just before the id itself, so a reader that finds the id
+finds the marker; evicted together with it), whose ``epoch`` slot holds the refusal's error
+code: it tells a refusal from an accepted command once the NoOp entry has been snapshotted
+away. A refused request thus costs one Raft commit and two slots of the table.
 
 The active controller also reads the table *before* deciding (``applied``): an admin request
 that carries a client request id (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS,
@@ -32,11 +44,25 @@ from typing import Any
 
 from broker.errors import RafkaError
 from kraft.quorum import Command, LogEntry, ProposeResult, not_controller
-from metadata import LeaderChange, MetadataDelta, MetadataImage
+from metadata import LeaderChange, MetadataDelta, MetadataImage, NoOp
 
-__all__ = ["Applied", "ControllerStateMachine", "DEFAULT_DEDUP_CAPACITY"]
+__all__ = ["Applied", "ControllerStateMachine", "DEFAULT_DEDUP_CAPACITY", "refusal_id"]
 
 DEFAULT_DEDUP_CAPACITY = 4096
+
+_REFUSAL_PREFIX = "refused:"  # no proposal id starts so (kraft/service.py's ids: "<op>:...")
+
+
+def refusal_id(request_id: str) -> str:
+    """The dedup key of the marker of a recorded refusal (see the module docstring)."""
+    return _REFUSAL_PREFIX + request_id
+
+
+def _refusal_code(command: Command) -> int:
+    """The error code if ``command`` records a refusal (its only record a NoOp with one)."""
+    if len(command.records) == 1 and isinstance(command.records[0], NoOp):
+        return command.records[0].error_code
+    return 0
 
 
 @dataclass(slots=True)
@@ -70,12 +96,17 @@ class ControllerStateMachine:
         hit = self.dedup.get(request_id) if request_id else None
         return None if hit is None else ProposeResult(hit[0], hit[1], hit[2], duplicate=True)
 
-    def remember(self, request_id: str, result: ProposeResult) -> None:
+    def remember(self, request_id: str, result: ProposeResult, refused: int = 0) -> None:
+        """``refused``: the error code of a recorded refusal (0: an accepted command)."""
         if not request_id:
             return
+        if refused:  # the marker first: whoever sees the id sees the marker too
+            self.dedup[refusal_id(request_id)] = (result.base_offset, result.last_offset, refused)
         self.dedup[request_id] = (result.base_offset, result.last_offset, result.epoch)
         while len(self.dedup) > self.dedup_capacity:
-            self.dedup.popitem(last=False)
+            oldest, _ = self.dedup.popitem(last=False)
+            if oldest.startswith(_REFUSAL_PREFIX):  # its id goes with it
+                self.dedup.pop(oldest[len(_REFUSAL_PREFIX):], None)
 
     def check(self, command: Command) -> RafkaError | None:
         image = self.image
@@ -116,7 +147,7 @@ class ControllerStateMachine:
         # remembered before the image is published: a reader on another thread (the active
         # controller, while the engine applies on its tick thread) that sees the new image
         # then finds the request id too (kraft/service.py re-checks it after a refusal)
-        self.remember(command.request_id, result)
+        self.remember(command.request_id, result, _refusal_code(command))
         self.image = image
         return Applied(entries=entries, result=result)
 

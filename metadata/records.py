@@ -203,7 +203,15 @@ class LeaderChange(_Record):
 
 @dataclass(frozen=True, slots=True)
 class NoOp(_Record):
+    """Changes nothing when folded. With ``error_code`` set it marks a *refusal*: the
+    controller answered an idempotent admin request (client ``request_id``) with that error and
+    committed this record under the request's proposal id, so that every later attempt with the
+    same id gets the same answer (``kraft/service.py``). Both fields are optional: a NoOp
+    written before they existed reads as a plain one."""
+
     record_type: ClassVar[str] = "NoOp"
+    error_code: int = 0  # 0: a plain NoOp
+    message: str = ""
 
 
 # -- groups: concrete types live in metadata/groups.py (the group coordinator's domain)

@@ -1,8 +1,9 @@
 """Idempotent admin requests: a retried CREATE_TOPICS / DELETE_TOPICS / CREATE_PARTITIONS /
 ALTER_CONFIGS with the same ``request_id`` is answered with the original outcome
 (docs/chaos-results.md §3: a retry whose first attempt was committed but whose answer was lost
-reported TOPIC_ALREADY_EXISTS for the caller's own topic). ControllerService over the in-memory
-quorum, under trio's mock clock."""
+reported TOPIC_ALREADY_EXISTS for the caller's own topic), refusals included (txn chaos campaign
+seed 3: topic-created-after-fail — a refused retry, then the first attempt's late forward
+created the topic). ControllerService over the in-memory quorum, under trio's mock clock."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from broker.protocol import ApiKey
 from kraft.memory import MemoryQuorumCluster
 from kraft.quorum import Command, Guard
 from kraft.state_machine import ControllerStateMachine
-from metadata import LeaderChange, Partition, Topic
+from metadata import LeaderChange, NoOp, Partition, Topic
 
 from .test_service_memory import heartbeat, register, start, wait_active
 
@@ -200,6 +201,219 @@ async def test_no_fresh_refusal_while_an_earlier_attempt_may_still_commit(autoju
         assert last["topics"][0]["error"] == 0 and last["topics"][0]["replication_factor"] == 3
         other = await h(create_body("u", rid="fresh", rf=3))  # no earlier attempt: refused
         assert other["topics"][0]["error"] == ErrorCode.INVALID_REPLICATION_FACTOR
+        q1.propose = real_propose  # type: ignore[method-assign]
+        nursery.cancel_scope.cancel()
+
+
+async def fence(s, cluster, bid):
+    b = cluster.state_machine.image.cluster.brokers[bid]
+    await heartbeat(s, bid, b.epoch, cluster.state_machine.image.offset, want_fence=True)
+    assert cluster.state_machine.image.cluster.brokers[bid].fenced
+
+
+async def unfence(s, cluster, *bids):
+    for bid in bids:
+        b = cluster.state_machine.image.cluster.brokers[bid]
+        await heartbeat(s, bid, b.epoch, cluster.state_machine.image.offset)
+        assert not cluster.state_machine.image.cluster.brokers[bid].fenced
+
+
+def test_state_machine_remembers_a_recorded_refusal():
+    """A command whose only record is a NoOp with an error code is remembered with a marker
+    (its epoch slot: the code), part of the snapshot state; the image is unchanged but for its
+    offset; the pair is evicted together."""
+    sm = ControllerStateMachine(dedup_capacity=4)
+    sm.apply(Command("leader", 1, 0, (LeaderChange(1, 1),)))
+    before = sm.image
+    refusal = Command("create:t:r1", 1, 0, (NoOp(ErrorCode.INVALID_REPLICATION_FACTOR, "rf 3 > 2"),))
+    applied = sm.apply(refusal)
+    assert applied.error is None and len(applied.entries) == 1
+    assert sm.image.topics == before.topics and sm.image.cluster == before.cluster
+    assert sm.image.offset == before.offset + 1
+    hit = sm.applied("create:t:r1")
+    marker = sm.applied("refused:create:t:r1")
+    assert hit is not None and marker is not None
+    assert marker.base_offset == hit.base_offset and marker.epoch == ErrorCode.INVALID_REPLICATION_FACTOR
+    # a later attempt of the same id (here: a create) is a duplicate, nothing applied
+    again = sm.apply(Command("create:t:r1", 1, 0, (Topic("t", "tid"),), (Guard.topic_absent("t"),)))
+    assert again.result.duplicate and again.entries == [] and "t" not in sm.image.topics.by_name
+    restored = ControllerStateMachine(sm.image, sm.snapshot_state()["dedup"], dedup_capacity=4)
+    assert restored.applied("refused:create:t:r1") == marker
+    # a plain NoOp (no code) is an accepted command without a marker
+    sm.apply(Command("plain", 1, 0, (NoOp(),)))
+    assert sm.applied("plain") is not None and sm.applied("refused:plain") is None
+    sm.apply(Command("x1", 1, 0, (NoOp(),)))  # capacity 4: "leader" goes
+    assert sm.applied("leader") is None and sm.applied("refused:create:t:r1") is not None
+    sm.apply(Command("x2", 1, 0, (NoOp(),)))  # then the marker, and its id with it
+    assert len(sm.dedup) == 3
+    assert sm.applied("refused:create:t:r1") is None and sm.applied("create:t:r1") is None
+    assert NoOp.from_dict({"type": "NoOp"}) == NoOp()  # a NoOp written before the fields
+
+
+async def test_refusal_is_remembered_for_later_attempts(autojump_clock):
+    """txn chaos campaign seed 3 (topic-created-after-fail): an attempt is refused
+    (INVALID_REPLICATION_FACTOR: broker 3 fenced), the client reports the failure; then broker 3
+    is back and another attempt of the same request arrives (the first attempt's forward, stuck
+    in TCP behind the partition). Decided afresh it would create the topic; it gets the recorded
+    refusal, and nothing is created. Without request_id nothing of this applies (last test)."""
+    async with trio.open_nursery() as nursery:
+        cluster, s1, _s2 = await active_cluster(nursery, brokers=(1, 2, 3))
+        h = s1.handlers[ApiKey.CREATE_TOPICS]
+        await fence(s1, cluster, 3)
+        refused = await h(create_body("t", rid="seed3", rf=3))
+        t0 = refused["topics"][0]
+        assert t0["error"] == ErrorCode.INVALID_REPLICATION_FACTOR, refused
+        await unfence(s1, cluster, 3)
+        proposals = cluster.proposals
+        late = await h(create_body("t", rid="seed3", rf=3))
+        assert late["topics"][0] == t0, late
+        assert "t" not in cluster.state_machine.image.topics.by_name
+        assert records(cluster, "Topic") == []
+        assert cluster.proposals == proposals  # answered from the table: nothing proposed
+        # what it was answered from: the committed refusal
+        noops = records(cluster, "NoOp")
+        assert noops == [NoOp(ErrorCode.INVALID_REPLICATION_FACTOR, t0["message"])]
+        assert refused["metadata_offset"] >= max(
+            e.offset for e in cluster.entries if e.record.record_type == "NoOp")
+        # another request for the same topic is decided afresh: it would have succeeded
+        fresh = await h(create_body("t", rid="another", rf=3))
+        assert fresh["topics"][0]["error"] == 0 and fresh["topics"][0]["replication_factor"] == 3
+        # the other idempotent operations record their refusals the same way
+        grow = {"topics": [{"name": "t", "count": 1}], "timeout_ms": 1000, "request_id": "g"}
+        assert (await s1.handlers[ApiKey.CREATE_PARTITIONS](grow))["topics"][0]["error"] == ErrorCode.INVALID_PARTITIONS
+        grow2 = {"topics": [{"name": "t", "count": 2}], "timeout_ms": 1000, "request_id": "g"}
+        assert (await s1.handlers[ApiKey.CREATE_PARTITIONS](grow2))["topics"][0]["error"] == ErrorCode.INVALID_PARTITIONS
+        assert len(cluster.state_machine.image.topics.by_name["t"].partitions) == 1
+        gone = {"topics": ["nope"], "timeout_ms": 1000, "request_id": "d"}
+        assert (await s1.handlers[ApiKey.DELETE_TOPICS](gone))["topics"][0]["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        await h(create_body("nope", rid="mk"))
+        assert (await s1.handlers[ApiKey.DELETE_TOPICS](gone))["topics"][0]["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert "nope" in cluster.state_machine.image.topics.by_name
+        nursery.cancel_scope.cancel()
+
+
+async def test_recorded_refusal_survives_controller_failover(autojump_clock):
+    """The refusal is in the log: the next controller answers the later attempt with it."""
+    async with trio.open_nursery() as nursery:
+        cluster, s1, s2 = await active_cluster(nursery, brokers=(1, 2, 3))
+        await fence(s1, cluster, 3)
+        refused = await s1.handlers[ApiKey.CREATE_TOPICS](create_body("t", rid="fo", rf=3))
+        assert refused["topics"][0]["error"] == ErrorCode.INVALID_REPLICATION_FACTOR
+        cluster.elect(2)
+        await wait_active(s2)
+        await unfence(s2, cluster, 3)
+        late = await s2.handlers[ApiKey.CREATE_TOPICS](create_body("t", rid="fo", rf=3))
+        assert late["error"] == 0 and late["topics"][0] == refused["topics"][0], late
+        assert "t" not in cluster.state_machine.image.topics.by_name
+        nursery.cancel_scope.cancel()
+
+
+async def test_refusal_snapshotted_away_answers_a_named_refusal(autojump_clock):
+    """The NoOp entry is below the log start after a snapshot: the same code, with a message
+    saying an earlier attempt was refused. A committed success still replays as success."""
+    async with trio.open_nursery() as nursery:
+        cluster, s1, _s2 = await active_cluster(nursery, brokers=(1, 2, 3))
+        h = s1.handlers[ApiKey.CREATE_TOPICS]
+        ok = await h(create_body("s", rid="ok", rf=3))
+        assert ok["topics"][0]["error"] == 0
+        await fence(s1, cluster, 3)
+        refused = await h(create_body("t", rid="snap", rf=3))
+        assert refused["topics"][0]["error"] == ErrorCode.INVALID_REPLICATION_FACTOR
+        await unfence(s1, cluster, 3)
+        cluster.snapshot()
+        assert cluster.log_start > cluster.state_machine.applied("create:t:snap").base_offset
+        late = await h(create_body("t", rid="snap", rf=3))
+        t0 = late["topics"][0]
+        assert t0["error"] == ErrorCode.INVALID_REPLICATION_FACTOR, late
+        assert "earlier attempt of this request was refused" in t0["message"]
+        assert "t" not in cluster.state_machine.image.topics.by_name
+        again = await h(create_body("s", rid="ok", rf=3))  # success entries snapshotted too
+        assert again["topics"][0]["error"] == 0
+        assert again["topics"][0]["topic_id"] == ok["topics"][0]["topic_id"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_refusal_without_request_id_proposes_nothing(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        cluster, s1, _s2 = await active_cluster(nursery, brokers=(1, 2, 3))
+        h = s1.handlers[ApiKey.CREATE_TOPICS]
+        await fence(s1, cluster, 3)
+        proposals, offset = cluster.proposals, cluster.state_machine.image.offset
+        r = await h(create_body("t", rf=3))
+        assert r["topics"][0]["error"] == ErrorCode.INVALID_REPLICATION_FACTOR
+        assert (cluster.proposals, cluster.state_machine.image.offset) == (proposals, offset)
+        assert records(cluster, "NoOp") == []
+        # validate_only with a request_id never proposes either
+        r = await h({**create_body("t", rid="v", rf=3), "validate_only": True})
+        assert r["topics"][0]["error"] == ErrorCode.INVALID_REPLICATION_FACTOR
+        assert cluster.proposals == proposals
+        await unfence(s1, cluster, 3)
+        r = await h(create_body("t", rf=3))  # decided afresh, as before
+        assert r["topics"][0]["error"] == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_refusal_not_recorded_is_not_answered(autojump_clock):
+    """Recording the refusal fails: NOT_CONTROLLER (the whole request, as a deposed controller
+    answers) or the decision timeout (REQUEST_TIMED_OUT) — never the unrecorded refusal."""
+    async with trio.open_nursery() as nursery:
+        cluster, s1, s2 = await active_cluster(nursery, brokers=(1, 2, 3))
+        await fence(s1, cluster, 3)
+        q1 = cluster.voters[1]
+        real_propose = q1.propose
+
+        async def hang_on_refusal(command):
+            if isinstance(command.records[0], NoOp):
+                await trio.sleep_forever()
+            return await real_propose(command)
+
+        q1.propose = hang_on_refusal  # type: ignore[method-assign]
+        h = s1.handlers[ApiKey.CREATE_TOPICS]
+        r = await h(create_body("t", rid="slow", rf=3))
+        assert r["error"] == ErrorCode.REQUEST_TIMED_OUT, r
+        r = await h(create_body("t", rid="slow", rf=3))  # it may still commit: no fresh refusal
+        assert r["topics"][0]["error"] == ErrorCode.REQUEST_TIMED_OUT, r
+
+        async def deposed_on_refusal(command):
+            if isinstance(command.records[0], NoOp):
+                cluster.elect(2)
+            return await real_propose(command)
+
+        q1.propose = deposed_on_refusal  # type: ignore[method-assign]
+        r = await h(create_body("u", rid="dep", rf=3))
+        assert r["error"] == ErrorCode.NOT_CONTROLLER, r
+        assert records(cluster, "NoOp") == []
+        q1.propose = real_propose  # type: ignore[method-assign]
+        nursery.cancel_scope.cancel()
+
+
+async def test_fresh_decision_duplicate_of_a_pending_refusal(autojump_clock):
+    """The first attempt's refusal record was still pending when the controller stopped
+    waiting; a retry decided afresh (broker 3 back) proposes the create under the same id, and
+    Raft orders the refusal first: the create is a duplicate, and the answer the refusal."""
+    async with trio.open_nursery() as nursery:
+        cluster, s1, _s2 = await active_cluster(nursery, brokers=(1, 2, 3))
+        await fence(s1, cluster, 3)
+        q1 = cluster.voters[1]
+        real_propose = q1.propose
+        held: list = []
+
+        async def hold_refusal(command):
+            if isinstance(command.records[0], NoOp):
+                held.append(command)  # in Raft's hands, committed later
+                await trio.sleep_forever()
+            if held and command.request_id == held[0].request_id:
+                await real_propose(held.pop())  # ordered before this one
+            return await real_propose(command)
+
+        q1.propose = hold_refusal  # type: ignore[method-assign]
+        h = s1.handlers[ApiKey.CREATE_TOPICS]
+        r = await h(create_body("t", rid="race", rf=3))
+        assert r["error"] == ErrorCode.REQUEST_TIMED_OUT, r
+        await unfence(s1, cluster, 1, 2, 3)  # (their sessions expired during the wait)
+        r = await h(create_body("t", rid="race", rf=3))
+        assert r["topics"][0]["error"] == ErrorCode.INVALID_REPLICATION_FACTOR, r
+        assert "t" not in cluster.state_machine.image.topics.by_name
         q1.propose = real_propose  # type: ignore[method-assign]
         nursery.cancel_scope.cancel()
 
