@@ -9,6 +9,11 @@ Figures:
 * ``rebalance_crash_ms`` — a member running in a subprocess is ``kill -9``-ed: time until the
   survivor owns all 6 partitions. Dominated by the session timeout (``SESSION_MS``), which is
   reported with the figure; the rest is detection (controller period ≤ 250 ms) + one heartbeat.
+* ``join_settle_ms`` — three members (three ``AsyncConsumer`` in this one process, default
+  session timeout and controller heartbeat interval) start at once in a fresh group on the
+  6-partition topic: time from their start until every member holds its final assignment
+  (2 + 2 + 2) and a ``poll()`` has returned records of each of its partitions since they were
+  assigned to it. ``python -m bench.bench_groups settle [RUNS]`` measures only this figure.
 * ``commit_per_s`` — OFFSET_COMMIT throughput: 8 members (8 groups) in one process, each
   committing one partition's offset in a loop (acks=all on an RF-3 ``__consumer_offsets``).
 * ``commit_p50_ms`` / ``commit_p99_ms`` — latency of a member's ``commit()``, one at a time.
@@ -62,20 +67,24 @@ with Consumer(sys.argv[3], bootstrap_servers=sys.argv[2], group_id=sys.argv[4],
 class Member:
     """An in-process AsyncConsumer in a group; ``owned`` follows the rebalance callbacks."""
 
-    def __init__(self, bootstrap: str, group: str, session_ms: int = SESSION_MS) -> None:
+    def __init__(self, bootstrap: str, group: str, session_ms: int | None = SESSION_MS) -> None:
         self.owned: set[TopicPartition] = set()
+        self.fetched: set[TopicPartition] = set()  # owned partitions a poll returned records of
         self.changed = trio.Event()
+        session = {} if session_ms is None else {"session_timeout_ms": session_ms}
         self.consumer = AsyncConsumer(
             TOPIC, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
-            session_timeout_ms=session_ms, on_partitions_assigned=self._add,
-            on_partitions_revoked=self._remove, on_partitions_lost=self._remove)
+            auto_offset_reset="earliest", on_partitions_assigned=self._add,
+            on_partitions_revoked=self._remove, on_partitions_lost=self._remove, **session)
 
     def _add(self, tps: set[TopicPartition]) -> None:
         self.owned |= tps
+        self.fetched -= tps
         self.changed.set()
 
     def _remove(self, tps: set[TopicPartition]) -> None:
         self.owned -= tps
+        self.fetched -= tps
         self.changed.set()
 
     async def wait_owned(self, n: int) -> None:
@@ -90,7 +99,10 @@ class Member:
             async with self.consumer:  # leaves the group on the way out
                 task_status.started()
                 while not self.stopping.is_set():  # poll, as an application does
-                    await self.consumer.poll(timeout_ms=100)
+                    got = await self.consumer.poll(timeout_ms=100)
+                    if got.keys() - self.fetched:
+                        self.fetched |= got.keys() & self.owned
+                        self.changed.set()
         finally:
             self.stopped.set()
 
@@ -133,6 +145,38 @@ async def _rebalances(bootstrap: str, n: int) -> tuple[list[float], list[float]]
                     victim.wait()
             await a.stop()
     return join_ms, crash_ms
+
+
+async def _settles(bootstrap: str, runs: int) -> list[float]:
+    """``join_settle_ms``: 3 members start at once, until 2 + 2 + 2 each fetched from."""
+    out: list[float] = []
+    share = PARTITIONS // 3
+    for run in range(runs):
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                ms = [Member(bootstrap, f"settle-{os.getpid()}-{run}", session_ms=None)
+                      for _ in range(3)]
+                t0 = time.perf_counter()
+                for m in ms:
+                    nursery.start_soon(m.run)
+                while not all(len(m.owned) == share and m.owned <= m.fetched for m in ms):
+                    await _any_change(ms)
+                out.append((time.perf_counter() - t0) * 1000)
+                for m in ms:
+                    await m.stop()
+    return out
+
+
+async def _any_change(ms: list[Member]) -> None:
+    async with trio.open_nursery() as nursery:
+        for m in ms:
+            m.changed = trio.Event()
+
+            async def one(m: Member = m) -> None:
+                await m.changed.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(one)
 
 
 async def _victim_owns(victim: subprocess.Popen[str], n: int) -> None:
@@ -187,15 +231,28 @@ def _fig(values: list[float], unit: str, **extra: Any) -> dict[str, Any]:
     return {"median": statistics.median(values), "unit": unit, "runs": values, **extra}
 
 
+def _setup(bootstrap: str) -> None:
+    with Admin(bootstrap) as admin:
+        admin.create_topic(TOPIC, PARTITIONS, 3)
+    with Producer(bootstrap) as p:
+        for i in range(600):
+            p.send(TOPIC, value=b"x", partition=i % PARTITIONS)
+        p.flush()
+
+
+def settle(runs: int = 7) -> dict[str, Any]:
+    """Only ``join_settle_ms`` (median of ``max(runs, 5)``), on its own throwaway cluster."""
+    with cluster(nodes=3) as bootstrap:
+        _setup(bootstrap)
+        return {"join_settle_ms": _fig(trio.run(_settles, bootstrap, max(runs, 5)), "ms",
+                                       members=3, load=os.getloadavg()[0])}
+
+
 def run(runs: int = 3) -> dict[str, Any]:
     n = max(runs, 10)
     with cluster(nodes=3) as bootstrap:
-        with Admin(bootstrap) as admin:
-            admin.create_topic(TOPIC, PARTITIONS, 3)
-        with Producer(bootstrap) as p:
-            for i in range(600):
-                p.send(TOPIC, value=b"x", partition=i % PARTITIONS)
-            p.flush()
+        _setup(bootstrap)
+        settle_ms = trio.run(_settles, bootstrap, max(runs, 5))
         join_ms, crash_ms = trio.run(_rebalances, bootstrap, n)
         rates, p50, p99 = [], [], []
         for _ in range(runs):
@@ -205,6 +262,7 @@ def run(runs: int = 3) -> dict[str, Any]:
             p50.append(lat[len(lat) // 2])
             p99.append(lat[min(len(lat) - 1, int(len(lat) * 0.99))])
     return {
+        "join_settle_ms": _fig(settle_ms, "ms", members=3, load=os.getloadavg()[0]),
         "rebalance_join_ms": _fig(join_ms, "ms", session_timeout_ms=SESSION_MS),
         "rebalance_crash_ms": _fig(crash_ms, "ms", session_timeout_ms=SESSION_MS),
         "commit_per_s": _fig(rates, "commits/s", members=8),
@@ -216,4 +274,7 @@ def run(runs: int = 3) -> dict[str, Any]:
 if __name__ == "__main__":
     import json
 
-    print(json.dumps(run(int(sys.argv[1]) if len(sys.argv) > 1 else 3), indent=1))
+    if sys.argv[1:2] == ["settle"]:
+        print(json.dumps(settle(int(sys.argv[2]) if len(sys.argv) > 2 else 7), indent=1))
+    else:
+        print(json.dumps(run(int(sys.argv[1]) if len(sys.argv) > 1 else 3), indent=1))
