@@ -131,13 +131,13 @@ class _Node:
                                       cfg.broker["max.connections.per.ip"])
                 # one ledger for both listeners: the limits bound the node (security/connections.py)
                 connections = ConnectionCounter(limits.max_connections, limits.max_connections_per_ip)
-                dispatch = api.dispatch
+                dispatch = api.quotas.wrap(api.dispatch)  # byte-rate quotas (security/throttle.py)
                 if cfg.metrics_listener is not None:  # Prometheus /metrics (broker/metrics.py)
                     from broker.metrics import NodeMetrics
 
                     metrics = NodeMetrics(cfg.node_id, publisher=self.publisher, replica_manager=self.rm,
                                           controller=self.controller, groups=api.groups, pool=pool)
-                    dispatch = metrics.instrument(api.dispatch)
+                    dispatch = metrics.instrument(dispatch)
                 server = Server(dispatch, cfg.listener[0], cfg.listener[1], limits,
                                 connections=connections)
                 port = await nursery.start(server.serve)

@@ -110,6 +110,8 @@ class ApiKey(IntEnum):
     CREATE_ACLS = 54
     DESCRIBE_ACLS = 55
     DELETE_ACLS = 56
+    ALTER_CLIENT_QUOTAS = 57
+    DESCRIBE_CLIENT_QUOTAS = 58
 
 
 # --------------------------------------------------------------------------- schemas
@@ -430,6 +432,22 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     ApiKey.DESCRIBE_ACLS: {"filter": _ACL_FILTER},
     # forwarded -> {error, message, results: [{error, message, deleted: [_ACL]}]}, metadata_offset
     ApiKey.DELETE_ACLS: {"filters": [_ACL_FILTER]},
+    # byte-rate quotas (metadata/quotas.py): user "User:<name>" and/or client_id, either may be
+    # "<default>"; key producer_byte_rate | consumer_byte_rate; value None removes it.
+    # Forwarded to the controller (kraft/quota_admin.py), which writes ClientQuota records
+    # -> {error, message, results: [{error, message}]} (one per entry, in order), metadata_offset
+    ApiKey.ALTER_CLIENT_QUOTAS: {
+        "entries": [{"user": Opt(str), "client_id": Opt(str),
+                     "ops": [{"key": str, "value": Opt(float)}]}],
+        "validate_only": Opt(bool),
+    },
+    # any broker, from its image; user / client_id (exact; None = any) filter the entities.
+    # -> {error, entries: [{user, client_id, values: {key: value}}],
+    #     usage: [{kind, entity: [str], quota, window_bytes: [[start_ms, bytes]],
+    #              throttle_count, throttle_time_ms_total}]}  (what THIS broker measured)
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: {"user": Opt(str), "client_id": Opt(str)},
+    # PRODUCE and FETCH answers carry throttle_time_ms (> 0: the client went over its byte-rate
+    # quota; the broker held the answer that long, security/throttle.py)
 }
 
 

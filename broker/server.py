@@ -51,6 +51,12 @@ connection starts unauthenticated: its frames may be at most
 to its ``security.sasl.SaslGate`` until that says authenticated; a gate error is answered and
 the connection closed. Requests of an authenticated (or mutual-TLS) connection carry its
 principal (``Request.principal``).
+
+Throttling (byte-rate quotas, ``security/throttle.py``): an answer whose body carries
+``throttle_time_ms > 0`` is held that long (at most ``MAX_THROTTLE_MS``) by its request's task
+before it is sent, and the connection is *muted* until then — a frame that arrives meanwhile is
+not dispatched before the throttle ends (the reader sleeps, so TCP pushes back on the client).
+Only that connection waits.
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ _SENDFILE_CHUNK = 4 * 1024 * 1024
 # A reply whose raw parts total at most this goes out in one send (head + pread slices); larger
 # ones stream the slices with sendfile. See _send_reply.
 SMALL_REPLY_BYTES = 16 * 1024
+MAX_THROTTLE_MS = 60_000  # the longest an answer is held for a quota (security/throttle.py)
 
 
 @dataclass(slots=True)
@@ -162,6 +169,7 @@ class ServerStats:
     bytes_copied: int = 0  # file slices of small replies, pread and sent with their head
     tls_refused: int = 0  # plaintext on a TLS port, failed or timed-out handshakes
     auth_failures: int = 0  # connections closed by the SASL gate or its deadline
+    throttled: int = 0  # answers held for a byte-rate quota
 
 
 class _ShortFileError(Exception):
@@ -300,6 +308,7 @@ class _Connection:
         self.principal: str | None = certificate_principal(stream)
         self.peer_host = peer_host(stream) if server.security is not None else None
         self.gate: SaslGate | None = None
+        self.muted_until = 0.0  # trio time: no request is dispatched before it (quota throttle)
         sec = server.security
         if sec is not None and sec.config.uses_sasl:
             self.gate = SaslGate(sec.config.mechanisms, sec.credentials)
@@ -331,6 +340,8 @@ class _Connection:
                 return
             if payload is None:
                 return
+            if self.muted_until > trio.current_time():  # a throttled client: hold its next request
+                await trio.sleep_until(self.muted_until)
             await self._on_frame(payload, nursery)
 
     async def _authentication_deadline(self) -> None:
@@ -374,6 +385,7 @@ class _Connection:
         try:
             reply = await self._call(req, on_first_wait)
             if reply is not None:
+                await self._hold_for_throttle(reply)
                 await self._send_reply(req.correlation_id, reply)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, _ShortFileError) as exc:
             log.debug("connection closed while answering %d: %r", req.correlation_id, exc)
@@ -385,6 +397,20 @@ class _Connection:
         finally:
             on_first_wait()  # idempotent; covers a request that never reached its handler
             self.in_flight -= 1
+
+    async def _hold_for_throttle(self, reply: Reply) -> None:
+        """Sleep out the reply's ``throttle_time_ms`` and mute the connection until then."""
+        throttle_ms = reply.body.get("throttle_time_ms")
+        if not isinstance(throttle_ms, int) or throttle_ms <= 0:
+            return
+        until = trio.current_time() + min(throttle_ms, MAX_THROTTLE_MS) / 1000
+        self.muted_until = max(self.muted_until, until)
+        self.server.stats.throttled += 1
+        try:
+            await trio.sleep_until(until)
+        except BaseException:
+            reply.close()  # cancelled while held: the reply's file slices are ours to close
+            raise
 
     async def _authenticate(self, req: Request) -> None:
         """A request the SASL gate answers (see the module docstring)."""

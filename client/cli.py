@@ -381,6 +381,9 @@ def _add_group_commands() -> None:
 
     main.add_command(user, "user")
     main.add_command(acl, "acl")
+    from client.quota_cli import quota  # rafka quota set|list (docs/security.md)
+
+    main.add_command(quota, "quota")
 
 
 _add_group_commands()

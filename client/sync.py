@@ -305,6 +305,9 @@ class Consumer(_Facade[AsyncConsumer]):
     def highwater(self, partition: TopicPartition) -> int | None:
         return self._loop.run_sync(self._async.highwater, partition)
 
+    def statistics(self) -> dict[str, Any]:
+        return self._loop.run_sync(self._async.statistics)
+
     def current_lag(self, partition: TopicPartition) -> int | None:
         return self._loop.run_sync(self._async.current_lag, partition)
 

@@ -113,7 +113,7 @@ import trio
 
 from broker.errors import ErrorCode, RafkaError, error_for
 from broker.protocol import ApiKey
-from kraft import acl_admin, scram_admin
+from kraft import acl_admin, quota_admin, scram_admin
 from kraft import controller as ctl
 from kraft.groups.service import GroupsController, group_config_from_settings
 from kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, ProposeResult
@@ -261,6 +261,8 @@ class ControllerService:
                 functools.partial(scram_admin.alter_user_scram_credentials, self)),
             ApiKey.CREATE_ACLS: self._guard(functools.partial(acl_admin.create_acls, self)),
             ApiKey.DELETE_ACLS: self._guard(functools.partial(acl_admin.delete_acls, self)),
+            ApiKey.ALTER_CLIENT_QUOTAS: self._guard(  # kraft/quota_admin.py
+                functools.partial(quota_admin.alter_client_quotas, self)),
         }
 
     # -- settings ---------------------------------------------------------------------

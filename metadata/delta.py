@@ -40,6 +40,7 @@ from metadata.image import (
     TopicsImage,
     frozen_map,
 )
+from metadata.quotas import QUOTA_RECORD_TYPES, QuotasDelta
 from metadata.records import (
     ConfigRecord,
     FenceBroker,
@@ -314,6 +315,7 @@ class MetadataDelta:
         self.groups = GroupsDelta(image.groups)
         self.scram = ScramDelta(image.scram)
         self.acls = AclsDelta(image.acls)
+        self.quotas = QuotasDelta(image.quotas)
         self.producer_ids: ProducerIdsImage | None = None
         self.quorum: QuorumImage | None = None
         self.offset = image.offset
@@ -346,6 +348,8 @@ class MetadataDelta:
             self.scram.replay(record)
         elif isinstance(record, ACL_RECORD_TYPES):
             self.acls.replay(record)
+        elif isinstance(record, QUOTA_RECORD_TYPES):
+            self.quotas.replay(record)
         elif isinstance(record, NoOp):
             pass
 
@@ -361,4 +365,5 @@ class MetadataDelta:
             quorum=self.quorum or self.image.quorum,
             scram=self.scram.apply(),
             acls=self.acls.apply(),
+            quotas=self.quotas.apply(),
         )

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple
 
 from metadata.groups import GroupImage, GroupMemberImage, GroupsImage
+from metadata.quotas import QuotasImage
 from metadata.records import LEADER_RECOVERED, NO_LEADER
 from metadata.security import AclsImage, ScramImage
 
@@ -161,6 +162,7 @@ class MetadataImage:
     quorum: QuorumImage = QuorumImage.EMPTY
     scram: ScramImage = ScramImage.EMPTY  # SCRAM credentials (metadata/security.py)
     acls: AclsImage = AclsImage.EMPTY  # access control entries (metadata/security.py)
+    quotas: QuotasImage = QuotasImage.EMPTY  # client byte-rate quotas (metadata/quotas.py)
     EMPTY: ClassVar[MetadataImage]
 
     def is_empty(self) -> bool:

@@ -22,7 +22,7 @@ Conventions
 * Group records (``GroupEpoch``, ``GroupMember``, ``GroupMemberRemoved``, ``GroupAssignment``,
   ``GroupDeleted``) are defined in :mod:`metadata.groups` with their image and fold; security
   records (``UserScramCredential``, ``UserScramCredentialRemoved``, ``AclCreated``,
-  ``AclRemoved``) in :mod:`metadata.security`.
+  ``AclRemoved``) in :mod:`metadata.security`; ``ClientQuota`` in :mod:`metadata.quotas`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from metadata.groups import (
     GroupMember,
     GroupMemberRemoved,
 )
+from metadata.quotas import ClientQuota
 from metadata.security import (
     AclCreated,
     AclRemoved,
@@ -239,6 +240,7 @@ MetadataRecord = (
     | UserScramCredentialRemoved
     | AclCreated
     | AclRemoved
+    | ClientQuota
 )
 
 RECORD_TYPES: dict[str, type[_Record]] = {
@@ -265,6 +267,7 @@ RECORD_TYPES: dict[str, type[_Record]] = {
         UserScramCredentialRemoved,
         AclCreated,
         AclRemoved,
+        ClientQuota,
     )
 }
 

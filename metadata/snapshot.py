@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from metadata.delta import MetadataDelta
 from metadata.groups import groups_to_records
 from metadata.image import MetadataImage
+from metadata.quotas import quotas_to_records
 from metadata.records import (
     ConfigRecord,
     LeaderChange,
@@ -71,6 +72,7 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
     out.extend(groups_to_records(image.groups))
     out.extend(scram_to_records(image.scram))  # type: ignore[arg-type]
     out.extend(acls_to_records(image.acls))  # type: ignore[arg-type]
+    out.extend(quotas_to_records(image.quotas))  # type: ignore[arg-type]
     return out
 
 

@@ -19,7 +19,8 @@ principal and host (``Request.principal`` / ``Request.client_host``, set by the 
   with an id, ADD_PARTITIONS/ADD_OFFSETS/END_TXN/TXN_OFFSET_COMMIT, a transactional PRODUCE:
   write; DESCRIBE_TRANSACTIONS: describe) → TRANSACTIONAL_ID_AUTHORIZATION_FAILED; an
   idempotent INIT_PRODUCER_ID needs idempotent_write on the cluster or write on some topic;
-  cluster APIs (listings and quorum: describe; leader election, users and ACLs: alter;
+  cluster APIs (listings and quorum: describe; leader election, users and ACLs: alter; client
+  quotas: alter_configs / describe_configs, as Kafka;
   inter-node APIs and follower fetches: cluster_action) → CLUSTER_AUTHORIZATION_FAILED. An API
   not in these tables is refused (default deny).
 
@@ -70,8 +71,10 @@ _CLUSTER = {ApiKey.LIST_GROUPS: "describe", ApiKey.LIST_TRANSACTIONS: "describe"
             ApiKey.METADATA_FETCH: "cluster_action", ApiKey.ALTER_PARTITION: "cluster_action",
             ApiKey.WRITE_TXN_MARKERS: "cluster_action"}
 # api keys whose names live elsewhere in the body
-_OPTIONAL_CLUSTER_KEYS = ("CREATE_ACLS", "DELETE_ACLS", "DESCRIBE_ACLS")
-for _name, _op in zip(_OPTIONAL_CLUSTER_KEYS, ("alter", "alter", "describe"), strict=True):
+_OPTIONAL_CLUSTER_KEYS = ("CREATE_ACLS", "DELETE_ACLS", "DESCRIBE_ACLS", "ALTER_CLIENT_QUOTAS",
+                          "DESCRIBE_CLIENT_QUOTAS")  # quotas: as Kafka (alter/describe_configs)
+for _name, _op in zip(_OPTIONAL_CLUSTER_KEYS,
+                      ("alter", "alter", "describe", "alter_configs", "describe_configs"), strict=True):
     if hasattr(ApiKey, _name):
         _CLUSTER[getattr(ApiKey, _name)] = _op
 

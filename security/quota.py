@@ -16,19 +16,34 @@ where ``span_ms`` is the time the live windows cover. The broker holds the respo
 and reports it as ``throttle_time_ms``; a client that keeps sending is thus held near its
 quota, and one client's throttle delays only its own responses.
 
-``QuotaBook`` maps a quota key (``("user", principal)`` or ``("client-id", client_id)``; the
-user quota wins, as in Kafka) to its tracker, created on first use from the configured quota
-(``quota_of(key) -> bytes/s | None``: None = unlimited).
+``QuotaBook`` maps a quota key to its tracker, created on first use from the configured quota
+(``quota_of(entity) -> bytes/s | None``: None = unlimited). Which configured entity applies to
+a request is Kafka's precedence (``quota_levels``), first hit wins::
+
+    (user, client-id) > (user, default client-id) > user > (default user, client-id)
+    > (default user, default client-id) > default user > client-id > default client-id
+
+with entities keyed as ``metadata.quotas.entity_key`` (``("user", U)``, ``("client-id", C)``,
+``("user", U, "client-id", C)``; ``DEFAULT`` = "<default>"). User levels apply only to
+authenticated connections (a principal). The tracker is keyed by the *concrete* names at the
+matched level, so a default quota holds each user / client id to it separately (Kafka's quota
+metric tags). The resolution is cached per (principal, client id) — one dict lookup per request
+— until ``invalidate()`` (the owner calls it when the configured quotas change). A throttle is
+capped at ``max_throttle_ms`` (default: the span of the samples), idle trackers are dropped
+once there are more than ``max_trackers``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["RateTracker", "QuotaBook", "QuotaKey"]
+__all__ = ["DEFAULT", "RateTracker", "QuotaBook", "QuotaKey", "quota_levels"]
 
-QuotaKey = tuple[str, str]  # ("user", "User:alice") or ("client-id", "etl-1")
+QuotaKey = tuple[str, ...]  # ("user", "User:alice"), ("client-id", "etl-1") or both
+DEFAULT = "<default>"  # metadata.quotas.DEFAULT
+_MISS = object()
 
 
 @dataclass
@@ -83,6 +98,22 @@ class RateTracker:
         return int((rate - self.quota_bytes_per_s) / self.quota_bytes_per_s * self._span_ms(now_ms))
 
 
+def quota_levels(principal: str | None, client_id: str | None
+                 ) -> list[tuple[QuotaKey, QuotaKey]]:
+    """(configured entity to look up, tracker key if it applies), in Kafka's precedence."""
+    c = client_id or ""
+    both = ("user", principal, "client-id", c) if principal else ()
+    out: list[tuple[QuotaKey, QuotaKey]] = []
+    if principal:
+        out += [(("user", principal, "client-id", c), both),
+                (("user", principal, "client-id", DEFAULT), both),
+                (("user", principal), ("user", principal)),
+                (("user", DEFAULT, "client-id", c), both),
+                (("user", DEFAULT, "client-id", DEFAULT), both),
+                (("user", DEFAULT), ("user", principal))]
+    return out + [(("client-id", c), ("client-id", c)), (("client-id", DEFAULT), ("client-id", c))]
+
+
 @dataclass
 class QuotaBook:
     """One kind of quota (produce or fetch) for a node: trackers per quota key."""
@@ -91,23 +122,49 @@ class QuotaBook:
     window_ms: int = 1000
     samples: int = 11
     trackers: dict[QuotaKey, RateTracker] = field(default_factory=dict)
+    max_throttle_ms: int | None = None  # None: window_ms * samples
+    max_trackers: int = 10_000
+    _resolved: dict[tuple[str | None, str | None], Any] = field(default_factory=dict)
+
+    def invalidate(self) -> None:
+        """The configured quotas changed: resolve every (principal, client id) again."""
+        self._resolved.clear()
+
+    def resolve(self, principal: str | None, client_id: str | None) -> tuple[QuotaKey, float] | None:
+        """The tracker key and quota that apply to this principal / client id, or None."""
+        hit = self._resolved.get((principal, client_id), _MISS)
+        if hit is _MISS:
+            hit = None
+            for entity, key in quota_levels(principal, client_id):
+                quota = self.quota_of(entity)
+                if quota is not None and quota > 0:
+                    hit = (key, quota)
+                    break
+            if len(self._resolved) >= self.max_trackers:
+                self._resolved.clear()
+            self._resolved[(principal, client_id)] = hit
+        return hit  # type: ignore[return-value]
 
     def key_for(self, principal: str | None, client_id: str | None) -> QuotaKey | None:
-        """The key whose quota applies (the user's over the client id's), or None."""
-        for key in ((("user", principal),) if principal else ()) + (
-                (("client-id", client_id),) if client_id else ()):
-            if self.quota_of(key) is not None:
-                return key
-        return None
+        """The tracker key whose quota applies (Kafka's precedence), or None."""
+        hit = self.resolve(principal, client_id)
+        return None if hit is None else hit[0]
 
     def record(self, principal: str | None, client_id: str | None, nbytes: int, now_ms: int) -> int:
         """Throttle time (ms) for a request of ``nbytes`` from this principal / client id."""
-        key = self.key_for(principal, client_id)
-        if key is None:
+        hit = self.resolve(principal, client_id)
+        if hit is None:
             return 0
-        quota = self.quota_of(key)
-        assert quota is not None
+        key, quota = hit
         t = self.trackers.get(key)
         if t is None or t.quota_bytes_per_s != quota:  # new, or the quota was changed
+            if t is None and len(self.trackers) >= self.max_trackers:
+                self._prune(now_ms)
             t = self.trackers[key] = RateTracker(quota, self.window_ms, self.samples)
-        return t.record(nbytes, now_ms)
+        cap = self.max_throttle_ms if self.max_throttle_ms is not None else self.window_ms * self.samples
+        return min(t.record(nbytes, now_ms), cap)
+
+    def _prune(self, now_ms: int) -> None:
+        for key, t in list(self.trackers.items()):
+            if not t.window_bytes(now_ms):
+                del self.trackers[key]

@@ -39,6 +39,7 @@ from broker.txn.coordinator import TxnCoordinator
 from broker.txn.verify import CoordinatorVerifier
 from client.connection import ConnectionPool
 from kraft.groups.offsets import GroupOffsetsManager
+from security.throttle import ClientQuotas
 
 __all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS", "GROUP_BROKER_APIS", "TXN_BROKER_APIS"]
 
@@ -47,13 +48,13 @@ ControllerHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 BROKER_APIS = frozenset({
     ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS,
     ApiKey.DESCRIBE_CONFIGS, ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_PRODUCERS,
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_ACLS,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_ACLS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
 })
 FORWARDED_APIS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
     ApiKey.INIT_PRODUCER_ID, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
     ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
-    ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
+    ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_CLIENT_QUOTAS,
 })
 # committed offsets and group admin: served by the group's coordinator broker (kraft/groups/offsets.py)
 GROUP_BROKER_APIS = frozenset({
@@ -82,6 +83,8 @@ class NodeApi:
         self.groups = GroupOffsetsManager(replica_manager, publisher) if replica_manager is not None else None
         self.txn: TxnCoordinator | None = None
         self.txn_verifier: CoordinatorVerifier | None = None
+        # byte-rate quotas: node.py wraps the listeners' dispatch with quotas.wrap (security/throttle.py)
+        self.quotas = ClientQuotas(lambda: publisher.image)
         if replica_manager is not None:
             # pool: the node's ConnectionPool (markers to other leaders, remote verification)
             self.txn = TxnCoordinator(replica_manager, publisher, channel, pool=pool,
@@ -155,4 +158,6 @@ class NodeApi:
             return security_api.describe_user_scram_credentials(body, image)
         if key == ApiKey.DESCRIBE_ACLS:
             return security_api.describe_acls(body, image)
+        if key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
+            return security_api.describe_client_quotas(body, image, self.quotas.usage())
         raise error_for(ErrorCode.UNKNOWN_API, f"api {key} has no broker handler")

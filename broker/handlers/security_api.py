@@ -6,6 +6,10 @@ credentials is ``RESOURCE_NOT_FOUND`` in its entry.
 
 ``describe_acls(body, image)``: the access control entries matching ``filter`` (a None field
 matches anything), sorted.
+
+``describe_client_quotas(body, image, usage)``: the configured byte-rate quotas
+(``metadata/quotas.py``; ``user`` / ``client_id`` filter exactly) and ``usage``, what this
+broker measured (``security.throttle.ClientQuotas.usage``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 from broker.errors import ErrorCode
 from metadata import MetadataImage
 
-__all__ = ["describe_user_scram_credentials", "describe_acls"]
+__all__ = ["describe_user_scram_credentials", "describe_acls", "describe_client_quotas"]
 
 
 def describe_user_scram_credentials(body: dict[str, Any], image: MetadataImage) -> dict[str, Any]:
@@ -40,3 +44,16 @@ def describe_acls(body: dict[str, Any], image: MetadataImage) -> dict[str, Any]:
 
     flt = body["filter"]
     return {"error": 0, "acls": [asdict(e) for e in sorted(image.acls.entries) if matches(e, flt)]}
+
+
+def describe_client_quotas(body: dict[str, Any], image: MetadataImage,
+                           usage: list[dict[str, Any]]) -> dict[str, Any]:
+    from metadata.quotas import entity_parts
+
+    want_user, want_client = body.get("user"), body.get("client_id")
+    entries = []
+    for ent, values in image.quotas.entities.items():
+        user, client_id = entity_parts(ent)
+        if (want_user is None or want_user == user) and (want_client is None or want_client == client_id):
+            entries.append({"user": user, "client_id": client_id, "values": dict(values)})
+    return {"error": 0, "entries": entries, "usage": usage}

@@ -66,6 +66,7 @@ from client.aio.offsets import EARLIEST, LATEST, list_offsets
 from client.columnar import ColumnBatch
 from client.connection import backoff_ms
 from client.errors import CorruptRecordError, IllegalStateError, RecordTooLargeError
+from client.throttle_stats import ThrottleMeter
 from client.txn_filter import READ_UNCOMMITTED, isolation_level_code
 from client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, TopicPartition
 from security.client import SECURITY_OPTIONS, ClientSecurity
@@ -178,6 +179,7 @@ class AsyncConsumer(GetManyApi):
         self._fetch_wake = trio.Event()
         self._data = trio.Event()
         self._rr = 0
+        self._throttle = ThrottleMeter()  # the brokers' throttle_time_ms (byte-rate quotas)
         self._iter_buf: deque[ConsumerRecord] = deque()
         self._coordinator: Coordinator | None = None
         self._nursery: trio.Nursery | None = None
@@ -345,6 +347,10 @@ class AsyncConsumer(GetManyApi):
         if end < 0 or st.position is None:
             return None
         return max(0, end - st.position)
+
+    def statistics(self) -> dict[str, Any]:
+        """Counters of this consumer: the brokers' fetch throttling (byte-rate quotas)."""
+        return self._throttle.statistics()
 
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
@@ -598,6 +604,7 @@ class AsyncConsumer(GetManyApi):
             resp = await self._core.request_node(node, ApiKey.FETCH, body,
                                                  extra_timeout_ms=self.fetch_max_wait_ms)
             resp.raise_for_error()
+            self._throttle.observe(resp.body)
             parts = split_fetch_response(resp.body, resp.raw)
         except RafkaError as exc:
             retry_at = time.monotonic() + self._core.retry_backoff_ms / 1000

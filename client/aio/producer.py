@@ -102,6 +102,7 @@ from client.errors import (
     RecordTooLargeError,
 )
 from client.partitioner import Murmur2Partitioner, Partitioner, make_partitioner
+from client.throttle_stats import ThrottleMeter
 from client.types import TopicPartition
 from log.batch import build_batch_rows
 from security.client import ClientSecurity
@@ -209,6 +210,7 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
         self._fatal: BaseException | None = None
         self._max_record_size = min(max_request_size, buffer_memory)
         self._batches_split = 0  # batches split after MESSAGE_TOO_LARGE (statistics)
+        self._throttle = ThrottleMeter()  # the brokers' throttle_time_ms (byte-rate quotas)
         install_serializers(self, key_serializer, value_serializer)  # a no-op without them
 
     # ------------------------------------------------------------------ lifecycle
@@ -457,6 +459,7 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
             "producer_id": self._producer_id,
             "producer_epoch": self._producer_epoch,
             "batches_split": self._batches_split,
+            **self._throttle.statistics(),
             **(self._txn.statistics() if self._txn is not None else {}),
         }
 
@@ -722,6 +725,7 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
             self._node_inflight[node] -= 1
             self._wake.set()
         assert resp is not None
+        self._throttle.observe(resp.body)
         results = {(t["name"], p["partition"]): p for t in resp.body.get("topics") or []
                    for p in t.get("partitions") or []}
         for st, b in group:

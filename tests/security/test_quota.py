@@ -48,4 +48,5 @@ def test_the_user_quota_wins_and_other_clients_are_unaffected():
     assert book.record("User:alice", "etl", 3000, 0) > 0
     assert book.record("User:bob", "other", 10**9, 0) == 0  # no quota: never throttled
     quotas[("user", "User:alice")] = 10**6  # a changed quota starts a fresh tracker
+    book.invalidate()
     assert book.record("User:alice", "etl", 3000, 10) == 0

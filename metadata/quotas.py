@@ -1,0 +1,133 @@
+"""Client quota configuration as metadata: ``ClientQuota`` records, their image and their fold.
+
+Theory of operation
+-------------------
+The active controller decides quota changes (``ALTER_CLIENT_QUOTAS``, ``kraft/quota_admin.py``)
+and writes one ``ClientQuota`` record per changed value; every node folds them into a
+``QuotasImage`` (a domain of ``MetadataImage``) and its quota enforcement
+(``security/throttle.py``) reads the byte rates there.
+
+An *entity* is a user principal ("User:alice"), a client id, or both; either part may be
+``DEFAULT`` ("<default>": the default for every user / client id, as Kafka's ``--entity-default``)
+and a missing part is ``None``. ``entity_key(user, client_id)`` is the canonical tuple the image
+is keyed by — ``("user", U)``, ``("client-id", C)`` or ``("user", U, "client-id", C)`` — the
+same keys ``security.quota.QuotaBook`` asks its ``quota_of`` about. Keys are
+``producer_byte_rate`` and ``consumer_byte_rate`` (bytes per second, a float); a record with
+``value`` None removes the key, and an entity without keys disappears.
+
+``quotas_to_records(image)`` lists records whose fold onto the empty image gives back an equal
+image (snapshots). Like ``metadata.security`` this imports nothing from the rest of ``metadata``
+but the record base.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from metadata._base import Record
+
+__all__ = [
+    "DEFAULT",
+    "QUOTA_KEYS",
+    "QUOTA_RECORD_TYPES",
+    "ClientQuota",
+    "QuotaEntityKey",
+    "QuotasDelta",
+    "QuotasImage",
+    "entity_key",
+    "entity_parts",
+    "quotas_to_records",
+]
+
+DEFAULT = "<default>"
+QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate")
+QuotaEntityKey = tuple[str, ...]
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
+
+
+def entity_key(user: str | None, client_id: str | None) -> QuotaEntityKey:
+    """The image's key of the entity (at least one part must be given)."""
+    if user is not None and client_id is not None:
+        return ("user", user, "client-id", client_id)
+    if user is not None:
+        return ("user", user)
+    if client_id is not None:
+        return ("client-id", client_id)
+    raise ValueError("a quota entity names a user, a client id or both")
+
+
+def entity_parts(key: QuotaEntityKey) -> tuple[str | None, str | None]:
+    """``(user, client_id)`` of an entity key (the inverse of ``entity_key``)."""
+    parts = dict(zip(key[::2], key[1::2], strict=True))
+    return parts.get("user"), parts.get("client-id")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuota(Record):
+    record_type: ClassVar[str] = "ClientQuota"
+    user: str | None
+    client_id: str | None
+    key: str
+    value: float | None  # None: remove the key
+
+
+QUOTA_RECORD_TYPES: tuple[type[Record], ...] = (ClientQuota,)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotasImage:
+    """entity key -> {quota key: value}."""
+
+    entities: Mapping[QuotaEntityKey, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
+    EMPTY: ClassVar[QuotasImage]
+
+    def get(self, entity: QuotaEntityKey, key: str) -> float | None:
+        return self.entities.get(entity, _EMPTY).get(key)
+
+
+QuotasImage.EMPTY = QuotasImage()
+
+
+class QuotasDelta:
+    def __init__(self, image: QuotasImage) -> None:
+        self.image = image
+        self.changed: dict[QuotaEntityKey, dict[str, float]] = {}
+
+    def replay(self, record: Record) -> None:
+        if not isinstance(record, ClientQuota):
+            return
+        try:
+            ent = entity_key(record.user, record.client_id)
+        except ValueError:
+            return  # total: a record naming no entity changes nothing
+        cur = self.changed.get(ent)
+        if cur is None:
+            cur = self.changed[ent] = dict(self.image.entities.get(ent, {}))
+        if record.value is None:
+            cur.pop(record.key, None)
+        else:
+            cur[record.key] = float(record.value)
+
+    def apply(self) -> QuotasImage:
+        if not self.changed:
+            return self.image
+        entities: dict[QuotaEntityKey, Mapping[str, float]] = dict(self.image.entities)
+        for ent, values in self.changed.items():
+            if values:
+                entities[ent] = MappingProxyType(dict(sorted(values.items())))
+            else:
+                entities.pop(ent, None)
+        if not entities:
+            return QuotasImage.EMPTY
+        return QuotasImage(MappingProxyType(dict(sorted(entities.items()))))
+
+
+def quotas_to_records(image: QuotasImage) -> list[Record]:
+    out: list[Record] = []
+    for ent, values in image.entities.items():
+        user, client_id = entity_parts(ent)
+        out.extend(ClientQuota(user, client_id, k, v) for k, v in values.items())
+    return out
