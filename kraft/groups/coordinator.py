@@ -33,6 +33,22 @@ Reconciliation (per member, on its own heartbeat), as KIP-848's current-assignme
     pairwise disjoint — a partition is never owned by two members, and a partition moves only
     after its previous owner acknowledged (or was removed by the session timeout).
 
+Heartbeat interval (what the response's ``heartbeat_interval_ms`` asks for)
+    The configured interval (``group.consumer.heartbeat.interval.ms``, capped at a third of
+    the member's session) for a converged member; ``RECONCILE_HEARTBEAT_MS`` while it is not
+    converged (it waits for partitions others are releasing, or has just been told to revoke —
+    the client acknowledges a revocation at once, without waiting). A member waiting for
+    partitions other members hold (``Decision.awaits``) is asked back about when they will have
+    released them: the controller knows when it told them to revoke and when their next
+    heartbeat is due (``kraft/groups/service.py``). And while its *group* is settling: a member
+    converged a moment ago cannot know that the group changed after its last heartbeat (members
+    that start together join one after the other, and the first one holds every partition), so
+    ``settling_interval`` asks every member to come back after as long as the group has been
+    still — from ``RECONCILE_HEARTBEAT_MS``, doubling, up to the configured interval. The
+    controller knows when the group epoch last moved; a group that has been still for a whole
+    interval is answered exactly as before, so the steady-state heartbeat rate does not change:
+    a membership change costs each member about log2(interval / 300 ms) ≈ 4 extra heartbeats.
+
 Leaving (epoch −1) removes a member at once; the last member's departure deletes the group's
 *membership* metadata (``GroupDeleted``), not the group: its committed offsets stay in
 ``__consumer_offsets``, and a group exists — ``rafka group list`` / ``describe`` show it, in state
@@ -64,6 +80,8 @@ from metadata.groups import (
 __all__ = [
     "JOIN_EPOCH",
     "LEAVE_EPOCH",
+    "MIN_HEARTBEAT_MS",
+    "RECONCILE_HEARTBEAT_MS",
     "Decision",
     "GroupConfig",
     "HeartbeatRequest",
@@ -72,6 +90,7 @@ __all__ = [
     "heartbeat",
     "refresh_topics",
     "remove_members",
+    "settling_interval",
 ]
 
 JOIN_EPOCH: Final = 0
@@ -136,6 +155,11 @@ class Decision:
 
     response: dict[str, Any]
     records: tuple[GroupRecord, ...] = ()
+    # the other members holding partitions of this member's target: it gets them once they
+    # have revoked them (the controller times the member's next heartbeat by theirs)
+    awaits: tuple[str, ...] = ()
+    # the longest interval the member may be asked for (the configured one, within its session)
+    max_interval_ms: int = 0
 
 
 PartitionCount = Callable[[str], int]  # topic -> number of partitions (0: no such topic)
@@ -395,6 +419,15 @@ def heartbeat(
         and m.assigned == m.target
         and not m.pending_revocation
     )
+    wanted = set(m.target) - set(m.assigned)
+    holders = tuple(
+        sorted(
+            o.member_id
+            for o in work.members.values()
+            if o.member_id != member_id
+            and wanted.intersection((*o.assigned, *o.pending_revocation))
+        )
+    )
     return Decision(
         {
             "error": 0,
@@ -407,7 +440,18 @@ def heartbeat(
             "assignment": assignment_body(m.assigned),
         },
         work.records(),
+        holders,
+        interval,
     )
+
+
+def settling_interval(interval_ms: int, still_ms: int | None) -> int:
+    """The interval to answer while the group has been still for ``still_ms`` (``None``: not
+    known to have changed): as long as it has been still, between ``RECONCILE_HEARTBEAT_MS``
+    and ``interval_ms`` (which is returned unchanged when it is shorter, or 0 for a leave)."""
+    if still_ms is None or interval_ms <= RECONCILE_HEARTBEAT_MS:
+        return interval_ms
+    return min(interval_ms, max(RECONCILE_HEARTBEAT_MS, still_ms))
 
 
 def remove_members(
