@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -112,6 +113,42 @@ def wait_until(cond: Callable[[], Any], what: str, timeout_s: float = 60.0) -> A
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for: {what}")
         time.sleep(0.1)
+
+
+class JsonLinesProc:
+    """A helper script (``python ARGS...``) whose stdout is JSON lines, collected by a reader
+    thread; its stderr goes to ``stderr_path``."""
+
+    def __init__(self, args: list[str], stderr_path: Path, *, mode: str = "a") -> None:
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self.stderr = open(stderr_path, mode)  # noqa: SIM115 - closed by close()/wait()
+        self.proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
+                                     stderr=self.stderr, text=True, cwd=str(PROJECT_ROOT))
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._lock:
+                self.events.append(json.loads(line))
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.events)
+
+    def wait(self, timeout_s: float = 60.0) -> int:
+        """The exit code, once the process and its reader ended."""
+        rc = self.proc.wait(timeout_s)
+        self._reader.join(5)
+        self.stderr.close()
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.wait()
 
 
 def _wait_gone(pid: int, timeout_s: float = 30) -> None:

@@ -36,7 +36,7 @@ from client.sync import Admin, Consumer, Producer
 from client.types import TopicPartition
 from kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition
 
-from .conftest import PROJECT_ROOT, LocalCluster, wait_until
+from .conftest import PROJECT_ROOT, JsonLinesProc, LocalCluster, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -45,29 +45,13 @@ SESSION_MS = 2000
 DEADLINE_S = 60.0
 
 
-class ConsumerProc:
+class ConsumerProc(JsonLinesProc):
     """One ``group_consumer.py`` subprocess; its JSON lines are collected by a reader thread."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, log_dir: Path, name: str) -> None:
         self.name = name
-        self.events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        self.stderr = open(log_dir / f"{name}.err", "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), bootstrap, group, topic, "--session-ms", str(SESSION_MS)],
-            stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd=str(PROJECT_ROOT))
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._lock:
-                self.events.append(json.loads(line))
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return list(self.events)
+        super().__init__([str(SCRIPT), bootstrap, group, topic, "--session-ms", str(SESSION_MS)],
+                         log_dir / f"{name}.err", mode="w")
 
     def owned(self) -> set[tuple[str, int]]:
         out: set[tuple[str, int]] = set()

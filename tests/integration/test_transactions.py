@@ -15,11 +15,8 @@
 
 from __future__ import annotations
 
-import json
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 import zlib
@@ -33,7 +30,7 @@ from client.errors import RafkaError
 from client.sync import Admin, Consumer, Producer
 from client.types import TopicPartition
 
-from .conftest import PROJECT_ROOT, LocalCluster, wait_until
+from .conftest import JsonLinesProc, LocalCluster, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -80,38 +77,9 @@ def lso_caught_up(bootstrap: str, topic: str, partitions: int = 3) -> bool:
         return rc.end_offsets(tps) == ru.end_offsets(tps)
 
 
-class Proc:
-    """A helper script in a subprocess; its JSON lines are collected by a reader thread."""
-
-    def __init__(self, args: list[str], log: Path) -> None:
-        self.events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        self.stderr = open(log, "a")  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
-                                     stderr=self.stderr, text=True, cwd=str(PROJECT_ROOT))
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._lock:
-                self.events.append(json.loads(line))
-
+class Proc(JsonLinesProc):
     def seen(self, ev: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [e for e in self.events if e["ev"] == ev]
-
-    def wait(self, timeout_s: float = DEADLINE_S) -> int:
-        rc = self.proc.wait(timeout_s)
-        self._reader.join(5)
-        self.stderr.close()
-        return rc
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.wait()
+        return [e for e in self.snapshot() if e["ev"] == ev]
 
 
 def pipeline(cluster: LocalCluster, log: Path, *extra: str) -> Proc:
