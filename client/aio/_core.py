@@ -85,6 +85,7 @@ class ClusterMetadata:
             int(b["node_id"]): BrokerMetadata(int(b["node_id"]), b["host"], int(b["port"]), b.get("rack"))
             for b in body.get("brokers") or []
         }
+        previous = self.topics
         if all_topics:
             self.topics = {}
             self.topic_errors = {}
@@ -97,11 +98,16 @@ class ClusterMetadata:
                 self.topic_errors[name] = err
                 continue
             self.topic_errors.pop(name, None)
-            self.topic_ids[name] = t.get("topic_id")
+            topic_id = t.get("topic_id")
+            old_id = self.topic_ids.get(name)
+            self.topic_ids[name] = topic_id
             if t.get("is_internal"):
                 self.internal.add(name)
-            self.topics[name] = {
-                int(p["partition"]): PartitionMetadata(
+            # the same topic (not deleted and re-created) keeps what it knew per partition
+            known = (previous.get(name) or {}) if old_id is None or topic_id is None or old_id == topic_id else {}
+            parts: dict[int, PartitionMetadata] = {}
+            for p in t.get("partitions") or []:
+                pm = PartitionMetadata(
                     name,
                     int(p["partition"]),
                     -1 if p.get("leader") is None else int(p["leader"]),
@@ -110,8 +116,15 @@ class ClusterMetadata:
                     tuple(p.get("isr") or ()),
                     p.get("error") or 0,
                 )
-                for p in t.get("partitions") or []
-            }
+                old = known.get(pm.partition)
+                if old is not None and 0 <= pm.leader_epoch < old.leader_epoch:
+                    # a broker with a stale view (e.g. a deposed leader cut off from the
+                    # controller) must not roll the leader back: keep the newer entry, as
+                    # Kafka's Metadata does (KIP-320) — else a consumer fetches from the old
+                    # leader in its old epoch, is told OFFSET_OUT_OF_RANGE and resets
+                    pm = old
+                parts[pm.partition] = pm
+            self.topics[name] = parts
         self.version += 1
         self.updated_at = time.monotonic()
 

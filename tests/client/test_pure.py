@@ -300,6 +300,40 @@ def test_cluster_metadata_fold() -> None:
     assert m.leader(TopicPartition("a", 0)) == -1
 
 
+def test_cluster_metadata_never_rolls_a_leader_epoch_back() -> None:
+    """A stale broker's answer (older leader epoch) keeps the newer entry — per partition, for
+    partial and full refreshes; a re-created topic (new topic id) starts over; an unknown
+    epoch (-1) is taken as is."""
+    def body(leader: int, epoch: int, topic_id: str = "id-1") -> dict:
+        return {"brokers": [{"node_id": n, "host": "h", "port": n} for n in (1, 2, 3)],
+                "topics": [{"name": "a", "error": 0, "topic_id": topic_id, "partitions": [
+                    {"partition": 0, "leader": leader, "leader_epoch": epoch, "replicas": [1, 2, 3],
+                     "isr": [leader]},
+                    {"partition": 1, "leader": 2, "leader_epoch": 4, "replicas": [1, 2, 3], "isr": [2]}]}]}
+    tp, tp1 = TopicPartition("a", 0), TopicPartition("a", 1)
+    m = ClusterMetadata()
+
+    def epoch(t: TopicPartition) -> int:
+        pm = m.partition(t)
+        assert pm is not None
+        return pm.leader_epoch
+    m.update(body(3, 1), all_topics=False)
+    for all_topics in (False, True):
+        m.update(body(1, 0), all_topics=all_topics)  # node 1 still thinks it leads epoch 0
+        assert (m.leader(tp), epoch(tp)) == (3, 1)
+        assert epoch(tp1) == 4
+    m.invalidate_leader(tp)
+    m.update(body(1, 0), all_topics=False)
+    assert m.leader(tp) == -1  # still waiting for a view at least as new as epoch 1
+    m.update(body(2, 2), all_topics=False)
+    assert (m.leader(tp), epoch(tp)) == (2, 2)
+    m.update(body(2, -1), all_topics=False)
+    assert epoch(tp) == -1
+    m.update(body(2, 5), all_topics=False)
+    m.update(body(1, 0, topic_id="id-2"), all_topics=False)  # deleted and re-created
+    assert (m.leader(tp), epoch(tp)) == (1, 0)
+
+
 # ---------------------------------------------------------------- connection framing
 
 
