@@ -149,6 +149,31 @@ def error_body(code: int | ErrorCode, message: str = "") -> dict[str, Any]:
     return {"error": int(code), "message": message or ErrorCode(code).name}
 
 
+_REFUSE_DRAIN_BYTES = 64 * 1024
+
+
+async def refuse(stream: trio.abc.Stream, body: dict[str, Any], *, linger_s: float = 1.0) -> None:
+    """Answer a connection we will not serve with one error frame (correlation id −1), then
+    close it *gracefully*: half-close our side and read what the client already sent (bounded)
+    before the caller closes. Closing with unread bytes in the receive buffer makes the kernel
+    send a RST, which can destroy the error frame at the client before it is read — the client
+    then saw NETWORK_EXCEPTION instead of the named refusal."""
+    with trio.move_on_after(linger_s):
+        try:
+            await stream.send_all(encode_response_head(-1, body))
+            send_eof = getattr(stream, "send_eof", None)
+            if send_eof is not None:
+                await send_eof()
+            drained = 0
+            while drained < _REFUSE_DRAIN_BYTES:
+                chunk = await stream.receive_some(16384)
+                if not chunk:
+                    break
+                drained += len(chunk)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
     max_connections: int = 1000
@@ -256,8 +281,7 @@ class Server:
             refused = self.connections.try_open(ip)
             if refused is not None:
                 self.stats.connections_refused += 1
-                with trio.move_on_after(1):
-                    await stream.send_all(encode_response_head(-1, error_body(ErrorCode.TOO_MANY_CONNECTIONS, refused)))
+                await refuse(stream, error_body(ErrorCode.TOO_MANY_CONNECTIONS, refused))
                 return
             self.stats.connections_open += 1
             try:
@@ -286,7 +310,7 @@ class Server:
             except PlaintextOnTlsPortError as exc:
                 self.stats.tls_refused += 1
                 msg = "this listener speaks TLS: connect with security_protocol SSL or SASL_SSL"
-                await exc.stream.send_all(encode_response_head(-1, error_body(ErrorCode.TLS_REQUIRED, msg)))
+                await refuse(exc.stream, error_body(ErrorCode.TLS_REQUIRED, msg))
                 return None
             except (ssl.SSLError, trio.BrokenResourceError) as exc:
                 self.stats.tls_refused += 1

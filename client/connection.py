@@ -50,6 +50,7 @@ __all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_
 
 _LEN = struct.Struct(">I")
 _SPLIT_WRITE_BYTES = 64 * 1024  # smaller frames go out as one write (length prefix joined)
+_REFUSAL_GRACE_S = 0.5  # how long a failed write waits for the reader's named refusal
 
 
 def parse_address(addr: str) -> tuple[str, int]:
@@ -99,6 +100,7 @@ class Connection:
         self._slots = trio.Semaphore(max_in_flight)
         self._send_lock = trio.Lock()
         self._closed_error: BaseException | None = None
+        self._closed_event = trio.Event()
         self._cancel_scope = trio.CancelScope()
 
     @property
@@ -139,6 +141,7 @@ class Connection:
     def _fail_all(self, exc: BaseException) -> None:
         if self._closed_error is None:
             self._closed_error = exc
+            self._closed_event.set()
         for waiter in self._waiters.values():
             waiter.error = exc
             waiter.event.set()
@@ -217,6 +220,14 @@ class Connection:
                 finally:
                     view.release()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            # A broker that refuses the connection (TOO_MANY_CONNECTIONS, TLS_REQUIRED, …)
+            # writes one named error frame and closes; our write can fail before the reader has
+            # taken that frame from the receive buffer. Give the reader a moment to report it,
+            # rather than a bare NETWORK_EXCEPTION.
+            with trio.move_on_after(_REFUSAL_GRACE_S):
+                await self._closed_event.wait()
+            if self._closed_error is not None:
+                raise self._closed_error from None
             err = error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()}: {exc}")
             self._fail_all(err)
             self._cancel_scope.cancel()
