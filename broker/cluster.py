@@ -146,7 +146,8 @@ _DEFAULT_CONTROLLER = {"broker.session.timeout.ms": "3000"}
 
 def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file: Path,
                broker: dict[str, str] | None = None, controller: dict[str, str] | None = None,
-               security_lines: list[str] | None = None) -> str:
+               security_lines: list[str] | None = None,
+               security: dict[str, Any] | None = None) -> str:
     lines = [
         f"node_id = {n.id}",
         'roles = ["broker", "controller"]',
@@ -160,6 +161,7 @@ def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file:
         lines.append(f'metrics_listener = "{n.host}:{n.port + METRICS_PORT_OFFSET}"')
     for v in nodes:
         lines += ["", "[[voters]]", f"id = {v.id}", f'raft = "{v.controller}"', f'rpc = "{v.client}"']
+        lines += local_security.voter_toml(v, security)  # secure_rpc with --tls
     for section, defaults, given in (("broker", _DEFAULT_BROKER, broker),
                                      ("controller", _DEFAULT_CONTROLLER, controller)):
         lines += ["", f"[{section}]"]
@@ -177,7 +179,8 @@ def _write_configs(data_dir: Path, state: dict[str, Any], broker: dict[str, str]
     texts = {}
     for n in nodes:
         text = _node_toml(n, nodes, state["cluster_id"], data_dir / SECRET_FILE, broker, controller,
-                          local_security.security_toml(n, data_dir, state.get("security")))
+                          local_security.security_toml(n, data_dir, state.get("security")),
+                          state.get("security"))
         try:
             parse_config(tomllib.loads(text), f"node {n.id} config", base_dir=data_dir)
         except ConfigError as exc:

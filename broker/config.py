@@ -170,6 +170,8 @@ class Voter:
     id: int
     raft: tuple[str, int]
     rpc: tuple[str, int]
+    # its secured listener, where peers reach it with inter-broker security (security/peer_pool.py)
+    secure_rpc: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -255,8 +257,10 @@ def _voters(raw: Any, source: str) -> tuple[Voter, ...]:
         vid = v.get("id")
         if not isinstance(vid, int) or isinstance(vid, bool) or vid < 0:
             raise ConfigError(source, f"{key}.id", f"expected a non-negative integer, got {vid!r}")
+        secure = v.get("secure_rpc")
         out.append(Voter(vid, _addr(v.get("raft"), f"{key}.raft", source),
-                         _addr(v.get("rpc"), f"{key}.rpc", source)))
+                         _addr(v.get("rpc"), f"{key}.rpc", source),
+                         None if secure is None else _addr(secure, f"{key}.secure_rpc", source)))
     ids = [v.id for v in out]
     if len(set(ids)) != len(ids):
         raise ConfigError(source, "voters", f"duplicate voter ids {ids}")
@@ -321,6 +325,11 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
     security = parse_security(raw.get("security"), source, base)
     if security is not None and security.listener == listener and listener[1] != 0:
         raise ConfigError(source, "security.listener", "must differ from listener")
+    if security is not None and security.inter_broker:
+        missing = [v.id for v in voters if v.secure_rpc is None]
+        if missing:
+            raise ConfigError(source, "voters", f"inter.broker.security needs secure_rpc (the "
+                              f"voter's secured listener) for voters {missing}")
     return NodeConfig(
         node_id=node_id,
         roles=frozenset(roles),

@@ -93,6 +93,7 @@ class NodeMetrics:
         self.groups = groups
         self.pool = pool
         self.server = server
+        self.secured_server: Any = None  # the [security] listener's Server, when there is one
         disable_created_metrics()  # no *_created series: they double the output and help nobody here
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
@@ -310,6 +311,18 @@ class _StateCollector:
         if m.server is not None:
             yield GaugeMetricFamily("rafka_connections_open", "Open client connections",
                                     m.server.stats.connections_open)
+        if m.secured_server is not None:  # docs/security.md: inter-broker security
+            st = m.secured_server.stats
+            yield CounterMetricFamily("rafka_secured_tls_connections",
+                                      "Connections past the secured listener's TLS handshake",
+                                      st.tls_connections)
+            yield CounterMetricFamily("rafka_secured_node_connections",
+                                      "Of those, peer nodes by their certificate", st.node_connections)
+        stats = getattr(m.pool, "stats", None)
+        if stats is not None and hasattr(stats, "tls_connections"):  # security/peer_pool.py
+            yield CounterMetricFamily("rafka_peer_tls_connections",
+                                      "TLS connections this node opened to its peers",
+                                      stats.tls_connections)
 
     def _partitions(self, image: MetadataImage) -> Iterator[Metric]:
         rm = self.m.rm

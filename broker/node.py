@@ -48,7 +48,13 @@ from broker.server import Server, ServerLimits
 from client.connection import ConnectionPool
 from security.authz import authorizing_dispatch
 from security.connections import ConnectionCounter
-from security.listener import ListenerSecurity, advertised, image_credentials, secured_dispatch
+from security.listener import (
+    ListenerSecurity,
+    advertised,
+    image_credentials,
+    node_bypass,
+    secured_dispatch,
+)
 
 __all__ = ["run_node", "main", "setup_logging"]
 
@@ -119,7 +125,7 @@ class _Node:
         self.events.emit("start")
         try:
             async with trio.open_nursery() as nursery:
-                pool = ConnectionPool(nursery, client_id=f"rafka-node-{cfg.node_id}")
+                pool = self._peer_pool(nursery)
                 channel = ControllerChannel(pool, [(v.id, *v.rpc) for v in cfg.voters])
                 api = NodeApi(cluster_id=cfg.cluster_id, replica_manager=self.rm,
                               publisher=self.publisher, channel=channel,
@@ -141,10 +147,11 @@ class _Node:
                 server = Server(dispatch, cfg.listener[0], cfg.listener[1], limits,
                                 connections=connections)
                 port = await nursery.start(server.serve)
-                if cfg.security is not None and self.rm is not None:  # docs/security.md
-                    await nursery.start(self._serve_secured, dispatch, limits, connections)
+                secured = None
+                if cfg.security is not None:  # docs/security.md
+                    secured = await nursery.start(self._serve_secured, dispatch, limits, connections)
                 if cfg.metrics_listener is not None:
-                    metrics.server = server
+                    metrics.server, metrics.secured_server = server, secured
                     mport = await nursery.start(metrics.serve, *cfg.metrics_listener)
                     log.info("node %d: metrics at http://%s:%d/metrics", cfg.node_id,
                              cfg.metrics_listener[0], mport)
@@ -194,15 +201,30 @@ class _Node:
             return self.publisher.image
 
         if sec.authorizer:  # ACLs on every API (security/authz.py)
-            dispatch = authorizing_dispatch(dispatch, image_of, sec.super_users)
+            authorized = authorizing_dispatch(dispatch, image_of, sec.super_users)
+            # peer nodes (their certificates) are super users
+            dispatch = node_bypass(dispatch, authorized) if sec.inter_broker else authorized
         server = Server(secured_dispatch(dispatch, image_of), sec.listener[0], sec.listener[1],
                         limits, security=ListenerSecurity.build(sec, image_credentials(image_of)),
                         connections=connections)
         async with trio.open_nursery() as nursery:
             port = await nursery.start(server.serve)
-            log.info("node %d: %s listener on %s:%d", self.config.node_id, sec.protocol,
-                     sec.listener[0], port)
-            task_status.started(port)
+            log.info("node %d: %s listener on %s:%d%s", self.config.node_id, sec.protocol,
+                     sec.listener[0], port, " (inter-broker)" if sec.inter_broker else "")
+            task_status.started(server)
+
+    def _peer_pool(self, nursery: trio.Nursery) -> ConnectionPool:
+        """The node's pool to its peers: over their secured listeners with inter-broker security
+        (security/peer_pool.py), else plaintext to their main listeners."""
+        cfg = self.config
+        client_id = f"rafka-node-{cfg.node_id}"
+        if cfg.security is None or not cfg.security.inter_broker:
+            return ConnectionPool(nursery, client_id=client_id)
+        from security.peer_pool import PeerPool
+
+        voters = [(v.rpc, v.secure_rpc) for v in cfg.voters if v.secure_rpc is not None]
+        return PeerPool(nursery, cfg.security, voters, lambda: self.publisher.image,
+                        client_id=client_id)
 
     async def _check_membership(self, agreed: trio.Event) -> None:
         """Stops the node (a QuorumConfigError leaves the nursery) when its cluster id, voter

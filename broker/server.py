@@ -50,7 +50,8 @@ connection starts unauthenticated: its frames may be at most
 ``sasl.authentication.timeout.ms`` (else it is closed), and every request but API_VERSIONS goes
 to its ``security.sasl.SaslGate`` until that says authenticated; a gate error is answered and
 the connection closed. Requests of an authenticated (or mutual-TLS) connection carry its
-principal (``Request.principal``).
+principal (``Request.principal``). With inter-broker security a peer node's certificate
+(``User:node-<id>``) skips the SASL gate (``ListenerSecurity.skips_sasl``).
 
 Throttling (byte-rate quotas, ``security/throttle.py``): an answer whose body carries
 ``throttle_time_ms > 0`` is held that long (at most ``MAX_THROTTLE_MS``) by its request's task
@@ -194,6 +195,8 @@ class ServerStats:
     bytes_copied: int = 0  # file slices of small replies, pread and sent with their head
     tls_refused: int = 0  # plaintext on a TLS port, failed or timed-out handshakes
     auth_failures: int = 0  # connections closed by the SASL gate or its deadline
+    tls_connections: int = 0  # connections past the TLS handshake
+    node_connections: int = 0  # of those, peer nodes by their certificate (inter-broker security)
     throttled: int = 0  # answers held for a byte-rate quota
 
 
@@ -334,7 +337,11 @@ class _Connection:
         self.gate: SaslGate | None = None
         self.muted_until = 0.0  # trio time: no request is dispatched before it (quota throttle)
         sec = server.security
-        if sec is not None and sec.config.uses_sasl:
+        if sec is not None and sec.config.uses_tls:
+            server.stats.tls_connections += 1
+        if sec is not None and sec.skips_sasl(self.principal):  # a peer node (mutual TLS)
+            server.stats.node_connections += 1
+        elif sec is not None and sec.config.uses_sasl:
             self.gate = SaslGate(sec.config.mechanisms, sec.credentials)
             self.reader.max_frame_bytes = min(server.limits.max_frame_bytes,
                                               sec.config.max_unauthenticated_frame_bytes)

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 ``decide_scram(image, upsertions, deletions)`` is pure: it checks every entry (a known
 mechanism, iterations within SCRAM's bounds, keys as long as the mechanism's hash, a user name
-of 1-256 printable characters, no (user, mechanism) twice in one request, a deletion of an
+of 1-256 printable characters and not a node's ``node-<int>``, no (user, mechanism) twice in one request, a deletion of an
 existing credential) and returns the per-entry results and the ``Decision`` holding
 ``UserScramCredential`` / ``UserScramCredentialRemoved`` records for the valid ones.
 ``alter_user_scram_credentials(service, body)`` runs it on the active controller's image under
@@ -24,6 +24,7 @@ from broker.errors import ErrorCode
 from kraft import controller as ctl
 from metadata import MetadataImage
 from metadata.security import UserScramCredential, UserScramCredentialRemoved
+from security.listener import NODE_USER
 from security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ def _check_upsert(u: dict[str, Any]) -> str | None:
     user, mech = u["user"], u["mechanism"]
     if not user or len(user) > _MAX_USER or not user.isprintable():
         return f"a user name is 1-{_MAX_USER} printable characters"
+    if NODE_USER.fullmatch(user):  # a node's principal: only its certificate may claim it
+        return f"{user!r} is reserved for the cluster's nodes (inter-broker security)"
     if mech not in MECHANISMS:
         return f"unknown mechanism {mech!r} (supported: {', '.join(MECHANISMS)})"
     if not MIN_ITERATIONS <= u["iterations"] <= MAX_ITERATIONS:

@@ -20,6 +20,7 @@ named listeners do::
     "sasl.max.unauthenticated.frame.bytes" = 4096
     authorizer = true                      # check ACLs on every API (default false)
     "super.users" = ["User:admin"]         # may do everything
+    "inter.broker.security" = true         # peers talk to each other here (mutual TLS)
 
 ``parse_security(raw, source, base)`` checks the table (a ``ConfigError`` naming the key on any
 problem) and returns a ``SecurityConfig``; ``ListenerSecurity`` is what the ``Server`` gets at
@@ -31,11 +32,21 @@ The node (``broker/node.py``) serves the secured listener with ``secured_dispatc
 registered (``RegisterBroker.secure_listener``, from ``advertised(config)``), so a secured
 client is never sent to a plaintext port — and looks credentials up with
 ``image_credentials``.
+
+Inter-broker security (``"inter.broker.security" = true``, docs/security.md): the node reaches
+its peers — follower fetches, the controller channel, transaction markers — on their secured
+listeners with TLS, presenting its own certificate (``ssl.certfile``, CN ``node-<id>``, signed
+by the cluster CA ``ssl.cafile``). Such a listener asks for client certificates (``ssl.client.
+auth`` at least ``requested``); a connection whose verified certificate names a node
+(``is_node_principal``: ``User:node-<int>``) skips SASL (``ListenerSecurity.skips_sasl``) and
+is a super user (``node_bypass``). The names are reserved: no SCRAM user may be ``node-<int>``
+(``kraft/scram_admin.py``), so only a certificate from the cluster CA can be a node.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -53,13 +64,25 @@ if TYPE_CHECKING:
     from metadata import MetadataImage
 
 __all__ = ["PROTOCOLS", "SecurityConfig", "ListenerSecurity", "parse_security", "advertised",
-           "image_credentials", "secured_dispatch"]
+           "image_credentials", "secured_dispatch", "node_principal", "is_node_principal",
+           "node_bypass", "NODE_USER"]
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _KEYS = {"listener", "advertised_listener", "protocol", "ssl.certfile", "ssl.keyfile",
          "ssl.cafile", "ssl.client.auth", "sasl.enabled.mechanisms",
          "sasl.authentication.timeout.ms", "sasl.max.unauthenticated.frame.bytes",
-         "ssl.handshake.timeout.ms", "authorizer", "super.users"}
+         "ssl.handshake.timeout.ms", "authorizer", "super.users", "inter.broker.security"}
+_NODE_PRINCIPAL = re.compile(r"User:node-(0|[1-9][0-9]{0,8})")
+NODE_USER = re.compile(r"node-(0|[1-9][0-9]{0,8})")  # reserved SCRAM user names
+
+
+def node_principal(node_id: int) -> str:
+    """The principal a node's certificate names (CN ``node-<id>``)."""
+    return f"User:node-{node_id}"
+
+
+def is_node_principal(principal: str | None) -> bool:
+    return principal is not None and _NODE_PRINCIPAL.fullmatch(principal) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +100,7 @@ class SecurityConfig:
     handshake_timeout_ms: int = 10_000
     authorizer: bool = False  # ACLs checked on every API (security/authz.py)
     super_users: tuple[str, ...] = ()
+    inter_broker: bool = False  # peers connect here with mutual TLS as their node principal
 
     @property
     def uses_tls(self) -> bool:
@@ -103,6 +127,10 @@ class ListenerSecurity:
             ctx = server_context(config.certfile, config.keyfile, cafile=config.cafile,
                                  client_auth=config.client_auth)
         return cls(config, ctx, credentials)
+
+    def skips_sasl(self, certificate_principal: str | None) -> bool:
+        """A peer node (its verified certificate names a node) needs no SASL login here."""
+        return self.config.inter_broker and is_node_principal(certificate_principal)
 
 
 def _path(raw: Mapping[str, Any], key: str, base: Path, source: str) -> str | None:
@@ -176,6 +204,18 @@ def parse_security(raw: Any, source: str, base: Path) -> SecurityConfig | None:
         raise ConfigError(source, "security.super.users",
                           f"expected a list of User:<name>, got {supers!r}")
     cfg = dataclasses.replace(cfg, authorizer=authorizer, super_users=tuple(supers))
+    inter = raw.get("inter.broker.security", False)
+    if not isinstance(inter, bool):
+        raise ConfigError(source, "security.inter.broker.security",
+                          f"expected true or false, got {inter!r}")
+    if inter:
+        if not cfg.uses_tls or not cfg.cafile:
+            raise ConfigError(source, "security.inter.broker.security",
+                              "needs protocol SSL or SASL_SSL and ssl.cafile (the cluster CA: "
+                              "peers present their node certificates)")
+        # peers must be able to present their certificates; clients without one still may
+        cfg = dataclasses.replace(cfg, inter_broker=True, client_auth=(
+            "requested" if client_auth == "none" else client_auth))
     if cfg.uses_tls and not (cfg.certfile and cfg.keyfile):
         raise ConfigError(source, "security.ssl.certfile",
                           f"protocol {protocol} needs ssl.certfile and ssl.keyfile")
@@ -200,6 +240,8 @@ def image_credentials(image_of: Callable[[], MetadataImage]) -> CredentialSource
     """Credentials looked up in the node's current metadata image (``image_of()``)."""
 
     def lookup(mechanism: str, user: str) -> ScramCredential | None:
+        if NODE_USER.fullmatch(user):  # reserved for nodes' certificates (never a SASL login)
+            return None
         e = image_of().scram.get(user, mechanism)
         if e is None:
             return None
@@ -225,5 +267,16 @@ def secured_dispatch(dispatch: Dispatch, image_of: Callable[[], MetadataImage]) 
                 brokers.append({**b, "host": host, "port": port})
             out = {**out, "brokers": brokers}
         return out
+
+    return run
+
+
+def node_bypass(dispatch: Dispatch, authorized: Dispatch) -> Dispatch:
+    """``authorized`` (behind the ACLs) for everyone but peer nodes, which are super users."""
+
+    async def run(req: Request) -> Any:
+        if is_node_principal(req.principal):
+            return await dispatch(req)
+        return await authorized(req)
 
     return run

@@ -14,11 +14,15 @@ Theory of operation
 * ``security_toml(node, data_dir, settings)`` — the node's ``[security]`` table: a second
   client listener on ``PORT + 30000 + i - 1`` (``SECURE_PORT_OFFSET``), protocol ``SSL``
   (``--tls``), ``SASL_PLAINTEXT`` (``--auth``) or ``SASL_SSL`` (both); with ``--auth`` the
-  authorizer is on (default deny) and ``User:admin`` is the one super user.
+  authorizer is on (default deny) and ``User:admin`` is the one super user. With ``--tls``
+  the nodes also talk to each other there (``"inter.broker.security" = true``, mutual TLS as
+  ``User:node-<id>`` with their own certificates; ``voter_toml`` adds each voter's
+  ``secure_rpc``): replication, the controller channel and transaction markers are encrypted.
 * ``ensure_admin(state, settings)`` — once the cluster is ready, the ``admin`` SCRAM
   credentials (SHA-256 and SHA-512) are written through the node's main listener. That
-  listener stays PLAINTEXT and unauthorized: it is how the nodes talk and how the cluster is
-  bootstrapped, bound to ``--host`` (127.0.0.1 by default); docs/security.md.
+  listener stays PLAINTEXT and unauthorized: it is how the cluster is bootstrapped (and, with
+  ``--auth`` alone, how the nodes talk), bound to ``--host`` (127.0.0.1 by default);
+  docs/security.md.
 * ``how_to_connect(...)`` — the lines ``cluster up`` prints under the secured bootstrap.
 """
 
@@ -31,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["SECURE_PORT_OFFSET", "ADMIN_USER", "ADMIN_FILE", "TLS_DIR", "protocol", "secure_port",
-           "secure_bootstrap", "prepare", "security_toml", "ensure_admin", "how_to_connect",
+           "secure_bootstrap", "prepare", "security_toml", "voter_toml", "ensure_admin", "how_to_connect",
            "read_admin_password"]
 
 SECURE_PORT_OFFSET = 30000  # node i's secured listener: PORT + 30000 + i - 1
@@ -116,10 +120,20 @@ def security_toml(node: Any, data_dir: Path, settings: dict[str, Any] | None) ->
     if settings.get("tls"):
         tls_dir = data_dir / TLS_DIR
         lines += [f'"ssl.certfile" = {json.dumps(str(tls_dir / f"node-{node.id}.pem"))}',
-                  f'"ssl.keyfile" = {json.dumps(str(tls_dir / f"node-{node.id}.key"))}']
+                  f'"ssl.keyfile" = {json.dumps(str(tls_dir / f"node-{node.id}.key"))}',
+                  # peers reach each other here, mutual TLS as User:node-<id> (peer_pool.py)
+                  f'"ssl.cafile" = {json.dumps(str(tls_dir / "ca.pem"))}',
+                  '"inter.broker.security" = true']
     if settings.get("auth"):
         lines += ["authorizer = true", f'"super.users" = ["User:{ADMIN_USER}"]']
     return lines
+
+
+def voter_toml(voter: Any, settings: dict[str, Any] | None) -> list[str]:
+    """Extra lines of a ``[[voters]]`` entry: its secured listener with --tls."""
+    if not settings or not settings.get("tls"):
+        return []
+    return [f'secure_rpc = "{voter.host}:{secure_port(voter.port)}"']
 
 
 async def ensure_admin(plain_bootstrap: str, data_dir: Path) -> None:
