@@ -38,11 +38,16 @@ that do not wait for replication.  When the broker knows the setting
 use ``acks=1`` — the same acknowledgement point (after the leader's local append), chosen by
 the client — and the results say which one ran.
 
+``--secure`` (:mod:`chaos_tests.secure`): every node also gets a SASL_SSL listener with the
+authorizer; the workloads and final reads use it as an ACL'd user, the harness's own calls the
+main listener.
+
 Exit status of :func:`main_run`: 0 = no anomaly, 1 = anomalies, 2 = the campaign could not run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -58,6 +63,8 @@ from typing import Any
 
 import trio
 
+from security.client import ambient_security
+
 from .backends.base import Backend, ClusterSpec, rafka_node_spec
 from .checkers import CheckResult, Summary, check_all
 from .checkers_txn import check_all_txn
@@ -66,6 +73,7 @@ from .history import HistoryWriter, read_history
 from .nemesis import CONTROLLER, KINDS_BY_NAME, LEADER, NemesisRunner, generate_schedule
 from .node_events import read_node_events
 from .report import write_report
+from .secure import SecureCluster
 from .workloads.common import RunContext
 from .workloads.metadata import MetadataSpec, metadata_process, verify_topics
 from .workloads.queue import QueueSpec, create_queue_topic, final_reads, run_queue
@@ -248,8 +256,9 @@ def data_dir_of(work_dir: Path, node: int) -> Path:
 def make_cluster(backend_name: str, work_dir: Path, nodes: int, *,
                  broker: Mapping[str, Any] | None = None,
                  controller: Mapping[str, Any] | None = None,
-                 faketime: bool = False) -> Backend:
-    """The backend with its spec, secret and node configs written under ``work_dir``."""
+                 faketime: bool = False, security: SecureCluster | None = None) -> Backend:
+    """The backend with its spec, secret and node configs written under ``work_dir``
+    (with ``security``: each node's certificate and ``[security]`` table, secure.py)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     ids = list(range(1, nodes + 1))
     specs = tuple(rafka_node_spec(n, work_dir / f"node-{n}.toml", client_port=CLIENT_PORT,
@@ -265,6 +274,8 @@ def make_cluster(backend_name: str, work_dir: Path, nodes: int, *,
         d.mkdir(parents=True, exist_ok=True)
         cfg = node_config(backend, n, data_dir=d, secret_file=secret_file, broker=broker,
                           controller=controller)
+        if security is not None:
+            cfg["security"] = security.node_table(backend, n)
         (work_dir / f"node-{n}.toml").write_text(toml_dumps(cfg))
     return backend
 
@@ -296,6 +307,7 @@ class CampaignOptions:
     quiet_s: float = 5.0
     warmup_s: float = 3.0
     png: bool = True
+    secure: bool = False  # TLS + SCRAM listeners, workloads as an ACL'd user (secure.py)
 
 
 @dataclass
@@ -325,7 +337,7 @@ async def _admin_call(bootstrap: str, fn: Any, timeout_s: float) -> Any:
     from client import AsyncAdmin
 
     with trio.fail_after(timeout_s):
-        async with AsyncAdmin(bootstrap_servers=bootstrap,
+        async with AsyncAdmin(bootstrap_servers=bootstrap, security_protocol="PLAINTEXT",
                               request_timeout_ms=int(timeout_s * 1000)) as admin:
             return await fn(admin)
 
@@ -396,7 +408,8 @@ def _fault_handlers(backend: Backend, kinds: Sequence[str], work_dir: Path) -> d
 
 
 async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
-                      notes: dict[str, Any], queue: QueueSpec, acks: str) -> Summary:
+                      notes: dict[str, Any], queue: QueueSpec, acks: str,
+                      security: SecureCluster | None = None) -> Summary:
     ids = backend.spec.node_ids
     kinds = [k for k in expand_nemesis(opts.nemesis)]
     txn = opts.workload == "txn"
@@ -409,9 +422,13 @@ async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
         notes["bootstrap"] = bootstrap
         t_start = time.monotonic()
         await wait_brokers(bootstrap, len(ids), opts.start_timeout_s)
+        if security is not None:  # workloads: the secured listeners (run() set the ambient)
+            await security.create_principals(bootstrap, timeout_s=opts.start_timeout_s)
+            notes["security"] = security.notes()
         history_path = results / "history.jsonl"
         with HistoryWriter(history_path) as history:
-            ctx = RunContext(history, bootstrap, op_timeout_s=opts.op_timeout_s,
+            ctx = RunContext(history, bootstrap if security is None else security.bootstrap(),
+                             op_timeout_s=opts.op_timeout_s,
                              request_timeout_ms=int(min(3.0, opts.op_timeout_s) * 1000))
             if txn:
                 await create_txn_topics(ctx, opts.txn, timeout_s=opts.start_timeout_s)
@@ -474,7 +491,7 @@ async def _run_phases(opts: CampaignOptions, backend: Backend, results: Path,
             meta_result: CheckResult | None = None
             if opts.metadata:
                 history.flush()
-                meta_result = await verify_topics(bootstrap, read_history(history_path),
+                meta_result = await verify_topics(ctx.bootstrap, read_history(history_path),
                                                   MetadataSpec())
             notes["ops"] = dict(sorted(ctx.stats.items()))
             notes["faults"] = {k: h.statistics() for k, h in handlers.items()}
@@ -625,14 +642,18 @@ async def run(opts: CampaignOptions) -> CampaignResult:
         reason = unsupported_faults(opts.backend, kinds)
         if reason:
             raise ValueError(reason)
+        security = SecureCluster.create(work_dir) if opts.secure else None
         backend = make_cluster(opts.backend, work_dir, opts.nodes, broker=broker_overrides,
-                               faketime="clock-skew" in kinds)
+                               faketime="clock-skew" in kinds, security=security)
         hard_limit = (opts.time_limit_s + 2 * opts.start_timeout_s + opts.recovery_timeout_s
                       + opts.final_read_timeout_s * max(1, len(
                           opts.txn.tps() if opts.workload == "txn" else queue.tps())) + 120)
         with trio.fail_after(hard_limit):
             async with backend:
-                summary = await _run_phases(opts, backend, results, notes, queue, acks)
+                with (ambient_security(security.client_options()) if security is not None
+                      else contextlib.nullcontext()):
+                    summary = await _run_phases(opts, backend, results, notes, queue, acks,
+                                                security)
         result.summary = summary
         result.valid = summary.valid
     except Exception as exc:  # noqa: BLE001 - reported, exit status 2

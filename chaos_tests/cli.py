@@ -60,13 +60,16 @@ def chaos() -> None:
 @click.option("--unsafe-txn-offsets", is_flag=True,
               help="Test-only (--workload txn): the transform commits its offsets outside the "
                    "transaction (the exactly-once checker must fail).")
+@click.option("--secure", is_flag=True,
+              help="TLS + SASL/SCRAM: a SASL_SSL listener with the authorizer on every node; "
+                   "the workloads connect to it as an ACL'd user (chaos_tests/secure.py).")
 @click.option("--no-png", is_flag=True, help="Skip timeline.png (no matplotlib needed).")
 @click.option("-v", "--verbose", count=True)
 def run_cmd(backend: str, nemesis: str, time_limit_s: float, seed: int,
             results_dir: Path | None, work_dir: Path, nodes: int, partitions: int,
             producers: int, group_consumers: int, no_metadata: bool, quiet_s: float,
             unsafe_ack_before_replication: bool, workload: str, unsafe_txn_offsets: bool,
-            no_png: bool, verbose: int) -> None:
+            secure: bool, no_png: bool, verbose: int) -> None:
     """Run one campaign; exit 0 = valid, 1 = anomalies found, 2 = could not run."""
     logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -83,7 +86,7 @@ def run_cmd(backend: str, nemesis: str, time_limit_s: float, seed: int,
                         group_consumers=group_consumers),
         workload=workload, txn=unsafe(TxnSpec(partitions=partitions)) if unsafe_txn_offsets
         else TxnSpec(partitions=partitions),
-        metadata=not no_metadata, quiet_s=quiet_s, png=not no_png)
+        metadata=not no_metadata, quiet_s=quiet_s, png=not no_png, secure=secure)
     sys.exit(main_run(opts))
 
 
