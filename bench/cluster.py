@@ -8,12 +8,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from broker.cluster import free_port_block
 
-__all__ = ["cluster"]
+__all__ = ["cluster", "cluster_dir"]
 
 RAFKA = [sys.executable, "-m", "client.cli"]
 
@@ -21,10 +21,19 @@ RAFKA = [sys.executable, "-m", "client.cli"]
 @contextlib.contextmanager
 def cluster(nodes: int = 1, broker_config: dict[str, str] | None = None) -> Iterator[str]:
     """Yields the bootstrap string of a fresh ``nodes``-node cluster in a temp dir."""
+    with cluster_dir(nodes, broker_config) as (bootstrap, _data, _port):
+        yield bootstrap
+
+
+@contextlib.contextmanager
+def cluster_dir(nodes: int = 1, broker_config: dict[str, str] | None = None,
+                extra_args: Sequence[str] = ()) -> Iterator[tuple[str, Path, int]]:
+    """``cluster`` that also yields its data dir and first port; ``extra_args`` go to
+    ``cluster up`` (e.g. ``--tls --auth``: bench_security.py)."""
     data = Path(tempfile.mkdtemp(prefix="rafka-bench-"))
     port = free_port_block(nodes)
     args = [*RAFKA, "cluster", "up", "--nodes", str(nodes), "--data-dir", str(data),
-            "--port", str(port), "--detach"]
+            "--port", str(port), "--detach", *extra_args]
     for k, v in (broker_config or {}).items():
         args += ["--broker-config", f"{k}={v}"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -36,7 +45,7 @@ def cluster(nodes: int = 1, broker_config: dict[str, str] | None = None) -> Iter
         raise RuntimeError(f"cluster up failed: {out.stderr or out.stdout}")
     bootstrap = ",".join(f"127.0.0.1:{port + i}" for i in range(nodes))
     try:
-        yield bootstrap
+        yield bootstrap, data, port
     finally:
         subprocess.run([*RAFKA, "cluster", "down", "--data-dir", str(data)],
                        capture_output=True, timeout=120)
