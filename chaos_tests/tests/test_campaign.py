@@ -11,6 +11,7 @@ unseen, overwritten (inconsistent offsets) or truncated on a node (acked-not-tru
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -351,3 +352,61 @@ async def test_unsafe_txn_offsets_are_caught(tmp_path):
     assert not checkers["transform-exactly-once"].valid, \
         (tmp_path / "results" / "summary.txt").read_text()
     assert result.exit_code == 1
+
+
+def _denials(results: Path) -> list[str]:
+    """The authorizer's audit lines (``rafka.audit: DENIED ...``) in the copied node logs."""
+    return [line for p in sorted((results / "nodes").glob("node-*-node.log"))
+            for line in p.read_text(errors="replace").splitlines() if "DENIED" in line]
+
+
+@pytest.mark.chaos
+async def test_short_secure_campaign_is_valid(tmp_path):
+    """``--secure`` on the local backend (~25 s of kill + partition): TLS + SCRAM listeners
+    with the authorizer, the queue workload (idempotent producers, assign and group
+    consumers, topic create/delete) as the ACL'd user ``chaos``: no anomaly, the group commits
+    its offsets (it could not before the workload ACLs covered the coordinator lookup), and
+    the authorizer denied the workload nothing."""
+    from chaos_tests.backends.preload import connect_redirect_unsupported
+
+    if connect_redirect_unsupported() is not None:
+        pytest.skip(connect_redirect_unsupported())
+    opts = _opts(tmp_path, backend="local", nemesis=("kill", "partition"), secure=True)
+    with trio.fail_after(300):
+        result = await run(opts)
+    results = tmp_path / "results"
+    assert result.error is None, result.error
+    assert result.valid, (results / "summary.txt").read_text()
+    sec = result.notes["security"]
+    assert sec["protocol"] == "SASL_SSL" and sec["workload_user"] == "User:chaos"
+    assert all(a.endswith(":9093") for a in sec["bootstrap"].split(","))
+    ops = result.notes["ops"]
+    assert ops.get("send-ok", 0) > 100 and ops.get("poll-ok", 0) > 10, ops
+    assert ops.get("commit-ok", 0) > 0 and ops.get("create-topic-ok", 0) > 0, ops
+    assert all(fr["complete"] for fr in result.notes["final_reads"])
+    assert _denials(results) == []
+    toml = tomllib.loads((results / "nodes" / "node-1-node-1.toml").read_text())
+    assert toml["security"]["protocol"] == "SASL_SSL" and toml["security"]["authorizer"] is True
+    passwords = json.loads((tmp_path / "work" / "tls" / "users.json").read_text())
+    kept = "".join(p.read_text(errors="replace") for p in results.rglob("*") if p.is_file())
+    assert not any(pw in kept for pw in passwords.values())
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.skipif(_transactions_unavailable() is not None,
+                    reason=str(_transactions_unavailable()))
+async def test_secure_txn_campaign_is_valid(tmp_path):
+    """The txn workload (transactional ids, read_committed readers, offsets in the
+    transaction) through the secured listeners as User:chaos."""
+    from chaos_tests.workloads.txn import TxnSpec
+
+    opts = _opts(tmp_path, backend="local", nemesis=("kill", "partition"), workload="txn",
+                 time_limit_s=30.0, metadata=False, txn=TxnSpec(partitions=2, writers=3),
+                 secure=True)
+    with trio.fail_after(400):
+        result = await run(opts)
+    assert result.error is None, result.error
+    assert result.valid, (tmp_path / "results" / "summary.txt").read_text()
+    assert result.notes["ops"].get("txn-ok", 0) > 20, result.notes["ops"]
+    assert _denials(tmp_path / "results") == []
