@@ -16,6 +16,10 @@ Figures (medians of ``runs``):
   former) and ``producer_ratio``, the median of the per-repetition ratios (target ≥ 0.7);
 * ``consumer_plaintext`` / ``consumer_sasl_ssl`` and ``consumer_ratio``, the same for a read
   of those records from the beginning;
+* ``*_cpu_plaintext`` / ``*_cpu_sasl_ssl``: CPU µs per record of the client process (all its
+  threads) and of the node process (``/proc/PID/stat``) during each of those runs — on a
+  shared, loaded machine these move far less than the wall-clock rates, and say which side
+  pays for TLS;
 * ``scram_handshakes``: authentications per second of one client, sequentially — TCP connect,
   TLS handshake (the broker's certificate verified), SASL_HANDSHAKE and the two
   SASL_AUTHENTICATE round trips (the client's PBKDF2 of 4096 iterations included: a client
@@ -26,9 +30,12 @@ Figures (medians of ``runs``):
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -47,10 +54,20 @@ HANDSHAKES = 50
 PARTITIONS = 3
 
 
-def _rates(bootstrap: str, topic: str) -> tuple[float, float]:
-    prod, _cpu = _producer_rate(bootstrap, topic, N_RECORDS)
-    cons, _cpu = _consumer_rate(bootstrap, topic, PARTITIONS, N_RECORDS)
-    return prod, cons
+def _node_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _rates(bootstrap: str, topic: str, pid: int) -> list[float]:
+    """[producer rec/s, consumer rec/s, producer client/node CPU µs per record, consumer …]"""
+    c0 = _node_cpu_s(pid)
+    prod, prod_cpu = _producer_rate(bootstrap, topic, N_RECORDS)
+    c1 = _node_cpu_s(pid)
+    cons, cons_cpu = _consumer_rate(bootstrap, topic, PARTITIONS, N_RECORDS)
+    c2 = _node_cpu_s(pid)
+    per = 1e6 / N_RECORDS
+    return [prod, cons, prod_cpu, (c1 - c0) * per, cons_cpu, (c2 - c1) * per]
 
 
 async def _handshakes_per_s(port: int, options: dict[str, Any], n: int) -> float:
@@ -63,9 +80,15 @@ async def _handshakes_per_s(port: int, options: dict[str, Any], n: int) -> float
 
 
 def run(runs: int = 3) -> dict[str, Any]:
-    prod_p, prod_s, cons_p, cons_s, prod_r, cons_r, hs = [], [], [], [], [], [], []
+    prod_r: list[float] = []
+    cons_r: list[float] = []
+    hs: list[float] = []
+    cols = ("producer", "consumer", "producer_client_cpu", "producer_node_cpu",
+            "consumer_client_cpu", "consumer_node_cpu")
+    got: dict[str, list[float]] = {f"{c}_{k}": [] for c in cols for k in ("plaintext", "sasl_ssl")}
     with cluster_dir(1, extra_args=("--tls", "--auth")) as (plain, data, port):
         secure_port = port + SECURE_PORT_OFFSET
+        pid = json.loads((data / "cluster.json").read_text())["nodes"][0]["pid"]
         options = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256",
                    "sasl_plain_username": "admin",
                    "sasl_plain_password": read_admin_password(data) or "",
@@ -75,23 +98,25 @@ def run(runs: int = 3) -> dict[str, Any]:
                 for kind in ("plain", "secure"):
                     admin.create_topic(f"{kind}{r}", partitions=PARTITIONS, replication_factor=1)
         for r in range(runs):
-            p, c = _rates(plain, f"plain{r}")
+            plain_figs = _rates(plain, f"plain{r}", pid)
             with ambient_security(options):
-                ps, cs = _rates(f"127.0.0.1:{secure_port}", f"secure{r}")
-            prod_p.append(p)
-            cons_p.append(c)
-            prod_s.append(ps)
-            cons_s.append(cs)
-            prod_r.append(ps / p)
-            cons_r.append(cs / c)
+                secure_figs = _rates(f"127.0.0.1:{secure_port}", f"secure{r}", pid)
+            for c, vp, vs in zip(cols, plain_figs, secure_figs, strict=True):
+                got[f"{c}_plaintext"].append(vp)
+                got[f"{c}_sasl_ssl"].append(vs)
+            prod_r.append(secure_figs[0] / plain_figs[0])
+            cons_r.append(secure_figs[1] / plain_figs[1])
             hs.append(trio.run(_handshakes_per_s, secure_port, options, HANDSHAKES))
     load = f"1 node, {N_RECORDS} records of 200 B, acks=1, {PARTITIONS} partitions"
+    out: dict[str, Any] = {}
+    for c in cols:
+        unit = "rec/s" if c in ("producer", "consumer") else "us/rec"
+        out[f"{c}_plaintext"] = _fig(got[f"{c}_plaintext"], unit, load=load)
+        out[f"{c}_sasl_ssl"] = _fig(got[f"{c}_sasl_ssl"], unit, load=load,
+                                    ratio_of=f"{c}_plaintext")
     return {
-        "producer_plaintext": _fig(prod_p, "rec/s", load=load),
-        "producer_sasl_ssl": _fig(prod_s, "rec/s", ratio_of="producer_plaintext", load=load),
+        **out,
         "producer_ratio": _fig(prod_r, "x", target=0.7),
-        "consumer_plaintext": _fig(cons_p, "rec/s", load=load),
-        "consumer_sasl_ssl": _fig(cons_s, "rec/s", ratio_of="consumer_plaintext", load=load),
         "consumer_ratio": _fig(cons_r, "x", target=0.7),
         "scram_handshakes": _fig(hs, "auth/s", load=f"{HANDSHAKES} sequential logins, one client, "
                                  "connect + TLS + SCRAM-SHA-256 (4096 iterations)"),
