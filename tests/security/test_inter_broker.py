@@ -19,6 +19,7 @@ from broker.errors import (
 )
 from broker.protocol import ApiKey, Request
 from broker.server import Server
+from client.connection import connect
 from kraft.scram_admin import decide_scram
 from metadata import MetadataImage
 from metadata.image import BrokerRegistration
@@ -173,3 +174,23 @@ def test_node_user_names_are_reserved():
     results, _ = decide_scram(MetadataImage.EMPTY, [upsert("node-1"), upsert("node-one")], [])
     assert [r["error"] != 0 for r in results] == [True, False]
     assert "reserved" in results[0]["message"]
+
+
+async def test_large_frames_cross_tls_intact(pki):
+    """Frames over the direct-receive limit both ways over TLS (broker/frame_reader.py's TLS
+    path: one decrypted record at a time into the frame's buffer)."""
+    d, _ca = pki
+
+    async def echo(req: Request):
+        return {"error": 0, "blob": req.body["blob"][::-1]}
+
+    cfg = _config(d, "SSL")
+    server = Server(echo, "127.0.0.1", 0, security=ListenerSecurity.build(cfg, lambda m, u: None))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve)
+        async with connect("127.0.0.1", port, security=_tls(d)) as conn:
+            for size in (70_000, 1 << 20, 3 * (1 << 20) + 5):
+                blob = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+                body = (await conn.request(ApiKey.METADATA, {"blob": blob})).body
+                assert body["blob"] == blob[::-1]
+        nursery.cancel_scope.cancel()
