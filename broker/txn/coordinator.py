@@ -18,9 +18,13 @@ decided transaction (Prepare*) is finished by a *completion* task in the coordin
 nursery (started by :meth:`TxnCoordinator.run` inside the node's nursery): it writes the markers
 (``broker/txn/markers.py``, retried until every partition answered) and then appends Complete*.
 The task owns the id's pending mark until it ends; INIT_PRODUCER_ID and ADD_PARTITIONS/OFFSETS
-wait for its ``done`` event, END_TXN only for its ``marked`` event (every marker acknowledged:
-the Complete* append is off the answer's path — a lost one is re-derived from the durable
-Prepare*), all bounded, so a timed-out request never stops a completion.
+wait for its ``done`` event, an END_TXN that wrote the Prepare* itself only for its ``marked``
+event (every marker acknowledged: the Complete* append is off the answer's path — a lost one is
+re-derived from the durable Prepare*), all bounded, so a timed-out request never stops a
+completion. An END_TXN that finds the outcome already decided (Prepare* or Complete* with the same
+producer id and epoch) cannot tell a retry from the producer's *next* transaction sent to a
+deposed coordinator that does not know it yet: it answers only after an acks=all append of its
+own (Complete*, or a re-append of the Complete* value), which a deposed leader cannot complete.
 
 The background loop of :meth:`run` (every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)
 loads every partition this broker newly leads, resumes the completion of every id found in
@@ -393,6 +397,15 @@ class TxnCoordinator:
                 marked.set()
             ev.set()
 
+    async def _confirm(self, st: TxnPartitionState, tid: str) -> None:
+        """Re-append ``tid``'s current value with acks=all: succeeds only while this broker
+        really leads the partition (a deposed leader's followers fetch elsewhere)."""
+        with self._pending(st, tid):
+            md = st.txns.get(tid)
+            if md is None:
+                raise error_for(ErrorCode.INVALID_TXN_STATE, f"no transaction for {tid!r}")
+            await self._write(st, md)
+
     async def _wait_done(self, st: TxnPartitionState, tid: str, ev: trio.Event, timeout_ms: int,
                          code: ErrorCode) -> TxnMetadata:
         with trio.move_on_after(timeout_ms / 1000):
@@ -495,19 +508,30 @@ class TxnCoordinator:
             raise error_for(ErrorCode.CONCURRENT_TRANSACTIONS, f"{tid!r}: a transition is in flight")
         step, new = S.end_txn(md, body["producer_id"], body["producer_epoch"], commit, self.wall_clock_ms())
         if step is EndStep.DONE:
+            # Not necessarily a retry of ours: the same producer id and epoch ending its *next*
+            # transaction, begun at the current coordinator while this broker, deposed without
+            # knowing it yet, still holds the previous one. Answer only after an acks=all append
+            # (which a deposed leader cannot complete) showed this state is the current one.
+            await self._confirm(st, tid)
             return {}
         if step is EndStep.PREPARE:
             ev = await self._prepare(st, tid, new)
+            marked = st.marked.get(tid)
+            if marked is not None:  # answer once every marker is acked, before Complete* lands
+                with trio.move_on_after(self.request_timeout_ms / 1000):
+                    await marked.wait()
+                if not self._current(st):
+                    raise error_for(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_TOPIC}/{st.index} moved")
+                if marked.is_set() and not ev.is_set():
+                    return {}  # the markers of the decision this request made durable
         else:
+            # WAIT: a Prepare* this request did not write — a retry, or (same producer id and
+            # epoch) the next transaction's END_TXN reaching a deposed coordinator that still
+            # completes the previous one. Its markers prove nothing about this request's
+            # transaction: answer only once Complete* landed with acks=all (txn chaos seed 5:
+            # a deposed coordinator answered a commit with the previous transaction's markers,
+            # the partition only the new transaction had was never committed).
             ev = self._start_completion(st, tid, new)
-        marked = st.marked.get(tid)
-        if marked is not None:  # answer once every marker is acked, before Complete* lands
-            with trio.move_on_after(self.request_timeout_ms / 1000):
-                await marked.wait()
-            if not self._current(st):
-                raise error_for(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_TOPIC}/{st.index} moved")
-            if marked.is_set() and not ev.is_set():
-                return {}  # the completion task's markers, of this same decision (new/md)
         done = await self._wait_done(st, tid, ev, self.request_timeout_ms, ErrorCode.REQUEST_TIMED_OUT)
         if done.is_prepared or done.commit != commit:
             raise error_for(ErrorCode.REQUEST_TIMED_OUT, f"{tid!r} is still {done.state.wire_name}")

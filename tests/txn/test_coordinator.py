@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from broker.errors import ErrorCode
+from broker.errors import ErrorCode, error_for
 from broker.protocol import ApiKey
 from broker.txn import state as S
 from broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
@@ -165,18 +165,87 @@ async def test_end_txn_answers_once_marked_and_the_next_add_waits_for_complete(t
             assert (await env.end(pid, epoch, True))["error"] == 0
         assert env.markers(0) == [(pid, epoch, True)]
         assert (await env.describe())["state"] == "PrepareCommit"  # Complete* not landed yet
-        assert (await env.end(pid, epoch, True))["error"] == 0  # a retry answers too
         added: list[dict[str, Any]] = []
+        retried: list[dict[str, Any]] = []
         async with trio.open_nursery() as nursery:
             async def add_next() -> None:
                 added.append(await env.add(pid, epoch, [1]))
 
+            async def retry_end() -> None:  # on its own connection
+                async with env.b.connect() as c2:
+                    retried.append((await c2.request(ApiKey.END_TXN, {
+                        "transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
+                        "commit": True})).body)
+
+            nursery.start_soon(retry_end)
             nursery.start_soon(add_next)
             await trio.sleep(0.2)
             assert not added  # waiting for Complete*, not refused
+            assert not retried  # a retry (it did not write the Prepare*) waits for Complete* too
             gate.set()
         assert added[0]["error"] == 0, added
+        assert retried[0]["error"] == 0, retried
         assert (await env.describe())["state"] == "Ongoing"
+
+
+async def test_a_deposed_coordinator_does_not_answer_the_next_transactions_end_txn(tmp_path: Any) -> None:
+    """Txn chaos seed 5: the coordinator of 'w2' was cut off in PrepareCommit of transaction N
+    (a/3, a/2, a/0); the new coordinator finished N, and the producer (same id and epoch) ran
+    N+1 there (a/3, a/1, a/0, a/2). After the heal its END_TXN(commit) for N+1 reached the
+    deposed broker, which did not know it was deposed yet: it took the request for a retry of
+    N's and answered success as soon as N's markers were delivered — a/1, only in N+1, never
+    got a COMMIT marker (and N+2's abort later hid it). Here this broker plays the deposed
+    coordinator: every acks=all append of its own fails (as a deposed leader's do, its
+    followers fetch from the new leader), the markers still go out."""
+    async with txn_env(tmp_path) as env:
+        coord = env.api.txn
+        coord.request_timeout_ms = 500
+        real_write = coord._write
+        deposed = False
+
+        async def write(st: Any, md: Any) -> None:
+            if deposed or md.state in (S.TxnState.COMPLETE_COMMIT, S.TxnState.COMPLETE_ABORT):
+                raise error_for(ErrorCode.NOT_ENOUGH_REPLICAS, "__transaction_state: in-sync "
+                                "replicas [2] of ISR [2, 3, 1] are fewer than min.insync.replicas=2")
+            await real_write(st, md)
+
+        coord._write = write
+        pid, epoch = await env.init()
+        assert (await env.add(pid, epoch, [0]))["error"] == 0
+        assert (await env.produce(pid, epoch, 0, 0))["error"] == 0
+        with trio.fail_after(10):  # its own Prepare*, its markers: answered before Complete*
+            assert (await env.end(pid, epoch, True))["error"] == 0
+        assert env.markers(0) == [(pid, epoch, True)]
+        deposed = True
+        # the END_TXN of the producer's next transaction (begun at the new coordinator)
+        with trio.fail_after(10):
+            r = await env.end(pid, epoch, True)
+        assert r["error"] != 0, "a deposed coordinator answered another transaction's commit"
+        assert (await env.describe())["state"] == "PrepareCommit"
+
+
+async def test_a_completed_outcome_is_confirmed_before_a_retry_is_answered(tmp_path: Any) -> None:
+    """END_TXN finding Complete* of the same outcome answers success only after an acks=all
+    append: a retry at the real coordinator does, a deposed one (which cannot append) does not
+    — it may be the producer's next transaction, begun at the new coordinator."""
+    async with txn_env(tmp_path) as env:
+        coord = env.api.txn
+        pid, epoch = await env.init()
+        assert (await env.add(pid, epoch, [0]))["error"] == 0
+        assert (await env.produce(pid, epoch, 0, 0))["error"] == 0
+        assert (await env.end(pid, epoch, True))["error"] == 0
+        await env.wait_state("CompleteCommit")
+        assert (await env.end(pid, epoch, True))["error"] == 0  # a retry, here: answered
+        real_write = coord._write
+
+        async def deposed_write(st: Any, md: Any) -> None:
+            raise error_for(ErrorCode.NOT_ENOUGH_REPLICAS, "__transaction_state: deposed")
+
+        coord._write = deposed_write
+        r = await env.end(pid, epoch, True)
+        assert r["error"] == ErrorCode.NOT_ENOUGH_REPLICAS, r
+        coord._write = real_write
+        assert (await env.end(pid, epoch, False))["error"] == ErrorCode.INVALID_TXN_STATE
 
 
 async def test_new_incarnation_fences_and_aborts_the_open_transaction(tmp_path: Any) -> None:
