@@ -29,6 +29,7 @@ _BY_CLASS: list[tuple[type[BaseException], ErrorCode]] = [
     (le.DuplicateSequenceError, ErrorCode.DUPLICATE_SEQUENCE_NUMBER),
     (le.InvalidProducerEpochError, ErrorCode.INVALID_PRODUCER_EPOCH),
     (le.InvalidTxnStateError, ErrorCode.INVALID_TXN_STATE),
+    (le.TransactionCoordinatorFencedError, ErrorCode.TRANSACTION_COORDINATOR_FENCED),
     (le.InvalidRecordError, ErrorCode.INVALID_RECORD),
     (le.InvalidConfigError, ErrorCode.INVALID_CONFIG),
     (le.UnexpectedAppendOffsetError, ErrorCode.UNKNOWN_SERVER_ERROR),

@@ -56,6 +56,7 @@ __all__ = [
     "build_raw_batch",
     "build_control_batch",
     "control_type",
+    "control_coordinator_epoch",
     "stamp",
     "stamp_log_append_time",
     "crc_ok",
@@ -307,6 +308,18 @@ def control_type(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
         raise CorruptBatchError(f"bad control record in batch at offset {h.base_offset}: "
                                 f"{exc}") from exc
     return ctype
+
+
+def control_coordinator_epoch(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The coordinator epoch a marker carries (its value ``[coordinator_epoch]``); -1 when it
+    names none (an operator's abort) or the value is unreadable (the type is what matters)."""
+    h = parse_header(buf, pos)
+    try:
+        value = decode_raw_records(buf, pos, h)[0][3]
+        (epoch,) = msgpack.unpackb(value, raw=False)
+        return int(epoch)
+    except Exception:  # noqa: BLE001 - an old or foreign marker: no fencing information
+        return -1
 
 
 def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:

@@ -35,6 +35,7 @@ __all__ = [
     "UnknownProducerIdError",
     "DuplicateSequenceError",
     "InvalidProducerEpochError",
+    "TransactionCoordinatorFencedError",
     "InvalidTxnStateError",
     "UnexpectedAppendOffsetError",
 ]
@@ -158,6 +159,11 @@ class InvalidProducerEpochError(LogError):
 class InvalidTxnStateError(LogError):
     """A batch does not fit the producer's transaction state on this partition (e.g. a
     non-transactional batch while its transaction is open) — INVALID_TXN_STATE."""
+
+
+class TransactionCoordinatorFencedError(LogError):
+    """A transaction marker from a coordinator older (lower coordinator epoch) than one this
+    producer's markers already came from — TRANSACTION_COORDINATOR_FENCED."""
 
 
 class UnexpectedAppendOffsetError(LogError):

@@ -86,6 +86,7 @@ from .batch import (
     HEADER_SIZE,
     BatchHeader,
     CorruptBatchError,
+    control_coordinator_epoch,
     control_type,
     crc_ok,
     decode_raw_records,
@@ -293,11 +294,14 @@ class PartitionLog:
             if h.producer_id >= 0 or h.is_transactional or h.is_control:
                 if overlay is None:
                     overlay = state.begin()
-                dup = state.check(h, overlay, from_coordinator=from_coordinator)
+                cepoch = control_coordinator_epoch(buf, pos) if h.is_control else -1
+                dup = state.check(h, overlay, from_coordinator=from_coordinator,
+                                  coordinator_epoch=cepoch)
                 if dup is not None:
                     return AppendInfo(dup.base_offset, dup.last_offset, dup.timestamp, -1, True)
                 done = state.update(h, offset, overlay, timestamp=ts,
-                                    marker_type=self._marker_type(buf, pos, h))
+                                    marker_type=self._marker_type(buf, pos, h),
+                                    coordinator_epoch=cepoch)
                 if done is not None:
                     completed.append(done)
             head = bytearray(buf[pos:pos + HEADER_SIZE])
@@ -377,14 +381,16 @@ class PartitionLog:
             metas.append((pos, h.base_offset, h.next_offset, h.size, h.max_timestamp))
             headers.append(h)
             # the leader accepted it: an unreadable marker here is damage in transit
-            types.append(control_type(buf, pos) if h.is_control else None)
+            types.append((control_type(buf, pos), control_coordinator_epoch(buf, pos))
+                         if h.is_control else (None, -1))
             expected = h.next_offset
             pos += h.size
         self._write(buf, metas, self._now_ms())
         overlay = self.producer_state.begin()
         completed: list[CompletedTxn] = []
-        for h, mtype in zip(headers, types, strict=True):
-            done = self.producer_state.update(h, h.base_offset, overlay, marker_type=mtype)
+        for h, (mtype, cepoch) in zip(headers, types, strict=True):
+            done = self.producer_state.update(h, h.base_offset, overlay, marker_type=mtype,
+                                              coordinator_epoch=cepoch)
             if done is not None:
                 completed.append(done)
             if h.partition_leader_epoch >= 0:

@@ -55,6 +55,7 @@ from .errors import (
     InvalidRecordError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
 from .index import write_file_atomic
@@ -64,7 +65,7 @@ __all__ = ["ProducerStateManager", "ProducerEntry", "BatchMetadata", "DuplicateI
            "BATCHES_PER_PRODUCER", "last_sequence"]
 
 SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_VERSION = 2  # 2 adds txn_first_offset per producer; 1 still loads
+SNAPSHOT_VERSION = 3  # 2 adds txn_first_offset, 3 coordinator_epoch per producer; 1, 2 still load
 BATCHES_PER_PRODUCER = 5
 _SEQ_MAX = 2**31 - 1
 _SNAPSHOT_KEEP = 3
@@ -118,10 +119,11 @@ class ProducerEntry:
         default_factory=lambda: deque(maxlen=BATCHES_PER_PRODUCER))
     last_timestamp: int = -1
     txn_first_offset: int = -1
+    coordinator_epoch: int = -1  # the highest coordinator epoch of this producer's markers
 
     def copy(self) -> ProducerEntry:
         return ProducerEntry(self.epoch, deque(self.batches, maxlen=BATCHES_PER_PRODUCER),
-                             self.last_timestamp, self.txn_first_offset)
+                             self.last_timestamp, self.txn_first_offset, self.coordinator_epoch)
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
@@ -192,11 +194,15 @@ class ProducerStateManager:
         return entry if entry is not None else self.producers.get(pid)
 
     def check(self, header: BatchHeader, overlay: dict[int, ProducerEntry] | None = None, *,
-              from_coordinator: bool = False) -> DuplicateInfo | None:
+              from_coordinator: bool = False, coordinator_epoch: int = -1) -> DuplicateInfo | None:
         """Validate an incoming leader batch; a ``DuplicateInfo`` means "already appended".
 
         ``from_coordinator``: the batch comes from a coordinator of this broker — markers and
-        sequence-less transactional batches are accepted (epoch checked, sequence not)."""
+        sequence-less transactional batches are accepted (epoch checked, sequence not). A
+        marker's ``coordinator_epoch`` older than one this producer's markers already carried
+        is ``TransactionCoordinatorFencedError`` (Kafka's check): a deposed coordinator still
+        finishing an old decision must not close the producer's *current* transaction (-1, an
+        operator's abort, is not checked)."""
         pid = header.producer_id
         if header.is_control or (from_coordinator and header.is_transactional
                                  and header.base_sequence < 0):
@@ -208,6 +214,11 @@ class ProducerStateManager:
             entry = self._entry(pid, overlay)
             if entry is not None and header.producer_epoch < entry.epoch:
                 raise InvalidProducerEpochError(pid, entry.epoch, header.producer_epoch)
+            if (header.is_control and entry is not None
+                    and 0 <= coordinator_epoch < entry.coordinator_epoch):
+                raise TransactionCoordinatorFencedError(
+                    f"producer {pid}: marker of coordinator epoch {coordinator_epoch}, "
+                    f"older than {entry.coordinator_epoch}")
             return None
         if pid < 0:
             if header.is_transactional:
@@ -254,8 +265,8 @@ class ProducerStateManager:
 
     def update(self, header: BatchHeader, base_offset: int,
                overlay: dict[int, ProducerEntry] | None = None, *,
-               timestamp: int | None = None, marker_type: int | None = None
-               ) -> CompletedTxn | None:
+               timestamp: int | None = None, marker_type: int | None = None,
+               coordinator_epoch: int = -1) -> CompletedTxn | None:
         """Record an appended batch (``base_offset`` as assigned, the header may predate it).
 
         ``timestamp`` overrides the header's max timestamp (LogAppendTime stamping).  A control
@@ -280,6 +291,7 @@ class ProducerStateManager:
         if header.is_control:
             if marker_type is None:
                 raise ValueError("update of a control batch needs its marker_type")
+            entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
             if entry.txn_first_offset >= 0:
                 first, entry.txn_first_offset = entry.txn_first_offset, -1
                 completed = (pid, first, base_offset, marker_type == 0)
@@ -345,7 +357,8 @@ class ProducerStateManager:
     def write_snapshot(self, offset: int, *, fsync: bool = False) -> None:
         """Persist the state covering every batch below ``offset``; keeps the newest few."""
         body = msgpack.packb([SNAPSHOT_VERSION, offset, [
-            [pid, e.epoch, e.last_timestamp, [list(b) for b in e.batches], e.txn_first_offset]
+            [pid, e.epoch, e.last_timestamp, [list(b) for b in e.batches], e.txn_first_offset,
+             e.coordinator_epoch]
             for pid, e in self.producers.items()]])
         write_file_atomic(self._snapshot_path(offset), _CRC.pack(crc32c(body)) + body,
                           fsync=fsync)
@@ -369,14 +382,16 @@ class ProducerStateManager:
                 if len(data) < 4 or _CRC.unpack_from(data)[0] != crc32c(data[4:]):
                     raise ValueError("CRC mismatch")
                 version, snap_off, producers = msgpack.unpackb(data[4:])
-                if version not in (1, SNAPSHOT_VERSION) or snap_off != off:
+                if version not in (1, 2, SNAPSHOT_VERSION) or snap_off != off:
                     raise ValueError(f"bad version/offset {version}/{snap_off}")
                 for row in producers:
                     pid, epoch, last_ts, batches = row[:4]
                     txn_first = row[4] if version >= 2 else -1
+                    coord_epoch = row[5] if version >= 3 else -1
                     self._set(pid, ProducerEntry(
                         epoch, deque((BatchMetadata(*b) for b in batches),
-                                     maxlen=BATCHES_PER_PRODUCER), last_ts, txn_first))
+                                     maxlen=BATCHES_PER_PRODUCER), last_ts, txn_first,
+                        coord_epoch))
             except (OSError, ValueError, TypeError, msgpack.UnpackException) as exc:
                 logger.warning("ignoring unreadable producer snapshot %s: %s", path, exc)
                 self.clear()

@@ -40,7 +40,13 @@ import re
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
-from .batch import HEADER_SIZE, CorruptBatchError, control_type, parse_header
+from .batch import (
+    HEADER_SIZE,
+    CorruptBatchError,
+    control_coordinator_epoch,
+    control_type,
+    parse_header,
+)
 from .segment import ScanResult, Segment, log_damage
 from .txn_index import AbortedTxn
 
@@ -191,15 +197,17 @@ def rebuild_producer_state(log: PartitionLog, rebuild_from: int | None = None) -
     for seg, pos, h in log.iter_headers(start):
         if h.base_offset < start or h.producer_id < 0:
             continue
-        mtype = None
+        mtype, cepoch = None, -1
         if h.is_control:
             try:
-                mtype = control_type(seg.pread(h.size, pos))
+                raw = seg.pread(h.size, pos)
+                mtype = control_type(raw)
+                cepoch = control_coordinator_epoch(raw)
             except CorruptBatchError as exc:  # bit rot kept in place (see recover)
                 logger.warning("%s: unreadable transaction marker at offset %d: %s",
                                log.directory, h.base_offset, exc)
                 continue
-        done = ps.update(h, h.base_offset, marker_type=mtype)
+        done = ps.update(h, h.base_offset, marker_type=mtype, coordinator_epoch=cepoch)
         if done is not None and done.aborted:
             seg.txn_index.append(AbortedTxn(done.producer_id, done.first_offset,
                                             done.last_offset, done.last_stable_offset))

@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 
 from log.batch import build_control_batch
-from log.errors import InvalidProducerEpochError, InvalidRecordError
+from log.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    TransactionCoordinatorFencedError,
+)
 from log.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
 from log.txn_index import ENTRY_SIZE, AbortedTxn
 
@@ -231,3 +235,42 @@ def test_describe_producers(open_log):
     infos = {i.producer_id: i for i in log.describe_producers()}
     assert (infos[4].last_sequence, infos[4].txn_first_offset) == (2, 0)
     assert (infos[5].producer_epoch, infos[5].txn_first_offset) == (2, -1)
+
+
+def test_a_deposed_coordinators_marker_cannot_close_the_current_transaction(open_log, tmp_path):
+    """Txn chaos seed 5: the coordinator of producer 1 (coordinator epoch 0) was cut off with
+    transaction N decided; its successor (epoch 1) wrote N's markers, and the producer's next
+    transaction N+1 opened here. After the heal the deposed coordinator delivered its own
+    marker for N: it must not close N+1 (a COMMIT there would commit N+1 here even if N+1 then
+    aborts). As Kafka, a marker of an older coordinator epoch than the producer's last one is
+    TRANSACTION_COORDINATOR_FENCED — on the leader, and after a restart (recovery, snapshot);
+    an operator's abort (-1) is not fenced."""
+    log = open_log(SMALL)
+    p = Producers(log)
+
+    def marker(commit: bool, cepoch: int) -> int:
+        return log.append(build_control_batch(1, 0, commit, cepoch, T0), 0,
+                          from_coordinator=True).base_offset
+
+    p.send(1)                      # N, decided by epoch 0 then finished by epoch 1
+    marker(True, 1)
+    n1 = p.send(1)                 # N+1, open
+    with pytest.raises(TransactionCoordinatorFencedError):
+        marker(True, 0)            # the deposed coordinator's late marker for N
+    assert log.producer_state.open_transactions() == {1: n1}
+    follower = open_log(SMALL, name="follower")
+    follower.append_as_follower(log.read_bytes(0, 1 << 20))
+    assert follower.producer_state.producers[1].coordinator_epoch == 1
+    log.close()
+    log = open_log(SMALL)          # from the snapshot of a clean shutdown
+    assert log.producer_state.producers[1].coordinator_epoch == 1
+    log._crash()
+    for f in (tmp_path / "p").glob("*.snapshot"):
+        f.unlink()
+    log = open_log(SMALL)          # rebuilt from the batches
+    assert log.producer_state.producers[1].coordinator_epoch == 1
+    with pytest.raises(TransactionCoordinatorFencedError):
+        log.append(build_control_batch(1, 0, True, 0, T0), 0, from_coordinator=True)
+    end = log.append(build_control_batch(1, 0, False, -1, T0), 0, from_coordinator=True)
+    assert log.producer_state.open_transactions() == {}
+    assert log.collect_aborted(0, end.last_offset + 1) == [(1, n1)]

@@ -162,7 +162,7 @@ def test_open_transactions_survive_trim_and_expire(tmp_path):
     assert ps.first_unstable_offset() == 0
 
 
-def test_snapshot_v2_round_trip(tmp_path):
+def test_snapshot_round_trip(tmp_path):
     ps = ProducerStateManager(tmp_path)
     put(ps, txn(1, 0), 0)
     put(ps, txn(2, 0), 1)
@@ -172,7 +172,16 @@ def test_snapshot_v2_round_trip(tmp_path):
     assert again.load_latest_snapshot(3) == 3
     assert again.open_transactions() == {1: 0}
     assert again.producers == ps.producers
-    assert msgpack.unpackb((tmp_path / f"{3:020d}.snapshot").read_bytes()[4:])[0] == 2
+    assert msgpack.unpackb((tmp_path / f"{3:020d}.snapshot").read_bytes()[4:])[0] == 3
+
+
+def test_version_2_snapshot_still_loads(tmp_path):
+    body = msgpack.packb([2, 7, [[9, 2, T0, [[0, 1, 5, 6, T0]], 5]]])
+    (tmp_path / f"{7:020d}.snapshot").write_bytes(crc32c(body).to_bytes(4, "big") + body)
+    ps = ProducerStateManager(tmp_path)
+    assert ps.load_latest_snapshot(100) == 7
+    e = ps.producers[9]
+    assert (e.epoch, e.txn_first_offset, e.coordinator_epoch) == (2, 5, -1)
 
 
 def test_version_1_snapshot_still_loads(tmp_path):
