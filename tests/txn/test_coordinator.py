@@ -296,6 +296,36 @@ async def test_a_new_leader_epoch_finishes_a_decided_transaction(tmp_path: Any) 
         assert env.markers(0) == [(pid, epoch, True)]
 
 
+async def test_a_deposed_coordinators_late_marker_is_fenced(tmp_path: Any) -> None:
+    """Txn chaos seed 5, on the wire: after the coordinator moved (leader epoch 1 of the id's
+    ``__transaction_state`` partition) and the producer opened its next transaction, a late
+    WRITE_TXN_MARKERS of the deposed coordinator (coordinator epoch 0) for the previous one gets
+    TRANSACTION_COORDINATOR_FENCED and leaves the open transaction open."""
+    async with txn_env(tmp_path) as env:
+        n = txn_partition("tx")
+        pid, epoch = await env.init()
+        await env.bump_leader_epoch(TXN_STATE_TOPIC, n)  # the new coordinator: epoch 1
+        with trio.fail_after(10):
+            while True:  # the first request after the move (re)loads the partition
+                r = await env.add(pid, epoch, [0])
+                if r["error"] != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    break
+                await trio.sleep(0.02)
+        assert r["error"] == 0, r
+        assert (await env.produce(pid, epoch, 0, 0))["error"] == 0
+        assert (await env.end(pid, epoch, True))["error"] == 0  # markers of coordinator epoch 1
+        assert (await env.add(pid, epoch, [0]))["error"] == 0  # the next transaction
+        assert (await env.produce(pid, epoch, 0, 1))["error"] == 0
+        late = await env.req(ApiKey.WRITE_TXN_MARKERS, {"timeout_ms": 5000, "markers": [{
+            "producer_id": pid, "producer_epoch": epoch, "commit": True, "coordinator_epoch": 0,
+            "topics": [{"name": "out", "partitions": [0]}]}]})
+        code = late["markers"][0]["topics"][0]["partitions"][0]["error"]
+        assert code == ErrorCode.TRANSACTION_COORDINATOR_FENCED, late
+        p = env.b.rm.get_leader("out", 0)
+        assert pid in p.log.producer_state.open_transactions()  # still open: not committed
+        assert env.markers(0) == [(pid, epoch, True)]
+
+
 async def _txn_commit_offset(env: Env, pid: int, epoch: int, offset: int) -> dict[str, Any]:
     r = await env.req(ApiKey.ADD_OFFSETS_TO_TXN, {"transactional_id": "tx", "producer_id": pid,
                                                   "producer_epoch": epoch, "group_id": "g"})
