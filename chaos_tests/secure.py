@@ -22,8 +22,9 @@ cluster, for the nodes of a chaos backend:
   user ``admin`` and the workload user ``chaos`` (SCRAM-SHA-256 and -512), and ACLs for
   ``User:chaos`` that allow exactly what the workloads do — everything on topics, groups and
   transactional ids *prefixed* ``chaos-`` (every workload name is), ``describe`` and
-  ``idempotent_write`` on the cluster, and describe on the internal topics the clients locate
-  coordinators by (``__consumer_offsets`` also create: a consumer creates it when missing).
+  ``idempotent_write`` on the cluster — nothing on the internal topics: a broker answers
+  METADATA of ``__consumer_offsets`` / ``__transaction_state`` (the coordinator lookup) to any
+  authenticated user and creates them itself (docs/security.md).
   So the workloads run through the authorizer, not around it as a super user.  It then waits (bounded) until the workload user can log in and
   read METADATA on every node's secured listener: the credential is metadata and reaches each
   broker's image on its own time.
@@ -67,8 +68,6 @@ WORKLOAD_USER = "chaos"
 WORKLOAD_PREFIX = "chaos-"  # queue, txn, group, metadata topics, transactional ids
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 PROTOCOL = "SASL_SSL"
-INTERNAL_TOPIC_OPERATIONS = {"__consumer_offsets": ("describe", "create"),
-                             "__transaction_state": ("describe",)}
 
 
 def workload_acls(user: str = WORKLOAD_USER, prefix: str = WORKLOAD_PREFIX) -> list[dict[str, str]]:
@@ -80,13 +79,6 @@ def workload_acls(user: str = WORKLOAD_USER, prefix: str = WORKLOAD_PREFIX) -> l
     acls += [{"principal": principal, "resource_type": "cluster", "pattern_type": "literal",
               "resource_name": "rafka-cluster", "operation": op, "permission": "allow"}
              for op in ("describe", "idempotent_write")]
-    # rafka's clients find a group's / a transactional id's coordinator through METADATA of
-    # the internal topic (no FIND_COORDINATOR), and a consumer creates __consumer_offsets when
-    # it is missing: without these a non-super user's group never gets its committed offsets
-    # (found by this campaign; docs/security.md, "Not protected yet")
-    acls += [{"principal": principal, "resource_type": "topic", "pattern_type": "literal",
-              "resource_name": topic, "operation": op, "permission": "allow"}
-             for topic, ops in INTERNAL_TOPIC_OPERATIONS.items() for op in ops]
     return acls
 
 

@@ -34,8 +34,10 @@ fewer records per poll (``max_poll_records``) or raise ``max_poll_interval_ms``;
 leaves on every batch makes the whole group rebalance on every batch.
 
 Commits go to the group's coordinator: the leader of ``__consumer_offsets`` partition
-``crc32(group) % partitions`` (``kraft/groups/offsets.py``), found through METADATA; the client
-creates that topic when it is missing. The module also holds the small admin helpers used by
+``crc32(group) % partitions`` (``kraft/groups/offsets.py``), found through METADATA; a broker
+creates that topic (as the node) when a METADATA names it and it is missing. The client's own
+CREATE_TOPICS of it stays as a harmless fallback (unneeded, and refused, on a secured cluster:
+then retried as COORDINATOR_NOT_AVAILABLE). The module also holds the small admin helpers used by
 ``client/group_cli.py`` (list, describe with lag, delete, reset offsets).
 """
 
@@ -95,6 +97,11 @@ async def _coordinator_node(core: ClientCore, group_id: str) -> int:
             ApiKey.CREATE_TOPICS, {"topics": [offsets_topic_spec(live)], "timeout_ms": core.request_timeout_ms}
         )
         code = (resp.body.get("topics") or [{}])[0].get("error", resp.body.get("error", 0))
+        if code in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED):
+            # a secured cluster: the brokers create it themselves (a METADATA naming it); this
+            # user needs no create right on it — ask again (retriable)
+            core.invalidate()
+            raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
         if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
             raise error_for(code, f"creating {OFFSETS_TOPIC}")
         n = await core.wait_for_topic(OFFSETS_TOPIC, core.request_timeout_ms,  # created just now

@@ -11,7 +11,11 @@ principal and host (``Request.principal`` / ``Request.client_host``, set by the 
   (describe), METADATA (describe: unlisted topics are left out, named ones answered with
   TOPIC_AUTHORIZATION_FAILED), CREATE_TOPICS (create on the topic or the cluster),
   DELETE_TOPICS (delete), CREATE_PARTITIONS (alter), ALTER_CONFIGS (alter_configs),
-  DESCRIBE_CONFIGS (describe_configs). Denied topics are taken out of the request, the rest is
+  DESCRIBE_CONFIGS (describe_configs). METADATA of the coordinator topics ``__consumer_offsets``
+  and ``__transaction_state`` is answered to any authenticated principal without describe on
+  them (it reveals their partition leaders, how a client finds its group's / transactional
+  id's coordinator: rafka has no FIND_COORDINATOR; the group and transactional-id APIs are
+  then checked on their own ids). Denied topics are taken out of the request, the rest is
   dispatched, and each denied topic (and its partitions) comes back with
   TOPIC_AUTHORIZATION_FAILED — one forbidden topic does not fail a batch for the others;
 * **whole request** — groups (heartbeat, offset commit/fetch, alter offsets: read; describe:
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
     from broker.server import Dispatch
     from metadata import MetadataImage
 
-__all__ = ["authorizing_dispatch", "TOPIC_OPERATIONS", "DENIED_CODE"]
+__all__ = ["authorizing_dispatch", "TOPIC_OPERATIONS", "DENIED_CODE", "COORDINATOR_TOPICS"]
 
 audit = logging.getLogger("rafka.audit")
 
@@ -70,6 +74,8 @@ _CLUSTER = {ApiKey.LIST_GROUPS: "describe", ApiKey.LIST_TRANSACTIONS: "describe"
             ApiKey.BROKER_REGISTRATION: "cluster_action", ApiKey.BROKER_HEARTBEAT: "cluster_action",
             ApiKey.METADATA_FETCH: "cluster_action", ApiKey.ALTER_PARTITION: "cluster_action",
             ApiKey.WRITE_TXN_MARKERS: "cluster_action"}
+# METADATA of these is answered to any authenticated principal: the coordinator lookup
+COORDINATOR_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 # api keys whose names live elsewhere in the body
 _OPTIONAL_CLUSTER_KEYS = ("CREATE_ACLS", "DELETE_ACLS", "DESCRIBE_ACLS", "ALTER_CLIENT_QUOTAS",
                           "DESCRIBE_CLIENT_QUOTAS")  # quotas: as Kafka (alter/describe_configs)
@@ -87,6 +93,11 @@ class _Check:
         self.req = req
         self.principal = req.principal
         self.host = req.client_host or "*"
+
+    def coordinator_lookup(self, name: str) -> bool:
+        """METADATA of a coordinator topic by an authenticated principal (module docstring)."""
+        return (self.req.api_key == ApiKey.METADATA and name in COORDINATOR_TOPICS
+                and bool(self.principal) and self.principal != "User:ANONYMOUS")
 
     def allowed(self, operation: str, resource_type: str, name: str) -> bool:
         ok = self.auth.authorize(self.principal, self.host, operation, resource_type, name)
@@ -135,7 +146,8 @@ async def _per_topic(check: _Check, dispatch: Dispatch, req: Request, operation:
     if api == ApiKey.METADATA and topics is None:  # every topic: show only the describable
         out = await dispatch(req)
         if isinstance(out, dict) and isinstance(out.get("topics"), list):
-            out = {**out, "topics": [t for t in out["topics"] if check.auth.authorize(
+            out = {**out, "topics": [t for t in out["topics"] if check.coordinator_lookup(
+                t.get("name", "")) or check.auth.authorize(
                 check.principal, check.host, "describe", "topic", t.get("name", ""))]}
         return out
     if not isinstance(topics, list):
@@ -143,6 +155,8 @@ async def _per_topic(check: _Check, dispatch: Dispatch, req: Request, operation:
 
     def ok(t: Any) -> bool:
         name = _topic_name(t)
+        if check.coordinator_lookup(name):
+            return True
         if api == ApiKey.CREATE_TOPICS and check.auth.authorize(
                 check.principal, check.host, "create", "cluster", CLUSTER_NAME):
             return True

@@ -16,6 +16,11 @@ Theory of operation
    ``broker.txn.coordinator.TxnCoordinator`` (this broker must lead the id's
    ``__transaction_state`` partition, else ``NOT_COORDINATOR``); its background tasks run in the
    node's nursery (``NodeApi.txn.run``);
+   METADATA naming a missing ``__consumer_offsets`` / ``__transaction_state`` first has the
+   broker create it, as the node (``_create_internal_topics``: CREATE_TOPICS forwarded to the
+   controller, authorized there as the node, bounded), so a client needs no create right on
+   the internal topics (Kafka creates them itself too); a client's own CREATE_TOPICS of them
+   (unsecured clusters, older brokers) then just finds them existing;
 3. controller APIs (20–29) → this node's ``ControllerService.handlers`` if it is a controller;
    a broker-only node answers ``NOT_CONTROLLER`` with the leader it last saw.
 
@@ -25,8 +30,11 @@ acks, forwarding) are awaited inside them and bounded by the request's own timeo
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+
+import trio
 
 from broker.controller_channel import FORWARDED_KEY, ControllerChannel
 from broker.errors import ErrorCode, error_for
@@ -35,13 +43,20 @@ from broker.metadata_listener import MetadataPublisher
 from broker.protocol import ApiKey, Request
 from broker.replica_manager import ReplicaManager
 from broker.server import Reply
-from broker.txn.coordinator import TxnCoordinator
+from broker.txn.coordinator import TXN_STATE_TOPIC, TxnCoordinator, txn_state_topic_spec
 from broker.txn.verify import CoordinatorVerifier
 from client.connection import ConnectionPool
-from kraft.groups.offsets import GroupOffsetsManager
+from kraft.groups.offsets import OFFSETS_TOPIC, GroupOffsetsManager, offsets_topic_spec
 from security.throttle import ClientQuotas
 
 __all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS", "GROUP_BROKER_APIS", "TXN_BROKER_APIS"]
+
+log = logging.getLogger("rafka.handlers")
+
+# internal topics the cluster creates itself when a METADATA names them (name -> spec of live brokers)
+INTERNAL_TOPIC_SPECS: dict[str, Callable[[int], dict[str, Any]]] = {
+    OFFSETS_TOPIC: offsets_topic_spec, TXN_STATE_TOPIC: txn_state_topic_spec}
+INTERNAL_CREATE_TIMEOUT_MS = 10_000
 
 ControllerHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -85,6 +100,7 @@ class NodeApi:
         self.txn_verifier: CoordinatorVerifier | None = None
         # byte-rate quotas: node.py wraps the listeners' dispatch with quotas.wrap (security/throttle.py)
         self.quotas = ClientQuotas(lambda: publisher.image)
+        self._internal_create = trio.Lock()  # one node-made CREATE_TOPICS of internal topics at a time
         if replica_manager is not None:
             # pool: the node's ConnectionPool (markers to other leaders, remote verification)
             self.txn = TxnCoordinator(replica_manager, publisher, channel, pool=pool,
@@ -141,6 +157,9 @@ class NodeApi:
         assert self.rm is not None
         image = self.publisher.image
         if key == ApiKey.METADATA:
+            if isinstance(body.get("topics"), list) and self._missing_internal(body["topics"]):
+                await self._create_internal_topics(body["topics"])
+                image = self.publisher.image
             return metadata_api.metadata(body, image, self.cluster_id)
         if key == ApiKey.DESCRIBE_CONFIGS:
             return metadata_api.describe_configs(body, image, self.topic_defaults)
@@ -161,3 +180,30 @@ class NodeApi:
         if key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
             return security_api.describe_client_quotas(body, image, self.quotas.usage())
         raise error_for(ErrorCode.UNKNOWN_API, f"api {key} has no broker handler")
+
+    def _missing_internal(self, names: list[Any]) -> list[str]:
+        by_name = self.publisher.image.topics.by_name
+        return sorted({n for n in names if isinstance(n, str) and n in INTERNAL_TOPIC_SPECS
+                       and n not in by_name})
+
+    async def _create_internal_topics(self, names: list[Any]) -> None:
+        """Create the missing internal topics of ``names`` as this node (not as the client):
+        CREATE_TOPICS forwarded to the controller, which authorizes the node; waits for this
+        broker's metadata; bounded — on failure the METADATA answers them unknown (retriable)."""
+        if self.channel is None:
+            return
+        async with self._internal_create:
+            missing = self._missing_internal(names)  # another request may have made them
+            if not missing:
+                return
+            image = self.publisher.image
+            live = max(1, sum(1 for b in image.cluster.brokers.values() if not b.fenced))
+            body = {"topics": [INTERNAL_TOPIC_SPECS[n](live) for n in missing],
+                    "timeout_ms": INTERNAL_CREATE_TIMEOUT_MS}
+            answer = await admin.forward(self.channel, self.publisher, ApiKey.CREATE_TOPICS, body)
+            errors = [t for t in answer.get("topics") or []
+                      if t.get("error") not in (0, ErrorCode.TOPIC_ALREADY_EXISTS, None)]
+            if answer.get("error") or errors:
+                log.info("creating %s: %s", ", ".join(missing), answer)
+            else:
+                log.info("created %s (%d live brokers)", ", ".join(missing), live)

@@ -90,13 +90,15 @@ def test_workload_acls_allow_the_workloads_and_nothing_else():
                             ("read", "group", "chaos-group"), ("write", "transactional_id",
                                                                 "chaos-txn-0"),
                             ("idempotent_write", "cluster", "rafka-cluster"),
-                            ("describe", "cluster", "rafka-cluster"),
-                            ("describe", "topic", "__consumer_offsets"),
-                            ("describe", "topic", "__transaction_state")]:
+                            ("describe", "cluster", "rafka-cluster")]:
         assert auth.authorize(me, "127.0.0.1", op, rtype, name), (op, rtype, name)
     for op, rtype, name in [("write", "topic", "other"), ("read", "group", "billing"),
                             ("alter", "cluster", "rafka-cluster"),
                             ("cluster_action", "cluster", "rafka-cluster"),
+                            # the coordinator lookup needs no right on the internal topics
+                            ("describe", "topic", "__consumer_offsets"),
+                            ("describe", "topic", "__transaction_state"),
+                            ("create", "topic", "__consumer_offsets"),
                             ("write", "topic", "__consumer_offsets"),
                             ("read", "topic", "__transaction_state"),
                             ("delete", "topic", "__consumer_offsets")]:

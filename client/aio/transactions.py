@@ -407,7 +407,7 @@ class TransactionManager:
             raise error_for(ErrorCode.INVALID_REQUEST, "send_offsets_to_transaction needs a group id")
         core = self._hooks._core
         try:
-            await _coordinator_node(core, gm.group_id)  # creates __consumer_offsets if missing
+            await _coordinator_node(core, gm.group_id)  # has __consumer_offsets created if missing
             await self._call(ApiKey.ADD_OFFSETS_TO_TXN, {**self._ids(), "group_id": gm.group_id})
             self.started = True
             topics: dict[str, list[dict[str, Any]]] = {}

@@ -176,6 +176,33 @@ async def test_metadata_hides_what_one_may_not_describe():
     assert [t["name"] for t in out["topics"]] == ["b"]
 
 
+async def test_coordinator_topics_metadata_for_any_authenticated_principal():
+    """The coordinator lookup (issue 14): METADATA of __consumer_offsets / __transaction_state
+    needs no ACL on them; anything else on them, or METADATA of other topics, still does."""
+    names = ["__consumer_offsets", "__transaction_state", "__other_internal", "t"]
+
+    async def all_topics(r):
+        wanted = names if r.body.get("topics") is None else r.body["topics"]
+        return {"brokers": [], "topics": [{"name": n, "error": 0, "partitions": []} for n in wanted]}
+    dispatch = authorizing_dispatch(all_topics, lambda: StubImage([]))
+    out = await dispatch(req(ApiKey.METADATA, {"topics": names}, "User:bob"))
+    codes = {t["name"]: t["error"] for t in out["topics"]}
+    assert codes == {"__consumer_offsets": 0, "__transaction_state": 0,
+                     "__other_internal": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                     "t": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    listed = await dispatch(req(ApiKey.METADATA, {"topics": None}, "User:bob"))
+    assert [t["name"] for t in listed["topics"]] == ["__consumer_offsets", "__transaction_state"]
+    for principal in (None, "User:ANONYMOUS"):  # not authenticated: nothing
+        out = await dispatch(req(ApiKey.METADATA, {"topics": names[:1]}, principal))
+        assert out["topics"][0]["error"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    for api, body in [(ApiKey.CREATE_TOPICS, {"topics": [{"name": "__consumer_offsets"}]}),
+                      (ApiKey.FETCH, {"topics": [{"name": "__transaction_state", "partitions": []}]}),
+                      (ApiKey.PRODUCE, {"acks": 1, "topics": [{"name": "__consumer_offsets",
+                                                               "partitions": []}]})]:
+        out = await dispatch(req(api, body, "User:bob"))
+        assert out["topics"][0]["error"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED, api
+
+
 @pytest.mark.parametrize("api,body,code", [
     (ApiKey.CONSUMER_GROUP_HEARTBEAT, {"group_id": "g"}, ErrorCode.GROUP_AUTHORIZATION_FAILED),
     (ApiKey.END_TXN, {"transactional_id": "tx"}, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
