@@ -10,7 +10,15 @@ it is received straight into that buffer with ``recv_into``: a 1 MiB payload is 
 kernel once, instead of into a chunk, the decoder's buffer, a slice and ``bytes`` of the slice.
 A TLS stream (``trio.SSLStream``: no socket to ``recv_into``) hands out one decrypted 16 KiB
 record per receive; each is copied straight into the frame's buffer (the client's CPU per
-record of a TLS fetch −20 %, docs/performance.md "Security").
+record of a TLS fetch −20 %, docs/performance.md "Security"). Each ``receive_some`` of an
+``SSLStream`` also costs one trip through trio's scheduler, even when the next records are
+already in its incoming memory BIO (one transport receive brings up to 64 KiB = 4 records), so
+after each receive ``_drain_tls`` decrypts every record already buffered straight into the
+frame with ``SSLObject.read(n, buffer)`` until it wants more input — synchronously, no await,
+so no other task touches the ``SSLObject`` meanwhile; anything unusual (an error, a
+close_notify) just stops the drain and the next ``receive_some`` meets it the ordinary way.
+The ``SSLObject`` is trio's private ``SSLStream._ssl_object`` (trio 0.35); without it the
+reader falls back to one record per ``receive_some``.
 A declared length above ``max_frame_bytes`` raises ``FrameTooLargeError`` before anything of it
 is buffered.
 
@@ -22,6 +30,7 @@ response's raw part is handed out as views of its frame.
 
 from __future__ import annotations
 
+import ssl
 import struct
 
 import trio
@@ -39,12 +48,14 @@ _LEN = struct.Struct(">I")
 class FrameReader:
     """Frames off one trio stream: ``await next_frame()`` → payload, ``None`` at end of stream."""
 
-    __slots__ = ("stream", "sock", "buf", "pos", "max_frame_bytes", "big", "reuse")
+    __slots__ = ("stream", "sock", "tls", "buf", "pos", "max_frame_bytes", "big", "reuse")
 
     def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  *, reuse: bool = False) -> None:
         self.stream = stream
         self.sock = getattr(stream, "socket", None)  # a trio socket for SocketStreams
+        # the SSLObject of a trio.SSLStream, drained without a scheduler trip (_drain_tls)
+        self.tls = getattr(stream, "_ssl_object", None) if isinstance(stream, trio.SSLStream) else None
         self.buf = bytearray()
         self.pos = 0  # start of unconsumed bytes in buf
         self.max_frame_bytes = max_frame_bytes
@@ -90,6 +101,8 @@ class FrameReader:
                     data = await self.stream.receive_some(min(n - have, _READ_CHUNK))
                     got = len(data)
                     mv[have:have + got] = data
+                    if got and self.tls is not None and have + got < n:
+                        got += _drain_tls(self.tls, mv, have + got, n)
                 if not got:
                     return None
                 have += got
@@ -104,3 +117,17 @@ class FrameReader:
             buf.clear()
             self.pos = 0
         return frame_bytes
+
+
+def _drain_tls(tls: ssl.SSLObject, mv: memoryview, have: int, n: int) -> int:
+    """Decrypt records already in ``tls``'s incoming BIO into ``mv[have:n]``; bytes added."""
+    start = have
+    try:
+        while have < n:
+            got = tls.read(n - have, mv[have:])
+            if not got:
+                break
+            have += got
+    except (ssl.SSLError, ValueError):  # SSLWantReadError: needs more input; others: see above
+        pass
+    return have - start

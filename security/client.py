@@ -39,7 +39,7 @@ from broker.errors import ErrorCode, error_for
 from security.listener import PROTOCOLS
 from security.sasl import sasl_authenticate
 from security.scram import MECHANISMS
-from security.tls import client_context
+from security.tls import BulkReceiveStream, client_context
 
 if TYPE_CHECKING:
     from client.connection import Connection
@@ -128,7 +128,8 @@ class ClientSecurity:
         """The stream to speak over (TLS handshake done), see the module docstring."""
         if self.ssl_context is None:
             return stream
-        tls = trio.SSLStream(stream, self.ssl_context, server_hostname=host)
+        # BulkReceiveStream: refills of 256 KiB, not trio's 64 KiB (security/tls.py)
+        tls = trio.SSLStream(BulkReceiveStream(stream), self.ssl_context, server_hostname=host)
         try:
             await tls.do_handshake()
         except (ssl.SSLError, ssl.CertificateError, trio.BrokenResourceError) as exc:

@@ -4,6 +4,7 @@ addresses to secured ones and never falls back to plaintext; expired certificate
 with named errors; the config checks and the reserved node user names."""
 
 import datetime
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +19,7 @@ from broker.errors import (
     TlsHandshakeFailedError,
 )
 from broker.protocol import ApiKey, Request
-from broker.server import Server
+from broker.server import FileSlice, Reply, Server
 from client.connection import connect
 from kraft.scram_admin import decide_scram
 from metadata import MetadataImage
@@ -174,6 +175,48 @@ def test_node_user_names_are_reserved():
     results, _ = decide_scram(MetadataImage.EMPTY, [upsert("node-1"), upsert("node-one")], [])
     assert [r["error"] != 0 for r in results] == [True, False]
     assert "reserved" in results[0]["message"]
+
+
+async def test_pipelined_file_replies_cross_tls_intact(pki, tmp_path):
+    """Replies with file slices over TLS (broker/server.py: pread + send_all, no sendfile),
+    many in flight at once so one TLS record and one transport refill carry the end of a frame
+    and the start of the next (frame_reader's drain of already-decrypted records must stop at
+    the frame's end)."""
+    d, _ca = pki
+    data = bytes(range(251)) * (40_000)  # ~10 MB, a period prime to the record size
+    path = tmp_path / "segment"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+
+    async def serve(req: Request):
+        pos, n = req.body["pos"], req.body["n"]
+        head = b"h" * req.body["head"]
+        return Reply({"error": 0, "n": n}, [head, FileSlice(os.dup(fd), pos, n), b"t"])
+
+    cfg = _config(d, "SSL")
+    server = Server(serve, "127.0.0.1", 0, security=ListenerSecurity.build(cfg, lambda m, u: None))
+    cases = [(1 + 7 * i, 9_000 * i, size) for i, size in enumerate(
+        (20_000, 70_001, 1 << 20, 16_384, 3 * (1 << 20) + 5, 9 * (1 << 20), 5, 300_000))]
+    try:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(server.serve)
+            async with connect("127.0.0.1", port, security=_tls(d)) as conn:
+                got: dict[int, bytes] = {}
+
+                async def ask_one(i: int, head: int, pos: int, n: int) -> None:
+                    resp = await conn.request(ApiKey.METADATA, {"pos": pos, "n": n, "head": head})
+                    got[i] = bytes(resp.raw)
+
+                for _ in range(2):
+                    got.clear()
+                    async with trio.open_nursery() as asks:
+                        for i, (head, pos, n) in enumerate(cases):
+                            asks.start_soon(ask_one, i, head, pos, n)
+                    for i, (head, pos, n) in enumerate(cases):
+                        assert got[i] == b"h" * head + data[pos:pos + n] + b"t", i
+            nursery.cancel_scope.cancel()
+    finally:
+        os.close(fd)
 
 
 async def test_large_frames_cross_tls_intact(pki):
