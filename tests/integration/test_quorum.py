@@ -89,6 +89,17 @@ async def test_killing_the_active_controller_elects_a_new_one(cluster3):
     survivors = [a for i, a in enumerate(addrs, 1) if i != old]
     bootstrap = ",".join(f"{h}:{p}" for h, p in survivors)
 
+    # the dead node's broker is fenced by the new controller for silence; the survivors are
+    # not (waited for first: a replication-factor-1 partition placed on the dead broker while
+    # it was still unfenced would never get a leader — under load the fence can come after
+    # the create below)
+    async def dead_fenced() -> dict[int, bool] | None:
+        fenced = brokers(await metadata(survivors[0]))
+        return fenced if fenced[old] else None
+
+    fenced = await eventually(dead_fenced)
+    assert [b for b, f in fenced.items() if f] == [old], fenced
+
     # topic creation works again through a surviving node
     async def created() -> bool:
         body = await request(survivors[0], ApiKey.CREATE_TOPICS, {
@@ -110,15 +121,6 @@ async def test_killing_the_active_controller_elects_a_new_one(cluster3):
     assert all(v["reachable"] and v["metadata_offset"] >= 0 for v in live)
     text = await describe(bootstrap, as_json=False)
     assert f"leader {after['leader_id']}" in text and "UNREACHABLE" in text
-
-    # the dead node's broker is fenced by the new controller for silence; the survivors are
-    # not: their heartbeats found the new controller (all got the same grace period)
-    async def dead_fenced() -> dict[int, bool] | None:
-        fenced = brokers(await metadata(survivors[0]))
-        return fenced if fenced[old] else None
-
-    fenced = await eventually(dead_fenced)
-    assert [b for b, f in fenced.items() if f] == [old], fenced
 
     # it comes back (cluster up restarts it) and is unfenced
     cluster3.up()
