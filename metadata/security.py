@@ -148,8 +148,9 @@ class AclEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class AclCreated(Record):
-    record_type: ClassVar[str] = "AclCreated"
+class _AclRecord(Record):
+    """The fields both ACL records carry: one access control entry."""
+
     principal: str
     resource_type: str
     pattern_type: str
@@ -164,19 +165,13 @@ class AclCreated(Record):
 
 
 @dataclass(frozen=True, slots=True)
-class AclRemoved(Record):
-    record_type: ClassVar[str] = "AclRemoved"
-    principal: str
-    resource_type: str
-    pattern_type: str
-    resource_name: str
-    operation: str
-    permission: str
-    host: str = "*"
+class AclCreated(_AclRecord):
+    record_type: ClassVar[str] = "AclCreated"
 
-    def entry(self) -> AclEntry:
-        return AclEntry(self.principal, self.resource_type, self.pattern_type, self.resource_name,
-                        self.operation, self.permission, self.host)
+
+@dataclass(frozen=True, slots=True)
+class AclRemoved(_AclRecord):
+    record_type: ClassVar[str] = "AclRemoved"
 
 
 ACL_RECORD_TYPES: tuple[type[Record], ...] = (AclCreated, AclRemoved)
