@@ -93,11 +93,11 @@ def records(draw):
     return NoOp()
 
 
-def fold(recs, splits):
-    image = MetadataImage.EMPTY
-    offset = 0
-    cuts = sorted(set(splits))
-    bounds = [0, *[c for c in cuts if 0 < c < len(recs)], len(recs)]
+def fold(recs, cuts=(), image=MetadataImage.EMPTY):
+    """Fold ``recs`` onto ``image`` in one delta per batch, the batches cut at ``cuts`` (the
+    metadata tests of every domain check that the cuts never change the image)."""
+    offset = image.offset + 1
+    bounds = [0, *sorted(c for c in set(cuts) if 0 < c < len(recs)), len(recs)]
     for lo, hi in zip(bounds, bounds[1:], strict=False):
         delta = MetadataDelta(image)
         for r in recs[lo:hi]:

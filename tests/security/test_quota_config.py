@@ -17,7 +17,6 @@ from broker.protocol import NEED_DATA, ApiKey, ClientProtocol, Request, validate
 from broker.server import Reply, Server
 from kraft.quota_admin import decide_alter_client_quotas
 from metadata import (
-    MetadataDelta,
     MetadataImage,
     image_to_records,
     record_from_dict,
@@ -26,6 +25,7 @@ from metadata import (
 from metadata.quotas import DEFAULT, ClientQuota, entity_key
 from security.quota import QuotaBook
 from security.throttle import ClientQuotas
+from tests.metadata.test_fold import fold
 
 USERS = [None, "User:alice", "User:bob", DEFAULT]
 CLIENTS = [None, "etl", "web", DEFAULT]
@@ -39,18 +39,6 @@ def quota_records(draw):
         client = "etl"
     value = draw(st.one_of(st.none(), st.floats(1, 1e9)))
     return ClientQuota(user, client, draw(st.sampled_from(KEYS)), value)
-
-
-def fold(recs, cuts=(), image=MetadataImage.EMPTY):
-    offset = image.offset + 1
-    bounds = [0, *sorted(c for c in cuts if 0 < c < len(recs)), len(recs)]
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
-        delta = MetadataDelta(image)
-        for r in recs[lo:hi]:
-            delta.replay(r, offset, 1)
-            offset += 1
-        image = delta.apply()
-    return image
 
 
 @settings(max_examples=200, deadline=None)

@@ -15,7 +15,6 @@ from broker.errors import ErrorCode
 from broker.handlers.security_api import describe_user_scram_credentials
 from kraft.scram_admin import decide_scram
 from metadata import (
-    MetadataDelta,
     MetadataImage,
     image_to_records,
     record_from_dict,
@@ -25,6 +24,7 @@ from metadata.records import RegisterBroker
 from metadata.security import UserScramCredential, UserScramCredentialRemoved
 from security.certs import CertAuthority, write_node_files
 from security.scram import derive_credential
+from tests.metadata.test_fold import fold
 
 USERS = ["alice", "bob", "c,=d"]
 MECHS = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -37,18 +37,6 @@ def scram_records(draw):
         return UserScramCredentialRemoved(user, mech)
     salt = draw(st.binary(min_size=8, max_size=16))
     return UserScramCredential(user, mech, salt, 4096, b"s" * 32, b"k" * 32)
-
-
-def fold(recs, cuts):
-    image, offset = MetadataImage.EMPTY, 0
-    bounds = [0, *sorted(c for c in cuts if 0 < c < len(recs)), len(recs)]
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
-        delta = MetadataDelta(image)
-        for r in recs[lo:hi]:
-            delta.replay(r, offset, 1)
-            offset += 1
-        image = delta.apply()
-    return image
 
 
 @settings(max_examples=200, deadline=None)
