@@ -12,9 +12,11 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,3 +69,13 @@ def make_topic(bootstrap: str):  # type: ignore[no-untyped-def]
         return name
 
     return make
+
+
+def drain(c: Any, n: int, timeout_s: float = 60) -> list[Any]:
+    """Poll consumer ``c`` until it returned ``n`` records or ``timeout_s`` passed."""
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < n and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=500).values():
+            out.extend(recs)
+    return out

@@ -7,7 +7,6 @@ checks of the no-serializer fast paths, then the real thing on a one-node cluste
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
@@ -26,6 +25,8 @@ from client import (
 from client.aio.conveniences import ConsumerGroupListing, deserializing_take, install_serializers
 from client.aio.fetch import CompletedFetch
 from client.types import ConsumerRecord
+
+from .conftest import drain
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -76,15 +77,6 @@ def test_deserializing_take_builds_records_with_objects() -> None:
 # ---------------------------------------------------------------------- real broker
 
 
-def _poll_all(c: Consumer, n: int, timeout_s: float = 60) -> list[ConsumerRecord]:
-    out: list[ConsumerRecord] = []
-    deadline = time.monotonic() + timeout_s
-    while len(out) < n and time.monotonic() < deadline:
-        for recs in c.poll(timeout_ms=500).values():
-            out.extend(recs)
-    return out
-
-
 def test_sync_serializers_round_trip(bootstrap: str, make_topic) -> None:  # type: ignore[no-untyped-def]
     topic = make_topic(2)
     with Producer(bootstrap, key_serializer=str.encode, value_serializer=lambda v: json.dumps(v).encode()) as p:
@@ -97,7 +89,7 @@ def test_sync_serializers_round_trip(bootstrap: str, make_topic) -> None:  # typ
     with Consumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                   key_deserializer=bytes.decode, value_deserializer=json.loads) as c:
         c.seek_to_beginning()
-        got = {(r.key, json.dumps(r.value)) for r in _poll_all(c, 5)}
+        got = {(r.key, json.dumps(r.value)) for r in drain(c, 5)}
     assert got == {("a", '{"n": 0}'), ("b", '{"n": 1}'), ("tomb", "null"), ("c", '{"n": 2}'), (None, '{"n": 3}')}
 
 
@@ -137,7 +129,7 @@ def test_admin_consumer_group_methods(bootstrap: str, make_topic) -> None:  # ty
         p.flush()
     with Consumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
                   enable_auto_commit=False) as c:
-        assert len(_poll_all(c, 4)) == 4
+        assert len(drain(c, 4)) == 4
         c.commit()
     with Admin(bootstrap) as admin:
         listed = {g.group_id: g for g in admin.list_consumer_groups()}

@@ -15,23 +15,13 @@ from client import (
     AsyncConsumer,
     AsyncProducer,
     Consumer,
-    ConsumerRecord,
     Producer,
     RecordMetadata,
     TopicPartition,
     errors,
 )
 
-from .conftest import rafka
-
-
-def _drain(c: Consumer, n: int, timeout_s: float = 60) -> list[ConsumerRecord]:
-    out: list[ConsumerRecord] = []
-    deadline = time.monotonic() + timeout_s
-    while len(out) < n and time.monotonic() < deadline:
-        for recs in c.poll(timeout_ms=500).values():
-            out.extend(recs)
-    return out
+from .conftest import drain, rafka
 
 
 def test_100k_records_round_trip_in_order(bootstrap: str, make_topic) -> None:  # type: ignore[no-untyped-def]
@@ -62,7 +52,7 @@ def test_100k_records_round_trip_in_order(bootstrap: str, make_topic) -> None:  
     tps = [TopicPartition(topic, p) for p in range(3)]
     with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
         c.assign(tps)
-        got = _drain(c, n)
+        got = drain(c, n)
     assert len(got) == n
     where = {(m.partition, m.offset): i for i, m in enumerate(metas)}
     prev: dict[int, int] = {}
@@ -81,7 +71,7 @@ def test_lz4_batches(bootstrap: str, make_topic) -> None:  # type: ignore[no-unt
         p.flush()
         assert futs[-1].result(30).offset == 4999
     with Consumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
-        got = _drain(c, 5000)
+        got = drain(c, 5000)
     assert [r.value for r in got] == [b"lz4 payload %d " % i * 10 for i in range(5000)]
 
 
@@ -100,7 +90,7 @@ def test_seek_position_offsets_for_times(bootstrap: str, make_topic) -> None:  #
         assert c.position(tp) == 0
         c.seek(tp, 42)
         assert c.position(tp) == 42
-        got = _drain(c, 58)
+        got = drain(c, 58)
         assert [r.offset for r in got] == list(range(42, 100))
         assert c.position(tp) == 100
         c.seek_to_beginning()
@@ -124,11 +114,11 @@ def test_pause_resume(bootstrap: str, make_topic) -> None:  # type: ignore[no-un
         c.assign([t0, t1])
         c.pause(t1)
         assert c.paused() == {t1}
-        got = _drain(c, 50)
+        got = drain(c, 50)
         assert {r.partition for r in got} == {0}
         assert c.poll(timeout_ms=300) == {}
         c.resume(t1)
-        got = _drain(c, 50)
+        got = drain(c, 50)
         assert len(got) == 50 and {r.partition for r in got} == {1}
 
 
@@ -144,7 +134,7 @@ def test_acks(bootstrap: str, make_topic, acks) -> None:  # type: ignore[no-unty
     else:
         assert [m.offset for m in metas] == list(range(1000))
     with Consumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
-        assert len(_drain(c, 1000)) == 1000
+        assert len(drain(c, 1000)) == 1000
 
 
 def test_buffer_full_blocks_then_raises_named_error(bootstrap: str, make_topic) -> None:  # type: ignore[no-untyped-def]
