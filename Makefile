@@ -33,7 +33,7 @@ export PYSPARK_DRIVER_PYTHON = $(abspath $(PY))
 help:
 	@sed -n '2,9p' Makefile
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py
 	@test -n "$(PYTHON)" || { echo "error: rafka needs Python >= 3.11 on PATH" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
@@ -81,7 +81,7 @@ chaos-docker: install
 	bash deploy/chaos-docker.sh
 
 spark-demo: install install-spark
-	$(PY) -m spark_source.demo --start-cluster
+	$(PY) -m rafka.spark_source.demo --start-cluster
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

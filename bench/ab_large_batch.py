@@ -16,10 +16,11 @@ import trio
 
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
+from rafka.client import Admin  # noqa: E402
+
 from bench import bench_foundation as bf  # noqa: E402
 from bench.cluster import cluster  # noqa: E402
 from bench.peers import raw_socket_to_file_mb_s  # noqa: E402
-from client import Admin  # noqa: E402
 
 
 def broker_cpu(bootstrap):

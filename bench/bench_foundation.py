@@ -40,13 +40,13 @@ import time
 from typing import Any
 
 import trio
+from rafka.broker.protocol import ApiKey
+from rafka.client import Admin, Consumer, Producer, TopicPartition
+from rafka.client.connection import connect, parse_address
+from rafka.log.batch import build_batch
 
 from bench.cluster import cluster
 from bench.peers import nats_rates, raw_socket_to_file_mb_s
-from broker.protocol import ApiKey
-from client import Admin, Consumer, Producer, TopicPartition
-from client.connection import connect, parse_address
-from log.batch import build_batch
 
 N_RECORDS = 300_000
 VALUE = b"v" * 200

@@ -32,13 +32,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import rafka.client.groups  # noqa: F401  (registers the group coordinator of AsyncConsumer)
 import trio
+from rafka.client.aio.consumer import AsyncConsumer
+from rafka.client.sync import Admin, Producer
+from rafka.client.types import TopicPartition
 
-import client.groups  # noqa: F401  (registers the group coordinator of AsyncConsumer)
 from bench.cluster import cluster
-from client.aio.consumer import AsyncConsumer
-from client.sync import Admin, Producer
-from client.types import TopicPartition
 
 SESSION_MS = 1500
 TOPIC = "gbench"
@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _VICTIM = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from client.sync import Consumer
+from rafka.client.sync import Consumer
 owned = set()
 def assigned(tps):
     owned.update(tps); print("owned", len(owned), flush=True)

@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
-from broker.cluster import _reap, cluster_up, free_port_block, load_cluster, stop_nodes
-from broker.protocol import ApiKey
-from client.connection import Connection, connect
+from rafka.broker.cluster import _reap, cluster_up, free_port_block, load_cluster, stop_nodes
+from rafka.broker.protocol import ApiKey
+from rafka.client.connection import Connection, connect
 
 __all__ = ["run"]
 

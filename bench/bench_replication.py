@@ -37,8 +37,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from broker.cluster import cluster_down, cluster_up, free_port_block, is_running
-from client import Admin, Consumer, Producer, TopicPartition
+from rafka.broker.cluster import cluster_down, cluster_up, free_port_block, is_running
+from rafka.client import Admin, Consumer, Producer, TopicPartition
 
 N_RECORDS = 200_000
 VALUE = b"v" * 200

@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from rafka.client import Admin
+from rafka.client.connection import connect
+from rafka.security.client import ClientSecurity, ambient_security
+from rafka.security.local_cluster import SECURE_PORT_OFFSET, read_admin_password
 
 from bench.bench_foundation import _consumer_rate, _fig, _producer_rate
 from bench.cluster import cluster_dir
-from client import Admin
-from client.connection import connect
-from security.client import ClientSecurity, ambient_security
-from security.local_cluster import SECURE_PORT_OFFSET, read_admin_password
 
 __all__ = ["run"]
 

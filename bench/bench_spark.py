@@ -51,8 +51,7 @@ def _ceiling_source() -> type:
     """The in-memory Python data source (defined lazily: needs PySpark)."""
     import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-
-    from spark_source.fetch import SCHEMA, arrow_schema
+    from rafka.spark_source.fetch import SCHEMA, arrow_schema
 
     class CeilingReader(DataSourceReader):
         def __init__(self, rows: int, parts: int) -> None:
@@ -97,10 +96,10 @@ def _ceiling_source() -> type:
 
 def _fill_topic(bootstrap: str, topic: str, rows: int) -> None:
     """Create ``topic`` and write ``rows`` records straight to the partition leaders."""
-    from broker.protocol import ApiKey
-    from client import Admin
-    from log.batch import build_batch
-    from spark_source.wire import Cluster
+    from rafka.broker.protocol import ApiKey
+    from rafka.client import Admin
+    from rafka.log.batch import build_batch
+    from rafka.spark_source.wire import Cluster
 
     with Admin(bootstrap_servers=bootstrap) as admin:
         admin.create_topic(topic, partitions=PARTITIONS, replication_factor=1)
@@ -165,8 +164,7 @@ def _bootstrap(given: str | None) -> Iterator[str]:
 def run(runs: int = 3, *, bootstrap: str | None = None, rows: int = ROWS) -> dict[str, Any]:
     _spark_env()
     from pyspark.sql import SparkSession
-
-    from spark_source import RafkaDataSource
+    from rafka.spark_source import RafkaDataSource
 
     with _bootstrap(bootstrap or os.environ.get("RAFKA_BENCH_BOOTSTRAP")) as bs:
         topic = f"bench-spark-{uuid.uuid4().hex[:8]}"

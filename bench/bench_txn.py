@@ -38,9 +38,10 @@ import sys
 import time
 from typing import Any
 
+from rafka.client import Consumer, Producer, TopicPartition
+
 from bench.bench_replication import _create
 from bench.cluster import cluster
-from client import Consumer, Producer, TopicPartition
 
 TOPIC = "txbench"
 PARTITIONS = 3

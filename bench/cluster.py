@@ -11,11 +11,11 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from broker.cluster import free_port_block
+from rafka.broker.cluster import free_port_block
 
 __all__ = ["cluster", "cluster_dir"]
 
-RAFKA = [sys.executable, "-m", "client.cli"]
+RAFKA = [sys.executable, "-m", "rafka.client.cli"]
 
 
 @contextlib.contextmanager

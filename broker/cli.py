@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-
-from broker.cluster import (
+from rafka.broker.cluster import (
     ClusterError,
     bootstrap,
     cluster_down,
@@ -43,7 +42,7 @@ __all__ = ["server", "cluster"]
               help="the node's TOML config (docs/internals.md §3)")
 def server(config_path: str) -> None:
     """Run one node (roles, ids, addresses, data dir, quorum voters from the config)."""
-    from broker.node import main as node_main
+    from rafka.broker.node import main as node_main
 
     sys.exit(node_main(["--config", config_path]))
 

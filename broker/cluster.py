@@ -12,7 +12,7 @@ on ``PORT + i - 1``, for Raft on ``PORT + 10000 + i - 1`` and serves Prometheus 
 the existing layout (ids, ports, secret, data) and starts only the nodes that are not running
 — so it restarts a stopped cluster and brings back a killed node. A node counts as running when
 its recorded pid is alive *and* that process's command line names its config (no confusion
-with a recycled pid). Nodes run ``python -m broker.node --config …`` in their own session, so a
+with a recycled pid). Nodes run ``python -m rafka.broker.node --config …`` in their own session, so a
 Ctrl-C in the terminal reaches only ``cluster up``, which then stops them in order.
 
 A foreground ``cluster up`` owns its nodes: ``broker/cli.py`` stops them however it ends
@@ -43,11 +43,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
-from broker.errors import RafkaError
-from broker.protocol import ApiKey
-from client.connection import connect
-from security import local_cluster as local_security
+from rafka.broker.errors import RafkaError
+from rafka.broker.protocol import ApiKey
+from rafka.client.connection import connect
+from rafka.security import local_cluster as local_security
 
 __all__ = ["ClusterError", "NodeSpec", "cluster_up", "cluster_down", "load_cluster", "parse_overrides",
            "wait_ready", "stop_nodes", "start_missing", "RAFT_PORT_OFFSET", "METRICS_PORT_OFFSET",
@@ -121,7 +120,7 @@ def free_port_block(n: int, host: str = "127.0.0.1") -> int:
 def parse_overrides(pairs: list[str] | tuple[str, ...], section: str) -> dict[str, str]:
     """``["k=v", ...]`` → ``{k: v}``, each checked against the known settings of ``section``
     (``broker`` / ``controller``) so a typo fails here, not in every node's log."""
-    from broker.config import BROKER_SETTINGS, CONTROLLER_SETTINGS
+    from rafka.broker.config import BROKER_SETTINGS, CONTROLLER_SETTINGS
 
     specs = BROKER_SETTINGS if section == "broker" else CONTROLLER_SETTINGS
     out: dict[str, str] = {}
@@ -173,7 +172,7 @@ def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file:
 def _write_configs(data_dir: Path, state: dict[str, Any], broker: dict[str, str] | None,
                    controller: dict[str, str] | None) -> None:
     """(Re)write every node's node.toml; a bad setting is a ClusterError before anything starts."""
-    from broker.config import ConfigError, parse_config
+    from rafka.broker.config import ConfigError, parse_config
 
     nodes: list[NodeSpec] = state["nodes"]
     texts = {}
@@ -301,7 +300,7 @@ def start_missing(data_dir: Path, state: dict[str, Any], *, die_with_parent: boo
         n.data_dir.mkdir(parents=True, exist_ok=True)
         with open(n.data_dir / "stdout.log", "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "broker.node", "--config", str(n.config_path)],
+                [sys.executable, "-m", "rafka.broker.node", "--config", str(n.config_path)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, env=env, cwd=str(data_dir), preexec_fn=hook)
         n.pid = proc.pid
@@ -493,7 +492,7 @@ def _secure_ready(data_dir: Path, state: dict[str, Any], timeout_s: float, echo:
 def metrics_urls(state: dict[str, Any]) -> list[str]:
     """The Prometheus endpoints of the cluster's nodes (those whose node.toml sets
     ``metrics_listener``; a cluster created before metrics existed has none)."""
-    from broker.config import ConfigError, load_config
+    from rafka.broker.config import ConfigError, load_config
 
     out = []
     for n in state["nodes"]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from log.config import LogConfig
+from rafka.log.config import LogConfig
 
 __all__ = [
     "ConfigError",
@@ -320,7 +320,7 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
         raise ConfigError(source, "voters", f"node {node_id} has the controller role but is not a voter")
     advertised = raw.get("advertised_host")
     metrics = raw.get("metrics_listener")
-    from security.listener import parse_security  # (it imports this module)
+    from rafka.security.listener import parse_security  # (it imports this module)
 
     security = parse_security(raw.get("security"), source, base)
     if security is not None and security.listener == listener and listener[1] != 0:

@@ -33,9 +33,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_for
-from client.connection import ConnectionPool, backoff_ms
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.client.connection import ConnectionPool, backoff_ms
 
 __all__ = ["ControllerChannel", "FORWARDED_KEY"]
 

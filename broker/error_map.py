@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from broker.errors import ErrorCode, RafkaError
-from log import errors as le
+from rafka.broker.errors import ErrorCode, RafkaError
+from rafka.log import errors as le
 
 __all__ = ["wire_error"]
 

@@ -34,8 +34,7 @@ import ssl
 import struct
 
 import trio
-
-from broker.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
+from rafka.broker.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
 
 __all__ = ["FrameReader"]
 

@@ -23,12 +23,11 @@ import uuid
 from typing import Any
 
 import trio
-
-from broker.controller_channel import ControllerChannel
-from broker.errors import ErrorCode, RafkaError
-from broker.metadata_listener import MetadataPublisher
-from broker.protocol import ApiKey
-from client.connection import backoff_ms
+from rafka.broker.controller_channel import ControllerChannel
+from rafka.broker.errors import ErrorCode, RafkaError
+from rafka.broker.metadata_listener import MetadataPublisher
+from rafka.broker.protocol import ApiKey
+from rafka.client.connection import backoff_ms
 
 __all__ = ["BrokerLifecycle"]
 

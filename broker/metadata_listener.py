@@ -51,14 +51,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import trio
-
-from broker.controller_channel import ControllerChannel
-from broker.errors import ErrorCode, RafkaError
-from broker.protocol import ApiKey
-from metadata.delta import LocalChanges, MetadataDelta
-from metadata.image import MetadataImage, TopicPartition
-from metadata.records import MetadataRecord, record_from_dict
-from metadata.snapshot import image_to_records, records_to_image
+from rafka.broker.controller_channel import ControllerChannel
+from rafka.broker.errors import ErrorCode, RafkaError
+from rafka.broker.protocol import ApiKey
+from rafka.metadata.delta import LocalChanges, MetadataDelta
+from rafka.metadata.image import MetadataImage, TopicPartition
+from rafka.metadata.records import MetadataRecord, record_from_dict
+from rafka.metadata.snapshot import image_to_records, records_to_image
 
 __all__ = ["MetadataPublisher", "MetadataListener", "Subscriber", "fold_records"]
 

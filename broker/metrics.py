@@ -52,12 +52,11 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-from broker.errors import RafkaError
-from broker.http_server import HttpResponse, serve_http
-from broker.protocol import ApiKey, Request
-from broker.server import Dispatch, Reply
-from metadata.image import MetadataImage, TopicPartition
+from rafka.broker.errors import RafkaError
+from rafka.broker.http_server import HttpResponse, serve_http
+from rafka.broker.protocol import ApiKey, Request
+from rafka.broker.server import Dispatch, Reply
+from rafka.metadata.image import MetadataImage, TopicPartition
 
 __all__ = ["NodeMetrics", "LAG_TIMEOUT_S", "REQUEST_BUCKETS_S"]
 
@@ -212,7 +211,7 @@ class NodeMetrics:
 
     def _coordinates(self, image: MetadataImage, group_id: str) -> bool:
         """This broker leads the group's ``__consumer_offsets`` partition."""
-        from kraft.groups.offsets import offsets_partition
+        from rafka.kraft.groups.offsets import offsets_partition
 
         t = image.topics.get(_OFFSETS_TOPIC)
         if t is None or not t.partitions:
@@ -263,7 +262,7 @@ class NodeMetrics:
         body = {"replica_id": -1, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
         try:
             if leader == self.node_id and self.rm is not None:
-                from broker.handlers.data import list_offsets
+                from rafka.broker.handlers.data import list_offsets
 
                 answer = list_offsets(self.rm, body)
             else:

@@ -1,4 +1,4 @@
-"""One rafka node process: ``python -m broker.node --config node.toml`` (= ``rafka server``).
+"""One rafka node process: ``python -m rafka.broker.node --config node.toml`` (= ``rafka server``).
 
 Theory of operation
 -------------------
@@ -36,19 +36,18 @@ import sys
 from typing import Any
 
 import trio
-
-from broker.config import ConfigError, NodeConfig, load_config
-from broker.controller_channel import ControllerChannel
-from broker.events import EventLog
-from broker.handlers import NodeApi
-from broker.lifecycle import BrokerLifecycle
-from broker.metadata_listener import MetadataListener, MetadataPublisher
-from broker.replica_manager import ReplicaManager
-from broker.server import Server, ServerLimits
-from client.connection import ConnectionPool
-from security.authz import authorizing_dispatch
-from security.connections import ConnectionCounter
-from security.listener import (
+from rafka.broker.config import ConfigError, NodeConfig, load_config
+from rafka.broker.controller_channel import ControllerChannel
+from rafka.broker.events import EventLog
+from rafka.broker.handlers import NodeApi
+from rafka.broker.lifecycle import BrokerLifecycle
+from rafka.broker.metadata_listener import MetadataListener, MetadataPublisher
+from rafka.broker.replica_manager import ReplicaManager
+from rafka.broker.server import Server, ServerLimits
+from rafka.client.connection import ConnectionPool
+from rafka.security.authz import authorizing_dispatch
+from rafka.security.connections import ConnectionCounter
+from rafka.security.listener import (
     ListenerSecurity,
     advertised,
     image_credentials,
@@ -107,7 +106,7 @@ class _Node:
         self.lifecycle: BrokerLifecycle | None = None
         self.publisher = MetadataPublisher(config.node_id)
         if config.is_controller:
-            from kraft.service import ControllerService
+            from rafka.kraft.service import ControllerService
 
             settings = {k: config.broker[k] for k in _SHARED_WITH_CONTROLLER}
             settings.update(config.controller)
@@ -139,7 +138,7 @@ class _Node:
                 connections = ConnectionCounter(limits.max_connections, limits.max_connections_per_ip)
                 dispatch = api.quotas.wrap(api.dispatch)  # byte-rate quotas (security/throttle.py)
                 if cfg.metrics_listener is not None:  # Prometheus /metrics (broker/metrics.py)
-                    from broker.metrics import NodeMetrics
+                    from rafka.broker.metrics import NodeMetrics
 
                     metrics = NodeMetrics(cfg.node_id, publisher=self.publisher, replica_manager=self.rm,
                                           controller=self.controller, groups=api.groups, pool=pool)
@@ -220,7 +219,7 @@ class _Node:
         client_id = f"rafka-node-{cfg.node_id}"
         if cfg.security is None or not cfg.security.inter_broker:
             return ConnectionPool(nursery, client_id=client_id)
-        from security.peer_pool import PeerPool
+        from rafka.security.peer_pool import PeerPool
 
         voters = [(v.rpc, v.secure_rpc) for v in cfg.voters if v.secure_rpc is not None]
         return PeerPool(nursery, cfg.security, voters, lambda: self.publisher.image,
@@ -229,14 +228,14 @@ class _Node:
     async def _check_membership(self, agreed: trio.Event) -> None:
         """Stops the node (a QuorumConfigError leaves the nursery) when its cluster id, voter
         list or secret disagrees with a majority of the voters (kraft/membership.py)."""
-        from kraft.membership import verify_cluster_membership
+        from rafka.kraft.membership import verify_cluster_membership
 
         cfg = self.config
         await verify_cluster_membership(cfg.node_id, [(v.id, v.rpc) for v in cfg.voters],
                                         cfg.cluster_id, cfg.cluster_secret, agreed=agreed)
 
     def _attach_replication(self, pool: ConnectionPool, channel: ControllerChannel) -> None:
-        from broker.replication.fetcher import ReplicaFetcherManager
+        from rafka.broker.replication.fetcher import ReplicaFetcherManager
 
         assert self.rm is not None and self.lifecycle is not None
         lifecycle, publisher, b = self.lifecycle, self.publisher, self.config.broker
@@ -304,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve_config(config: NodeConfig) -> int:
-    from kraft.quorum import QuorumConfigError
+    from rafka.kraft.quorum import QuorumConfigError
 
     try:
         setup_logging(config)
@@ -331,7 +330,7 @@ def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     if isinstance(exc, BaseExceptionGroup):
-        from kraft.quorum import QuorumConfigError
+        from rafka.kraft.quorum import QuorumConfigError
 
         for leaf in _leaves(exc):
             if isinstance(leaf, (QuorumConfigError, OSError)):

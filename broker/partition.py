@@ -60,19 +60,18 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
-from broker.errors import ErrorCode, error_for
-from broker.events import EventLog
-from broker.replication.state import (
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.broker.events import EventLog
+from rafka.broker.replication.state import (
     HighWatermarkAdvanced,
     IsrChanged,
     LeaderState,
     validate_leader_epoch,
 )
-from log.batch import build_control_batch
-from log.index import write_file_atomic
-from log.partition_log import AppendInfo, FetchSlice, PartitionLog
-from metadata.image import PartitionRegistration
+from rafka.log.batch import build_control_batch
+from rafka.log.index import write_file_atomic
+from rafka.log.partition_log import AppendInfo, FetchSlice, PartitionLog
+from rafka.metadata.image import PartitionRegistration
 
 __all__ = ["Partition", "VerificationGuard", "HW_CHECKPOINT_FILE", "read_hw_checkpoint",
            "write_hw_checkpoint"]

@@ -33,8 +33,7 @@ from enum import IntEnum
 from typing import Any, Final
 
 import msgpack
-
-from broker.errors import ErrorCode, ProtocolError, error_for
+from rafka.broker.errors import ErrorCode, ProtocolError, error_for
 
 __all__ = [
     "ApiKey",

@@ -57,17 +57,16 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
-from broker.config import effective_topic_config
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.events import EventLog
-from broker.partition import Partition, write_hw_checkpoint
-from broker.protocol import ApiKey
-from log.compaction import compact
-from log.errors import LogError
-from log.partition_log import PartitionLog
-from metadata.delta import LocalChanges
-from metadata.image import MetadataImage, PartitionRegistration, TopicPartition
+from rafka.broker.config import effective_topic_config
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.events import EventLog
+from rafka.broker.partition import Partition, write_hw_checkpoint
+from rafka.broker.protocol import ApiKey
+from rafka.log.compaction import compact
+from rafka.log.errors import LogError
+from rafka.log.partition_log import PartitionLog
+from rafka.metadata.delta import LocalChanges
+from rafka.metadata.image import MetadataImage, PartitionRegistration, TopicPartition
 
 __all__ = ["ReplicaManager", "partition_dir_name"]
 

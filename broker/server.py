@@ -72,10 +72,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError
-from broker.frame_reader import FrameReader
-from broker.protocol import (
+from rafka.broker.errors import ErrorCode, RafkaError
+from rafka.broker.frame_reader import FrameReader
+from rafka.broker.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     ApiKey,
     FrameTooLargeError,
@@ -84,12 +83,12 @@ from broker.protocol import (
     encode_response_head,
     peek_correlation_id,
 )
-from security.connections import ConnectionCounter
-from security.sasl import SASL_APIS, SaslGate
-from security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
+from rafka.security.connections import ConnectionCounter
+from rafka.security.sasl import SASL_APIS, SaslGate
+from rafka.security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
 
 if TYPE_CHECKING:
-    from security.listener import ListenerSecurity
+    from rafka.security.listener import ListenerSecurity
 
 __all__ = ["FileSlice", "Reply", "Dispatch", "ServerLimits", "ServerStats", "Server", "error_body"]
 

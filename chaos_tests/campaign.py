@@ -16,7 +16,7 @@ Theory of operation
    short run).
 2. **Start** every node, wait until all brokers are registered, create the queue topic and
    wait until each partition has a leader and a full ISR.
-3. **Run** the workloads (:mod:`chaos_tests.workloads`: ``queue`` by default, or ``txn`` —
+3. **Run** the workloads (:mod:`rafka.chaos_tests.workloads`: ``queue`` by default, or ``txn`` —
    then its topics, final reads in both isolation levels and :func:`check_all_txn`
    replace the queue's) until ``time_limit_s`` and, at the
    same time, the :class:`~chaos_tests.nemesis.NemesisRunner` over
@@ -38,7 +38,7 @@ that do not wait for replication.  When the broker knows the setting
 use ``acks=1`` — the same acknowledgement point (after the leader's local append), chosen by
 the client — and the results say which one ran.
 
-``--secure`` (:mod:`chaos_tests.secure`): every node also gets a SASL_SSL listener with the
+``--secure`` (:mod:`rafka.chaos_tests.secure`): every node also gets a SASL_SSL listener with the
 authorizer; the workloads and final reads use it as an ACL'd user, the harness's own calls the
 main listener.
 
@@ -62,8 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
-from security.client import ambient_security
+from rafka.security.client import ambient_security
 
 from .backends.base import Backend, ClusterSpec, rafka_node_spec
 from .checkers import CheckResult, Summary, check_all
@@ -207,7 +206,7 @@ def node_config(backend: Backend, node: int, *, data_dir: Path, secret_file: Pat
 def broker_supports(setting: str) -> bool:
     """Whether this build's broker config knows ``setting``."""
     try:
-        from broker.config import BROKER_SETTINGS
+        from rafka.broker.config import BROKER_SETTINGS
     except ImportError:
         return False
     return setting in BROKER_SETTINGS
@@ -334,7 +333,7 @@ def bootstrap_of(backend: Backend) -> str:
 
 
 async def _admin_call(bootstrap: str, fn: Any, timeout_s: float) -> Any:
-    from client import AsyncAdmin
+    from rafka.client import AsyncAdmin
 
     with trio.fail_after(timeout_s):
         async with AsyncAdmin(bootstrap_servers=bootstrap, security_protocol="PLAINTEXT",

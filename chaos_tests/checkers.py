@@ -35,7 +35,7 @@ committed-offset-regression    for a (group, partition) a commit that began afte
                                deliberately commits a lower offset (no backward seeks).
 =============================  ========================================================
 
-Node-side invariants live in :mod:`chaos_tests.node_events`; :func:`check_all` runs both.
+Node-side invariants live in :mod:`rafka.chaos_tests.node_events`; :func:`check_all` runs both.
 """
 
 from __future__ import annotations

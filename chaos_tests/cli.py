@@ -5,7 +5,7 @@
 [--workload queue|txn [--unsafe-txn-offsets]]`` runs
 :func:`chaos_tests.campaign.run` and exits 0 (no anomaly), 1 (anomalies; the results folder
 says which) or 2 (the campaign could not run).  ``rafka chaos nemeses`` lists the fault names.
-The same group runs as ``python -m chaos_tests``.
+The same group runs as ``python -m rafka.chaos_tests``.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ Theory of operation
 random line and exits 0 if it comes back within ``--timeout`` seconds, else 1; it is what the
 backend tests run *inside* a node's network context to check node-to-node connectivity.
 
-    python -m chaos_tests.echo_node serve --host 10.77.0.11 --port 7000 --node-id 1
-    python -m chaos_tests.echo_node probe 10.77.0.12:7000 --timeout 1
+    python -m rafka.chaos_tests.echo_node serve --host 10.77.0.11 --port 7000 --node-id 1
+    python -m rafka.chaos_tests.echo_node probe 10.77.0.12:7000 --timeout 1
 """
 
 from __future__ import annotations

@@ -233,7 +233,7 @@ class NemesisRunner:
 
     ``handlers`` (optional) maps a fault kind to an object with ``async start(fault,
     targets)`` / ``async stop(fault, targets)`` that replaces the built-in behaviour for that
-    kind (``chaos_tests.faults``: disk-full, lose-unfsynced-writes).
+    kind (``rafka.chaos_tests.faults``: disk-full, lose-unfsynced-writes).
     """
 
     def __init__(self, backend: Any, history: HistoryWriter, nodes: Sequence[int], *,

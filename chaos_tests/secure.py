@@ -6,7 +6,7 @@ Theory of operation
 what ``rafka cluster up --tls --auth`` (``security/local_cluster.py``) does for a local
 cluster, for the nodes of a chaos backend:
 
-* **Certificates.**  A throw-away CA (``security.certs``) and, per node, a certificate whose
+* **Certificates.**  A throw-away CA (``rafka.security.certs``) and, per node, a certificate whose
   subjectAltNames are every address a client may dial for that node: the IP it binds
   (``backend.node_host`` — in the netns and docker backends each node has its own IP; in the
   local backend 127.0.0.<10+n>), the address the harness dials (``backend.node_address``: the
@@ -52,8 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
-from security.certs import CertAuthority, TlsFiles, write_node_files
+from rafka.security.certs import CertAuthority, TlsFiles, write_node_files
 
 from .backends.base import Backend
 
@@ -148,8 +147,8 @@ class SecureCluster:
     async def create_principals(self, plain_bootstrap: str, *, timeout_s: float = 60.0) -> None:
         """Users and ACLs through the main listener, then wait until the workload user can
         log in on every node's secured listener (bounded by ``timeout_s``)."""
-        from client import AsyncAdmin
-        from client.aio import security_admin
+        from rafka.client import AsyncAdmin
+        from rafka.client.aio import security_admin
 
         with trio.fail_after(timeout_s):
             while True:
@@ -170,7 +169,7 @@ class SecureCluster:
                 await self._wait_login(f"{host}:{self.port}", node)
 
     async def _wait_login(self, address: str, node: int) -> None:
-        from client import AsyncAdmin
+        from rafka.client import AsyncAdmin
 
         while True:
             try:

@@ -1,4 +1,4 @@
-"""The ``rafka`` command: client commands here, ``server`` / ``cluster`` from ``broker.cli``.
+"""The ``rafka`` command: client commands here, ``server`` / ``cluster`` from ``rafka.broker.cli``.
 
 Every client command takes ``--bootstrap`` (env ``RAFKA_BOOTSTRAP``, default 127.0.0.1:9092)
 and the security options (``client/connect_options.py``: ``--security-protocol``, ``--user`` /
@@ -16,10 +16,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-
-from client.connect_options import connection_options
-from client.errors import RafkaError
-from client.topic_cli import add_topic_commands, effective_configs, format_configs, version_option
+from rafka.client.connect_options import connection_options
+from rafka.client.errors import RafkaError
+from rafka.client.topic_cli import (
+    add_topic_commands,
+    effective_configs,
+    format_configs,
+    version_option,
+)
 
 __all__ = ["main"]
 
@@ -122,7 +126,7 @@ def _parse_configs(items: tuple[str, ...]) -> dict[str, str]:
 def topic_create(name: str, partitions: int, replication_factor: int, configs: tuple[str, ...],
                  if_not_exists: bool, bootstrap: str) -> None:
     """Create topic NAME."""
-    from client.sync import Admin
+    from rafka.client.sync import Admin
 
     with Admin(bootstrap) as admin:
         created = admin.create_topic(name, partitions, replication_factor, _parse_configs(configs),
@@ -140,7 +144,7 @@ def topic_create(name: str, partitions: int, replication_factor: int, configs: t
 @_handle_errors
 def topic_list(bootstrap: str, as_json: bool, internal: bool) -> None:
     """List topics."""
-    from client.sync import Admin
+    from rafka.client.sync import Admin
 
     with Admin(bootstrap) as admin:
         names = admin.list_topics(include_internal=internal)
@@ -159,7 +163,7 @@ def topic_list(bootstrap: str, as_json: bool, internal: bool) -> None:
 @_handle_errors
 def topic_describe(name: str, bootstrap: str, as_json: bool, all_configs: bool) -> None:
     """Leader, replicas, ISR and high watermark of each partition of NAME."""
-    from client.sync import Admin
+    from rafka.client.sync import Admin
 
     with Admin(bootstrap) as admin:
         d = admin.describe_topic(name)
@@ -192,7 +196,7 @@ def topic_describe(name: str, bootstrap: str, as_json: bool, all_configs: bool) 
 @_handle_errors
 def topic_delete(name: str, bootstrap: str) -> None:
     """Delete topic NAME."""
-    from client.sync import Admin
+    from rafka.client.sync import Admin
 
     with Admin(bootstrap) as admin:
         admin.delete_topic(name)
@@ -239,8 +243,8 @@ def produce(topic_name: str, key_separator: str | None, key: str | None, headers
             partition: int | None, value_file: Any, progress: bool | None, acks: str, compression: str,
             linger_ms: float, bootstrap: str) -> None:
     """Send one record per stdin line to TOPIC (or one record: --value-file)."""
-    from client.io_cli import ProduceProgress, parse_headers, produce_lines
-    from client.sync import Producer
+    from rafka.client.io_cli import ProduceProgress, parse_headers, produce_lines
+    from rafka.client.sync import Producer
 
     if key is not None and key_separator is not None:
         raise click.UsageError("--key and --key-separator exclude each other")
@@ -286,7 +290,7 @@ def produce(topic_name: str, key_separator: str | None, key: str | None, headers
 def consume(topic_name: str, group: str | None, partitions: tuple[int, ...], offset: str | None,
             from_beginning: bool, max_messages: int | None, timeout_ms: int | None, print_key: bool,
             fmt: str | None, isolation_level: str, bootstrap: str) -> None:
-    from client.io_cli import (
+    from rafka.client.io_cli import (
         EARLIEST,
         LATEST,
         compile_format,
@@ -295,8 +299,8 @@ def consume(topic_name: str, group: str | None, partitions: tuple[int, ...], off
         seek_to_spec,
         write_records,
     )
-    from client.sync import Consumer
-    from client.terminate import sigterm_as_interrupt
+    from rafka.client.sync import Consumer
+    from rafka.client.terminate import sigterm_as_interrupt
 
     spec = parse_offset(offset) if offset is not None else None
     if from_beginning:
@@ -346,7 +350,7 @@ def quorum() -> None:
 @_handle_errors
 def quorum_describe(bootstrap: str, as_json: bool) -> None:
     """Voters, leader, epoch, metadata offsets and lag."""
-    from client.sync import Admin
+    from rafka.client.sync import Admin
 
     with Admin(bootstrap) as admin:
         q = admin.describe_quorum()
@@ -371,27 +375,29 @@ add_topic_commands(topic, bootstrap_option, _handle_errors)  # alter-config, add
 
 
 def _add_group_commands() -> None:
-    from client.group_cli import group  # rafka group list|describe|reset-offsets|delete
+    from rafka.client.group_cli import group  # rafka group list|describe|reset-offsets|delete
 
     main.add_command(group, "group")
-    from client.txn_cli import transactions  # rafka transactions list|describe|producers|abort
+    from rafka.client.txn_cli import (
+        transactions,  # rafka transactions list|describe|producers|abort
+    )
 
     main.add_command(transactions, "transactions")
-    from client.security_cli import acl, user  # rafka user|acl (docs/security.md)
+    from rafka.client.security_cli import acl, user  # rafka user|acl (docs/security.md)
 
     main.add_command(user, "user")
     main.add_command(acl, "acl")
-    from client.quota_cli import quota  # rafka quota set|list (docs/security.md)
+    from rafka.client.quota_cli import quota  # rafka quota set|list (docs/security.md)
 
     main.add_command(quota, "quota")
 
 
 _add_group_commands()
 
-from client.top import top as _top  # noqa: E402 - rafka top: live view of the nodes' /metrics
+from rafka.client.top import top as _top  # noqa: E402 - rafka top: live view of the nodes' /metrics
 
 main.add_command(_top, "top")
-from client.console import console as _console  # noqa: E402 - rafka console: the web console
+from rafka.client.console import console as _console  # noqa: E402 - rafka console: the web console
 
 main.add_command(_console, "console")
 
@@ -401,7 +407,7 @@ main.add_command(_console, "console")
 
 def _add_broker_commands() -> None:
     try:
-        from broker.cli import cluster, server  # the broker engineer's commands
+        from rafka.broker.cli import cluster, server  # the broker engineer's commands
     except ImportError as exc:
         missing = str(exc)
 
@@ -423,7 +429,7 @@ def _add_broker_commands() -> None:
 _add_broker_commands()
 
 try:  # `rafka chaos ...` (chaos_tests/, optional in a client-only install)
-    from chaos_tests.cli import chaos
+    from rafka.chaos_tests.cli import chaos
 except ImportError:  # pragma: no cover
     chaos = None
 if chaos is not None:

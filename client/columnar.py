@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A fetched record batch is one msgpack array of ``(offset_delta, timestamp_delta, key, value,
-headers)`` rows, unpacked in one ``unpackb`` (``client.aio.fetch``). ``ColumnBatch.add_rows``
+headers)`` rows, unpacked in one ``unpackb`` (``rafka.client.aio.fetch``). ``ColumnBatch.add_rows``
 turns a run of those rows into columns without a Python object per record: one ``zip(*rows)``
 transposes them (C level), offsets are a ``range`` when the batch has no compaction gap (else
 ``map(base.__add__, deltas)``), timestamps are one repeated value when the batch's records share
@@ -26,7 +26,7 @@ from __future__ import annotations
 from itertools import repeat
 from typing import Any
 
-from client.types import ConsumerRecord, TopicPartition
+from rafka.client.types import ConsumerRecord, TopicPartition
 
 __all__ = ["ColumnBatch", "PyArrowMissingError"]
 

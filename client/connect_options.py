@@ -43,8 +43,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-
-from security.client import ambient_security
+from rafka.security.client import ambient_security
 
 __all__ = ["connection_options", "read_properties", "settings_from_properties",
            "client_settings", "DEFAULT_BOOTSTRAP"]

@@ -33,10 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.frame_reader import FrameReader
-from broker.protocol import (
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.frame_reader import FrameReader
+from rafka.broker.protocol import (
     API_VERSION,
     DEFAULT_MAX_FRAME_BYTES,
     Response,
@@ -44,7 +43,7 @@ from broker.protocol import (
 )
 
 if TYPE_CHECKING:
-    from security.client import ClientSecurity
+    from rafka.security.client import ClientSecurity
 
 __all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_address", "parse_bootstrap"]
 

@@ -2,7 +2,7 @@
 
 Theory of operation: every error that comes from a broker is a ``broker.errors.RafkaError``
 subclass named after its wire code (``NotLeaderOrFollowerError``, ``OffsetOutOfRangeError``,
-…); this module re-exports all of them so that ``client.errors`` is the one place users import
+…); this module re-exports all of them so that ``rafka.client.errors`` is the one place users import
 from. Errors that only a client can meet (a full buffer, a closed client, a local timeout) are
 ``ClientError`` subclasses — still ``RafkaError``\\ s, so ``except RafkaError`` catches
 everything rafka raises, and each carries the closest wire code for programs that switch on
@@ -13,8 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import broker.errors as _wire
-from broker.errors import ErrorCode, ProtocolError, RafkaError, error_class, error_for, raise_for
+import rafka.broker.errors as _wire
+from rafka.broker.errors import (
+    ErrorCode,
+    ProtocolError,
+    RafkaError,
+    error_class,
+    error_for,
+    raise_for,
+)
 
 __all__ = [
     "ErrorCode",
@@ -108,7 +115,7 @@ def __getattr__(name: str) -> Any:  # the per-code classes of broker.errors
     try:
         return getattr(_wire, name)
     except AttributeError:
-        raise AttributeError(f"module 'client.errors' has no attribute {name!r}") from None
+        raise AttributeError(f"module 'rafka.client.errors' has no attribute {name!r}") from None
 
 
 def __dir__() -> list[str]:

@@ -1,7 +1,7 @@
 """``rafka group …``: list, describe, reset-offsets, delete (click commands).
 
 ``client/cli.py`` adds the exported ``group`` click group to ``rafka``. Each command opens one
-``ClientCore`` in a trio nursery and uses the helpers of :mod:`client.groups`. Lag is computed
+``ClientCore`` in a trio nursery and uses the helpers of :mod:`rafka.client.groups`. Lag is computed
 here, client side, as Kafka's tooling does: high watermark (LIST_OFFSETS latest) − committed.
 
 ``reset-offsets`` behaves as Kafka's: an explicit ``--to-offset`` is clamped into the log
@@ -22,20 +22,19 @@ from typing import Any, TypeVar
 
 import click
 import trio
-
-from client.aio._core import ClientCore
-from client.aio.offsets import EARLIEST, LATEST, list_offsets
-from client.connect_options import connection_options
-from client.errors import ErrorCode, RafkaError, error_for
-from client.groups import (
+from rafka.client.aio._core import ClientCore
+from rafka.client.aio.offsets import EARLIEST, LATEST, list_offsets
+from rafka.client.connect_options import connection_options
+from rafka.client.errors import ErrorCode, RafkaError, error_for
+from rafka.client.groups import (
     alter_group_offsets,
     delete_groups,
     describe_group,
     fetch_committed,
     list_groups,
 )
-from client.types import TopicPartition
-from security.client import ClientSecurity
+from rafka.client.types import TopicPartition
+from rafka.security.client import ClientSecurity
 
 __all__ = ["group"]
 
@@ -61,10 +60,10 @@ def _run(bootstrap: str, fn: Callable[[ClientCore], Awaitable[T]]) -> T:
 
 def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``client.cli.handle_errors`` (one line ``error: CODE: message``, exit 1), imported lazily:
-    ``client.cli`` imports this module."""
+    ``rafka.client.cli`` imports this module."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from client.cli import handle_errors
+        from rafka.client.cli import handle_errors
 
         return handle_errors(fn)(*args, **kwargs)
 

@@ -51,16 +51,15 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.protocol import ApiKey
-from client.aio._core import ClientCore
-from client.aio.consumer import AsyncConsumer
-from client.aio.offsets import list_offsets
-from client.connection import backoff_ms
-from client.errors import UnresolvableHostError
-from client.types import TopicPartition
-from kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.protocol import ApiKey
+from rafka.client.aio._core import ClientCore
+from rafka.client.aio.consumer import AsyncConsumer
+from rafka.client.aio.offsets import list_offsets
+from rafka.client.connection import backoff_ms
+from rafka.client.errors import UnresolvableHostError
+from rafka.client.types import TopicPartition
+from rafka.kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
 
 __all__ = [
     "GroupMembership",

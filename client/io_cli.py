@@ -34,12 +34,11 @@ from itertools import islice
 from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
 
 import click
-
-from client.errors import ErrorCode, error_for
-from client.types import ConsumerRecord, TopicPartition
+from rafka.client.errors import ErrorCode, error_for
+from rafka.client.types import ConsumerRecord, TopicPartition
 
 if TYPE_CHECKING:
-    from client.sync import Consumer, Producer
+    from rafka.client.sync import Consumer, Producer
 
 __all__ = ["CHUNK_LINES", "EARLIEST", "LATEST", "OffsetSpec", "ProduceProgress", "compile_format", "parse_headers",
            "parse_offset", "produce_lines", "resolve_partitions", "seek_to_spec", "write_records"]

@@ -20,9 +20,8 @@ import json
 from typing import Any
 
 import click
-
-from client.group_cli import _bootstrap, _errors, _json
-from client.security_cli import _run
+from rafka.client.group_cli import _bootstrap, _errors, _json
+from rafka.client.security_cli import _run
 
 __all__ = ["quota"]
 
@@ -87,7 +86,7 @@ def quota_set(principal: str | None, default_principal: bool, client_id: str | N
         raise click.UsageError("give --producer-byte-rate and/or --consumer-byte-rate")
 
     async def go(admin: Any) -> None:
-        from client.aio.quota_admin import alter_client_quotas
+        from rafka.client.aio.quota_admin import alter_client_quotas
 
         await alter_client_quotas(admin, [{"user": user, "client_id": client, "values": values}])
 
@@ -113,7 +112,7 @@ def quota_list(principal: str | None, client_id: str | None, usage: bool, bootst
     """The configured quotas (and, with --usage, each broker's measurements)."""
 
     async def go(admin: Any) -> tuple[list[dict[str, Any]], dict[int, Any]]:
-        from client.aio.quota_admin import client_quota_usage, describe_client_quotas
+        from rafka.client.aio.quota_admin import client_quota_usage, describe_client_quotas
 
         entries = await describe_client_quotas(admin, user=principal, client_id=client_id)
         return entries, (await client_quota_usage(admin) if usage else {})

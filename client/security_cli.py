@@ -1,7 +1,7 @@
 """``rafka user …`` and ``rafka acl …`` (click commands; docs/security.md).
 
 ``client/cli.py`` adds the exported ``user`` and ``acl`` groups to ``rafka``. Each command opens
-an ``AsyncAdmin`` and calls ``client.aio.security_admin``. The connection itself may be secured
+an ``AsyncAdmin`` and calls ``rafka.client.aio.security_admin``. The connection itself may be secured
 with the options every client command takes (``client/connect_options.py``:
 ``--security-protocol``, ``--user`` / ``--password``, ``--tls-ca``, ``--command-config FILE``,
 env vars).
@@ -24,9 +24,8 @@ from typing import Any, TypeVar
 
 import click
 import trio
-
-from client.group_cli import _bootstrap, _errors, _json
-from security.acl import CLUSTER_NAME, OPERATIONS
+from rafka.client.group_cli import _bootstrap, _errors, _json
+from rafka.security.acl import CLUSTER_NAME, OPERATIONS
 
 __all__ = ["user", "acl"]
 
@@ -34,7 +33,7 @@ T = TypeVar("T")
 
 
 def _run(bootstrap: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    from client.aio import AsyncAdmin
+    from rafka.client.aio import AsyncAdmin
 
     try:  # the security options are ambient (client/connect_options.py)
         admin = AsyncAdmin(bootstrap, client_id="rafka-cli")
@@ -183,7 +182,7 @@ def acl_add(principal: str | None, topic: str | None, group: str | None, txn: st
              "permission": "deny" if deny is not None else "allow", "host": host or "*"} for op in operations]
 
     async def go(admin: Any) -> None:
-        from client.aio.security_admin import create_acls
+        from rafka.client.aio.security_admin import create_acls
 
         await create_acls(admin, acls)
 
@@ -212,7 +211,7 @@ def acl_list(principal: str | None, topic: str | None, group: str | None, txn: s
     flt = _filter(principal, topic, group, txn, cluster, prefixed, host, required=False)
 
     async def go(admin: Any) -> list[dict[str, str]]:
-        from client.aio.security_admin import describe_acls
+        from rafka.client.aio.security_admin import describe_acls
 
         return await describe_acls(admin, **flt)
 
@@ -232,7 +231,7 @@ def acl_remove(principal: str | None, topic: str | None, group: str | None, txn:
            "operation": operation}
 
     async def go(admin: Any) -> list[dict[str, str]]:
-        from client.aio.security_admin import delete_acls
+        from rafka.client.aio.security_admin import delete_acls
 
         return await delete_acls(admin, **flt)
 

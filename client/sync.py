@@ -24,8 +24,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 import trio
-
-from client.aio.admin import (
+from rafka.client.aio.admin import (
     AsyncAdmin,
     ClusterDescription,
     NewTopic,
@@ -34,14 +33,14 @@ from client.aio.admin import (
     TransactionDescription,
     TransactionListing,
 )
-from client.aio.batch_send import BatchFuture, HeadersList
-from client.aio.consumer import AsyncConsumer
-from client.aio.conveniences import ConsumerGroupListing
-from client.aio.futures import FutureRecordMetadata
-from client.aio.producer import AsyncProducer, Headers
-from client.columnar import ColumnBatch
-from client.errors import IllegalStateError, RafkaError
-from client.types import (
+from rafka.client.aio.batch_send import BatchFuture, HeadersList
+from rafka.client.aio.consumer import AsyncConsumer
+from rafka.client.aio.conveniences import ConsumerGroupListing
+from rafka.client.aio.futures import FutureRecordMetadata
+from rafka.client.aio.producer import AsyncProducer, Headers
+from rafka.client.columnar import ColumnBatch
+from rafka.client.errors import IllegalStateError, RafkaError
+from rafka.client.types import (
     ConsumerRecord,
     GroupMetadata,
     OffsetAndTimestamp,
@@ -440,7 +439,7 @@ class Admin(_Facade[AsyncAdmin]):
 
 
 async def _with_timeout(fn: Callable[[], Awaitable[T]], timeout: float) -> T:
-    from client.errors import KafkaTimeoutError
+    from rafka.client.errors import KafkaTimeoutError
 
     with trio.move_on_after(timeout):
         return await fn()

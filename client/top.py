@@ -235,8 +235,8 @@ def render(view: TopView) -> Group:
 
 def discover_endpoints(bootstrap: str) -> list[str]:
     """Every broker of the cluster, at its client port + the cluster-up metrics offset."""
-    from broker.cluster import METRICS_PORT_OFFSET
-    from client.sync import Admin
+    from rafka.broker.cluster import METRICS_PORT_OFFSET
+    from rafka.client.sync import Admin
 
     with Admin(bootstrap) as admin:
         brokers = admin.describe_cluster().brokers
@@ -315,7 +315,7 @@ def _top_command() -> Any:
     @click.option("--internal", is_flag=True, help="also show internal topics (__consumer_offsets...).")
     def top(bootstrap: str, metrics: str | None, once: bool, interval_s: float, internal: bool) -> None:
         """Live view of throughput, consumer lag and under-replicated partitions (q quits)."""
-        from client.errors import RafkaError
+        from rafka.client.errors import RafkaError
 
         if metrics:
             urls = [u.strip() for u in metrics.split(",") if u.strip()]

@@ -69,7 +69,7 @@ def add_topic_commands(topic: click.Group, bootstrap_option: Any, handle_errors:
     @handle_errors
     def topic_alter_config(name: str, sets: tuple[str, ...], deletes: tuple[str, ...], bootstrap: str) -> None:
         """Set or remove per-topic config overrides of NAME."""
-        from client.sync import Admin
+        from rafka.client.sync import Admin
 
         changes: dict[str, str | None] = dict(_parse_sets(sets))
         both = sorted(set(changes) & set(deletes))
@@ -91,7 +91,7 @@ def add_topic_commands(topic: click.Group, bootstrap_option: Any, handle_errors:
     @handle_errors
     def topic_add_partitions(name: str, total: int, bootstrap: str) -> None:
         """Grow NAME to N partitions (keyed records of existing keys may move to new ones)."""
-        from client.sync import Admin
+        from rafka.client.sync import Admin
 
         with Admin(bootstrap) as admin:
             before = len(admin.describe_topic(name).partitions)

@@ -2,7 +2,7 @@
 
 ``client/cli.py`` adds the exported ``transactions`` click group to ``rafka``. Each command opens
 a blocking :class:`~client.sync.Admin` and calls its transaction methods
-(``client.aio.txn_admin`` explains the requests). ``abort`` is the operator's tool for a
+(``rafka.client.aio.txn_admin`` explains the requests). ``abort`` is the operator's tool for a
 *hanging* transaction — one that holds a partition's last stable offset back and that no
 coordinator will end: it writes an ABORT marker on that partition for the producer's open
 transaction (``--producer-id``; without it, the one open transaction, or every one with
@@ -19,8 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import click
-
-from client.group_cli import _bootstrap, _errors, _json
+from rafka.client.group_cli import _bootstrap, _errors, _json
 
 __all__ = ["transactions", "choose_aborts", "AbortPlan"]
 
@@ -39,7 +38,7 @@ def _age(start_ms: int, now_ms: int) -> str:
 
 
 def _admin(bootstrap: str) -> Any:
-    from client.sync import Admin
+    from rafka.client.sync import Admin
 
     return Admin(bootstrap)
 

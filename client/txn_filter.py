@@ -24,8 +24,8 @@ repeats every aborted transaction whose ABORT marker is at or after the fetch of
 ``read_uncommitted`` the list is empty: only control batches are hidden.
 
 Callers move their position past a hidden batch (``base_offset + last_offset_delta + 1``), so a
-partition whose tail is a marker does not look stuck. Used by ``client.aio.fetch`` and by the
-Spark source (``spark_source.fetch``).
+partition whose tail is a marker does not look stuck. Used by ``rafka.client.aio.fetch`` and by the
+Spark source (``rafka.spark_source.fetch``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import bisect
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from log.batch import CONTROL_ABORT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader, control_type
+from rafka.log.batch import CONTROL_ABORT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader, control_type
 
 __all__ = ["TXN_BITS", "READ_UNCOMMITTED", "READ_COMMITTED", "TxnBatchFilter", "isolation_level_code"]
 

@@ -1,6 +1,6 @@
 """The small value types of the client API (names as in kafka-python).
 
-``TopicPartition`` is the one defined by ``metadata.image`` (the metadata engineer's type), so
+``TopicPartition`` is the one defined by ``rafka.metadata.image`` (the metadata engineer's type), so
 that keys of consumer dicts and of broker-side maps are the same class; it is re-exported here.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from metadata.image import TopicPartition
+from rafka.metadata.image import TopicPartition
 
 __all__ = [
     "TopicPartition",

@@ -3,7 +3,7 @@
 #   1. apt-get install docker.io docker-compose debootstrap gcc libc6-dev (only what is missing)
 #   2. start the private engine (deploy/docker-engine.sh) unless one answers at DOCKER_HOST
 #   3. build rafka-node:local (deploy/build-image.sh; a no-op when up to date)
-#   4. python -m chaos_tests run --backend docker ... (or, without the campaign CLI, the
+#   4. python -m rafka.chaos_tests run --backend docker ... (or, without the campaign CLI, the
 #      backend's own tests: pytest chaos_tests/tests/test_docker_backend.py)
 #   5. always (trap): compose down -v, and stop the engine if step 2 started it — which also
 #      restores the host firewall (FORWARD policy, DOCKER* chains; see docker-engine.sh)
@@ -82,15 +82,15 @@ rm -rf "$RUN_DIR/work"
 mkdir -p "$RUN_DIR/work"
 cd "$ROOT"
 t=$SECONDS
-if "$PY" -m chaos_tests run --help 2>/dev/null | grep -q -- "--backend"; then
+if "$PY" -m rafka.chaos_tests run --help 2>/dev/null | grep -q -- "--backend"; then
     say "campaign: backend docker, nemesis $NEMESIS, time limit ${TIME_LIMIT}s, seed $SEED"
     rc=0
-    "$PY" -m chaos_tests run --backend docker --nemesis "$NEMESIS" --time-limit "$TIME_LIMIT" \
+    "$PY" -m rafka.chaos_tests run --backend docker --nemesis "$NEMESIS" --time-limit "$TIME_LIMIT" \
         --seed "$SEED" --work-dir "$RUN_DIR/work" --results "$RESULTS" || rc=$?
     say "campaign finished in $((SECONDS - t))s with exit $rc (0 valid, 1 anomalies, 2 did not run); results $RESULTS"
     exit "$rc"
 else
-    say "no campaign CLI (python -m chaos_tests run): running the docker backend's own tests"
+    say "no campaign CLI (python -m rafka.chaos_tests run): running the docker backend's own tests"
     "$PY" -m pytest -q -p no:cacheprovider chaos_tests/tests/test_docker_backend.py
     say "backend tests finished in $((SECONDS - t))s"
 fi

@@ -2,11 +2,11 @@
 ``@metadata`` log store and its snapshots, and the active controller's decisions.
 
 Public entry points: :class:`kraft.service.ControllerService` (the trio service a node runs),
-:mod:`kraft.quorum` (the interface), :mod:`kraft.memory` (in-memory quorum for tests).
-The pysyncobj engine (:mod:`kraft.syncobj_engine`) is imported lazily by the service.
+:mod:`rafka.kraft.quorum` (the interface), :mod:`rafka.kraft.memory` (in-memory quorum for tests).
+The pysyncobj engine (:mod:`rafka.kraft.syncobj_engine`) is imported lazily by the service.
 """
 
-from kraft.quorum import (
+from rafka.kraft.quorum import (
     Command,
     Guard,
     LeadershipEvent,

@@ -18,14 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from broker.errors import ErrorCode
-from kraft import controller as ctl
-from metadata import MetadataImage
-from metadata.security import AclCreated, AclEntry, AclRemoved
-from security.acl import validate_entry
+from rafka.broker.errors import ErrorCode
+from rafka.kraft import controller as ctl
+from rafka.metadata import MetadataImage
+from rafka.metadata.security import AclCreated, AclEntry, AclRemoved
+from rafka.security.acl import validate_entry
 
 if TYPE_CHECKING:
-    from kraft.service import ControllerService
+    from rafka.kraft.service import ControllerService
 
 __all__ = ["decide_create_acls", "decide_delete_acls", "matches", "create_acls", "delete_acls"]
 

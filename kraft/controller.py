@@ -7,7 +7,7 @@ in-memory :class:`ControllerState` — heartbeat contact times, which are *not* 
 and ``now_ms``) and returns either the records to write together with the guards that must
 still hold when they apply (a :class:`Decision`), or raises the ``RafkaError`` to answer.
 No I/O, no clock, no randomness: the caller injects ``now_ms`` and the placement
-``start_index``/``shift``. :mod:`kraft.service` wraps a decision into a ``Command``.
+``start_index``/``shift``. :mod:`rafka.kraft.service` wraps a decision into a ``Command``.
 
 Kafka semantics followed here:
 
@@ -16,7 +16,7 @@ Kafka semantics followed here:
   after ``broker.session.timeout.ms`` without a heartbeat (time in which the controller itself
   was paused or starved does not count: ``expired_brokers``) — or earlier, when a liveness
   probe of its listener was refused (``brokers_to_probe`` / ``probe_fence``, the TCP connect
-  itself is done by :mod:`kraft.service`);
+  itself is done by :mod:`rafka.kraft.service`);
 * fencing (or controlled shutdown) moves leadership away: new leader = first replica that is
   in the ISR and live; the fenced broker leaves the ISR unless it is the last member (then the
   partition is leaderless, ``leader=-1``, ISR keeps it); an out-of-sync replica is chosen only
@@ -34,9 +34,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from broker.errors import ErrorCode, error_for
-from kraft.quorum import Guard
-from metadata import (
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.kraft.quorum import Guard
+from rafka.metadata import (
     NO_LEADER,
     ConfigRecord,
     FenceBroker,
@@ -363,7 +363,7 @@ def leaderless_elections(image: MetadataImage, state: ControllerState | None = N
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> None:
     try:
-        from log.config import LogConfig
+        from rafka.log.config import LogConfig
     except ImportError:  # pragma: no cover - log/ always ships with rafka
         return
     try:

@@ -31,7 +31,7 @@ re-learn) only logs a warning. On open, a torn last record (a write cut short by
 a machine crash; never acknowledged, since its barrier never completed) is dropped with a
 warning instead of failing the start (``struct.error`` in pysyncobj's loader), so the node
 restarts once space is freed. The controller's own ``@metadata`` log
-(:mod:`kraft.metadata_log`) follows the same rule for its writes and fsyncs; its snapshots are
+(:mod:`rafka.kraft.metadata_log`) follows the same rule for its writes and fsyncs; its snapshots are
 optional and only logged. docs/durability.md, "Disk full", states the behaviour.
 
 Measured cost on this machine's disk: one msync ≈ 0.2 ms (fsync p50 0.19 ms, p99 0.55 ms), once
@@ -60,8 +60,7 @@ from pysyncobj.journal import (
     MetaStorer,
 )
 from pysyncobj.pickle import dumps
-
-from log.index import fsync_dir, write_file_atomic
+from rafka.log.index import fsync_dir, write_file_atomic
 
 __all__ = ["DurableFileJournal", "patched_create_journal", "fail_stop", "EXIT_STORAGE_FAILURE"]
 

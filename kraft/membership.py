@@ -7,7 +7,7 @@ id, Raft address, RPC address) and the cluster secret. pysyncobj cannot tell a n
 wrong secret that it is wrong — the peers just cannot decrypt its messages and it stays
 silently outside the quorum, forever electing itself. So every node (controller or broker)
 asks each voter, on that voter's RPC address, ``DESCRIBE_QUORUM {local_only, nonce}``; the
-voter answers (``kraft.service``) with its ``node_id``, ``cluster_id``, the ids of *its*
+voter answers (``rafka.kraft.service``) with its ``node_id``, ``cluster_id``, the ids of *its*
 voters, and ``secret_proof = HMAC-SHA256(secret, "rafka-secret-proof:" + nonce)``. The node
 compares with its own config:
 
@@ -38,9 +38,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
-
-from broker.protocol import ApiKey
-from kraft.quorum import QuorumConfigError
+from rafka.broker.protocol import ApiKey
+from rafka.kraft.quorum import QuorumConfigError
 
 __all__ = [
     "ClusterIdMismatchError",
@@ -78,7 +77,7 @@ Request = Callable[[tuple[str, int], dict[str, Any]], Awaitable[dict[str, Any] |
 
 
 async def _describe_local(addr: tuple[str, int], body: dict[str, Any]) -> dict[str, Any] | None:
-    from client.connection import connect
+    from rafka.client.connection import connect
 
     try:
         with trio.move_on_after(2):

@@ -17,8 +17,7 @@ threads, no randomness: trio's ``MockClock`` drives everything above it.
 from __future__ import annotations
 
 import trio
-
-from kraft.quorum import (
+from rafka.kraft.quorum import (
     Command,
     LeadershipEvent,
     LogEntry,
@@ -27,8 +26,8 @@ from kraft.quorum import (
     Snapshot,
     not_controller,
 )
-from kraft.state_machine import ControllerStateMachine
-from metadata import MetadataImage, image_to_records
+from rafka.kraft.state_machine import ControllerStateMachine
+from rafka.metadata import MetadataImage, image_to_records
 
 __all__ = ["MemoryQuorum", "MemoryQuorumCluster"]
 

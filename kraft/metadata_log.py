@@ -54,12 +54,11 @@ from typing import Any
 
 import msgpack
 from crc32c import crc32c
-
-from kraft.durable_journal import fail_stop
-from kraft.quorum import Command, LogEntry, OffsetOutOfRange, ProposeResult, Snapshot
-from kraft.state_machine import DEFAULT_DEDUP_CAPACITY, Applied, ControllerStateMachine
-from log.index import fsync_dir, write_file_atomic
-from metadata import MetadataDelta, image_to_records, record_from_dict, records_to_image
+from rafka.kraft.durable_journal import fail_stop
+from rafka.kraft.quorum import Command, LogEntry, OffsetOutOfRange, ProposeResult, Snapshot
+from rafka.kraft.state_machine import DEFAULT_DEDUP_CAPACITY, Applied, ControllerStateMachine
+from rafka.log.index import fsync_dir, write_file_atomic
+from rafka.metadata import MetadataDelta, image_to_records, record_from_dict, records_to_image
 
 __all__ = ["MetadataLog", "encode_frame", "decode_frames"]
 

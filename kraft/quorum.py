@@ -19,8 +19,8 @@ so every voter computes the same log. ``propose`` returns once the command is ap
 fsynced in the local ``@metadata`` log, or raises the ``RafkaError`` a guard asked for (e.g.
 ``TopicAlreadyExistsError``) or ``NotControllerError`` (``details["leader_id"]``).
 
-Implementations: :mod:`kraft.memory` (in-memory, deterministic, for tests) and
-:mod:`kraft.syncobj_engine` (pysyncobj, real processes).
+Implementations: :mod:`rafka.kraft.memory` (in-memory, deterministic, for tests) and
+:mod:`rafka.kraft.syncobj_engine` (pysyncobj, real processes).
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ from typing import Any, NamedTuple, Protocol
 
 import msgpack
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_for
-from metadata import MetadataImage, MetadataRecord, record_from_dict
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.metadata import MetadataImage, MetadataRecord, record_from_dict
 
 __all__ = [
     "Command",

@@ -20,13 +20,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from broker.errors import ErrorCode
-from kraft import controller as ctl
-from metadata import MetadataImage
-from metadata.quotas import DEFAULT, QUOTA_KEYS, ClientQuota, entity_key
+from rafka.broker.errors import ErrorCode
+from rafka.kraft import controller as ctl
+from rafka.metadata import MetadataImage
+from rafka.metadata.quotas import DEFAULT, QUOTA_KEYS, ClientQuota, entity_key
 
 if TYPE_CHECKING:
-    from kraft.service import ControllerService
+    from rafka.kraft.service import ControllerService
 
 __all__ = ["decide_alter_client_quotas", "alter_client_quotas", "entry_problem"]
 

@@ -10,7 +10,7 @@ existing credential) and returns the per-entry results and the ``Decision`` hold
 ``alter_user_scram_credentials(service, body)`` runs it on the active controller's image under
 the service's decision lock (``ControllerService._guard``) and proposes the records; the answer
 carries ``metadata_offset`` so the forwarding broker waits for its own image
-(``broker/handlers/admin.py``). The client derives the credential (``security.scram``): the
+(``broker/handlers/admin.py``). The client derives the credential (``rafka.security.scram``): the
 password never leaves the client.
 """
 
@@ -20,15 +20,15 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from broker.errors import ErrorCode
-from kraft import controller as ctl
-from metadata import MetadataImage
-from metadata.security import UserScramCredential, UserScramCredentialRemoved
-from security.listener import NODE_USER
-from security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
+from rafka.broker.errors import ErrorCode
+from rafka.kraft import controller as ctl
+from rafka.metadata import MetadataImage
+from rafka.metadata.security import UserScramCredential, UserScramCredentialRemoved
+from rafka.security.listener import NODE_USER
+from rafka.security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
 
 if TYPE_CHECKING:
-    from kraft.service import ControllerService
+    from rafka.kraft.service import ControllerService
 
 __all__ = ["decide_scram", "alter_user_scram_credentials"]
 

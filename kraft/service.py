@@ -14,7 +14,7 @@ Active controller: when the quorum reports this node leader of epoch E, the serv
 ``LeaderChange(node, E)`` and becomes *active* only when it has applied — every earlier record
 is then applied too. Its in-memory :class:`~kraft.controller.ControllerState` (heartbeat
 times) starts fresh, with a full session of grace for every broker. Decisions are made one at
-a time under a lock (pure functions of image + state + now in :mod:`kraft.controller`) and
+a time under a lock (pure functions of image + state + now in :mod:`rafka.kraft.controller`) and
 proposed as guarded commands; the state machine rejects them if this node has been deposed
 meanwhile (epoch check), so "I think I lead" is never trusted for correctness.
 
@@ -110,15 +110,14 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.protocol import ApiKey
-from kraft import acl_admin, quota_admin, scram_admin
-from kraft import controller as ctl
-from kraft.groups.service import GroupsController, group_config_from_settings
-from kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, ProposeResult
-from kraft.state_machine import refusal_id
-from metadata import LeaderChange, MetadataImage, NoOp
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.protocol import ApiKey
+from rafka.kraft import acl_admin, quota_admin, scram_admin
+from rafka.kraft import controller as ctl
+from rafka.kraft.groups.service import GroupsController, group_config_from_settings
+from rafka.kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, ProposeResult
+from rafka.kraft.state_machine import refusal_id
+from rafka.metadata import LeaderChange, MetadataImage, NoOp
 
 __all__ = ["ControllerService", "VoterSpec", "parse_voters"]
 
@@ -287,7 +286,7 @@ class ControllerService:
     # -- lifecycle --------------------------------------------------------------------
 
     def _build_quorum(self) -> MetadataQuorum:
-        from kraft.syncobj_engine import SyncObjQuorum
+        from rafka.kraft.syncobj_engine import SyncObjQuorum
 
         return SyncObjQuorum(
             node_id=self.node_id,
@@ -869,7 +868,7 @@ class ControllerService:
                    "voter_ids": [vid for vid, _raft, _rpc in self.voters]}
             nonce = body.get("nonce")
             if isinstance(nonce, str) and 0 < len(nonce) <= 256:  # kraft/membership.py
-                from kraft.membership import secret_proof
+                from rafka.kraft.membership import secret_proof
 
                 out["secret_proof"] = secret_proof(self.cluster_secret, nonce)
             return out
@@ -879,7 +878,7 @@ class ControllerService:
         states: dict[int, dict[str, Any]] = {self.node_id: self._local_quorum_state()}
 
         async def ask(vid: int, rpc: tuple[str, int]) -> None:
-            from client.connection import connect
+            from rafka.client.connection import connect
 
             with trio.move_on_after(1.0):
                 try:

@@ -29,7 +29,7 @@ voter receives that file and our deserializer resets its metadata log to that im
 Security: pysyncobj pickles its messages. A multi-voter quorum refuses to start without a
 cluster secret (pysyncobj's ``password``: encrypted and authenticated transport).
 
-Durability (see docs/internals.md §5.1): the Raft journal is a :mod:`kraft.durable_journal`
+Durability (see docs/internals.md §5.1): the Raft journal is a :mod:`rafka.kraft.durable_journal`
 (msync before acknowledging, fsynced term/vote), and the metadata log is fsynced before a
 decision is reported done.
 """
@@ -45,11 +45,10 @@ from typing import Any
 import trio
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import TCPNode
-
-from broker.errors import ErrorCode, error_for
-from kraft.durable_journal import patched_create_journal
-from kraft.metadata_log import MetadataLog, decode_frames, encode_frame
-from kraft.quorum import (
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.kraft.durable_journal import patched_create_journal
+from rafka.kraft.metadata_log import MetadataLog, decode_frames, encode_frame
+from rafka.kraft.quorum import (
     Command,
     LeadershipEvent,
     LogEntry,
@@ -58,7 +57,7 @@ from kraft.quorum import (
     Snapshot,
     not_controller,
 )
-from metadata import MetadataImage
+from rafka.metadata import MetadataImage
 
 __all__ = ["QuorumConfigError", "SyncObjQuorum", "raft_conf_from_settings"]
 

@@ -3,8 +3,8 @@
 Pure code, no I/O. See docs/internals.md §4.
 """
 
-from metadata.delta import ClusterDelta, LocalChanges, MetadataDelta, TopicsDelta
-from metadata.image import (
+from rafka.metadata.delta import ClusterDelta, LocalChanges, MetadataDelta, TopicsDelta
+from rafka.metadata.image import (
     BrokerRegistration,
     ClusterImage,
     ConfigsImage,
@@ -19,7 +19,7 @@ from metadata.image import (
     TopicPartition,
     TopicsImage,
 )
-from metadata.records import (
+from rafka.metadata.records import (
     NO_LEADER,
     RECORD_TYPES,
     ConfigRecord,
@@ -43,7 +43,7 @@ from metadata.records import (
     UnregisterBroker,
     record_from_dict,
 )
-from metadata.snapshot import image_to_records, records_to_image
+from rafka.metadata.snapshot import image_to_records, records_to_image
 
 __all__ = [
     "NO_LEADER",

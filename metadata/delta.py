@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from metadata.groups import GROUP_RECORD_TYPES, GroupsDelta
-from metadata.image import (
+from rafka.metadata.groups import GROUP_RECORD_TYPES, GroupsDelta
+from rafka.metadata.image import (
     BrokerRegistration,
     ClusterImage,
     ConfigsImage,
@@ -40,8 +40,8 @@ from metadata.image import (
     TopicsImage,
     frozen_map,
 )
-from metadata.quotas import QUOTA_RECORD_TYPES, QuotasDelta
-from metadata.records import (
+from rafka.metadata.quotas import QUOTA_RECORD_TYPES, QuotasDelta
+from rafka.metadata.records import (
     ConfigRecord,
     FenceBroker,
     LeaderChange,
@@ -56,7 +56,7 @@ from metadata.records import (
     UnfenceBroker,
     UnregisterBroker,
 )
-from metadata.security import ACL_RECORD_TYPES, SCRAM_RECORD_TYPES, AclsDelta, ScramDelta
+from rafka.metadata.security import ACL_RECORD_TYPES, SCRAM_RECORD_TYPES, AclsDelta, ScramDelta
 
 __all__ = [
     "ClusterDelta",

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from metadata._base import Record
+from rafka.metadata._base import Record
 
 __all__ = [
     "GROUP_RECORD_TYPES",

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple
 
-from metadata.groups import GroupImage, GroupMemberImage, GroupsImage
-from metadata.quotas import QuotasImage
-from metadata.records import LEADER_RECOVERED, NO_LEADER
-from metadata.security import AclsImage, ScramImage
+from rafka.metadata.groups import GroupImage, GroupMemberImage, GroupsImage
+from rafka.metadata.quotas import QuotasImage
+from rafka.metadata.records import LEADER_RECOVERED, NO_LEADER
+from rafka.metadata.security import AclsImage, ScramImage
 
 __all__ = [
     "BrokerRegistration",

@@ -16,7 +16,7 @@ same keys ``security.quota.QuotaBook`` asks its ``quota_of`` about. Keys are
 ``value`` None removes the key, and an entity without keys disappears.
 
 ``quotas_to_records(image)`` lists records whose fold onto the empty image gives back an equal
-image (snapshots). Like ``metadata.security`` this imports nothing from the rest of ``metadata``
+image (snapshots). Like ``rafka.metadata.security`` this imports nothing from the rest of ``metadata``
 but the record base.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from metadata._base import Record
+from rafka.metadata._base import Record
 
 __all__ = [
     "DEFAULT",

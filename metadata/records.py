@@ -20,9 +20,9 @@ Conventions
 * ``RegisterBroker.broker_epoch == -1`` means "the offset of this record" (the broker epoch
   of KIP-631); snapshots write the explicit epoch and fenced state.
 * Group records (``GroupEpoch``, ``GroupMember``, ``GroupMemberRemoved``, ``GroupAssignment``,
-  ``GroupDeleted``) are defined in :mod:`metadata.groups` with their image and fold; security
+  ``GroupDeleted``) are defined in :mod:`rafka.metadata.groups` with their image and fold; security
   records (``UserScramCredential``, ``UserScramCredentialRemoved``, ``AclCreated``,
-  ``AclRemoved``) in :mod:`metadata.security`; ``ClientQuota`` in :mod:`metadata.quotas`.
+  ``AclRemoved``) in :mod:`rafka.metadata.security`; ``ClientQuota`` in :mod:`rafka.metadata.quotas`.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from metadata._base import Record
-from metadata.groups import (
+from rafka.metadata._base import Record
+from rafka.metadata.groups import (
     GroupAssignment,
     GroupDeleted,
     GroupEpoch,
     GroupMember,
     GroupMemberRemoved,
 )
-from metadata.quotas import ClientQuota
-from metadata.security import (
+from rafka.metadata.quotas import ClientQuota
+from rafka.metadata.security import (
     AclCreated,
     AclRemoved,
     UserScramCredential,

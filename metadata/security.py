@@ -17,7 +17,7 @@ impersonate the *server* to a client, not a client to the server.
   one that is not there changes nothing.
 
 ``scram_to_records(image)`` / ``acls_to_records(image)`` list records whose fold onto the empty
-image gives back an equal image (snapshots). Like ``metadata.groups`` this imports nothing from the rest of
+image gives back an equal image (snapshots). Like ``rafka.metadata.groups`` this imports nothing from the rest of
 ``metadata`` but the record base.
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from metadata._base import Record
+from rafka.metadata._base import Record
 
 __all__ = [
     "ACL_RECORD_TYPES",

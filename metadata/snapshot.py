@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from metadata.delta import MetadataDelta
-from metadata.groups import groups_to_records
-from metadata.image import MetadataImage
-from metadata.quotas import quotas_to_records
-from metadata.records import (
+from rafka.metadata.delta import MetadataDelta
+from rafka.metadata.groups import groups_to_records
+from rafka.metadata.image import MetadataImage
+from rafka.metadata.quotas import quotas_to_records
+from rafka.metadata.records import (
     ConfigRecord,
     LeaderChange,
     MetadataRecord,
@@ -25,7 +25,7 @@ from metadata.records import (
     RegisterBroker,
     Topic,
 )
-from metadata.security import acls_to_records, scram_to_records
+from rafka.metadata.security import acls_to_records, scram_to_records
 
 __all__ = ["image_to_records", "records_to_image"]
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from metadata.security import AclEntry
+from rafka.metadata.security import AclEntry
 
 __all__ = ["RESOURCE_TYPES", "PATTERN_TYPES", "OPERATIONS", "PERMISSIONS", "CLUSTER_NAME",
            "Authorizer", "validate_entry"]

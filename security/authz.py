@@ -38,13 +38,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from broker.errors import ErrorCode
-from broker.protocol import ApiKey, Request
-from security.acl import CLUSTER_NAME, Authorizer
+from rafka.broker.errors import ErrorCode
+from rafka.broker.protocol import ApiKey, Request
+from rafka.security.acl import CLUSTER_NAME, Authorizer
 
 if TYPE_CHECKING:
-    from broker.server import Dispatch
-    from metadata import MetadataImage
+    from rafka.broker.server import Dispatch
+    from rafka.metadata import MetadataImage
 
 __all__ = ["authorizing_dispatch", "TOPIC_OPERATIONS", "DENIED_CODE", "COORDINATOR_TOPICS"]
 

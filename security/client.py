@@ -34,15 +34,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
-
-from broker.errors import ErrorCode, error_for
-from security.listener import PROTOCOLS
-from security.sasl import sasl_authenticate
-from security.scram import MECHANISMS
-from security.tls import BulkReceiveStream, client_context
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.security.listener import PROTOCOLS
+from rafka.security.sasl import sasl_authenticate
+from rafka.security.scram import MECHANISMS
+from rafka.security.tls import BulkReceiveStream, client_context
 
 if TYPE_CHECKING:
-    from client.connection import Connection
+    from rafka.client.connection import Connection
 
 __all__ = ["ClientSecurity", "SECURITY_OPTIONS", "ambient_security"]
 

@@ -53,15 +53,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.config import ConfigError, parse_hostport
-from broker.protocol import ApiKey, Request
-from security.sasl import CredentialSource
-from security.scram import MECHANISMS, ScramCredential
-from security.tls import CLIENT_AUTH, server_context
+from rafka.broker.config import ConfigError, parse_hostport
+from rafka.broker.protocol import ApiKey, Request
+from rafka.security.sasl import CredentialSource
+from rafka.security.scram import MECHANISMS, ScramCredential
+from rafka.security.tls import CLIENT_AUTH, server_context
 
 if TYPE_CHECKING:
-    from broker.server import Dispatch
-    from metadata import MetadataImage
+    from rafka.broker.server import Dispatch
+    from rafka.metadata import MetadataImage
 
 __all__ = ["PROTOCOLS", "SecurityConfig", "ListenerSecurity", "parse_security", "advertised",
            "image_credentials", "secured_dispatch", "node_principal", "is_node_principal",

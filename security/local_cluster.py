@@ -7,7 +7,7 @@ Theory of operation
 
 * ``prepare(data_dir, nodes, settings)`` — once per data dir: a throw-away CA and one
   certificate per node (``DATA_DIR/tls/``: ``ca.pem``, ``node-<id>.pem`` / ``.key`` (0600),
-  ``security.certs``), and with ``auth`` a generated password for the super user ``admin``,
+  ``rafka.security.certs``), and with ``auth`` a generated password for the super user ``admin``,
   written with everything a client needs to ``DATA_DIR/admin.properties`` (0600; Kafka's
   ``--command-config`` format, read by every ``rafka`` client command). Existing files are
   kept, so a restart keeps its CA and password.
@@ -69,7 +69,7 @@ def _write_secret(path: Path, text: str) -> None:
 
 
 def read_admin_password(data_dir: Path) -> str | None:
-    from client.connect_options import read_properties
+    from rafka.client.connect_options import read_properties
 
     path = data_dir / ADMIN_FILE
     if not path.exists():
@@ -86,7 +86,7 @@ def prepare(data_dir: Path, nodes: list[Any], settings: dict[str, Any]) -> None:
                          f"secured listeners are PORT+{SECURE_PORT_OFFSET}+i")
     tls_dir = data_dir / TLS_DIR
     if settings.get("tls"):
-        from security.certs import CertAuthority, write_node_files
+        from rafka.security.certs import CertAuthority, write_node_files
 
         missing = [n for n in nodes if not (tls_dir / f"node-{n.id}.pem").exists()
                    or not (tls_dir / f"node-{n.id}.key").exists()]
@@ -138,7 +138,7 @@ def voter_toml(voter: Any, settings: dict[str, Any] | None) -> list[str]:
 
 async def ensure_admin(plain_bootstrap: str, data_dir: Path) -> None:
     """Write the admin's SCRAM credentials (idempotent) through the main listener."""
-    from client.aio import AsyncAdmin
+    from rafka.client.aio import AsyncAdmin
 
     password = read_admin_password(data_dir)
     if password is None:

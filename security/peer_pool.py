@@ -29,16 +29,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
-
-from broker.config import parse_hostport
-from broker.errors import ErrorCode, error_for
-from client.connection import Connection, ConnectionPool
-from security.client import ClientSecurity
-from security.tls import client_context
+from rafka.broker.config import parse_hostport
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.client.connection import Connection, ConnectionPool
+from rafka.security.client import ClientSecurity
+from rafka.security.tls import client_context
 
 if TYPE_CHECKING:
-    from metadata import MetadataImage
-    from security.listener import SecurityConfig
+    from rafka.metadata import MetadataImage
+    from rafka.security.listener import SecurityConfig
 
 __all__ = ["PeerPool", "PeerPoolStats", "node_client_security"]
 

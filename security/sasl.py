@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from broker.errors import ErrorCode, RafkaError
-from broker.protocol import ApiKey
-from security.scram import MECHANISMS, ScramClient, ScramCredential, ScramServer
+from rafka.broker.errors import ErrorCode, RafkaError
+from rafka.broker.protocol import ApiKey
+from rafka.security.scram import MECHANISMS, ScramClient, ScramCredential, ScramServer
 
 if TYPE_CHECKING:
-    from client.connection import Connection
+    from rafka.client.connection import Connection
 
 __all__ = ["SASL_APIS", "GateAnswer", "GateState", "SaslGate", "CredentialSource",
            "sasl_authenticate"]
@@ -144,7 +144,7 @@ async def sasl_authenticate(conn: Connection, mechanism: str, username: str, pas
 
 
 def error_unsupported(mechanism: str) -> RafkaError:
-    from broker.errors import error_for
+    from rafka.broker.errors import error_for
 
     return error_for(ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                      f"sasl_mechanism {mechanism!r} is not supported (use {' or '.join(MECHANISMS)})")

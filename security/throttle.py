@@ -40,13 +40,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
-
-from broker.protocol import ApiKey, Request
-from security.quota import QuotaBook, QuotaKey
+from rafka.broker.protocol import ApiKey, Request
+from rafka.security.quota import QuotaBook, QuotaKey
 
 if TYPE_CHECKING:
-    from broker.server import Dispatch
-    from metadata import MetadataImage
+    from rafka.broker.server import Dispatch
+    from rafka.metadata import MetadataImage
 
 __all__ = ["ClientQuotas", "ThrottleStats", "produce_bytes"]
 

@@ -10,7 +10,7 @@ record batches into Arrow (``fetch.py``). ``demo.py`` is a runnable example.
 
 ``RafkaDataSource`` is imported lazily, so the pure modules work without PySpark installed::
 
-    from spark_source import RafkaDataSource
+    from rafka.spark_source import RafkaDataSource
     spark.dataSource.register(RafkaDataSource)
 """
 

@@ -13,7 +13,7 @@ Given a running cluster (``--bootstrap``, default ``$RAFKA_BOOTSTRAP`` or 127.0.
    ``{"page": ..., "user": ..., "ts": ...}`` at ``--rate`` per second;
 4. stops everything after ``--seconds`` (default 60) and prints how many events were sent.
 
-Run: ``python -m spark_source.demo [--seconds 60] [--bootstrap HOST:PORT] [--start-cluster]``.
+Run: ``python -m rafka.spark_source.demo [--seconds 60] [--bootstrap HOST:PORT] [--start-cluster]``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _throwaway_cluster() -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cli = [sys.executable, "-m", "client.cli"]
+    cli = [sys.executable, "-m", "rafka.client.cli"]
     up = subprocess.run([*cli, "cluster", "up", "--nodes", "1", "--data-dir", str(data),
                          "--port", str(port), "--detach"], capture_output=True, text=True,
                         timeout=120)
@@ -74,7 +74,7 @@ def _throwaway_cluster() -> Iterator[str]:
 
 
 def _ensure_topic(bootstrap: str) -> None:
-    from client import Admin
+    from rafka.client import Admin
 
     with Admin(bootstrap_servers=bootstrap) as admin:
         if TOPIC in admin.list_topics():
@@ -96,7 +96,7 @@ class _ClickProducer(threading.Thread):
         self.stop_event = threading.Event()
 
     def run(self) -> None:
-        from client import Producer
+        from rafka.client import Producer
 
         rng = random.Random()
         try:
@@ -118,8 +118,7 @@ def run_demo(bootstrap: str, seconds: float, rate_per_s: float, starting: str) -
     _spark_env()
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
-
-    from spark_source import RafkaDataSource
+    from rafka.spark_source import RafkaDataSource
 
     _ensure_topic(bootstrap)
     spark = (SparkSession.builder.master("local[2]").appName("rafka-clicks-demo")
@@ -168,7 +167,7 @@ def run_demo(bootstrap: str, seconds: float, rate_per_s: float, starting: str) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m spark_source.demo", description=__doc__.split(
+    ap = argparse.ArgumentParser(prog="python -m rafka.spark_source.demo", description=__doc__.split(
         "\n")[0])
     ap.add_argument("--bootstrap", default=os.environ.get("RAFKA_BOOTSTRAP", "127.0.0.1:9092"))
     ap.add_argument("--seconds", type=float, default=60.0, help="how long to run (default 60)")

@@ -17,7 +17,7 @@ after ``end``). Offsets may have gaps (compaction): the position always advances
 Transactions: control batches (markers) are never turned into rows, and with ``read_committed``
 (the cluster's ``isolation_level`` 1) the batches of aborted transactions are dropped using the
 response's ``aborted_transactions`` — per batch, from the header, by the consumer's own rule
-(``client.txn_filter``). The position still moves past both, so a range may end on a marker.
+(``rafka.client.txn_filter``). The position still moves past both, so a range may end on a marker.
 
 Data loss: when the broker answers OFFSET_OUT_OF_RANGE because retention deleted the start of
 the range, or the partition is gone, ``on_loss(topic, partition, lost_from, lost_to, why)`` is
@@ -47,10 +47,9 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-
-from broker.errors import ErrorCode, RafkaError
-from client.txn_filter import TXN_BITS, TxnBatchFilter
-from log.batch import (
+from rafka.broker.errors import ErrorCode, RafkaError
+from rafka.client.txn_filter import TXN_BITS, TxnBatchFilter
+from rafka.log.batch import (
     HEADER_SIZE,
     TIMESTAMP_LOG_APPEND_TIME,
     BatchHeader,

@@ -399,7 +399,7 @@ def _security(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """``rafka.security.protocol`` & co. → sorted (keyword, value) pairs, checked as the
     clients check them (a bad protocol, a SASL protocol without user and password, an
     unreadable CA file → ``OptionError`` naming it)."""
-    from security.client import ClientSecurity
+    from rafka.security.client import ClientSecurity
 
     out: dict[str, str] = {}
     for key in sorted(opts):
@@ -419,7 +419,7 @@ def _security(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 def _isolation_level(opts: Mapping[str, str]) -> int:
     """``isolation.level`` / ``kafka.isolation.level`` (the same if both are given) → 0 or 1."""
-    from client.txn_filter import READ_COMMITTED, isolation_level_code
+    from rafka.client.txn_filter import READ_COMMITTED, isolation_level_code
 
     given = {k: str(opts[k]).strip().lower() for k in ("isolation.level", "kafka.isolation.level") if k in opts}
     if len(set(given.values())) > 1:

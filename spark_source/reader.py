@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Offsets live only in Spark's checkpoint (``spark_source.offsets`` explains their JSON form).
+Offsets live only in Spark's checkpoint (``rafka.spark_source.offsets`` explains their JSON form).
 On the driver a long-lived ``RafkaStreamReader`` answers three questions per micro-batch:
 
 * ``initialOffset`` — where a new query starts (``startingOffsets`` / ``startingTimestamp``),

@@ -95,7 +95,7 @@ def _as_bytes(v: Any) -> bytes | None:
 
 def write_batches(batches: Iterator[pa.RecordBatch], opts: SinkOptions) -> RafkaCommitMessage:
     """Send every row of ``batches``; raise if any send failed."""
-    from client import Producer  # imported on the executor, where the task runs
+    from rafka.client import Producer  # imported on the executor, where the task runs
 
     per_topic: Counter[str] = Counter()
     pending: list[Any] = []

@@ -5,7 +5,7 @@ Theory of operation
 -------------------
 Spark builds a ``DataSource`` with the user's options in every Python process that needs one
 (planner, driver-side stream reader, executors). This class only validates and routes: it
-parses the options (``spark_source.options``: a clear error naming the option, raised from
+parses the options (``rafka.spark_source.options``: a clear error naming the option, raised from
 ``schema()`` so a bad option fails at ``load()``) and returns the reader or writer. The schema is
 that of Spark's Kafka source, plus ``headers`` when ``includeHeaders`` is true.
 """

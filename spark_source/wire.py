@@ -31,8 +31,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from broker.errors import RETRIABLE, ErrorCode, RafkaError, error_for
-from broker.protocol import NEED_DATA, ApiKey, ClientProtocol, Response
+from rafka.broker.errors import RETRIABLE, ErrorCode, RafkaError, error_for
+from rafka.broker.protocol import NEED_DATA, ApiKey, ClientProtocol, Response
 
 __all__ = ["BlockingConnection", "Cluster", "PartitionGone", "parse_servers"]
 
@@ -80,7 +80,7 @@ class BlockingConnection:
 
     def _secure(self, security: Any, host: str) -> None:
         """TLS handshake and SASL login (see the module docstring); a failure closes."""
-        from security.sasl import sasl_authenticate
+        from rafka.security.sasl import sasl_authenticate
 
         if security.ssl_context is not None:
             try:
@@ -155,7 +155,7 @@ class Cluster:
 
     def __init__(self, servers: str, *, timeout_ms: int = 30_000, isolation_level: int = 0,
                  security: Iterable[tuple[str, str]] = ()) -> None:
-        from security.client import ClientSecurity
+        from rafka.security.client import ClientSecurity
 
         pairs = dict(security)  # rafka.security.* options; none: plaintext (not the ambient)
         self.security = ClientSecurity.from_kwargs(pairs) if pairs else None

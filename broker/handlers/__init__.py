@@ -35,19 +35,18 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
-
-from broker.controller_channel import FORWARDED_KEY, ControllerChannel
-from broker.errors import ErrorCode, error_for
-from broker.handlers import admin, data, metadata_api, security_api, txn_data
-from broker.metadata_listener import MetadataPublisher
-from broker.protocol import ApiKey, Request
-from broker.replica_manager import ReplicaManager
-from broker.server import Reply
-from broker.txn.coordinator import TXN_STATE_TOPIC, TxnCoordinator, txn_state_topic_spec
-from broker.txn.verify import CoordinatorVerifier
-from client.connection import ConnectionPool
-from kraft.groups.offsets import OFFSETS_TOPIC, GroupOffsetsManager, offsets_topic_spec
-from security.throttle import ClientQuotas
+from rafka.broker.controller_channel import FORWARDED_KEY, ControllerChannel
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.broker.handlers import admin, data, metadata_api, security_api, txn_data
+from rafka.broker.metadata_listener import MetadataPublisher
+from rafka.broker.protocol import ApiKey, Request
+from rafka.broker.replica_manager import ReplicaManager
+from rafka.broker.server import Reply
+from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, TxnCoordinator, txn_state_topic_spec
+from rafka.broker.txn.verify import CoordinatorVerifier
+from rafka.client.connection import ConnectionPool
+from rafka.kraft.groups.offsets import OFFSETS_TOPIC, GroupOffsetsManager, offsets_topic_spec
+from rafka.security.throttle import ClientQuotas
 
 __all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS", "GROUP_BROKER_APIS", "TXN_BROKER_APIS"]
 

@@ -28,11 +28,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import trio
-
-from broker.controller_channel import FORWARDED_KEY, ControllerChannel
-from broker.errors import ErrorCode, RafkaError
-from broker.metadata_listener import MetadataPublisher
-from broker.protocol import ApiKey
+from rafka.broker.controller_channel import FORWARDED_KEY, ControllerChannel
+from rafka.broker.errors import ErrorCode, RafkaError
+from rafka.broker.metadata_listener import MetadataPublisher
+from rafka.broker.protocol import ApiKey
 
 __all__ = ["forward", "WAIT_FOR_METADATA"]
 

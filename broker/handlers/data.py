@@ -34,7 +34,7 @@ KIP-74). Until ``min_bytes`` are available it long-polls: it sleeps on the parti
 passes, then reads again. The reply's raw parts are the slices, written with ``sendfile``.
 A follower fetch (``replica_id >= 0``) also reports the follower's position to the leader state
 and is answered with ``diverging_epoch`` instead of data when its last fetched epoch shows
-that its log diverged (KIP-101/279 via ``broker.replication.epochs``). A follower naming an older
+that its log diverged (KIP-101/279 via ``rafka.broker.replication.epochs``). A follower naming an older
 broker epoch than its registration in our metadata gets ``STALE_BROKER_EPOCH`` (a zombie
 incarnation); one whose registration we do not know, or know fenced, is served but never
 proposed into the ISR (``isr_eligible``, KIP-841/903).
@@ -57,19 +57,18 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
-
-from broker.error_map import wire_error
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.partition import Partition, VerificationGuard
-from broker.replica_manager import ReplicaManager
-from broker.replication.epochs import find_divergence
-from broker.server import Reply
-from log.batch import CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT, iter_batches
-from log.errors import DuplicateSequenceError
-from log.partition_log import FetchSlice
+from rafka.broker.error_map import wire_error
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.partition import Partition, VerificationGuard
+from rafka.broker.replica_manager import ReplicaManager
+from rafka.broker.replication.epochs import find_divergence
+from rafka.broker.server import Reply
+from rafka.log.batch import CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT, iter_batches
+from rafka.log.errors import DuplicateSequenceError
+from rafka.log.partition_log import FetchSlice
 
 if TYPE_CHECKING:
-    from broker.handlers.txn_data import TxnVerifier
+    from rafka.broker.handlers.txn_data import TxnVerifier
 
 __all__ = ["produce", "fetch", "list_offsets", "txn_flags", "fail_entry", "wait_outcomes"]
 

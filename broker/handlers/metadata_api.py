@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from broker.config import effective_topic_config
-from broker.errors import ErrorCode
-from log.errors import InvalidConfigError
-from metadata.image import MetadataImage, TopicImage
+from rafka.broker.config import effective_topic_config
+from rafka.broker.errors import ErrorCode
+from rafka.log.errors import InvalidConfigError
+from rafka.metadata.image import MetadataImage, TopicImage
 
 __all__ = ["api_versions", "metadata", "describe_configs", "topic_entry"]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from broker.errors import ErrorCode
-from metadata import MetadataImage
+from rafka.broker.errors import ErrorCode
+from rafka.metadata import MetadataImage
 
 __all__ = ["describe_user_scram_credentials", "describe_acls", "describe_client_quotas"]
 
@@ -40,7 +40,7 @@ def describe_user_scram_credentials(body: dict[str, Any], image: MetadataImage) 
 
 
 def describe_acls(body: dict[str, Any], image: MetadataImage) -> dict[str, Any]:
-    from kraft.acl_admin import matches
+    from rafka.kraft.acl_admin import matches
 
     flt = body["filter"]
     return {"error": 0, "acls": [asdict(e) for e in sorted(image.acls.entries) if matches(e, flt)]}
@@ -48,7 +48,7 @@ def describe_acls(body: dict[str, Any], image: MetadataImage) -> dict[str, Any]:
 
 def describe_client_quotas(body: dict[str, Any], image: MetadataImage,
                            usage: list[dict[str, Any]]) -> dict[str, Any]:
-    from metadata.quotas import entity_parts
+    from rafka.metadata.quotas import entity_parts
 
     want_user, want_client = body.get("user"), body.get("client_id")
     entries = []

@@ -28,7 +28,7 @@ the epoch of its last batch (``last_fetched_epoch``) and its log end offset (``f
 ``resolve_truncation`` runs that dialogue to the end against a leader in memory (for tests and
 simulations); the fetcher runs it one fetch at a time over the wire.
 
-``EpochTable`` is an immutable epoch cache with the same lookup as ``log.epoch_cache`` (used by
+``EpochTable`` is an immutable epoch cache with the same lookup as ``rafka.log.epoch_cache`` (used by
 the tests and by anything that wants the arithmetic without files).
 """
 

@@ -73,11 +73,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError
-from broker.protocol import ApiKey
-from broker.replication.epochs import EpochEndOffset, EpochLookup, truncation_offset
-from log.errors import StorageError
+from rafka.broker.errors import ErrorCode, RafkaError
+from rafka.broker.protocol import ApiKey
+from rafka.broker.replication.epochs import EpochEndOffset, EpochLookup, truncation_offset
+from rafka.log.errors import StorageError
 
 __all__ = ["FollowerLog", "FollowerPartition", "ReplicaFetcherManager"]
 

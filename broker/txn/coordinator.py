@@ -47,16 +47,15 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final
 
 import trio
-
-from broker.controller_channel import FORWARDED_KEY
-from broker.error_map import wire_error
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.protocol import ApiKey
-from broker.txn import state as S
-from broker.txn.markers import LocalHandler, MarkerWriter
-from broker.txn.state import EndStep, TxnMetadata, TxnState
-from kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
-from log.batch import build_batch, decode_records, iter_batches
+from rafka.broker.controller_channel import FORWARDED_KEY
+from rafka.broker.error_map import wire_error
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.protocol import ApiKey
+from rafka.broker.txn import state as S
+from rafka.broker.txn.markers import LocalHandler, MarkerWriter
+from rafka.broker.txn.state import EndStep, TxnMetadata, TxnState
+from rafka.kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
+from rafka.log.batch import build_batch, decode_records, iter_batches
 
 __all__ = [
     "TXN_STATE_PARTITIONS",

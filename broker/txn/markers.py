@@ -25,12 +25,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-
-from broker.errors import ErrorCode, error_for
-from broker.protocol import ApiKey
-from broker.txn.state import TxnMetadata
-from client.connection import backoff_ms
-from metadata.image import MetadataImage
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.broker.protocol import ApiKey
+from rafka.broker.txn.state import TxnMetadata
+from rafka.client.connection import backoff_ms
+from rafka.metadata.image import MetadataImage
 
 __all__ = ["MarkerWriter", "marker_body"]
 

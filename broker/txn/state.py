@@ -38,8 +38,7 @@ from enum import Enum, IntEnum
 from typing import Final
 
 import msgpack
-
-from broker.errors import ErrorCode, error_for
+from rafka.broker.errors import ErrorCode, error_for
 
 __all__ = [
     "COMPLETE_STATES",

@@ -21,10 +21,9 @@ import logging
 from typing import Any
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError
-from broker.protocol import ApiKey
-from broker.txn.coordinator import TXN_STATE_TOPIC, TxnCoordinator, txn_partition
+from rafka.broker.errors import ErrorCode, RafkaError
+from rafka.broker.protocol import ApiKey
+from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, TxnCoordinator, txn_partition
 
 __all__ = ["CoordinatorVerifier"]
 

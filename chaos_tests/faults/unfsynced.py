@@ -22,7 +22,7 @@ every file of its data directory, each byte written since that file's last ``fsy
 
 How
 ---
-``python -m chaos_tests.faults.unfsynced BACKING MOUNT --control SOCK`` mounts
+``python -m rafka.chaos_tests.faults.unfsynced BACKING MOUNT --control SOCK`` mounts
 :class:`FsyncTrackingFS` (``mfusepy`` over libfuse3: Debian ``fuse3``) at ``MOUNT`` (the node's
 data dir) forwarding every call to ``BACKING``.  Writes go straight to the backing files; per
 inode it records the *durable size* at each fsync (files present at mount time count as
@@ -407,7 +407,7 @@ class LoseUnfsyncedWrites:
                 child.rename(backing / child.name)
             logf = open(self.work_dir / f"fsyncfs-{n}.log", "ab")  # noqa: SIM115
             self._procs[n] = subprocess.Popen(
-                [sys.executable, "-m", "chaos_tests.faults.unfsynced", str(backing), str(d),
+                [sys.executable, "-m", "rafka.chaos_tests.faults.unfsynced", str(backing), str(d),
                  "--control", str(self._sock(n))], stdout=logf, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True)
             logf.close()

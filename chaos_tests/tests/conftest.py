@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
-
-from chaos_tests.backends.base import wait_port
+from rafka.chaos_tests.backends.base import wait_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,7 +23,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def echo_argv() -> tuple[str, ...]:
-    return ("{python}", "-m", "chaos_tests.echo_node", "serve", "--host", "{host}",
+    return ("{python}", "-m", "rafka.chaos_tests.echo_node", "serve", "--host", "{host}",
             "--port", "{client_port}", "--node-id", "{node_id}")
 
 
@@ -33,7 +32,7 @@ async def echo_server():
     """A real echo server process on 127.0.0.1; yields its (host, port)."""
     port = free_port()
     proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "chaos_tests.echo_node", "serve", "--port", str(port)],
+        [sys.executable, "-m", "rafka.chaos_tests.echo_node", "serve", "--port", str(port)],
         stdout=subprocess.DEVNULL, start_new_session=True,
         env={**os.environ, "PYTHONPATH": str(REPO)})
     try:

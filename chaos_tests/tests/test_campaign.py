@@ -21,12 +21,11 @@ from pathlib import Path
 
 import pytest
 import trio
-
-from broker.config import parse_config
-from chaos_tests.backends.base import ClusterSpec, rafka_node_spec
-from chaos_tests.backends.local import LocalBackend
-from chaos_tests.backends.netns import NetnsBackend, netns_supported
-from chaos_tests.campaign import (
+from rafka.broker.config import parse_config
+from rafka.chaos_tests.backends.base import ClusterSpec, rafka_node_spec
+from rafka.chaos_tests.backends.local import LocalBackend
+from rafka.chaos_tests.backends.netns import NetnsBackend, netns_supported
+from rafka.chaos_tests.campaign import (
     CampaignOptions,
     _mounted,
     expand_nemesis,
@@ -35,10 +34,10 @@ from chaos_tests.campaign import (
     run,
     toml_dumps,
 )
-from chaos_tests.faults import unmount_leftovers
-from chaos_tests.faults.disk import fill, unfill
-from chaos_tests.faults.unfsynced import control, fuse_available
-from chaos_tests.workloads.queue import QueueSpec
+from rafka.chaos_tests.faults import unmount_leftovers
+from rafka.chaos_tests.faults.disk import fill, unfill
+from rafka.chaos_tests.faults.unfsynced import control, fuse_available
+from rafka.chaos_tests.workloads.queue import QueueSpec
 
 ROOT = os.geteuid() == 0
 
@@ -153,7 +152,7 @@ def test_lose_unfsynced_writes_keeps_exactly_the_fsynced_state(tmp_path):
     backing.mkdir()
     mnt.mkdir()
     (backing / "old").write_bytes(b"o" * 10)  # present at mount time: durable
-    proc = subprocess.Popen([sys.executable, "-m", "chaos_tests.faults.unfsynced", str(backing),
+    proc = subprocess.Popen([sys.executable, "-m", "rafka.chaos_tests.faults.unfsynced", str(backing),
                              str(mnt), "--control", str(sock)], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
@@ -208,7 +207,7 @@ def _opts(tmp_path: Path, **kw) -> CampaignOptions:
 async def test_short_campaign_is_valid(tmp_path):
     """~25 s of kill + partition (+ clock skew where it works) against 3 real nodes: zero
     anomalies, and every scheduled fault applied."""
-    from chaos_tests.backends.preload import clock_skew_unsupported
+    from rafka.chaos_tests.backends.preload import clock_skew_unsupported
 
     clock = ("clock",) if clock_skew_unsupported() is None else ()
     opts = _opts(tmp_path, nemesis=("kill", "partition", *clock))
@@ -264,7 +263,7 @@ async def test_unsafe_acks_are_caught(tmp_path):
 async def test_local_backend_campaign_with_partitions(tmp_path):
     """The local backend (no netns): partitions reach replication through the connect()
     redirect shim, and the campaign is valid."""
-    from chaos_tests.backends.preload import connect_redirect_unsupported
+    from rafka.chaos_tests.backends.preload import connect_redirect_unsupported
 
     if connect_redirect_unsupported() is not None:
         pytest.skip(connect_redirect_unsupported())
@@ -303,7 +302,7 @@ async def test_a_results_folder_holding_a_run_is_refused(tmp_path):
 
 
 def _transactions_unavailable() -> str | None:
-    from client.aio import AsyncProducer
+    from rafka.client.aio import AsyncProducer
 
     if not hasattr(AsyncProducer, "init_transactions"):
         return "the transactional producer is not in this build yet"
@@ -317,7 +316,7 @@ async def test_short_txn_campaign_is_valid(tmp_path):
     """~30 s of the txn workload under kill + partition: no anomaly, transactions committed
     and aborted, the aborted values seen by read_uncommitted readers (aborts are real) and the
     transform checked on its committed input."""
-    from chaos_tests.workloads.txn import TxnSpec
+    from rafka.chaos_tests.workloads.txn import TxnSpec
 
     opts = _opts(tmp_path, nemesis=("kill", "partition"), workload="txn", time_limit_s=30.0,
                  metadata=False, txn=TxnSpec(partitions=2, writers=3))
@@ -340,7 +339,7 @@ async def test_short_txn_campaign_is_valid(tmp_path):
 async def test_unsafe_txn_offsets_are_caught(tmp_path):
     """The transform commits its offsets outside the transaction and "crashes" between the two
     commits 30 % of the time: committed input is replayed and its output written twice."""
-    from chaos_tests.workloads.txn import TxnSpec, unsafe
+    from rafka.chaos_tests.workloads.txn import TxnSpec, unsafe
 
     opts = _opts(tmp_path, nemesis=("kill",), workload="txn", time_limit_s=25.0,
                  metadata=False, txn=unsafe(TxnSpec(partitions=2, writers=1)))
@@ -367,7 +366,7 @@ async def test_short_secure_campaign_is_valid(tmp_path):
     consumers, topic create/delete) as the ACL'd user ``chaos``: no anomaly, the group commits
     its offsets (it could not before the workload ACLs covered the coordinator lookup), and
     the authorizer denied the workload nothing."""
-    from chaos_tests.backends.preload import connect_redirect_unsupported
+    from rafka.chaos_tests.backends.preload import connect_redirect_unsupported
 
     if connect_redirect_unsupported() is not None:
         pytest.skip(connect_redirect_unsupported())
@@ -399,7 +398,7 @@ async def test_short_secure_campaign_is_valid(tmp_path):
 async def test_secure_txn_campaign_is_valid(tmp_path):
     """The txn workload (transactional ids, read_committed readers, offsets in the
     transaction) through the secured listeners as User:chaos."""
-    from chaos_tests.workloads.txn import TxnSpec
+    from rafka.chaos_tests.workloads.txn import TxnSpec
 
     opts = _opts(tmp_path, backend="local", nemesis=("kill", "partition"), workload="txn",
                  time_limit_s=30.0, metadata=False, txn=TxnSpec(partitions=2, writers=3),

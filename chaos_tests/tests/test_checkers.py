@@ -7,8 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from chaos_tests.checkers import (
+from rafka.chaos_tests.checkers import (
     HISTORY_CHECKERS,
     analyse,
     check_aborted_read,
@@ -22,8 +21,8 @@ from chaos_tests.checkers import (
     check_poll_skip,
     check_unseen,
 )
-from chaos_tests.history import HistoryWriter, completed, pair_ops, read_history
-from chaos_tests.node_events import (
+from rafka.chaos_tests.history import HistoryWriter, completed, pair_ops, read_history
+from rafka.chaos_tests.node_events import (
     check_acked_not_truncated,
     check_controller_leaders,
     check_hw_monotonic,
@@ -31,7 +30,7 @@ from chaos_tests.node_events import (
     parse_node_log_line,
     read_node_events,
 )
-from chaos_tests.tests.histgen import FAULTS, Builder, simulate
+from rafka.chaos_tests.tests.histgen import FAULTS, Builder, simulate
 
 
 def _types(result):

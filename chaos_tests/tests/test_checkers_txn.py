@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaos_tests.checkers_txn import (
+from rafka.chaos_tests.checkers_txn import (
     TXN_CHECKERS,
     analyse_txn,
     check_all_txn,
@@ -16,7 +16,7 @@ from chaos_tests.checkers_txn import (
     check_txn_partial,
     check_txn_write_cycle,
 )
-from chaos_tests.tests.histgen import Builder
+from rafka.chaos_tests.tests.histgen import Builder
 
 RC, RU = "read_committed", "read_uncommitted"
 

@@ -16,16 +16,15 @@ import time
 
 import pytest
 import trio
-
-from chaos_tests.backends.netns import netns_supported
-from chaos_tests.backends.preload import (
+from rafka.chaos_tests.backends.netns import netns_supported
+from rafka.chaos_tests.backends.preload import (
     CONNECT_SOURCE,
     SHIM_SOURCE,
     build_so,
     clock_skew_unsupported,
     connect_redirect_unsupported,
 )
-from chaos_tests.campaign import (
+from rafka.chaos_tests.campaign import (
     _admin_call,
     bootstrap_of,
     data_dir_of,
@@ -44,7 +43,7 @@ def _backend_name() -> str:
 @pytest.mark.skipif(_clock is not None, reason=_clock or "")
 def test_sleep_shim_keeps_time_sleep_working(tmp_path):
     """The bug and the fix in one process each: plain libfaketime breaks time.sleep."""
-    from chaos_tests.backends.preload import FAKETIME_LIB, faketime_env
+    from rafka.chaos_tests.backends.preload import FAKETIME_LIB, faketime_env
 
     clock = tmp_path / "clock"
     clock.write_text("+3600\n")
@@ -82,7 +81,7 @@ def test_shims_compile_and_are_cached(tmp_path):
 
 
 def test_unsupported_faults_are_refused_with_a_reason(monkeypatch):
-    from chaos_tests.backends import preload
+    from rafka.chaos_tests.backends import preload
 
     monkeypatch.setattr(preload, "_cc", lambda: "no-such-compiler-xyz")
     assert "clock" in (unsupported_faults("netns", ["clock-skew"]) or "")

@@ -20,9 +20,8 @@ import time
 
 import pytest
 import trio
-
-from chaos_tests.backends.base import ClusterSpec, NodeSpec
-from chaos_tests.backends.docker import (
+from rafka.chaos_tests.backends.base import ClusterSpec, NodeSpec
+from rafka.chaos_tests.backends.docker import (
     CONTAINER_PYTHON,
     DEFAULT_DOCKER_HOST,
     HOST_IP,
@@ -32,7 +31,7 @@ from chaos_tests.backends.docker import (
     docker_supported,
     write_rafka_configs,
 )
-from chaos_tests.tests.conftest import REPO, echo_argv
+from rafka.chaos_tests.tests.conftest import REPO, echo_argv
 
 PORT = 7000
 ENGINE = REPO / "deploy" / "docker-engine.sh"
@@ -98,7 +97,7 @@ def _echo_spec(tmp_path, ids=(1, 2, 3)) -> ClusterSpec:
 async def _probe(b: DockerBackend, src: int, dst: int, timeout_s: float = 1.0) -> bool:
     host, port = b.peer_address(src, dst)
     py = sys.executable if src == 0 else CONTAINER_PYTHON
-    r = await b.run(src, [py, "-m", "chaos_tests.echo_node", "probe", f"{host}:{port}",
+    r = await b.run(src, [py, "-m", "rafka.chaos_tests.echo_node", "probe", f"{host}:{port}",
                           "--timeout", str(timeout_s)], timeout_s=30)
     assert r.returncode in (0, 1), r.stderr
     return r.returncode == 0
@@ -263,7 +262,7 @@ async def test_real_rafka_quorum_in_containers(docker_engine, tmp_path):
 
 
 def test_rafka_configs_parse_and_argv_is_translated(tmp_path):
-    from broker.config import load_config
+    from rafka.broker.config import load_config
 
     spec = write_rafka_configs(tmp_path, broker={"min.insync.replicas": 2},
                                controller={"broker.session.timeout.ms": 4000})
@@ -278,7 +277,7 @@ def test_rafka_configs_parse_and_argv_is_translated(tmp_path):
     assert b.node_argv(1) == ["/opt/rafka/venv/bin/rafka", "server", "--config",
                               "/etc/rafka/node.toml"]
     e = DockerBackend(_echo_spec(tmp_path), docker_host="unix:///nonexistent.sock")
-    assert e.node_argv(2) == [CONTAINER_PYTHON, "-m", "chaos_tests.echo_node", "serve", "--host",
+    assert e.node_argv(2) == [CONTAINER_PYTHON, "-m", "rafka.chaos_tests.echo_node", "serve", "--host",
                               "10.78.0.12", "--port", str(PORT), "--node-id", "2"]
     with pytest.raises(ValueError):
         DockerBackend(ClusterSpec((NodeSpec(4, ("x",)),), tmp_path))
@@ -301,7 +300,7 @@ def test_compose_file_matches_the_backend():
 def test_no_preload_without_clock_faults(tmp_path):
     import asyncio
 
-    from chaos_tests.backends.base import BackendError
+    from rafka.chaos_tests.backends.base import BackendError
 
     b = DockerBackend(_echo_spec(tmp_path), docker_host="unix:///nonexistent.sock")
     b._write_run_dir()

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from chaos_tests.nemesis import (
+from rafka.chaos_tests.nemesis import (
     CONTROLLER,
     FAULT_KINDS,
     KINDS_BY_NAME,

@@ -7,16 +7,15 @@ import sys
 
 import pytest
 import trio
-
-from chaos_tests.backends.base import ClusterSpec, NodeSpec, faketime_available
-from chaos_tests.backends.netns import (
+from rafka.chaos_tests.backends.base import ClusterSpec, NodeSpec, faketime_available
+from rafka.chaos_tests.backends.netns import (
     NS_PREFIX,
     NetnsBackend,
     cleanup_stale,
     list_namespaces,
     netns_supported,
 )
-from chaos_tests.tests.conftest import REPO, echo_argv
+from rafka.chaos_tests.tests.conftest import REPO, echo_argv
 
 _reason = netns_supported()
 pytestmark = [pytest.mark.root, pytest.mark.timeout(90),
@@ -33,7 +32,7 @@ def _spec(tmp_path, n=2) -> ClusterSpec:
 
 async def _probe(b, src, dst, timeout_s=1.0) -> bool:
     host, port = b.peer_address(src, dst)
-    r = await b.run(src, [sys.executable, "-m", "chaos_tests.echo_node", "probe",
+    r = await b.run(src, [sys.executable, "-m", "rafka.chaos_tests.echo_node", "probe",
                           f"{host}:{port}", "--timeout", str(timeout_s)], timeout_s=20)
     assert r.returncode in (0, 1), r.stderr
     return r.returncode == 0
@@ -90,8 +89,8 @@ async def test_teardown_runs_when_the_body_fails(tmp_path):
 
 
 def _hold_lock_or_skip():
-    from chaos_tests.backends.base import BackendError
-    from chaos_tests.backends.netns import _lock
+    from rafka.chaos_tests.backends.base import BackendError
+    from rafka.chaos_tests.backends.netns import _lock
 
     try:
         return _lock(5.0)
@@ -100,7 +99,7 @@ def _hold_lock_or_skip():
 
 
 def test_cleanup_stale_removes_leftovers():
-    from chaos_tests.backends.netns import _cleanup_stale_locked
+    from rafka.chaos_tests.backends.netns import _cleanup_stale_locked
 
     fh = _hold_lock_or_skip()  # a concurrent campaign's namespaces must survive this test
     try:
@@ -115,7 +114,7 @@ def test_cleanup_stale_removes_leftovers():
 
 
 def test_cleanup_stale_refuses_while_a_run_holds_the_lock():
-    from chaos_tests.backends.base import BackendError
+    from rafka.chaos_tests.backends.base import BackendError
 
     fh = _hold_lock_or_skip()
     try:

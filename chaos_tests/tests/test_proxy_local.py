@@ -6,11 +6,10 @@ import sys
 
 import pytest
 import trio
-
-from chaos_tests.backends.base import ClusterSpec, NodeSpec, faketime_available
-from chaos_tests.backends.local import LocalBackend
-from chaos_tests.proxy import LinkMode, LinkProxy
-from chaos_tests.tests.conftest import REPO, echo_argv, free_port
+from rafka.chaos_tests.backends.base import ClusterSpec, NodeSpec, faketime_available
+from rafka.chaos_tests.backends.local import LocalBackend
+from rafka.chaos_tests.proxy import LinkMode, LinkProxy
+from rafka.chaos_tests.tests.conftest import REPO, echo_argv, free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -109,7 +108,7 @@ def _spec(tmp_path, n=2) -> ClusterSpec:
 
 async def _probe(b, src, dst, timeout_s=1.0) -> bool:
     host, port = b.peer_address(src, dst)
-    r = await b.run(src, [sys.executable, "-m", "chaos_tests.echo_node", "probe",
+    r = await b.run(src, [sys.executable, "-m", "rafka.chaos_tests.echo_node", "probe",
                           f"{host}:{port}", "--timeout", str(timeout_s)], timeout_s=20)
     assert r.returncode in (0, 1), r.stderr
     return r.returncode == 0
@@ -159,9 +158,9 @@ async def test_local_backend_clock_skew(tmp_path):
 
 
 async def test_nemesis_runner_applies_and_heals_schedule(tmp_path):
-    from chaos_tests.history import HistoryWriter, read_history
-    from chaos_tests.nemesis import Fault, NemesisRunner, Schedule, ScheduledFault
-    from chaos_tests.report import fault_windows
+    from rafka.chaos_tests.history import HistoryWriter, read_history
+    from rafka.chaos_tests.nemesis import Fault, NemesisRunner, Schedule, ScheduledFault
+    from rafka.chaos_tests.report import fault_windows
 
     schedule = Schedule(0, (
         ScheduledFault(0.0, 2.0, Fault("partition-isolate-one", (2,))),
@@ -195,7 +194,7 @@ async def test_proxy_pipe_survives_a_reset_side():
     trio nurseries raise ExceptionGroups: the pipe must catch them with ``except*``, else the
     error climbs through the proxy's listener nursery and takes the whole harness down
     (seen in a local-backend campaign)."""
-    from chaos_tests.proxy import _Conn
+    from rafka.chaos_tests.proxy import _Conn
 
     class Reset:
         async def receive_some(self, max_bytes=None):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from chaos_tests.checkers import check_all
-from chaos_tests.history import from_dicts
-from chaos_tests.report import fault_windows, write_report
-from chaos_tests.tests.histgen import Builder
+from rafka.chaos_tests.checkers import check_all
+from rafka.chaos_tests.history import from_dicts
+from rafka.chaos_tests.report import fault_windows, write_report
+from rafka.chaos_tests.tests.histgen import Builder
 
 
 def _history() -> list[dict]:

@@ -12,10 +12,9 @@ import tomllib
 import pytest
 import trio
 from cryptography import x509
-
-from broker.config import parse_config
-from chaos_tests.campaign import make_cluster
-from chaos_tests.secure import (
+from rafka.broker.config import parse_config
+from rafka.chaos_tests.campaign import make_cluster
+from rafka.chaos_tests.secure import (
     ADMIN_USER,
     SECURE_PORT,
     WORKLOAD_PREFIX,
@@ -23,9 +22,9 @@ from chaos_tests.secure import (
     SecureCluster,
     workload_acls,
 )
-from metadata.security import AclEntry
-from security.acl import Authorizer, validate_entry
-from security.client import ClientSecurity
+from rafka.metadata.security import AclEntry
+from rafka.security.acl import Authorizer, validate_entry
+from rafka.security.client import ClientSecurity
 
 
 def _sans(pem: bytes) -> set[str]:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from broker.errors import ErrorCode
-from chaos_tests.history import from_dicts
-from chaos_tests.workloads.common import classify_error, decode_value, encode_value, error_name
-from chaos_tests.workloads.metadata import expected_topics
-from client.errors import BufferExhaustedError, KafkaTimeoutError, error_for
+from rafka.broker.errors import ErrorCode
+from rafka.chaos_tests.history import from_dicts
+from rafka.chaos_tests.workloads.common import (
+    classify_error,
+    decode_value,
+    encode_value,
+    error_name,
+)
+from rafka.chaos_tests.workloads.metadata import expected_topics
+from rafka.client.errors import BufferExhaustedError, KafkaTimeoutError, error_for
 
 
 def test_definite_errors_fail_indefinite_are_info():
@@ -91,9 +96,9 @@ class _TxnProducer:
 
 
 async def _one_txn(tmp_path, producer, **kw):
-    from chaos_tests.history import HistoryWriter, read_history
-    from chaos_tests.workloads.common import RunContext
-    from chaos_tests.workloads.txn import _run_txn
+    from rafka.chaos_tests.history import HistoryWriter, read_history
+    from rafka.chaos_tests.workloads.common import RunContext
+    from rafka.chaos_tests.workloads.txn import _run_txn
 
     with HistoryWriter(tmp_path / "h.jsonl") as h:
         ctx = RunContext(h, "unused:1")
@@ -120,7 +125,7 @@ async def test_txn_outcomes_follow_the_stage_reached(tmp_path):
 
 
 def test_txn_spec_topics():
-    from chaos_tests.workloads.txn import TxnSpec, unsafe
+    from rafka.chaos_tests.workloads.txn import TxnSpec, unsafe
 
     spec = TxnSpec(partitions=2)
     assert spec.topic == "chaos-txn-a" and len(spec.writer_tps()) == 4

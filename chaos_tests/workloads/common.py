@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A workload is a set of *logical processes* (Jepsen's word): trio tasks that each perform one
 operation at a time and record it in the history as ``invoke`` then ``ok`` / ``fail`` /
-``info`` (:mod:`chaos_tests.history`).  Every client operation is bounded by
+``info`` (:mod:`rafka.chaos_tests.history`).  Every client operation is bounded by
 ``RunContext.op_timeout_s`` (``trio.move_on_after``); a timeout is ``info`` — the outcome is
 unknown — and the process continues under a *new* process id with a fresh client, because
 its client state (producer sequence numbers, consumer position) is unknown too.

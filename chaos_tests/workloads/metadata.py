@@ -46,7 +46,7 @@ class MetadataSpec:
 
 
 async def metadata_process(ctx: RunContext, spec: MetadataSpec, *, seed: int = 0) -> None:
-    from client import AsyncAdmin
+    from rafka.client import AsyncAdmin
 
     rng = random.Random(seed)
     created: list[str] = []
@@ -126,7 +126,7 @@ def expected_topics(history: Any, prefix: str) -> dict[str, dict[str, Any]]:
 async def verify_topics(bootstrap: str, history: Any, spec: MetadataSpec, *,
                         timeout_s: float = 30.0) -> CheckResult:
     """Describe the workload's topics after the heal and judge them (module docstring)."""
-    from client import AsyncAdmin
+    from rafka.client import AsyncAdmin
 
     expected = expected_topics(history, spec.prefix)
     anomalies: list[Anomaly] = []

@@ -13,7 +13,7 @@ One topic (``QueueSpec.topic``), RF 3, ``min.insync.replicas`` 2, several partit
 * **Assign consumers**: ``assign`` every partition, poll, record ``[topic, partition, offset,
   value]``.  A consumer that errs or times out is replaced by a new process which seeks to
   the positions the old one reached and records an ``assign`` with those positions.
-* **Group consumers** (when ``client.groups`` is available): ``Consumer(group_id=...)``
+* **Group consumers** (when ``rafka.client.groups`` is available): ``Consumer(group_id=...)``
   subscribe, poll, ``commit`` the next offsets after every non-empty poll.  Rebalance
   callbacks run in the group member's task, concurrently with the process's poll, so they
   only mark the partitions *touched*; the process records an ``assign`` event (the whole new
@@ -77,8 +77,8 @@ class QueueSpec:
 def groups_available() -> str | None:
     """None when consumer groups work in this build, else why not."""
     try:
-        import client  # noqa: F401  (importing client registers the group coordinator)
-        from client.aio import AsyncConsumer
+        import rafka.client  # noqa: F401  (importing client registers the group coordinator)
+        from rafka.client.aio import AsyncConsumer
     except ImportError as exc:  # pragma: no cover - the client is part of the project
         return f"client not importable: {exc}"
     if AsyncConsumer.coordinator_factory is None:
@@ -87,14 +87,14 @@ def groups_available() -> str | None:
 
 
 def _tp(topic: str, partition: int) -> Any:
-    from client import TopicPartition
+    from rafka.client import TopicPartition
 
     return TopicPartition(topic, partition)
 
 
 async def create_queue_topic(ctx: RunContext, spec: QueueSpec, *, timeout_s: float = 60.0) -> None:
     """Create the topic (retrying until ``timeout_s``) and wait until every partition has a leader."""
-    from client import AsyncAdmin
+    from rafka.client import AsyncAdmin
 
     config = {"min.insync.replicas": str(spec.min_insync_replicas), **spec.topic_config}
     with trio.fail_after(timeout_s):
@@ -162,7 +162,7 @@ async def _send_one(ctx: RunContext, producer: Any, process: int, topic: str,
 
 async def producer_process(ctx: RunContext, spec: QueueSpec, slot: int) -> None:
     """Send until the deadline; a new process id (and producer) after every ``info``."""
-    from client import AsyncProducer
+    from rafka.client import AsyncProducer
 
     rng = random.Random(slot)
     i = slot
@@ -244,7 +244,7 @@ async def assign_consumer_process(ctx: RunContext, spec: QueueSpec, slot: int, *
     ``consumer_options`` go to the consumer (the txn workload's ``isolation_level``) and
     ``assign_extra`` into every recorded ``assign`` value.
     """
-    from client import AsyncConsumer
+    from rafka.client import AsyncConsumer
 
     positions: dict[tuple[str, int], int] = {}
     tps = spec.tps() if tps is None else tps
@@ -336,7 +336,7 @@ async def group_consumer_process(ctx: RunContext, spec: QueueSpec, slot: int) ->
 
 
 async def _group_member(ctx: RunContext, spec: QueueSpec, process: int) -> None:
-    from client import AsyncConsumer
+    from rafka.client import AsyncConsumer
 
     h = ctx.history
     tracker = _GroupTracker()
@@ -408,7 +408,7 @@ async def _final_read_one(ctx: RunContext, topic: str, partition: int, timeout_s
     records and of filtered aborted records are never returned, so the last record read may
     lie below ``end - 1``).
     """
-    from client import AsyncConsumer
+    from rafka.client import AsyncConsumer
 
     h = ctx.history
     process = ctx.next_process()

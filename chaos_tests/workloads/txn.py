@@ -1,5 +1,5 @@
 """The ``txn`` workload: transactional writers, read_committed / read_uncommitted readers, and
-a consume-transform-produce pipeline (checked by :mod:`chaos_tests.checkers_txn`).
+a consume-transform-produce pipeline (checked by :mod:`rafka.chaos_tests.checkers_txn`).
 
 Theory of operation
 -------------------
@@ -133,7 +133,7 @@ async def _maybe_await(x: Any) -> Any:
 
 
 def _producer(ctx: RunContext, spec: TxnSpec, transactional_id: str, process: int) -> Any:
-    from client import AsyncProducer
+    from rafka.client import AsyncProducer
 
     timeout_ms = int(ctx.op_timeout_s * 1000)
     return AsyncProducer(bootstrap_servers=ctx.bootstrap, client_id=f"chaos-txn-{process}",
@@ -289,7 +289,7 @@ async def _commit_outside(ctx: RunContext, consumer: Any, process: int, group: s
 
 async def _transform_member(ctx: RunContext, spec: TxnSpec, process: int,
                             rng: random.Random) -> None:
-    from client import AsyncConsumer
+    from rafka.client import AsyncConsumer
 
     async with AsyncConsumer(
             bootstrap_servers=ctx.bootstrap, client_id=f"chaos-transform-{process}",
@@ -353,7 +353,7 @@ async def run_txn(ctx: RunContext, spec: TxnSpec) -> dict[str, Any]:
 async def _stable_hw(ctx: RunContext, topic: str, partition: int, timeout_s: float
                      ) -> int | None:
     """Wait until LSO == HW (bounded); returns the high watermark last seen."""
-    from client import AsyncConsumer
+    from rafka.client import AsyncConsumer
 
     tp = _tp(topic, partition)
     hw: int | None = None
@@ -376,7 +376,7 @@ async def _stable_hw(ctx: RunContext, topic: str, partition: int, timeout_s: flo
 
 
 async def _record_group_offsets(ctx: RunContext, spec: TxnSpec) -> None:
-    from client import AsyncConsumer
+    from rafka.client import AsyncConsumer
 
     h = ctx.history
     process = ctx.next_process()

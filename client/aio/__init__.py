@@ -2,19 +2,19 @@
 
 Each is an async context manager that owns a nursery (its background tasks: the producer's
 sender, the consumer's fetch loop, connection readers) and a ``ClientCore`` (connections and the
-metadata cache). The sync classes in ``client.sync`` run these in a background thread.
+metadata cache). The sync classes in ``rafka.client.sync`` run these in a background thread.
 """
 
-from client.aio.admin import (
+from rafka.client.aio.admin import (
     AsyncAdmin,
     ClusterDescription,
     NewTopic,
     PartitionDescription,
     TopicDescription,
 )
-from client.aio.consumer import AsyncConsumer, Coordinator
-from client.aio.futures import FutureRecordMetadata
-from client.aio.producer import AsyncProducer
+from rafka.client.aio.consumer import AsyncConsumer, Coordinator
+from rafka.client.aio.futures import FutureRecordMetadata
+from rafka.client.aio.producer import AsyncProducer
 
 __all__ = [
     "AsyncAdmin",

@@ -32,13 +32,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.protocol import ApiKey, Response
-from client.connection import ConnectionPool, backoff_ms, parse_bootstrap
-from client.errors import KafkaTimeoutError, NoBrokersAvailableError, UnresolvableHostError
-from client.types import BrokerMetadata, PartitionMetadata, TopicPartition
-from security.client import ClientSecurity
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.protocol import ApiKey, Response
+from rafka.client.connection import ConnectionPool, backoff_ms, parse_bootstrap
+from rafka.client.errors import KafkaTimeoutError, NoBrokersAvailableError, UnresolvableHostError
+from rafka.client.types import BrokerMetadata, PartitionMetadata, TopicPartition
+from rafka.security.client import ClientSecurity
 
 __all__ = ["ClusterMetadata", "ClientCore", "REFRESH_CODES", "is_retriable"]
 

@@ -52,8 +52,7 @@ from itertools import repeat
 from typing import Any
 
 import trio
-
-from client.aio.futures import BatchResult, FutureRecordMetadata
+from rafka.client.aio.futures import BatchResult, FutureRecordMetadata
 
 __all__ = ["ProducerBatch", "RecordAccumulator", "PartitionState", "RowGroup", "record_size", "SEQ_MASK"]
 

@@ -21,7 +21,7 @@ shared by every admin instance and a counter restarts with the process, so a new
 creating anything. A broker that predates ``request_id`` ignores it (old behaviour).
 
 Transactions (``list_transactions``, ``describe_transactions``, ``describe_producers``,
-``abort_transaction``) are in ``client.aio.txn_admin``; the methods here call it.
+``abort_transaction``) are in ``rafka.client.aio.txn_admin``; the methods here call it.
 """
 
 from __future__ import annotations
@@ -34,18 +34,17 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.protocol import ApiKey, Response
-from client.aio import security_admin, txn_admin
-from client.aio._core import REFRESH_CODES, ClientCore
-from client.aio.conveniences import ConsumerGroupListing, GroupAdminApi
-from client.aio.offsets import EARLIEST, LATEST, list_offsets
-from client.aio.txn_admin import ProducerState, TransactionDescription, TransactionListing
-from client.connection import backoff_ms
-from client.errors import IllegalStateError
-from client.types import BrokerMetadata, TopicPartition
-from security.client import ClientSecurity
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.protocol import ApiKey, Response
+from rafka.client.aio import security_admin, txn_admin
+from rafka.client.aio._core import REFRESH_CODES, ClientCore
+from rafka.client.aio.conveniences import ConsumerGroupListing, GroupAdminApi
+from rafka.client.aio.offsets import EARLIEST, LATEST, list_offsets
+from rafka.client.aio.txn_admin import ProducerState, TransactionDescription, TransactionListing
+from rafka.client.connection import backoff_ms
+from rafka.client.errors import IllegalStateError
+from rafka.client.types import BrokerMetadata, TopicPartition
+from rafka.security.client import ClientSecurity
 
 __all__ = ["AsyncAdmin", "ConsumerGroupListing", "NewTopic", "PartitionDescription", "TopicDescription", "ClusterDescription",
            "TransactionListing", "TransactionDescription", "ProducerState"]

@@ -49,14 +49,13 @@ from operator import add
 from typing import TYPE_CHECKING, Any
 
 import trio
-
-from client.aio.accumulator import RowGroup, record_size
-from client.aio.futures import BatchResult, FutureRecordMetadata
-from client.errors import BufferExhaustedError, ClientError, RecordTooLargeError
-from client.types import RecordMetadata
+from rafka.client.aio.accumulator import RowGroup, record_size
+from rafka.client.aio.futures import BatchResult, FutureRecordMetadata
+from rafka.client.errors import BufferExhaustedError, ClientError, RecordTooLargeError
+from rafka.client.types import RecordMetadata
 
 if TYPE_CHECKING:
-    from client.aio.producer import AsyncProducer
+    from rafka.client.aio.producer import AsyncProducer
 
 __all__ = ["BatchFuture", "BatchSendError", "BatchSendApi"]
 

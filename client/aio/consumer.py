@@ -14,7 +14,7 @@ fetchable partitions by leader and keeps one FETCH in flight per broker. A parti
 fetchable when it is assigned, not paused, has a position and fewer than
 ``max_buffered_fetches`` completed fetches waiting — so the next FETCH is in flight while the
 user processes the previous one, and the buffer is bounded (≤ partitions × buffered ×
-``max_partition_fetch_bytes``). ``poll`` only decodes buffered batches (``client.aio.fetch``);
+``max_partition_fetch_bytes``). ``poll`` only decodes buffered batches (``rafka.client.aio.fetch``);
 ``poll_batch`` does the same into columns (``client.columnar.ColumnBatch``), one object per
 partition instead of one per record — same positions, pausing, seeking and filtering.
 
@@ -33,7 +33,7 @@ else is raised from the next ``poll``.
 Isolation (docs/transactions.md): ``isolation_level`` is ``"read_uncommitted"`` (default, as in
 Kafka: every record up to the high watermark) or ``"read_committed"``: FETCH asks for data below
 the last stable offset only, and the records of aborted transactions are dropped client-side
-from the response's ``aborted_transactions`` (``client.txn_filter``, per batch). In both modes
+from the response's ``aborted_transactions`` (``rafka.client.txn_filter``, per batch). In both modes
 control batches (transaction markers) are never returned, but the position moves past them.
 ``end_offsets``, ``seek_to_end``, ``auto_offset_reset='latest'`` and ``current_lag`` use the
 last stable offset in read_committed (LIST_OFFSETS with ``isolation_level`` 1).
@@ -56,20 +56,19 @@ from types import TracebackType
 from typing import Any, ClassVar, Protocol
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.protocol import ApiKey
-from client.aio._core import REFRESH_CODES, ClientCore
-from client.aio.conveniences import Deserializer, GetManyApi, deserializing_take
-from client.aio.fetch import CompletedFetch, split_fetch_response
-from client.aio.offsets import EARLIEST, LATEST, list_offsets
-from client.columnar import ColumnBatch
-from client.connection import backoff_ms
-from client.errors import CorruptRecordError, IllegalStateError, RecordTooLargeError
-from client.throttle_stats import ThrottleMeter
-from client.txn_filter import READ_UNCOMMITTED, isolation_level_code
-from client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, TopicPartition
-from security.client import SECURITY_OPTIONS, ClientSecurity
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.protocol import ApiKey
+from rafka.client.aio._core import REFRESH_CODES, ClientCore
+from rafka.client.aio.conveniences import Deserializer, GetManyApi, deserializing_take
+from rafka.client.aio.fetch import CompletedFetch, split_fetch_response
+from rafka.client.aio.offsets import EARLIEST, LATEST, list_offsets
+from rafka.client.columnar import ColumnBatch
+from rafka.client.connection import backoff_ms
+from rafka.client.errors import CorruptRecordError, IllegalStateError, RecordTooLargeError
+from rafka.client.throttle_stats import ThrottleMeter
+from rafka.client.txn_filter import READ_UNCOMMITTED, isolation_level_code
+from rafka.client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, TopicPartition
+from rafka.security.client import SECURITY_OPTIONS, ClientSecurity
 
 __all__ = ["AsyncConsumer", "Coordinator"]
 
@@ -115,7 +114,7 @@ class AsyncConsumer(GetManyApi):
     """``async with AsyncConsumer(bootstrap_servers=...) as c: c.assign([...]); await c.poll()``.
 
     ``key_deserializer`` / ``value_deserializer`` (``f(bytes) -> obj``; ``None`` passes through)
-    and ``getmany``: ``client.aio.conveniences``."""
+    and ``getmany``: ``rafka.client.aio.conveniences``."""
 
     coordinator_factory: ClassVar[Callable[[AsyncConsumer], Coordinator] | None] = None
 

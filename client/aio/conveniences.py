@@ -19,7 +19,7 @@ Without deserializers the consumer keeps ``CompletedFetch.take`` itself — no c
 *Shortcuts*: ``AsyncProducer.send_and_wait`` (send, then wait for the acknowledgement: its
 ``RecordMetadata``), ``AsyncConsumer.getmany`` (aiokafka's name for ``poll``; optionally only
 some partitions) and the admin's consumer-group methods (``GroupAdminApi``), which wrap the
-helpers of ``client.groups`` — the same code ``rafka group`` runs.
+helpers of ``rafka.client.groups`` — the same code ``rafka group`` runs.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from client.types import ConsumerRecord, RecordMetadata, TopicPartition
+from rafka.client.types import ConsumerRecord, RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from broker.errors import RafkaError
-    from client.aio.admin import AsyncAdmin
-    from client.aio.consumer import AsyncConsumer
-    from client.aio.fetch import CompletedFetch
-    from client.aio.producer import AsyncProducer, Headers
+    from rafka.broker.errors import RafkaError
+    from rafka.client.aio.admin import AsyncAdmin
+    from rafka.client.aio.consumer import AsyncConsumer
+    from rafka.client.aio.fetch import CompletedFetch
+    from rafka.client.aio.producer import AsyncProducer, Headers
 
 __all__ = ["ConsumerGroupListing", "GetManyApi", "GroupAdminApi", "SendAndWaitApi", "deserializing_take",
            "install_serializers"]
@@ -161,11 +161,11 @@ class ConsumerGroupListing(NamedTuple):
 
 class GroupAdminApi:
     """Consumer-group administration, mixed into ``AsyncAdmin`` (names as kafka-python's
-    ``KafkaAdminClient``); each method wraps a ``client.groups`` helper."""
+    ``KafkaAdminClient``); each method wraps a ``rafka.client.groups`` helper."""
 
     async def list_consumer_groups(self: AsyncAdmin) -> list[ConsumerGroupListing]:
         """Every group any broker knows (with members, or with committed offsets), by id."""
-        from client.groups import list_groups
+        from rafka.client.groups import list_groups
 
         self._check_open()
         return [ConsumerGroupListing(g["group_id"], g.get("state", ""), int(g.get("members", 0)))
@@ -176,7 +176,7 @@ class GroupAdminApi:
         ``partitions`` — each committed or assigned partition's committed offset, high
         watermark, lag and owner (what ``rafka group describe`` shows). An unknown group raises
         its named error (``GroupIdNotFoundError``)."""
-        from client.groups import describe_group
+        from rafka.client.groups import describe_group
 
         self._check_open()
         return {gid: await describe_group(self._core, gid) for gid in dict.fromkeys(group_ids)}
@@ -186,7 +186,7 @@ class GroupAdminApi:
                                           ) -> dict[TopicPartition, int]:
         """The group's committed offsets (all of them, or of ``partitions``); a partition
         without a committed offset is left out."""
-        from client.groups import fetch_committed
+        from rafka.client.groups import fetch_committed
 
         self._check_open()
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
@@ -198,7 +198,7 @@ class GroupAdminApi:
         """Delete groups without members (their committed offsets go too). Raises the first
         error (``NonEmptyGroupError``, ``GroupIdNotFoundError``, …) unless
         ``raise_on_error=False``: then ``{group_id: error or None}``."""
-        from client.groups import delete_groups
+        from rafka.client.groups import delete_groups
 
         self._check_open()
         out = await delete_groups(self._core, list(dict.fromkeys(group_ids)))

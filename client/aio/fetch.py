@@ -15,7 +15,7 @@ batch, so ``poll(max_records=...)`` decodes only what it returns:
 * each batch's CRC-32C is checked (``log.batch.decode_raw_records``); a bad batch raises
   ``CorruptRecordError`` naming the topic, partition and offset range;
 * a trailing partial batch (cut by ``max_bytes``) is ignored; the next fetch starts there;
-* transactions (``client.txn_filter``): control batches are never returned, and in
+* transactions (``rafka.client.txn_filter``): control batches are never returned, and in
   ``read_committed`` the batches of aborted transactions (the response's
   ``aborted_transactions``) are skipped; the position still moves past them. Decided per
   batch from the header attributes, so batches without the transactional/control bits — all
@@ -49,12 +49,11 @@ from typing import Any
 
 import lz4.frame
 import msgpack
-
-from client.columnar import ColumnBatch
-from client.errors import CorruptRecordError
-from client.txn_filter import TXN_BITS, TxnBatchFilter
-from client.types import ConsumerRecord, TopicPartition
-from log.batch import (
+from rafka.client.columnar import ColumnBatch
+from rafka.client.errors import CorruptRecordError
+from rafka.client.txn_filter import TXN_BITS, TxnBatchFilter
+from rafka.client.types import ConsumerRecord, TopicPartition
+from rafka.log.batch import (
     COMPRESSION_LZ4,
     HEADER_SIZE,
     BatchHeader,
@@ -257,7 +256,7 @@ class CompletedFetch:
 
     def _load(self, position: int) -> int:
         """Decode the next batch holding records at offsets ≥ ``position`` into ``_cur``,
-        stepping over batches already consumed, hidden (``client.txn_filter``) or left empty;
+        stepping over batches already consumed, hidden (``rafka.client.txn_filter``) or left empty;
         returns the position moved past those. ``_cur`` stays ``None`` when nothing is left
         (a trailing partial batch is left for the next fetch)."""
         raw = self.raw

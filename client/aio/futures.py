@@ -32,8 +32,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import trio
-
-from client.types import RecordMetadata
+from rafka.client.types import RecordMetadata
 
 __all__ = ["BatchResult", "FutureRecordMetadata"]
 

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 ``send`` partitions the record (explicit partition; murmur2 of the key; or sticky for keyless
-records — see ``client.partitioner``) and appends a tuple to the partition's open batch in the
+records — see ``rafka.client.partitioner``) and appends a tuple to the partition's open batch in the
 ``RecordAccumulator``; that is all the per-record work. One *sender* task, in the producer's
 nursery, loops:
 
@@ -80,32 +80,31 @@ from types import TracebackType
 from typing import Any, Literal
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.protocol import ApiKey, Response
-from client.aio._core import REFRESH_CODES, ClientCore
-from client.aio.accumulator import (
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.protocol import ApiKey, Response
+from rafka.client.aio._core import REFRESH_CODES, ClientCore
+from rafka.client.aio.accumulator import (
     PartitionState,
     ProducerBatch,
     RecordAccumulator,
     record_size,
 )
-from client.aio.batch_send import BatchSendApi
-from client.aio.conveniences import SendAndWaitApi, Serializer, install_serializers
-from client.aio.futures import FutureRecordMetadata
-from client.aio.transactions import TransactionalApi, TransactionManager
-from client.connection import PendingResponse, backoff_ms
-from client.errors import (
+from rafka.client.aio.batch_send import BatchSendApi
+from rafka.client.aio.conveniences import SendAndWaitApi, Serializer, install_serializers
+from rafka.client.aio.futures import FutureRecordMetadata
+from rafka.client.aio.transactions import TransactionalApi, TransactionManager
+from rafka.client.connection import PendingResponse, backoff_ms
+from rafka.client.errors import (
     BufferExhaustedError,
     IllegalStateError,
     KafkaTimeoutError,
     RecordTooLargeError,
 )
-from client.partitioner import Murmur2Partitioner, Partitioner, make_partitioner
-from client.throttle_stats import ThrottleMeter
-from client.types import TopicPartition
-from log.batch import build_batch_rows
-from security.client import ClientSecurity
+from rafka.client.partitioner import Murmur2Partitioner, Partitioner, make_partitioner
+from rafka.client.throttle_stats import ThrottleMeter
+from rafka.client.types import TopicPartition
+from rafka.log.batch import build_batch_rows
+from rafka.security.client import ClientSecurity
 
 __all__ = ["AsyncProducer"]
 
@@ -124,7 +123,7 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
     ``send_offsets_to_transaction()``, ``commit_transaction()``, ``abort_transaction()``,
     ``transaction()`` (``TransactionalApi``). Whole batches: ``send_batch`` (``BatchSendApi``).
     ``key_serializer`` / ``value_serializer`` (``f(obj) -> bytes``; ``None`` is passed through)
-    and ``send_and_wait``: ``client.aio.conveniences``."""
+    and ``send_and_wait``: ``rafka.client.aio.conveniences``."""
 
     def __init__(
         self,

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker.errors import error_for
-from broker.protocol import ApiKey
-from metadata.quotas import DEFAULT, QUOTA_KEYS
+from rafka.broker.errors import error_for
+from rafka.broker.protocol import ApiKey
+from rafka.metadata.quotas import DEFAULT, QUOTA_KEYS
 
 if TYPE_CHECKING:
-    from client.aio.admin import AsyncAdmin
+    from rafka.client.aio.admin import AsyncAdmin
 
 __all__ = ["DEFAULT", "QUOTA_KEYS", "alter_client_quotas", "describe_client_quotas",
            "client_quota_usage", "principal_name"]

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-``upsert_scram_credential`` derives the credential **on the client** (``security.scram``: a
+``upsert_scram_credential`` derives the credential **on the client** (``rafka.security.scram``: a
 fresh random salt, ``iterations``, StoredKey, ServerKey) and sends only that in
 ALTER_USER_SCRAM_CREDENTIALS; the broker forwards it to the active controller, which writes a
 ``UserScramCredential`` record and answers once committed (the broker waits for its own image,
@@ -24,12 +24,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from broker.errors import error_for
-from broker.protocol import ApiKey
-from security.scram import DEFAULT_ITERATIONS, derive_credential
+from rafka.broker.errors import error_for
+from rafka.broker.protocol import ApiKey
+from rafka.security.scram import DEFAULT_ITERATIONS, derive_credential
 
 if TYPE_CHECKING:
-    from client.aio.admin import AsyncAdmin
+    from rafka.client.aio.admin import AsyncAdmin
 
 __all__ = ["upsert_scram_credential", "delete_scram_credential", "describe_scram_credentials",
            "ACL_FIELDS", "create_acls", "describe_acls", "delete_acls"]

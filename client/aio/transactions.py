@@ -60,18 +60,17 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Protocol
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_class, error_for
-from broker.protocol import ApiKey
-from client.aio._core import REFRESH_CODES, ClientCore
-from client.connection import backoff_ms
-from client.errors import (
+from rafka.broker.errors import ErrorCode, RafkaError, error_class, error_for
+from rafka.broker.protocol import ApiKey
+from rafka.client.aio._core import REFRESH_CODES, ClientCore
+from rafka.client.connection import backoff_ms
+from rafka.client.errors import (
     IllegalStateError,
     IllegalTxnStateError,
     KafkaTimeoutError,
     TransactionAbortedError,
 )
-from client.types import GroupMetadata, TopicPartition
+from rafka.client.types import GroupMetadata, TopicPartition
 
 __all__ = ["ErrorKind", "TransactionManager", "TransactionalApi", "TxnState", "classify"]
 
@@ -298,7 +297,7 @@ class TransactionManager:
 
     async def _coordinator(self, core: ClientCore) -> int | None:
         """The coordinator's broker id; None = ask any broker (no ``__transaction_state`` yet)."""
-        from broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
+        from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
 
         n = core.metadata.num_partitions(TXN_STATE_TOPIC)
         if not n or core.stale:
@@ -398,7 +397,7 @@ class TransactionManager:
                            group_metadata: GroupMetadata | str) -> None:
         """ADD_OFFSETS_TO_TXN, then TXN_OFFSET_COMMIT to the group's coordinator: the offsets
         commit with the transaction (and are dropped if it aborts)."""
-        from client.groups import _coordinator_node, coordinator_request  # noqa: I001  (groups imports client.aio)
+        from rafka.client.groups import _coordinator_node, coordinator_request  # noqa: I001  (groups imports client.aio)
 
         if self.state is not TxnState.IN_TRANSACTION:
             raise self._refuse("send_offsets_to_transaction")

@@ -32,12 +32,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NamedTuple, TypeVar
 
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.protocol import ApiKey
-from client.aio._core import REFRESH_CODES, ClientCore
-from client.connection import backoff_ms
-from client.types import TopicPartition
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.protocol import ApiKey
+from rafka.client.aio._core import REFRESH_CODES, ClientCore
+from rafka.client.connection import backoff_ms
+from rafka.client.types import TopicPartition
 
 __all__ = [
     "ProducerState",
@@ -129,7 +128,7 @@ async def list_transactions(core: ClientCore, states: Iterable[str] | None = Non
 
 
 async def _txn_coordinator(core: ClientCore, transactional_id: str) -> int:
-    from broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
+    from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
 
     n = core.metadata.num_partitions(TXN_STATE_TOPIC)
     if not n:

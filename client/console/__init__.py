@@ -2,13 +2,13 @@
 
 Theory of operation
 -------------------
-``server`` runs a tiny trio HTTP server (``broker.http_server``, the nodes' own) with JSON
+``server`` runs a tiny trio HTTP server (``rafka.broker.http_server``, the nodes' own) with JSON
 endpoints built from the admin API and the nodes' Prometheus scrapes; ``snapshot`` shapes those
 answers (pure functions, tested without a cluster); ``page`` is the single HTML document, inline
 CSS and JavaScript, that polls the endpoints and draws the tables and SVG charts — no build step,
 no network access beyond the console itself. ``command`` is the click command.
 """
 
-from client.console.command import console
+from rafka.client.console.command import console
 
 __all__ = ["console"]

@@ -4,8 +4,7 @@ only when it runs."""
 from __future__ import annotations
 
 import click
-
-from client.connect_options import connection_options
+from rafka.client.connect_options import connection_options
 
 __all__ = ["console"]
 
@@ -24,9 +23,8 @@ __all__ = ["console"]
 def console(bootstrap: str, port: int, host: str, metrics: str | None, interval_s: float) -> None:
     """Web console: cluster and quorum, topics, consumer groups with lag, live throughput."""
     import trio
-
-    from client.cli import handle_errors
-    from client.console.server import run_console
+    from rafka.client.cli import handle_errors
+    from rafka.client.console.server import run_console
 
     urls = [u.strip() for u in metrics.split(",") if u.strip()] if metrics else None
 

@@ -3,13 +3,13 @@
 Theory of operation
 -------------------
 ``run_console`` opens one ``AsyncAdmin`` and one ``ClientCore`` (for the group helpers of
-``client.groups``) in its nursery, then starts two tasks there: ``broker.http_server.serve_http``
+``rafka.client.groups``) in its nursery, then starts two tasks there: ``broker.http_server.serve_http``
 with ``Console.handle`` (the same tiny HTTP server as the nodes' ``/metrics``: one request per
 connection, GET/HEAD only, bounded connections), and ``Console.sample_forever``, which scrapes
 every node's ``/metrics`` each ``interval_s`` (``client.top.scrape_all`` in a worker thread) into
 a bounded ``Throughput`` history. Nothing outlives the nursery; Ctrl-C cancels it all.
 
-Routes: ``/`` the page (``client.console.page``: one HTML document with inline CSS and JS, no
+Routes: ``/`` the page (``rafka.client.console.page``: one HTML document with inline CSS and JS, no
 build step, no CDN), ``/api/cluster`` (brokers, controller, quorum), ``/api/quorum``,
 ``/api/topics``, ``/api/groups`` (members, assignment, lag), ``/api/throughput`` (rate history).
 The page polls them. Each admin-backed endpoint is computed at most once per ``CACHE_S`` (the
@@ -17,7 +17,7 @@ answer is shared by concurrent and repeated requests, so open tabs do not multip
 and within ``ADMIN_TIMEOUT_S``; a cluster that does not answer gives a 503 with a JSON
 ``{"error": ...}`` the page shows, and the console stays up.
 
-Both clients connect with the security options of the command line (``client.connect_options``:
+Both clients connect with the security options of the command line (``rafka.client.connect_options``:
 ``--user``/``--password``, ``--tls-ca``, ``--command-config``…), ambient for the run. The
 metrics endpoints are ``--metrics`` URLs, or every broker's client port +
 ``METRICS_PORT_OFFSET`` (what ``rafka cluster up`` assigns), re-read from the cluster
@@ -34,17 +34,22 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
-
-from broker.cluster import METRICS_PORT_OFFSET
-from broker.http_server import HttpResponse, serve_http
-from client.aio._core import ClientCore
-from client.aio.admin import AsyncAdmin, ClusterDescription
-from client.console.page import PAGE_HTML
-from client.console.snapshot import Throughput, cluster_json, group_json, nodes_json, topics_json
-from client.errors import RafkaError
-from client.groups import describe_group, list_groups
-from client.top import scrape_all
-from security.client import ClientSecurity
+from rafka.broker.cluster import METRICS_PORT_OFFSET
+from rafka.broker.http_server import HttpResponse, serve_http
+from rafka.client.aio._core import ClientCore
+from rafka.client.aio.admin import AsyncAdmin, ClusterDescription
+from rafka.client.console.page import PAGE_HTML
+from rafka.client.console.snapshot import (
+    Throughput,
+    cluster_json,
+    group_json,
+    nodes_json,
+    topics_json,
+)
+from rafka.client.errors import RafkaError
+from rafka.client.groups import describe_group, list_groups
+from rafka.client.top import scrape_all
+from rafka.security.client import ClientSecurity
 
 __all__ = ["Console", "run_console", "CACHE_S", "ADMIN_TIMEOUT_S", "MAX_GROUPS"]
 

@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-The console's server (``client.console.server``) asks the cluster (AsyncAdmin and the group
-helpers of ``client.groups``) and the nodes' ``/metrics`` (``client.top.scrape_all``); this
+The console's server (``rafka.client.console.server``) asks the cluster (AsyncAdmin and the group
+helpers of ``rafka.client.groups``) and the nodes' ``/metrics`` (``client.top.scrape_all``); this
 module only shapes what came back, so it is tested without a cluster:
 
 - ``cluster_json(cluster, quorum, nodes)``: brokers (with each one's metrics row, when its
@@ -25,8 +25,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from client.aio.admin import ClusterDescription, TopicDescription
-from client.top import NodeRow, Scrape, TopView, build_view
+from rafka.client.aio.admin import ClusterDescription, TopicDescription
+from rafka.client.top import NodeRow, Scrape, TopView, build_view
 
 __all__ = ["cluster_json", "topics_json", "group_json", "nodes_json", "Throughput",
            "HISTORY_SAMPLES", "MAX_TOPICS_PER_SAMPLE"]

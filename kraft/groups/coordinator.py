@@ -13,7 +13,7 @@ voter folds the same id) and session timeouts are tracked outside (``SessionTrac
 Epochs
     The **group epoch** bumps on every membership or subscription change, and when the
     partition count of a subscribed topic changes. When it is ahead of the **assignment epoch**
-    the assignor (:mod:`kraft.groups.assignor`) computes a new *target* assignment from the
+    the assignor (:mod:`rafka.kraft.groups.assignor`) computes a new *target* assignment from the
     members' subscriptions and the previous target (sticky), and the assignment epoch catches
     up. A **member epoch** is the assignment epoch the member last converged to; a request
     carrying an older epoch is fenced (``FENCED_MEMBER_EPOCH``), except the member's previous
@@ -63,9 +63,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from broker.errors import ErrorCode
-from kraft.groups.assignor import assign
-from metadata.groups import (
+from rafka.broker.errors import ErrorCode
+from rafka.kraft.groups.assignor import assign
+from rafka.metadata.groups import (
     TP,
     GroupAssignment,
     GroupDeleted,

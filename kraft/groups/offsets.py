@@ -62,13 +62,12 @@ from typing import Any, Final, Protocol
 
 import msgpack
 import trio
-
-from broker.errors import ErrorCode, RafkaError, error_for
-from broker.protocol import ApiKey
-from kraft.groups.coordinator import assignment_body
-from log.batch import CONTROL_COMMIT, build_batch, control_type, decode_records, iter_batches
-from metadata.groups import GroupImage
-from metadata.image import MetadataImage
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.protocol import ApiKey
+from rafka.kraft.groups.coordinator import assignment_body
+from rafka.log.batch import CONTROL_COMMIT, build_batch, control_type, decode_records, iter_batches
+from rafka.metadata.groups import GroupImage
+from rafka.metadata.image import MetadataImage
 
 __all__ = [
     "DEFAULT_OFFSETS_PARTITIONS",

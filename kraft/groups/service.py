@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kraft.groups.coordinator import (
+from rafka.kraft.groups.coordinator import (
     LEAVE_EPOCH,
     MIN_HEARTBEAT_MS,
     RECONCILE_HEARTBEAT_MS,
@@ -51,8 +51,8 @@ from kraft.groups.coordinator import (
     remove_members,
     settling_interval,
 )
-from metadata.groups import GroupDeleted, GroupEpoch, GroupMember, GroupRecord
-from metadata.image import MetadataImage
+from rafka.metadata.groups import GroupDeleted, GroupEpoch, GroupMember, GroupRecord
+from rafka.metadata.image import MetadataImage
 
 __all__ = ["GroupsController", "group_config_from_settings"]
 

@@ -19,17 +19,16 @@ from typing import Any
 
 import msgpack
 import trio
-
-from broker.config import BROKER_SETTINGS, NodeConfig, parse_config
-from broker.events import EventLog
-from broker.handlers import NodeApi
-from broker.metadata_listener import MetadataPublisher
-from broker.protocol import ApiKey
-from broker.replica_manager import ReplicaManager
-from broker.server import Server, ServerLimits
-from client.connection import Connection, connect
-from log.batch import build_batch
-from metadata.records import Partition, RegisterBroker, Topic, UnfenceBroker
+from rafka.broker.config import BROKER_SETTINGS, NodeConfig, parse_config
+from rafka.broker.events import EventLog
+from rafka.broker.handlers import NodeApi
+from rafka.broker.metadata_listener import MetadataPublisher
+from rafka.broker.protocol import ApiKey
+from rafka.broker.replica_manager import ReplicaManager
+from rafka.broker.server import Server, ServerLimits
+from rafka.client.connection import Connection, connect
+from rafka.log.batch import build_batch
+from rafka.metadata.records import Partition, RegisterBroker, Topic, UnfenceBroker
 
 BROKER_ID = 1
 _offsets = itertools.count(100)

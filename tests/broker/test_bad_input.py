@@ -7,10 +7,10 @@ import struct
 
 import msgpack
 import trio
+from rafka.broker.errors import ErrorCode
+from rafka.broker.protocol import ApiKey, Request
+from rafka.broker.server import Server, ServerLimits
 
-from broker.errors import ErrorCode
-from broker.protocol import ApiKey, Request
-from broker.server import Server, ServerLimits
 from tests.broker.harness import (
     batch,
     fetch_body,

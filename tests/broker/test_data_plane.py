@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import trio
+from rafka.broker.errors import ErrorCode
+from rafka.broker.protocol import ApiKey
+from rafka.log.batch import decode_records, iter_batches
 
-from broker.errors import ErrorCode
-from broker.protocol import ApiKey
-from log.batch import decode_records, iter_batches
 from tests.broker.harness import (
     batch,
     fetch_body,
@@ -43,7 +43,7 @@ async def test_produce_fetch_round_trip(tmp_path):
 
 async def test_large_fetch_is_sent_with_sendfile(tmp_path):
     """Above SMALL_REPLY_BYTES the records go from the segment file with sendfile, whole."""
-    from broker.server import SMALL_REPLY_BYTES
+    from rafka.broker.server import SMALL_REPLY_BYTES
 
     async with running_broker(tmp_path, topics={"t": 1}) as b, b.connect() as conn:
         values = [bytes([i % 251]) * 1000 for i in range(3 * SMALL_REPLY_BYTES // 1000)]

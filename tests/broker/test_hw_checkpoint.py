@@ -11,14 +11,13 @@ import json
 from pathlib import Path
 
 import trio
-
-from broker.events import EventLog
-from broker.partition import HW_CHECKPOINT_FILE, Partition, read_hw_checkpoint
-from broker.replica_manager import ReplicaManager
-from log.batch import build_batch
-from log.config import LogConfig
-from log.partition_log import PartitionLog
-from metadata.image import PartitionRegistration, TopicPartition
+from rafka.broker.events import EventLog
+from rafka.broker.partition import HW_CHECKPOINT_FILE, Partition, read_hw_checkpoint
+from rafka.broker.replica_manager import ReplicaManager
+from rafka.log.batch import build_batch
+from rafka.log.config import LogConfig
+from rafka.log.partition_log import PartitionLog
+from rafka.metadata.image import PartitionRegistration, TopicPartition
 
 REG = PartitionRegistration(replicas=(1, 2), isr=(1, 2), leader=1, leader_epoch=3,
                             partition_epoch=5)

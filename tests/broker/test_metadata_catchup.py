@@ -13,13 +13,12 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-
-from broker.errors import ErrorCode
-from broker.metadata_listener import MetadataListener, MetadataPublisher
-from metadata.delta import LocalChanges
-from metadata.image import MetadataImage, TopicPartition
-from metadata.records import LeaderChange, Partition, PartitionChange, RegisterBroker, Topic
-from metadata.snapshot import image_to_records, records_to_image
+from rafka.broker.errors import ErrorCode
+from rafka.broker.metadata_listener import MetadataListener, MetadataPublisher
+from rafka.metadata.delta import LocalChanges
+from rafka.metadata.image import MetadataImage, TopicPartition
+from rafka.metadata.records import LeaderChange, Partition, PartitionChange, RegisterBroker, Topic
+from rafka.metadata.snapshot import image_to_records, records_to_image
 
 TID = "tid-0"
 TP = TopicPartition("t", 0)
@@ -225,7 +224,7 @@ async def test_snapshot_during_catch_up() -> None:
     last = log[-1][0]
     snap_at = 200
     snap_image = MetadataImage.EMPTY
-    from metadata.delta import MetadataDelta
+    from rafka.metadata.delta import MetadataDelta
 
     d = MetadataDelta(snap_image)
     for o, e, r in log[: snap_at + 1]:

@@ -11,10 +11,9 @@ from typing import Any
 
 import trio
 from prometheus_client.parser import text_string_to_metric_families
-
-from broker.metrics import NodeMetrics
-from broker.protocol import ApiKey
-from metadata.records import Partition, PartitionChange, Topic
+from rafka.broker.metrics import NodeMetrics
+from rafka.broker.protocol import ApiKey
+from rafka.metadata.records import Partition, PartitionChange, Topic
 
 from .harness import BROKER_ID, _offsets, batch, fetch_body, part, produce_body, running_broker
 
@@ -137,8 +136,7 @@ async def test_two_nodes_in_one_process_do_not_clash(tmp_path: Path) -> None:
 
 def test_metrics_listener_config() -> None:
     import pytest
-
-    from broker.config import ConfigError, parse_config
+    from rafka.broker.config import ConfigError, parse_config
 
     base = {"node_id": 1, "roles": ["broker"], "data_dir": "/tmp/x", "listener": "127.0.0.1:9092",
             "voters": [{"id": 9, "raft": "127.0.0.1:1", "rpc": "127.0.0.1:2"}]}

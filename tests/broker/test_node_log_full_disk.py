@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from broker.node import _QuietFileHandler
-from chaos_tests.faults.disk import fill
+from rafka.broker.node import _QuietFileHandler
+from rafka.chaos_tests.faults.disk import fill
+
 from tests.tmpfs import mounted_tmpfs
 
 

@@ -9,9 +9,9 @@ acks=1 and no idempotence (no sequence numbers to reorder or reject by).
 from __future__ import annotations
 
 import trio
+from rafka.broker.protocol import ApiKey
+from rafka.log.batch import decode_records, iter_batches
 
-from broker.protocol import ApiKey
-from log.batch import decode_records, iter_batches
 from tests.broker.harness import (
     batch,
     fetch_body,

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import trio
+from rafka.broker.errors import ErrorCode
+from rafka.broker.protocol import ApiKey
+from rafka.client.connection import Connection
+from rafka.log.batch import build_batch, build_control_batch, iter_batches
 
-from broker.errors import ErrorCode
-from broker.protocol import ApiKey
-from client.connection import Connection
-from log.batch import build_batch, build_control_batch, iter_batches
 from tests.broker.harness import (
     Broker,
     batch,

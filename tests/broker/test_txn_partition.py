@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.events import EventLog
-from broker.handlers.data import txn_flags
-from broker.partition import Partition, VerificationGuard
-from log.batch import CONTROL_BIT, TRANSACTIONAL_BIT, build_batch, build_control_batch
-from log.config import LogConfig
-from log.partition_log import PartitionLog
-from metadata.image import PartitionRegistration
+from rafka.broker.events import EventLog
+from rafka.broker.handlers.data import txn_flags
+from rafka.broker.partition import Partition, VerificationGuard
+from rafka.log.batch import CONTROL_BIT, TRANSACTIONAL_BIT, build_batch, build_control_batch
+from rafka.log.config import LogConfig
+from rafka.log.partition_log import PartitionLog
+from rafka.metadata.image import PartitionRegistration
 
 PID, EPOCH = 7, 0
 REG = PartitionRegistration(replicas=(1, 2), isr=(1, 2), leader=1, leader_epoch=3,

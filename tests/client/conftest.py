@@ -2,7 +2,7 @@
 
 ``RAFKA_TEST_BOOTSTRAP=host:port`` points the tests at a running cluster; otherwise a one-node
 cluster is started with ``rafka cluster up --nodes 1 --detach`` in a temporary directory and
-stopped with ``rafka cluster down`` afterwards. Without a broker (``broker.cli`` not there yet)
+stopped with ``rafka cluster down`` afterwards. Without a broker (``rafka.broker.cli`` not there yet)
 the integration tests are skipped, saying so.
 """
 
@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def rafka(*args: str, input: bytes | None = None, timeout: float = 120,
           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
-    """Run the ``rafka`` CLI in a subprocess (``python -m client.cli``)."""
-    return subprocess.run([sys.executable, "-m", "client.cli", *args], input=input, capture_output=True,
+    """Run the ``rafka`` CLI in a subprocess (``python -m rafka.client.cli``)."""
+    return subprocess.run([sys.executable, "-m", "rafka.client.cli", *args], input=input, capture_output=True,
                           timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
@@ -36,10 +36,10 @@ def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if given:
         yield given
         return
-    if importlib.util.find_spec("broker.cli") is None:
+    if importlib.util.find_spec("rafka.broker.cli") is None:
         pytest.skip("no broker yet: broker/cli.py (rafka cluster up) does not exist")
     data = tmp_path_factory.mktemp("rafka-cluster")
-    from broker.cluster import free_port_block
+    from rafka.broker.cluster import free_port_block
 
     port = free_port_block(1)
     up = rafka("cluster", "up", "--nodes", "1", "--detach", "--data-dir", str(data),
@@ -60,7 +60,7 @@ def topic_name() -> str:
 
 @pytest.fixture
 def make_topic(bootstrap: str):  # type: ignore[no-untyped-def]
-    from client import Admin
+    from rafka.client import Admin
 
     def make(partitions: int = 1, config: dict[str, str] | None = None) -> str:
         name = f"t-{uuid.uuid4().hex[:10]}"

@@ -13,12 +13,11 @@ import uuid
 
 import pytest
 import trio
-
-from client import AsyncProducer, Consumer, Producer
-from client.aio.batch_send import BatchSendError
-from client.errors import IllegalTxnStateError, MessageTooLargeError, RafkaError
-from client.partitioner import Murmur2Partitioner
-from client.types import ConsumerRecord, TopicPartition
+from rafka.client import AsyncProducer, Consumer, Producer
+from rafka.client.aio.batch_send import BatchSendError
+from rafka.client.errors import IllegalTxnStateError, MessageTooLargeError, RafkaError
+from rafka.client.partitioner import Murmur2Partitioner
+from rafka.client.types import ConsumerRecord, TopicPartition
 
 pytestmark = pytest.mark.timeout(300)
 

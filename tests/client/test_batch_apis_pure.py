@@ -16,16 +16,15 @@ import time
 
 import msgpack
 import pytest
-
-from client.aio.accumulator import RecordAccumulator, RowGroup
-from client.aio.batch_send import BatchSendError, _plan
-from client.aio.fetch import CompletedFetch
-from client.aio.producer import AsyncProducer
-from client.columnar import ColumnBatch
-from client.errors import RecordTooLargeError, UnknownTopicOrPartitionError
-from client.partitioner import Murmur2Partitioner
-from client.types import RecordMetadata, TopicPartition
-from log.batch import build_batch_rows, build_control_batch, build_raw_batch, stamp
+from rafka.client.aio.accumulator import RecordAccumulator, RowGroup
+from rafka.client.aio.batch_send import BatchSendError, _plan
+from rafka.client.aio.fetch import CompletedFetch
+from rafka.client.aio.producer import AsyncProducer
+from rafka.client.columnar import ColumnBatch
+from rafka.client.errors import RecordTooLargeError, UnknownTopicOrPartitionError
+from rafka.client.partitioner import Murmur2Partitioner
+from rafka.client.types import RecordMetadata, TopicPartition
+from rafka.log.batch import build_batch_rows, build_control_batch, build_raw_batch, stamp
 
 TS = 1_700_000_000_000
 

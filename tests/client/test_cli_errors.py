@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import pytest
 import trio
-
-from client.aio._core import ClientCore
-from client.errors import RafkaError, UnresolvableHostError
+from rafka.client.aio._core import ClientCore
+from rafka.client.errors import RafkaError, UnresolvableHostError
 
 from .conftest import rafka
 

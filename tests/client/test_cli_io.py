@@ -14,10 +14,9 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner, Result
-
-from client import Admin, Consumer, Producer, TopicPartition
-from client.cli import main
-from client.io_cli import (
+from rafka.client import Admin, Consumer, Producer, TopicPartition
+from rafka.client.cli import main
+from rafka.client.io_cli import (
     EARLIEST,
     LATEST,
     OffsetSpec,
@@ -26,7 +25,7 @@ from client.io_cli import (
     parse_headers,
     parse_offset,
 )
-from client.types import ConsumerRecord
+from rafka.client.types import ConsumerRecord
 
 pytestmark = pytest.mark.timeout(300)
 

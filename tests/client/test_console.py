@@ -9,15 +9,19 @@ import json
 from typing import Any
 
 import trio
-
-from broker.http_server import serve_http
-from client.aio._core import ClientCore
-from client.aio.admin import AsyncAdmin, ClusterDescription, PartitionDescription, TopicDescription
-from client.console.page import PAGE_HTML
-from client.console.server import Console, metrics_url
-from client.console.snapshot import Throughput, cluster_json, group_json, topics_json
-from client.top import parse_metrics
-from client.types import BrokerMetadata
+from rafka.broker.http_server import serve_http
+from rafka.client.aio._core import ClientCore
+from rafka.client.aio.admin import (
+    AsyncAdmin,
+    ClusterDescription,
+    PartitionDescription,
+    TopicDescription,
+)
+from rafka.client.console.page import PAGE_HTML
+from rafka.client.console.server import Console, metrics_url
+from rafka.client.console.snapshot import Throughput, cluster_json, group_json, topics_json
+from rafka.client.top import parse_metrics
+from rafka.client.types import BrokerMetadata
 
 N1 = "http://127.0.0.1:29092/metrics"
 T0 = """
@@ -55,7 +59,7 @@ def test_throughput_history_rates_and_bound() -> None:
 
 
 def test_throughput_marks_a_node_that_does_not_answer() -> None:
-    from client.top import Scrape
+    from rafka.client.top import Scrape
 
     tp = Throughput()
     tp.add([parse_metrics(N1, 1.0, T0), Scrape("http://dead/metrics", 1.0, error="URLError: refused")])

@@ -1,4 +1,4 @@
-"""The Python client conveniences of issue 15 (``client.aio.conveniences``): serializers and
+"""The Python client conveniences of issue 15 (``rafka.client.aio.conveniences``): serializers and
 deserializers, ``send_and_wait``, ``getmany`` and the admin's consumer-group methods — pure
 checks of the no-serializer fast paths, then the real thing on a one-node cluster
 (``conftest.bootstrap``).
@@ -11,8 +11,7 @@ import uuid
 
 import pytest
 import trio
-
-from client import (
+from rafka.client import (
     Admin,
     AsyncConsumer,
     AsyncProducer,
@@ -22,9 +21,13 @@ from client import (
     TopicPartition,
     errors,
 )
-from client.aio.conveniences import ConsumerGroupListing, deserializing_take, install_serializers
-from client.aio.fetch import CompletedFetch
-from client.types import ConsumerRecord
+from rafka.client.aio.conveniences import (
+    ConsumerGroupListing,
+    deserializing_take,
+    install_serializers,
+)
+from rafka.client.aio.fetch import CompletedFetch
+from rafka.client.types import ConsumerRecord
 
 from .conftest import drain
 

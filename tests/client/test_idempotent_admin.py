@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 import trio
-
-from broker.errors import ErrorCode, error_for
-from broker.protocol import ApiKey
-from client import AsyncAdmin
-from client.aio._core import ClientCore
-from client.connection import connect
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.broker.protocol import ApiKey
+from rafka.client import AsyncAdmin
+from rafka.client.aio._core import ClientCore
+from rafka.client.connection import connect
 
 
 def _addr(bootstrap: str) -> tuple[str, int]:

@@ -8,8 +8,7 @@ import time
 
 import pytest
 import trio
-
-from client import (
+from rafka.client import (
     Admin,
     AsyncAdmin,
     AsyncConsumer,

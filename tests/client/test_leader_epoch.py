@@ -13,13 +13,12 @@ from typing import Any
 
 import pytest
 import trio
-
-from broker.errors import ErrorCode
-from broker.protocol import ApiKey, Request
-from broker.server import Reply, Server
-from client.aio.consumer import AsyncConsumer
-from client.types import TopicPartition
-from log.batch import build_batch
+from rafka.broker.errors import ErrorCode
+from rafka.broker.protocol import ApiKey, Request
+from rafka.broker.server import Reply, Server
+from rafka.client.aio.consumer import AsyncConsumer
+from rafka.client.types import TopicPartition
+from rafka.log.batch import build_batch
 
 TP = TopicPartition("t", 0)
 

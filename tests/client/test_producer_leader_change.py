@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from client.aio.accumulator import PartitionState, RecordAccumulator
-from client.aio.producer import _BACKOFF_REFRESH_S, AsyncProducer
-from client.types import TopicPartition
+from rafka.client.aio.accumulator import PartitionState, RecordAccumulator
+from rafka.client.aio.producer import _BACKOFF_REFRESH_S, AsyncProducer
+from rafka.client.types import TopicPartition
 
 TP = TopicPartition("t", 0)
 

@@ -11,13 +11,12 @@ import time
 
 import pytest
 import trio
-
-from broker.errors import ErrorCode
-from client import AsyncAdmin, AsyncProducer, Consumer, Producer, TopicPartition, errors
-from client.aio.accumulator import PartitionState, RecordAccumulator
-from client.aio.futures import FutureRecordMetadata
-from client.aio.producer import _split_points
-from client.types import RecordMetadata
+from rafka.broker.errors import ErrorCode
+from rafka.client import AsyncAdmin, AsyncProducer, Consumer, Producer, TopicPartition, errors
+from rafka.client.aio.accumulator import PartitionState, RecordAccumulator
+from rafka.client.aio.futures import FutureRecordMetadata
+from rafka.client.aio.producer import _split_points
+from rafka.client.types import RecordMetadata
 
 
 def _acc() -> RecordAccumulator:

@@ -7,15 +7,19 @@ import threading
 import time
 
 import pytest
-
-from client.aio._core import ClusterMetadata
-from client.aio.accumulator import PartitionState, RecordAccumulator, record_size
-from client.aio.fetch import CompletedFetch, split_fetch_response
-from client.aio.futures import BatchResult, FutureRecordMetadata
-from client.errors import CorruptRecordError
-from client.partitioner import Crc32cPartitioner, Murmur2Partitioner, make_partitioner, murmur2
-from client.types import ConsumerRecord, RecordMetadata, TopicPartition
-from log.batch import build_batch
+from rafka.client.aio._core import ClusterMetadata
+from rafka.client.aio.accumulator import PartitionState, RecordAccumulator, record_size
+from rafka.client.aio.fetch import CompletedFetch, split_fetch_response
+from rafka.client.aio.futures import BatchResult, FutureRecordMetadata
+from rafka.client.errors import CorruptRecordError
+from rafka.client.partitioner import (
+    Crc32cPartitioner,
+    Murmur2Partitioner,
+    make_partitioner,
+    murmur2,
+)
+from rafka.client.types import ConsumerRecord, RecordMetadata, TopicPartition
+from rafka.log.batch import build_batch
 
 # ---------------------------------------------------------------- partitioner
 
@@ -193,7 +197,7 @@ def test_record_future_is_a_concurrent_future_and_resolves_from_batch() -> None:
 
 
 def test_record_future_error() -> None:
-    from client.errors import KafkaTimeoutError
+    from rafka.client.errors import KafkaTimeoutError
 
     res = BatchResult("t", 0, loop_thread=-1)
     f = FutureRecordMetadata(res, 0, 1)
@@ -246,8 +250,7 @@ def test_split_and_decode_with_position_inside_first_batch() -> None:
 def test_offset_gaps_and_partial_tail() -> None:
     # a compacted batch: base 100, last_offset_delta 9 but only 2 records (deltas 3 and 7)
     import msgpack
-
-    from log.batch import build_raw_batch
+    from rafka.log.batch import build_raw_batch
 
     section = msgpack.packb([[3, 0, b"a", b"A", []], [7, 0, b"b", b"B", []]], use_bin_type=True)
     compacted = build_raw_batch(section, base_offset=100, last_offset_delta=9, record_count=2,
@@ -340,8 +343,8 @@ def test_cluster_metadata_never_rolls_a_leader_epoch_back() -> None:
 async def test_connection_writes_the_frames_encode_request_writes() -> None:
     """Connection packs requests itself (reused Packer, large ones written in two parts): the
     bytes on the wire are exactly ``encode_request``'s, for small and large bodies."""
-    from broker.protocol import Request, encode_request
-    from client.connection import Connection
+    from rafka.broker.protocol import Request, encode_request
+    from rafka.client.connection import Connection
 
     class Capture:
         def __init__(self) -> None:

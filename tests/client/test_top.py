@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import io
 
+from rafka.client.top import build_view, parse_metrics, render
 from rich.console import Console
-
-from client.top import build_view, parse_metrics, render
 
 NODE1_T0 = """
 rafka_active_controller 1
@@ -66,7 +65,7 @@ rafka_topic_bytes_in_total{topic="orders"} 200
 
 def test_render_shows_a_down_node_and_the_lag() -> None:
     up = parse_metrics("http://n1:1/metrics", 1.0, NODE1_T0)
-    from client.top import Scrape
+    from rafka.client.top import Scrape
 
     down = Scrape("http://n2:2/metrics", 1.0, error="ConnectionRefusedError")
     out = io.StringIO()

@@ -1,7 +1,7 @@
 """read_committed / read_uncommitted decoding on hand-built logs (no sockets), the isolation
 option, ``group_metadata``, and the pure part of ``rafka transactions abort``.
 
-A log here is a list of batches with consecutive offsets, built with ``log.batch``'s own
+A log here is a list of batches with consecutive offsets, built with ``rafka.log.batch``'s own
 builders (transactional data batches and control batches), exactly as a FETCH returns them.
 """
 
@@ -12,15 +12,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 import trio
-
-from client.aio.consumer import AsyncConsumer
-from client.aio.fetch import CompletedFetch, split_fetch_response
-from client.aio.txn_admin import ProducerState
-from client.errors import CorruptRecordError, IllegalStateError
-from client.txn_cli import choose_aborts
-from client.txn_filter import isolation_level_code
-from client.types import GroupMetadata, TopicPartition
-from log.batch import build_batch, build_control_batch, stamp
+from rafka.client.aio.consumer import AsyncConsumer
+from rafka.client.aio.fetch import CompletedFetch, split_fetch_response
+from rafka.client.aio.txn_admin import ProducerState
+from rafka.client.errors import CorruptRecordError, IllegalStateError
+from rafka.client.txn_cli import choose_aborts
+from rafka.client.txn_filter import isolation_level_code
+from rafka.client.types import GroupMetadata, TopicPartition
+from rafka.log.batch import build_batch, build_control_batch, stamp
 
 if TYPE_CHECKING:
     from click.testing import Result
@@ -160,7 +159,7 @@ def test_split_fetch_response_reads_lso_and_aborted() -> None:
 
 def _batch_end(raw: memoryview, n: int) -> int:
     """Byte position after the first ``n`` batches."""
-    from log.batch import iter_batches
+    from rafka.log.batch import iter_batches
 
     ends = [pos + h.size for pos, h in iter_batches(raw)]
     return ends[n - 1]
@@ -182,7 +181,7 @@ def test_bad_isolation_level_is_refused(bad: object) -> None:
 
 
 def test_group_metadata_from_membership() -> None:
-    import client.groups  # noqa: F401  registers the group coordinator
+    import rafka.client.groups  # noqa: F401  registers the group coordinator
 
     async def main() -> None:
         async with AsyncConsumer(bootstrap_servers="127.0.0.1:1", group_id="g",
@@ -231,8 +230,7 @@ def test_abort_choice() -> None:
 
 def _cli(*args: str) -> Result:
     from click.testing import CliRunner
-
-    from client.cli import main
+    from rafka.client.cli import main
 
     return CliRunner().invoke(main, list(args))
 

@@ -16,9 +16,8 @@ import json
 import time
 
 import pytest
-
-from client.sync import Admin, Consumer
-from client.types import ConsumerRecord, TopicPartition
+from rafka.client.sync import Admin, Consumer
+from rafka.client.types import ConsumerRecord, TopicPartition
 
 from .conftest import rafka
 from .txn_wire import write_txn_log

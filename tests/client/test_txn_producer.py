@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import trio
-
-from broker.errors import ErrorCode, error_for
-from client.aio import AsyncProducer
-from client.aio.transactions import ErrorKind, TransactionManager, TxnState, classify
-from client.errors import (
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.client.aio import AsyncProducer
+from rafka.client.aio.transactions import ErrorKind, TransactionManager, TxnState, classify
+from rafka.client.errors import (
     IllegalStateError,
     IllegalTxnStateError,
     InvalidConfigError,
@@ -18,7 +17,7 @@ from client.errors import (
     TransactionAbortedError,
     TransactionTimedOutError,
 )
-from client.types import TopicPartition
+from rafka.client.types import TopicPartition
 
 A, B, C = (TopicPartition("t", i) for i in range(3))
 

@@ -12,15 +12,14 @@ import uuid
 
 import pytest
 import trio
-
-from client import Admin, AsyncProducer, Consumer, Producer
-from client.errors import (
+from rafka.client import Admin, AsyncProducer, Consumer, Producer
+from rafka.client.errors import (
     MessageTooLargeError,
     ProducerFencedError,
     TransactionAbortedError,
     TransactionTimedOutError,
 )
-from client.types import ConsumerRecord, GroupMetadata, TopicPartition
+from rafka.client.types import ConsumerRecord, GroupMetadata, TopicPartition
 
 pytestmark = pytest.mark.timeout(300)
 

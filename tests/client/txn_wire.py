@@ -13,11 +13,10 @@ import time
 from typing import Any
 
 import trio
-
-from broker.errors import RafkaError, error_for
-from broker.protocol import ApiKey
-from client.aio._core import ClientCore
-from log.batch import build_batch
+from rafka.broker.errors import RafkaError, error_for
+from rafka.broker.protocol import ApiKey
+from rafka.client.aio._core import ClientCore
+from rafka.log.batch import build_batch
 
 __all__ = ["write_txn_log"]
 

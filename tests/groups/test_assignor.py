@@ -6,8 +6,7 @@ import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from kraft.groups.assignor import assign, moved_partitions
+from rafka.kraft.groups.assignor import assign, moved_partitions
 
 TOPICS = ["a", "b", "c"]
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from broker.errors import ErrorCode
-from kraft.groups.coordinator import (
+from rafka.broker.errors import ErrorCode
+from rafka.kraft.groups.coordinator import (
     GroupConfig,
     HeartbeatRequest,
     check_invariants,
@@ -15,7 +14,7 @@ from kraft.groups.coordinator import (
     refresh_topics,
     remove_members,
 )
-from metadata.groups import GroupDeleted, GroupsDelta, GroupsImage, groups_to_records
+from rafka.metadata.groups import GroupDeleted, GroupsDelta, GroupsImage, groups_to_records
 
 
 class Sim:
@@ -201,7 +200,7 @@ def test_snapshot_round_trip_of_a_live_group():
         d.replay(r)
     assert d.apply() == sim.image
     # and from the wire form
-    from metadata.groups import GROUP_RECORD_TYPES
+    from rafka.metadata.groups import GROUP_RECORD_TYPES
 
     types = {c.record_type: c for c in GROUP_RECORD_TYPES}
     d = GroupsDelta(GroupsImage.EMPTY)

@@ -11,18 +11,18 @@ import random
 from typing import Any
 
 import trio
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.broker.events import EventLog
+from rafka.broker.handlers import NodeApi
+from rafka.broker.metadata_listener import MetadataPublisher
+from rafka.broker.protocol import ApiKey
+from rafka.broker.replica_manager import ReplicaManager
+from rafka.broker.server import Server
+from rafka.client import AsyncConsumer, AsyncProducer, TopicPartition
+from rafka.client.groups import describe_group
+from rafka.kraft.memory import MemoryQuorumCluster
+from rafka.kraft.service import ControllerService
 
-from broker.errors import ErrorCode, error_for
-from broker.events import EventLog
-from broker.handlers import NodeApi
-from broker.metadata_listener import MetadataPublisher
-from broker.protocol import ApiKey
-from broker.replica_manager import ReplicaManager
-from broker.server import Server
-from client import AsyncConsumer, AsyncProducer, TopicPartition
-from client.groups import describe_group
-from kraft.memory import MemoryQuorumCluster
-from kraft.service import ControllerService
 from tests.broker.harness import node_config
 
 N_RECORDS = 600

@@ -17,23 +17,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import rafka.client.groups  # noqa: F401  (registers the group coordinator of AsyncConsumer)
 import trio
 import trio.testing
-
-import client.groups  # noqa: F401  (registers the group coordinator of AsyncConsumer)
-from broker.protocol import ApiKey, validate_request
-from client.aio.consumer import AsyncConsumer
-from client.groups import GroupMembership
-from client.types import TopicPartition
-from kraft.groups.coordinator import (
+from rafka.broker.protocol import ApiKey, validate_request
+from rafka.client.aio.consumer import AsyncConsumer
+from rafka.client.groups import GroupMembership
+from rafka.client.types import TopicPartition
+from rafka.kraft.groups.coordinator import (
     MIN_HEARTBEAT_MS,
     RECONCILE_HEARTBEAT_MS,
     check_invariants,
     settling_interval,
 )
-from kraft.groups.service import GroupsController
-from kraft.memory import MemoryQuorumCluster
-from kraft.service import ControllerService
+from rafka.kraft.groups.service import GroupsController
+from rafka.kraft.memory import MemoryQuorumCluster
+from rafka.kraft.service import ControllerService
 
 INTERVAL_MS = 5000  # the controller default (group.consumer.heartbeat.interval.ms)
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
-from broker.errors import ErrorCode, error_for
-from broker.protocol import ApiKey, validate_request
-from kraft.groups.offsets import (
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.broker.protocol import ApiKey, validate_request
+from rafka.kraft.groups.offsets import (
     OFFSETS_TOPIC,
     GroupOffsetsManager,
     OffsetValue,
@@ -20,10 +19,10 @@ from kraft.groups.offsets import (
     offsets_partition,
     offsets_topic_spec,
 )
-from log.config import LogConfig
-from log.partition_log import PartitionLog
-from metadata import MetadataDelta, MetadataImage, Partition, Topic
-from metadata.groups import GroupEpoch, GroupMember
+from rafka.log.config import LogConfig
+from rafka.log.partition_log import PartitionLog
+from rafka.metadata import MetadataDelta, MetadataImage, Partition, Topic
+from rafka.metadata.groups import GroupEpoch, GroupMember
 
 
 def test_encoding_round_trip_and_partitioning():

@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from broker.cluster import free_port_block
+from rafka.broker.cluster import free_port_block
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def rafka_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the node-side CLI (``broker.cli``) in a subprocess."""
+    """Run the node-side CLI (``rafka.broker.cli``) in a subprocess."""
     code = "import sys; from broker.cli import cluster, server; " \
            "cmd = cluster if sys.argv[1] == 'cluster' else server; " \
            "cmd.main(sys.argv[2:] if sys.argv[1] == 'cluster' else sys.argv[2:], standalone_mode=True)"

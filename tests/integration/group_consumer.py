@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from client.errors import RafkaError  # noqa: E402
-from client.sync import Consumer  # noqa: E402
-from client.types import TopicPartition  # noqa: E402
+from rafka.client.errors import RafkaError  # noqa: E402
+from rafka.client.sync import Consumer  # noqa: E402
+from rafka.client.types import TopicPartition  # noqa: E402
 
 _out = threading.Lock()
 

@@ -6,9 +6,9 @@ import os
 import signal
 
 import trio
+from rafka.broker.protocol import ApiKey
+from rafka.client.connection import connect
 
-from broker.protocol import ApiKey
-from client.connection import connect
 from tests.broker.harness import batch, fetch_body, part, produce_body
 
 RETRY = 60  # hang guard (seconds) for conditions that become true

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from broker.protocol import ApiKey
+from rafka.broker.protocol import ApiKey
+
 from tests.integration.test_replication import (
     FAST,
     addr,

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from client.errors import RafkaError
-from client.sync import Admin, Consumer, Producer
-from client.types import TopicPartition
+from rafka.client.errors import RafkaError
+from rafka.client.sync import Admin, Consumer, Producer
+from rafka.client.types import TopicPartition
 
 from .conftest import JsonLinesProc, LocalCluster, wait_until
 

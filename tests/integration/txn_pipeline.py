@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from client.sync import Consumer, Producer  # noqa: E402
+from rafka.client.sync import Consumer, Producer  # noqa: E402
 
 
 def emit(**fields: object) -> None:

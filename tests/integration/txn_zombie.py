@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from client.errors import RafkaError  # noqa: E402
-from client.sync import Producer  # noqa: E402
+from rafka.client.errors import RafkaError  # noqa: E402
+from rafka.client.sync import Producer  # noqa: E402
 
 
 def emit(**fields: object) -> None:

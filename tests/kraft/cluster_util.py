@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
-from broker.errors import RafkaError
-from broker.protocol import ApiKey
-from client.connection import connect
+from rafka.broker.errors import RafkaError
+from rafka.broker.protocol import ApiKey
+from rafka.client.connection import connect
 
 ROOT = Path(__file__).resolve().parents[2]
 RAW_PROPOSE = 99

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import trio
+from rafka.broker.protocol import ApiKey
 
-from broker.protocol import ApiKey
 from tests.kraft.cluster_util import VoterCluster, live_broker
 
 

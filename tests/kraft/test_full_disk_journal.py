@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from pysyncobj.journal import LAST_RECORD_OFFSET_OFFSET
+from rafka.chaos_tests.faults.disk import fill, unfill
+from rafka.kraft.durable_journal import EXIT_STORAGE_FAILURE, DurableFileJournal
+from rafka.kraft.metadata_log import MetadataLog
 
-from chaos_tests.faults.disk import fill, unfill
-from kraft.durable_journal import EXIT_STORAGE_FAILURE, DurableFileJournal
-from kraft.metadata_log import MetadataLog
 from tests.tmpfs import mounted_tmpfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,8 +57,8 @@ def test_journal_on_a_full_disk_fail_stops_with_a_named_exit(tiny_fs):
     code = f"""
 import sys
 from pathlib import Path
-from kraft.durable_journal import DurableFileJournal
-from chaos_tests.faults.disk import fill
+from rafka.kraft.durable_journal import DurableFileJournal
+from rafka.chaos_tests.faults.disk import fill
 j = DurableFileJournal({str(path)!r})
 j.add(b"before", 1, 1)
 fill(Path({str(tiny_fs)!r}))

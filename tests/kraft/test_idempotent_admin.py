@@ -10,13 +10,12 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-
-from broker.errors import ErrorCode, error_for
-from broker.protocol import ApiKey
-from kraft.memory import MemoryQuorumCluster
-from kraft.quorum import Command, Guard
-from kraft.state_machine import ControllerStateMachine
-from metadata import LeaderChange, NoOp, Partition, Topic
+from rafka.broker.errors import ErrorCode, error_for
+from rafka.broker.protocol import ApiKey
+from rafka.kraft.memory import MemoryQuorumCluster
+from rafka.kraft.quorum import Command, Guard
+from rafka.kraft.state_machine import ControllerStateMachine
+from rafka.metadata import LeaderChange, NoOp, Partition, Topic
 
 from .test_service_memory import heartbeat, register, start, wait_active
 

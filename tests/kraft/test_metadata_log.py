@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from kraft.metadata_log import MetadataLog
-from kraft.quorum import Command, Guard, OffsetOutOfRange
-from metadata import LeaderChange, Topic
+from rafka.kraft.metadata_log import MetadataLog
+from rafka.kraft.quorum import Command, Guard, OffsetOutOfRange
+from rafka.metadata import LeaderChange, Topic
 
 
 def leader(epoch=1):

@@ -7,11 +7,10 @@ import random
 import pytest
 import trio
 import trio.testing
-
-from broker.errors import ErrorCode
-from broker.protocol import ApiKey
-from kraft.memory import MemoryQuorumCluster
-from kraft.service import ControllerService
+from rafka.broker.errors import ErrorCode
+from rafka.broker.protocol import ApiKey
+from rafka.kraft.memory import MemoryQuorumCluster
+from rafka.kraft.service import ControllerService
 
 VOTERS = [(1, "127.0.0.1:19001", "127.0.0.1:9001"), (2, "127.0.0.1:19002", "127.0.0.1:9002")]
 

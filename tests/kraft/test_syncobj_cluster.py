@@ -6,11 +6,11 @@ import time
 
 import pytest
 import trio
+from rafka.broker.errors import ErrorCode
+from rafka.broker.protocol import ApiKey
+from rafka.kraft.quorum import Command
+from rafka.metadata import Topic
 
-from broker.errors import ErrorCode
-from broker.protocol import ApiKey
-from kraft.quorum import Command
-from metadata import Topic
 from tests.kraft.cluster_util import RAW_PROPOSE, VoterCluster, live_broker, setup_broker
 
 pytestmark = pytest.mark.timeout(120)

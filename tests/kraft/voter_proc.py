@@ -17,11 +17,10 @@ import sys
 from typing import Any
 
 import trio
-
-from broker.errors import RafkaError
-from broker.protocol import NEED_DATA, FrameDecoder, Response, decode_request, encode_response
-from kraft.quorum import Command
-from kraft.service import ControllerService
+from rafka.broker.errors import RafkaError
+from rafka.broker.protocol import NEED_DATA, FrameDecoder, Response, decode_request, encode_response
+from rafka.kraft.quorum import Command
+from rafka.kraft.service import ControllerService
 
 RAW_PROPOSE = 99
 

@@ -6,10 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from log.batch import build_batch
-from log.config import LogConfig
-from log.partition_log import PartitionLog
+from rafka.log.batch import build_batch
+from rafka.log.config import LogConfig
+from rafka.log.partition_log import PartitionLog
 
 T0 = 1_700_000_000_000
 

@@ -7,8 +7,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from log.batch import (
+from rafka.log.batch import (
     HEADER_SIZE,
     CorruptBatchError,
     build_batch,

@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from log.batch import decode_records, iter_batches, parse_header
-from log.compaction import compact
-from log.config import LogConfig
-from log.partition_log import PartitionLog
+from rafka.log.batch import decode_records, iter_batches, parse_header
+from rafka.log.compaction import compact
+from rafka.log.config import LogConfig
+from rafka.log.partition_log import PartitionLog
 
 from .conftest import T0, Clock, keyed_batch
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from log.epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
+from rafka.log.epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 
 from .conftest import make_batch
 

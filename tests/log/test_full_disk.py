@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from rafka.log.batch import decode_records, iter_batches
+from rafka.log.config import LogConfig
+from rafka.log.errors import StorageError
+from rafka.log.partition_log import PartitionLog
 
-from log.batch import decode_records, iter_batches
-from log.config import LogConfig
-from log.errors import StorageError
-from log.partition_log import PartitionLog
 from tests.tmpfs import mounted_tmpfs
 
 from .conftest import make_batch

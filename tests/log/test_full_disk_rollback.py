@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from rafka.chaos_tests.faults.disk import fill, unfill
+from rafka.log.batch import decode_records, iter_batches
+from rafka.log.config import LogConfig
+from rafka.log.errors import StorageError
+from rafka.log.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
 
-from chaos_tests.faults.disk import fill, unfill
-from log.batch import decode_records, iter_batches
-from log.config import LogConfig
-from log.errors import StorageError
-from log.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
 from tests.tmpfs import mounted_tmpfs
 
 from .conftest import make_batch

@@ -12,10 +12,9 @@ import logging
 import os
 
 import pytest
-
-from log import compaction
-from log.batch import decode_records, iter_batches
-from log.errors import RecordTooLargeError
+from rafka.log import compaction
+from rafka.log.batch import decode_records, iter_batches
+from rafka.log.errors import RecordTooLargeError
 
 from .conftest import T0, keyed_batch, make_batch
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from log.batch import crc_ok, decode_records, iter_batches, parse_header
-from log.config import LogConfig
-from log.errors import (
+from rafka.log.batch import crc_ok, decode_records, iter_batches, parse_header
+from rafka.log.config import LogConfig
+from rafka.log.errors import (
     CorruptBatchError,
     InvalidConfigError,
     InvalidRecordError,
@@ -121,7 +120,7 @@ def test_log_append_time_several_batches_caller_bytes_untouched(open_log, clock)
 
 
 def test_segment_writev_continues_short_writes_and_many_parts(open_log, monkeypatch):
-    import log.segment as segment_mod
+    import rafka.log.segment as segment_mod
 
     log = open_log()
     real = os.writev

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
-
-from log.batch import parse_header
-from log.errors import (
+from rafka.log.batch import parse_header
+from rafka.log.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
-from log.producer_state import ProducerStateManager, last_sequence
+from rafka.log.producer_state import ProducerStateManager, last_sequence
 
 from .conftest import make_batch
 

@@ -7,10 +7,9 @@ import os
 import random
 
 import pytest
-
-from log.batch import decode_records, iter_batches
-from log.errors import CorruptSegmentError
-from log.partition_log import CLEAN_SHUTDOWN_FILE
+from rafka.log.batch import decode_records, iter_batches
+from rafka.log.errors import CorruptSegmentError
+from rafka.log.partition_log import CLEAN_SHUTDOWN_FILE
 
 from .conftest import make_batch
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from log.errors import OffsetOutOfRangeError
+from rafka.log.errors import OffsetOutOfRangeError
 
 from .conftest import T0, make_batch
 

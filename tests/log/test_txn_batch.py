@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-
-from log.batch import (
+from rafka.log.batch import (
     CONTROL_ABORT,
     CONTROL_BIT,
     CONTROL_COMMIT,
@@ -19,7 +18,7 @@ from log.batch import (
     decode_records,
     parse_header,
 )
-from log.errors import CorruptBatchError
+from rafka.log.errors import CorruptBatchError
 
 from .conftest import T0
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from log.batch import decode_records, iter_batches
-from log.compaction import compact
-from log.partition_log import PartitionLog
+from rafka.log.batch import decode_records, iter_batches
+from rafka.log.compaction import compact
+from rafka.log.partition_log import PartitionLog
 
 from .conftest import T0, keyed_batch
 from .test_txn_log import Producers

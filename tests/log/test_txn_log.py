@@ -4,15 +4,14 @@ followers, recovery, truncation and retention."""
 from __future__ import annotations
 
 import pytest
-
-from log.batch import build_control_batch
-from log.errors import (
+from rafka.log.batch import build_control_batch
+from rafka.log.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     TransactionCoordinatorFencedError,
 )
-from log.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
-from log.txn_index import ENTRY_SIZE, AbortedTxn
+from rafka.log.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
+from rafka.log.txn_index import ENTRY_SIZE, AbortedTxn
 
 from .conftest import T0, make_batch
 

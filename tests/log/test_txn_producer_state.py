@@ -5,15 +5,14 @@ from __future__ import annotations
 import msgpack
 import pytest
 from crc32c import crc32c
-
-from log.batch import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch, parse_header
-from log.errors import (
+from rafka.log.batch import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch, parse_header
+from rafka.log.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
 )
-from log.producer_state import CompletedTxn, ProducerStateManager
+from rafka.log.producer_state import CompletedTxn, ProducerStateManager
 
 from .conftest import T0, make_batch
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from log.config import LogConfig
-from log.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
+from rafka.log.config import LogConfig
+from rafka.log.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
 
 from .conftest import T0, make_batch
 from .test_txn_log import Producers

@@ -5,8 +5,7 @@ from __future__ import annotations
 import msgpack
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-
-from metadata import (
+from rafka.metadata import (
     ConfigRecord,
     FenceBroker,
     GroupAssignment,

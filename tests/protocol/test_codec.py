@@ -6,9 +6,8 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from broker import errors
-from broker.protocol import (
+from rafka.broker import errors
+from rafka.broker.protocol import (
     NEED_DATA,
     ApiKey,
     ClientProtocol,

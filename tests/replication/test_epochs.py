@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from broker.replication.epochs import (
+from rafka.broker.replication.epochs import (
     EpochEndOffset,
     EpochTable,
     Truncation,

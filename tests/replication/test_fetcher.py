@@ -14,22 +14,21 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-
-from broker.errors import ErrorCode
-from broker.protocol import (
+from rafka.broker.errors import ErrorCode
+from rafka.broker.protocol import (
     NEED_DATA,
     ApiKey,
     FrameDecoder,
     decode_request,
     encode_response_head,
 )
-from broker.replication.epochs import find_divergence
-from broker.replication.fetcher import ReplicaFetcherManager
-from broker.replication.state import AlterPartitionRequest, LeaderState, validate_leader_epoch
-from client.connection import Connection
-from log.batch import build_batch
-from log.config import LogConfig
-from log.partition_log import PartitionLog
+from rafka.broker.replication.epochs import find_divergence
+from rafka.broker.replication.fetcher import ReplicaFetcherManager
+from rafka.broker.replication.state import AlterPartitionRequest, LeaderState, validate_leader_epoch
+from rafka.client.connection import Connection
+from rafka.log.batch import build_batch
+from rafka.log.config import LogConfig
+from rafka.log.partition_log import PartitionLog
 
 TP = ("t", 0)
 

@@ -4,7 +4,8 @@ under load ~10 on 2 cores)."""
 
 from __future__ import annotations
 
-from kraft import controller as ctl
+from rafka.kraft import controller as ctl
+
 from tests.kraft.test_controller import World
 
 

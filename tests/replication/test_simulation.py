@@ -20,10 +20,9 @@ import random
 from dataclasses import dataclass, field
 
 import pytest
-
-from broker.errors import ErrorCode
-from broker.replication.epochs import EpochTable, find_divergence, truncation_offset
-from broker.replication.state import (
+from rafka.broker.errors import ErrorCode
+from rafka.broker.replication.epochs import EpochTable, find_divergence, truncation_offset
+from rafka.broker.replication.state import (
     AlterPartitionRequest,
     LeaderState,
 )

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from broker.errors import ErrorCode
-from broker.replication.state import (
+from rafka.broker.errors import ErrorCode
+from rafka.broker.replication.state import (
     AlterPartitionRequest,
     HighWatermarkAdvanced,
     IsrChanged,

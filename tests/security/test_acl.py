@@ -9,20 +9,19 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from broker.errors import ErrorCode
-from broker.protocol import ApiKey, Request
-from kraft.acl_admin import decide_create_acls, decide_delete_acls
-from metadata import (
+from rafka.broker.errors import ErrorCode
+from rafka.broker.protocol import ApiKey, Request
+from rafka.kraft.acl_admin import decide_create_acls, decide_delete_acls
+from rafka.metadata import (
     MetadataDelta,
     MetadataImage,
     image_to_records,
     record_from_dict,
     records_to_image,
 )
-from metadata.security import AclCreated, AclEntry, AclRemoved
-from security.acl import CLUSTER_NAME, Authorizer, validate_entry
-from security.authz import authorizing_dispatch
+from rafka.metadata.security import AclCreated, AclEntry, AclRemoved
+from rafka.security.acl import CLUSTER_NAME, Authorizer, validate_entry
+from rafka.security.authz import authorizing_dispatch
 
 
 def allow(principal, rtype, name, op, pattern="literal", host="*"):
@@ -138,7 +137,7 @@ def test_acl_fold_is_split_invariant(recs, cut):
 
 class StubImage:
     def __init__(self, entries):
-        from metadata.security import AclsImage
+        from rafka.metadata.security import AclsImage
 
         self.acls = AclsImage(frozenset(entries))
 

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 import trio
+from rafka.broker.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+from rafka.client.aio import AsyncAdmin, AsyncConsumer
 
-from broker.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
-from client.aio import AsyncAdmin, AsyncConsumer
 from tests.security.test_secured_broker import (
     ROOT,
     create_topic,
@@ -28,7 +28,7 @@ from tests.security.test_secured_broker import (
 
 
 def rafka(*args: str, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "client.cli", *args], input=stdin, text=True,
+    return subprocess.run([sys.executable, "-m", "rafka.client.cli", *args], input=stdin, text=True,
                           capture_output=True, timeout=120, cwd=ROOT, env={**os.environ, **(env or {})})
 
 

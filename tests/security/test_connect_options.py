@@ -9,15 +9,14 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-
-from client.cli import main
-from client.connect_options import (
+from rafka.client.cli import main
+from rafka.client.connect_options import (
     client_settings,
     connection_options,
     read_properties,
     settings_from_properties,
 )
-from security.client import ClientSecurity, ambient_security
+from rafka.security.client import ClientSecurity, ambient_security
 
 
 def test_read_properties_as_java_does():

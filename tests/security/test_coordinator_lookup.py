@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 import trio
+from rafka.client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
+from rafka.client.aio.security_admin import create_acls, describe_acls, upsert_scram_credential
+from rafka.client.types import TopicPartition
 
-from client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
-from client.aio.security_admin import create_acls, describe_acls, upsert_scram_credential
-from client.types import TopicPartition
 from tests.security.test_secured_broker import create_topic, leaf, running_node, secured
 
 pytestmark = pytest.mark.timeout(300)

@@ -36,9 +36,8 @@ from typing import Any
 
 import msgpack
 import trio
-
-from broker.errors import ErrorCode, RafkaError
-from broker.protocol import (
+from rafka.broker.errors import ErrorCode, RafkaError
+from rafka.broker.protocol import (
     NEED_DATA,
     SCHEMAS,
     ApiKey,
@@ -48,9 +47,10 @@ from broker.protocol import (
     decode_response,
     validate_request,
 )
-from client.aio import AsyncAdmin, AsyncConsumer
-from security.client import ClientSecurity
-from spark_source.wire import BlockingConnection
+from rafka.client.aio import AsyncAdmin, AsyncConsumer
+from rafka.security.client import ClientSecurity
+from rafka.spark_source.wire import BlockingConnection
+
 from tests.security.test_secured_broker import (
     create_topic,
     end_offset,

@@ -10,24 +10,24 @@ from types import SimpleNamespace
 
 import pytest
 import trio
-
-from broker.config import ConfigError, parse_config
-from broker.errors import (
+from rafka.broker.config import ConfigError, parse_config
+from rafka.broker.errors import (
     IllegalSaslStateError,
     NetworkException,
     RafkaError,
     TlsHandshakeFailedError,
 )
-from broker.protocol import ApiKey, Request
-from broker.server import FileSlice, Reply, Server
-from client.connection import connect
-from kraft.scram_admin import decide_scram
-from metadata import MetadataImage
-from metadata.image import BrokerRegistration
-from security.certs import CertAuthority, write_node_files
-from security.client import ClientSecurity
-from security.listener import ListenerSecurity, SecurityConfig, node_bypass, parse_security
-from security.peer_pool import PeerPool
+from rafka.broker.protocol import ApiKey, Request
+from rafka.broker.server import FileSlice, Reply, Server
+from rafka.client.connection import connect
+from rafka.kraft.scram_admin import decide_scram
+from rafka.metadata import MetadataImage
+from rafka.metadata.image import BrokerRegistration
+from rafka.security.certs import CertAuthority, write_node_files
+from rafka.security.client import ClientSecurity
+from rafka.security.listener import ListenerSecurity, SecurityConfig, node_bypass, parse_security
+from rafka.security.peer_pool import PeerPool
+
 from tests.security.test_listener import CREDS, ask, dispatch
 
 LONG_AGO = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
@@ -165,7 +165,7 @@ def test_inter_broker_config(pki, tmp_path):
 
 
 def test_node_user_names_are_reserved():
-    from security.scram import derive_credential
+    from rafka.security.scram import derive_credential
 
     def upsert(user: str) -> dict:
         c = derive_credential("SCRAM-SHA-256", "pw")

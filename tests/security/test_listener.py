@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 import trio
-
-from broker.errors import (
+from rafka.broker.errors import (
     FrameTooLargeError,
     IllegalSaslStateError,
     NetworkException,
@@ -16,13 +15,13 @@ from broker.errors import (
     TlsRequiredError,
     UnsupportedSaslMechanismError,
 )
-from broker.protocol import ApiKey
-from broker.server import Server
-from client.connection import connect
-from security.certs import CertAuthority, write_node_files
-from security.client import ClientSecurity
-from security.listener import ListenerSecurity, SecurityConfig
-from security.scram import derive_credential
+from rafka.broker.protocol import ApiKey
+from rafka.broker.server import Server
+from rafka.client.connection import connect
+from rafka.security.certs import CertAuthority, write_node_files
+from rafka.security.client import ClientSecurity
+from rafka.security.listener import ListenerSecurity, SecurityConfig
+from rafka.security.scram import derive_credential
 
 CREDS = {("SCRAM-SHA-256", "alice"): derive_credential("SCRAM-SHA-256", "alice-pw"),
          ("SCRAM-SHA-512", "alice"): derive_credential("SCRAM-SHA-512", "alice-pw")}
@@ -211,8 +210,8 @@ async def _refused(port: int) -> bytes:
 
 
 async def test_connection_limits_per_ip_and_per_node():
-    from broker.server import ServerLimits
-    from security.connections import ConnectionCounter
+    from rafka.broker.server import ServerLimits
+    from rafka.security.connections import ConnectionCounter
 
     async with trio.open_nursery() as nursery:
         one = Server(dispatch, "127.0.0.1", 0, ServerLimits(max_connections_per_ip=2))
@@ -253,7 +252,7 @@ async def test_a_trickling_unauthenticated_connection_is_closed_by_the_deadline(
     """A client that sends a valid frame one byte at a time never gets to finish it: the
     authentication deadline closes the connection first (no time is asserted: the frame is
     long enough that only the deadline can end it before it is complete)."""
-    from broker.protocol import ClientProtocol
+    from rafka.broker.protocol import ClientProtocol
 
     _cid, frame = ClientProtocol("slowloris").send(ApiKey.SASL_HANDSHAKE,
                                                    {"mechanism": "SCRAM-SHA-256" + " " * 200})

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from security.quota import QuotaBook, RateTracker
+from rafka.security.quota import QuotaBook, RateTracker
 
 
 def test_under_the_quota_nothing_is_throttled():

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 
 import trio
+from rafka.client.aio import AsyncAdmin, AsyncProducer
+from rafka.client.aio.quota_admin import client_quota_usage, describe_client_quotas
 
-from client.aio import AsyncAdmin, AsyncProducer
-from client.aio.quota_admin import client_quota_usage, describe_client_quotas
 from tests.security.test_authorizer_broker import rafka
 from tests.security.test_secured_broker import create_topic, running_node
 

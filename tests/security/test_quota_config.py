@@ -10,21 +10,21 @@ import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from broker.errors import ErrorCode
-from broker.handlers.security_api import describe_client_quotas
-from broker.protocol import NEED_DATA, ApiKey, ClientProtocol, Request, validate_request
-from broker.server import Reply, Server
-from kraft.quota_admin import decide_alter_client_quotas
-from metadata import (
+from rafka.broker.errors import ErrorCode
+from rafka.broker.handlers.security_api import describe_client_quotas
+from rafka.broker.protocol import NEED_DATA, ApiKey, ClientProtocol, Request, validate_request
+from rafka.broker.server import Reply, Server
+from rafka.kraft.quota_admin import decide_alter_client_quotas
+from rafka.metadata import (
     MetadataImage,
     image_to_records,
     record_from_dict,
     records_to_image,
 )
-from metadata.quotas import DEFAULT, ClientQuota, entity_key
-from security.quota import QuotaBook
-from security.throttle import ClientQuotas
+from rafka.metadata.quotas import DEFAULT, ClientQuota, entity_key
+from rafka.security.quota import QuotaBook
+from rafka.security.throttle import ClientQuotas
+
 from tests.metadata.test_fold import fold
 
 USERS = [None, "User:alice", "User:bob", DEFAULT]

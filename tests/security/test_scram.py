@@ -4,9 +4,8 @@ every way the exchange must fail — with a named error, never a crash."""
 import base64
 
 import pytest
-
-from broker.errors import SaslAuthenticationFailedError
-from security.scram import (
+from rafka.broker.errors import SaslAuthenticationFailedError
+from rafka.security.scram import (
     MAX_ITERATIONS,
     ScramClient,
     ScramCredential,

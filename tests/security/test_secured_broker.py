@@ -17,18 +17,17 @@ from pathlib import Path
 
 import pytest
 import trio
-
-from broker.cluster import RAFT_PORT_OFFSET, free_port_block
-from broker.errors import (
+from rafka.broker.cluster import RAFT_PORT_OFFSET, free_port_block
+from rafka.broker.errors import (
     InvalidReplicationFactorError,
     RafkaError,
     SaslAuthenticationFailedError,
     TlsHandshakeFailedError,
     TlsRequiredError,
 )
-from client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
-from client.types import TopicPartition
-from security.certs import CertAuthority, write_node_files
+from rafka.client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
+from rafka.client.types import TopicPartition
+from rafka.security.certs import CertAuthority, write_node_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +58,7 @@ protocol = "SASL_SSL"
 "ssl.keyfile" = "{files.keyfile}"
 {extra}
 """)
-    proc = subprocess.Popen([sys.executable, "-m", "broker.node", "--config", str(cfg)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "rafka.broker.node", "--config", str(cfg)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "stderr", "wb"),
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:

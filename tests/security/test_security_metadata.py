@@ -9,21 +9,21 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from broker.config import ConfigError, parse_config
-from broker.errors import ErrorCode
-from broker.handlers.security_api import describe_user_scram_credentials
-from kraft.scram_admin import decide_scram
-from metadata import (
+from rafka.broker.config import ConfigError, parse_config
+from rafka.broker.errors import ErrorCode
+from rafka.broker.handlers.security_api import describe_user_scram_credentials
+from rafka.kraft.scram_admin import decide_scram
+from rafka.metadata import (
     MetadataImage,
     image_to_records,
     record_from_dict,
     records_to_image,
 )
-from metadata.records import RegisterBroker
-from metadata.security import UserScramCredential, UserScramCredentialRemoved
-from security.certs import CertAuthority, write_node_files
-from security.scram import derive_credential
+from rafka.metadata.records import RegisterBroker
+from rafka.metadata.security import UserScramCredential, UserScramCredentialRemoved
+from rafka.security.certs import CertAuthority, write_node_files
+from rafka.security.scram import derive_credential
+
 from tests.metadata.test_fold import fold
 
 USERS = ["alice", "bob", "c,=d"]

@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from broker.cluster import free_port_block
+from rafka.broker.cluster import free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
 JAVA17 = "/usr/lib/jvm/java-17-openjdk-amd64"
@@ -50,8 +49,7 @@ def spark() -> Iterator[object]:
     pytest.importorskip("pyspark", reason="PySpark is not installed (pip install '.[spark]')")
     spark_env()
     from pyspark.sql import SparkSession
-
-    from spark_source import RafkaDataSource
+    from rafka.spark_source import RafkaDataSource
 
     session = (SparkSession.builder.master("local[2]").appName("rafka-spark-tests")
                .config("spark.ui.enabled", "false")
@@ -67,7 +65,7 @@ def spark() -> Iterator[object]:
 
 
 def _rafka(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "client.cli", *args]
+    cmd = [sys.executable, "-m", "rafka.client.cli", *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
@@ -78,7 +76,7 @@ def bootstrap() -> Iterator[str]:
     if given:
         yield given
         return
-    if importlib.util.find_spec("broker.cli") is None:
+    if importlib.util.find_spec("rafka.broker.cli") is None:
         pytest.skip("no broker yet: `rafka cluster up` (broker/cli.py) is not there")
     # not under pytest's basetemp: concurrent pytest sessions prune old basetemp dirs
     data_dir = Path(tempfile.mkdtemp(prefix="rafka-spark-cluster-"))

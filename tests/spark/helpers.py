@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Any
 
-from client import Admin, Consumer, Producer, TopicPartition
+from rafka.client import Admin, Consumer, Producer, TopicPartition
 
 __all__ = ["create_topic", "produce", "consume_all", "Feeder", "stream_options"]
 

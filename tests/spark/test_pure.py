@@ -9,8 +9,7 @@ import json
 import random
 
 import pytest
-
-from spark_source.offsets import (
+from rafka.spark_source.offsets import (
     OffsetRange,
     admit,
     backlog,
@@ -21,7 +20,7 @@ from spark_source.offsets import (
     split_ranges,
     to_json_offset,
 )
-from spark_source.options import OptionError, parse_sink_options, parse_source_options
+from rafka.spark_source.options import OptionError, parse_sink_options, parse_source_options
 
 BASE = {"bootstrap.servers": "127.0.0.1:9092"}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rafka.broker.cluster import free_port_block
 
-from broker.cluster import free_port_block
 from tests.spark.conftest import _rafka, wait_for
 from tests.spark.helpers import Feeder, create_topic, stream_options
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def _leader(bootstrap: str, topic: str, partition: int) -> int:
-    from client import Admin
+    from rafka.client import Admin
 
     with Admin(bootstrap_servers=bootstrap) as admin:
         for p in admin.describe_topic(topic).partitions:

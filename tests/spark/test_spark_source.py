@@ -203,7 +203,7 @@ def _stream_once(spark: Any, opts: dict[str, str], tmp_path: Path) -> Any:
 
 def test_fail_on_data_loss_deleted_topic(spark: Any, bootstrap: str, topic_name: str,
                                          tmp_path: Path) -> None:
-    from client import Admin
+    from rafka.client import Admin
 
     create_topic(bootstrap, topic_name, 2)
     produce(bootstrap, topic_name, 20)
@@ -237,7 +237,7 @@ def test_fail_on_data_loss_retention(spark: Any, bootstrap: str, topic_name: str
     produce(bootstrap, topic_name, 30_000, partitions=1, start=10)  # several segments
 
     def log_start() -> int:
-        from client import Admin, TopicPartition
+        from rafka.client import Admin, TopicPartition
 
         with Admin(bootstrap_servers=bootstrap) as admin:
             tp = TopicPartition(topic_name, 0)

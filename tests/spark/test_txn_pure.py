@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from log.batch import build_batch, build_control_batch, iter_batches, stamp
-from spark_source.fetch import read_range
-from spark_source.offsets import OffsetRange
-from spark_source.options import OptionError, parse_source_options
+from rafka.log.batch import build_batch, build_control_batch, iter_batches, stamp
+from rafka.spark_source.fetch import read_range
+from rafka.spark_source.offsets import OffsetRange
+from rafka.spark_source.options import OptionError, parse_source_options
 
 BASE = {"bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
 
