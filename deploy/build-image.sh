@@ -49,12 +49,13 @@ BASE_TAR=$CACHE/base-$BASE_KEY.tar
 DEPS=$(cd "$ROOT" && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))')
 DEPS_KEY=$( { echo "$BASE_KEY layout-2"; echo "$DEPS"; } | sha)
 DEPS_TAR=$CACHE/deps-$DEPS_KEY.tar
-# every file that goes into the wheel (the packages of pyproject.toml) + this script
+# every file that goes into the wheel (the packages of setup.py) + this script
 SHIM_SRC=$ROOT/chaos_tests/backends/faketime_fix.c   # also hashed below (under chaos_tests)
 SHIM=/usr/local/lib/rafka/faketime_fix.so
 FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
-SRC_KEY=$( cd "$ROOT" && { echo "$DEPS_KEY"; cat pyproject.toml deploy/build-image.sh;
-    git ls-files -co --exclude-standard -- kraft metadata log broker client spark_source chaos_tests |
+SRC_KEY=$( cd "$ROOT" && { echo "$DEPS_KEY"; cat pyproject.toml setup.py deploy/build-image.sh;
+    git ls-files -co --exclude-standard -- rafka kraft metadata log broker client spark_source \
+        chaos_tests security |
         grep -v -E '/tests/|\.pyc$' | sort | xargs sha256sum; } | sha)
 
 if [[ $FORCE == 0 ]] &&
@@ -123,7 +124,10 @@ wheel=$(ls "$WORK"/dist/rafka-*.whl)
 cp "$wheel" "$ROOTFS/tmp/"
 in_root "$VENV/bin/pip" install -q --no-index --no-deps --disable-pip-version-check "/tmp/$(basename "$wheel")"
 rm -f "$ROOTFS"/tmp/*.whl
-in_root "$VENV/bin/python" -c 'import chaos_tests.echo_node, client.cli'
+# the namespace (setup.py package_dir: the card's folders install as rafka.<folder>) and the
+# `rafka` console script must work in the image, not only in the repo's editable install
+in_root "$VENV/bin/python" -c 'import rafka.chaos_tests.echo_node, rafka.client.cli, rafka.security.listener'
+say "in the image: $(in_root "$VENV/bin/rafka" --version)"
 # libfaketime 0.9.10 + DONT_FAKE_MONOTONIC=1 breaks two monotonic waits of CPython (see the C
 # file): time.sleep fails with EINVAL, and the GIL hand-off (pthread_cond_timedwait on a
 # CLOCK_MONOTONIC condvar) wakes late, so every thread switch costs milliseconds. The harness's
