@@ -25,6 +25,10 @@ completion. An END_TXN that finds the outcome already decided (Prepare* or Compl
 producer id and epoch) cannot tell a retry from the producer's *next* transaction sent to a
 deposed coordinator that does not know it yet: it answers only after an acks=all append of its
 own (Complete*, or a re-append of the Complete* value), which a deposed leader cannot complete.
+Reads answered from memory — a KIP-890 ``verify_only``, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS
+— pass a read barrier first (``broker/read_barrier.py``, the same property: an ``acks=all``
+tombstone of the key ``[""]``), so a deposed coordinator cannot verify a partition for a
+transaction its successor has already ended (txn chaos seed 25's class).
 
 The background loop of :meth:`run` (every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)
 loads every partition this broker newly leads, resumes the completion of every id found in
@@ -51,6 +55,7 @@ from rafka.broker.controller_channel import FORWARDED_KEY
 from rafka.broker.error_map import wire_error
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.protocol import ApiKey
+from rafka.broker.read_barrier import ReadBarrier
 from rafka.broker.txn import state as S
 from rafka.broker.txn.markers import LocalHandler, MarkerWriter
 from rafka.broker.txn.state import EndStep, TxnMetadata, TxnState
@@ -142,6 +147,9 @@ class TxnCoordinator:
         self.markers = MarkerWriter(replica_manager.broker_id, lambda: self.rm.image, pool,
                                     local_markers)
         self.states: dict[int, TxnPartitionState] = {}
+        # the barrier's tombstone: "" is no transactional id (refused), the load pops nothing
+        self.barrier = ReadBarrier(replica_manager, S.encode_key(""), timeout_s=self.append_timeout_ms / 1000,
+                                   wall_clock_ms=lambda: self.wall_clock_ms())
         self._nursery: trio.Nursery | None = None
         self.handlers: dict[int, Handler] = {
             ApiKey.INIT_PRODUCER_ID: self._errors(self.init_producer_id),
@@ -268,6 +276,18 @@ class TxnCoordinator:
         for tid, md in st.txns.items():
             if md.is_prepared:  # decided by a previous coordinator, not completed
                 self._start_completion(st, tid, md)
+        return st
+
+    async def _confirmed(self, st: TxnPartitionState) -> TxnPartitionState:
+        """``st`` for a read answered from memory (verify_only, describe, list): only after a
+        read barrier (``broker/read_barrier.py``) proved this broker still leads its partition in
+        ``st``'s epoch — a deposed coordinator that does not know it yet must not answer."""
+        p = self._leader(st.index)
+        if p.leader_epoch != st.leader_epoch:
+            raise error_for(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_TOPIC}/{st.index} moved")
+        await self.barrier.confirm(p)
+        if not self._current(st):
+            raise error_for(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_TOPIC}/{st.index} moved")
         return st
 
     def _current(self, st: TxnPartitionState) -> bool:
@@ -475,7 +495,7 @@ class TxnCoordinator:
 
     async def verify(self, tid: str, pid: int, epoch: int, tps: list[TP]) -> dict[TP, ErrorCode]:
         """``verify_only``: per partition NONE / INVALID_TXN_STATE (raises NOT_COORDINATOR etc.)."""
-        st = await self._coordinator(tid)
+        st = await self._confirmed(await self._coordinator(tid))
         return S.verify_partitions(st.txns.get(tid), pid, epoch, tps)
 
     async def _add(self, tid: str, pid: int, epoch: int, tps: list[TP]) -> None:
@@ -542,7 +562,7 @@ class TxnCoordinator:
         out = []
         for tid in body["transactional_ids"][:1000]:
             try:
-                md = (await self._coordinator(tid)).txns.get(tid)
+                md = (await self._confirmed(await self._coordinator(tid))).txns.get(tid)
                 if md is None:
                     raise error_for(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"no transactional id {tid!r}")
             except RafkaError as exc:
@@ -557,10 +577,15 @@ class TxnCoordinator:
 
     async def list_transactions(self, body: dict[str, Any]) -> dict[str, Any]:
         wanted = {TxnState.from_wire_name(s) for s in body.get("states") or []}
-        out = [{"transactional_id": md.transactional_id, "producer_id": md.producer_id,
-                "producer_epoch": md.producer_epoch, "state": md.state.wire_name}
-               for st in await self._led_states() for md in st.txns.values()
-               if not wanted or md.state in wanted]
+        out = []
+        for st in await self._led_states():
+            try:
+                await self._confirmed(st)
+            except RafkaError:  # deposed (or cannot tell): its successor lists these ids
+                continue
+            out += [{"transactional_id": md.transactional_id, "producer_id": md.producer_id,
+                     "producer_epoch": md.producer_epoch, "state": md.state.wire_name}
+                    for md in st.txns.values() if not wanted or md.state in wanted]
         return {"transactions": sorted(out, key=lambda e: e["transactional_id"])}
 
 

@@ -19,7 +19,11 @@ The coordinator keeps an in-memory map key → value per offsets partition it le
 leader in a new leader epoch reads the whole (compacted) partition, synchronously (no await in
 between, so no append can interleave). A commit is appended with ``acks=all`` and enters the map
 only once it is acknowledged, so OFFSET_FETCH never returns an offset that a leader failover could
-lose.
+lose. Reads answered from the map (OFFSET_FETCH, DESCRIBE_GROUPS) first pass a read barrier
+(``broker/read_barrier.py``: an ``acks=all`` tombstone of the key ``["", "", -1]``), so a broker
+that was paused or cut off while it led the partition, and does not know yet that it was deposed,
+answers ``NOT_COORDINATOR`` instead of offsets its successor has since overwritten (txn chaos
+seed 25).
 
 Validation of OFFSET_COMMIT against this broker's metadata image (the group's membership is
 metadata, decided by the controller): a member commit (``member_epoch >= 0``) first waits
@@ -46,7 +50,8 @@ Broker seam (what the broker calls; see :class:`GroupOffsetsManager`)::
 
 It needs of the replica manager only ``get_leader(topic, partition)`` (a ``Partition`` or a raised
 wire error), ``append(partition, batch, acks)`` and ``image``; of a ``Partition``
-``leader_epoch``, ``high_watermark``, ``wait_produce(last_offset, acks)`` and ``log``
+``topic``, ``partition``, ``leader_epoch``, ``high_watermark``,
+``wait_produce(last_offset, acks, leader_epoch=None)`` and ``log``
 (``log_start_offset``, ``log_end_offset``, ``read_bytes(offset, max_bytes)``); of the publisher
 ``wait_for_offset(offset)``.
 """
@@ -64,6 +69,7 @@ import msgpack
 import trio
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.protocol import ApiKey
+from rafka.broker.read_barrier import ReadBarrier
 from rafka.kraft.groups.coordinator import assignment_body
 from rafka.log.batch import CONTROL_COMMIT, build_batch, control_type, decode_records, iter_batches
 from rafka.metadata.groups import GroupImage
@@ -279,6 +285,9 @@ class GroupOffsetsManager:
         self.metadata_wait_ms = metadata_wait_ms
         self.append_timeout_ms = append_timeout_ms
         self.caches: dict[int, OffsetsCache] = {}
+        # the barrier's tombstone: no group "" has a partition -1, the load folds it as a no-op
+        self.barrier = ReadBarrier(replica_manager, encode_key("", "", -1), timeout_s=append_timeout_ms / 1000,
+                                   wall_clock_ms=self._wall_ms)
         self.handlers: dict[int, Handler] = {
             ApiKey.OFFSET_COMMIT: self._errors(self.offset_commit),
             ApiKey.OFFSET_FETCH: self._errors(self.offset_fetch),
@@ -325,6 +334,14 @@ class GroupOffsetsManager:
                 ) from None
             raise
         return p, self._cache(n, p)
+
+    async def _confirmed(self, group_id: str) -> OffsetsCache:
+        """The group's cache, for a read: only after a read barrier (``broker/read_barrier.py``)
+        proved this broker still leads the offsets partition — a broker paused or cut off while
+        it led it would answer from a stale cache (txn chaos seed 25)."""
+        p, _ = self._coordinator(group_id)
+        await self.barrier.confirm(p)
+        return self._coordinator(group_id)[1]
 
     def _cache(self, n: int, p: _Partition) -> OffsetsCache:
         cache = self.caches.get(n)
@@ -474,7 +491,7 @@ class GroupOffsetsManager:
         return {"topics": out}
 
     async def offset_fetch(self, body: dict[str, Any]) -> dict[str, Any]:
-        _, cache = self._coordinator(body["group_id"])
+        cache = await self._confirmed(body["group_id"])
         committed = cache.group(body["group_id"])
         wanted = body.get("topics")
         if wanted is None:
@@ -513,7 +530,7 @@ class GroupOffsetsManager:
         out = []
         for gid in body["groups"][:1000]:
             try:
-                _, cache = self._coordinator(gid)
+                cache = await self._confirmed(gid)
             except RafkaError as exc:
                 out.append({"group_id": gid, "error": int(exc.code), "message": exc.message})
                 continue

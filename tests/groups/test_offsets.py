@@ -39,13 +39,15 @@ def test_encoding_round_trip_and_partitioning():
 
 
 class FakePartition:
+    topic, partition = OFFSETS_TOPIC, 0
+
     def __init__(self, plog):
         self.log = plog
         self.leader_epoch = 0
         self.high_watermark = 0
         self.leader = True
 
-    async def wait_produce(self, last_offset, acks):
+    async def wait_produce(self, last_offset, acks, leader_epoch=None):
         self.high_watermark = self.log.log_end_offset
         return ErrorCode.NONE
 

@@ -129,9 +129,10 @@ async def test_commit_writes_markers_and_the_state_record(tmp_path: Any) -> None
         assert env.markers(0) == env.markers(1) == [(pid, epoch, True)]
         d = await env.wait_state("CompleteCommit")  # Complete* may land just after the answer
         assert (d["state"], d["producer_id"], d["producer_epoch"]) == ("CompleteCommit", pid, epoch)
-        # the durable record is what a new coordinator will load
-        h, buf, pos = env.batches(TXN_STATE_TOPIC, txn_partition("tx"))[-1]
-        rec = decode_records(buf, pos)[-1]
+        # the durable record is what a new coordinator will load (the last of "tx": read
+        # barriers of the describes above append tombstones of the key "" after it)
+        rec = [r for _, buf, pos in env.batches(TXN_STATE_TOPIC, txn_partition("tx"))
+               for r in decode_records(buf, pos) if S.decode_key(r.key) == "tx"][-1]
         md = S.decode_value(S.decode_key(rec.key), rec.value)
         assert md is not None and md.state is S.TxnState.COMPLETE_COMMIT and md.producer_id == pid
         # a retry of the same END_TXN succeeds, the opposite outcome is refused
