@@ -88,11 +88,15 @@ class ErrorCode(IntEnum):
     STALE_BROKER_EPOCH = 77
     OFFSET_NOT_AVAILABLE = 78
     INVALID_RECORD = 87
+    NO_REASSIGNMENT_IN_PROGRESS = 85  # a cancel named a partition that is not moving (kraft/reassign.py)
     UNSTABLE_OFFSET_COMMIT = 88  # KIP-447: a transaction holding offsets of this partition is open
     PRODUCER_FENCED = 90
     FENCED_MEMBER_EPOCH = 110
     UNKNOWN_TOPIC_ID = 100
+    BROKER_ID_NOT_REGISTERED = 102  # decommission / unregister of an unknown broker id
     TRANSACTIONAL_ID_NOT_FOUND = 105
+    DUPLICATE_VOTER = 126  # KIP-853: add-voter of a voter (id or address) already in the quorum
+    VOTER_NOT_FOUND = 127  # KIP-853: remove-voter of an id that is not a voter
     # rafka-only
     MALFORMED_FRAME = 1000
     FRAME_TOO_LARGE = 1001

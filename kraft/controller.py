@@ -23,7 +23,8 @@ Kafka semantics followed here:
   when the topic sets ``unclean.leader.election.enable=true``;
 * ``AlterPartition`` is guarded by leader epoch and partition epoch; the new ISR must be a
   subset of the replicas, contain the leader and hold only unfenced brokers;
-* replica placement is Kafka's rack-unaware round robin with a start index and a shift;
+* replica placement is Kafka's rack-unaware round robin with a start index and a shift, over
+  the live brokers not being decommissioned (``placeable_brokers``; kraft/reassign.py);
 * preferred-leader election moves leadership back to ``replicas[0]`` when it is in the ISR
   and live.
 """
@@ -70,7 +71,9 @@ __all__ = [
     "fence_broker",
     "heartbeat",
     "leaderless_elections",
+    "live_brokers",
     "place_replicas",
+    "placeable_brokers",
     "probe_fence",
     "brokers_to_probe",
     "preferred_elections",
@@ -123,6 +126,14 @@ class ControllerState:
 def _live(image: MetadataImage, state: ControllerState | None = None) -> set[int]:
     down = state.shutting_down if state else set()
     return {b for b, r in image.cluster.brokers.items() if not r.fenced and b not in down}
+
+
+live_brokers = _live  # public name (kraft/reassign.py)
+
+
+def placeable_brokers(image: MetadataImage, state: ControllerState | None = None) -> list[int]:
+    """Live brokers new replicas may go to: not those being decommissioned (kraft/reassign.py)."""
+    return sorted(b for b in _live(image, state) if not image.cluster.brokers[b].decommissioning)
 
 
 def _unclean_ok(topic: TopicImage) -> bool:
@@ -426,8 +437,8 @@ def create_topic(
         raise error_for(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be >= 1")
     configs = dict(configs or {})
     validate_topic_configs(configs)
-    live = sorted(_live(image))
-    assignment = place_replicas(live, num_partitions, replication_factor, start_index, shift)
+    assignment = place_replicas(placeable_brokers(image), num_partitions, replication_factor,
+                                start_index, shift)
     records: list[MetadataRecord] = [Topic(name, topic_id)]
     records += [ConfigRecord("topic", name, k, v) for k, v in sorted(configs.items())]
     for p, replicas in enumerate(assignment):
@@ -454,7 +465,7 @@ def create_partitions(
             ErrorCode.INVALID_PARTITIONS, f"topic {name!r} has {cur} partitions; {count} is not more"
         )
     rf = len(t.partitions[0].replicas) if t.partitions else 1
-    assignment = place_replicas(sorted(_live(image)), count - cur, rf, start_index, shift, cur)
+    assignment = place_replicas(placeable_brokers(image), count - cur, rf, start_index, shift, cur)
     records: list[MetadataRecord] = [
         Partition(t.topic_id, cur + i, r, r, r[0]) for i, r in enumerate(assignment)
     ]

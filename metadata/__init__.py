@@ -22,6 +22,7 @@ from rafka.metadata.image import (
 from rafka.metadata.records import (
     NO_LEADER,
     RECORD_TYPES,
+    BrokerRegistrationChange,
     ConfigRecord,
     FenceBroker,
     GroupAssignment,
@@ -49,6 +50,7 @@ __all__ = [
     "NO_LEADER",
     "RECORD_TYPES",
     "BrokerRegistration",
+    "BrokerRegistrationChange",
     "ClusterDelta",
     "ClusterImage",
     "ConfigRecord",

@@ -42,6 +42,7 @@ from rafka.metadata.image import (
 )
 from rafka.metadata.quotas import QUOTA_RECORD_TYPES, QuotasDelta
 from rafka.metadata.records import (
+    BrokerRegistrationChange,
     ConfigRecord,
     FenceBroker,
     LeaderChange,
@@ -86,9 +87,17 @@ def apply_partition_change(
         if change.leader_recovery_state is None
         else change.leader_recovery_state
     )
+    # reassignment fields stay within the replicas (a change of the replicas alone trims them)
+    adding = reg.adding_replicas if change.adding_replicas is None else tuple(change.adding_replicas)
+    removing = reg.removing_replicas if change.removing_replicas is None else tuple(change.removing_replicas)
+    adding = tuple(r for r in adding if r in replicas)
+    removing = tuple(r for r in removing if r in replicas)
+    throttle = reg.throttle_bytes_per_s if change.throttle_bytes_per_s is None else change.throttle_bytes_per_s
     leader_changed = leader != reg.leader
     changed = leader_changed or isr != reg.isr or replicas != reg.replicas
     changed = changed or recovery != reg.leader_recovery_state
+    changed = changed or (adding, removing, throttle) != (
+        reg.adding_replicas, reg.removing_replicas, reg.throttle_bytes_per_s)
     if not changed:
         return reg
     return PartitionRegistration(
@@ -98,6 +107,9 @@ def apply_partition_change(
         leader_epoch=reg.leader_epoch + 1 if leader_changed else reg.leader_epoch,
         partition_epoch=reg.partition_epoch + 1,
         leader_recovery_state=recovery,
+        adding_replicas=adding,
+        removing_replicas=removing,
+        throttle_bytes_per_s=throttle,
     )
 
 
@@ -114,6 +126,8 @@ class ClusterDelta:
     def replay(self, record: MetadataRecord, offset: int) -> None:
         if isinstance(record, RegisterBroker):
             epoch = offset if record.broker_epoch < 0 else record.broker_epoch
+            cur = self._get(record.broker_id)  # a decommission outlives a re-registration
+            decommissioning = record.decommissioning or (cur is not None and cur.decommissioning)
             self.changed[record.broker_id] = BrokerRegistration(
                 broker_id=record.broker_id,
                 epoch=epoch,
@@ -123,7 +137,13 @@ class ClusterDelta:
                 rack=record.rack,
                 fenced=record.fenced,
                 secure_listener=record.secure_listener,
+                decommissioning=decommissioning,
             )
+        elif isinstance(record, BrokerRegistrationChange):
+            cur = self._get(record.broker_id)
+            if (cur is not None and record.broker_epoch in (-1, cur.epoch)
+                    and record.decommissioning is not None):
+                self.changed[record.broker_id] = replace(cur, decommissioning=record.decommissioning)
         elif isinstance(record, UnregisterBroker):
             cur = self._get(record.broker_id)
             if cur is not None and record.broker_epoch in (-1, cur.epoch):
@@ -212,13 +232,17 @@ class TopicsDelta:
             d = self._draft(record.topic_id)
             if d is None:
                 return
+            replicas = tuple(record.replicas)
             d.partitions[record.partition] = PartitionRegistration(
-                replicas=tuple(record.replicas),
+                replicas=replicas,
                 isr=tuple(record.isr),
                 leader=record.leader,
                 leader_epoch=record.leader_epoch,
                 partition_epoch=record.partition_epoch,
                 leader_recovery_state=record.leader_recovery_state,
+                adding_replicas=tuple(r for r in record.adding_replicas if r in replicas),
+                removing_replicas=tuple(r for r in record.removing_replicas if r in replicas),
+                throttle_bytes_per_s=record.throttle_bytes_per_s,
             )
             d.changed_partitions.add(record.partition)
         elif isinstance(record, PartitionChange):
@@ -327,7 +351,8 @@ class MetadataDelta:
             raise ValueError(f"offset {offset} not after {self.offset}")
         self.offset, self.epoch = offset, epoch
         self.record_count += 1
-        if isinstance(record, RegisterBroker | UnregisterBroker | FenceBroker | UnfenceBroker):
+        if isinstance(record, RegisterBroker | UnregisterBroker | FenceBroker | UnfenceBroker
+                      | BrokerRegistrationChange):
             self.cluster.replay(record, offset)
         elif isinstance(record, ConfigRecord):
             if record.resource_type == "topic":

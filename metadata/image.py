@@ -65,6 +65,7 @@ class BrokerRegistration:
     rack: str | None = None
     fenced: bool = True
     secure_listener: str | None = None  # "host:port" (docs/security.md)
+    decommissioning: bool = False  # no new replicas; its replicas move away (kraft/reassign.py)
 
     @property
     def id(self) -> int:
@@ -79,13 +80,33 @@ class PartitionRegistration:
     leader_epoch: int = 0
     partition_epoch: int = 0
     leader_recovery_state: int = LEADER_RECOVERED
+    # a reassignment in progress (KIP-455, kraft/reassign.py): both within ``replicas``
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+    throttle_bytes_per_s: int = 0  # the adding replicas' catch-up limit (0: none)
 
     def __post_init__(self) -> None:
         assert set(self.isr) <= set(self.replicas), (self.isr, self.replicas)
+        assert set(self.adding_replicas) <= set(self.replicas), (self.adding_replicas, self.replicas)
+        assert set(self.removing_replicas) <= set(self.replicas), (self.removing_replicas, self.replicas)
 
     @property
     def preferred_leader(self) -> int:
         return self.replicas[0] if self.replicas else NO_LEADER
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """Where a reassignment goes (the replicas themselves when none is in progress)."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """What a cancelled reassignment goes back to."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +138,9 @@ class ClusterImage:
 
     def unfenced_ids(self) -> list[int]:
         return sorted(b for b, reg in self.brokers.items() if not reg.fenced)
+
+    def decommissioning_ids(self) -> list[int]:
+        return sorted(b for b, reg in self.brokers.items() if reg.decommissioning)
 
 
 @dataclass(frozen=True, slots=True)

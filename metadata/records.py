@@ -17,6 +17,9 @@ Conventions
 * ``PartitionChange`` carries only changed fields; ``None`` means "unchanged". ``leader=-1``
   means "no leader". The fold bumps epochs as Kafka does: a leader change bumps
   ``leader_epoch`` and ``partition_epoch``; any other change bumps ``partition_epoch``.
+* Reassignment (KIP-455, ``kraft/reassign.py``): ``Partition``/``PartitionChange`` carry
+  ``adding_replicas``/``removing_replicas``/``throttle_bytes_per_s`` (fields added later: a
+  record without them reads as "no reassignment", an older reader ignores them).
 * ``RegisterBroker.broker_epoch == -1`` means "the offset of this record" (the broker epoch
   of KIP-631); snapshots write the explicit epoch and fenced state.
 * Group records (``GroupEpoch``, ``GroupMember``, ``GroupMemberRemoved``, ``GroupAssignment``,
@@ -47,6 +50,7 @@ from rafka.metadata.security import (
 )
 
 __all__ = [
+    "BrokerRegistrationChange",
     "ConfigRecord",
     "FenceBroker",
     "GroupAssignment",
@@ -103,6 +107,7 @@ class RegisterBroker(_Record):
     broker_epoch: int = -1  # -1: the offset of this record
     fenced: bool = True
     secure_listener: str | None = None  # "host:port" of its secured listener (docs/security.md)
+    decommissioning: bool = False  # snapshots: see BrokerRegistrationChange
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,20 @@ class UnregisterBroker(_Record):
     record_type: ClassVar[str] = "UnregisterBroker"
     broker_id: int
     broker_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationChange(_Record):
+    """A change of a registered broker's state other than fencing (Kafka's
+    BrokerRegistrationChangeRecord): ``decommissioning`` True — the controller places no new
+    replicas on it and moves its replicas away (``rafka broker decommission``); False — back in
+    service; None — unchanged. It survives the broker's re-registration; ``UnregisterBroker``
+    ends it."""
+
+    record_type: ClassVar[str] = "BrokerRegistrationChange"
+    broker_id: int
+    broker_epoch: int = -1  # -1: any epoch
+    decommissioning: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +172,11 @@ class Partition(_Record):
     leader_epoch: int = 0
     partition_epoch: int = 0
     leader_recovery_state: int = LEADER_RECOVERED
+    # a reassignment in progress (KIP-455; kraft/reassign.py): replicas being added / removed
+    # (both within ``replicas``) and the byte-rate limit on the adding replicas' catch-up
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+    throttle_bytes_per_s: int = 0  # 0: unthrottled
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +188,9 @@ class PartitionChange(_Record):
     isr: tuple[int, ...] | None = None
     replicas: tuple[int, ...] | None = None
     leader_recovery_state: int | None = None
+    adding_replicas: tuple[int, ...] | None = None  # reassignment fields, as in ``Partition``
+    removing_replicas: tuple[int, ...] | None = None
+    throttle_bytes_per_s: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +248,7 @@ class NoOp(_Record):
 MetadataRecord = (
     RegisterBroker
     | UnregisterBroker
+    | BrokerRegistrationChange
     | FenceBroker
     | UnfenceBroker
     | Topic
@@ -248,6 +276,7 @@ RECORD_TYPES: dict[str, type[_Record]] = {
     for cls in (
         RegisterBroker,
         UnregisterBroker,
+        BrokerRegistrationChange,
         FenceBroker,
         UnfenceBroker,
         Topic,

@@ -45,6 +45,7 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
                 broker_epoch=b.epoch,
                 fenced=b.fenced,
                 secure_listener=b.secure_listener,
+                decommissioning=b.decommissioning,
             )
         )
     for name, cfg in image.configs.brokers.items():
@@ -65,6 +66,9 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
                     leader_epoch=reg.leader_epoch,
                     partition_epoch=reg.partition_epoch,
                     leader_recovery_state=reg.leader_recovery_state,
+                    adding_replicas=reg.adding_replicas,
+                    removing_replicas=reg.removing_replicas,
+                    throttle_bytes_per_s=reg.throttle_bytes_per_s,
                 )
             )
     if image.producer_ids.next_producer_id > 0:
