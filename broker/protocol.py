@@ -78,6 +78,7 @@ class ApiKey(IntEnum):
     INIT_PRODUCER_ID = 9
     ALTER_CONFIGS = 10
     ELECT_LEADERS = 11
+    FIND_COORDINATOR = 12  # Kafka's 10 (rafka's 10 is ALTER_CONFIGS)
     # controller quorum
     BROKER_REGISTRATION = 20
     BROKER_HEARTBEAT = 21
@@ -237,6 +238,10 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # election_type 0 preferred, 1 unclean; topics None = all
     # -> {error, topics: [{name, partitions: [{partition, error, message}]}]}
     ApiKey.ELECT_LEADERS: {"election_type": int, "topics": Opt(_TP_LIST)},
+    # key_type 0 group, 1 transaction; any broker (broker/handlers/coordinator.py); each key is
+    # authorized on its own (describe on the group / transactional id)
+    # -> {error, coordinators: [{key, node_id, host, port, error, message}]}
+    ApiKey.FIND_COORDINATOR: {"key_type": int, "keys": [str]},
     # ---- controller
     # -> {error, message, broker_epoch}
     ApiKey.BROKER_REGISTRATION: {

@@ -34,11 +34,11 @@ fewer records per poll (``max_poll_records``) or raise ``max_poll_interval_ms``;
 leaves on every batch makes the whole group rebalance on every batch.
 
 Commits go to the group's coordinator: the leader of ``__consumer_offsets`` partition
-``crc32(group) % partitions`` (``kraft/groups/offsets.py``), found through METADATA; a broker
-creates that topic (as the node) when a METADATA names it and it is missing. The client's own
-CREATE_TOPICS of it stays as a harmless fallback (unneeded, and refused, on a secured cluster:
-then retried as COORDINATOR_NOT_AVAILABLE). The module also holds the small admin helpers used by
-``client/group_cli.py`` (list, describe with lag, delete, reset offsets).
+``crc32(group) % partitions`` (``kraft/groups/offsets.py``), which any broker names through
+FIND_COORDINATOR (``client/aio/coordinator.py``; the broker creates the topic, as the node, when
+it is missing). On a secured cluster that needs describe on the group, and a principal without it
+gets ``GroupAuthorizationFailedError`` at once. The module also holds the small admin helpers
+used by ``client/group_cli.py`` (list, describe with lag, delete, reset offsets).
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import ClientCore
 from rafka.client.aio.consumer import AsyncConsumer
+from rafka.client.aio.coordinator import KEY_TYPE_GROUP, coordinator_node, forget_coordinator
 from rafka.client.aio.offsets import list_offsets
 from rafka.client.connection import backoff_ms
 from rafka.client.errors import UnresolvableHostError
 from rafka.client.types import TopicPartition
-from rafka.kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
 
 __all__ = [
     "GroupMembership",
@@ -85,39 +85,12 @@ _MAX_ATTEMPTS = 20
 # --------------------------------------------------------------------------- coordinator
 
 
-async def _coordinator_node(core: ClientCore, group_id: str) -> int:
-    n = core.metadata.num_partitions(OFFSETS_TOPIC)
-    if not n:
-        await core.refresh_metadata([OFFSETS_TOPIC])
-        n = core.metadata.num_partitions(OFFSETS_TOPIC)
-    if not n:
-        live = max(1, len(core.metadata.brokers))
-        resp = await core.request_any(
-            ApiKey.CREATE_TOPICS, {"topics": [offsets_topic_spec(live)], "timeout_ms": core.request_timeout_ms}
-        )
-        code = (resp.body.get("topics") or [{}])[0].get("error", resp.body.get("error", 0))
-        if code in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED):
-            # a secured cluster: the brokers create it themselves (a METADATA naming it); this
-            # user needs no create right on it — ask again (retriable)
-            core.invalidate()
-            raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
-        if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
-            raise error_for(code, f"creating {OFFSETS_TOPIC}")
-        n = await core.wait_for_topic(OFFSETS_TOPIC, core.request_timeout_ms,  # created just now
-                                      unknown_topic_grace_ms=core.request_timeout_ms)
-    leader = core.metadata.leader(TopicPartition(OFFSETS_TOPIC, offsets_partition(group_id, n)))
-    if leader < 0:
-        core.invalidate()
-        raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no leader for the coordinator of {group_id!r}")
-    return leader
-
-
 async def coordinator_request(core: ClientCore, group_id: str, api_key: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
     """Send ``body`` to ``group_id``'s coordinator, following moves; raises the body's error."""
     last: RafkaError | None = None
     for attempt in range(_MAX_ATTEMPTS):
         try:
-            node = await _coordinator_node(core, group_id)
+            node = await coordinator_node(core, KEY_TYPE_GROUP, group_id)
             resp = await core.request_node(node, api_key, body)
             resp.raise_for_error()
             return resp.body
@@ -125,6 +98,7 @@ async def coordinator_request(core: ClientCore, group_id: str, api_key: ApiKey, 
             if exc.code not in _COORDINATOR_RETRY:
                 raise
             last = exc
+            forget_coordinator(core, KEY_TYPE_GROUP, group_id)
             core.invalidate()
             await trio.sleep(min(1.0, core.retry_backoff_ms / 1000 * (attempt + 1)))
     assert last is not None

@@ -11,13 +11,15 @@ principal and host (``Request.principal`` / ``Request.client_host``, set by the 
   (describe), METADATA (describe: unlisted topics are left out, named ones answered with
   TOPIC_AUTHORIZATION_FAILED), CREATE_TOPICS (create on the topic or the cluster),
   DELETE_TOPICS (delete), CREATE_PARTITIONS (alter), ALTER_CONFIGS (alter_configs),
-  DESCRIBE_CONFIGS (describe_configs). METADATA of the coordinator topics ``__consumer_offsets``
-  and ``__transaction_state`` is answered to any authenticated principal without describe on
-  them (it reveals their partition leaders, how a client finds its group's / transactional
-  id's coordinator: rafka has no FIND_COORDINATOR; the group and transactional-id APIs are
-  then checked on their own ids). Denied topics are taken out of the request, the rest is
-  dispatched, and each denied topic (and its partitions) comes back with
+  DESCRIBE_CONFIGS (describe_configs). The internal topics ``__consumer_offsets`` and
+  ``__transaction_state`` are topics like any other here: their METADATA needs describe on
+  them (super users and peer nodes have it). Denied topics are taken out of the request, the
+  rest is dispatched, and each denied topic (and its partitions) comes back with
   TOPIC_AUTHORIZATION_FAILED — one forbidden topic does not fail a batch for the others;
+* **per key** — FIND_COORDINATOR (the coordinator lookup, ``broker/handlers/coordinator.py``):
+  each key needs describe on its group (key type 0) or transactional id (1), as Kafka; a
+  denied key comes back with GROUP_AUTHORIZATION_FAILED / TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+  and the others are answered;
 * **whole request** — groups (heartbeat, offset commit/fetch, alter offsets: read; describe:
   describe; delete: delete) → GROUP_AUTHORIZATION_FAILED; transactional ids (INIT_PRODUCER_ID
   with an id, ADD_PARTITIONS/ADD_OFFSETS/END_TXN/TXN_OFFSET_COMMIT, a transactional PRODUCE:
@@ -34,6 +36,7 @@ api), the audit trail of docs/security.md.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
     from rafka.broker.server import Dispatch
     from rafka.metadata import MetadataImage
 
-__all__ = ["authorizing_dispatch", "TOPIC_OPERATIONS", "DENIED_CODE", "COORDINATOR_TOPICS"]
+__all__ = ["authorizing_dispatch", "TOPIC_OPERATIONS", "DENIED_CODE", "COORDINATOR_KEY_TYPES"]
 
 audit = logging.getLogger("rafka.audit")
 
@@ -73,9 +76,12 @@ _CLUSTER = {ApiKey.LIST_GROUPS: "describe", ApiKey.LIST_TRANSACTIONS: "describe"
             ApiKey.ELECT_LEADERS: "alter", ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "alter",
             ApiKey.BROKER_REGISTRATION: "cluster_action", ApiKey.BROKER_HEARTBEAT: "cluster_action",
             ApiKey.METADATA_FETCH: "cluster_action", ApiKey.ALTER_PARTITION: "cluster_action",
-            ApiKey.WRITE_TXN_MARKERS: "cluster_action"}
-# METADATA of these is answered to any authenticated principal: the coordinator lookup
-COORDINATOR_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+            ApiKey.WRITE_TXN_MARKERS: "cluster_action",
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter",  # kraft/reassign.py, as Kafka
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: "describe", ApiKey.DECOMMISSION_BROKER: "alter",
+            ApiKey.UNREGISTER_BROKER: "alter"}
+# FIND_COORDINATOR's key types -> the resource each key names (describe needed on it)
+COORDINATOR_KEY_TYPES = {0: "group", 1: "transactional_id"}
 # api keys whose names live elsewhere in the body
 _OPTIONAL_CLUSTER_KEYS = ("CREATE_ACLS", "DELETE_ACLS", "DESCRIBE_ACLS", "ALTER_CLIENT_QUOTAS",
                           "DESCRIBE_CLIENT_QUOTAS")  # quotas: as Kafka (alter/describe_configs)
@@ -93,11 +99,6 @@ class _Check:
         self.req = req
         self.principal = req.principal
         self.host = req.client_host or "*"
-
-    def coordinator_lookup(self, name: str) -> bool:
-        """METADATA of a coordinator topic by an authenticated principal (module docstring)."""
-        return (self.req.api_key == ApiKey.METADATA and name in COORDINATOR_TOPICS
-                and bool(self.principal) and self.principal != "User:ANONYMOUS")
 
     def allowed(self, operation: str, resource_type: str, name: str) -> bool:
         ok = self.auth.authorize(self.principal, self.host, operation, resource_type, name)
@@ -146,8 +147,7 @@ async def _per_topic(check: _Check, dispatch: Dispatch, req: Request, operation:
     if api == ApiKey.METADATA and topics is None:  # every topic: show only the describable
         out = await dispatch(req)
         if isinstance(out, dict) and isinstance(out.get("topics"), list):
-            out = {**out, "topics": [t for t in out["topics"] if check.coordinator_lookup(
-                t.get("name", "")) or check.auth.authorize(
+            out = {**out, "topics": [t for t in out["topics"] if check.auth.authorize(
                 check.principal, check.host, "describe", "topic", t.get("name", ""))]}
         return out
     if not isinstance(topics, list):
@@ -155,8 +155,6 @@ async def _per_topic(check: _Check, dispatch: Dispatch, req: Request, operation:
 
     def ok(t: Any) -> bool:
         name = _topic_name(t)
-        if check.coordinator_lookup(name):
-            return True
         if api == ApiKey.CREATE_TOPICS and check.auth.authorize(
                 check.principal, check.host, "create", "cluster", CLUSTER_NAME):
             return True
@@ -177,6 +175,26 @@ async def _per_topic(check: _Check, dispatch: Dispatch, req: Request, operation:
         return None
     target = out.body if hasattr(out, "body") and not isinstance(out, dict) else out
     target["topics"] = [*(target.get("topics") or []), *denied]
+    return out
+
+
+async def _per_key(check: _Check, dispatch: Dispatch, req: Request) -> Any:
+    """FIND_COORDINATOR: describe on each key's group / transactional id (module docstring)."""
+    rtype = COORDINATOR_KEY_TYPES.get(req.body.get("key_type"))  # type: ignore[arg-type]
+    if rtype is None:  # the handler names the bad key type
+        return await dispatch(req)
+    keys = req.body.get("keys") or []
+    verdict = {k: check.allowed("describe", rtype, k) for k in dict.fromkeys(keys)}
+    denied = [{"key": k, "node_id": -1, "host": None, "port": None,
+               **check.denial("describe", rtype, k)} for k in keys if not verdict[k]]
+    if not denied:
+        return await dispatch(req)
+    allowed = [k for k in keys if verdict[k]]
+    out: Any = {"error": 0, "coordinators": []}
+    if allowed:
+        out = await dispatch(dataclasses.replace(req, body={**req.body, "keys": allowed}))
+    if isinstance(out, dict) and not out.get("error"):
+        out = {**out, "coordinators": [*(out.get("coordinators") or []), *denied]}
     return out
 
 
@@ -207,7 +225,7 @@ def _whole_request(check: _Check, req: Request) -> dict[str, Any] | None:
                                        CLUSTER_NAME)
                   or check.auth.has_any_allow(check.principal, check.host, "write", "topic")):
             needs.append(("idempotent_write", "cluster", CLUSTER_NAME))
-    ruled = api in TOPIC_OPERATIONS or api in (ApiKey.INIT_PRODUCER_ID,)
+    ruled = api in TOPIC_OPERATIONS or api in (ApiKey.INIT_PRODUCER_ID, ApiKey.FIND_COORDINATOR)
     if not needs and not ruled:
         needs.append(("all", "cluster", CLUSTER_NAME))  # an API without a rule: default deny
     for operation, rtype, name in needs:
@@ -234,6 +252,8 @@ def authorizing_dispatch(dispatch: Dispatch, image_of: Callable[[], MetadataImag
         denied = _whole_request(check, req)
         if denied is not None:
             return denied
+        if req.api_key == ApiKey.FIND_COORDINATOR:
+            return await _per_key(check, dispatch, req)
         operation = TOPIC_OPERATIONS.get(req.api_key)
         if operation is None or (req.api_key == ApiKey.FETCH and req.body.get("replica_id", -1) >= 0):
             return await dispatch(req)

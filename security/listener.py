@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rafka.broker.config import ConfigError, parse_hostport
+from rafka.broker.errors import ErrorCode
 from rafka.broker.protocol import ApiKey, Request
 from rafka.security.sasl import CredentialSource
 from rafka.security.scram import MECHANISMS, ScramCredential
@@ -252,23 +253,43 @@ def image_credentials(image_of: Callable[[], MetadataImage]) -> CredentialSource
 
 def secured_dispatch(dispatch: Dispatch, image_of: Callable[[], MetadataImage]) -> Dispatch:
     """``dispatch`` for the secured listener: METADATA names each broker by its secured
-    listener (brokers without one are left out — a secured client could not reach them)."""
+    listener (brokers without one are left out — a secured client could not reach them), and
+    so does FIND_COORDINATOR (a coordinator without one is COORDINATOR_NOT_AVAILABLE)."""
+
+    def secured_address(node_id: Any) -> tuple[str, int] | None:
+        reg = image_of().cluster.brokers.get(node_id)
+        if reg is None or not reg.secure_listener:
+            return None
+        return parse_hostport(reg.secure_listener)
 
     async def run(req: Request) -> Any:
         out = await dispatch(req)
         if req.api_key == ApiKey.METADATA and isinstance(out, dict) and "brokers" in out:
-            regs = image_of().cluster.brokers
             brokers = []
             for b in out["brokers"]:
-                reg = regs.get(b["node_id"])
-                if reg is None or not reg.secure_listener:
-                    continue
-                host, port = parse_hostport(reg.secure_listener)
-                brokers.append({**b, "host": host, "port": port})
+                addr = secured_address(b["node_id"])
+                if addr is not None:
+                    brokers.append({**b, "host": addr[0], "port": addr[1]})
             out = {**out, "brokers": brokers}
+        elif req.api_key == ApiKey.FIND_COORDINATOR and isinstance(out, dict) \
+                and isinstance(out.get("coordinators"), list):
+            out = {**out, "coordinators": [_secured_coordinator(c, secured_address)
+                                           for c in out["coordinators"]]}
         return out
 
     return run
+
+
+def _secured_coordinator(entry: dict[str, Any],
+                         secured_address: Callable[[Any], tuple[str, int] | None]) -> dict[str, Any]:
+    if entry.get("error") or entry.get("node_id", -1) < 0:
+        return entry
+    addr = secured_address(entry["node_id"])
+    if addr is None:
+        return {**entry, "node_id": -1, "host": None, "port": None,
+                "error": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                "message": f"coordinator {entry['node_id']} has no secured listener"}
+    return {**entry, "host": addr[0], "port": addr[1]}
 
 
 def node_bypass(dispatch: Dispatch, authorized: Dispatch) -> Dispatch:

@@ -20,7 +20,9 @@ Theory of operation
    broker create it, as the node (``_create_internal_topics``: CREATE_TOPICS forwarded to the
    controller, authorized there as the node, bounded), so a client needs no create right on
    the internal topics (Kafka creates them itself too); a client's own CREATE_TOPICS of them
-   (unsecured clusters, older brokers) then just finds them existing;
+   (unsecured clusters, older brokers) then just finds them existing; FIND_COORDINATOR
+   (``coordinator``: the broker leading a group's / transactional id's internal partition)
+   first does the same for the internal topic of its key type;
 3. controller APIs (20–29) → this node's ``ControllerService.handlers`` if it is a controller;
    a broker-only node answers ``NOT_CONTROLLER`` with the leader it last saw.
 
@@ -37,7 +39,7 @@ from typing import Any
 import trio
 from rafka.broker.controller_channel import FORWARDED_KEY, ControllerChannel
 from rafka.broker.errors import ErrorCode, error_for
-from rafka.broker.handlers import admin, data, metadata_api, security_api, txn_data
+from rafka.broker.handlers import admin, coordinator, data, metadata_api, security_api, txn_data
 from rafka.broker.metadata_listener import MetadataPublisher
 from rafka.broker.protocol import ApiKey, Request
 from rafka.broker.replica_manager import ReplicaManager
@@ -63,6 +65,7 @@ BROKER_APIS = frozenset({
     ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS,
     ApiKey.DESCRIBE_CONFIGS, ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_PRODUCERS,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_ACLS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
+    ApiKey.FIND_COORDINATOR,
 })
 FORWARDED_APIS = frozenset({
     ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
@@ -160,6 +163,11 @@ class NodeApi:
                 await self._create_internal_topics(body["topics"])
                 image = self.publisher.image
             return metadata_api.metadata(body, image, self.cluster_id)
+        if key == ApiKey.FIND_COORDINATOR:  # the missing internal topic made as the node first
+            topic = coordinator.coordinator_topic(body)
+            if self._missing_internal([topic]):
+                await self._create_internal_topics([topic])
+            return coordinator.find_coordinator(body, self.publisher.image)
         if key == ApiKey.DESCRIBE_CONFIGS:
             return metadata_api.describe_configs(body, image, self.topic_defaults)
         if key == ApiKey.PRODUCE:

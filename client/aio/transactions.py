@@ -13,9 +13,10 @@ table (``_NEXT``) walked by the producer's calls, as Kafka's client does::
 
 The pure part — state, the partitions the coordinator has acknowledged, error classification
 (``classify``) — does no I/O and is tested without a broker. The I/O part talks to the id's
-*coordinator*: the leader of ``__transaction_state`` partition ``crc32(id) % 5``, found in the
-client's metadata (when the topic does not exist yet any broker is asked: it creates the topic
-and answers COORDINATOR_NOT_AVAILABLE). Every coordinator call is retried — coordinator
+*coordinator*: the leader of ``__transaction_state`` partition ``crc32(id) % 5``, which any broker
+names through FIND_COORDINATOR (``client/aio/coordinator.py``; the broker creates the topic when
+it does not exist yet and answers COORDINATOR_NOT_AVAILABLE meanwhile; on a secured cluster the
+lookup needs describe on the id: ``TransactionalIdAuthorizationFailedError`` otherwise). Every coordinator call is retried — coordinator
 re-found, exponential backoff — on retriable answers (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
 COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, timeouts, broken connections) for at most
 ``max(transaction_timeout_ms, request_timeout_ms)``; after that the call raises
@@ -63,6 +64,7 @@ import trio
 from rafka.broker.errors import ErrorCode, RafkaError, error_class, error_for
 from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
+from rafka.client.aio.coordinator import KEY_TYPE_TRANSACTION, coordinator_node, forget_coordinator
 from rafka.client.connection import backoff_ms
 from rafka.client.errors import (
     IllegalStateError,
@@ -295,22 +297,6 @@ class TransactionManager:
             raise IllegalTxnStateError("the transaction manager is not bound to a producer")
         return self._producer
 
-    async def _coordinator(self, core: ClientCore) -> int | None:
-        """The coordinator's broker id; None = ask any broker (no ``__transaction_state`` yet)."""
-        from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
-
-        n = core.metadata.num_partitions(TXN_STATE_TOPIC)
-        if not n or core.stale:
-            await core.refresh_metadata([TXN_STATE_TOPIC])
-            n = core.metadata.num_partitions(TXN_STATE_TOPIC)
-        if not n:
-            return None
-        leader = core.metadata.leader(TopicPartition(TXN_STATE_TOPIC, txn_partition(self.transactional_id, n)))
-        if leader < 0:
-            raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                            f"no leader for the coordinator of {self.transactional_id!r}")
-        return leader
-
     async def _call(self, api: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` to the coordinator, retried on retriable answers up to ``call_bound_ms``."""
         core = self._hooks._core
@@ -318,9 +304,8 @@ class TransactionManager:
         attempt = 0
         while True:
             try:
-                node = await self._coordinator(core)
-                resp = await (core.request_any(api, body) if node is None
-                              else core.request_node(node, api, body))
+                node = await coordinator_node(core, KEY_TYPE_TRANSACTION, self.transactional_id)
+                resp = await core.request_node(node, api, body)
                 resp.raise_for_error()
                 return resp.body
             except RafkaError as exc:
@@ -329,8 +314,9 @@ class TransactionManager:
                 if time.monotonic() >= deadline:
                     raise KafkaTimeoutError(f"{api.name} for transactional id {self.transactional_id!r} "
                                             f"did not succeed within {self.call_bound_ms} ms: {exc}") from exc
-                if exc.code != ErrorCode.CONCURRENT_TRANSACTIONS:
-                    core.invalidate()  # the coordinator may have moved
+                if exc.code != ErrorCode.CONCURRENT_TRANSACTIONS:  # the coordinator may have moved
+                    forget_coordinator(core, KEY_TYPE_TRANSACTION, self.transactional_id)
+                    core.invalidate()
             attempt += 1
             await trio.sleep(backoff_ms(attempt, self.retry_backoff_ms, 1000) / 1000)
 

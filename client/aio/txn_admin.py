@@ -9,9 +9,9 @@ transactions``; each takes an open :class:`~client.aio._core.ClientCore`.
   coordinates. The answers are merged; an id reported twice (a coordinator moving while we
   ask) keeps the entry with the higher producer epoch.
 * ``describe_transactions`` sends DESCRIBE_TRANSACTIONS to each id's coordinator — the leader of
-  ``__transaction_state`` partition ``crc32(id) % partitions`` (``broker.txn.coordinator
-  .txn_partition``). No ``__transaction_state`` topic means no transaction ever existed:
-  ``TransactionalIdNotFoundError``.
+  ``__transaction_state`` partition ``crc32(id) % partitions``, named by FIND_COORDINATOR
+  (``client/aio/coordinator.py``; describe on the id on a secured cluster). An id no coordinator
+  knows is ``TransactionalIdNotFoundError``.
 * ``describe_producers`` asks a partition's leader (DESCRIBE_PRODUCERS) for its producers:
   epoch, last sequence, and ``txn_first_offset`` (≥ 0 while that producer has an open
   transaction on the partition — what keeps the last stable offset back).
@@ -35,6 +35,7 @@ import trio
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
+from rafka.client.aio.coordinator import KEY_TYPE_TRANSACTION, coordinator_node, forget_coordinator
 from rafka.client.connection import backoff_ms
 from rafka.client.types import TopicPartition
 
@@ -127,23 +128,6 @@ async def list_transactions(core: ClientCore, states: Iterable[str] | None = Non
     return [found[k] for k in sorted(found)]
 
 
-async def _txn_coordinator(core: ClientCore, transactional_id: str) -> int:
-    from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
-
-    n = core.metadata.num_partitions(TXN_STATE_TOPIC)
-    if not n:
-        await core.refresh_metadata([TXN_STATE_TOPIC])
-        n = core.metadata.num_partitions(TXN_STATE_TOPIC)
-    if not n:
-        raise error_for(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
-                        f"transactional id {transactional_id!r} (no transaction was ever started)")
-    leader = core.metadata.leader(TopicPartition(TXN_STATE_TOPIC, txn_partition(transactional_id, n)))
-    if leader < 0:
-        raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                        f"no leader for the coordinator of transactional id {transactional_id!r}")
-    return leader
-
-
 async def describe_transactions(core: ClientCore, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
     """State, producer id/epoch, timeout, start time and partitions of each id, from its
     coordinator. Raises the first id's error that is not retriable (e.g. not found)."""
@@ -152,9 +136,13 @@ async def describe_transactions(core: ClientCore, transactional_ids: Iterable[st
 
     async def one(tid: str) -> None:
         async def ask() -> TransactionDescription:
-            node = await _txn_coordinator(core, tid)
-            resp = await core.request_node(node, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})
-            resp.raise_for_error()
+            node = await coordinator_node(core, KEY_TYPE_TRANSACTION, tid)
+            try:
+                resp = await core.request_node(node, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})
+                resp.raise_for_error()
+            except RafkaError:
+                forget_coordinator(core, KEY_TYPE_TRANSACTION, tid)  # may have moved: ask again
+                raise
             for t in resp.body.get("transactions") or []:
                 if t.get("transactional_id") == tid:
                     _check(t.get("error"), t.get("message"), f"transactional id {tid!r}")

@@ -175,31 +175,51 @@ async def test_metadata_hides_what_one_may_not_describe():
     assert [t["name"] for t in out["topics"]] == ["b"]
 
 
-async def test_coordinator_topics_metadata_for_any_authenticated_principal():
-    """The coordinator lookup (issue 14): METADATA of __consumer_offsets / __transaction_state
-    needs no ACL on them; anything else on them, or METADATA of other topics, still does."""
-    names = ["__consumer_offsets", "__transaction_state", "__other_internal", "t"]
+async def test_internal_topics_metadata_needs_describe_like_any_topic():
+    """Issue 14: the coordinator lookup is FIND_COORDINATOR now, so METADATA of
+    __consumer_offsets / __transaction_state is no longer answered to every principal; a super
+    user (and a peer node, a super user by node_bypass) still sees them."""
+    names = ["__consumer_offsets", "__transaction_state", "t"]
 
     async def all_topics(r):
         wanted = names if r.body.get("topics") is None else r.body["topics"]
         return {"brokers": [], "topics": [{"name": n, "error": 0, "partitions": []} for n in wanted]}
-    dispatch = authorizing_dispatch(all_topics, lambda: StubImage([]))
+    dispatch = authorizing_dispatch(all_topics, lambda: StubImage([allow("User:bob", "group", "g", "read")]),
+                                    ("User:admin",))
     out = await dispatch(req(ApiKey.METADATA, {"topics": names}, "User:bob"))
-    codes = {t["name"]: t["error"] for t in out["topics"]}
-    assert codes == {"__consumer_offsets": 0, "__transaction_state": 0,
-                     "__other_internal": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                     "t": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
-    listed = await dispatch(req(ApiKey.METADATA, {"topics": None}, "User:bob"))
-    assert [t["name"] for t in listed["topics"]] == ["__consumer_offsets", "__transaction_state"]
-    for principal in (None, "User:ANONYMOUS"):  # not authenticated: nothing
-        out = await dispatch(req(ApiKey.METADATA, {"topics": names[:1]}, principal))
-        assert out["topics"][0]["error"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    for api, body in [(ApiKey.CREATE_TOPICS, {"topics": [{"name": "__consumer_offsets"}]}),
-                      (ApiKey.FETCH, {"topics": [{"name": "__transaction_state", "partitions": []}]}),
-                      (ApiKey.PRODUCE, {"acks": 1, "topics": [{"name": "__consumer_offsets",
-                                                               "partitions": []}]})]:
-        out = await dispatch(req(api, body, "User:bob"))
-        assert out["topics"][0]["error"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED, api
+    assert {t["name"]: t["error"] for t in out["topics"]} == dict.fromkeys(
+        names, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    assert (await dispatch(req(ApiKey.METADATA, {"topics": None}, "User:bob")))["topics"] == []
+    listed = await dispatch(req(ApiKey.METADATA, {"topics": None}, "User:admin"))
+    assert [t["name"] for t in listed["topics"]] == names
+
+
+async def test_find_coordinator_is_authorized_per_key(caplog):
+    """Describe on each group / transactional id (read/write imply it); denied keys come back
+    with their named error, the others are answered by the broker."""
+    seen = []
+
+    async def answer(r):
+        seen.append(list(r.body["keys"]))
+        return {"error": 0, "coordinators": [{"key": k, "node_id": 1, "host": "h", "port": 1,
+                                              "error": 0, "message": None} for k in r.body["keys"]]}
+    image = StubImage([allow("User:bob", "group", "g", "read"),
+                       allow("User:bob", "transactional_id", "tx", "write")])
+    dispatch = authorizing_dispatch(answer, lambda: image)
+    with caplog.at_level("INFO", logger="rafka.audit"):
+        out = await dispatch(req(ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": ["g", "h"]}, "User:bob"))
+    codes = {c["key"]: (c["error"], c["node_id"]) for c in out["coordinators"]}
+    assert codes == {"g": (0, 1), "h": (ErrorCode.GROUP_AUTHORIZATION_FAILED, -1)}
+    assert seen == [["g"]]  # the denied key never reached the broker
+    assert "DENIED User:bob from 10.0.0.1: describe group 'h' (api FIND_COORDINATOR)" in caplog.text
+    out = await dispatch(req(ApiKey.FIND_COORDINATOR, {"key_type": 1, "keys": ["g"]}, "User:bob"))
+    assert out["coordinators"][0]["error"] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert seen == [["g"]]
+    out = await dispatch(req(ApiKey.FIND_COORDINATOR, {"key_type": 1, "keys": ["tx"]}, "User:bob"))
+    assert out["coordinators"][0]["error"] == 0 and seen[-1] == ["tx"]
+    for principal in (None, "User:ANONYMOUS"):
+        out = await dispatch(req(ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": ["g"]}, principal))
+        assert out["coordinators"][0]["error"] == ErrorCode.GROUP_AUTHORIZATION_FAILED
 
 
 @pytest.mark.parametrize("api,body,code", [
