@@ -85,6 +85,8 @@ class ApiKey(IntEnum):
     METADATA_FETCH = 22
     ALTER_PARTITION = 23
     DESCRIBE_QUORUM = 24
+    ADD_RAFT_VOTER = 25  # KIP-853 (kraft/voter_admin.py)
+    REMOVE_RAFT_VOTER = 26
     # consumer groups (coordinated by the active controller)
     CONSUMER_GROUP_HEARTBEAT = 30
     OFFSET_COMMIT = 31
@@ -285,6 +287,10 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     #     voters: [{id, raft, rpc, metadata_offset, lag}], observers: [{id, metadata_offset, lag}]}
     # local_only: a voter answers with its own metadata offset only (the leader asks each voter)
     ApiKey.DESCRIBE_QUORUM: {"local_only": Opt(bool)},
+    # to the active controller (any node forwards): one single-server change, committed
+    # -> {error, message, voters: [{id, raft, rpc, directory_id}]}
+    ApiKey.ADD_RAFT_VOTER: {"voter_id": int, "address": str},
+    ApiKey.REMOVE_RAFT_VOTER: {"voter_id": int},
     # ---- consumer groups (kraft/groups; docs in kraft/groups/offsets.py and coordinator.py)
     # to the active controller (brokers forward it). member_epoch 0 = join (member_id "" → the
     # controller picks one), -1 = leave, > 0 = heartbeat. subscribed_topics None = unchanged.

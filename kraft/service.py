@@ -109,6 +109,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import rafka.kraft.voter_admin as voter_admin  # (own line: shared import lines change often)
 import trio
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.protocol import ApiKey
@@ -242,7 +243,11 @@ class ControllerService:
         self._ids = itertools.count()
         self._observers: dict[int, int] = {}  # node id -> metadata offset seen in fetches
         self._active_changed = trio.Event()
+        self.fresh_start_pending = False  # the empty-disk guard is asking the voters (kraft/voters.py)
+        self._start: tuple[str, Any] = ("", None)  # (directory id, FreshStart | None)
         self.handlers: dict[int, Handler] = {
+            ApiKey.ADD_RAFT_VOTER: self._guard(functools.partial(voter_admin.add_raft_voter, self)),
+            ApiKey.REMOVE_RAFT_VOTER: self._guard(functools.partial(voter_admin.remove_raft_voter, self)),
             ApiKey.BROKER_REGISTRATION: self._guard(self.broker_registration),
             ApiKey.BROKER_HEARTBEAT: self._guard(self.broker_heartbeat),
             ApiKey.METADATA_FETCH: self._errors(self.metadata_fetch),
@@ -288,6 +293,7 @@ class ControllerService:
     def _build_quorum(self) -> MetadataQuorum:
         from rafka.kraft.syncobj_engine import SyncObjQuorum
 
+        dir_id, fresh = self._start
         return SyncObjQuorum(
             node_id=self.node_id,
             voters=[(vid, raft) for vid, raft, _rpc in self.voters],
@@ -295,10 +301,13 @@ class ControllerService:
             cluster_secret=self.cluster_secret,
             settings=self.settings,
             bind_address=self.raft_listener,  # the node's raft_listener (may be a wildcard)
+            directory_id=dir_id,
+            join_members=fresh.members if fresh is not None and fresh.mode == "join" else None,
         )
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         if self.quorum is None:
+            self._start = await voter_admin.prepare_data_dir(self)  # the empty-disk guard
             self.quorum = self._build_quorum()  # on the trio (main) thread: see notes
         try:
             async with trio.open_nursery() as nursery:
@@ -865,7 +874,8 @@ class ControllerService:
             out = {"leader_id": None if q0 is None else q0.leader_id(), "epoch": -1 if q0 is None else q0.epoch(),
                    "voters": [self._local_quorum_state()],
                    "node_id": self.node_id, "cluster_id": self.cluster_id,
-                   "voter_ids": [vid for vid, _raft, _rpc in self.voters]}
+                   "voter_ids": [vid for vid, _raft, _rpc in self.voters],
+                   **voter_admin.local_fields(self)}
             nonce = body.get("nonce")
             if isinstance(nonce, str) and 0 < len(nonce) <= 256:  # kraft/membership.py
                 from rafka.kraft.membership import secret_proof
@@ -890,15 +900,17 @@ class ControllerService:
                 except (OSError, RafkaError, trio.BrokenResourceError) as exc:
                     log.debug("describe quorum: voter %s unreachable: %s", vid, exc)
 
+        rows = voter_admin.voter_rows(self)  # the live voter set (add-voter / remove-voter)
+        raft_lag = q.raft_lag() if hasattr(q, "raft_lag") else {}
         async with trio.open_nursery() as n:
             for vid, _raft, rpc in self.voters:
-                if vid != self.node_id:
+                if vid != self.node_id and any(r["id"] == vid for r in rows):
                     n.start_soon(ask, vid, rpc)
         voters = []
-        for vid, raft, rpc in self.voters:  # raft: the Raft transport; rpc: its client listener
-            st = states.get(vid)
+        for row in rows:  # raft: the Raft transport; rpc: its client listener
+            st = states.get(row["id"])
             voters.append({
-                "id": vid, "raft": f"{raft[0]}:{raft[1]}", "rpc": f"{rpc[0]}:{rpc[1]}", "reachable": st is not None,
+                **row, "reachable": st is not None, "raft_lag": raft_lag.get(row["raft"], 0),
                 "metadata_offset": -1 if st is None else st["metadata_offset"],
                 "lag": None if st is None else hw - st["metadata_offset"],
                 "log_start_offset": None if st is None else st.get("log_start_offset"),

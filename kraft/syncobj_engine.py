@@ -42,10 +42,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import trio
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import TCPNode
-from rafka.broker.errors import ErrorCode, error_for
+from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.kraft.durable_journal import patched_create_journal
 from rafka.kraft.metadata_log import MetadataLog, decode_frames, encode_frame
 from rafka.kraft.quorum import (
@@ -57,9 +58,10 @@ from rafka.kraft.quorum import (
     Snapshot,
     not_controller,
 )
+from rafka.kraft.voters import VoterRegistry, WipedVoterError
 from rafka.metadata import MetadataImage
 
-__all__ = ["QuorumConfigError", "SyncObjQuorum", "raft_conf_from_settings"]
+__all__ = ["QuorumConfigError", "SyncObjQuorum", "check_cluster_secret", "raft_conf_from_settings"]
 
 log = logging.getLogger("rafka.kraft.engine")
 
@@ -86,11 +88,21 @@ def raft_conf_from_settings(settings: Mapping[str, Any], single_voter: bool = Fa
         "logCompactionMinEntries": max(2, int(settings.get("raft.compaction.min.entries", 5000))),
         "logCompactionMinTime": max(1, int(settings.get("raft.compaction.min.time.s", 300))),
         "commandsWaitLeader": False,
-        "dynamicMembershipChange": False,
+        "dynamicMembershipChange": True,  # rafka quorum add-voter / remove-voter (kraft/voters.py)
         "useFork": False,
         # a lone voter has no peer messages to wake its tick loop: tick faster
         "autoTickPeriod": 0.05 if not single_voter else 0.002,
     }
+
+
+def check_cluster_secret(voter_count: int, cluster_secret: str | None) -> None:
+    if voter_count > 1 and not cluster_secret:
+        raise QuorumConfigError(
+            f"refusing to start a {voter_count}-voter controller quorum without a cluster secret: "
+            "the Raft transport (pysyncobj) pickles its messages, so anyone who can reach a Raft "
+            "port could run code on this node. Set cluster_secret (or cluster_secret_file) to the "
+            "same value on every node."
+        )
 
 
 class _RaftNode(SyncObj):  # type: ignore[misc]
@@ -102,6 +114,10 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
     def apply_command(self, data: bytes) -> tuple[Any, ...]:
         return self._engine._apply_on_tick(data)
 
+    @replicated
+    def apply_voters(self, data: bytes) -> tuple[Any, ...]:  # the voter registry (kraft/voters.py)
+        return self._engine._apply_voters_on_tick(data)
+
 
 class SyncObjQuorum:
     def __init__(
@@ -112,20 +128,22 @@ class SyncObjQuorum:
         cluster_secret: str | None,
         settings: Mapping[str, Any] | None = None,
         bind_address: tuple[str, int] | None = None,
+        *,
+        directory_id: str = "",
+        join_members: Sequence[tuple[int, str]] | None = None,
     ) -> None:
+        """``voters``: the configured voters (id, Raft address). ``join_members``: start as a
+        joining node whose Raft peers are these current members (kraft/voters.py)."""
         settings = dict(settings or {})
         self.node_id = node_id
+        self.directory_id = directory_id
+        self.registry = VoterRegistry()  # mutated on the tick thread only
+        self._change_in_flight = False
         self._addr_to_id = {f"{h}:{p}": vid for vid, (h, p) in voters}
         self._id_to_addr = {vid: a for a, vid in self._addr_to_id.items()}
         if node_id not in self._id_to_addr:
             raise QuorumConfigError(f"node {node_id} is not among the controller voters {sorted(self._id_to_addr)}")
-        if len(voters) > 1 and not cluster_secret:
-            raise QuorumConfigError(
-                f"refusing to start a {len(voters)}-voter controller quorum without a cluster secret: "
-                "the Raft transport (pysyncobj) pickles its messages, so anyone who can reach a Raft "
-                "port could run code on this node. Set cluster_secret (or cluster_secret_file) to the "
-                "same value on every node."
-            )
+        check_cluster_secret(len(voters), cluster_secret)
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.metadata_log = MetadataLog(
@@ -156,6 +174,9 @@ class SyncObjQuorum:
         )
         self_addr = self._id_to_addr[node_id]
         others = [a for a in self._addr_to_id if a != self_addr]
+        if join_members is not None:
+            others = [a for _vid, a in join_members if a != self_addr]
+            self._addr_to_id.update({a: vid for vid, a in join_members})
         with patched_create_journal():  # main (trio) thread: the tick thread watches it
             self._node = _RaftNode(self, self_addr, others, conf)
 
@@ -176,6 +197,10 @@ class SyncObjQuorum:
         r = applied.result
         return ("ok", r.base_offset, r.last_offset, r.epoch, r.duplicate)
 
+    def _apply_voters_on_tick(self, data: bytes) -> tuple[Any, ...]:
+        refused = self.registry.apply(msgpack.unpackb(data, raw=False))
+        return ("ok",) if refused is None else ("err", refused)
+
     def _wake_trio(self, fn: Any, *args: Any) -> None:
         try:
             self._token.run_sync_soon(fn, *args)
@@ -193,6 +218,7 @@ class SyncObjQuorum:
             "raft": [[bytes(entry1[0]), entry1[1], entry1[2]], [bytes(entry0[0]), entry0[1], entry0[2]],
                      sorted(n.address for n in cluster)],
             "state": payload,
+            "voters": self.registry.to_wire(),
         }
         with open(filename, "wb") as f:
             f.write(encode_frame(obj))
@@ -208,6 +234,7 @@ class SyncObjQuorum:
         if self.metadata_log.install(obj["state"]):
             log.warning("installed a snapshot from the leader at metadata offset %s", obj["state"]["o"])
             self._wake_trio(self._on_applied)
+        self.registry = VoterRegistry.from_wire(obj.get("voters"))  # the registry as of the dump
         e1, e0, cluster = obj["raft"]
         return (tuple(e1), tuple(e0), {TCPNode(a) for a in cluster})
 
@@ -233,6 +260,7 @@ class SyncObjQuorum:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._flush_loop)
                 nursery.start_soon(self._leadership_poll_loop)
+                nursery.start_soon(self._register_loop)
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
@@ -260,7 +288,90 @@ class SyncObjQuorum:
 
     def leader_id(self) -> int | None:
         node = self._node._getLeader()
-        return None if node is None else self._addr_to_id.get(node.address)
+        return None if node is None else self.id_of(node.address)
+
+    def id_of(self, raft: str) -> int | None:
+        """The voter id at a Raft address: the registry's (kept by add-voter), else the config's."""
+        vid = self.registry.id_of(raft)
+        return vid if vid is not None else self._addr_to_id.get(raft)
+
+    # -- membership (kraft/voters.py, kraft/voter_admin.py) -----------------------------------
+
+    def members(self) -> dict[str, int | None]:
+        """The current Raft voter set as this node sees it: Raft address -> voter id."""
+        addrs = [self._node.selfNode.address] + [n.address for n in self._node.otherNodes]
+        return {a: self.id_of(a) for a in sorted(addrs)}
+
+    def is_ready(self) -> bool:
+        """Does this voter's registry show everything its Raft log holds? True once it has
+        caught up with a leader since it started, or when every entry in its log is applied
+        (e.g. a voter of a new cluster that has nothing but pysyncobj's first entry)."""
+        if self._node.isReady():
+            return True
+        last_index = self._node._SyncObj__getCurrentLogIndex()  # pysyncobj has no public name for it
+        return bool(self._node.raftLastApplied >= last_index)
+
+    def raft_lag(self) -> dict[str, int]:
+        """On the leader: Raft address -> entries the leader has that the voter lacks."""
+        st = self._node.getStatus()
+        last = int(st.get("commit_idx") or 0)
+        return {k[len("match_idx_server_"):]: max(0, last - int(v))
+                for k, v in st.items() if k.startswith("match_idx_server_")}
+
+    async def change_membership(self, op: str, raft: str) -> None:
+        """One pysyncobj single-server change ("add" / "remove" the voter at ``raft``),
+        returned once committed. The caller (the active controller) makes one at a time:
+        pysyncobj's own guard against overlapping changes is never armed (its
+        ``__changeClusterIDx`` is not set anywhere in 0.3.17)."""
+        fn = self._node.addNodeToCluster if op == "add" else self._node.removeNodeFromCluster
+        if self._change_in_flight:  # an earlier change whose waiter gave up has not committed
+            raise error_for(ErrorCode.REQUEST_TIMED_OUT, "an earlier membership change is still committing")
+        self._change_in_flight = True
+
+        def send(cb: Any) -> None:
+            def done(res: Any, err: int) -> None:  # tick thread
+                self._change_in_flight = False
+                cb(res, err)
+            fn(raft, callback=done)
+
+        _res, err = await self._submit(send)
+        if err != FAIL_REASON.SUCCESS:
+            why = {FAIL_REASON.REQUEST_DENIED: "refused (a change is still committing, or the new "
+                   "leader has not committed its first entry yet: try again)"}.get(err, f"failed (reason {err})")
+            raise not_controller(self.leader_id(), f"membership change {op} {raft} {why}") \
+                if err in (FAIL_REASON.NOT_LEADER, FAIL_REASON.LEADER_CHANGED, FAIL_REASON.MISSING_LEADER) \
+                else error_for(ErrorCode.REQUEST_TIMED_OUT, f"membership change {op} {raft} {why}")
+
+    async def update_registry(self, command: list[Any]) -> None:
+        """Propose one voter-registry command (any voter may; pysyncobj forwards it to the
+        leader) and wait until it has applied here. Raises ``InvalidRequestError`` if refused."""
+        data = msgpack.packb(command, use_bin_type=True)
+        res, err = await self._submit(lambda cb: self._node.apply_voters(data, callback=cb))
+        if err != FAIL_REASON.SUCCESS:
+            raise not_controller(self.leader_id(), f"voter registry update failed (reason {err})")
+        if res[0] == "err":
+            raise error_for(ErrorCode.INVALID_REQUEST, res[1])
+
+    async def _register_loop(self) -> None:
+        """Register this voter's directory id once it has caught up (kraft/voters.py). A
+        refusal means the registry knows another incarnation of this voter: stop."""
+        if not self.directory_id:
+            return
+        while True:
+            entry = self.registry.entries.get(self.node_id)
+            if entry is not None and entry.directory_id == self.directory_id:
+                return
+            me = self._node.selfNode.address
+            if self.is_ready() and self.leader_id() is not None:
+                try:
+                    await self.update_registry(VoterRegistry.register(self.node_id, me, self.directory_id))
+                    log.info("registered voter %s with directory %s", self.node_id, self.directory_id)
+                    return
+                except RafkaError as exc:
+                    if exc.code == ErrorCode.INVALID_REQUEST:
+                        raise WipedVoterError(f"node {self.node_id}: {exc.message}") from None
+                    log.debug("voter registration: %s (retrying)", exc)
+            await trio.sleep(0.2)
 
     def epoch(self) -> int:
         return int(self._node.raftCurrentTerm)
@@ -290,7 +401,8 @@ class SyncObjQuorum:
         while self.committed_offset() < offset:
             await self._durable.wait()
 
-    async def _submit(self, data: bytes) -> tuple[Any, int]:
+    async def _submit(self, send: Any) -> tuple[Any, int]:
+        """``send(callback)`` hands one command to pysyncobj; returns (result, FAIL_REASON)."""
         done = trio.Event()
         box: list[Any] = []
 
@@ -301,7 +413,7 @@ class SyncObjQuorum:
         def callback(res: Any, err: int) -> None:  # tick thread
             self._wake_trio(finish, res, err)
 
-        self._node.apply_command(data, callback=callback)
+        send(callback)
         await done.wait()
         return box[0]  # type: ignore[no-any-return]
 
@@ -312,7 +424,7 @@ class SyncObjQuorum:
         for _attempt in range(_PROPOSE_ATTEMPTS):
             if not self._node._isLeader():
                 raise not_controller(self.leader_id())
-            res, err = await self._submit(data)
+            res, err = await self._submit(lambda cb: self._node.apply_command(data, callback=cb))
             if err == FAIL_REASON.SUCCESS:
                 if res[0] == "err":
                     raise error_for(res[1], res[2], leader_id=self.image().quorum.leader_id)
@@ -338,6 +450,7 @@ class SyncObjQuorum:
             "metadata_durable_offset": self.metadata_log.durable_offset,
             "metadata_fsyncs": self.metadata_log.fsyncs,
             "leader_changes": self.leader_changes,
+            "raft_voters": len(self._node.otherNodes) + 1,
         }
 
 

@@ -73,6 +73,8 @@ FORWARDED_APIS = frozenset({
     ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
     ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_CLIENT_QUOTAS,
 })
+# the controller quorum itself: asked of the active controller, found for the client by any node
+QUORUM_APIS = frozenset({ApiKey.DESCRIBE_QUORUM, ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER})
 # committed offsets and group admin: served by the group's coordinator broker (kraft/groups/offsets.py)
 GROUP_BROKER_APIS = frozenset({
     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS,
@@ -132,9 +134,9 @@ class NodeApi:
         if self.txn is not None and (key in TXN_BROKER_APIS or (
                 key == ApiKey.INIT_PRODUCER_ID and body.get("transactional_id"))):
             return await self.txn.handlers[key](body)
-        if key == ApiKey.DESCRIBE_QUORUM and not body.get("local_only") and not body.get(FORWARDED_KEY):
-            # only the active controller can describe the quorum: any node finds it for the
-            # client (a broker-only node, or a voter that does not lead)
+        if key in QUORUM_APIS and not body.get("local_only") and not body.get(FORWARDED_KEY):
+            # only the active controller can describe or change the quorum: any node finds it
+            # for the client (a broker-only node, or a voter that does not lead)
             if key in self.controller:
                 out = await self.controller[key](body)
                 if out.get("error") != ErrorCode.NOT_CONTROLLER or self.channel is None:

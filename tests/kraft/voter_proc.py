@@ -34,7 +34,7 @@ async def serve_conn(stream: trio.SocketStream, svc: ControllerService) -> None:
             req = decode_request(payload, validate=False)
             try:
                 if req.api_key == RAW_PROPOSE:
-                    r = await svc.quorum.propose(Command.from_bytes(req.body["cmd"]))
+                    r = await svc._q().propose(Command.from_bytes(req.body["cmd"]))
                     body: dict[str, Any] = {"error": 0, "base_offset": r.base_offset,
                                             "last_offset": r.last_offset, "duplicate": r.duplicate}
                 else:
@@ -63,10 +63,12 @@ async def main(args: argparse.Namespace) -> None:
     svc = ControllerService(args.id, voters, me[1], args.data_dir, args.secret or None,
                             json.loads(args.settings))
     async with trio.open_nursery() as nursery:
-        await nursery.start(svc.run)
+        # serve first, as broker/node.py does: a voter on an empty disk asks the others before
+        # its quorum starts (kraft/voters.py), so they must answer while they start too
         host, port = me[2].rsplit(":", 1)
         listeners = await trio.open_tcp_listeners(int(port), host=host)
         nursery.start_soon(trio.serve_listeners, lambda s: serve_conn(s, svc), listeners)
+        await nursery.start(svc.run)
         print("READY", flush=True)
 
 
