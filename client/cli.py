@@ -361,14 +361,44 @@ def quorum_describe(bootstrap: str, as_json: bool) -> None:
     click.echo(f"leader {q.get('leader_id')}  epoch {q.get('epoch')}  high watermark {q.get('high_watermark')}")
     for v in q.get("voters") or []:
         where = f"  voter {v.get('id')}  raft {v.get('raft', '?')}  rpc {v.get('rpc', '?')}"
+        if v.get("directory_id"):
+            where += f"  dir {v['directory_id'][:8]}"
         if v.get("reachable") is False:  # a dead or cut-off voter: no offset to report
-            click.echo(f"{where}  UNREACHABLE")
+            click.echo(f"{where}  UNREACHABLE  raft lag {v.get('raft_lag')}")
             continue
         extra = f"  log start {v['log_start_offset']}" if v.get("log_start_offset") else ""
         click.echo(f"{where}  offset {v.get('metadata_offset')}  lag {v.get('lag')}{extra}")
     for o in q.get("observers") or []:
         state = "  fenced" if o.get("fenced") else ""
         click.echo(f"  broker {o.get('id')}  offset {o.get('metadata_offset')}  lag {o.get('lag')}{state}")
+
+
+@quorum.command("add-voter")
+@click.option("--id", "voter_id", type=int, required=True, help="the controller's node id")
+@click.option("--address", required=True, help="its Raft address, HOST:RAFT_PORT")
+@bootstrap_option
+@_handle_errors
+def quorum_add_voter(voter_id: int, address: str, bootstrap: str) -> None:
+    """Add a controller to the quorum (KIP-853). Start the node first: on an empty data dir it
+    waits to be added. One change at a time; docs/operations.md."""
+    from rafka.client.sync import Admin
+
+    with Admin(bootstrap) as admin:
+        voters = admin.add_raft_voter(voter_id, address)
+    click.echo(f"voter {voter_id} added; voters {sorted(v['id'] for v in voters if v.get('id') is not None)}")
+
+
+@quorum.command("remove-voter")
+@click.option("--id", "voter_id", type=int, required=True, help="the voter's node id")
+@bootstrap_option
+@_handle_errors
+def quorum_remove_voter(voter_id: int, bootstrap: str) -> None:
+    """Remove a controller from the quorum (e.g. one whose disk is lost). docs/operations.md."""
+    from rafka.client.sync import Admin
+
+    with Admin(bootstrap) as admin:
+        voters = admin.remove_raft_voter(voter_id)
+    click.echo(f"voter {voter_id} removed; voters {sorted(v['id'] for v in voters if v.get('id') is not None)}")
 
 
 add_topic_commands(topic, bootstrap_option, _handle_errors)  # alter-config, add-partitions

@@ -399,6 +399,12 @@ class Admin(_Facade[AsyncAdmin]):
     def describe_quorum(self) -> dict[str, Any]:
         return self._loop.run(self._async.describe_quorum)
 
+    def add_raft_voter(self, voter_id: int, address: str) -> list[dict[str, Any]]:
+        return self._loop.run(self._async.add_raft_voter, voter_id, address)
+
+    def remove_raft_voter(self, voter_id: int) -> list[dict[str, Any]]:
+        return self._loop.run(self._async.remove_raft_voter, voter_id)
+
     def list_offsets(self, timestamps: Mapping[TopicPartition, int], *,
                      isolation_level: int = 0) -> dict[TopicPartition, tuple[int, int]]:
         return self._loop.run(_kw(self._async.list_offsets, isolation_level=isolation_level), dict(timestamps))

@@ -315,6 +315,19 @@ class AsyncAdmin(GroupAdminApi):
         resp.raise_for_error()
         return dict(resp.body)
 
+    async def add_raft_voter(self, voter_id: int, address: str) -> list[dict[str, Any]]:
+        """Make the controller at Raft ``address`` ("host:port") voter ``voter_id`` (KIP-853;
+        docs/operations.md). Returns the new voter set."""
+        resp = await self._request(ApiKey.ADD_RAFT_VOTER, {"voter_id": voter_id, "address": address})
+        resp.raise_for_error()
+        return list(resp.body.get("voters") or [])
+
+    async def remove_raft_voter(self, voter_id: int) -> list[dict[str, Any]]:
+        """Remove voter ``voter_id`` from the controller quorum. Returns the new voter set."""
+        resp = await self._request(ApiKey.REMOVE_RAFT_VOTER, {"voter_id": voter_id})
+        resp.raise_for_error()
+        return list(resp.body.get("voters") or [])
+
     async def list_offsets(self, timestamps: Mapping[TopicPartition, int], *,
                            isolation_level: int = 0) -> dict[TopicPartition, tuple[int, int]]:
         """Raw LIST_OFFSETS: ``{tp: ts}`` (-2 earliest, -1 latest) → ``{tp: (offset, timestamp)}``;
