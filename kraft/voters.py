@@ -41,7 +41,6 @@ not recognised; the registry has no directory for it yet.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from rafka.kraft.quorum import QuorumConfigError
+from rafka.log.index import write_file_atomic
 
 __all__ = [
     "FreshStart",
@@ -100,17 +100,9 @@ def write_identity(data_dir: Path, node_id: int) -> str:
     """Create ``quorum.id`` with a new random directory id (fsynced, atomically)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     dir_id = uuid.uuid4().hex
-    tmp = data_dir / (IDENTITY_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump({"node_id": node_id, "directory_id": dir_id}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, data_dir / IDENTITY_FILE)
-    fd = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_file_atomic(data_dir / IDENTITY_FILE,
+                      json.dumps({"node_id": node_id, "directory_id": dir_id}).encode(),
+                      fsync=True, sync_dir=True)
     return dir_id
 
 
