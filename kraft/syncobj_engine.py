@@ -332,7 +332,11 @@ class SyncObjQuorum:
             def done(res: Any, err: int) -> None:  # tick thread
                 self._change_in_flight = False
                 cb(res, err)
-            fn(raft, callback=done)
+            try:
+                fn(raft, callback=done)
+            except BaseException:
+                self._change_in_flight = False
+                raise
 
         _res, err = await self._submit(send)
         if err != FAIL_REASON.SUCCESS:
