@@ -64,7 +64,12 @@ import trio
 from rafka.broker.errors import ErrorCode, RafkaError, error_class, error_for
 from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
-from rafka.client.aio.coordinator import KEY_TYPE_TRANSACTION, coordinator_node, forget_coordinator
+from rafka.client.aio.coordinator import (
+    KEY_TYPE_GROUP,
+    KEY_TYPE_TRANSACTION,
+    coordinator_node,
+    forget_coordinator,
+)
 from rafka.client.connection import backoff_ms
 from rafka.client.errors import (
     IllegalStateError,
@@ -383,7 +388,7 @@ class TransactionManager:
                            group_metadata: GroupMetadata | str) -> None:
         """ADD_OFFSETS_TO_TXN, then TXN_OFFSET_COMMIT to the group's coordinator: the offsets
         commit with the transaction (and are dropped if it aborts)."""
-        from rafka.client.groups import _coordinator_node, coordinator_request  # noqa: I001  (groups imports client.aio)
+        from rafka.client.groups import coordinator_request  # noqa: I001  (groups imports client.aio)
 
         if self.state is not TxnState.IN_TRANSACTION:
             raise self._refuse("send_offsets_to_transaction")
@@ -392,7 +397,11 @@ class TransactionManager:
             raise error_for(ErrorCode.INVALID_REQUEST, "send_offsets_to_transaction needs a group id")
         core = self._hooks._core
         try:
-            await _coordinator_node(core, gm.group_id)  # has __consumer_offsets created if missing
+            try:  # has __consumer_offsets made if missing; refused if we may not describe the group
+                await coordinator_node(core, KEY_TYPE_GROUP, gm.group_id)
+            except RafkaError as exc:
+                if not exc.retriable:
+                    raise  # still being made: ADD_OFFSETS_TO_TXN is retried until it is there
             await self._call(ApiKey.ADD_OFFSETS_TO_TXN, {**self._ids(), "group_id": gm.group_id})
             self.started = True
             topics: dict[str, list[dict[str, Any]]] = {}
