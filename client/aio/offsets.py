@@ -47,7 +47,10 @@ async def list_offsets(core: ClientCore, wanted: Mapping[TopicPartition, int], *
         for tp, ts in todo.items():
             leader = core.metadata.leader(tp)
             if leader < 0:
-                if tp.topic in core.metadata.topic_errors or (
+                code = core.metadata.topic_errors.get(tp.topic)
+                if code and code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # e.g. not authorized
+                    raise error_for(code, f"{tp.topic}-{tp.partition}: {ErrorCode(code).name.lower()}")
+                if code or (
                         tp.topic in core.metadata.topics and tp.partition not in core.metadata.topics[tp.topic]):
                     raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition} does not exist")
                 last = error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp.topic}-{tp.partition} has no leader")
