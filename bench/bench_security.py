@@ -3,7 +3,9 @@
 One node started with ``rafka cluster up --tls --auth`` serves both of its listeners: the
 plaintext main listener and the SASL_SSL one (TLS 1.2+/1.3 with the throw-away CA, SCRAM-
 SHA-256 as the super user ``admin``, the authorizer on — admin is a super user, so each
-request pays the authorizer's super-user check, not an ACL walk). The same sync clients as
+request pays the authorizer's super-user check, not an ACL walk). The main listener is behind
+the authorizer too, as ``User:ANONYMOUS`` (docs/security.md), granted read and write on the
+``plain*`` topics: its requests pay an ACL walk, the secured ones do not. The same sync clients as
 bench_foundation (``_producer_rate`` / ``_consumer_rate``: 200-byte values, acks=1, linger
 5 ms, 3 partitions) run against each listener, interleaved — plaintext then SASL_SSL in every
 repetition — so a load change on the shared machine moves both sides of a pair alike; the
@@ -39,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from rafka.client import Admin
+from rafka.client.aio import AsyncAdmin
+from rafka.client.aio.security_admin import create_acls
 from rafka.client.connection import connect
 from rafka.security.client import ClientSecurity, ambient_security
 from rafka.security.local_cluster import SECURE_PORT_OFFSET, read_admin_password
@@ -79,6 +82,20 @@ async def _handshakes_per_s(port: int, options: dict[str, Any], n: int) -> float
     return n / (time.perf_counter() - t0)
 
 
+async def _setup(bootstrap: str, options: dict[str, Any], runs: int) -> None:
+    """The topics, as admin; the main listener runs as User:ANONYMOUS behind the ACLs
+    (main.listener.authorizer): the plaintext side may read and write its own topics, as an
+    operator would allow it."""
+    async with AsyncAdmin(bootstrap, **options) as admin:
+        await create_acls(admin, [{"principal": "User:ANONYMOUS", "resource_type": "topic",
+                                   "pattern_type": "prefixed", "resource_name": "plain",
+                                   "operation": op, "permission": "allow", "host": "*"}
+                                  for op in ("read", "write")])
+        for r in range(runs):
+            for kind in ("plain", "secure"):
+                await admin.create_topic(f"{kind}{r}", PARTITIONS, 1)
+
+
 def run(runs: int = 3) -> dict[str, Any]:
     prod_r: list[float] = []
     cons_r: list[float] = []
@@ -93,10 +110,7 @@ def run(runs: int = 3) -> dict[str, Any]:
                    "sasl_plain_username": "admin",
                    "sasl_plain_password": read_admin_password(data) or "",
                    "ssl_cafile": str(data / "tls" / "ca.pem")}
-        with Admin(bootstrap_servers=plain) as admin:
-            for r in range(runs):
-                for kind in ("plain", "secure"):
-                    admin.create_topic(f"{kind}{r}", partitions=PARTITIONS, replication_factor=1)
+        trio.run(_setup, f"127.0.0.1:{secure_port}", options, runs)
         for r in range(runs):
             plain_figs = _rates(plain, f"plain{r}", pid)
             with ambient_security(options):

@@ -479,7 +479,7 @@ def _secure_ready(data_dir: Path, state: dict[str, Any], timeout_s: float, echo:
     if settings and settings.get("auth"):
         async def admin() -> None:
             with trio.fail_after(timeout_s):
-                await local_security.ensure_admin(",".join(n.client for n in state["nodes"]), data_dir)
+                await local_security.ensure_admin(state["nodes"], data_dir, settings)
 
         try:
             trio.run(admin)

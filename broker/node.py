@@ -50,6 +50,7 @@ from rafka.security.connections import ConnectionCounter
 from rafka.security.listener import (
     ListenerSecurity,
     advertised,
+    anonymous_dispatch,
     image_credentials,
     node_bypass,
     secured_dispatch,
@@ -143,7 +144,12 @@ class _Node:
                     metrics = NodeMetrics(cfg.node_id, publisher=self.publisher, replica_manager=self.rm,
                                           controller=self.controller, groups=api.groups, pool=pool)
                     dispatch = metrics.instrument(dispatch)
-                server = Server(dispatch, cfg.listener[0], cfg.listener[1], limits,
+                main_dispatch = dispatch
+                if cfg.security is not None and cfg.security.main_listener_authorizer:
+                    # nothing but clients uses it: User:ANONYMOUS behind the ACLs (security/listener.py)
+                    main_dispatch = anonymous_dispatch(dispatch, authorizing_dispatch(
+                        dispatch, lambda: self.publisher.image, cfg.security.super_users))
+                server = Server(main_dispatch, cfg.listener[0], cfg.listener[1], limits,
                                 connections=connections)
                 port = await nursery.start(server.serve)
                 secured = None

@@ -18,13 +18,15 @@ cluster, for the nodes of a chaos backend:
   Its advertised address is the listener, so METADATA asked there names every broker's
   secured listener — the clients never fall back to plaintext ports.
 * **Principals.**  Once the brokers are registered, :meth:`SecureCluster.create_principals`
-  writes, through the (private, plaintext) main listener as ``cluster up`` does: the super
+  writes, through the (private, plaintext) main listener: the super
   user ``admin`` and the workload user ``chaos`` (SCRAM-SHA-256 and -512), and ACLs for
   ``User:chaos`` that allow exactly what the workloads do — everything on topics, groups and
   transactional ids *prefixed* ``chaos-`` (every workload name is), ``describe`` and
-  ``idempotent_write`` on the cluster — nothing on the internal topics: a broker answers
-  METADATA of ``__consumer_offsets`` / ``__transaction_state`` (the coordinator lookup) to any
-  authenticated user and creates them itself (docs/security.md).
+  ``idempotent_write`` on the cluster — nothing on the internal topics: the clients find
+  their coordinators with FIND_COORDINATOR, authorized on the ``chaos-`` group / transactional
+  id, and the brokers create ``__consumer_offsets`` / ``__transaction_state`` themselves
+  (docs/security.md, "Coordinator lookup"). Without inter-broker security the main listener
+  stays open (the nodes talk there), so ``create_principals`` may use it.
   So the workloads run through the authorizer, not around it as a super user.  It then waits (bounded) until the workload user can log in and
   read METADATA on every node's secured listener: the credential is metadata and reaches each
   broker's image on its own time.

@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-A node always has its main ``listener`` (PLAINTEXT: the brokers, the controllers and the
-node's own clients talk there — keep it on a private network, docs/security.md). The optional
+A node always has its main ``listener`` (PLAINTEXT: without inter-broker security the brokers,
+the controllers and the node's own clients talk there — keep it on a private network,
+docs/security.md). The optional
 ``[security]`` table adds a second, client-facing listener with its own protocol, as Kafka's
 named listeners do::
 
@@ -21,6 +22,7 @@ named listeners do::
     authorizer = true                      # check ACLs on every API (default false)
     "super.users" = ["User:admin"]         # may do everything
     "inter.broker.security" = true         # peers talk to each other here (mutual TLS)
+    "main.listener.authorizer" = true      # default with the two above: PLAINTEXT = ANONYMOUS
 
 ``parse_security(raw, source, base)`` checks the table (a ``ConfigError`` naming the key on any
 problem) and returns a ``SecurityConfig``; ``ListenerSecurity`` is what the ``Server`` gets at
@@ -32,6 +34,14 @@ The node (``broker/node.py``) serves the secured listener with ``secured_dispatc
 registered (``RegisterBroker.secure_listener``, from ``advertised(config)``), so a secured
 client is never sent to a plaintext port — and looks credentials up with
 ``image_credentials``.
+
+The main listener under the authorizer (``"main.listener.authorizer"``, on by default when
+both ``authorizer`` and ``inter.broker.security`` are): with the peers on the secured listener,
+nothing but clients needs the plaintext one, so ``anonymous_dispatch`` puts it behind the same
+ACLs as ``User:ANONYMOUS`` — default deny — as Kafka does with a PLAINTEXT listener. An operator
+who wants it open says so (``"main.listener.authorizer" = false``, ACLs for ``User:ANONYMOUS``,
+or ``User:ANONYMOUS`` in ``super.users``). Without inter-broker security it cannot be on (the
+nodes talk there): a ``ConfigError`` says so.
 
 Inter-broker security (``"inter.broker.security" = true``, docs/security.md): the node reaches
 its peers — follower fetches, the controller channel, transaction markers — on their secured
@@ -66,15 +76,17 @@ if TYPE_CHECKING:
 
 __all__ = ["PROTOCOLS", "SecurityConfig", "ListenerSecurity", "parse_security", "advertised",
            "image_credentials", "secured_dispatch", "node_principal", "is_node_principal",
-           "node_bypass", "NODE_USER"]
+           "node_bypass", "anonymous_dispatch", "NODE_USER", "ANONYMOUS"]
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _KEYS = {"listener", "advertised_listener", "protocol", "ssl.certfile", "ssl.keyfile",
          "ssl.cafile", "ssl.client.auth", "sasl.enabled.mechanisms",
          "sasl.authentication.timeout.ms", "sasl.max.unauthenticated.frame.bytes",
-         "ssl.handshake.timeout.ms", "authorizer", "super.users", "inter.broker.security"}
+         "ssl.handshake.timeout.ms", "authorizer", "super.users", "inter.broker.security",
+         "main.listener.authorizer"}
 _NODE_PRINCIPAL = re.compile(r"User:node-(0|[1-9][0-9]{0,8})")
 NODE_USER = re.compile(r"node-(0|[1-9][0-9]{0,8})")  # reserved SCRAM user names
+ANONYMOUS = "User:ANONYMOUS"  # the principal of the main listener under its authorizer
 
 
 def node_principal(node_id: int) -> str:
@@ -102,6 +114,8 @@ class SecurityConfig:
     authorizer: bool = False  # ACLs checked on every API (security/authz.py)
     super_users: tuple[str, ...] = ()
     inter_broker: bool = False  # peers connect here with mutual TLS as their node principal
+    # the main (PLAINTEXT) listener runs as User:ANONYMOUS behind the ACLs too (anonymous_dispatch)
+    main_listener_authorizer: bool = False
 
     @property
     def uses_tls(self) -> bool:
@@ -217,6 +231,16 @@ def parse_security(raw: Any, source: str, base: Path) -> SecurityConfig | None:
         # peers must be able to present their certificates; clients without one still may
         cfg = dataclasses.replace(cfg, inter_broker=True, client_auth=(
             "requested" if client_auth == "none" else client_auth))
+    # default: on once nothing but clients needs the main listener (the peers use this one)
+    main_authz = raw.get("main.listener.authorizer", cfg.authorizer and cfg.inter_broker)
+    if not isinstance(main_authz, bool):
+        raise ConfigError(source, "security.main.listener.authorizer",
+                          f"expected true or false, got {main_authz!r}")
+    if main_authz and not (cfg.authorizer and cfg.inter_broker):
+        raise ConfigError(source, "security.main.listener.authorizer",
+                          "needs authorizer = true and inter.broker.security = true (without "
+                          "inter-broker security the nodes themselves talk on the main listener)")
+    cfg = dataclasses.replace(cfg, main_listener_authorizer=main_authz)
     if cfg.uses_tls and not (cfg.certfile and cfg.keyfile):
         raise ConfigError(source, "security.ssl.certfile",
                           f"protocol {protocol} needs ssl.certfile and ssl.keyfile")
@@ -290,6 +314,21 @@ def _secured_coordinator(entry: dict[str, Any],
                 "error": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                 "message": f"coordinator {entry['node_id']} has no secured listener"}
     return {**entry, "host": addr[0], "port": addr[1]}
+
+
+def anonymous_dispatch(dispatch: Dispatch, authorized: Dispatch) -> Dispatch:
+    """The main listener of a node with ``main.listener.authorizer``: every request runs as
+    ``User:ANONYMOUS`` through ``authorized`` (the ACLs: default deny, so nothing unless the
+    operator grants ANONYMOUS something or lists it in ``super.users``), except the membership
+    check a starting node makes on its voters' main listeners (``DESCRIBE_QUORUM`` with
+    ``local_only``, ``kraft/membership.py``: cluster id, voter ids, a proof of the secret)."""
+
+    async def run(req: Request) -> Any:
+        if req.api_key == ApiKey.DESCRIBE_QUORUM and req.body.get("local_only"):
+            return await dispatch(req)
+        return await authorized(dataclasses.replace(req, principal=ANONYMOUS))
+
+    return run
 
 
 def node_bypass(dispatch: Dispatch, authorized: Dispatch) -> Dispatch:

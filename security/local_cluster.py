@@ -18,11 +18,13 @@ Theory of operation
   the nodes also talk to each other there (``"inter.broker.security" = true``, mutual TLS as
   ``User:node-<id>`` with their own certificates; ``voter_toml`` adds each voter's
   ``secure_rpc``): replication, the controller channel and transaction markers are encrypted.
-* ``ensure_admin(state, settings)`` — once the cluster is ready, the ``admin`` SCRAM
-  credentials (SHA-256 and SHA-512) are written through the node's main listener. That
-  listener stays PLAINTEXT and unauthorized: it is how the cluster is bootstrapped (and, with
-  ``--auth`` alone, how the nodes talk), bound to ``--host`` (127.0.0.1 by default);
-  docs/security.md.
+* ``ensure_admin(nodes, data_dir, settings)`` — once the cluster is ready, the ``admin`` SCRAM
+  credentials (SHA-256 and SHA-512) are written. With ``--tls --auth`` the main listeners are
+  behind the authorizer as ``User:ANONYMOUS`` (``"main.listener.authorizer"``, on by default
+  with inter-broker security: default deny), so this goes to the secured listener with a
+  node's certificate (a super user without SASL — whoever can read ``DATA_DIR/tls`` is the
+  cluster's operator anyway). With ``--auth`` alone the main listener stays PLAINTEXT and open
+  (the nodes talk there), bound to ``--host`` (127.0.0.1 by default); docs/security.md.
 * ``how_to_connect(...)`` — the lines ``cluster up`` prints under the secured bootstrap.
 """
 
@@ -136,15 +138,26 @@ def voter_toml(voter: Any, settings: dict[str, Any] | None) -> list[str]:
     return [f'secure_rpc = "{voter.host}:{secure_port(voter.port)}"']
 
 
-async def ensure_admin(plain_bootstrap: str, data_dir: Path) -> None:
-    """Write the admin's SCRAM credentials (idempotent) through the main listener."""
+async def ensure_admin(nodes: list[Any], data_dir: Path, settings: dict[str, Any]) -> None:
+    """Write the admin's SCRAM credentials (idempotent). With ``--tls`` through the secured
+    listeners as a node (its certificate makes it a super user there, without SASL): the main
+    listeners then answer only as ``User:ANONYMOUS`` under the ACLs. With ``--auth`` alone
+    through the main listeners (the nodes talk there too: they stay open)."""
     from rafka.client.aio import AsyncAdmin
 
     password = read_admin_password(data_dir)
     if password is None:
         raise ValueError(f"{data_dir / ADMIN_FILE} has no sasl.password")
-    async with AsyncAdmin(plain_bootstrap, client_id="rafka-cluster-up",
-                          request_timeout_ms=30_000) as admin:
+    options: dict[str, Any] = {}
+    bootstrap = ",".join(n.client for n in nodes)
+    if settings.get("tls"):
+        tls_dir, node = data_dir / TLS_DIR, nodes[0]
+        bootstrap = secure_bootstrap(nodes)
+        options = {"security_protocol": "SSL", "ssl_cafile": str(tls_dir / "ca.pem"),
+                   "ssl_certfile": str(tls_dir / f"node-{node.id}.pem"),
+                   "ssl_keyfile": str(tls_dir / f"node-{node.id}.key")}
+    async with AsyncAdmin(bootstrap, client_id="rafka-cluster-up",
+                          request_timeout_ms=30_000, **options) as admin:
         for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             await admin.upsert_scram_credential(ADMIN_USER, password, mechanism=mech)
 
@@ -162,6 +175,10 @@ def how_to_connect(data_dir: Path, nodes: list[Any], settings: dict[str, Any] | 
         out.append(f"  rafka user create alice --command-config {data_dir / ADMIN_FILE}")
     if settings.get("tls"):
         out.append(f"CA certificate: {data_dir / TLS_DIR / 'ca.pem'} (clients: --tls-ca)")
-    out.append("internal listeners (PLAINTEXT, no authorization; keep private): "
-               + ",".join(n.client for n in nodes))
+    if settings.get("tls") and settings.get("auth"):
+        out.append("main listeners (PLAINTEXT, User:ANONYMOUS under the ACLs: nothing by "
+                   "default): " + ",".join(n.client for n in nodes))
+    else:
+        out.append("internal listeners (PLAINTEXT, no authorization; keep private): "
+                   + ",".join(n.client for n in nodes))
     return out
