@@ -58,7 +58,7 @@ from rafka.kraft.quorum import (
     Snapshot,
     not_controller,
 )
-from rafka.kraft.voters import VoterRegistry, WipedVoterError
+from rafka.kraft.voters import StaleIncarnationError, VoterRegistry
 from rafka.metadata import MetadataImage
 
 __all__ = ["QuorumConfigError", "SyncObjQuorum", "check_cluster_secret", "raft_conf_from_settings"]
@@ -373,7 +373,7 @@ class SyncObjQuorum:
                     return
                 except RafkaError as exc:
                     if exc.code == ErrorCode.INVALID_REQUEST:
-                        raise WipedVoterError(f"node {self.node_id}: {exc.message}") from None
+                        raise StaleIncarnationError(f"node {self.node_id}: {exc.message}") from None
                     log.debug("voter registration: %s (retrying)", exc)
             await trio.sleep(0.2)
 

@@ -24,8 +24,9 @@ leaves the conservative state (the guard still refuses a wiped node; the command
 again: each step is skipped when already done).
 
 ``prepare_data_dir`` runs before the Raft engine starts: a data directory with Raft state
-keeps (or, from an older version, gets) its directory id; an empty one first asks the other
-voters (``decide_fresh_start``), then gets a new directory id.
+keeps (or, from an older version, gets) its directory id and is checked once against the
+voters that answer (``check_incarnation``); an empty one first asks the other voters until
+enough answer (``decide_fresh_start``), then gets a new directory id.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from rafka.broker.errors import ErrorCode, error_for
 from rafka.kraft.voters import (
     FreshStart,
     VoterRegistry,
+    check_incarnation,
     decide_fresh_start,
     has_raft_state,
     load_identity,
@@ -138,18 +140,30 @@ def local_fields(svc: ControllerService) -> dict[str, Any]:
     return out
 
 
-async def _ask_voters(svc: ControllerService, own_raft: str) -> FreshStart:
+async def _ask_once(svc: ControllerService) -> dict[int, dict[str, Any]]:
+    """Every other voter's local DESCRIBE_QUORUM answer, asked concurrently; those that do not
+    answer (bounded by the request's own timeout) are left out."""
     from rafka.kraft.membership import _describe_local
 
     answers: dict[int, dict[str, Any]] = {}
+
+    async def ask(vid: int, rpc: tuple[str, int]) -> None:
+        answer = await _describe_local(rpc, {"local_only": True})
+        if answer is not None and not answer.get("error"):
+            answers[vid] = answer
+
+    async with trio.open_nursery() as nursery:
+        for vid, _raft, rpc in svc.voters:
+            if vid != svc.node_id:
+                nursery.start_soon(ask, vid, rpc)
+    return answers
+
+
+async def _ask_voters(svc: ControllerService, own_raft: str) -> FreshStart:
+    answers: dict[int, dict[str, Any]] = {}
     interval = 0.1
     while True:
-        for vid, _raft, rpc in svc.voters:
-            if vid == svc.node_id:
-                continue
-            answer = await _describe_local(rpc, {"local_only": True})
-            if answer is not None and not answer.get("error"):
-                answers[vid] = answer
+        answers.update(await _ask_once(svc))
         decision = decide_fresh_start(svc.node_id, own_raft, len(svc.voters), answers)
         if decision is not None:
             return decision
@@ -167,7 +181,9 @@ async def prepare_data_dir(svc: ControllerService) -> tuple[str, FreshStart | No
     data_dir = svc.data_dir
     dir_id = load_identity(data_dir, svc.node_id)
     if has_raft_state(data_dir):
-        return dir_id or write_identity(data_dir, svc.node_id), None
+        dir_id = dir_id or write_identity(data_dir, svc.node_id)
+        check_incarnation(svc.node_id, dir_id, await _ask_once(svc))
+        return dir_id, None
     own = next(f"{r[0]}:{r[1]}" for vid, r, _rpc in svc.voters if vid == svc.node_id)
     svc.fresh_start_pending = True
     try:

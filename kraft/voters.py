@@ -25,6 +25,13 @@ same on top of pysyncobj's single-server membership changes (``docs/operations.m
   peers drop its connections until ``add-voter`` makes it a member, then it catches up from
   the leader (snapshot + log) like any follower. Otherwise (a new cluster, or a voter added
   before it first started) it starts normally.
+* The other way round: a data directory *with* Raft state whose directory id is not the one
+  the quorum has registered for its node id is an old disk of a replaced voter
+  (:class:`StaleIncarnationError`, :func:`check_incarnation`). A restarting controller asks
+  the other voters once, concurrently, before it starts Raft; voters that do not answer or are
+  not caught up are not waited for (a restart must not depend on its peers), so this check is
+  best effort — the voter's own registration (refused for another incarnation) stops it too,
+  once it has caught up.
 
 Why the guard needs more than one answer: a registration is committed on a majority M of the
 N voters, and this node may itself be in M. The answers it collects must therefore come from
@@ -53,10 +60,12 @@ from rafka.log.index import write_file_atomic
 __all__ = [
     "FreshStart",
     "IDENTITY_FILE",
+    "StaleIncarnationError",
     "VoterEntry",
     "VoterRegistry",
     "WipedVoterError",
     "answers_needed",
+    "check_incarnation",
     "decide_fresh_start",
     "has_raft_state",
     "load_identity",
@@ -65,6 +74,11 @@ __all__ = [
 
 IDENTITY_FILE = "quorum.id"
 _RAFT_FILES = ("raft.journal", "raft.dump", "metadata")
+
+
+class StaleIncarnationError(QuorumConfigError):
+    """This controller's data directory holds Raft state, but the quorum has another directory
+    id registered for its node id: it is an old disk of a voter that was replaced."""
 
 
 class WipedVoterError(QuorumConfigError):
@@ -215,3 +229,16 @@ def decide_fresh_start(node_id: int, own_raft: str, voter_count: int,
     if any(addr == own_raft for _, addr in members):
         return FreshStart("normal")  # a member that never registered: added before its first start
     return FreshStart("join", members)
+
+
+def check_incarnation(node_id: int, directory_id: str, answers: Mapping[int, Mapping[str, Any]]) -> None:
+    """Raises :class:`StaleIncarnationError` when a caught-up voter has another directory id
+    registered for ``node_id`` than this data directory's."""
+    for vid, a in sorted(answers.items()):
+        entry = (a.get("incarnations") or {}).get(str(node_id)) if a.get("ready") else None
+        if entry and entry[1] and entry[1] != directory_id:
+            raise StaleIncarnationError(
+                f"node {node_id}'s controller data directory has directory id {directory_id}, but "
+                f"voter {vid} has voter {node_id} registered with directory {entry[1]}: this is an "
+                "old disk of a voter that was replaced; it must not vote. Start the node on the "
+                "current disk, or on an empty one and follow docs/operations.md")

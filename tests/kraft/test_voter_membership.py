@@ -1,6 +1,7 @@
 """Controller quorum membership on 3 voter processes (real TCP, real disks): a removal and the
 voter registry survive a restart of the voters from a compacted Raft log (snapshot), and a
-removed voter that lost its disk joins and is added back as a new incarnation."""
+removed voter that lost its disk joins and is added back as a new incarnation; its old disk,
+put back, is refused."""
 
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ async def test_removal_and_registry_survive_a_restart_from_a_snapshot(tmp_path: 
         r = await c.request(leader, ApiKey.REMOVE_RAFT_VOTER, {"voter_id": victim})
         assert r["error"] == 0 and sorted(v["id"] for v in r["voters"]) == rest, r
         c.kill(victim)
+        old_disk = tmp_path / "old-disk"
+        shutil.copytree(tmp_path / f"node-{victim}", old_disk)
         async with live_broker(c):
             for k in range(4):  # writes with 2 voters, and enough entries to compact the Raft log
                 r = await c.request(leader, ApiKey.CREATE_TOPICS, create(f"t{k}"))
@@ -85,5 +88,16 @@ async def test_removal_and_registry_survive_a_restart_from_a_snapshot(tmp_path: 
             return vs if set(vs) == {1, 2, 3} and vs[victim] not in (None, dirs[victim]) else None
         await until(back)
         await c.wait_converged(c.ids)
+
+        # the old disk put back under the replaced voter: refused before it starts Raft
+        c.kill(victim)
+        shutil.rmtree(tmp_path / f"node-{victim}")
+        shutil.copytree(old_disk, tmp_path / f"node-{victim}")
+        p = c.start(victim)
+        assert p.wait(timeout=60) != 0
+        c.procs.pop(victim)
+        # the startup check's words (the registration refusal, once caught up, says "another
+        # incarnation"): it stopped before it could vote
+        assert "StaleIncarnationError" in c.log_text(victim) and "old disk" in c.log_text(victim)
     finally:
         c.stop_all()

@@ -10,10 +10,12 @@ import pytest
 from rafka.kraft.quorum import QuorumConfigError
 from rafka.kraft.voters import (
     FreshStart,
+    StaleIncarnationError,
     VoterEntry,
     VoterRegistry,
     WipedVoterError,
     answers_needed,
+    check_incarnation,
     decide_fresh_start,
     has_raft_state,
     load_identity,
@@ -135,3 +137,13 @@ def test_the_leaders_view_wins() -> None:
     reg = {"1": [A1, "d1"], "2": [A2, "d2"]}
     got = decide_fresh_start(3, A3, 3, {2: ready(1, MEMBERS, reg), 1: ready(1, after, reg)})
     assert got == FreshStart("join", tuple(after))
+
+
+def test_an_old_disk_of_a_replaced_voter_is_refused() -> None:
+    replaced = {"1": [A1, "d1"], "2": [A2, "d2"], "3": [A3, "d3-new"]}
+    with pytest.raises(StaleIncarnationError, match="old disk"):
+        check_incarnation(3, "d3-old", {2: ready(1, MEMBERS, replaced)})
+    check_incarnation(3, "d3-new", {1: ready(1, MEMBERS, replaced)})  # the current disk
+    check_incarnation(3, "d3-old", {})  # nobody answered: best effort, it starts
+    check_incarnation(3, "d3-old", {1: {"ready": False, "incarnations": replaced}})  # not caught up
+    check_incarnation(3, "d3-old", {1: ready(1, MEMBERS, {"3": [A3, ""]})})  # added, unregistered
