@@ -83,5 +83,14 @@ chaos-docker: install
 spark-demo: install install-spark
 	$(PY) -m rafka.spark_source.demo --start-cluster
 
+# A docker compose cluster: 3 controller-only + 3 broker-only nodes in containers (root; private
+# engine, image built from this tree). compose-test = produce/consume + a broker kill;
+# docs/deployment.md has the rolling restart. The recipes live in deploy/Makefile.
+.PHONY: compose-up compose-test compose-rolling-restart compose-down compose-clean
+compose-up compose-test compose-rolling-restart: install
+	$(MAKE) -C deploy $@ PY=$(abspath $(PY))
+compose-down compose-clean:
+	$(MAKE) -C deploy $@ PY=$(abspath $(PY))
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis
