@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import trio
+from rafka.broker.errors import ErrorCode
 from rafka.broker.protocol import ApiKey
 
 from tests.integration.conftest import PROJECT_ROOT, LocalCluster, rafka_cli
@@ -52,6 +53,26 @@ async def leader_among(bootstrap: str, ids: set[int]) -> int:
     return await eventually(ok)
 
 
+async def create_retried(addr: tuple[str, int], name: str) -> None:
+    """CREATE_TOPICS retried until the topic exists (TOPIC_ALREADY_EXISTS on a retry: an
+    earlier attempt succeeded, its answer was lost to a controller change)."""
+    async def once() -> bool:
+        body = await request(addr, ApiKey.CREATE_TOPICS, {
+            "topics": [{"name": name, "num_partitions": 1, "replication_factor": 1}], "timeout_ms": 10_000})
+        return body["topics"][0]["error"] in (0, ErrorCode.TOPIC_ALREADY_EXISTS)
+    await eventually(once)
+
+
+async def keep_creating(addr: tuple[str, int], created: list[str], stop: trio.Event) -> None:
+    """Creates topics one after another until ``stop``, each retried until it exists."""
+    k = 0
+    while not stop.is_set():
+        await create_retried(addr, f"bg-{k}")
+        created.append(f"bg-{k}")
+        k += 1
+        await trio.sleep(0.2)
+
+
 async def refused_with_named_errors(boot: str, leader: int) -> None:
     cases = [
         (("remove-voter", "--id", str(leader)), "is the active controller"),
@@ -80,10 +101,43 @@ async def test_a_wiped_controller_is_refused_then_replaced_and_counts_again(clus
     # kill -9 a voter that is not the active controller, and lose its controller disk
     victim = next(i for i in (3, 2, 1) if i != leader)
     rest = sorted({1, 2, 3} - {victim})
-    rest_boot = ",".join(f"{addrs[i - 1][0]}:{addrs[i - 1][1]}" for i in rest)
     c.kill(victim)
     shutil.rmtree(f"{node[victim]['data_dir']}/controller")
     await create_topic(addrs[rest[0] - 1], "two-of-three-1")
+    background: list[str] = []  # metadata writes all through the procedure, with 2 of 3
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keep_creating, addrs[rest[0] - 1], background, stop)
+        await replace(c, victim, rest, before, node)
+        stop.set()
+    assert len(background) >= 3, background
+    expected = {"before", "two-of-three-1", "two-of-three-2", "after-remove", "after-add", *background}
+
+    async def same_topics() -> bool:
+        return await topics_on(addrs[victim - 1]) == await topics_on(addrs[rest[0] - 1]) == expected
+    assert await eventually(same_topics)
+
+    # now another controller dies: the replaced voter is part of the majority that decides
+    other = rest[0]
+    c.kill(other)
+    left = sorted({1, 2, 3} - {other})
+    left_boot = ",".join(f"{addrs[i - 1][0]}:{addrs[i - 1][1]}" for i in left)
+    assert await leader_among(left_boot, set(left)) in left
+    await create_retried(addrs[victim - 1], "after-second-kill")
+    vs = await voters(left_boot)
+    assert vs[victim]["reachable"] and not vs[other]["reachable"]
+
+    async def visible() -> bool:
+        return "after-second-kill" in await topics_on(addrs[victim - 1])
+    assert await eventually(visible)
+
+
+async def replace(c: LocalCluster, victim: int, rest: list[int], before: dict[int, dict[str, Any]],
+                  node: dict[int, dict[str, Any]]) -> None:
+    """The refused restart, then remove-voter / restart / add-voter, until it caught up."""
+    addrs = c.addresses()
+    boot = c.bootstrap
+    rest_boot = ",".join(f"{addrs[i - 1][0]}:{addrs[i - 1][1]}" for i in rest)
 
     # the guard: restarted as it is, the wiped voter refuses to start
     r = await trio.to_thread.run_sync(lambda: rafka_cli("cluster", "up", "--data-dir", str(c.data_dir), "--detach"))
@@ -105,7 +159,7 @@ async def test_a_wiped_controller_is_refused_then_replaced_and_counts_again(clus
     raft_addr = before[victim]["raft"]
     out = await trio.to_thread.run_sync(quorum_cli, rest_boot, "add-voter", "--id", str(victim), "--address", raft_addr)
     assert out.returncode == 0, out.stderr
-    await create_topic(addrs[rest[0] - 1], "after-add")
+    await create_retried(addrs[rest[0] - 1], "after-add")  # the joiner's term: one election
 
     # the new incarnation caught up: registered under a new directory id, no lag, same topics
     async def caught_up() -> dict[int, dict[str, Any]] | None:
@@ -115,23 +169,3 @@ async def test_a_wiped_controller_is_refused_then_replaced_and_counts_again(clus
             and v["directory_id"] not in (None, before[victim]["directory_id"])
         return vs if ok else None
     await eventually(caught_up)
-    expected = {"before", "two-of-three-1", "two-of-three-2", "after-remove", "after-add"}
-
-    async def same_topics() -> bool:
-        return await topics_on(addrs[victim - 1]) == await topics_on(addrs[rest[0] - 1]) == expected
-    assert await eventually(same_topics)
-
-    # now another controller dies: the replaced voter is part of the majority that decides
-    other = rest[0]
-    c.kill(other)
-    left = sorted({1, 2, 3} - {other})
-    left_boot = ",".join(f"{addrs[i - 1][0]}:{addrs[i - 1][1]}" for i in left)
-    assert await leader_among(left_boot, set(left)) in left
-    await eventually(lambda: create_topic(addrs[victim - 1], "after-second-kill"))
-    vs = await voters(left_boot)
-    assert vs[victim]["reachable"] and not vs[other]["reachable"]
-
-    async def visible() -> bool:
-        return "after-second-kill" in await topics_on(addrs[victim - 1])
-    assert await eventually(visible)
-
