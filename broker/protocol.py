@@ -114,6 +114,11 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 56
     ALTER_CLIENT_QUOTAS = 57
     DESCRIBE_CLIENT_QUOTAS = 58
+    # reassignment and decommission (kraft/reassign.py)
+    ALTER_PARTITION_REASSIGNMENTS = 70
+    LIST_PARTITION_REASSIGNMENTS = 71
+    DECOMMISSION_BROKER = 72
+    UNREGISTER_BROKER = 73
 
 
 # --------------------------------------------------------------------------- schemas
@@ -456,6 +461,22 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     #     usage: [{kind, entity: [str], quota, window_bytes: [[start_ms, bytes]],
     #              throttle_count, throttle_time_ms_total}]}  (what THIS broker measured)
     ApiKey.DESCRIBE_CLIENT_QUOTAS: {"user": Opt(str), "client_id": Opt(str)},
+    # reassignment (KIP-455, kraft/reassign.py): forwarded to the controller; replicas None
+    # cancels; the whole plan is refused if one entry is bad
+    # -> {error, message, metadata_offset}
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: {
+        "partitions": [{"topic": str, "partition": int, "replicas": Opt([int])}],
+        "throttle_bytes_per_s": Opt(int), "timeout_ms": Opt(int)},
+    # any broker, from its image; topics None = all. A partition leader adds its followers'
+    # log end offsets -> {error, reassignments: [{topic, partition, replicas, adding_replicas,
+    #   removing_replicas, isr, leader, throttle_bytes_per_s, log_end_offsets: {id: offset} | None}]}
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: {"topics": Opt(_TP_LIST)},
+    # forwarded; cancel=True puts it back in service (moved replicas stay moved)
+    # -> {error, message, moved: [{topic, partition, replicas}], metadata_offset}
+    ApiKey.DECOMMISSION_BROKER: {"broker_id": int, "throttle_bytes_per_s": Opt(int),
+                                 "cancel": Opt(bool), "timeout_ms": Opt(int)},
+    # forwarded; a stopped broker that holds no replica -> {error, message, metadata_offset}
+    ApiKey.UNREGISTER_BROKER: {"broker_id": int, "timeout_ms": Opt(int)},
     # PRODUCE and FETCH answers carry throttle_time_ms (> 0: the client went over its byte-rate
     # quota; the broker held the answer that long, security/throttle.py)
 }

@@ -113,7 +113,7 @@ import rafka.kraft.voter_admin as voter_admin  # (own line: shared import lines 
 import trio
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.protocol import ApiKey
-from rafka.kraft import acl_admin, quota_admin, scram_admin
+from rafka.kraft import acl_admin, quota_admin, reassign_admin, scram_admin
 from rafka.kraft import controller as ctl
 from rafka.kraft.groups.service import GroupsController, group_config_from_settings
 from rafka.kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, ProposeResult
@@ -267,6 +267,10 @@ class ControllerService:
             ApiKey.DELETE_ACLS: self._guard(functools.partial(acl_admin.delete_acls, self)),
             ApiKey.ALTER_CLIENT_QUOTAS: self._guard(  # kraft/quota_admin.py
                 functools.partial(quota_admin.alter_client_quotas, self)),
+            **{key: self._guard(functools.partial(fn, self)) for key, fn in (  # kraft/reassign_admin.py
+                (ApiKey.ALTER_PARTITION_REASSIGNMENTS, reassign_admin.alter_partition_reassignments),
+                (ApiKey.DECOMMISSION_BROKER, reassign_admin.decommission_broker),
+                (ApiKey.UNREGISTER_BROKER, reassign_admin.unregister_broker))},
         }
 
     # -- settings ---------------------------------------------------------------------
@@ -397,6 +401,7 @@ class ControllerService:
             d = ctl.preferred_elections(q.image(), None, active.state)
             if d:
                 await self._propose(d)
+        await reassign_admin.complete_due(self)  # reassignments whose new replicas are in sync
 
     # -- liveness probes (see the module docstring) -----------------------------------
 

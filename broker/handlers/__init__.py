@@ -65,6 +65,7 @@ BROKER_APIS = frozenset({
     ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS,
     ApiKey.DESCRIBE_CONFIGS, ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_PRODUCERS,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_ACLS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS,
     ApiKey.FIND_COORDINATOR,
 })
 FORWARDED_APIS = frozenset({
@@ -72,6 +73,7 @@ FORWARDED_APIS = frozenset({
     ApiKey.INIT_PRODUCER_ID, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
     ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
     ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_CLIENT_QUOTAS,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.DECOMMISSION_BROKER, ApiKey.UNREGISTER_BROKER,
 })
 # the controller quorum itself: asked of the active controller, found for the client by any node
 QUORUM_APIS = frozenset({ApiKey.DESCRIBE_QUORUM, ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER})
@@ -188,6 +190,10 @@ class NodeApi:
             return security_api.describe_acls(body, image)
         if key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
             return security_api.describe_client_quotas(body, image, self.quotas.usage())
+        if key == ApiKey.LIST_PARTITION_REASSIGNMENTS:  # kraft/reassign.py
+            from rafka.broker.handlers.reassign_api import list_partition_reassignments
+
+            return list_partition_reassignments(body, image, self.rm)
         raise error_for(ErrorCode.UNKNOWN_API, f"api {key} has no broker handler")
 
     def _missing_internal(self, names: list[Any]) -> list[str]:

@@ -22,6 +22,7 @@ from rafka.metadata import (
     record_from_dict,
     records_to_image,
 )
+
 from tests.kraft.test_controller import World
 from tests.metadata.test_fold import BROKERS, TOPIC_IDS, fold
 from tests.metadata.test_fold import records as base_records
