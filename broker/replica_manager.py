@@ -194,6 +194,9 @@ class ReplicaManager:
                 self.fetcher.remove_partitions([tp])
             else:
                 self.fetcher.add_partitions({tp: (reg.leader, reg.leader_epoch, p.log)})
+                # a replica being added by a reassignment catches up throttled (kraft/reassign.py)
+                adding = self.broker_id in reg.adding_replicas
+                self.fetcher.set_throttle(tp, reg.throttle_bytes_per_s if adding else 0)
         if p.pending_alter is not None:
             self._isr_poke.set()
 

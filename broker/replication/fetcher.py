@@ -51,7 +51,13 @@ fetcher task (as Kafka's ``ReplicaFetcherThread``) that loops:
    log end offset. The leader counts a follower's records in the high watermark only from that
    next fetch, so whatever ``acks=all`` acknowledged is on disk on every ISR member.
 
-5. storage errors (disk full, EIO) on a follower append or truncation: the log is left exactly
+5. reassignment throttle (``set_throttle``, kraft/reassign.py): a partition this broker is
+   being *added* to by a reassignment fetches at most ``throttle_bytes_per_s`` — each fetch
+   asks for at most one second's worth, and after appending ``n`` bytes the partition waits
+   (``backoff_until``, without counting a failure) until the bytes appended so far fit the
+   rate. Normal followers and the other partitions of the link are not held back.
+
+6. storage errors (disk full, EIO) on a follower append or truncation: the log is left exactly
    as it was (``PartitionLog`` appends are all or nothing), the partition backs off (capped
    exponential, ``max_backoff_ms``) and the same fetch offset is asked for again — once space
    is freed it catches up by itself. The first failure of a run is logged as a warning, the
@@ -126,9 +132,13 @@ class FollowerPartition:
     backoff_until: float = 0.0  # trio time
     failures: int = 0
     unsynced: bool = False  # appended since the last ``sync_appended``: not reported yet
+    throttle_bytes_per_s: int = 0  # reassignment catch-up limit (``set_throttle``; 0: none)
+    throttle_next: float = 0.0  # trio time from which the throttle allows the next fetch
 
     def fetch_entry(self, partition_max_bytes: int) -> dict[str, Any]:
         epochs: EpochLookup = self.log.epochs
+        if self.throttle_bytes_per_s:  # at most a second's worth (the leader sends >= 1 batch)
+            partition_max_bytes = min(partition_max_bytes, self.throttle_bytes_per_s)
         return {"partition": self.tp[1], "fetch_offset": self.log.log_end_offset,
                 "partition_max_bytes": partition_max_bytes,
                 "current_leader_epoch": self.leader_epoch,
@@ -194,7 +204,7 @@ class ReplicaFetcherManager:
         self._links: dict[int, _Link] = {}  # leader id -> its fetcher task's state
         self._nursery: trio.Nursery | None = None
         self.stats = {"fetches": 0, "errors": 0, "truncations": 0, "appended_batches_bytes": 0,
-                      "interrupted": 0}
+                      "interrupted": 0, "throttled": 0}
 
     @property
     def broker_epoch(self) -> int:
@@ -229,6 +239,25 @@ class ReplicaFetcherManager:
             old = self.partitions.pop((tp[0], tp[1]), None)
             if old is not None:
                 self._wake(old.leader_id)
+
+    def set_throttle(self, tp: TP, bytes_per_s: int) -> None:
+        """Limit the catch-up of a followed partition to ``bytes_per_s`` (0: none) — only a
+        replica being added by a reassignment is throttled (``broker/replica_manager.py``)."""
+        p = self.partitions.get((tp[0], tp[1]))
+        if p is not None and p.throttle_bytes_per_s != bytes_per_s:
+            p.throttle_bytes_per_s = max(0, bytes_per_s)
+            if not p.throttle_bytes_per_s:
+                p.backoff_until = min(p.backoff_until, trio.current_time())
+                self._wake(p.leader_id)
+
+    def _throttle(self, p: FollowerPartition, nbytes: int) -> None:
+        """After ``nbytes`` appended to a throttled partition: its next fetch waits until the
+        bytes so far fit the rate (a token bucket of one second's depth)."""
+        now = trio.current_time()
+        p.throttle_next = max(p.throttle_next, now - 1.0) + nbytes / p.throttle_bytes_per_s
+        if p.throttle_next > now:
+            p.backoff_until = max(p.backoff_until, p.throttle_next)
+            self.stats["throttled"] += 1
 
     def high_watermark(self, tp: TP) -> int | None:
         p = self.partitions.get((tp[0], tp[1]))
@@ -428,6 +457,8 @@ class ReplicaFetcherManager:
                 info = plog.append_as_follower(chunk)
                 p.unsynced = True
                 self.stats["appended_batches_bytes"] += len(chunk)
+                if p.throttle_bytes_per_s:
+                    self._throttle(p, len(chunk))
                 if self.on_append is not None:
                     self.on_append(p.tp, info)
             p.failures = 0
