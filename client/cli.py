@@ -420,6 +420,11 @@ def _add_group_commands() -> None:
     from rafka.client.quota_cli import quota  # rafka quota set|list (docs/security.md)
 
     main.add_command(quota, "quota")
+    # rafka partition reassign, rafka broker decommission|unregister (docs/operations.md)
+    from rafka.client.partition_cli import broker, partition
+
+    main.add_command(partition, "partition")
+    main.add_command(broker, "broker")
 
 
 _add_group_commands()

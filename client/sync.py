@@ -18,6 +18,7 @@ the thread. Errors raised in the loop propagate to the calling thread unchanged.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -38,6 +39,7 @@ from rafka.client.aio.consumer import AsyncConsumer
 from rafka.client.aio.conveniences import ConsumerGroupListing
 from rafka.client.aio.futures import FutureRecordMetadata
 from rafka.client.aio.producer import AsyncProducer, Headers
+from rafka.client.aio.reassign_admin import PartitionReassignment
 from rafka.client.columnar import ColumnBatch
 from rafka.client.errors import IllegalStateError, RafkaError
 from rafka.client.types import (
@@ -439,6 +441,24 @@ class Admin(_Facade[AsyncAdmin]):
     def abort_transaction(self, topic: str, partition: int, producer_id: int,
                           producer_epoch: int | None = None) -> ProducerState:
         return self._loop.run(self._async.abort_transaction, topic, partition, producer_id, producer_epoch)
+
+    def alter_partition_reassignments(self, reassignments: Mapping[Any, Sequence[int] | None], *,
+                                      throttle_bytes_per_s: int = 0) -> None:
+        self._loop.run(functools.partial(self._async.alter_partition_reassignments, dict(reassignments),
+                                         throttle_bytes_per_s=throttle_bytes_per_s))
+
+    def list_partition_reassignments(self, partitions: Iterable[Any] | None = None
+                                     ) -> dict[TopicPartition, PartitionReassignment]:
+        return self._loop.run(self._async.list_partition_reassignments,
+                              None if partitions is None else list(partitions))
+
+    def decommission_broker(self, broker_id: int, *, throttle_bytes_per_s: int = 0,
+                            cancel: bool = False) -> dict[TopicPartition, tuple[int, ...]]:
+        return self._loop.run(functools.partial(self._async.decommission_broker, broker_id,
+                                                throttle_bytes_per_s=throttle_bytes_per_s, cancel=cancel))
+
+    def unregister_broker(self, broker_id: int) -> None:
+        self._loop.run(self._async.unregister_broker, broker_id)
 
 
 # ---------------------------------------------------------------------- helpers (loop side)

@@ -29,17 +29,18 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple
 
 import trio
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.protocol import ApiKey, Response
-from rafka.client.aio import security_admin, txn_admin
+from rafka.client.aio import reassign_admin, security_admin, txn_admin
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
 from rafka.client.aio.conveniences import ConsumerGroupListing, GroupAdminApi
 from rafka.client.aio.offsets import EARLIEST, LATEST, list_offsets
+from rafka.client.aio.reassign_admin import PartitionReassignment
 from rafka.client.aio.txn_admin import ProducerState, TransactionDescription, TransactionListing
 from rafka.client.connection import backoff_ms
 from rafka.client.errors import IllegalStateError
@@ -47,7 +48,7 @@ from rafka.client.types import BrokerMetadata, TopicPartition
 from rafka.security.client import ClientSecurity
 
 __all__ = ["AsyncAdmin", "ConsumerGroupListing", "NewTopic", "PartitionDescription", "TopicDescription", "ClusterDescription",
-           "TransactionListing", "TransactionDescription", "ProducerState"]
+           "TransactionListing", "TransactionDescription", "ProducerState", "PartitionReassignment"]
 
 
 class NewTopic(NamedTuple):
@@ -381,6 +382,33 @@ class AsyncAdmin(GroupAdminApi):
         """user -> {mechanism: iterations} (never salts or keys)."""
         self._check_open()
         return await security_admin.describe_scram_credentials(self, users)
+
+    # ------------------------------------------------------------------ reassignment (client/aio/reassign_admin.py)
+
+    async def alter_partition_reassignments(self, reassignments: Mapping[Any, Sequence[int] | None], *,
+                                            throttle_bytes_per_s: int = 0) -> None:
+        """``{TopicPartition: [broker ids] | None}``: move replicas (None cancels); all or nothing."""
+        self._check_open()
+        await reassign_admin.alter_partition_reassignments(
+            self, reassignments, throttle_bytes_per_s=throttle_bytes_per_s)
+
+    async def list_partition_reassignments(self, partitions: Iterable[Any] | None = None
+                                           ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments in progress, with the adding replicas' catch-up lag."""
+        self._check_open()
+        return await reassign_admin.list_partition_reassignments(self, partitions)
+
+    async def decommission_broker(self, broker_id: int, *, throttle_bytes_per_s: int = 0,
+                                  cancel: bool = False) -> dict[TopicPartition, tuple[int, ...]]:
+        """Move every replica off ``broker_id`` and place no new ones there (``cancel``: undo)."""
+        self._check_open()
+        return await reassign_admin.decommission_broker(
+            self, broker_id, throttle_bytes_per_s=throttle_bytes_per_s, cancel=cancel)
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        """Remove a stopped broker that holds no replica (Kafka's UNREGISTER_BROKER)."""
+        self._check_open()
+        await reassign_admin.unregister_broker(self, broker_id)
 
 
 def _request_id() -> str:
