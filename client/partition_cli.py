@@ -47,6 +47,13 @@ _wait_timeout = click.option("--wait-timeout-s", type=click.FloatRange(min=0), d
                              show_default=True, help="Give up waiting after this long.")
 
 
+def _move_options(fn: Any) -> Any:
+    """--throttle, --wait, --wait-timeout-s, the connection options, --json, named errors."""
+    for deco in (_errors, _json, _bootstrap, _wait_timeout, _wait, _throttle):
+        fn = deco(fn)
+    return fn
+
+
 def read_plan(path: Path) -> dict[TopicPartition, list[int]]:
     """A kafka-reassign-partitions plan: ``{"partitions": [{"topic", "partition", "replicas"}]}``
     (other keys, e.g. ``version`` and ``log_dirs``, are ignored)."""
@@ -120,12 +127,7 @@ def partition() -> None:
               help='A JSON plan: {"partitions": [{"topic", "partition", "replicas"}]}.')
 @click.option("--cancel", is_flag=True, help="Revert the selected partitions to their original replicas.")
 @click.option("--status", is_flag=True, help="List the reassignments in progress (and lag).")
-@_throttle
-@_wait
-@_wait_timeout
-@_bootstrap
-@_json
-@_errors
+@_move_options
 def reassign(topic: str | None, partition_: int | None, replicas: str | None, plan: Path | None,
              cancel: bool, status: bool, throttle: int, wait: bool, wait_timeout_s: float,
              bootstrap: str, as_json: bool) -> None:
@@ -186,12 +188,7 @@ def broker() -> None:
 @broker.command("decommission")
 @click.argument("broker_id", type=int)
 @click.option("--cancel", is_flag=True, help="Put the broker back in service (moved replicas stay).")
-@_throttle
-@_wait
-@_wait_timeout
-@_bootstrap
-@_json
-@_errors
+@_move_options
 def decommission(broker_id: int, cancel: bool, throttle: int, wait: bool, wait_timeout_s: float,
                  bootstrap: str, as_json: bool) -> None:
     """Move every replica off BROKER_ID and place no new ones there."""
