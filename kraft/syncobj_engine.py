@@ -357,20 +357,23 @@ class SyncObjQuorum:
             raise error_for(ErrorCode.INVALID_REQUEST, res[1])
 
     async def _register_loop(self) -> None:
-        """Register this voter's directory id once it has caught up (kraft/voters.py). A
-        refusal means the registry knows another incarnation of this voter: stop."""
+        """Keep this voter's directory id registered (kraft/voters.py): once it has caught up,
+        and again after a remove-voter / add-voter while it runs (a node that is not a member
+        cannot get its proposal to the leader, whose transport drops it). A refusal means the
+        registry knows another incarnation of this voter: stop."""
         if not self.directory_id:
             return
         while True:
             entry = self.registry.entries.get(self.node_id)
             if entry is not None and entry.directory_id == self.directory_id:
-                return
-            me = self._node.selfNode.address
+                await trio.sleep(1.0)
+                continue
             if self.is_ready() and self.leader_id() is not None:
+                me = self._node.selfNode.address
                 try:
-                    await self.update_registry(VoterRegistry.register(self.node_id, me, self.directory_id))
-                    log.info("registered voter %s with directory %s", self.node_id, self.directory_id)
-                    return
+                    with trio.move_on_after(5):
+                        await self.update_registry(VoterRegistry.register(self.node_id, me, self.directory_id))
+                        log.info("registered voter %s with directory %s", self.node_id, self.directory_id)
                 except RafkaError as exc:
                     if exc.code == ErrorCode.INVALID_REQUEST:
                         raise StaleIncarnationError(f"node {self.node_id}: {exc.message}") from None
