@@ -417,14 +417,15 @@ class Partition:
         return lso
 
     def read(self, fetch_offset: int, max_bytes: int, *, consumer: bool,
-             committed: bool = False) -> FetchSlice | None:
+             committed: bool = False, inline_max_bytes: int = 0) -> FetchSlice | None:
         """Whole batches from ``fetch_offset``: below the log end offset for followers, the HW
-        for consumers, the LSO for read_committed consumers (``committed``)."""
+        for consumers, the LSO for read_committed consumers (``committed``). Up to
+        ``inline_max_bytes`` the slice holds the bytes (``PartitionLog.read``)."""
         if not consumer:
             limit = self.log.log_end_offset
         else:
             limit = self.last_stable_offset if committed else self.high_watermark
-        return self.log.read(fetch_offset, max_bytes, limit)
+        return self.log.read(fetch_offset, max_bytes, limit, inline_max_bytes=inline_max_bytes)
 
     def notify(self) -> None:
         """Wake every waiter: the role, the log's state or the partition itself changed."""

@@ -29,7 +29,9 @@ then checks again, and refuses with ``INVALID_TXN_STATE`` what still lacks a ver
 FETCH reads whole batches (``FetchSlice``: owned fd + position + length) per partition, up to
 the high watermark for consumers and the log end offset for followers, bounded by
 ``partition_max_bytes`` and the response's ``max_bytes`` (the first batch is always whole, as
-KIP-74). Until ``min_bytes`` are available it long-polls: it sleeps on the partitions'
+KIP-74). A slice of at most ``SMALL_REPLY_BYTES`` (a tailing follower's or consumer's usual
+answer) carries the bytes the log already read to check their CRCs and goes out as bytes: no
+``dup``/``close`` of the segment's fd and no second ``pread`` by the server. Until ``min_bytes`` are available it long-polls: it sleeps on the partitions'
 ``changed`` events (set on append, flush and HW moves) until one fires or ``max_wait_ms``
 passes, then reads again. The reply's raw parts are the slices, written with ``sendfile``.
 A follower fetch (``replica_id >= 0``) also reports the follower's position to the leader state
@@ -62,7 +64,7 @@ from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.partition import Partition, VerificationGuard
 from rafka.broker.replica_manager import ReplicaManager
 from rafka.broker.replication.epochs import find_divergence
-from rafka.broker.server import Reply
+from rafka.broker.server import SMALL_REPLY_BYTES, Reply
 from rafka.log.batch import CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT, iter_batches
 from rafka.log.errors import DuplicateSequenceError
 from rafka.log.partition_log import FetchSlice
@@ -360,7 +362,8 @@ class _FetchState:
                     entry["diverging_epoch"] = diverging
                     return self._positions(entry, p), None, p
             if budget > 0:
-                sl = p.read(offset, budget, consumer=self.consumer, committed=self.committed)
+                sl = p.read(offset, budget, consumer=self.consumer, committed=self.committed,
+                            inline_max_bytes=SMALL_REPLY_BYTES)
             elif not p.log.log_start_offset <= offset <= p.log.log_end_offset:
                 p.read(offset, 1, consumer=self.consumer)  # raises out of range
             if self.committed:
@@ -402,7 +405,9 @@ async def fetch(rm: ReplicaManager, body: Mapping[str, Any]) -> Reply:
         out, slices, total, parts, errors = st.read_all()
         now = trio.current_time()
         if total >= max(st.min_bytes, 1) or errors or now >= deadline or not parts:
-            return Reply({"topics": out}, slices)
+            # small slices already hold their bytes (read for the CRC check): sent as they are
+            return Reply({"topics": out},
+                         [sl if sl.data is None else sl.data for sl in slices])
         for sl in slices:
             sl.close()
         events = [p.hw_changed if st.consumer else p.data_changed for p in parts]
