@@ -54,7 +54,7 @@ def values(phase: str, n: int) -> list[bytes]:
     return [f"{phase}-{i:06d}".encode() for i in range(n)]
 
 
-def run(bootstrap: str, records: int, partitions: int) -> None:
+def run(bootstrap: str, records: int, partitions: int, request_timeout_ms: int) -> None:
     wait_healthy(NODES)
     wait_quorum(bootstrap)
     say("6 nodes healthy, quorum caught up")
@@ -65,7 +65,7 @@ def run(bootstrap: str, records: int, partitions: int) -> None:
     wait_isr_full(bootstrap, [topic])
     log = AckLog(topic)
     with Producer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-                  linger_ms=5, delivery_timeout_ms=60000) as p:
+                  linger_ms=5, delivery_timeout_ms=60000, request_timeout_ms=request_timeout_ms) as p:
         n = log.produce(p, values("before", records))
         say(f"topic {topic} (RF 3, {partitions} partitions): {n}/{records} acks=all sends acknowledged")
         say("read back: " + log.verify(bootstrap, partitions))
@@ -115,10 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", default=None, help="default: generated/bootstrap")
     ap.add_argument("--records", type=int, default=300, help="records per phase")
     ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--request-timeout-ms", type=int, default=30000,
+                    help="the producer's; bounds its wait on requests in flight to the killed broker")
     args = ap.parse_args(argv)
     bootstrap = args.bootstrap or bootstrap_servers()
     try:
-        run(bootstrap, args.records, args.partitions)
+        run(bootstrap, args.records, args.partitions, args.request_timeout_ms)
     except Exception as exc:  # ClusterError, a client error, a docker CLI timeout: one line
         say(f"FAILED: {type(exc).__name__}: {exc}")
         return 1
