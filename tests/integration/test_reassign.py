@@ -161,6 +161,7 @@ def test_reassign_to_a_new_broker_under_writes_then_decommission(four, tmp_path)
         (entry,) = st["reassignments"]
         assert entry["adding_replicas"] == [4] and entry["removing_replicas"] == [1]
         assert entry["throttle_bytes_per_s"] == THROTTLE
+        assert entry["lag"]["4"] > 0  # from the leader: node 4 is still catching up
         r = rafka("partition", "reassign", "--topic", TOPIC, "--partition", "0", "--replicas", "2,3,4",
                   "--throttle", str(THROTTLE), "--wait", "--wait-timeout-s", "300", bootstrap=bootstrap)
         assert r.returncode == 0, r.stderr
