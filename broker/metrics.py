@@ -334,7 +334,8 @@ class _StateCollector:
                 continue
             led += 1
             reg = image.topics.partition(tp.topic, tp.partition)
-            if reg is not None and len(reg.isr) < len(reg.replicas):
+            # a replica being added by a reassignment does not count until it is in sync (as Kafka)
+            if reg is not None and len(reg.isr) < len(reg.replicas) - len(reg.adding_replicas):
                 under += 1
                 under_by_topic[tp.topic] = under_by_topic.get(tp.topic, 0) + 1
         yield GaugeMetricFamily("rafka_partitions", "Partitions hosted by this broker", len(rm.partitions))

@@ -464,7 +464,7 @@ def create_partitions(
         raise error_for(
             ErrorCode.INVALID_PARTITIONS, f"topic {name!r} has {cur} partitions; {count} is not more"
         )
-    rf = len(t.partitions[0].replicas) if t.partitions else 1
+    rf = len(t.partitions[0].target_replicas) if t.partitions else 1  # not those being removed
     assignment = place_replicas(placeable_brokers(image), count - cur, rf, start_index, shift, cur)
     records: list[MetadataRecord] = [
         Partition(t.topic_id, cur + i, r, r, r[0]) for i, r in enumerate(assignment)

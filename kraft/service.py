@@ -566,7 +566,7 @@ class ControllerService:
         first = t.partitions.get(0)
         return {"name": name, "error": 0, "message": None, "topic_id": t.topic_id,
                 "num_partitions": len(t.partitions),
-                "replication_factor": len(first.replicas) if first is not None else 0}
+                "replication_factor": len(first.target_replicas) if first is not None else 0}
 
     @staticmethod
     def _ok(name: str) -> dict[str, Any]:

@@ -265,3 +265,11 @@ def test_old_records_without_the_new_fields_still_read():
     d = RegisterBroker(1, "i", "h", 1).to_dict()
     d.pop("decommissioning")
     assert record_from_dict(d).decommissioning is False
+
+
+def test_growing_a_topic_while_its_partition_0_moves_keeps_the_replication_factor():
+    w, st_ = world(n=5)
+    w.commit(reassign.alter_reassignments(w.image, [ReassignItem("t", 0, (2, 3, 4))], 0, st_))
+    assert len(w.part().replicas) == 4  # target + the one being removed
+    w.commit(ctl.create_partitions(w.image, "t", 3, 0, 0))
+    assert [len(w.part(p=p).replicas) for p in (1, 2)] == [3, 3]
