@@ -153,7 +153,9 @@ def elect_partition_leader(
     if leader not in live or leader not in isr or leader in removed:
         leader = next((r for r in reg.replicas if r in isr and r in live), NO_LEADER)
     if leader == NO_LEADER and unclean:
-        candidate = next((r for r in reg.replicas if r in live), NO_LEADER)
+        # never a replica a reassignment is still adding: it may hold nothing yet
+        candidate = next((r for r in reg.replicas if r in live and r not in reg.adding_replicas),
+                         NO_LEADER)
         if candidate != NO_LEADER:
             leader, isr = candidate, [candidate]
     new_isr = tuple(isr)

@@ -273,3 +273,13 @@ def test_growing_a_topic_while_its_partition_0_moves_keeps_the_replication_facto
     assert len(w.part().replicas) == 4  # target + the one being removed
     w.commit(ctl.create_partitions(w.image, "t", 3, 0, 0))
     assert [len(w.part(p=p).replicas) for p in (1, 2)] == [3, 3]
+
+
+def test_unclean_election_never_picks_a_replica_still_being_added():
+    w, st_ = world(n=4)
+    w.commit(ctl.alter_configs(w.image, "t", {"unclean.leader.election.enable": "true"}))
+    w.commit(reassign.alter_reassignments(w.image, [ReassignItem("t", 0, (4, 2, 3))], 0, st_))
+    assert w.part().replicas[0] == 4 and w.part().adding_replicas == (4,)
+    for b in (1, 2, 3):  # every in-sync replica dies
+        w.commit(ctl.fence_broker(w.image, b, st_))
+    assert w.part().leader == -1  # 4 is live but has not caught up: no leader rather than data loss
