@@ -94,6 +94,11 @@ def apply_partition_change(
     removing = tuple(r for r in removing if r in replicas)
     throttle = reg.throttle_bytes_per_s if change.throttle_bytes_per_s is None else change.throttle_bytes_per_s
     leader_changed = leader != reg.leader
+    # a replica leaving the replicas (a reassignment's switch or cancel) bumps the leader epoch
+    # too, as KRaft does: a fetch the removed replica sent before it deleted its log must be
+    # fenced, or — when the same broker is added back — counted for its new, empty log
+    replica_removed = not set(reg.replicas) <= set(replicas)
+    bump = leader_changed or replica_removed
     changed = leader_changed or isr != reg.isr or replicas != reg.replicas
     changed = changed or recovery != reg.leader_recovery_state
     changed = changed or (adding, removing, throttle) != (
@@ -104,7 +109,7 @@ def apply_partition_change(
         replicas=replicas,
         isr=isr,
         leader=leader,
-        leader_epoch=reg.leader_epoch + 1 if leader_changed else reg.leader_epoch,
+        leader_epoch=reg.leader_epoch + 1 if bump else reg.leader_epoch,
         partition_epoch=reg.partition_epoch + 1,
         leader_recovery_state=recovery,
         adding_replicas=adding,

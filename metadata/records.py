@@ -15,8 +15,9 @@ Conventions
 * Unknown keys in a dict are ignored (a newer writer may add fields); missing optional
   keys take the field default. An unknown ``type`` raises :class:`UnknownRecordType`.
 * ``PartitionChange`` carries only changed fields; ``None`` means "unchanged". ``leader=-1``
-  means "no leader". The fold bumps epochs as Kafka does: a leader change bumps
-  ``leader_epoch`` and ``partition_epoch``; any other change bumps ``partition_epoch``.
+  means "no leader". The fold bumps epochs as Kafka does: a leader change — or a replica
+  leaving the replicas (reassignment) — bumps ``leader_epoch`` and ``partition_epoch``; any
+  other change bumps ``partition_epoch``.
 * Reassignment (KIP-455, ``kraft/reassign.py``): ``Partition``/``PartitionChange`` carry
   ``adding_replicas``/``removing_replicas``/``throttle_bytes_per_s`` (fields added later: a
   record without them reads as "no reassignment", an older reader ignores them).

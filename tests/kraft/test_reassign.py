@@ -283,3 +283,21 @@ def test_unclean_election_never_picks_a_replica_still_being_added():
     for b in (1, 2, 3):  # every in-sync replica dies
         w.commit(ctl.fence_broker(w.image, b, st_))
     assert w.part().leader == -1  # 4 is live but has not caught up: no leader rather than data loss
+
+
+def test_removing_a_replica_bumps_the_leader_epoch_even_when_the_leader_stays():
+    # A fetch the removed replica sent before it deleted its log is still long-polling at the
+    # leader; with the same leader epoch, that broker added back later had the stale fetch's
+    # offset counted for its new, empty log and joined the ISR at once (measured: a throttled
+    # 8 MB catch-up "done" in 0.3 s). A new leader epoch fences the stale fetch.
+    w, st_ = world(n=4)
+    before = w.part()
+    w.commit(reassign.alter_reassignments(w.image, [ReassignItem("t", 0, (1, 2, 4))], 0, st_))
+    assert w.part().leader_epoch == before.leader_epoch  # adding only: no bump
+    isr_add(w, 4)
+    w.commit(reassign.complete_reassignments(w.image, st_))
+    assert w.part().replicas == (1, 2, 4) and w.part().leader == 1
+    assert w.part().leader_epoch == before.leader_epoch + 1
+    w.commit(reassign.alter_reassignments(w.image, [ReassignItem("t", 0, (1, 2, 3))], 0, st_))
+    w.commit(reassign.alter_reassignments(w.image, [ReassignItem("t", 0, None)], 0, st_))  # cancel
+    assert w.part().replicas == (1, 2, 4) and w.part().leader_epoch == before.leader_epoch + 2
