@@ -36,7 +36,7 @@ from rafka.client import Admin, Consumer, Producer, TopicPartition
 
 __all__ = ["ClusterError", "container", "node_address", "docker", "compose", "health",
            "wait_healthy", "wait_quorum", "wait_fenced", "wait_isr_full", "partition_leaders",
-           "bootstrap_servers", "AckLog", "NODES", "CONTROLLERS", "BROKERS"]
+           "bootstrap_servers", "create_rf3_topic", "Reporter", "AckLog", "NODES", "CONTROLLERS", "BROKERS"]
 
 NODES = (*CONTROLLERS, *BROKERS)
 HERE = Path(__file__).resolve().parent
@@ -147,6 +147,37 @@ def wait_isr_full(bootstrap: str, topics: Sequence[str] | None = None, timeout_s
         return not short, short or "all full"
 
     _until(f"every ISR of {list(topics) if topics else 'every topic'} full", probe, timeout_s)
+
+
+def create_rf3_topic(bootstrap: str, prefix: str, partitions: int = 3) -> str:
+    """A fresh topic ``PREFIX-<unix time>``: RF 3, ``min.insync.replicas`` 2, every ISR full."""
+    topic = f"{prefix}-{int(time.time())}"
+    with Admin(bootstrap) as a:
+        a.create_topic(topic, partitions=partitions, replication_factor=3,
+                       config={"min.insync.replicas": "2"})
+    wait_isr_full(bootstrap, [topic])
+    return topic
+
+
+class Reporter:
+    """Progress lines ``NAME [  12.3s] ...`` of a check script, and its exit code."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.t0 = time.monotonic()
+
+    def __call__(self, msg: str) -> None:
+        print(f"{self.name} [{time.monotonic() - self.t0:5.1f}s] {msg}", flush=True)
+
+    def exit_code(self, check: Callable[..., None], *args: Any) -> int:
+        """0 when ``check(*args)`` returns, 1 (said in one line) when it raises."""
+        try:
+            check(*args)
+        except Exception as exc:  # ClusterError, a client error, a docker CLI timeout
+            self(f"FAILED: {type(exc).__name__}: {exc}")
+            return 1
+        self("PASSED")
+        return 0
 
 
 def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:

@@ -33,21 +33,19 @@ from compose_cluster import (
     CONTROLLERS,
     NODES,
     AckLog,
+    Reporter,
     bootstrap_servers,
     compose,
     container,
+    create_rf3_topic,
     wait_healthy,
     wait_isr_full,
     wait_quorum,
 )
 from gen_config import service_name
-from rafka.client import Admin, Producer
+from rafka.client import Producer
 
-T0 = time.monotonic()
-
-
-def say(msg: str) -> None:
-    print(f"rolling-restart [{time.monotonic() - T0:5.1f}s] {msg}", flush=True)
+say = Reporter("rolling-restart")
 
 
 def restart_order(active_controller: int) -> list[int]:
@@ -58,11 +56,7 @@ def restart_order(active_controller: int) -> list[int]:
 def run(bootstrap: str, records: int) -> None:
     wait_healthy(NODES)
     q = wait_quorum(bootstrap)
-    topic = f"rolling-{int(time.time())}"
-    with Admin(bootstrap) as a:
-        a.create_topic(topic, partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})
-    wait_isr_full(bootstrap)
-    log = AckLog(topic)
+    log = AckLog(create_rf3_topic(bootstrap, "rolling"))
     with Producer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
                   delivery_timeout_ms=60000) as p:
         log.produce(p, [f"start-{i:05d}".encode() for i in range(records)])
@@ -83,13 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", default=None, help="default: generated/bootstrap")
     ap.add_argument("--records", type=int, default=100, help="records produced after each restart")
     args = ap.parse_args(argv)
-    try:
-        run(args.bootstrap or bootstrap_servers(), args.records)
-    except Exception as exc:  # ClusterError, a client error, a docker CLI timeout: one line
-        say(f"FAILED: {type(exc).__name__}: {exc}")
-        return 1
-    say("PASSED")
-    return 0
+    return say.exit_code(run, args.bootstrap or bootstrap_servers(), args.records)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,10 @@ from compose_cluster import (
     NODES,
     AckLog,
     ClusterError,
+    Reporter,
     bootstrap_servers,
     container,
+    create_rf3_topic,
     docker,
     node_address,
     partition_leaders,
@@ -41,13 +43,9 @@ from compose_cluster import (
     wait_isr_full,
     wait_quorum,
 )
-from rafka.client import Admin, Producer
+from rafka.client import Producer
 
-T0 = time.monotonic()
-
-
-def say(msg: str) -> None:
-    print(f"compose-test [{time.monotonic() - T0:5.1f}s] {msg}", flush=True)
+say = Reporter("compose-test")
 
 
 def values(phase: str, n: int) -> list[bytes]:
@@ -58,11 +56,7 @@ def run(bootstrap: str, records: int, partitions: int, request_timeout_ms: int) 
     wait_healthy(NODES)
     wait_quorum(bootstrap)
     say("6 nodes healthy, quorum caught up")
-    topic = f"smoke-{int(time.time())}"
-    with Admin(bootstrap) as a:
-        a.create_topic(topic, partitions=partitions, replication_factor=3,
-                       config={"min.insync.replicas": "2"})
-    wait_isr_full(bootstrap, [topic])
+    topic = create_rf3_topic(bootstrap, "smoke", partitions)
     log = AckLog(topic)
     with Producer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
                   linger_ms=5, delivery_timeout_ms=60000, request_timeout_ms=request_timeout_ms) as p:
@@ -118,14 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--request-timeout-ms", type=int, default=30000,
                     help="the producer's; bounds its wait on requests in flight to the killed broker")
     args = ap.parse_args(argv)
-    bootstrap = args.bootstrap or bootstrap_servers()
-    try:
-        run(bootstrap, args.records, args.partitions, args.request_timeout_ms)
-    except Exception as exc:  # ClusterError, a client error, a docker CLI timeout: one line
-        say(f"FAILED: {type(exc).__name__}: {exc}")
-        return 1
-    say("PASSED")
-    return 0
+    return say.exit_code(run, args.bootstrap or bootstrap_servers(), args.records, args.partitions,
+                         args.request_timeout_ms)
 
 
 if __name__ == "__main__":
