@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rafka.broker.cluster import free_port_block
 
-__all__ = ["cluster", "cluster_dir"]
+__all__ = ["add_broker_node", "cluster", "cluster_dir"]
 
 RAFKA = [sys.executable, "-m", "rafka.client.cli"]
 
@@ -50,3 +50,24 @@ def cluster_dir(nodes: int = 1, broker_config: dict[str, str] | None = None,
         subprocess.run([*RAFKA, "cluster", "down", "--data-dir", str(data)],
                        capture_output=True, timeout=120)
         shutil.rmtree(data, ignore_errors=True)
+
+
+def add_broker_node(data_dir: Path, node_id: int, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a broker-only node ``node_id`` for the local cluster in ``data_dir`` (the scale-out
+    of docs/operations.md: node 1's config with its own id, roles, listener and data dir, no
+    raft or metrics listener). Returns the process (the caller stops it) and its address."""
+    import tomllib
+
+    from rafka.chaos_tests.campaign import toml_dumps
+
+    cfg = tomllib.loads((data_dir / "node-1" / "node.toml").read_text())
+    addr = f"127.0.0.1:{free_port_block(1)}"
+    cfg.update(node_id=node_id, roles=["broker"], listener=addr, data_dir=str(data_dir / f"node-{node_id}"))
+    for key in ("raft_listener", "metrics_listener"):
+        cfg.pop(key, None)
+    path = data_dir / f"node-{node_id}.toml"
+    path.write_text(toml_dumps(cfg))
+    with open(log_path, "wb") as out:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen([*RAFKA, "server", "--config", str(path)], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, addr

@@ -150,7 +150,7 @@ def reassign(topic: str | None, partition_: int | None, replicas: str | None, pl
     async def go(admin: Any) -> dict[TopicPartition, PartitionReassignment]:
         await admin.alter_partition_reassignments(moves, throttle_bytes_per_s=throttle)
         if wait:
-            await _bounded("the reassignment", wait_timeout_s, wait_reassignments(admin, list(moves)))
+            await _bounded("the reassignment", wait_timeout_s, wait_reassignments(admin, moves))
         return await admin.list_partition_reassignments(list(moves))
 
     pending = _run(bootstrap, go)

@@ -69,6 +69,7 @@ __all__ = [
     "complete_reassignments",
     "decommission_broker",
     "list_reassignments",
+    "recommission_broker",
     "replicas_of",
     "unregister_broker",
 ]

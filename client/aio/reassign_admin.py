@@ -126,10 +126,24 @@ async def list_partition_reassignments(
     return {tp: _entry(e, leos.get(tp)) for tp, e in sorted(entries.items())}
 
 
-async def wait_reassignments(admin: AsyncAdmin, partitions: Iterable[Any] | None = None) -> None:
-    """Until none of ``partitions`` (None: none at all) is being reassigned."""
-    wanted = None if partitions is None else [_tp(p) for p in partitions]
-    while await list_partition_reassignments(admin, wanted):
+async def _replicas(admin: AsyncAdmin, topics: Iterable[str]) -> dict[TopicPartition, tuple[int, ...]]:
+    resp = await admin._request(ApiKey.METADATA, {"topics": sorted(set(topics))})
+    resp.raise_for_error()
+    return {TopicPartition(t["name"], int(p["partition"])): tuple(p.get("replicas") or ())
+            for t in resp.body.get("topics") or [] for p in t.get("partitions") or []}
+
+
+async def wait_reassignments(admin: AsyncAdmin, targets: Mapping[Any, Sequence[int] | None]) -> None:
+    """Until every partition of ``targets`` has switched: no longer listed as moving *and* its
+    replicas in METADATA are the target (None: a cancel, not listed). Both checks, because any
+    broker may answer, and one whose image is a moment behind would not list a move that has
+    just started."""
+    want = {_tp(k): None if v is None else tuple(v) for k, v in targets.items()}
+    while True:
+        moving = await list_partition_reassignments(admin, list(want))
+        current = await _replicas(admin, (tp.topic for tp in want))
+        if not moving and all(t is None or current.get(tp) == t for tp, t in want.items()):
+            return
         await trio.sleep(POLL_INTERVAL_S)
 
 

@@ -16,26 +16,22 @@ seconds at that rate), and by the lag the leader reports.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rafka.broker.cluster import free_port_block
 from rafka.broker.protocol import ApiKey
 from rafka.client.sync import Admin, Consumer, Producer
 from rafka.client.types import TopicPartition
 
-from .conftest import PROJECT_ROOT, LocalCluster, wait_until
+from bench.cluster import add_broker_node  # the documented scale-out, as code
+
+from .conftest import LocalCluster, wait_until
 from .test_foundation import drain
-from .test_quorum import _toml
 from .test_user_defects import rafka
 
 pytestmark = pytest.mark.timeout(600)
@@ -48,29 +44,12 @@ WRITTEN = b"w"  # the writer's records during the move: small, a few KB/s in all
 WRITE_RATE = 50  # records/s
 
 
-def start_broker_only(cluster: LocalCluster, tmp: Path, node_id: int = 4) -> tuple[subprocess.Popen[bytes], str]:
-    cfg = tomllib.loads((cluster.data_dir / "node-3" / "node.toml").read_text())
-    port = free_port_block(1)
-    cfg.update(node_id=node_id, roles=["broker"], listener=f"127.0.0.1:{port}",
-               data_dir=str(tmp / f"node-{node_id}"))
-    cfg.pop("raft_listener", None)
-    cfg.pop("metrics_listener", None)
-    path = tmp / f"node-{node_id}.toml"
-    path.write_text(_toml(cfg))
-    out = open(tmp / f"node-{node_id}.out", "wb")  # noqa: SIM115 - the process owns it
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "rafka.client.cli", "server", "--config", str(path)],
-                            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(PROJECT_ROOT),
-                            start_new_session=True)
-    return proc, f"127.0.0.1:{port}"
-
-
 @pytest.fixture
 def four(cluster_factory: Any, tmp_path: Path) -> Iterator[tuple[LocalCluster, str]]:
     cluster = cluster_factory(3)
     with Admin(bootstrap_servers=cluster.bootstrap) as a:
         a.create_topic(TOPIC, partitions=1, replication_factor=3)  # before node 4: on 1, 2, 3
-    proc, addr = start_broker_only(cluster, tmp_path)
+    proc, addr = add_broker_node(cluster.data_dir, 4, tmp_path / "node-4.out")
     try:
         wait_until(lambda: unfenced(cluster.bootstrap, 4), "broker 4 registered and unfenced", 120)
         yield cluster, f"{cluster.bootstrap},{addr}"
