@@ -17,11 +17,15 @@ every broker folds them like any other change (``metadata/delta.py``):
 2. **switch** (``complete_reassignments``, run by the active controller on every periodic tick
    and right after a start): once every target replica is in the ISR the registration becomes
    ``replicas = T``, ``isr = ISR ∩ T``, the reassignment fields are cleared, and if the leader
-   is being removed leadership moves to the first target replica that is live and in sync —
-   the leader epoch is bumped by the fold. Removed brokers find the partition gone from their
-   replicas and delete their local copy (``TopicsDelta.local_changes`` → ``deletes``).
+   is being removed leadership moves to the first target replica that is live and in sync.
+   The fold bumps the leader epoch whenever a replica leaves (``apply_partition_change``), even
+   if the leader stays: a fetch a removed replica still has in flight is fenced, and cannot be
+   counted for that broker's new, empty log if it is added back later. Removed brokers find the
+   partition gone from their replicas and delete their local copy
+   (``TopicsDelta.local_changes`` → ``deletes``).
 3. **cancel** (target ``None``): back to the original replicas O (``replicas - adding``; the
-   order is the in-progress one, as Kafka), ISR ∩ O, leader moved off an adding replica.
+   order is the in-progress one, as Kafka), ISR ∩ O, leader moved off an adding replica (a
+   leader epoch bump too: the adding replicas leave).
 
 Every change carries a ``partition_epochs`` guard, so a change decided against an image that
 moved meanwhile (an ISR change, a fence) is rejected at apply and decided again next tick.
