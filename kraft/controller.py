@@ -503,8 +503,14 @@ def alter_partition(
     leader_epoch: int,
     partition_epoch: int,
     new_isr: list[int],
+    shutting_down: set[int] | frozenset[int] = frozenset(),
 ) -> tuple[Decision, PartitionRegistration]:
-    """Returns the decision and the registration it will produce."""
+    """Returns the decision and the registration it will produce.
+
+    ``shutting_down``: brokers in controlled shutdown (``ControllerState.shutting_down``). The
+    ISR may not *gain* one (KIP-841, ``INELIGIBLE_REPLICA``): its controlled shutdown takes it
+    out of every ISR, and a leader that re-added it at the next fetch would undo that at each
+    heartbeat, so the shutdown never reached its fence and waited out its whole timeout."""
     b = image.cluster.brokers.get(broker_id)
     if b is None or b.epoch != broker_epoch:
         raise error_for(ErrorCode.STALE_BROKER_EPOCH, f"broker {broker_id} epoch {broker_epoch}")
@@ -529,6 +535,10 @@ def alter_partition(
     fenced = [r for r in isr if r not in _live(image) and r != broker_id]
     if fenced:
         raise error_for(ErrorCode.INVALID_REQUEST, f"ISR holds fenced brokers {fenced}")
+    leaving = [r for r in isr if r in shutting_down and r not in reg.isr]
+    if leaving:
+        raise error_for(ErrorCode.INELIGIBLE_REPLICA,
+                        f"brokers {leaving} are in controlled shutdown: they may not join the ISR")
     isr = tuple(r for r in reg.replicas if r in isr)  # replica order: deterministic
     if isr == reg.isr:
         return Decision(), reg

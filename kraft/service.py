@@ -697,9 +697,11 @@ class ControllerService:
         }
 
     async def alter_partition(self, body: dict[str, Any]) -> dict[str, Any]:
+        active = self._require_active()
         d, reg = ctl.alter_partition(
             self._q().image(), body["broker_id"], body["broker_epoch"], body["topic"],
             body["partition"], body["leader_epoch"], body["partition_epoch"], body["new_isr"],
+            active.state.shutting_down,
         )
         if d:
             await self._propose(d)

@@ -45,7 +45,7 @@ partition epoch, fenced leader epoch) keeps it until the metadata that explains 
 arrives — a rejection after a lost success answer looks the same, so reverting to the old,
 smaller ISR early could let the HW run past a replica the controller already counts as in sync.
 Only a refusal of this very request (``INVALID_REQUEST``, ``INVALID_REPLICA_ASSIGNMENT``,
-``BROKER_FENCED``: e.g. the newcomer is fenced) drops the proposal at once; that relies on the
+``BROKER_FENCED``, ``INELIGIBLE_REPLICA``: the newcomer is fenced or shutting down) drops the proposal at once; that relies on the
 controller checking the leader and partition epochs before anything else.
 
 ``acks=all``: a produce is refused up front (``NOT_ENOUGH_REPLICAS``, nothing appended) when the
@@ -102,6 +102,7 @@ _REJECTED = frozenset({
     ErrorCode.INVALID_REQUEST,
     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
     ErrorCode.BROKER_FENCED,
+    ErrorCode.INELIGIBLE_REPLICA,  # the newcomer is in controlled shutdown (KIP-841)
 })
 
 

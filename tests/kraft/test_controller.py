@@ -201,3 +201,43 @@ def test_deposed_controller_cannot_write():
     assert stale.error.code == ErrorCode.NOT_CONTROLLER
     assert sm.apply(Command("l1b", 1, 0, (LeaderChange(1, 1),))).error.code == ErrorCode.NOT_CONTROLLER
     assert sm.apply(Command("new", 2, 0, tuple(d.records), tuple(d.guards))).error is None
+
+
+def test_a_broker_in_controlled_shutdown_may_not_rejoin_the_isr():
+    """KIP-841. Found in the compose cluster's rolling restart: leaders re-added the stopping
+    broker at its next fetch, the heartbeat took it out again, and its controlled shutdown never
+    reached the fence (it waited out controlled.shutdown.timeout.ms every time)."""
+    w = World()
+    st = w.brokers(1, 2, 3)
+    w.commit(ctl.create_topic(w.image, "t", 1, 3, {}, "tid", 0, 0))
+    e3 = w.image.cluster.brokers[3].epoch
+    hb = ctl.heartbeat(w.image, st, 3, e3, w.image.offset, False, True, 0)
+    assert not hb.should_shutdown
+    w.commit(hb.decision)
+    reg = w.part()
+    assert 3 not in reg.isr and reg.leader != 3
+    leader = reg.leader
+    el = w.image.cluster.brokers[leader].epoch
+    # the leader sees broker 3 fetching, caught up, and proposes it back: refused
+    with pytest.raises(RafkaError) as e:
+        ctl.alter_partition(w.image, leader, el, "t", 0, reg.leader_epoch, reg.partition_epoch,
+                            [1, 2, 3], st.shutting_down)
+    assert e.value.code == ErrorCode.INELIGIBLE_REPLICA
+    # a change that does not add it is still taken (a shrink of another member)
+    other = next(r for r in reg.isr if r != leader)
+    d, _ = ctl.alter_partition(w.image, leader, el, "t", 0, reg.leader_epoch, reg.partition_epoch,
+                               [leader], st.shutting_down)
+    w.commit(d)
+    # so the next heartbeat has nothing left to move: fenced, and told to stop
+    hb = ctl.heartbeat(w.image, st, 3, e3, w.image.offset, False, True, 0)
+    w.commit(hb.decision)
+    assert hb.should_shutdown and w.image.cluster.brokers[3].fenced
+    # once it is back (a new incarnation, no shutdown wanted) it may join again
+    r = w.commit(ctl.register_broker(w.image, 3, "i3-b", "h", 9003))
+    w.commit(ctl.heartbeat(w.image, st, 3, r.base_offset, w.image.offset, False, False, 0).decision)
+    assert 3 not in st.shutting_down
+    reg = w.part()
+    d, new = ctl.alter_partition(w.image, leader, el, "t", 0, reg.leader_epoch, reg.partition_epoch,
+                                 [leader, other, 3], st.shutting_down)
+    w.commit(d)
+    assert set(w.part().isr) == {leader, other, 3}
