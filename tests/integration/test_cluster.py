@@ -10,6 +10,7 @@ from rafka.broker.protocol import ApiKey
 from rafka.client.connection import connect
 
 from tests.broker.harness import batch, fetch_body, part, produce_body
+from tests.integration.conftest import wait_until
 
 RETRY = 60  # hang guard (seconds) for conditions that become true
 
@@ -126,3 +127,30 @@ async def test_replicated_topic_acks_all_round_trip(cluster3):
         return len(isr) == 3 and p["high_watermark"] >= 2
 
     assert await eventually(replicated)
+
+
+async def test_sigterm_finishes_a_controlled_shutdown_while_leaders_see_the_node_caught_up(cluster3):
+    """KIP-841 (found in the compose cluster's rolling restart): a broker stopping under control
+    keeps fetching as a follower, so leaders found it caught up and re-added it to the ISR; each
+    heartbeat took it out again and its shutdown waited out controlled.shutdown.timeout.ms. Now the
+    controller refuses the re-add (INELIGIBLE_REPLICA) and the node says it finished under control."""
+    addrs = cluster3.addresses()
+    await create_topic(addrs[0], "stay", partitions=6, rf=3)
+    for p in range(6):  # every partition has data and every follower has caught up with it
+        async def written(p=p):
+            ldr = await leader_of(addrs, "stay", p)
+            r = part(await request(ldr, ApiKey.PRODUCE, produce_body("stay", batch(b"x"), partition=p, acks=-1)))
+            return r["error"] == 0
+        assert await eventually(written)
+    node3 = next(n for n in cluster3.info()["nodes"] if n["id"] == 3)
+    log_path = os.path.join(node3["data_dir"], "stdout.log")
+    os.kill(cluster3.pids()[3], signal.SIGTERM)
+
+    def outcome():
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+        return text if "controlled shutdown" in text else None
+
+    text = wait_until(outcome, "node 3 logs how its controlled shutdown ended", timeout_s=120)
+    assert "controlled shutdown complete" in text, text[-3000:]
+    assert "controlled shutdown did not finish" not in text
