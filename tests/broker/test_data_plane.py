@@ -112,6 +112,29 @@ async def test_long_poll_fetch_wakes_up_on_new_data(tmp_path):
         assert result["p"]["error"] == 0 and result["p"]["records_len"] > 0
 
 
+async def test_parked_follower_fetch_is_answered_when_data_arrives(tmp_path):
+    """A follower's long poll (replica_id >= 0) is woken by the append itself — no timer, and
+    not held for the HW: it is served up to the log end offset."""
+    async with running_broker(tmp_path, topics={"t": 1}) as b, b.connect() as conn:
+        result = {}
+
+        async def poll():
+            body = {**fetch_body("t", 0, max_wait_ms=600_000), "replica_id": 2}
+            resp = await conn.request(ApiKey.FETCH, body)
+            result["p"], result["raw"] = part(resp.body), bytes(resp.raw)
+
+        with trio.fail_after(60):  # hang guard: without a wake-up this would wait 10 minutes
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(poll)
+                await trio.sleep(0.05)
+                assert "p" not in result  # nothing yet: still waiting
+                async with b.connect() as other:
+                    await other.request(ApiKey.PRODUCE, produce_body("t", batch(b"x", b"y")))
+        assert result["p"]["error"] == 0 and result["p"]["records_len"] == len(result["raw"]) > 0
+        raw = result["raw"]
+        assert [r.value for pos, _h in iter_batches(raw) for r in decode_records(raw, pos)] == [b"x", b"y"]
+
+
 async def test_acks_zero_gets_no_response_but_appends(tmp_path):
     async with running_broker(tmp_path, topics={"t": 1}) as b, b.connect() as conn:
         await conn.send_only(ApiKey.PRODUCE, produce_body("t", batch(b"fire"), acks=0))
