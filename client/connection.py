@@ -273,12 +273,28 @@ class PendingResponse:
 _NO_SUCH_NAME = frozenset(getattr(socket, n) for n in ("EAI_NONAME", "EAI_FAIL", "EAI_NODATA") if hasattr(socket, n))
 
 
+# Kafka's socket.connection.setup.timeout.ms: a host that drops our SYNs (a dead machine, a
+# firewalled or vanished container IP) would otherwise hold a connect for the kernel's SYN
+# retries (about two minutes), or for a whole request timeout when a caller bounds it, before
+# the next bootstrap address is tried.
+CONNECTION_SETUP_TIMEOUT_MS = 10_000
+
+
 async def _open(host: str, port: int, *, security: ClientSecurity | None = None,
-                **kw: Any) -> Connection:
+                setup_timeout_ms: float = CONNECTION_SETUP_TIMEOUT_MS, **kw: Any) -> Connection:
     """Connect; a failure is BROKER_NOT_AVAILABLE, with ``details["unresolvable"]`` set when
     the host name does not exist (``ClientCore.request_any`` gives up on those at once).
     With ``security`` the TLS handshake is done too (the SASL login needs the reader running:
-    ``_start``)."""
+    ``_start``). TCP connect and TLS handshake together get ``setup_timeout_ms``."""
+    with trio.move_on_after(setup_timeout_ms / 1000):
+        return await _open_within(host, port, security, kw)
+    raise error_for(ErrorCode.BROKER_NOT_AVAILABLE,
+                    f"cannot connect to {host}:{port}: no answer within {setup_timeout_ms:.0f} ms "
+                    "(connection setup timeout)")
+
+
+async def _open_within(host: str, port: int, security: ClientSecurity | None,
+                       kw: dict[str, Any]) -> Connection:
     try:
         stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
     except socket.gaierror as exc:
@@ -293,7 +309,11 @@ async def _open(host: str, port: int, *, security: ClientSecurity | None = None,
     except OSError:
         pass
     if security is not None:
-        stream = await security.wrap(stream, host)
+        try:
+            stream = await security.wrap(stream, host)
+        except BaseException:  # a failed or timed-out handshake must not leak the socket
+            await trio.aclose_forcefully(stream)
+            raise
     return Connection(stream, address=(host, port), **kw)
 
 

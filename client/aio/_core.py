@@ -34,7 +34,12 @@ from typing import Any
 import trio
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.protocol import ApiKey, Response
-from rafka.client.connection import ConnectionPool, backoff_ms, parse_bootstrap
+from rafka.client.connection import (
+    CONNECTION_SETUP_TIMEOUT_MS,
+    ConnectionPool,
+    backoff_ms,
+    parse_bootstrap,
+)
 from rafka.client.errors import KafkaTimeoutError, NoBrokersAvailableError, UnresolvableHostError
 from rafka.client.types import BrokerMetadata, PartitionMetadata, TopicPartition
 from rafka.security.client import ClientSecurity
@@ -163,6 +168,7 @@ class ClientCore:
         metadata_max_age_ms: int = 300000,
         unknown_topic_grace_ms: int = 1000,
         security: ClientSecurity | None = None,
+        connection_setup_timeout_ms: int = CONNECTION_SETUP_TIMEOUT_MS,
     ) -> None:
         self.security = security  # TLS / SASL for every connection (security/client.py)
         self.bootstrap = parse_bootstrap(bootstrap_servers)
@@ -170,6 +176,7 @@ class ClientCore:
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.connection_setup_timeout_ms = connection_setup_timeout_ms
         self.metadata_max_age_ms = metadata_max_age_ms
         self.metadata = ClusterMetadata()
         self.pool: ConnectionPool | None = None
@@ -180,7 +187,8 @@ class ClientCore:
         self._stale = True
 
     def open(self, nursery: trio.Nursery) -> None:
-        self.pool = ConnectionPool(nursery, client_id=self.client_id, security=self.security)
+        self.pool = ConnectionPool(nursery, client_id=self.client_id, security=self.security,
+                                   setup_timeout_ms=self.connection_setup_timeout_ms)
 
     async def aclose(self) -> None:
         if self.pool is not None:

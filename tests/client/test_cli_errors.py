@@ -10,10 +10,13 @@ message is checked too.
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
+
 import pytest
 import trio
 from rafka.client.aio._core import ClientCore
-from rafka.client.errors import RafkaError, UnresolvableHostError
+from rafka.client.errors import NoBrokersAvailableError, RafkaError, UnresolvableHostError
 
 from .conftest import rafka
 
@@ -62,3 +65,43 @@ async def test_one_unresolvable_host_among_good_ones_is_only_skipped() -> None:
         finally:
             await core.aclose()
     assert not isinstance(info.value, UnresolvableHostError) and info.value.retriable
+
+
+@pytest.fixture
+def blackhole() -> Iterator[int]:
+    """A port whose SYNs go unanswered, as a dead host's or a vanished container's: a listener
+    that never accepts, its accept queue filled (Linux then drops further SYNs)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        fillers.append(s)
+    try:
+        yield port
+    finally:
+        for s in fillers:
+            s.close()
+        srv.close()
+
+
+async def test_a_host_that_never_answers_the_connect_is_given_up_after_the_setup_timeout(blackhole: int) -> None:
+    """Found with the compose cluster: a client whose first bootstrap address was a killed
+    broker's container hung ~39 s in connect. The connection setup timeout (Kafka's
+    socket.connection.setup.timeout.ms) ends the connect with a named, retriable error; the
+    request timeout (60 s here) would not have."""
+    async with trio.open_nursery() as nursery:
+        core = ClientCore(f"127.0.0.1:{blackhole}", client_id="t", request_timeout_ms=60_000,
+                          connection_setup_timeout_ms=300)
+        core.open(nursery)
+        try:
+            with trio.fail_after(30):
+                with pytest.raises(NoBrokersAvailableError) as info:
+                    await core.refresh_metadata()
+        finally:
+            await core.aclose()
+    assert info.value.retriable and "connection setup timeout" in info.value.message
