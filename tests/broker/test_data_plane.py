@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 from rafka.broker.errors import ErrorCode
 from rafka.broker.protocol import ApiKey
@@ -94,44 +96,40 @@ async def test_offset_out_of_range(tmp_path):
         assert part(r)["error"] == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
+async def _long_poll_woken_by_produce(b: Any, conn: Any, body: dict[str, Any],
+                                      *values: bytes) -> tuple[dict[str, Any], bytes]:
+    """Park ``body`` (a FETCH with a 10-minute ``max_wait_ms``), then produce ``values`` on
+    another connection: (partition answer, records) of the fetch, which the append must wake."""
+    result: dict[str, Any] = {}
+
+    async def poll() -> None:
+        resp = await conn.request(ApiKey.FETCH, body)
+        result["p"], result["raw"] = part(resp.body), bytes(resp.raw)
+
+    with trio.fail_after(60):  # hang guard: without a wake-up this would wait 10 minutes
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll)
+            await trio.sleep(0.05)
+            assert "p" not in result  # nothing yet: still waiting
+            async with b.connect() as other:
+                await other.request(ApiKey.PRODUCE, produce_body("t", batch(*values)))
+    return result["p"], result["raw"]
+
+
 async def test_long_poll_fetch_wakes_up_on_new_data(tmp_path):
     async with running_broker(tmp_path, topics={"t": 1}) as b, b.connect() as conn:
-        result = {}
-
-        async def poll():
-            resp = await conn.request(ApiKey.FETCH, fetch_body("t", 0, max_wait_ms=600_000))
-            result["p"] = part(resp.body)
-
-        with trio.fail_after(60):  # hang guard: without a wake-up this would wait 10 minutes
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(poll)
-                await trio.sleep(0.05)
-                assert "p" not in result  # nothing yet: still waiting
-                async with b.connect() as other:
-                    await other.request(ApiKey.PRODUCE, produce_body("t", batch(b"wake")))
-        assert result["p"]["error"] == 0 and result["p"]["records_len"] > 0
+        p, _raw = await _long_poll_woken_by_produce(
+            b, conn, fetch_body("t", 0, max_wait_ms=600_000), b"wake")
+        assert p["error"] == 0 and p["records_len"] > 0
 
 
 async def test_parked_follower_fetch_is_answered_when_data_arrives(tmp_path):
     """A follower's long poll (replica_id >= 0) is woken by the append itself — no timer, and
     not held for the HW: it is served up to the log end offset."""
     async with running_broker(tmp_path, topics={"t": 1}) as b, b.connect() as conn:
-        result = {}
-
-        async def poll():
-            body = {**fetch_body("t", 0, max_wait_ms=600_000), "replica_id": 2}
-            resp = await conn.request(ApiKey.FETCH, body)
-            result["p"], result["raw"] = part(resp.body), bytes(resp.raw)
-
-        with trio.fail_after(60):  # hang guard: without a wake-up this would wait 10 minutes
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(poll)
-                await trio.sleep(0.05)
-                assert "p" not in result  # nothing yet: still waiting
-                async with b.connect() as other:
-                    await other.request(ApiKey.PRODUCE, produce_body("t", batch(b"x", b"y")))
-        assert result["p"]["error"] == 0 and result["p"]["records_len"] == len(result["raw"]) > 0
-        raw = result["raw"]
+        body = {**fetch_body("t", 0, max_wait_ms=600_000), "replica_id": 2}
+        p, raw = await _long_poll_woken_by_produce(b, conn, body, b"x", b"y")
+        assert p["error"] == 0 and p["records_len"] == len(raw) > 0
         assert [r.value for pos, _h in iter_batches(raw) for r in decode_records(raw, pos)] == [b"x", b"y"]
 
 
