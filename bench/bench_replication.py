@@ -10,6 +10,14 @@ Figures (medians of ``runs`` unless said otherwise):
   with the producer's default ``linger_ms`` (5 ms, as Kafka 4.0's); ``e2e_latency_linger1_*``:
   the same with ``linger_ms=1``. ``cpu_steal_pct`` says how much CPU the hypervisor took from
   this VM during each of those runs.
+* ``broker_cpu_us_per_produce``: CPU (user + system, all three node processes, their idle rate
+  subtracted: ``bench/broker_cpu.py``) per single-record ``acks=all`` produce request, one
+  request at a time (``CPU_REQUESTS`` of them, linger 0), with ``ratio_of`` issue 13's target
+  (``broker_cpu_target_us_per_produce``, a constant row); ``..._busiest_node_...`` is the
+  leader's share; ``requests`` lists what one produce caused (2 follower fetches).
+  ``broker_cpu_us_per_idle_fetch``: the same per long-poll FETCH of a consumer on an empty
+  partition (``max_wait_ms`` 10: many, so they outweigh the idle CPU subtracted) that times out;
+  noisy on a loaded machine.
 * ``unavailability``: kill -9 of a partition's leader → the next acknowledged acks=all write
   (one writer sending record after record). Median of ``UNAVAIL_TRIALS`` kills in one run, on a
   second cluster with ``broker.session.timeout.ms`` = ``SESSION_TIMEOUT_MS`` (the controller
@@ -40,6 +48,8 @@ from typing import Any
 from rafka.broker.cluster import cluster_down, cluster_up, free_port_block, is_running
 from rafka.client import Admin, Consumer, Producer, TopicPartition
 
+from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
+
 N_RECORDS = 200_000
 VALUE = b"v" * 200
 KEYS = [f"key-{i:012d}".encode() for i in range(1024)]  # 16 bytes each
@@ -52,6 +62,10 @@ E2E_TICK_S = 0.001
 UNAVAIL_TRIALS = 10
 SESSION_TIMEOUT_MS = 1500
 HEARTBEAT_MS = 250
+CPU_REQUESTS = 2000
+CPU_TARGET_US = 200  # issue 13: broker CPU per single-record acks=all produce, 3 nodes RF 3
+IDLE_FETCH_S = 4.0
+IDLE_FETCH_WAIT_MS = 10  # short: more fetches per second against the idle CPU subtracted
 
 
 @contextlib.contextmanager
@@ -199,6 +213,33 @@ def _e2e_latencies_ms(bootstrap: str, topic: str, seconds: float = 3.0,
             proc.kill()
 
 
+def _broker_cpu(state: dict[str, Any], topic: str, idle_topic: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(per single-record acks=all produce, per idle long-poll fetch): ``CpuMeter.stop``."""
+    pids, urls = cluster_pids_and_metrics(state["data_dir"])
+    meter = CpuMeter(pids, urls)
+    with Producer(bootstrap_servers=state["bootstrap"], acks="all", enable_idempotence=True,
+                  linger_ms=0) as p:
+        for _ in range(50):
+            p.send(topic, value=VALUE, partition=0).result(timeout=30)
+        meter.idle(2.0)
+        meter.start()
+        for i in range(CPU_REQUESTS):
+            p.send(topic, value=VALUE, key=KEYS[i & 1023], partition=0).result(timeout=30)
+        produce = meter.stop(CPU_REQUESTS)
+    tp = TopicPartition(idle_topic, 0)
+    with Consumer(bootstrap_servers=state["bootstrap"], enable_auto_commit=False,
+                  fetch_max_wait_ms=IDLE_FETCH_WAIT_MS) as c:
+        c.assign([tp])
+        c.seek_to_end(tp)
+        c.position(tp)
+        meter.start()
+        t_end = time.monotonic() + IDLE_FETCH_S
+        while time.monotonic() < t_end:
+            c.poll(timeout_ms=200)
+        idle_fetch = meter.stop(per_api="fetch")
+    return produce, idle_fetch
+
+
 def _leader_and_isr(bootstrap: str, topic: str) -> tuple[int, tuple[int, ...]]:
     with Admin(bootstrap_servers=bootstrap) as admin:
         p = admin.describe_topic(topic).partitions[0]
@@ -269,13 +310,20 @@ def _pct(values: list[float], q: float) -> float:
 
 def run(runs: int = 3) -> dict[str, Any]:
     prod, p50, p99, e50, e99, l50, l99, steal = [], [], [], [], [], [], [], []
+    cpu: list[dict[str, Any]] = []
+    fetch_cpu: list[dict[str, Any]] = []
     with _cluster() as st:
         bootstrap = st["bootstrap"]
         _create(bootstrap, "lat", 1)
         _create(bootstrap, "e2e", 1)
+        _create(bootstrap, "cpu", 1)
+        _create(bootstrap, "idle", 1)
         for r in range(runs):
             _create(bootstrap, f"perf{r}", 3)
         for r in range(runs):
+            produce_cpu, idle_fetch_cpu = _broker_cpu(st, "cpu", "idle")
+            cpu.append(produce_cpu)
+            fetch_cpu.append(idle_fetch_cpu)
             prod.append(_producer_rate(bootstrap, f"perf{r}", N_RECORDS))
             lat = _produce_latencies_ms(bootstrap, "lat")
             p50.append(_pct(lat, 0.5))
@@ -297,6 +345,17 @@ def run(runs: int = 3) -> dict[str, Any]:
     common = {"flush_policy": FLUSH, "replication_factor": 3, "acks": "all",
               "min_insync_replicas": 2}
     return {
+        "broker_cpu_us_per_produce": _fig(
+            [c["cpu_us"] for c in cpu], "µs", ratio_of="broker_cpu_target_us_per_produce",
+            requests=[c["requests"] for c in cpu], produces_per_s=[c["ops_per_s"] for c in cpu],
+            **common),
+        "broker_cpu_busiest_node_us_per_produce": _fig([c["busiest_node_us"] for c in cpu], "µs",
+                                                       **common),
+        "broker_cpu_target_us_per_produce": _fig([CPU_TARGET_US], "µs",
+                                                 note="issue 13's target, not a measurement"),
+        "broker_cpu_us_per_idle_fetch": _fig([c["cpu_us"] for c in fetch_cpu], "µs",
+                                             fetches=[c["ops"] for c in fetch_cpu],
+                                             max_wait_ms=IDLE_FETCH_WAIT_MS),
         "producer_acks_all": _fig(prod, "rec/s", partitions=3, **common),
         "producer_acks_all_mb": _fig([x * rec_mb for x in prod], "MB/s", partitions=3, **common),
         "produce_latency_p50": _fig(p50, "ms", rate=f"{LATENCY_RATE} rec/s", **common),

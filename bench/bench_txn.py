@@ -10,6 +10,11 @@ Figures (medians of ``runs``; one fresh cluster for the whole module):
   so small transactions measure the coordinator and large ones the data path;
   ``txn_records_per_s_1000`` has ``ratio_of`` the idempotent producer without transactions
   (``plain_records_per_s``, same sends, one flush per 1000) measured in the same run.
+* ``broker_cpu_ms_per_txn_<n>``: CPU of the three node processes (idle rate subtracted,
+  ``bench/broker_cpu.py``) per transaction of the single producer above; the figure's
+  ``requests`` say what one transaction caused, per api (follower fetches, the client's and
+  the leaders' ADD_PARTITIONS_TO_TXN — verification is one with ``verify_only`` —, PRODUCE,
+  END_TXN, WRITE_TXN_MARKERS).
 * ``commit_p50_ms_<n>`` / ``commit_p99_ms_<n>``: ``commit_transaction()`` latency (send of the
   last record → commit returned, so it includes the flush of the last batch).
 * ``txn_aggregate_records_per_s_100``: ``PRODUCERS`` transactional producers in separate
@@ -41,7 +46,8 @@ from typing import Any
 from rafka.client import Consumer, Producer, TopicPartition
 
 from bench.bench_replication import _create
-from bench.cluster import cluster
+from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
+from bench.cluster import cluster_dir
 
 TOPIC = "txbench"
 PARTITIONS = 3
@@ -178,11 +184,16 @@ def run(runs: int = 3) -> dict[str, Any]:
     ru: list[float] = []
     cpu: dict[str, list[float]] = {"read_committed": [], "read_uncommitted": []}
     delivered: dict[str, list[int]] = {"read_committed": [], "read_uncommitted": []}
-    with cluster(nodes=3) as bootstrap:
+    txn_cpu: dict[int, list[dict[str, Any]]] = {s: [] for s in SIZES}
+    with cluster_dir(3) as (bootstrap, data_dir, _port):
         _create(bootstrap, TOPIC, PARTITIONS)
+        meter = CpuMeter(*cluster_pids_and_metrics(data_dir))
+        meter.idle(2.0)
         for r in range(max(3, runs)):
             for size in SIZES:
+                meter.start()
                 rate, lat = _transactions(bootstrap, size, r)
+                txn_cpu[size].append(meter.stop(len(lat)))
                 rates[size].append(rate)
                 p50[size].append(_pct(lat, 0.5))
                 p99[size].append(_pct(lat, 0.99))
@@ -201,6 +212,9 @@ def run(runs: int = 3) -> dict[str, Any]:
     for size in SIZES:
         extra = {"ratio_of": "plain_records_per_s"} if size == 1000 else {}
         figs[f"txn_records_per_s_{size}"] = _fig(rates[size], "records/s", **extra)
+        figs[f"broker_cpu_ms_per_txn_{size}"] = _fig(
+            [c["cpu_us"] / 1000 for c in txn_cpu[size]], "ms",
+            requests=[c["requests"] for c in txn_cpu[size]])
         figs[f"commit_p50_ms_{size}"] = _fig(p50[size], "ms")
         figs[f"commit_p99_ms_{size}"] = _fig(p99[size], "ms")
     figs["txn_target_records_per_s_100"] = _fig([TARGET_RECORDS_PER_S], "records/s",

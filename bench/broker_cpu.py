@@ -1,0 +1,109 @@
+"""Broker CPU and request counts of a bench cluster, for "CPU per request" figures.
+
+Theory of operation: a figure like "broker CPU µs per single-record acks=all produce" is the
+CPU time (user + system, ``/proc/<pid>/stat``, all threads) the cluster's node processes spent
+while the bench did ``n`` operations, divided by ``n``. The nodes also burn CPU when idle (Raft
+ticks, heartbeats, metadata long polls): :class:`CpuMeter` measures that idle rate first and
+subtracts it for the duration of the measured window, so a slow run on a loaded machine is not
+charged with more idle time. Request counts come from each node's Prometheus endpoint
+(``rafka_request_duration_seconds_count{api}``), summed over the nodes: they say how many
+requests of each kind one operation caused (follower fetches, verifications, markers...).
+Linux only; elsewhere the CPU figures are 0.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rafka.broker.cluster import load_cluster, metrics_urls
+
+__all__ = ["CpuMeter", "cluster_pids_and_metrics", "cpu_seconds", "request_counts"]
+
+_COUNT = re.compile(r'rafka_request_duration_seconds_count\{api="(\w+)"\} (\S+)')
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (0.0 if unreadable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def request_counts(urls: Sequence[str]) -> dict[str, float]:
+    """Requests handled so far per api name, summed over the nodes' metrics endpoints."""
+    out: dict[str, float] = {}
+    for url in urls:
+        try:
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+        except OSError:
+            continue
+        for m in _COUNT.finditer(text):
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
+    return out
+
+
+def cluster_pids_and_metrics(data_dir: Path) -> tuple[list[int], list[str]]:
+    """Node pids and metrics URLs of the cluster in ``data_dir`` (``rafka cluster up``)."""
+    state = load_cluster(data_dir)
+    if state is None:
+        return [], []
+    return [n.pid for n in state["nodes"] if n.pid], metrics_urls(state)
+
+
+class CpuMeter:
+    """``meter = CpuMeter(pids, urls); meter.idle(2.0); meter.start(); ...; meter.stop(n)``."""
+
+    def __init__(self, pids: Sequence[int], urls: Sequence[str] = ()) -> None:
+        self.pids = list(pids)
+        self.urls = list(urls)
+        self.idle_rate = 0.0  # CPU seconds per second of the nodes doing nothing for us
+        self.idle_requests: dict[str, float] = {}  # requests per second, idle (per api)
+        self._cpu0: list[float] = []
+        self._t0 = 0.0
+        self._req0: dict[str, float] = {}
+
+    def _cpu(self) -> list[float]:
+        return [cpu_seconds(p) for p in self.pids]
+
+    def idle(self, seconds: float) -> float:
+        """Measure the idle CPU (and request) rate over ``seconds`` of sleep; returns the CPU."""
+        r0, c0, t0 = request_counts(self.urls), sum(self._cpu()), time.perf_counter()
+        time.sleep(seconds)
+        c1, r1 = sum(self._cpu()), request_counts(self.urls)
+        took = time.perf_counter() - t0
+        self.idle_rate = max(0.0, (c1 - c0) / took)
+        self.idle_requests = {k: (v - r0.get(k, 0.0)) / took for k, v in r1.items()}
+        return self.idle_rate
+
+    def start(self) -> None:
+        self._req0 = request_counts(self.urls)
+        self._cpu0, self._t0 = self._cpu(), time.perf_counter()
+
+    def stop(self, ops: int = 0, *, per_api: str | None = None) -> dict[str, Any]:
+        """Per operation: ``cpu_us`` (all nodes, idle rate subtracted), ``busiest_node_us``
+        (the node that spent most — the leader, usually), ``requests`` (api → count, the idle
+        rate subtracted). ``per_api``: the operations are that api's requests (e.g. "fetch")."""
+        cpu1, elapsed = self._cpu(), time.perf_counter() - self._t0
+        per_node = [b - a for a, b in zip(self._cpu0, cpu1, strict=True)]
+        req = request_counts(self.urls)
+        caused = {k: v - self._req0.get(k, 0.0) - self.idle_requests.get(k, 0.0) * elapsed
+                  for k, v in req.items()}
+        if per_api is not None:
+            ops = round(caused.get(per_api, 0.0))
+        ops = max(1, ops)
+        idle_share = self.idle_rate * elapsed / max(1, len(per_node))
+        return {
+            "cpu_us": max(0.0, sum(per_node) - self.idle_rate * elapsed) / ops * 1e6,
+            "busiest_node_us": max(0.0, max(per_node, default=0.0) - idle_share) / ops * 1e6,
+            "requests": {k: round(v / ops, 2) for k, v in caused.items() if v / ops >= 0.01},
+            "ops": ops,
+            "ops_per_s": ops / elapsed,
+        }
