@@ -12,7 +12,9 @@ When this broker coordinates the id, the question is a local call (no request); 
 partition (found in this broker's metadata image) over the node's ``ConnectionPool``, bounded by
 ``timeout_s``. Anything that keeps the coordinator from answering — unreachable, timed out, moved
 (``NOT_COORDINATOR``), loading, busy — is ``COORDINATOR_NOT_AVAILABLE``: retriable for the
-producer, and no transaction is opened.
+producer, and no transaction is opened. That includes a coordinator that cannot pass its read
+barrier (``broker/read_barrier.py``): a deposed coordinator, which still holds the transaction as
+Ongoing, answers ``NOT_COORDINATOR`` instead of verifying it.
 """
 
 from __future__ import annotations
