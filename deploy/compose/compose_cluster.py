@@ -34,7 +34,7 @@ from gen_config import BROKERS, CLIENT_PORT, CONTROLLERS, DEFAULT_NET, node_ip, 
 from rafka.chaos_tests.backends.docker import compose_command, docker_bin, docker_env
 from rafka.client import Admin, Consumer, Producer, TopicPartition
 
-__all__ = ["ClusterError", "container", "node_address", "docker", "compose", "health",
+__all__ = ["ClusterError", "container", "node_address", "docker", "logs", "compose", "health",
            "wait_healthy", "wait_quorum", "wait_fenced", "wait_isr_full", "partition_leaders",
            "bootstrap_servers", "create_rf3_topic", "Reporter", "AckLog", "NODES", "CONTROLLERS", "BROKERS"]
 
@@ -56,16 +56,22 @@ def node_address(node_id: int, net: str | None = None) -> str:
     return f"{node_ip(net or DEFAULT_NET, node_id)}:{CLIENT_PORT}"
 
 
-def _run(argv: Sequence[str], timeout_s: float) -> str:
+def _run(argv: Sequence[str], timeout_s: float, with_stderr: bool = False) -> str:
     r = subprocess.run(list(argv), capture_output=True, text=True, env=docker_env(), timeout=timeout_s)
     if r.returncode != 0:
         raise ClusterError(f"{' '.join(argv)}: {r.stderr.strip()[-500:]}")
-    return r.stdout.strip()
+    return (r.stdout + r.stderr if with_stderr else r.stdout).strip()
 
 
 def docker(*args: str, timeout_s: float = 90.0) -> str:
     """Run the docker CLI against the engine of DOCKER_HOST (default the private engine)."""
     return _run([docker_bin(), *args], timeout_s)
+
+
+def logs(node_id: int, tail: int = 200) -> str:
+    """The last ``tail`` lines the node's container printed (stdout and stderr: the node logs
+    to stderr). A recreated container's logs are gone: read them before ``up --force-recreate``."""
+    return _run([docker_bin(), "logs", "--tail", str(tail), container(node_id)], 30.0, with_stderr=True)
 
 
 def compose(*args: str, timeout_s: float = 180.0) -> str:
@@ -210,7 +216,9 @@ class AckLog:
     def verify(self, bootstrap: str, partitions: int, timeout_s: float = 60.0) -> str:
         """Read every partition to its end; raise ClusterError on a lost, moved, reordered or
         duplicated record; returns a one-line summary."""
+        t0 = time.monotonic()
         read = read_all(bootstrap, self.topic, partitions, timeout_s)
+        read_s = time.monotonic() - t0
         problems = []
         last: dict[int, int] = {}
         for p, off, v in self.acked:
@@ -227,7 +235,8 @@ class AckLog:
         if problems:
             raise ClusterError(f"{len(problems)} problems, first: " + "; ".join(problems[:5]))
         return (f"{len(self.acked)} acknowledged records all read back in order at their offsets "
-                f"({len(values)} records in {self.topic}, {len(self.failed)} sends not acknowledged)")
+                f"in {read_s:.1f}s ({len(values)} records in {self.topic}, "
+                f"{len(self.failed)} sends not acknowledged)")
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, timeout_s: float) -> dict[int, dict[int, bytes]]:

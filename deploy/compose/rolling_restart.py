@@ -4,12 +4,14 @@ docs/deployment.md describes it for an operator, with the writes checked across 
 
 Theory of operation
 -------------------
-One node at a time, ``docker-compose up -d --no-deps --force-recreate SERVICE``: compose stops
-the node's container (SIGTERM through docker-init, ``stop_grace_period`` 40 s: a broker does its
-controlled shutdown and moves its leaderships away first; a controller closes its Raft log) and
-starts a new one from the current image and config on the same data volume — so the same
+One node at a time, ``docker-compose stop SERVICE`` (SIGTERM through docker-init,
+``stop_grace_period`` 40 s: a broker does its controlled shutdown and moves its leaderships
+away first; a controller closes its Raft log), then ``up -d --no-deps --force-recreate SERVICE``
+starts a new container from the current image and config on the same data volume — so the same
 procedure rolls out a new image (``make compose-rolling-restart`` rebuilds it first) or a
-changed config. Then, before the next node:
+changed config. The stop is separate only so that the stop time and the broker's last word on
+its controlled shutdown (``complete`` / ``did not finish within 30.0 s``) can be read from the
+old container's log, which the recreate deletes. Then, before the next node:
 
 - the node's container health check says ``healthy`` (``healthcheck.py``);
 - the quorum has caught up: every voter reachable with metadata lag 0, every broker
@@ -38,6 +40,7 @@ from compose_cluster import (
     compose,
     container,
     create_rf3_topic,
+    logs,
     wait_healthy,
     wait_isr_full,
     wait_quorum,
@@ -53,6 +56,15 @@ def restart_order(active_controller: int) -> list[int]:
     return [c for c in CONTROLLERS if c != active_controller] + [active_controller, *BROKERS]
 
 
+def shutdown_outcome(log_text: str) -> str:
+    """`` (controlled shutdown complete)`` or `` (controlled shutdown did not finish within
+    30.0 s)`` from a stopped broker's log (``broker/node.py`` says one of them last); empty for
+    a controller, which has no controlled shutdown."""
+    said = [line.split("controlled shutdown", 1)[1] for line in log_text.splitlines()
+            if "controlled shutdown " in line]
+    return f" (controlled shutdown{said[-1]})" if said else ""
+
+
 def run(bootstrap: str, records: int) -> None:
     wait_healthy(NODES)
     q = wait_quorum(bootstrap)
@@ -62,13 +74,17 @@ def run(bootstrap: str, records: int) -> None:
         log.produce(p, [f"start-{i:05d}".encode() for i in range(records)])
         for node in restart_order(q["leader"]):
             t = time.monotonic()
+            compose("stop", service_name(node))  # SIGTERM; its logs outlive the stop, not the recreate
+            stopped_s = time.monotonic() - t
+            outcome = shutdown_outcome(logs(node))
             compose("up", "-d", "--no-deps", "--force-recreate", service_name(node))
             wait_healthy([node])
             wait_quorum(bootstrap)
             wait_isr_full(bootstrap)
             n = log.produce(p, [f"after-{node}-{i:05d}".encode() for i in range(records)])
-            say(f"{container(node)}: recreated, healthy, quorum caught up, ISRs full in "
-                f"{time.monotonic() - t:.1f}s; {n}/{records} acks=all sends acknowledged after it")
+            say(f"{container(node)}: stopped in {stopped_s:.1f}s{outcome}; recreated, "
+                f"healthy, quorum caught up, ISRs full in {time.monotonic() - t:.1f}s; "
+                f"{n}/{records} acks=all sends acknowledged after it")
     say("read back: " + log.verify(bootstrap, 3))
 
 

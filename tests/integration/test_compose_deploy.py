@@ -28,6 +28,7 @@ sys.path.insert(0, str(COMPOSE_DIR))  # the deploy scripts import each other by 
 
 import gen_config  # noqa: E402
 from compose_cluster import AckLog, ClusterError  # noqa: E402
+from rolling_restart import shutdown_outcome  # noqa: E402
 
 
 def _configs(out: Path) -> dict[int, dict[str, Any]]:
@@ -88,6 +89,18 @@ def test_cluster_secret_is_kept_unless_asked(tmp_path: Path) -> None:
     assert (tmp_path / "cluster.secret").read_text() != secret
 
 
+def test_shutdown_outcome_reads_the_brokers_last_word() -> None:
+    """What the rolling restart prints per node from the stopped container's log."""
+    stem = "2026-11-25 10:00:07,640 node-4 {} rafka.broker.node: "
+    done = stem.format("INFO") + "received SIGTERM: shutting down\n" + stem.format("INFO") + "controlled shutdown complete"
+    late = stem.format("WARNING") + "controlled shutdown did not finish within 30.0 s"
+    skipped = stem.format("INFO") + "second signal: skipping the controlled shutdown"
+    assert shutdown_outcome(done) == " (controlled shutdown complete)"
+    assert shutdown_outcome(late + "\n" + skipped) == " (controlled shutdown did not finish within 30.0 s)"
+    assert shutdown_outcome(late + "\n" + done) == " (controlled shutdown complete)"  # the last one
+    assert shutdown_outcome(stem.format("INFO") + "raft log closed") == ""  # a controller
+
+
 async def test_ack_log_verify_catches_lost_reordered_and_duplicated(cluster3: Any) -> None:
     from rafka.client import Admin, Producer
 
@@ -137,5 +150,6 @@ def test_make_compose_test_survives_a_broker_kill() -> None:
         assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-2000:])
         assert "compose-test" in r.stdout and "PASSED" in r.stdout
         assert "fenced" in r.stdout and "back in every ISR" in r.stdout
+        assert "with the dead broker first in its bootstrap list got metadata in" in r.stdout
     finally:
         subprocess.run(["make", "compose-down"], cwd=ROOT, capture_output=True, timeout=300)
