@@ -74,6 +74,7 @@ class ClusterMetadata:
         self.cluster_id: str | None = None
         self.controller_id: int = -1
         self.brokers: dict[int, BrokerMetadata] = {}
+        self.fenced: set[int] = set()  # brokers METADATA marks fenced (dead or not yet caught up)
         self.topics: dict[str, dict[int, PartitionMetadata]] = {}
         self.topic_errors: dict[str, int] = {}
         self.topic_ids: dict[str, Any] = {}
@@ -89,6 +90,7 @@ class ClusterMetadata:
             int(b["node_id"]): BrokerMetadata(int(b["node_id"]), b["host"], int(b["port"]), b.get("rack"))
             for b in body.get("brokers") or []
         }
+        self.fenced = {int(b["node_id"]) for b in body.get("brokers") or [] if b.get("fenced")}
         previous = self.topics
         if all_topics:
             self.topics = {}
@@ -229,9 +231,14 @@ class ClientCore:
         return b.host, b.port
 
     def candidates(self) -> list[tuple[str, int]]:
-        known = [(b.host, b.port) for b in self.metadata.brokers.values()]
-        random.shuffle(known)
-        return known + [a for a in self.bootstrap if a not in known]
+        """Where ``request_any`` tries: the known brokers in random order — unfenced ones
+        first, fenced ones (a killed broker until it is back: its address may not even answer
+        a SYN, costing a whole connection setup timeout) last — then the bootstrap list."""
+        md = self.metadata
+        live = [(b.host, b.port) for b in md.brokers.values() if b.node_id not in md.fenced]
+        random.shuffle(live)
+        fenced = [(b.host, b.port) for b in md.brokers.values() if b.node_id in md.fenced]
+        return live + [a for a in self.bootstrap if a not in live and a not in fenced] + fenced
 
     async def request_any(self, api_key: ApiKey, body: dict[str, Any]) -> Response:
         """Send to the first broker that answers (known brokers, then the bootstrap list)."""

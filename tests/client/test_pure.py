@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from rafka.client.aio._core import ClusterMetadata
+from rafka.client.aio._core import ClientCore, ClusterMetadata
 from rafka.client.aio.accumulator import PartitionState, RecordAccumulator, record_size
 from rafka.client.aio.fetch import CompletedFetch, split_fetch_response
 from rafka.client.aio.futures import BatchResult, FutureRecordMetadata
@@ -361,3 +361,20 @@ async def test_connection_writes_the_frames_encode_request_writes() -> None:
         await conn.send_only(0, body)
         expected += encode_request(Request(0, i, body, 0, "cid-test"))
     assert bytes(stream.data) == expected
+
+
+def test_request_any_tries_fenced_brokers_last() -> None:
+    """Found with the compose cluster: METADATA lists fenced brokers too (marked), and
+    ``candidates`` picked among all of them at random — a read-back right after a broker kill
+    tried the dead one first in 1 of 3 runs and waited out the connection setup timeout."""
+    core = ClientCore("10.0.0.1:9092,10.0.0.2:9092,10.0.0.9:9092", client_id="t")
+    core.metadata.update({"brokers": [
+        {"node_id": 1, "host": "10.0.0.1", "port": 9092, "fenced": False},
+        {"node_id": 2, "host": "10.0.0.2", "port": 9092, "fenced": True},
+        {"node_id": 3, "host": "10.0.0.3", "port": 9092},
+    ], "topics": []}, all_topics=True)
+    assert core.metadata.fenced == {2}
+    for _ in range(20):  # the live ones are shuffled; the fenced one never comes before them
+        got = core.candidates()
+        assert sorted(got[:2]) == [("10.0.0.1", 9092), ("10.0.0.3", 9092)]
+        assert got[2:] == [("10.0.0.9", 9092), ("10.0.0.2", 9092)]
