@@ -29,6 +29,15 @@ voter receives that file and our deserializer resets its metadata log to that im
 Security: pysyncobj pickles its messages. A multi-voter quorum refuses to start without a
 cluster secret (pysyncobj's ``password``: encrypted and authenticated transport).
 
+Liveness (docs/chaos-results.md, seed 9 of the third transactional campaign): pysyncobj
+starts an election only while it counts some peer connected, and a follower with no
+connected peer keeps naming its last leader. After an all-voter pause no election happened
+there for 271 s; the cause is not found (a pause-all on loopback re-elected in 0.01-0.56 s
+in every round measured; /work/shared/notes/pysyncobj.md lists what was ruled out). No change was
+made to the quorum for it; instead ``_stall_watch_loop`` logs :meth:`raft_links` (listener
+bound? each peer's link state) while no leader or no connected peer lasts 5 s, so the next
+occurrence shows which link is stuck.
+
 Durability (see docs/internals.md §5.1): the Raft journal is a :mod:`rafka.kraft.durable_journal`
 (msync before acknowledging, fsynced term/vote), and the metadata log is fsynced before a
 decision is reported done.
@@ -46,6 +55,7 @@ import msgpack
 import trio
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import TCPNode
+from pysyncobj.tcp_server import SERVER_STATE
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.kraft.durable_journal import patched_create_journal
 from rafka.kraft.metadata_log import MetadataLog, decode_frames, encode_frame
@@ -67,6 +77,9 @@ log = logging.getLogger("rafka.kraft.engine")
 
 _EVENTS_BUFFER = 64
 _PROPOSE_ATTEMPTS = 3
+_STALL_LOG_AFTER_S = 5.0  # no known leader this long: log the Raft links (see raft_links())
+_STALL_LOG_EVERY_S = 10.0
+_CONN_STATES = {0: "disconnected", 1: "connecting", 2: "connected"}
 
 
 def _ms(settings: Mapping[str, Any], name: str, default: int) -> float:
@@ -261,6 +274,7 @@ class SyncObjQuorum:
                 nursery.start_soon(self._flush_loop)
                 nursery.start_soon(self._leadership_poll_loop)
                 nursery.start_soon(self._register_loop)
+                nursery.start_soon(self._stall_watch_loop)
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
@@ -272,6 +286,51 @@ class SyncObjQuorum:
         while True:
             self._poll_leadership()
             await trio.sleep(0.05)
+
+    async def _stall_watch_loop(self) -> None:
+        """Diagnostics only: while this voter knows no leader, or counts no peer connected
+        (pysyncobj then never starts an election, and a follower keeps naming its last
+        leader), for ``_STALL_LOG_AFTER_S``, log every ``_STALL_LOG_EVERY_S`` what pysyncobj's
+        transport holds (docs/chaos-results.md, seed 9: a 271 s election stall whose cause the
+        logs could not show)."""
+        since: float | None = None
+        last_log = 0.0
+        while True:
+            await trio.sleep(0.5)
+            now = trio.current_time()
+            peers = list(self._node.otherNodes)
+            lonely = bool(peers) and not any(self._node.isNodeConnected(p) for p in peers)
+            if self.leader_id() is not None and not lonely:
+                since = None
+                continue
+            since = now if since is None else since
+            if now - since >= _STALL_LOG_AFTER_S and now - last_log >= _STALL_LOG_EVERY_S:
+                last_log = now
+                log.warning("Raft stall? no leader or no connected peer for %.0f s (term %s): %s",
+                            now - since, self.epoch(), self.raft_links())
+
+    def raft_links(self) -> dict[str, Any]:
+        """pysyncobj's view of its peer links, read without a lock (a log line, not a decision):
+        Raft state, whether its listener is bound, and per peer whether Raft counts it connected
+        and the state of the transport's connection object (``none`` on the accepting side
+        before the peer's first connection)."""
+        node = self._node
+        transport = node._SyncObj__transport  # pysyncobj has no public view of its links
+        server = getattr(transport, "_server", None)
+        conns = dict(getattr(transport, "_connections", {}))
+        peers = {}
+        for peer in list(node.otherNodes):
+            conn = conns.get(peer)
+            peers[peer.address] = {
+                "raft_connected": bool(node.isNodeConnected(peer)),
+                "conn": "none" if conn is None else _CONN_STATES.get(conn.state, str(conn.state)),
+            }
+        return {
+            "state": {0: "follower", 1: "candidate", 2: "leader"}.get(node._SyncObj__raftState, "?"),
+            "listener_bound": None if server is None else server._TcpServer__state == SERVER_STATE.BINDED,
+            "unidentified_incoming": len(getattr(transport, "_unknownConnections", ())),
+            "peers": peers,
+        }
 
     async def _flush_loop(self) -> None:
         while True:
