@@ -26,6 +26,13 @@ RAW_PROPOSE = 99
 
 
 async def serve_conn(stream: trio.SocketStream, svc: ControllerService) -> None:
+    try:
+        await _serve_conn(stream, svc)
+    except* (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # the client went away mid-request (a test's short request timeout): not fatal
+
+
+async def _serve_conn(stream: trio.SocketStream, svc: ControllerService) -> None:
     decoder = FrameDecoder()
     async with stream, trio.open_nursery() as nursery:
         send_lock = trio.Lock()
