@@ -8,6 +8,7 @@ by accident and only what the installation provides is seen.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,9 +17,15 @@ from pathlib import Path
 CARD = ["kraft", "metadata", "log", "broker", "client", "spark_source", "chaos_tests", "security"]
 
 
+def _user_env() -> dict[str, str]:
+    """The environment of a user's script: no PYTHONPATH (other tests' conftests, e.g. the
+    Spark one, put the repository on it for their own subprocesses)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def _run(cwd: Path, code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=_user_env())
 
 
 def test_every_card_folder_imports_under_rafka_and_none_at_top_level(tmp_path: Path) -> None:
@@ -53,9 +60,9 @@ def test_users_own_log_and_client_modules_do_not_shadow_rafka(tmp_path: Path) ->
 def test_the_rafka_command_and_module_entry_points_resolve(tmp_path: Path) -> None:
     rafka = Path(sys.executable).with_name("rafka")
     out = subprocess.run([str(rafka), "--version"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, env=_user_env())
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("rafka ")
     mod = subprocess.run([sys.executable, "-m", "rafka.client.cli", "--version"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, env=_user_env())
     assert mod.returncode == 0 and mod.stdout == out.stdout
