@@ -223,7 +223,7 @@ async def create_topics(service: ControllerService, body: dict[str, Any]) -> dic
         }
 
     results = [await topic_once(service, "create", t["name"], client_rid,
-                                      functools.partial(create, t), functools.partial(created, service))
+                                functools.partial(create, t), functools.partial(created, service))
                for t in body["topics"]]
     return {"topics": results, "metadata_offset": service._q().committed_offset()}
 
@@ -236,7 +236,7 @@ async def delete_topics(service: ControllerService, body: dict[str, Any]) -> dic
         return ok(name)
 
     results = [await topic_once(service, "delete", name, client_rid,
-                                      functools.partial(delete, name), ok)
+                                functools.partial(delete, name), ok)
                for name in body["topics"]]
     return {"topics": results, "metadata_offset": service._q().committed_offset()}
 
@@ -251,7 +251,7 @@ async def create_partitions(service: ControllerService, body: dict[str, Any]) ->
         return ok(t["name"])
 
     results = [await topic_once(service, "partitions", t["name"], client_rid,
-                                      functools.partial(grow, t), ok)
+                                functools.partial(grow, t), ok)
                for t in body["topics"]]
     return {"topics": results, "metadata_offset": service._q().committed_offset()}
 
@@ -278,7 +278,7 @@ async def alter_configs(service: ControllerService, body: dict[str, Any]) -> dic
 
     # deduped too: a retry must not undo a change someone made after the lost answer
     results = [await topic_once(service, "configs", t["name"], client_rid,
-                                      functools.partial(alter, t), ok)
+                                functools.partial(alter, t), ok)
                for t in body["topics"]]
     return {"topics": results, "metadata_offset": service._q().committed_offset()}
 
