@@ -38,6 +38,13 @@ class World:
             self.commit(hb.decision)
         return state
 
+    def shutdown_heartbeat(self, state, b):
+        """Broker ``b`` heartbeats wanting a controlled shutdown; the decision is committed."""
+        hb = ctl.heartbeat(self.image, state, b, self.image.cluster.brokers[b].epoch, self.image.offset,
+                           False, True, 0)
+        self.commit(hb.decision)
+        return hb
+
     def part(self, topic="t", p=0):
         return self.image.topics.by_name[topic].partitions[p]
 
@@ -155,13 +162,9 @@ def test_preferred_leader_election_and_controlled_shutdown():
     st = w.brokers(1, 2, 3)
     w.commit(ctl.create_topic(w.image, "t", 3, 3, {}, "tid", 0, 0))
     # controlled shutdown of broker 1: leadership moves first, then it is fenced
-    e1 = w.image.cluster.brokers[1].epoch
-    hb = ctl.heartbeat(w.image, st, 1, e1, w.image.offset, False, True, 0)
-    assert not hb.should_shutdown
-    w.commit(hb.decision)
+    assert not w.shutdown_heartbeat(st, 1).should_shutdown
     assert all(w.part(p=p).leader != 1 for p in range(3))
-    hb = ctl.heartbeat(w.image, st, 1, e1, w.image.offset, False, True, 0)
-    w.commit(hb.decision)
+    hb = w.shutdown_heartbeat(st, 1)
     assert hb.should_shutdown and w.image.cluster.brokers[1].fenced
     # broker 1 restarts (new incarnation), catches up, and preferred election gives it back
     r = w.commit(ctl.register_broker(w.image, 1, "i1-b", "h", 9001))
@@ -210,10 +213,7 @@ def test_a_broker_in_controlled_shutdown_may_not_rejoin_the_isr():
     w = World()
     st = w.brokers(1, 2, 3)
     w.commit(ctl.create_topic(w.image, "t", 1, 3, {}, "tid", 0, 0))
-    e3 = w.image.cluster.brokers[3].epoch
-    hb = ctl.heartbeat(w.image, st, 3, e3, w.image.offset, False, True, 0)
-    assert not hb.should_shutdown
-    w.commit(hb.decision)
+    assert not w.shutdown_heartbeat(st, 3).should_shutdown
     reg = w.part()
     assert 3 not in reg.isr and reg.leader != 3
     leader = reg.leader
@@ -229,8 +229,7 @@ def test_a_broker_in_controlled_shutdown_may_not_rejoin_the_isr():
                                [leader], st.shutting_down)
     w.commit(d)
     # so the next heartbeat has nothing left to move: fenced, and told to stop
-    hb = ctl.heartbeat(w.image, st, 3, e3, w.image.offset, False, True, 0)
-    w.commit(hb.decision)
+    hb = w.shutdown_heartbeat(st, 3)
     assert hb.should_shutdown and w.image.cluster.brokers[3].fenced
     # once it is back (a new incarnation, no shutdown wanted) it may join again
     r = w.commit(ctl.register_broker(w.image, 3, "i3-b", "h", 9003))
