@@ -40,6 +40,7 @@ __all__ = [
     "parse_config",
     "parse_hostport",
     "effective_topic_config",
+    "offsets_retention_ms",
 ]
 
 FLUSH_POLICIES = ("batch", "messages", "interval", "none")
@@ -110,6 +111,10 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "log.flush.interval.ms": (_int(1), 1000),
     "log.retention.check.interval.ms": (_int(100), 300_000),
     "log.cleaner.backoff.ms": (_int(100), 15_000),
+    # committed offsets of empty groups (kraft/groups/offsets.py, KIP-211); Kafka's defaults
+    "offsets.retention.minutes": (_int(1), 7 * 24 * 60),
+    "offsets.retention.ms": (_int(1, minus_one=True), -1),  # rafka: overrides the minutes if set
+    "offsets.retention.check.interval.ms": (_int(100), 600_000),
     "num.partitions": (_int(1, 10_000), 1),
     "default.replication.factor": (_int(1, 100), 1),
     "min.insync.replicas": (_int(1, 100), 1),
@@ -153,6 +158,13 @@ _TOPIC_DEFAULTS = {
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
+
+
+def offsets_retention_ms(settings: Mapping[str, Any]) -> int:
+    """How long an empty group keeps its committed offsets: ``offsets.retention.ms`` if set,
+    else ``offsets.retention.minutes`` (Kafka's name and default, 7 days)."""
+    ms = settings.get("offsets.retention.ms", -1)
+    return int(ms) if ms > 0 else int(settings.get("offsets.retention.minutes", 7 * 24 * 60)) * 60_000
 
 
 def parse_hostport(value: Any) -> tuple[str, int]:

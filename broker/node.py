@@ -177,6 +177,8 @@ class _Node:
                     await nursery.start(self.rm.run)
                     if api.txn is not None:  # transaction completions and timeouts
                         await nursery.start(api.txn.run)
+                    if api.groups is not None:  # expiry of empty groups' committed offsets
+                        await nursery.start(api.groups.run)
                     listener = MetadataListener(self.publisher, channel,
                                                 max_wait_ms=cfg.broker["metadata.fetch.max.wait.ms"])
                     await nursery.start(listener.run)

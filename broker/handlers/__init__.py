@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
+from rafka.broker.config import offsets_retention_ms
 from rafka.broker.controller_channel import FORWARDED_KEY, ControllerChannel
 from rafka.broker.errors import ErrorCode, error_for
 from rafka.broker.handlers import admin, coordinator, data, metadata_api, security_api, txn_data
@@ -101,7 +102,13 @@ class NodeApi:
         self.channel = channel
         self.controller = dict(controller_handlers or {})
         self.topic_defaults = dict(topic_defaults or {})
-        self.groups = GroupOffsetsManager(replica_manager, publisher) if replica_manager is not None else None
+        self.groups: GroupOffsetsManager | None = None
+        if replica_manager is not None:
+            settings = replica_manager.settings
+            self.groups = GroupOffsetsManager(
+                replica_manager, publisher,
+                retention_ms=offsets_retention_ms(settings),
+                retention_check_interval_ms=settings.get("offsets.retention.check.interval.ms", 600_000))
         self.txn: TxnCoordinator | None = None
         self.txn_verifier: CoordinatorVerifier | None = None
         # byte-rate quotas: node.py wraps the listeners' dispatch with quotas.wrap (security/throttle.py)

@@ -41,6 +41,17 @@ acknowledged in the partition (the replica manager's marker listener: applied at
 offset) or dropped by its ABORT marker. Loading a partition replays the same rules from the
 batches and markers it reads.
 
+Expiry (Kafka's ``offsets.retention.minutes``, KIP-211): every
+``offsets.retention.check.interval.ms`` the coordinator tombstones all offsets of each group it
+leads that has no members, no offsets pending in a transaction and no commit in flight, once
+``offsets.retention.minutes`` have passed since the later of its newest commit timestamp and
+the moment this coordinator saw its last member leave (remembered in memory only: after a
+failover the commit timestamps alone decide, which can only make an expiry later than
+KIP-211's, never earlier). A group with members never loses its offsets, however old. The
+decision and the tombstones' append happen with no await in between, and a commit appended
+before the decision holds the group back (``_inflight``), so an expiry never overwrites a
+newer commit; the cache's offset order does the rest (:meth:`OffsetsCache.apply`).
+
 Broker seam (what the broker calls; see :class:`GroupOffsetsManager`)::
 
     groups = GroupOffsetsManager(replica_manager, publisher)   # broker/replica_manager.py, broker/metadata_listener.py
@@ -97,6 +108,7 @@ MAX_METADATA_LEN: Final = 4096
 MAX_COMMIT_PARTITIONS: Final = 10_000
 _READ_CHUNK: Final = 1024 * 1024
 _ACKS_ALL: Final = -1
+DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000  # Kafka's offsets.retention.minutes: 10080
 
 Key = tuple[str, str, int]
 
@@ -278,13 +290,21 @@ class GroupOffsetsManager:
         wall_clock_ms: Callable[[], int] | None = None,
         metadata_wait_ms: int = 5000,
         append_timeout_ms: int = 10_000,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        retention_check_interval_ms: int = 600_000,
     ) -> None:
         self.rm = replica_manager
         self.publisher = publisher
         self._wall_ms = wall_clock_ms or (lambda: int(time.time() * 1000))
         self.metadata_wait_ms = metadata_wait_ms
         self.append_timeout_ms = append_timeout_ms
+        self.retention_ms = retention_ms
+        self.retention_check_interval_ms = retention_check_interval_ms
         self.caches: dict[int, OffsetsCache] = {}
+        self._inflight: dict[str, int] = {}  # group -> commits appended, not yet acknowledged
+        self._had_members: set[str] = set()  # groups seen with members at the last expiry pass
+        self._empty_since: dict[str, int] = {}  # group -> wall ms its last member was seen gone
+        self.expired = 0  # offsets tombstoned by expiry since start (metrics, tests)
         # the barrier's tombstone: no group "" has a partition -1, the load folds it as a no-op
         self.barrier = ReadBarrier(replica_manager, encode_key("", "", -1), timeout_s=append_timeout_ms / 1000,
                                    wall_clock_ms=self._wall_ms)
@@ -398,6 +418,17 @@ class GroupOffsetsManager:
             batch = build_batch(records, producer_id=producer[0], producer_epoch=producer[1],
                                 base_sequence=-1, transactional=True)
             info = self.rm.append(p, batch, _ACKS_ALL, from_coordinator=True)
+        self._inflight[group_id] = self._inflight.get(group_id, 0) + 1
+        try:
+            await self._acknowledged(group_id, p, cache, entries, info, producer)
+        finally:
+            left = self._inflight.pop(group_id) - 1
+            if left:
+                self._inflight[group_id] = left
+
+    async def _acknowledged(self, group_id: str, p: _Partition, cache: OffsetsCache,
+                            entries: list[tuple[Key, OffsetValue | None]], info: Any,
+                            producer: tuple[int, int] | None) -> None:
         with trio.move_on_after(self.append_timeout_ms / 1000):
             code = await p.wait_produce(info.last_offset, _ACKS_ALL)
             if code:
@@ -412,6 +443,53 @@ class GroupOffsetsManager:
         raise error_for(
             ErrorCode.REQUEST_TIMED_OUT, "the offsets commit was not replicated in time"
         )
+
+    # -- expiry (offsets.retention.minutes) -------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Expire the offsets of long-empty groups every ``retention_check_interval_ms``."""
+        task_status.started()
+        while True:
+            await trio.sleep(self.retention_check_interval_ms / 1000)
+            await self.expire_offsets()
+
+    def _due(self, cache: OffsetsCache, gid: str, now: int) -> bool:
+        """Whether ``gid``'s offsets in ``cache`` expire at wall time ``now`` (module docstring)."""
+        g = self.rm.image.groups.get(gid)
+        if g is not None and g.members:
+            self._had_members.add(gid)
+            self._empty_since.pop(gid, None)
+            return False
+        if gid in self._had_members:
+            self._had_members.discard(gid)
+            self._empty_since[gid] = now
+        keys = cache.by_group.get(gid)
+        if not keys or self._inflight.get(gid) or cache.pending_partitions(gid):
+            return False
+        newest = max(cache.values[k][0].commit_timestamp for k in keys)
+        return max(newest, self._empty_since.get(gid, -1)) + self.retention_ms <= now
+
+    async def expire_offsets(self) -> int:
+        """One expiry pass over the offsets partitions this broker leads; returns how many
+        offsets it tombstoned. Each group is decided right before its tombstones are appended
+        (no await in between), against the partition's current cache. A group whose tombstones
+        fail (lost leadership, a timeout) is logged and tried again at the next pass."""
+        expired = 0
+        for cache in self._led_caches():
+            for gid in list(cache.by_group):
+                try:
+                    if self._coordinator(gid)[1] is not cache or not self._due(cache, gid, self._wall_ms()):
+                        continue
+                    keys = sorted(cache.by_group[gid])
+                    await self._append(gid, [(k, None) for k in keys])
+                except RafkaError as exc:
+                    log.warning("expiring the offsets of group %r failed: %s", gid, exc.message)
+                    continue
+                self._empty_since.pop(gid, None)
+                expired += len(keys)
+                log.info("expired %d committed offsets of empty group %r", len(keys), gid)
+        self.expired += expired
+        return expired
 
     # -- OFFSET_COMMIT / OFFSET_FETCH -------------------------------------------------------
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import trio
+import trio.testing
 from rafka.broker.errors import ErrorCode, error_for
 from rafka.broker.protocol import ApiKey, validate_request
 from rafka.kraft.groups.offsets import (
@@ -46,8 +48,11 @@ class FakePartition:
         self.leader_epoch = 0
         self.high_watermark = 0
         self.leader = True
+        self.gate: trio.Event | None = None  # set: appends wait for it (an ISR that is slow to ack)
 
     async def wait_produce(self, last_offset, acks, leader_epoch=None):
+        if self.gate is not None:
+            await self.gate.wait()
         self.high_watermark = self.log.log_end_offset
         return ErrorCode.NONE
 
@@ -206,3 +211,58 @@ async def test_member_validation_and_non_empty_group(setup):
         mgr, ApiKey.OFFSET_FETCH, {"group_id": "g", "topics": [{"name": "t", "partitions": [0]}]}
     )
     assert f["topics"][0]["partitions"][0]["offset"] == 0
+
+
+def fetched(f):
+    return {(t["name"], p["partition"]): p["offset"] for t in f["topics"] for p in t["partitions"]}
+
+
+async def test_expiry_of_empty_groups_offsets(tmp_path):
+    """offsets.retention (KIP-211): an empty group's offsets go once the retention has passed
+    since its newest commit or since its last member left, whichever is later; a group with
+    members, offsets pending in a transaction, or a commit in flight keeps them."""
+    now = [10_000_000]
+    plog = PartitionLog.open(tmp_path / "o-0", LogConfig.from_dict({"cleanup.policy": "compact"}))
+    rm = FakeRM(plog, image_with([]))
+    mgr = GroupOffsetsManager(rm, FakePublisher(rm), wall_clock_ms=lambda: now[0], retention_ms=10_000)
+    for g in ("alone", "live", "txn", "racing"):
+        await call(mgr, ApiKey.OFFSET_COMMIT, commit_body(g, {("t", 0): 5}))
+    member = GroupMember("live", "m1", member_epoch=1, previous_member_epoch=0,
+                         subscribed_topics=("t",), assigned=(("t", 0),))
+    rm.image = image_with([GroupEpoch("live", 1, 1), member])
+    _, cache = mgr._coordinator("txn")
+    cache.add_pending(77, [(("txn", "t", 1), OffsetValue(9, "", now[0], -1))])
+
+    now[0] += 9_999
+    assert await mgr.expire_offsets() == 0
+    # a commit to "racing" is appended (its ISR has not acknowledged it yet) when the pass runs
+    rm.p.gate = gate = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call, mgr, ApiKey.OFFSET_COMMIT, commit_body("racing", {("t", 0): 6}))
+        await trio.testing.wait_all_tasks_blocked()
+        rm.p.gate = None  # only that commit waits
+        now[0] += 1
+        assert await mgr.expire_offsets() == 1  # "alone" only
+        gate.set()
+    assert fetched(await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "alone", "topics": None})) == {}
+    assert fetched(await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "racing", "topics": None})) == {("t", 0): 6}
+    assert fetched(await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "txn", "topics": None})) == {("t", 0): 5}
+
+    now[0] += 10**9  # members keep a group's offsets however old they are
+    assert await mgr.expire_offsets() == 1  # "racing"; "txn" waits for its open transaction
+    assert fetched(await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "live", "topics": None})) == {("t", 0): 5}
+    assert fetched(await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "txn", "topics": None})) == {("t", 0): 5}
+    cache.end_txn(77, False, plog.log_end_offset)  # aborted
+
+    rm.image = image_with([GroupEpoch("live", 2, 2)])  # its last member left: the clock starts now
+    now[0] += 1
+    assert await mgr.expire_offsets() == 1  # "txn", whose transaction was aborted
+    now[0] += 9_999
+    assert await mgr.expire_offsets() == 0
+    now[0] += 1
+    assert await mgr.expire_offsets() == 1  # "live"
+    mgr.caches.clear()  # the tombstones are in the log: a reload agrees
+    for g in ("alone", "live", "racing", "txn"):
+        assert fetched(await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": g, "topics": None})) == {}
+    assert mgr.expired == 4
+    plog.close()
