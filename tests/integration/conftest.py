@@ -29,12 +29,11 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 def rafka_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run the node-side CLI (``rafka.broker.cli``) in a subprocess."""
-    code = "import sys; from broker.cli import cluster, server; " \
+    code = "import sys; from rafka.broker.cli import cluster, server; " \
            "cmd = cluster if sys.argv[1] == 'cluster' else server; " \
            "cmd.main(sys.argv[2:] if sys.argv[1] == 'cluster' else sys.argv[2:], standalone_mode=True)"
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(PROJECT_ROOT))
+                          timeout=timeout, cwd=str(PROJECT_ROOT))
 
 
 @dataclass
