@@ -441,3 +441,6 @@ class _StateCollector:
         for gid, n in sorted(lag_sum.items()):
             total.add_metric([gid], n)
         yield from (offsets, lag, total)
+        yield CounterMetricFamily("rafka_consumer_group_offsets_expired",
+                                  "Committed offsets of empty groups expired by this node (offsets.retention)",
+                                  value=m.groups.expired)

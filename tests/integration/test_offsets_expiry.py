@@ -14,6 +14,7 @@ from rafka.client.sync import Admin, Consumer, Producer
 from rafka.client.types import TopicPartition
 
 from .conftest import wait_until
+from .test_metrics import scrape
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,6 +50,7 @@ def test_an_empty_groups_offsets_expire_and_a_live_groups_stay(cluster_factory) 
                        timeout_s=60)
             # by now "stay"'s commit is older than the retention too: its member keeps it
             assert admin.list_consumer_group_offsets("stay") == {TP: 3}
+            assert scrape(cluster).get("rafka_consumer_group_offsets_expired_total") == 1
         finally:
             stay.close()
         wait_until(lambda: admin.list_consumer_group_offsets("stay") == {}, "stay's offsets expire once it is empty",
