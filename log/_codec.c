@@ -1,0 +1,566 @@
+/* rafka.log._codec — the optional C accelerator of the record codec (issue 13).
+ *
+ * Theory of operation
+ * -------------------
+ * A batch's records section (log/batch.py, after lz4 decompression) is one msgpack array of
+ * [offset_delta, timestamp_delta, key, value, headers] records. This module reads and writes
+ * exactly that subset of msgpack, with bounds checks on every read:
+ *
+ *   decode_columns(section, count, base_offset, first_timestamp, timestamp_type, max_timestamp)
+ *       -> (offsets, timestamps, key_validity, key_offsets, key_data,
+ *           value_validity, value_offsets, value_data, headers)
+ *     one pass over the section, no Python object per record: offsets (base + delta) and
+ *     timestamps (first + delta, or max_timestamp for LogAppendTime) as native int64 buffers, keys and values as Arrow binary columns (int32 offsets, one data buffer, an
+ *     LSB-first validity bitmap or None when nothing is null), headers None when every record
+ *     has none (else a list, one tuple of tuples per record, as msgpack's use_list=False gives).
+ *   pack_rows(rows) -> bytes
+ *     the same bytes as msgpack.Packer(use_bin_type=True).pack(rows) for lists/tuples of
+ *     None, bool, int, str, bytes/bytearray (what the producer's wire rows hold).
+ *   murmur2(key) -> int, plan(keys, values, num_partitions, sticky) -> groups
+ *     Kafka's murmur2 (bit for bit the Python one in client/partitioner.py) and send_batch's
+ *     per-record planning: sizes, partitions, the stable grouping by partition.
+ *
+ * Anything outside that subset (a str key, a float, a map, bad UTF-8, truncated or trailing
+ * bytes, a count that does not match) raises Unsupported and the caller runs the pure-Python
+ * path on the same input, which produces the result or the named error it always did. So the
+ * two paths cannot disagree: C either gives the identical answer or defers.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *Unsupported;
+
+/* ------------------------------------------------------------------ reading */
+
+typedef struct {
+    const uint8_t *p;
+    const uint8_t *end;
+} rd_t;
+
+static int fail(const char *what)
+{
+    PyErr_SetString(Unsupported, what);
+    return -1;
+}
+
+static inline uint16_t be16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static inline uint32_t be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+
+#define NEED(r, n) do { if ((size_t)((r)->end - (r)->p) < (size_t)(n)) return fail("truncated"); } while (0)
+
+static int read_array(rd_t *r, Py_ssize_t *n)
+{
+    NEED(r, 1);
+    uint8_t b = *r->p;
+    if ((b & 0xf0) == 0x90) { *n = b & 0x0f; r->p += 1; return 0; }
+    if (b == 0xdc) { NEED(r, 3); *n = be16(r->p + 1); r->p += 3; return 0; }
+    if (b == 0xdd) { NEED(r, 5); *n = (Py_ssize_t)be32(r->p + 1); r->p += 5; return 0; }
+    return fail("not an array");
+}
+
+static int read_int(rd_t *r, int64_t *v)
+{
+    NEED(r, 1);
+    uint8_t b = *r->p;
+    if (b <= 0x7f) { *v = b; r->p += 1; return 0; }
+    if (b >= 0xe0) { *v = (int8_t)b; r->p += 1; return 0; }
+    switch (b) {
+    case 0xcc: NEED(r, 2); *v = r->p[1]; r->p += 2; return 0;
+    case 0xcd: NEED(r, 3); *v = be16(r->p + 1); r->p += 3; return 0;
+    case 0xce: NEED(r, 5); *v = be32(r->p + 1); r->p += 5; return 0;
+    case 0xcf: {
+        NEED(r, 9);
+        uint64_t u = be64(r->p + 1);
+        if (u > (uint64_t)INT64_MAX) return fail("uint64 out of range");
+        *v = (int64_t)u; r->p += 9; return 0;
+    }
+    case 0xd0: NEED(r, 2); *v = (int8_t)r->p[1]; r->p += 2; return 0;
+    case 0xd1: NEED(r, 3); *v = (int16_t)be16(r->p + 1); r->p += 3; return 0;
+    case 0xd2: NEED(r, 5); *v = (int32_t)be32(r->p + 1); r->p += 5; return 0;
+    case 0xd3: NEED(r, 9); *v = (int64_t)be64(r->p + 1); r->p += 9; return 0;
+    }
+    return fail("not an int");
+}
+
+/* bin or nil: *ptr NULL for nil */
+static int read_bin(rd_t *r, const uint8_t **ptr, Py_ssize_t *len)
+{
+    NEED(r, 1);
+    uint8_t b = *r->p;
+    size_t n, h;
+    if (b == 0xc0) { *ptr = NULL; *len = 0; r->p += 1; return 0; }
+    if (b == 0xc4) { NEED(r, 2); n = r->p[1]; h = 2; }
+    else if (b == 0xc5) { NEED(r, 3); n = be16(r->p + 1); h = 3; }
+    else if (b == 0xc6) { NEED(r, 5); n = be32(r->p + 1); h = 5; }
+    else return fail("not bin or nil");
+    NEED(r, h + n);
+    *ptr = r->p + h;
+    *len = (Py_ssize_t)n;
+    r->p += h + n;
+    return 0;
+}
+
+/* one header field: str, bin, nil or int -> a new reference */
+static PyObject *read_atom(rd_t *r)
+{
+    if (r->p >= r->end) { fail("truncated"); return NULL; }
+    uint8_t b = *r->p;
+    size_t n = 0, h = 0;
+    if ((b & 0xe0) == 0xa0) { n = b & 0x1f; h = 1; }
+    else if (b == 0xd9) { if (r->end - r->p < 2) { fail("truncated"); return NULL; } n = r->p[1]; h = 2; }
+    else if (b == 0xda) { if (r->end - r->p < 3) { fail("truncated"); return NULL; } n = be16(r->p + 1); h = 3; }
+    else if (b == 0xdb) { if (r->end - r->p < 5) { fail("truncated"); return NULL; } n = be32(r->p + 1); h = 5; }
+    if (h) {
+        if ((size_t)(r->end - r->p) < h + n) { fail("truncated"); return NULL; }
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)r->p + h, (Py_ssize_t)n, "strict");
+        if (s == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); fail("bad utf-8"); }
+            return NULL;
+        }
+        r->p += h + n;
+        return s;
+    }
+    if (b == 0xc0 || b == 0xc4 || b == 0xc5 || b == 0xc6) {
+        const uint8_t *ptr;
+        Py_ssize_t len;
+        if (read_bin(r, &ptr, &len) < 0) return NULL;
+        if (ptr == NULL) Py_RETURN_NONE;
+        return PyBytes_FromStringAndSize((const char *)ptr, len);
+    }
+    int64_t v;
+    if (read_int(r, &v) < 0) return NULL;
+    return PyLong_FromLongLong(v);
+}
+
+/* headers: an array of arrays of atoms -> a tuple of tuples (the shared () when empty) */
+static PyObject *read_headers(rd_t *r, PyObject *empty)
+{
+    Py_ssize_t n, m, i, j;
+    if (read_array(r, &n) < 0) return NULL;
+    if (n == 0) { Py_INCREF(empty); return empty; }
+    if (n > r->end - r->p) { fail("truncated"); return NULL; }
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (i = 0; i < n; i++) {
+        if (read_array(r, &m) < 0 || m > r->end - r->p) {
+            if (!PyErr_Occurred()) fail("truncated");
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *t = PyTuple_New(m);
+        if (t == NULL) { Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(out, i, t);
+        for (j = 0; j < m; j++) {
+            PyObject *a = read_atom(r);
+            if (a == NULL) { Py_DECREF(out); return NULL; }
+            PyTuple_SET_ITEM(t, j, a);
+        }
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------ decode_columns */
+
+static PyObject *decode_columns(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t count, n, i;
+    long long base, ts0, maxts;
+    int tstype;
+    PyObject *od = NULL, *td = NULL, *kvalid = NULL, *koffs = NULL, *kdata = NULL;
+    PyObject *vvalid = NULL, *voffs = NULL, *vdata = NULL, *headers = NULL, *empty = NULL;
+    PyObject *result = NULL;
+    const uint8_t **spans = NULL;
+    if (!PyArg_ParseTuple(args, "y*nLLiL:decode_columns", &buf, &count, &base, &ts0, &tstype, &maxts))
+        return NULL;
+    rd_t r = {(const uint8_t *)buf.buf, (const uint8_t *)buf.buf + buf.len};
+    if (buf.len > INT32_MAX || count < 0) { fail("section too large"); goto done; }
+    if (read_array(&r, &n) < 0) goto done;
+    if (n != count) { fail("record count mismatch"); goto done; }
+    if (n > (r.end - r.p) / 6 + 1) { fail("truncated"); goto done; }  /* a record is >= 6 bytes */
+    Py_ssize_t bitmap = (n + 7) / 8;
+    od = PyBytes_FromStringAndSize(NULL, n * 8);
+    td = PyBytes_FromStringAndSize(NULL, n * 8);
+    koffs = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    voffs = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    kvalid = PyBytes_FromStringAndSize(NULL, bitmap);
+    vvalid = PyBytes_FromStringAndSize(NULL, bitmap);
+    empty = PyTuple_New(0);
+    /* where each key and value lies in the section: copied once their total size is known */
+    spans = PyMem_Malloc(sizeof(const uint8_t *) * 2 * (n ? n : 1));
+    if (!od || !td || !koffs || !voffs || !kvalid || !vvalid || !empty) goto done;
+    if (spans == NULL) { PyErr_NoMemory(); goto done; }
+    int64_t *odp = (int64_t *)PyBytes_AS_STRING(od), *tdp = (int64_t *)PyBytes_AS_STRING(td);
+    int32_t *kop = (int32_t *)PyBytes_AS_STRING(koffs), *vop = (int32_t *)PyBytes_AS_STRING(voffs);
+    uint8_t *kvp = (uint8_t *)PyBytes_AS_STRING(kvalid), *vvp = (uint8_t *)PyBytes_AS_STRING(vvalid);
+    memset(kvp, 0, bitmap);
+    memset(vvp, 0, bitmap);
+    int32_t kpos = 0, vpos = 0;
+    int knull = 0, vnull = 0;
+    kop[0] = 0;
+    vop[0] = 0;
+    for (i = 0; i < n; i++) {
+        Py_ssize_t fields, len;
+        const uint8_t *ptr;
+        if (read_array(&r, &fields) < 0) goto done;
+        if (fields != 5) { fail("record is not 5 fields"); goto done; }
+        int64_t odelta, tdelta;
+        if (read_int(&r, &odelta) < 0 || read_int(&r, &tdelta) < 0) goto done;
+        if (__builtin_add_overflow((int64_t)base, odelta, &odp[i])) { fail("offset overflow"); goto done; }
+        if (tstype) tdp[i] = maxts;
+        else if (__builtin_add_overflow((int64_t)ts0, tdelta, &tdp[i])) { fail("timestamp overflow"); goto done; }
+        if (read_bin(&r, &ptr, &len) < 0) goto done;
+        spans[2 * i] = ptr;
+        if (ptr) { kpos += (int32_t)len; kvp[i >> 3] |= 1 << (i & 7); }
+        else knull = 1;
+        kop[i + 1] = kpos;
+        if (read_bin(&r, &ptr, &len) < 0) goto done;
+        spans[2 * i + 1] = ptr;
+        if (ptr) { vpos += (int32_t)len; vvp[i >> 3] |= 1 << (i & 7); }
+        else vnull = 1;
+        vop[i + 1] = vpos;
+        if (r.p < r.end && *r.p == 0x90) {  /* no headers: the usual case */
+            r.p++;
+            if (headers && PyList_Append(headers, empty) < 0) goto done;
+            continue;
+        }
+        PyObject *h = read_headers(&r, empty);
+        if (h == NULL) goto done;
+        if (headers == NULL) {
+            Py_ssize_t j;
+            headers = PyList_New(0);
+            if (headers == NULL) { Py_DECREF(h); goto done; }
+            for (j = 0; j < i; j++)
+                if (PyList_Append(headers, empty) < 0) { Py_DECREF(h); goto done; }
+        }
+        int rc = PyList_Append(headers, h);
+        Py_DECREF(h);
+        if (rc < 0) goto done;
+    }
+    kdata = PyBytes_FromStringAndSize(NULL, kpos);
+    vdata = PyBytes_FromStringAndSize(NULL, vpos);
+    if (!kdata || !vdata) goto done;
+    char *kdp = PyBytes_AS_STRING(kdata), *vdp = PyBytes_AS_STRING(vdata);
+    for (i = 0; i < n; i++) {  /* the spans were bounds-checked by read_bin */
+        if (spans[2 * i]) memcpy(kdp + kop[i], spans[2 * i], kop[i + 1] - kop[i]);
+        if (spans[2 * i + 1]) memcpy(vdp + vop[i], spans[2 * i + 1], vop[i + 1] - vop[i]);
+    }
+    if (r.p != r.end) { fail("trailing bytes after the records"); goto done; }
+    if (headers && PyList_GET_SIZE(headers) == 0) Py_CLEAR(headers);
+    result = Py_BuildValue("(OOOOOOOOO)", od, td, knull ? kvalid : Py_None, koffs, kdata,
+                           vnull ? vvalid : Py_None, voffs, vdata, headers ? headers : Py_None);
+done:
+    PyBuffer_Release(&buf);
+    Py_XDECREF(od); Py_XDECREF(td); Py_XDECREF(kvalid); Py_XDECREF(koffs); Py_XDECREF(kdata);
+    Py_XDECREF(vvalid); Py_XDECREF(voffs); Py_XDECREF(vdata); Py_XDECREF(headers);
+    Py_XDECREF(empty);
+    PyMem_Free(spans);
+    return result;
+}
+
+/* ------------------------------------------------------------------ pack_rows */
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+} wr_t;
+
+static int grow(wr_t *w, size_t extra)
+{
+    if (w->len + extra <= w->cap) return 0;
+    size_t cap = w->cap ? w->cap : 4096;
+    while (cap < w->len + extra) cap *= 2;
+    char *b = PyMem_Realloc(w->buf, cap);
+    if (b == NULL) { PyErr_NoMemory(); return -1; }
+    w->buf = b;
+    w->cap = cap;
+    return 0;
+}
+
+static inline void put8(wr_t *w, uint8_t v) { w->buf[w->len++] = (char)v; }
+static inline void put16(wr_t *w, uint16_t v) { put8(w, v >> 8); put8(w, v & 0xff); }
+static inline void put32(wr_t *w, uint32_t v) { put16(w, v >> 16); put16(w, v & 0xffff); }
+static inline void put64(wr_t *w, uint64_t v) { put32(w, (uint32_t)(v >> 32)); put32(w, (uint32_t)v); }
+
+/* msgpack-python's choice of header for an int, a str/bin length, an array length */
+static int pack_int(wr_t *w, PyObject *o)
+{
+    int overflow;
+    long long d = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (d == -1 && PyErr_Occurred()) return -1;
+    if (grow(w, 9) < 0) return -1;
+    if (overflow > 0) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(o);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_OverflowError)) { PyErr_Clear(); return fail("int too large"); }
+            return -1;
+        }
+        put8(w, 0xcf); put64(w, u);
+        return 0;
+    }
+    if (overflow < 0) return fail("int too small");
+    if (d < -(1LL << 5)) {
+        if (d < -(1LL << 15)) {
+            if (d < -(1LL << 31)) { put8(w, 0xd3); put64(w, (uint64_t)d); }
+            else { put8(w, 0xd2); put32(w, (uint32_t)d); }
+        } else if (d < -(1LL << 7)) { put8(w, 0xd1); put16(w, (uint16_t)d); }
+        else { put8(w, 0xd0); put8(w, (uint8_t)d); }
+    } else if (d < (1LL << 7)) {
+        put8(w, (uint8_t)d);
+    } else if (d < (1LL << 8)) { put8(w, 0xcc); put8(w, (uint8_t)d); }
+    else if (d < (1LL << 16)) { put8(w, 0xcd); put16(w, (uint16_t)d); }
+    else if (d < (1LL << 32)) { put8(w, 0xce); put32(w, (uint32_t)d); }
+    else { put8(w, 0xcf); put64(w, (uint64_t)d); }
+    return 0;
+}
+
+static int pack_raw(wr_t *w, const char *p, Py_ssize_t n, int is_str)
+{
+    if ((uint64_t)n > 0xffffffffULL) return fail("too long");
+    if (grow(w, 5 + (size_t)n) < 0) return -1;
+    if (is_str) {
+        if (n < 32) put8(w, 0xa0 | (uint8_t)n);
+        else if (n < 256) { put8(w, 0xd9); put8(w, (uint8_t)n); }
+        else if (n < 65536) { put8(w, 0xda); put16(w, (uint16_t)n); }
+        else { put8(w, 0xdb); put32(w, (uint32_t)n); }
+    } else {
+        if (n < 256) { put8(w, 0xc4); put8(w, (uint8_t)n); }
+        else if (n < 65536) { put8(w, 0xc5); put16(w, (uint16_t)n); }
+        else { put8(w, 0xc6); put32(w, (uint32_t)n); }
+    }
+    memcpy(w->buf + w->len, p, n);
+    w->len += n;
+    return 0;
+}
+
+static int pack_obj(wr_t *w, PyObject *o, int depth)
+{
+    if (o == Py_None) { if (grow(w, 1) < 0) return -1; put8(w, 0xc0); return 0; }
+    if (PyBytes_CheckExact(o)) return pack_raw(w, PyBytes_AS_STRING(o), PyBytes_GET_SIZE(o), 0);
+    if (PyByteArray_CheckExact(o)) return pack_raw(w, PyByteArray_AS_STRING(o), PyByteArray_GET_SIZE(o), 0);
+    if (PyBool_Check(o)) { if (grow(w, 1) < 0) return -1; put8(w, o == Py_True ? 0xc3 : 0xc2); return 0; }
+    if (PyLong_CheckExact(o)) return pack_int(w, o);
+    if (PyUnicode_CheckExact(o)) {
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+        if (s == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) { PyErr_Clear(); return fail("unencodable str"); }
+            return -1;
+        }
+        return pack_raw(w, s, n, 1);
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        if (depth > 8) return fail("nested too deep");
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o), i;
+        if ((uint64_t)n > 0xffffffffULL) return fail("too long");
+        if (grow(w, 5) < 0) return -1;
+        if (n < 16) put8(w, 0x90 | (uint8_t)n);
+        else if (n < 65536) { put8(w, 0xdc); put16(w, (uint16_t)n); }
+        else { put8(w, 0xdd); put32(w, (uint32_t)n); }
+        PyObject **items = PySequence_Fast_ITEMS(o);
+        for (i = 0; i < n; i++)
+            if (pack_obj(w, items[i], depth + 1) < 0) return -1;
+        /* a list may be changed by code run from the packer: never here (no callbacks) */
+        return 0;
+    }
+    return fail("type outside the codec's subset");
+}
+
+static PyObject *pack_rows(PyObject *self, PyObject *rows)
+{
+    if (!PyList_CheckExact(rows) && !PyTuple_CheckExact(rows)) {
+        fail("rows must be a list or tuple");
+        return NULL;
+    }
+    /* one scratch buffer for every call, kept at its high-water mark (fresh pages cost more
+     * than the packing); the GIL is held throughout and no Python code runs in between */
+    static wr_t w = {NULL, 0, 0};
+    w.len = 0;
+    PyObject *out = pack_obj(&w, rows, 0) < 0 ? NULL
+        : PyBytes_FromStringAndSize(w.buf, (Py_ssize_t)w.len);
+    if (w.cap > (64u << 20)) { PyMem_Free(w.buf); w.buf = NULL; w.cap = 0; }  /* a huge one-off */
+    return out;
+}
+
+/* ------------------------------------------------------------------ murmur2 and plan */
+
+static uint32_t murmur2_c(const uint8_t *data, size_t length)
+{
+    const uint32_t m = 0x5bd1e995;
+    uint32_t h = 0x9747b28c ^ (uint32_t)length;
+    size_t n4 = length >> 2, i;
+    for (i = 0; i < n4; i++) {
+        const uint8_t *p = data + 4 * i;
+        uint32_t k = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h = (h * m) ^ k;
+    }
+    i = n4 * 4;
+    switch (length & 3) {
+    case 3: h ^= (uint32_t)data[i + 2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)data[i + 1] << 8; /* fall through */
+    case 1: h ^= data[i]; h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
+static PyObject *murmur2(PyObject *self, PyObject *arg)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t h = murmur2_c((const uint8_t *)b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(h);
+}
+
+/* len of bytes or None (0); -1 with Unsupported for anything else */
+static inline Py_ssize_t blen(PyObject *o)
+{
+    if (PyBytes_CheckExact(o)) return PyBytes_GET_SIZE(o);
+    if (o == Py_None) return 0;
+    fail("keys and values must be bytes or None");
+    return -1;
+}
+
+/* plan(keys | None, values, num_partitions, sticky)
+ *   keys None or num_partitions 0: one group -> (max_size, argmax, cum)
+ *   else -> (max_size, argmax, [(partition, index, keys, values, cum), ...]) ascending by
+ *   partition, each in input order; keyless records go to `sticky`. */
+static PyObject *plan(PyObject *self, PyObject *args)
+{
+    PyObject *keys, *values, *result = NULL, *groups = NULL;
+    Py_ssize_t np, sticky, n, i, best = -1, maxsize = -1;
+    int32_t *parts = NULL;
+    Py_ssize_t *counts = NULL, *starts = NULL, *order = NULL;
+    if (!PyArg_ParseTuple(args, "OOnn:plan", &keys, &values, &np, &sticky)) return NULL;
+    if (!PyList_CheckExact(values) || (keys != Py_None && !PyList_CheckExact(keys)))
+        return fail("keys and values must be lists"), NULL;
+    n = PyList_GET_SIZE(values);
+    if (keys != Py_None && PyList_GET_SIZE(keys) != n) return fail("keys and values differ in length"), NULL;
+    if (keys == Py_None || np == 0) {  /* one group: sizes and their prefix sums only */
+        PyObject *cum = PyList_New(n + 1);
+        if (cum == NULL) return NULL;
+        Py_ssize_t total = 0;
+        PyList_SET_ITEM(cum, 0, PyLong_FromSsize_t(0));
+        for (i = 0; i < n; i++) {
+            Py_ssize_t s = blen(PyList_GET_ITEM(values, i)), k = 0;
+            if (s >= 0 && keys != Py_None) k = blen(PyList_GET_ITEM(keys, i));
+            if (s < 0 || k < 0) { Py_DECREF(cum); return NULL; }
+            s += 12 + k;
+            if (s > maxsize) { maxsize = s; best = i; }
+            total += s;
+            PyObject *v = PyLong_FromSsize_t(total);
+            if (v == NULL) { Py_DECREF(cum); return NULL; }
+            PyList_SET_ITEM(cum, i + 1, v);
+        }
+        if (PyList_GET_ITEM(cum, 0) == NULL) { Py_DECREF(cum); return NULL; }
+        return Py_BuildValue("(nnN)", maxsize, best, cum);
+    }
+    if (np <= 0 || sticky < 0 || sticky >= np) return fail("bad partition count"), NULL;
+    parts = PyMem_Malloc(sizeof(int32_t) * (n ? n : 1));
+    Py_ssize_t *sizes = PyMem_Malloc(sizeof(Py_ssize_t) * (n ? n : 1));
+    counts = PyMem_Calloc(np, sizeof(Py_ssize_t));
+    starts = PyMem_Calloc(np, sizeof(Py_ssize_t));
+    order = PyMem_Malloc(sizeof(Py_ssize_t) * (n ? n : 1));
+    if (!parts || !sizes || !counts || !starts || !order) { PyErr_NoMemory(); goto done_plan; }
+    for (i = 0; i < n; i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i);
+        Py_ssize_t kl = blen(k), vl = blen(PyList_GET_ITEM(values, i));
+        if (kl < 0 || vl < 0) goto done_plan;
+        Py_ssize_t s = 12 + kl + vl;
+        sizes[i] = s;
+        if (s > maxsize) { maxsize = s; best = i; }
+        int32_t p = k == Py_None ? (int32_t)sticky
+            : (int32_t)((murmur2_c((const uint8_t *)PyBytes_AS_STRING(k), (size_t)kl) & 0x7fffffff) % (uint32_t)np);
+        parts[i] = p;
+        counts[p]++;
+    }
+    Py_ssize_t acc = 0, p;
+    for (p = 0; p < np; p++) { starts[p] = acc; acc += counts[p]; }
+    for (i = 0; i < n; i++) order[starts[parts[i]]++] = i;  /* stable counting sort */
+    groups = PyList_New(0);
+    if (groups == NULL) goto done_plan;
+    acc = 0;
+    for (p = 0; p < np; p++) {
+        Py_ssize_t c = counts[p], j, total = 0;
+        if (c == 0) continue;
+        PyObject *idx = PyList_New(c), *gk = PyList_New(c), *gv = PyList_New(c), *cum = PyList_New(c + 1);
+        PyObject *g = NULL;
+        if (!idx || !gk || !gv || !cum) goto group_fail;
+        PyObject *zero = PyLong_FromSsize_t(0);
+        if (zero == NULL) goto group_fail;
+        PyList_SET_ITEM(cum, 0, zero);
+        for (j = 0; j < c; j++) {
+            Py_ssize_t at = order[acc + j];
+            PyObject *ix = PyLong_FromSsize_t(at);
+            total += sizes[at];
+            PyObject *cv = PyLong_FromSsize_t(total);
+            if (!ix || !cv) { Py_XDECREF(ix); Py_XDECREF(cv); goto group_fail; }
+            PyList_SET_ITEM(idx, j, ix);
+            PyList_SET_ITEM(cum, j + 1, cv);
+            PyObject *k = PyList_GET_ITEM(keys, at), *v = PyList_GET_ITEM(values, at);
+            Py_INCREF(k);
+            Py_INCREF(v);
+            PyList_SET_ITEM(gk, j, k);
+            PyList_SET_ITEM(gv, j, v);
+        }
+        acc += c;
+        g = Py_BuildValue("(nNNNN)", p, idx, gk, gv, cum);
+        if (g == NULL || PyList_Append(groups, g) < 0) { Py_XDECREF(g); goto done_plan; }
+        Py_DECREF(g);
+        continue;
+    group_fail:
+        Py_XDECREF(idx); Py_XDECREF(gk); Py_XDECREF(gv); Py_XDECREF(cum);
+        goto done_plan;
+    }
+    result = Py_BuildValue("(nnO)", maxsize, best, groups);
+done_plan:
+    PyMem_Free(parts); PyMem_Free(sizes); PyMem_Free(counts); PyMem_Free(starts); PyMem_Free(order);
+    Py_XDECREF(groups);
+    return result;
+}
+
+/* ------------------------------------------------------------------ module */
+
+static PyMethodDef methods[] = {
+    {"decode_columns", decode_columns, METH_VARARGS,
+     "decode_columns(section, count, base_offset, first_ts, ts_type, max_ts) -> column buffers of a records section (see module doc)"},
+    {"pack_rows", pack_rows, METH_O,
+     "pack_rows(rows) -> bytes: msgpack.Packer(use_bin_type=True).pack(rows), byte for byte"},
+    {"murmur2", murmur2, METH_O, "murmur2(key) -> int: Kafka's murmur2 (unsigned 32-bit)"},
+    {"plan", plan, METH_VARARGS,
+     "plan(keys, values, num_partitions, sticky) -> sizes and partition groups of send_batch"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "rafka.log._codec",
+    "C accelerator of rafka's record codec; every input it does not handle raises Unsupported "
+    "and the caller runs the pure-Python path.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__codec(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Unsupported = PyErr_NewExceptionWithDoc(
+        "rafka.log._codec.Unsupported",
+        "Input outside the C codec's subset (or corrupt): use the pure-Python path.",
+        PyExc_ValueError, NULL);
+    if (Unsupported == NULL || PyModule_AddObjectRef(m, "Unsupported", Unsupported) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
