@@ -13,6 +13,12 @@ batches, never records.  ``build_batch`` / ``build_batch_rows`` (producers) pack
 list with one ``Packer.pack`` call; ``decode_records`` (consumers, compaction) unpacks it with one
 ``unpackb``.  With LogAppendTime every record's timestamp is the batch ``max_timestamp``.
 
+C accelerator (``log/_codec.c``, chosen at import by ``log/speedups.py``; ``RAFKA_NO_SPEEDUPS=1``
+forces the pure path): ``build_batch_rows`` packs with ``_codec.pack_rows`` (the same bytes as
+msgpack's ``Packer``), and ``decode_columns`` turns a ``records_section`` into column buffers
+for the columnar consumer. Input outside the C subset goes through msgpack, so both paths give
+the same batches, records and ``CorruptBatchError`` errors.
+
 Transactions (docs/transactions.md): attributes bit 4 (``0x10``) marks a *transactional* batch
 (an idempotent batch inside a transaction), bit 5 (``0x20``) a *control* batch — a transaction
 marker written by a coordinator: one record, key msgpack ``[0, type]`` (0 ABORT, 1 COMMIT),
@@ -35,6 +41,8 @@ import msgpack
 from crc32c import crc32c
 
 from .errors import CorruptBatchError
+from .speedups import Unsupported
+from .speedups import codec as _c
 
 __all__ = [
     "HEADER_SIZE",
@@ -63,6 +71,8 @@ __all__ = [
     "iter_batches",
     "decode_records",
     "decode_raw_records",
+    "records_section",
+    "decode_columns",
 ]
 
 HEADER_SIZE = 61
@@ -262,7 +272,14 @@ def build_batch_rows(rows: Sequence[Sequence], first_timestamp: int, *, compress
     if codec is None:
         raise ValueError(f"unknown compression {compression!r} (none | lz4)")
     max_ts = first_timestamp + max(map(_second, rows))
-    section = _packer().pack(rows)
+    section = None
+    if _c is not None:
+        try:
+            section = _c.pack_rows(rows)
+        except Unsupported:  # a type outside the C packer's subset: msgpack's own packer
+            section = None
+    if section is None:
+        section = _packer().pack(rows)
     if codec == COMPRESSION_LZ4:
         section = lz4.frame.compress(section)
     attributes = (codec | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
@@ -337,6 +354,23 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, Bat
         pos += h.size
 
 
+def records_section(buf: bytes | bytearray | memoryview, pos: int,
+                    h: BatchHeader) -> bytes | memoryview:
+    """The batch's records section, CRC-checked and decompressed (the msgpack array's bytes).
+
+    Raises ``CorruptBatchError`` on a CRC mismatch or an undecompressable section."""
+    if not crc_ok(buf, pos):
+        raise CorruptBatchError(f"CRC mismatch in batch at offset {h.base_offset}")
+    section = memoryview(buf)[pos + HEADER_SIZE:pos + h.size]
+    if h.attributes & _COMPRESSION_MASK == COMPRESSION_LZ4:
+        try:
+            return lz4.frame.decompress(section)
+        except Exception as exc:  # lz4 raises RuntimeError and others on bad input
+            raise CorruptBatchError(f"undecodable records in batch at offset {h.base_offset}: "
+                                    f"{exc}") from exc
+    return section
+
+
 def decode_raw_records(buf: bytes | bytearray | memoryview, pos: int = 0,
                        header: BatchHeader | None = None) -> list[list]:
     """The undecorated ``[offset_delta, timestamp_delta, key, value, headers]`` lists.
@@ -344,20 +378,31 @@ def decode_raw_records(buf: bytes | bytearray | memoryview, pos: int = 0,
     Validates the CRC.  Used by compaction, which re-packs what it keeps.
     """
     h = header if header is not None else parse_header(buf, pos)
-    if not crc_ok(buf, pos):
-        raise CorruptBatchError(f"CRC mismatch in batch at offset {h.base_offset}")
-    with memoryview(buf) as mv:
-        section = mv[pos + HEADER_SIZE:pos + h.size]
-        try:
-            if h.attributes & _COMPRESSION_MASK == COMPRESSION_LZ4:
-                section = lz4.frame.decompress(section)
-            recs = msgpack.unpackb(section, raw=False)
-        except Exception as exc:  # msgpack/lz4 raise a zoo of types on bad input
-            raise CorruptBatchError(f"undecodable records in batch at offset {h.base_offset}: "
-                                    f"{exc}") from exc
+    section = records_section(buf, pos, h)
+    try:
+        recs = msgpack.unpackb(section, raw=False)
+    except Exception as exc:  # msgpack raises a zoo of types on bad input
+        raise CorruptBatchError(f"undecodable records in batch at offset {h.base_offset}: "
+                                f"{exc}") from exc
     if not isinstance(recs, list) or len(recs) != h.record_count:
         raise CorruptBatchError(f"batch at offset {h.base_offset}: record count mismatch")
     return recs
+
+
+def decode_columns(section: bytes | memoryview, h: BatchHeader) -> tuple | None:
+    """The C codec's columns of a records section (``records_section``): ``(offsets,
+    timestamps, key_validity, key_offsets, key_data, value_validity, value_offsets,
+    value_data, headers)`` — absolute int64 offsets and timestamps, Arrow-style binary keys and
+    values (``log/_codec.c``). ``None`` when the extension is not loaded or the section is
+    outside its subset (or corrupt): decode it with msgpack then, which gives the pure path's
+    records or its error."""
+    if _c is None:
+        return None
+    try:
+        return _c.decode_columns(section, h.record_count, h.base_offset,  # type: ignore[no-any-return]
+                                    h.first_timestamp, h.timestamp_type, h.max_timestamp)
+    except Unsupported:
+        return None
 
 
 def decode_records(buf: bytes | bytearray | memoryview, pos: int = 0) -> list[Record]:

@@ -47,19 +47,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import lz4.frame
 import msgpack
-from rafka.client.columnar import ColumnBatch
+from rafka.client.columnar import ColumnBatch, Decoded
 from rafka.client.errors import CorruptRecordError
 from rafka.client.txn_filter import TXN_BITS, TxnBatchFilter
 from rafka.client.types import ConsumerRecord, TopicPartition
 from rafka.log.batch import (
-    COMPRESSION_LZ4,
     HEADER_SIZE,
     BatchHeader,
     CorruptBatchError,
-    crc_ok,
+    decode_columns,
     parse_header,
+    records_section,
 )
 
 __all__ = ["PartitionData", "split_fetch_response", "CompletedFetch", "batch_headers"]
@@ -130,16 +129,18 @@ def batch_headers(raw: memoryview | bytes) -> Iterator[tuple[int, BatchHeader]]:
         pos += h.size
 
 
-def _unpack_records(buf: memoryview, pos: int, h: BatchHeader) -> tuple[tuple[Any, ...], ...]:
-    """The ``(offset_delta, timestamp_delta, key, value, headers)`` tuples of a batch."""
-    if not crc_ok(buf, pos):
-        raise CorruptBatchError(f"CRC mismatch in batch at offset {h.base_offset}")
-    section: Any = buf[pos + HEADER_SIZE:pos + h.size]
+def _unpack_records(buf: memoryview, pos: int, h: BatchHeader,
+                    columnar: bool = False) -> tuple[tuple[Any, ...], ...] | Decoded:
+    """The ``(offset_delta, timestamp_delta, key, value, headers)`` tuples of a batch or, when
+    ``columnar`` and the C codec takes it, the batch's columns (``Decoded``)."""
+    section: Any = records_section(buf, pos, h)
+    if columnar:
+        cols = decode_columns(section, h)
+        if cols is not None:
+            return Decoded(cols, h.timestamp_type)
     try:
-        if h.attributes & 0x07 == COMPRESSION_LZ4:
-            section = lz4.frame.decompress(section)
         recs = msgpack.unpackb(section, raw=False, use_list=False)
-    except Exception as exc:  # msgpack / lz4 raise many types on bad input
+    except Exception as exc:  # msgpack raises many types on bad input
         raise CorruptBatchError(f"undecodable records in batch at offset {h.base_offset}: {exc}") from exc
     if not isinstance(recs, tuple) or len(recs) != h.record_count:
         raise CorruptBatchError(f"batch at offset {h.base_offset}: record count mismatch")
@@ -167,7 +168,7 @@ class CompletedFetch:
         self.epoch = epoch
         self._txn = TxnBatchFilter(aborted)  # hides control batches and aborted transactions
         # the batch being handed out: (header, its rows, index of the next row to hand out)
-        self._cur: tuple[BatchHeader, tuple[tuple[Any, ...], ...], int] | None = None
+        self._cur: tuple[BatchHeader, Any, int] | None = None  # rows: wire tuples or Decoded
         last = -1
         for _, h in batch_headers(raw):
             last = h.next_offset
@@ -192,7 +193,12 @@ class CompletedFetch:
                 h, rows = run
                 base = h.base_offset
                 try:
-                    if h.timestamp_type:
+                    if type(rows) is tuple and rows and type(rows[0]) is Decoded:
+                        d, i, j = rows  # a batch ``take_columns`` decoded: absolute values
+                        tt = d.timestamp_type
+                        crs = [_new(ConsumerRecord, (topic, partition, o, ts, tt, k, v, hs))
+                               for o, ts, k, v, hs in d.rows(i, j)]
+                    elif h.timestamp_type:
                         ts = h.max_timestamp
                         crs = [_new(ConsumerRecord, (topic, partition, base + od, ts, 1, k, v, hs))
                                for od, _td, k, v, hs in rows]
@@ -221,10 +227,15 @@ class CompletedFetch:
             _gc_disable()
         try:
             while left > 0:
-                run, position = self._run(position, left)
+                run, position = self._run(position, left, columnar=True)
                 if run is None:
                     break
                 h, rows = run
+                if type(rows) is tuple and rows and type(rows[0]) is Decoded:
+                    d, i, j = rows
+                    out.add_decoded(d, i, j)
+                    left -= j - i
+                    continue
                 try:
                     out.add_rows(rows, h.base_offset, h.first_timestamp,
                                  h.max_timestamp if h.timestamp_type else None)
@@ -236,16 +247,26 @@ class CompletedFetch:
                 _gc_enable()
         return out, position
 
-    def _run(self, position: int, room: int) -> tuple[tuple[BatchHeader, tuple[tuple[Any, ...], ...]] | None, int]:
-        """The next run of at most ``room`` (≥ 1) rows at offsets ≥ ``position`` — ``(header,
+    def _run(self, position: int, room: int, columnar: bool = False) -> tuple[tuple[BatchHeader, Any] | None, int]:
+        """The next run of at most ``room`` (≥ 1) records at offsets ≥ ``position`` — ``(header,
         rows)``, or ``None`` when the data is used up — and the position after it (or after
-        what was stepped over)."""
+        what was stepped over). ``rows``: a slice of the wire rows, or ``(Decoded, i, j)`` for
+        a batch the C codec decoded (``columnar`` asks for that when a batch is loaded)."""
         if self._cur is None:
-            position = self._load(position)
+            position = self._load(position, columnar)
             if self._cur is None:
                 return None, position
         h, rows, i = self._cur
         j = min(len(rows), i + room)
+        if type(rows) is Decoded:
+            offsets = rows.offsets
+            if j == len(rows):
+                self._cur = None
+                position = max(offsets[j - 1] + 1, h.next_offset)
+            else:
+                self._cur = (h, rows, j)
+                position = offsets[j - 1] + 1
+            return (h, (rows, i, j)), position
         if j == len(rows):
             self._cur = None
             position = max(h.base_offset + rows[-1][0] + 1, h.next_offset)
@@ -254,7 +275,7 @@ class CompletedFetch:
             position = h.base_offset + rows[j - 1][0] + 1
         return (h, rows if i == 0 and j == len(rows) else rows[i:j]), position
 
-    def _load(self, position: int) -> int:
+    def _load(self, position: int, columnar: bool = False) -> int:
         """Decode the next batch holding records at offsets ≥ ``position`` into ``_cur``,
         stepping over batches already consumed, hidden (``rafka.client.txn_filter``) or left empty;
         returns the position moved past those. ``_cur`` stays ``None`` when nothing is left
@@ -283,9 +304,12 @@ class CompletedFetch:
             if nxt <= position:
                 continue
             try:
-                rows = _unpack_records(raw, pos, h)
+                rows = _unpack_records(raw, pos, h, columnar)
                 base = h.base_offset
-                i = 0 if base >= position else _first_at(rows, position - base)
+                if type(rows) is Decoded:
+                    i = 0 if base >= position else bisect_left(rows.offsets, position)
+                else:
+                    i = 0 if base >= position else _first_at(rows, position - base)
             except CorruptBatchError as exc:
                 raise self._corrupt(h, "corrupt batch", exc) from None
             except (TypeError, ValueError) as exc:
