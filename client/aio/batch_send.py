@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 A caller that already holds many records hands them over in one call and gets one future
-(``BatchFuture``) whose result is the list of their ``RecordMetadata``, in input order. The work
+(``BatchFuture``) whose result is the sequence of their ``RecordMetadata``, in input order
+(a lazy ``RecordMetadataList``: the objects are built on first access). The work
 per call, not per record, is what makes it fast:
 
 1. *plan* (``_plan``, caller's thread, no lock): estimated sizes as C-level ``map(len, …)`` and
@@ -23,9 +24,17 @@ per call, not per record, is what makes it fast:
    take. When ``buffer_memory`` fills up midway the call waits for room (up to
    ``max_block_ms``) and appends the rest;
 3. *settle*: the future registers with each batch result it used (``BatchResult.attach``) and
-   resolves when the last one completes (loop thread): offsets are ``base_offset + index`` per
-   run, built by one comprehension; a batch split after MESSAGE_TOO_LARGE is read record by
-   record through ``FutureRecordMetadata``'s own lookup.
+   resolves when the last one completes (loop thread) — with a ``RecordMetadataList`` when
+   every batch succeeded, no per-record work: on first access (caller's thread) offsets are
+   ``base_offset + index`` per run, built by one comprehension; a batch split after
+   MESSAGE_TOO_LARGE is read record by record through ``FutureRecordMetadata``'s own lookup
+   (that case and any failure assemble the results eagerly).
+
+With the C codec (``rafka.log.speedups``) step 1 is one call, ``_codec.plan``: sizes, prefix
+sums, murmur2 partitions (bit for bit ``client.partitioner.murmur2``) and the stable grouping,
+for ``bytes``/``None`` keys and values without headers under the default partitioner; anything
+else takes the Python path above. The batches themselves are packed by ``_codec.pack_rows``
+(``log.batch.build_batch_rows``).
 
 Partial failure: if any record failed, the future fails with ``BatchSendError`` whose
 ``.results`` holds, in input order, a ``RecordMetadata`` for each record written and the
@@ -43,7 +52,7 @@ import random
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from itertools import accumulate
 from operator import add
 from typing import TYPE_CHECKING, Any
@@ -53,11 +62,13 @@ from rafka.client.aio.accumulator import RowGroup, record_size
 from rafka.client.aio.futures import BatchResult, FutureRecordMetadata
 from rafka.client.errors import BufferExhaustedError, ClientError, RecordTooLargeError
 from rafka.client.types import RecordMetadata
+from rafka.log.speedups import Unsupported
+from rafka.log.speedups import codec as _c
 
 if TYPE_CHECKING:
     from rafka.client.aio.producer import AsyncProducer
 
-__all__ = ["BatchFuture", "BatchSendError", "BatchSendApi"]
+__all__ = ["BatchFuture", "BatchSendError", "BatchSendApi", "RecordMetadataList"]
 
 _new = tuple.__new__
 HeadersList = Sequence[Sequence[tuple[str, bytes]] | None] | None
@@ -79,8 +90,8 @@ class BatchSendError(ClientError):
 
 
 class BatchFuture(cf.Future):  # type: ignore[type-arg]
-    """The future of one ``send_batch``: ``list[RecordMetadata]`` in input order, or
-    ``BatchSendError``. A ``concurrent.futures.Future``; inside trio, ``await fut``."""
+    """The future of one ``send_batch``: a ``RecordMetadataList`` (a ``Sequence`` of
+    ``RecordMetadata``, input order, built lazily), or ``BatchSendError``. A ``concurrent.futures.Future``; inside trio, ``await fut``."""
 
     def __init__(self, topic: str, count: int, timestamp_ms: int, groups: list[RowGroup],
                  loop_thread: int) -> None:
@@ -115,6 +126,10 @@ class BatchFuture(cf.Future):  # type: ignore[type-arg]
             self._open -= 1
             if self._open:
                 return
+        if self._unqueued is None and all(
+                res.error is None and res._split is None for res in self._results):
+            self.set_result(RecordMetadataList(self))  # the usual case: built on access
+            return
         results = self._assemble()
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
@@ -147,20 +162,57 @@ class BatchFuture(cf.Future):  # type: ignore[type-arg]
             out = [self._unqueued if r is None else r for r in out]
         return out
 
-    def result(self, timeout: float | None = None) -> list[RecordMetadata]:
+    def result(self, timeout: float | None = None) -> Sequence[RecordMetadata]:
         if not self.done() and threading.get_ident() == self._loop_thread:
             raise RuntimeError("blocking on a produce future inside its event loop would "
                                "deadlock: use `await future` in async code")
         return super().result(timeout)  # type: ignore[no-any-return]
 
-    async def wait(self) -> list[RecordMetadata]:
+    async def wait(self) -> Sequence[RecordMetadata]:
         """Wait (trio, in the producer's loop) for every record; raises ``BatchSendError``."""
         for res in self._results:
             await res.wait_async()
         return self.result(0)
 
-    def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
+    def __await__(self) -> Generator[Any, None, Sequence[RecordMetadata]]:
         return self.wait().__await__()
+
+
+class RecordMetadataList(Sequence[RecordMetadata]):
+    """What a successful ``send_batch`` resolves to: a read-only sequence of the records'
+    ``RecordMetadata``, input order. ``len()`` is free; the ``RecordMetadata`` objects are built
+    on the first item access, iteration or comparison (in the caller's thread, once), so a
+    caller that only waits for success pays nothing per record. Compares equal to a list of
+    the same ``RecordMetadata``."""
+
+    __slots__ = ("_fut", "_items")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, fut: BatchFuture) -> None:
+        self._fut = fut
+        self._items: list[RecordMetadata] | None = None
+
+    def _list(self) -> list[RecordMetadata]:
+        if self._items is None:
+            self._items = self._fut._assemble()
+        return self._items
+
+    def __len__(self) -> int:
+        return self._fut._count
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._list()[i]
+
+    def __iter__(self) -> Iterator[RecordMetadata]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordMetadataList):
+            other = other._list()
+        return self._list() == other if isinstance(other, list) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"RecordMetadataList({self._list()!r})"
 
 
 def _settled(fut: FutureRecordMetadata) -> RecordMetadata | BaseException:
@@ -176,8 +228,8 @@ class BatchSendApi:
                          partition: int | None = None,
                          timestamp_ms: int | None = None) -> BatchFuture:
         """Queue ``values`` (with the aligned ``keys`` / ``headers``) as ``send`` would each of
-        them; returns one ``BatchFuture`` (``await fut`` → ``list[RecordMetadata]``, input
-        order). Waits up to ``max_block_ms`` for metadata and buffer room."""
+        them; returns one ``BatchFuture`` (``await fut`` → a ``Sequence`` of ``RecordMetadata``,
+        input order, built on access). Waits up to ``max_block_ms`` for metadata and buffer room."""
         acc = self._check_send()
         n = self._core.metadata.num_partitions(topic)
         if n is None:
@@ -258,21 +310,47 @@ def _plan(producer: AsyncProducer, topic: str, values: Sequence[bytes | None],
         hdrs = [list(h) if h else () for h in headers]
         if hdrs.count(()) == count:
             hdrs = None
-    sizes = _sizes(keys, values, hdrs)
-    if sizes and max(sizes) > producer._max_record_size:
-        big = max(range(count), key=sizes.__getitem__)
+    ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+    one_group = partition is not None or keys is None
+    planned = _plan_c(producer, keys, values, hdrs, n, one_group)
+    if planned is not None:
+        big_size, big, groups = planned
+    else:
+        sizes = _sizes(keys, values, hdrs)
+        big = max(range(count), key=sizes.__getitem__) if sizes else -1
+        big_size = sizes[big] if sizes else -1
+    if big_size > producer._max_record_size:
         try:
-            producer._check_size(sizes[big])
+            producer._check_size(big_size)
         except RecordTooLargeError as exc:
             raise RecordTooLargeError(f"send_batch: record {big}: {exc.message}") from None
-    ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-    if partition is not None or keys is None:
-        p = -1 if partition is None else producer._choose(topic, None, partition, n)
-        groups = [RowGroup(p, keys, values, hdrs, [0, *accumulate(sizes)])]
-    else:
-        groups = _by_partition(producer, keys, values, hdrs, sizes, n)
+    if planned is None:
+        if one_group:
+            groups = [RowGroup(-1, keys, values, hdrs, [0, *accumulate(sizes)])]
+        else:
+            groups = _by_partition(producer, keys, values, hdrs, sizes, n)
+    if one_group and partition is not None:
+        groups[0].partition = producer._choose(topic, None, partition, n)
     loop_thread = producer._loop_thread
     return BatchFuture(topic, count, ts, groups, loop_thread), groups
+
+
+def _plan_c(producer: AsyncProducer, keys: list[Any] | None, values: list[Any],
+            hdrs: list[Any] | None, n: int, one_group: bool) -> tuple[int, int, list[RowGroup]] | None:
+    """Step 1 in one C call (``_codec.plan``: sizes, their prefix sums, the largest record
+    and, for keyed records under the default partitioner, murmur2 partitions and the stable
+    grouping): ``(largest size, its position, groups)``, or ``None`` for the Python path (no
+    extension, headers, a custom partitioner, keys or values that are not ``bytes``)."""
+    if _c is None or hdrs is not None or not (one_group or producer._hash_cache is not None):
+        return None
+    try:
+        if one_group:
+            big_size, big, cum = _c.plan(keys, values, 0, 0)
+            return big_size, big, [RowGroup(-1, keys, values, None, cum)]
+        big_size, big, planned = _c.plan(keys, values, n, random.randrange(n))
+    except Unsupported:
+        return None
+    return big_size, big, [RowGroup(p, gk, gv, None, cum, idx) for p, idx, gk, gv, cum in planned]
 
 
 def _sizes(keys: list[Any] | None, values: list[Any], hdrs: list[Any] | None) -> list[int]:
