@@ -158,8 +158,9 @@ class Producer(_Facade[AsyncProducer]):
                    keys: Sequence[bytes | None] | None = None, headers: HeadersList = None,
                    partition: int | None = None, timestamp_ms: int | None = None) -> BatchFuture:
         """Queue many records at once (``AsyncProducer.send_batch``); returns one
-        ``concurrent.futures.Future`` of their ``RecordMetadata`` list, in input order
-        (``BatchSendError`` with ``.results`` when some failed)."""
+        ``concurrent.futures.Future`` of their ``RecordMetadata`` sequence, in input order (a
+        lazy ``RecordMetadataList``: built on first access; ``BatchSendError`` with
+        ``.results`` when some failed)."""
         return self._async.send_batch_threadsafe(topic, values, keys, headers, partition, timestamp_ms)
 
     def send_and_wait(self, topic: str, value: Any = None, key: Any = None, headers: Headers = None,
