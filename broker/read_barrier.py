@@ -50,16 +50,37 @@ acknowledged at once, as no other broker could be elected anyway.
 
 Any failure (not the leader, not enough replicas, timed out) raises ``NOT_COORDINATOR``: the
 client's retriable answer that makes it look the coordinator up again.
+
+Group commit of the owner's writes (``write``)
+----------------------------------------------
+The owner's own state records go through the same rounds: :meth:`ReadBarrier.write` adds its
+records to the partition's *next* round, and a round appends everything queued for it as ONE
+batch with ``acks=all`` — so the writes of many ids that arrive while a round is in flight
+share one append, one fsync per replica and one follower fetch round (the transaction
+coordinator's Ongoing / Prepare* / Complete* records of concurrent transactions). A round that
+carries records needs no tombstone: any ``acks=all`` append made after a read arrived proves
+leadership as well as a barrier does (the argument above holds for every append, not only a
+tombstone), so a read that arrives while writes flow rides them and costs no round of its own.
+The tombstone is appended only when a round has readers and no records.
+
+A writer learns the outcome of its round: ``None`` once acknowledged in the leader epoch it
+joined, else the round's named error (the append's refusal, ``NOT_LEADER_OR_FOLLOWER`` when the
+leader changed, ``REQUEST_TIMED_OUT``); it installs its value only after that (the owner's
+"durable, then installed" rule). A writer cancelled before its round left takes its records out
+of the queue; once the round left they are in the log as if the write had been acknowledged
+late (as a single append whose wait was cancelled). Rounds are keyed by (topic, partition,
+leader epoch), one in flight per key, so records reach the log in the order they were queued.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import trio
+from rafka.broker.error_map import wire_error
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.log.batch import build_batch
 
@@ -69,26 +90,33 @@ log = logging.getLogger("rafka.read_barrier")
 
 _ACKS_ALL: Final = -1
 
+Record = tuple[bytes, bytes | None]
+
 
 class _Round:
-    __slots__ = ("done", "error")
+    __slots__ = ("done", "code", "why", "chunks", "waiters")
 
     def __init__(self) -> None:
         self.done = trio.Event()
-        self.error: RafkaError | None = None
+        self.code = ErrorCode.NONE
+        self.why = ""
+        self.chunks: list[list[Record]] = []  # each writer's records, in the order they queued
+        self.waiters = 0
 
 
 class _Slot:
     __slots__ = ("next", "running")
 
     def __init__(self) -> None:
-        self.running: _Round | None = None  # the barrier appended now
-        self.next: _Round | None = None  # reads that arrived after it was appended
+        self.running: _Round | None = None  # the round appended now
+        self.next: _Round | None = None  # reads and writes that arrived after it was appended
 
 
 class ReadBarrier:
-    """``await confirm(partition)``: returns once an ``acks=all`` barrier appended after the
-    call was acknowledged on ``partition`` in its current leader epoch; else ``NOT_COORDINATOR``.
+    """``await confirm(partition)``: returns once an ``acks=all`` append made after the call was
+    acknowledged on ``partition`` in its current leader epoch; else ``NOT_COORDINATOR``.
+    ``await write(partition, records)``: the records appended (group-committed) with ``acks=all``
+    in that epoch; else the named error.
 
     ``replica_manager`` needs ``append(partition, batch, acks)``; the partition ``topic``,
     ``partition``, ``leader_epoch`` and ``wait_produce(last_offset, acks, leader_epoch)``."""
@@ -99,48 +127,82 @@ class ReadBarrier:
         self.key = key
         self.timeout_s = timeout_s
         self._wall_ms = wall_clock_ms or (lambda: int(time.time() * 1000))
-        self._slots: dict[tuple[str, int], _Slot] = {}
-        self.rounds = 0  # barriers appended (statistics, tests)
+        self._slots: dict[tuple[str, int, int], _Slot] = {}
+        self.rounds = 0  # appends made (statistics, tests)
+        self.barriers = 0  # of them, tombstone-only rounds (readers and no writer)
+        self.writes = 0  # records written through write()
 
     async def confirm(self, p: Any) -> None:
-        slot = self._slots.setdefault((p.topic, p.partition), _Slot())
+        rnd = await self._join(p, ())
+        if rnd.code:
+            raise _not_coordinator(f"{p.topic}/{p.partition}", rnd.why)
+
+    async def write(self, p: Any, records: Sequence[Record]) -> None:
+        """Append ``records`` in the partition's next round (one batch for every writer of the
+        round) and wait for ``acks=all``; raises the round's error with its own code."""
+        if not records:
+            raise ValueError("write() needs at least one record")
+        rnd = await self._join(p, records)
+        if rnd.code:
+            raise error_for(rnd.code, f"{p.topic}/{p.partition}: {rnd.why}")
+
+    async def _join(self, p: Any, records: Sequence[Record]) -> _Round:
+        key = (p.topic, p.partition, p.leader_epoch)
+        slot = self._slots.setdefault(key, _Slot())
         mine = slot.next
         if mine is None:
             mine = slot.next = _Round()
-        while not mine.done.is_set():
-            if slot.running is None:  # the first waiter of this round appends it
-                slot.running, slot.next = mine, None
-                try:
-                    # shielded (bounded by timeout_s): the other waiters of the round depend on it
-                    with trio.CancelScope(shield=True):
-                        mine.error = await self._round(p)
-                finally:
-                    slot.running = None
-                    mine.done.set()
-            else:
-                await slot.running.done.wait()
-        if mine.error is not None:
-            raise mine.error
-
-    async def _round(self, p: Any) -> RafkaError | None:
-        self.rounds += 1
-        epoch = p.leader_epoch
-        where = f"{p.topic}/{p.partition}"
+        chunk = list(records)
+        if chunk:
+            mine.chunks.append(chunk)
+        mine.waiters += 1
         try:
-            info = self.rm.append(p, build_batch([(self.key, None, [], self._wall_ms())]), _ACKS_ALL)
+            while not mine.done.is_set():
+                if slot.running is None:  # the first waiter of this round appends it
+                    slot.running, slot.next = mine, None
+                    try:
+                        # shielded (bounded by timeout_s): the other waiters of the round depend on it
+                        with trio.CancelScope(shield=True):
+                            mine.code, mine.why = await self._round(
+                                p, key[2], [r for c in mine.chunks for r in c])
+                    finally:
+                        slot.running = None
+                        mine.done.set()
+                else:
+                    await slot.running.done.wait()
+        finally:
+            mine.waiters -= 1
+            if not mine.done.is_set() and slot.next is mine:  # cancelled before the round left
+                if chunk:
+                    mine.chunks = [c for c in mine.chunks if c is not chunk]
+                if mine.waiters == 0:
+                    slot.next = None
+            if slot.running is None and slot.next is None and self._slots.get(key) is slot:
+                del self._slots[key]
+        return mine
+
+    async def _round(self, p: Any, epoch: int, records: list[Record]) -> tuple[ErrorCode, str]:
+        self.rounds += 1
+        if records:
+            self.writes += len(records)
+        else:
+            self.barriers += 1
+        now = self._wall_ms()
+        batch = build_batch([(k, v, [], now) for k, v in records or [(self.key, None)]])
+        try:
+            info = self.rm.append(p, batch, _ACKS_ALL)
         except RafkaError as exc:
-            return _not_coordinator(where, exc.code.name)
-        except Exception as exc:  # noqa: BLE001 - a log error (disk full, ...): no proof either
-            return _not_coordinator(where, f"{type(exc).__name__}: {exc}")
+            return exc.code, exc.message
+        except Exception as exc:  # noqa: BLE001 - a log error (disk full, ...) as its wire error
+            return wire_error(exc)
         with trio.move_on_after(self.timeout_s):
             code = await p.wait_produce(info.last_offset, _ACKS_ALL, leader_epoch=epoch)
-            if code:
-                return _not_coordinator(where, code.name)
-            return None
-        return _not_coordinator(where, f"not replicated within {self.timeout_s:g} s")
+            return code, code.name
+        return ErrorCode.REQUEST_TIMED_OUT, f"not replicated within {self.timeout_s:g} s"
 
     def statistics(self) -> dict[str, int]:
-        return {"rounds": self.rounds, "partitions": len(self._slots)}
+        return {"rounds": self.rounds, "barriers": self.barriers, "writes": self.writes,
+                "partitions": len(self._slots)}
 
 
 def _not_coordinator(where: str, why: str) -> RafkaError:

@@ -52,7 +52,6 @@ from typing import Any, Final
 
 import trio
 from rafka.broker.controller_channel import FORWARDED_KEY
-from rafka.broker.error_map import wire_error
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.protocol import ApiKey
 from rafka.broker.read_barrier import ReadBarrier
@@ -60,7 +59,7 @@ from rafka.broker.txn import state as S
 from rafka.broker.txn.markers import LocalHandler, MarkerWriter
 from rafka.broker.txn.state import EndStep, TxnMetadata, TxnState
 from rafka.kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
-from rafka.log.batch import build_batch, decode_records, iter_batches
+from rafka.log.batch import decode_records, iter_batches
 
 __all__ = [
     "TXN_STATE_PARTITIONS",
@@ -342,28 +341,16 @@ class TxnCoordinator:
             st.pending.discard(tid)
 
     async def _write(self, st: TxnPartitionState, md: TxnMetadata) -> None:
-        """Append ``md`` with acks=all, then (only then) install it."""
+        """Append ``md`` with acks=all, then (only then) install it. Group-committed: the writes
+        of every id of the partition that arrive while a round is in flight leave together in the
+        next one (``ReadBarrier.write``), and that round also serves the read barriers waiting."""
         p = self._leader(st.index)
         if p.leader_epoch != st.leader_epoch or self.states.get(st.index) is not st:
             raise error_for(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_TOPIC}/{st.index} moved")
-        batch = build_batch([(S.encode_key(md.transactional_id), S.encode_value(md), [],
-                              self.wall_clock_ms())])
-        try:
-            info = self.rm.append(p, batch, _ACKS_ALL)
-        except RafkaError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a log error (disk full, ...) as its wire error
-            code, msg = wire_error(exc)
-            raise error_for(code, f"{TXN_STATE_TOPIC}: {msg}") from None
-        with trio.move_on_after(self.append_timeout_ms / 1000):
-            code = await p.wait_produce(info.last_offset, _ACKS_ALL)
-            if code:
-                raise error_for(code, f"{TXN_STATE_TOPIC}: {code.name}")
-            if not self._current(st):
-                raise error_for(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_TOPIC}/{st.index} moved")
-            st.txns[md.transactional_id] = md
-            return
-        raise error_for(ErrorCode.REQUEST_TIMED_OUT, "the transaction state was not replicated in time")
+        await self.barrier.write(p, [(S.encode_key(md.transactional_id), S.encode_value(md))])
+        if not self._current(st):
+            raise error_for(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_TOPIC}/{st.index} moved")
+        st.txns[md.transactional_id] = md
 
     async def _prepare(self, st: TxnPartitionState, tid: str, md: TxnMetadata) -> trio.Event:
         """Write the Prepare* value ``md`` and start its completion; returns its done event."""

@@ -164,3 +164,125 @@ async def test_a_cancelled_reader_does_not_strand_the_others_of_its_round(
         p.replicate()
     assert out == [0]
     assert trio.current_time() == 0  # nobody waited for the timeout
+
+
+# -- group commit of the owner's writes (ReadBarrier.write) ----------------------------------
+
+
+def records_of(batch: bytes) -> list[tuple[bytes | None, bytes | None]]:
+    return [(r.key, r.value) for pos, _ in iter_batches(batch) for r in decode_records(batch, pos)]
+
+
+async def start_writes(nursery: trio.Nursery, barrier: ReadBarrier, p: Leader,
+                       writes: list[list[tuple[bytes, bytes | None]]], out: list[Any]) -> None:
+    async def write(i: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        try:
+            await barrier.write(p, records)
+            out.append(i)
+        except RafkaError as exc:
+            out.append(exc.code)
+
+    for i, records in enumerate(writes):
+        nursery.start_soon(write, i, records)
+        await trio.testing.wait_all_tasks_blocked()  # queued in this order
+
+
+async def test_writes_arriving_during_a_round_leave_together_in_one_batch_in_order() -> None:
+    p, barrier = Leader(), ReadBarrier(RM(), KEY)
+    out: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        await start_writes(nursery, barrier, p, [[(b"a", b"1")]], out)
+        assert len(p.appended) == 1  # a lone write waits for nothing
+        await start_writes(nursery, barrier, p, [[(b"b", b"2")], [(b"c", b"3"), (b"d", None)],
+                                                 [(b"a", b"4")]], out)
+        assert len(p.appended) == 1 and out == []  # one round in flight per partition
+        p.replicate()
+        await trio.testing.wait_all_tasks_blocked()
+        assert out == [0]  # acknowledged only with its round
+        assert len(p.appended) == 2
+        assert records_of(p.appended[1]) == [(b"b", b"2"), (b"c", b"3"), (b"d", None), (b"a", b"4")]
+        p.replicate()
+    assert sorted(out[1:]) == [0, 1, 2]
+    assert (barrier.rounds, barrier.barriers, barrier.writes) == (2, 0, 5)
+
+
+async def test_a_read_rides_a_round_of_writes_appended_after_it_arrived() -> None:
+    p, barrier = Leader(), ReadBarrier(RM(), KEY)
+    reads: list[Any] = []
+    writes: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        await start_reads(nursery, barrier, p, 1, reads)  # round 1: a tombstone
+        await start_reads(nursery, barrier, p, 2, reads)  # wait for round 2
+        await start_writes(nursery, barrier, p, [[(b"x", b"1")]], writes)  # joins round 2
+        p.replicate()
+        await trio.testing.wait_all_tasks_blocked()
+        assert reads == [0]
+        # round 2 carries the write and no tombstone, and it proves the two reads too
+        assert records_of(p.appended[1]) == [(b"x", b"1")]
+        p.replicate()
+    assert sorted(reads) == [0, 0, 1] and writes == [0]
+    assert (barrier.rounds, barrier.barriers) == (2, 1)
+
+
+async def test_a_read_does_not_ride_a_write_appended_before_it_arrived() -> None:
+    p, barrier = Leader(), ReadBarrier(RM(), KEY)
+    reads: list[Any] = []
+    writes: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        await start_writes(nursery, barrier, p, [[(b"x", b"1")]], writes)  # in flight
+        await start_reads(nursery, barrier, p, 1, reads)
+        p.replicate()
+        await trio.testing.wait_all_tasks_blocked()
+        assert writes == [0] and reads == []  # the write proves nothing about the later read
+        assert records_of(p.appended[1]) == [(KEY, None)]
+        p.replicate()
+    assert reads == [0]
+
+
+@pytest.mark.parametrize(("how", "code"), [("refused", ErrorCode.NOT_ENOUGH_REPLICAS),
+                                           ("new_epoch", ErrorCode.NOT_LEADER_OR_FOLLOWER),
+                                           ("deposed", ErrorCode.REQUEST_TIMED_OUT)])
+async def test_a_failed_round_gives_writers_its_named_error_and_readers_not_coordinator(
+        how: str, code: ErrorCode, autojump_clock: trio.testing.MockClock) -> None:
+    p, barrier = Leader(), ReadBarrier(RM(), KEY, timeout_s=5.0)
+    reads: list[Any] = []
+    writes: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        if how == "refused":
+            p.refuse = code
+        await start_writes(nursery, barrier, p, [[(b"x", b"1")]], writes)
+        await start_reads(nursery, barrier, p, 1, reads)
+        if how == "new_epoch":
+            p.new_epoch()
+    assert writes == [code]
+    assert reads == [ErrorCode.NOT_COORDINATOR]
+
+
+async def test_a_writer_cancelled_before_its_round_left_takes_its_records_back(
+        autojump_clock: trio.testing.MockClock) -> None:
+    p, barrier = Leader(), ReadBarrier(RM(), KEY)
+    out: list[Any] = []
+    gone = trio.CancelScope()
+
+    async def cancelled_writer() -> None:  # e.g. its request timed out
+        with gone:
+            await barrier.write(p, [(b"gone", b"1")])
+
+    async with trio.open_nursery() as nursery:
+        await start_writes(nursery, barrier, p, [[(b"a", b"1")]], out)  # round 1 in flight
+        nursery.start_soon(cancelled_writer)
+        await trio.testing.wait_all_tasks_blocked()
+        await start_writes(nursery, barrier, p, [[(b"b", b"2")]], out)
+        gone.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        p.replicate()
+        await trio.testing.wait_all_tasks_blocked()
+        assert records_of(p.appended[1]) == [(b"b", b"2")]
+        p.replicate()
+    assert out == [0, 0]
+    assert not barrier._slots  # nothing left behind
+
+
+async def test_an_empty_write_is_a_caller_error() -> None:
+    with pytest.raises(ValueError):
+        await ReadBarrier(RM(), KEY).write(Leader(), [])
