@@ -33,11 +33,14 @@ export PYSPARK_DRIVER_PYTHON = $(abspath $(PY))
 help:
 	@sed -n '2,9p' Makefile
 
-$(VENV)/.installed: pyproject.toml setup.py
+$(VENV)/.installed: pyproject.toml setup.py log/_codec.c
 	@test -n "$(PYTHON)" || { echo "error: rafka needs Python >= 3.11 on PATH" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e ".[test,dev,chaos,bench]"
+	@# the optional C codec (setup.py ext_modules, built in place); a failed compile is not fatal
+	@ls log/_codec*.so >/dev/null 2>&1 && echo "rafka: C codec built (log/_codec.c)" || \
+	  echo "rafka: C codec NOT built (needs gcc and Python headers; as root: make os-deps) - the pure-Python codec is used"
 	touch $@
 
 $(VENV)/.spark: $(VENV)/.installed
@@ -47,13 +50,18 @@ $(VENV)/.spark: $(VENV)/.installed
 install: $(VENV)/.installed
 install-spark: $(VENV)/.spark
 
-# Debian packages for the chaos tests (network namespaces, iptables, libfaketime, FUSE for the
-# lose-unfsynced-writes fault): deploy/install-chaos-deps.sh. Root only; without root the netns
-# backend and the root-only fault tests are skipped and the local (proxy) backend is used.
+# gcc and the Python headers for the optional C codec (log/_codec.c, built then if the venv has
+# none yet; without them the pure-Python codec is used), then Debian packages for the chaos tests
+# (network namespaces, iptables, libfaketime, FUSE for the lose-unfsynced-writes fault):
+# deploy/install-chaos-deps.sh. Root only; without root the netns backend and the root-only
+# fault tests are skipped and the local (proxy) backend is used.
 # Also Debian's chromium for the web console's headless screenshot test
 # (deploy/install-browser-deps.sh; skipped without it).
 os-deps:
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then sh deploy/install-chaos-deps.sh && \
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  { command -v gcc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc python3-dev; } && \
+	  { [ ! -x $(PY) ] || ls log/_codec*.so >/dev/null 2>&1 || $(PY) setup.py -q build_ext --inplace; } && \
+	  sh deploy/install-chaos-deps.sh && \
 	sh deploy/install-browser-deps.sh; \
 	else echo "os-deps: not root or no apt-get: netns chaos tests and the console screenshot test will be skipped"; fi
 
