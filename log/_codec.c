@@ -19,6 +19,8 @@
  *   murmur2(key) -> int, plan(keys, values, num_partitions, sticky) -> groups
  *     Kafka's murmur2 (bit for bit the Python one in client/partitioner.py) and send_batch's
  *     per-record planning: sizes, partitions, the stable grouping by partition.
+ *   rows(first_index, ts_delta, keys, values, headers, a, k) -> list of wire rows
+ *     what the accumulator's append_many queues, built untracked by the cyclic GC.
  *
  * Anything outside that subset (a str key, a float, a map, bad UTF-8, truncated or trailing
  * bytes, a count that does not match) raises Unsupported and the caller runs the pure-Python
@@ -531,6 +533,59 @@ done_plan:
     return result;
 }
 
+/* ------------------------------------------------------------------ rows */
+
+static inline int atom(PyObject *o)
+{
+    return o == Py_None || PyBytes_CheckExact(o) || PyLong_CheckExact(o)
+        || (PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 0);
+}
+
+/* rows(first_index, timestamp_delta, keys | None, values, headers | None, a, k)
+ *   -> [(first_index + i, timestamp_delta, keys[a+i], values[a+i], headers[a+i] or ()) ...]
+ * the producer's wire rows of records a..k-1 (client/aio/accumulator.py); a row that holds
+ * only atoms is untracked by the cyclic GC at once (as CPython itself would at its first
+ * collection), so thousands of queued rows cost the collector nothing. */
+static PyObject *rows(PyObject *self, PyObject *args)
+{
+    PyObject *keys, *values, *headers, *td, *out;
+    Py_ssize_t first, a, k, i;
+    if (!PyArg_ParseTuple(args, "nOOOOnn:rows", &first, &td, &keys, &values, &headers, &a, &k))
+        return NULL;
+    if (!PyList_CheckExact(values) || (keys != Py_None && !PyList_CheckExact(keys))
+        || (headers != Py_None && !PyList_CheckExact(headers)) || !PyLong_CheckExact(td))
+        return fail("rows: lists and an int expected"), NULL;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (a < 0 || k < a || k > n || (keys != Py_None && PyList_GET_SIZE(keys) != n)
+        || (headers != Py_None && PyList_GET_SIZE(headers) != n))
+        return fail("rows: bad range"), NULL;
+    PyObject *empty = PyTuple_New(0);
+    if (empty == NULL) return NULL;
+    out = PyList_New(k - a);
+    if (out == NULL) { Py_DECREF(empty); return NULL; }
+    for (i = a; i < k; i++) {
+        PyObject *row = PyTuple_New(5), *idx = PyLong_FromSsize_t(first + i - a);
+        if (row == NULL || idx == NULL) { Py_XDECREF(row); Py_XDECREF(idx); goto fail_rows; }
+        PyObject *key = keys == Py_None ? Py_None : PyList_GET_ITEM(keys, i);
+        PyObject *val = PyList_GET_ITEM(values, i);
+        PyObject *hdr = headers == Py_None ? empty : PyList_GET_ITEM(headers, i);
+        Py_INCREF(td); Py_INCREF(key); Py_INCREF(val); Py_INCREF(hdr);
+        PyTuple_SET_ITEM(row, 0, idx);
+        PyTuple_SET_ITEM(row, 1, td);
+        PyTuple_SET_ITEM(row, 2, key);
+        PyTuple_SET_ITEM(row, 3, val);
+        PyTuple_SET_ITEM(row, 4, hdr);
+        if (atom(key) && atom(val) && atom(hdr)) PyObject_GC_UnTrack(row);
+        PyList_SET_ITEM(out, i - a, row);
+    }
+    Py_DECREF(empty);
+    return out;
+fail_rows:
+    Py_DECREF(empty);
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -541,6 +596,8 @@ static PyMethodDef methods[] = {
     {"murmur2", murmur2, METH_O, "murmur2(key) -> int: Kafka's murmur2 (unsigned 32-bit)"},
     {"plan", plan, METH_VARARGS,
      "plan(keys, values, num_partitions, sticky) -> sizes and partition groups of send_batch"},
+    {"rows", rows, METH_VARARGS,
+     "rows(first_index, ts_delta, keys, values, headers, a, k) -> the producer's wire rows"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,6 +22,7 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rafka.client.aio import accumulator as accumulator_mod
 from rafka.client.aio import batch_send
 from rafka.client.aio.accumulator import RecordAccumulator
 from rafka.client.aio.batch_send import RecordMetadataList, _plan
@@ -48,6 +49,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     else:
         monkeypatch.setattr(batch_mod, "_c", None)
         monkeypatch.setattr(batch_send, "_c", None)
+        monkeypatch.setattr(accumulator_mod, "_c", None)
     return str(request.param)
 
 
@@ -57,6 +59,7 @@ def _use(path: str) -> pytest.MonkeyPatch:
     c = speedups.codec if path == "c" else None
     mp.setattr(batch_mod, "_c", c)
     mp.setattr(batch_send, "_c", c)
+    mp.setattr(accumulator_mod, "_c", c)
     return mp
 
 
@@ -295,6 +298,30 @@ def test_send_batch_plan_same_either_path(keys: list, n: int, partition: int | N
             fut, groups = _plan(_producer(), "t", values, keys, None, partition, TS, n)
             out.append([(g.partition, g.keys, g.values, g.headers, list(g.cum), g.index)
                         for g in groups])
+        finally:
+            mp.undo()
+    assert out[0] == out[1]
+
+
+@SETTINGS
+@given(keys=st.lists(st.one_of(st.none(), st.binary(max_size=20)), min_size=1, max_size=300),
+       with_headers=st.booleans(), batch_size=st.integers(50, 3000), seed=st.integers(0, 1000))
+def test_append_many_same_rows_either_path(keys: list, with_headers: bool, batch_size: int,
+                                           seed: int) -> None:
+    """``_codec.rows`` (untracked rows) queues exactly the rows of the ``zip`` path."""
+    values = [b"v" * (i % 9) if i % 6 else None for i in range(len(keys))]
+    hdrs = [[("h", b"%d" % i)] if with_headers and i % 4 == 0 else () for i in range(len(keys))]
+    out = []
+    for p in ("c", "pure"):
+        mp = _use(p)
+        try:
+            random.seed(seed)
+            fut, groups = _plan(_producer(), "t", values, keys, hdrs, None, TS, 4)
+            acc = RecordAccumulator(batch_size=batch_size, buffer_memory=1 << 24, linger_ms=5,
+                                    wakeup=lambda: None, loop_thread=-1)
+            assert acc.append_many("t", groups, TS, 4, 1 << 20)
+            out.append([(b.partition, b.records, b.size) for b in acc.drain(time.monotonic(),
+                                                                             force=True)])
         finally:
             mp.undo()
     assert out[0] == out[1]
