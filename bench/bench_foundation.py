@@ -22,6 +22,12 @@ Figures (medians of ``runs``), each measured in the same run as its reference:
 * NATS JetStream is measured in each repetition right after rafka's producer and consumer, and
   ``producer_vs_nats`` / ``consumer_vs_nats`` are the medians of those per-repetition ratios.
 
+* ``*_pure`` and ``*_c_vs_pure`` (issue 13, the C codec ``log/_codec.c``): ``send_batch``,
+  ``poll_batch`` and the consumer's iteration measured again in a child process started with
+  ``RAFKA_NO_SPEEDUPS=1`` (the pure-Python codec), right after the in-process figure of the
+  same repetition (which uses the C codec when it is built: ``codec`` in the JSON says which);
+  the ratios are medians of the per-repetition ratios.
+
 ``producer_client_cpu`` / ``consumer_client_cpu``: CPU time of the client process (all its
 threads: the caller's and the client's trio thread) per record, from ``time.process_time``.
 On a shared, loaded machine this moves far less than the wall-clock rates do, and it bounds
@@ -35,14 +41,20 @@ is conservative for rafka. Each figure names its flush policy in the JSON (``flu
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import trio
 from rafka.broker.protocol import ApiKey
 from rafka.client import Admin, Consumer, Producer, TopicPartition
 from rafka.client.connection import connect, parse_address
+from rafka.log import speedups
 from rafka.log.batch import build_batch
 
 from bench.cluster import cluster
@@ -103,6 +115,18 @@ def _consumer_rate(bootstrap: str, topic: str, partitions: int, n: int, *,
         return got / (time.perf_counter() - t0), (time.process_time() - c0) / got * 1e6
 
 
+def _pure(fn: str, *args: Any, **kw: Any) -> tuple[float, float]:
+    """``fn(*args, **kw)`` of this module in a child process with the pure-Python codec
+    (``RAFKA_NO_SPEEDUPS=1``): (records/s, client CPU µs per record)."""
+    code = (f"import json, bench.bench_foundation as b; "
+            f"print(json.dumps(b.{fn}(*{args!r}, **{kw!r})))")
+    env = {**os.environ, "RAFKA_NO_SPEEDUPS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parent.parent, timeout=600)
+    rate, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+    return rate, cpu
+
+
 def _latencies_ms(bootstrap: str, topic: str, rate: int = 5000, seconds: float = 3.0) -> list[float]:
     lat: list[float] = []
     with Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=0, enable_idempotence=False) as p:
@@ -161,6 +185,8 @@ def run(runs: int = 3) -> dict[str, Any]:
     nats_pub, nats_cons, prod_vs_nats, cons_vs_nats = [], [], [], []
     large_nofsync, nofsync_ratios = [], []
     prod_b, prod_b_cpu, prod_b_ratio, cons_b, cons_b_cpu, cons_b_ratio = [], [], [], [], [], []
+    pure: dict[str, list[float]] = {f"{k}{s}": [] for k in ("send_batch", "consumer", "poll_batch")
+                                     for s in ("", "_cpu", "_ratio")}
     # A second broker that never fsyncs (log.flush.policy=none, Kafka's own default): the raw
     # reference never fsyncs either, so this pair shows how much of the gap is the fsync.
     with cluster(nodes=1) as bootstrap, \
@@ -173,6 +199,7 @@ def run(runs: int = 3) -> dict[str, Any]:
             for r in range(runs):
                 admin.create_topic(f"perf{r}", partitions=3, replication_factor=1)
                 admin.create_topic(f"perfb{r}", partitions=3, replication_factor=1)
+                admin.create_topic(f"perfbp{r}", partitions=3, replication_factor=1)
         for r in range(runs):
             rate, cpu = _producer_rate(bootstrap, f"perf{r}", N_RECORDS)
             prod.append(rate)
@@ -188,6 +215,18 @@ def run(runs: int = 3) -> dict[str, Any]:
             cons_b.append(rate)
             cons_b_cpu.append(cpu)
             cons_b_ratio.append(rate / cons[-1])
+            # the same three with the pure-Python codec, in a child process (module docstring)
+            for key, args, kw, c_rate in (
+                    ("send_batch", ("_producer_batch_rate", bootstrap, f"perfbp{r}", N_RECORDS),
+                     {}, prod_b[-1]),
+                    ("consumer", ("_consumer_rate", bootstrap, f"perf{r}", 3, N_RECORDS), {},
+                     cons[-1]),
+                    ("poll_batch", ("_consumer_rate", bootstrap, f"perf{r}", 3, N_RECORDS),
+                     {"columnar": True}, cons_b[-1])):
+                rate, cpu = _pure(*args, **kw)
+                pure[key].append(rate)
+                pure[f"{key}_cpu"].append(cpu)
+                pure[f"{key}_ratio"].append(c_rate / rate)
             nats = nats_rates(100_000)  # right after rafka's: the same load moment
             if nats is not None:
                 nats_pub.append(nats[0])
@@ -204,18 +243,32 @@ def run(runs: int = 3) -> dict[str, Any]:
                 large_nofsync.append(trio.run(_large_batch_mb_s, bootstrap_nf, "big", LARGE_MB))
                 nofsync_ratios.append(large_nofsync[-1] / raw[-1])
     rec_mb = (len(VALUE) + 16) / 1e6
+    codec = "c" if speedups.ENABLED else "pure"
     out = {
         "producer_send": _fig(prod, "rec/s", flush_policy=FLUSH),
         "producer_send_mb": _fig([x * rec_mb for x in prod], "MB/s", flush_policy=FLUSH),
         "producer_client_cpu": _fig(prod_cpu, "us/rec"),
         "consumer": _fig(cons, "rec/s"),
         "consumer_client_cpu": _fig(cons_cpu, "us/rec"),
-        "producer_send_batch": _fig(prod_b, "rec/s", flush_policy=FLUSH, chunk=BATCH_CHUNK),
+        "producer_send_batch": _fig(prod_b, "rec/s", flush_policy=FLUSH, chunk=BATCH_CHUNK,
+                                    codec=codec),
         "producer_send_batch_client_cpu": _fig(prod_b_cpu, "us/rec"),
         "send_batch_vs_send": _fig(prod_b_ratio, "x", what="median of per-repetition ratios"),
-        "consumer_poll_batch": _fig(cons_b, "rec/s"),
+        "consumer_poll_batch": _fig(cons_b, "rec/s", codec=codec),
         "consumer_poll_batch_client_cpu": _fig(cons_b_cpu, "us/rec"),
         "poll_batch_vs_poll": _fig(cons_b_ratio, "x", what="median of per-repetition ratios"),
+        "producer_send_batch_pure": _fig(pure["send_batch"], "rec/s", codec="pure"),
+        "producer_send_batch_pure_client_cpu": _fig(pure["send_batch_cpu"], "us/rec"),
+        "send_batch_c_vs_pure": _fig(pure["send_batch_ratio"], "x", codec=codec,
+                                     what="median of per-repetition ratios"),
+        "consumer_pure": _fig(pure["consumer"], "rec/s", codec="pure"),
+        "consumer_pure_client_cpu": _fig(pure["consumer_cpu"], "us/rec"),
+        "consumer_c_vs_pure": _fig(pure["consumer_ratio"], "x", codec=codec,
+                                   what="median of per-repetition ratios"),
+        "consumer_poll_batch_pure": _fig(pure["poll_batch"], "rec/s", codec="pure"),
+        "consumer_poll_batch_pure_client_cpu": _fig(pure["poll_batch_cpu"], "us/rec"),
+        "poll_batch_c_vs_pure": _fig(pure["poll_batch_ratio"], "x", codec=codec,
+                                     what="median of per-repetition ratios"),
         "produce_latency_p50": _fig(p50, "ms", flush_policy=FLUSH, rate="5000 rec/s"),
         "produce_latency_p99": _fig(p99, "ms", flush_policy=FLUSH, rate="5000 rec/s"),
         "raw_socket_to_file": _fig(raw, "MB/s", interleaved_with="large_batch"),
