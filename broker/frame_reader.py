@@ -19,6 +19,12 @@ so no other task touches the ``SSLObject`` meanwhile; anything unusual (an error
 close_notify) just stops the drain and the next ``receive_some`` meets it the ordinary way.
 The ``SSLObject`` is trio's private ``SSLStream._ssl_object`` (trio 0.35); without it the
 reader falls back to one record per ``receive_some``.
+``eager=True`` (the broker's connection loop) reads a plain TCP socket with a non-blocking
+``os.read`` and waits for readability only when nothing is there: trio's ``receive_some``
+yields to the scheduler once more *after* a successful receive, one extra scheduler pass (an
+``epoll_wait``) per request a broker handles. Only for a caller that yields
+per frame anyway (the broker waits for each request's handler to start), so a socket that always
+has data cannot starve the other tasks.
 A declared length above ``max_frame_bytes`` raises ``FrameTooLargeError`` before anything of it
 is buffered.
 
@@ -30,6 +36,7 @@ response's raw part is handed out as views of its frame.
 
 from __future__ import annotations
 
+import os
 import ssl
 import struct
 
@@ -47,12 +54,14 @@ _LEN = struct.Struct(">I")
 class FrameReader:
     """Frames off one trio stream: ``await next_frame()`` → payload, ``None`` at end of stream."""
 
-    __slots__ = ("stream", "sock", "tls", "buf", "pos", "max_frame_bytes", "big", "reuse")
+    __slots__ = ("stream", "sock", "tls", "buf", "pos", "max_frame_bytes", "big", "reuse",
+                 "eager")
 
     def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 *, reuse: bool = False) -> None:
+                 *, reuse: bool = False, eager: bool = False) -> None:
         self.stream = stream
         self.sock = getattr(stream, "socket", None)  # a trio socket for SocketStreams
+        self.eager = eager and self.sock is not None  # see the module docstring
         # the SSLObject of a trio.SSLStream, drained without a scheduler trip (_drain_tls)
         self.tls = getattr(stream, "_ssl_object", None) if isinstance(stream, trio.SSLStream) else None
         self.buf = bytearray()
@@ -62,7 +71,10 @@ class FrameReader:
         self.big = bytearray()  # with reuse: the buffer for large frames up to _REUSE_MAX_BYTES
 
     async def _fill(self) -> bool:
-        data = await self.stream.receive_some(_READ_CHUNK)
+        if self.eager:
+            data = await self._receive_eager()
+        else:
+            data = await self.stream.receive_some(_READ_CHUNK)
         if not data:
             return False
         if self.pos:
@@ -70,6 +82,22 @@ class FrameReader:
             self.pos = 0
         self.buf += data
         return True
+
+    async def _receive_eager(self) -> bytes:
+        """``receive_some`` without its scheduler pass after a successful read (see above)."""
+        sock = self.sock
+        assert sock is not None
+        while True:
+            fd = sock.fileno()
+            if fd < 0:  # closed under us: receive_some raises the stream's own error
+                return await self.stream.receive_some(_READ_CHUNK)
+            try:
+                return os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                pass
+            except OSError as exc:  # as receive_some would (a reset connection...)
+                raise trio.BrokenResourceError(f"socket read failed: {exc!r}") from exc
+            await trio.lowlevel.wait_readable(sock)
 
     async def next_frame(self) -> bytes | memoryview | None:
         """The next frame's payload, or None at end of stream (a partial frame is dropped).
