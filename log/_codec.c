@@ -19,8 +19,10 @@
  *   murmur2(key) -> int, plan(keys, values, num_partitions, sticky) -> groups
  *     Kafka's murmur2 (bit for bit the Python one in client/partitioner.py) and send_batch's
  *     per-record planning: sizes, partitions, the stable grouping by partition.
- *   rows(first_index, ts_delta, keys, values, headers, a, k) -> list of wire rows
- *     what the accumulator's append_many queues, built untracked by the cyclic GC.
+ *   pack_batch(rows, segments) -> bytes
+ *     pack_rows(rows + every segment's rows) without building the segments' row tuples: a
+ *     segment (first_index, ts_delta, keys, values, headers, a, k) is a run of send_batch's
+ *     records kept as slices of its lists (log.batch.segment_rows).
  *
  * Anything outside that subset (a str key, a float, a map, bad UTF-8, truncated or trailing
  * bytes, a count that does not match) raises Unsupported and the caller runs the pure-Python
@@ -390,6 +392,77 @@ static PyObject *pack_rows(PyObject *self, PyObject *rows)
     return out;
 }
 
+static int pack_array_header(wr_t *w, Py_ssize_t n)
+{
+    if ((uint64_t)n > 0xffffffffULL) return fail("too long");
+    if (grow(w, 5) < 0) return -1;
+    if (n < 16) put8(w, 0x90 | (uint8_t)n);
+    else if (n < 65536) { put8(w, 0xdc); put16(w, (uint16_t)n); }
+    else { put8(w, 0xdd); put32(w, (uint32_t)n); }
+    return 0;
+}
+
+/* pack_batch(rows, segments) -> bytes: pack_rows(rows + the rows of each segment), where a
+ * segment (first_index, ts_delta, keys | None, values, headers | None, a, k) stands for the
+ * rows log.batch.segment_rows would build (send_batch's records, never made into tuples). */
+static PyObject *pack_batch(PyObject *self, PyObject *args)
+{
+    PyObject *rowlist, *segs;
+    static wr_t w = {NULL, 0, 0};
+    Py_ssize_t total, i, j;
+    if (!PyArg_ParseTuple(args, "O!O!:pack_batch", &PyList_Type, &rowlist, &PyList_Type, &segs))
+        return NULL;
+    total = PyList_GET_SIZE(rowlist);
+    for (j = 0; j < PyList_GET_SIZE(segs); j++) {
+        PyObject *seg = PyList_GET_ITEM(segs, j);
+        Py_ssize_t first, a, k;
+        PyObject *td, *keys, *values, *headers;
+        if (!PyTuple_CheckExact(seg)
+            || !PyArg_ParseTuple(seg, "nOOOOnn", &first, &td, &keys, &values, &headers, &a, &k)) {
+            PyErr_Clear();
+            return fail("bad segment"), NULL;
+        }
+        if (!PyList_CheckExact(values) || (keys != Py_None && !PyList_CheckExact(keys))
+            || (headers != Py_None && !PyList_CheckExact(headers)) || a < 0 || k < a
+            || k > PyList_GET_SIZE(values)
+            || (keys != Py_None && PyList_GET_SIZE(keys) < k)
+            || (headers != Py_None && PyList_GET_SIZE(headers) < k))
+            return fail("bad segment"), NULL;
+        total += k - a;
+    }
+    w.len = 0;
+    if (pack_array_header(&w, total) < 0) return NULL;
+    for (i = 0; i < PyList_GET_SIZE(rowlist); i++)
+        if (pack_obj(&w, PyList_GET_ITEM(rowlist, i), 1) < 0) return NULL;
+    for (j = 0; j < PyList_GET_SIZE(segs); j++) {
+        PyObject *seg = PyList_GET_ITEM(segs, j);
+        Py_ssize_t first = PyLong_AsSsize_t(PyTuple_GET_ITEM(seg, 0));
+        PyObject *td = PyTuple_GET_ITEM(seg, 1), *keys = PyTuple_GET_ITEM(seg, 2);
+        PyObject *values = PyTuple_GET_ITEM(seg, 3), *headers = PyTuple_GET_ITEM(seg, 4);
+        Py_ssize_t a = PyLong_AsSsize_t(PyTuple_GET_ITEM(seg, 5));
+        Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(seg, 6));
+        for (i = a; i < k; i++) {
+            PyObject *idx = PyLong_FromSsize_t(first + i - a);
+            if (idx == NULL) return NULL;
+            int rc = pack_array_header(&w, 5);
+            if (rc == 0) rc = pack_obj(&w, idx, 2);
+            Py_DECREF(idx);
+            if (rc < 0 || pack_obj(&w, td, 2) < 0
+                || pack_obj(&w, keys == Py_None ? Py_None : PyList_GET_ITEM(keys, i), 2) < 0
+                || pack_obj(&w, PyList_GET_ITEM(values, i), 2) < 0)
+                return NULL;
+            if (headers == Py_None) {
+                if (pack_array_header(&w, 0) < 0) return NULL;
+            } else if (pack_obj(&w, PyList_GET_ITEM(headers, i), 2) < 0) {
+                return NULL;
+            }
+        }
+    }
+    PyObject *out = PyBytes_FromStringAndSize(w.buf, (Py_ssize_t)w.len);
+    if (w.cap > (64u << 20)) { PyMem_Free(w.buf); w.buf = NULL; w.cap = 0; }
+    return out;
+}
+
 /* ------------------------------------------------------------------ murmur2 and plan */
 
 static uint32_t murmur2_c(const uint8_t *data, size_t length)
@@ -533,59 +606,6 @@ done_plan:
     return result;
 }
 
-/* ------------------------------------------------------------------ rows */
-
-static inline int atom(PyObject *o)
-{
-    return o == Py_None || PyBytes_CheckExact(o) || PyLong_CheckExact(o)
-        || (PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 0);
-}
-
-/* rows(first_index, timestamp_delta, keys | None, values, headers | None, a, k)
- *   -> [(first_index + i, timestamp_delta, keys[a+i], values[a+i], headers[a+i] or ()) ...]
- * the producer's wire rows of records a..k-1 (client/aio/accumulator.py); a row that holds
- * only atoms is untracked by the cyclic GC at once (as CPython itself would at its first
- * collection), so thousands of queued rows cost the collector nothing. */
-static PyObject *rows(PyObject *self, PyObject *args)
-{
-    PyObject *keys, *values, *headers, *td, *out;
-    Py_ssize_t first, a, k, i;
-    if (!PyArg_ParseTuple(args, "nOOOOnn:rows", &first, &td, &keys, &values, &headers, &a, &k))
-        return NULL;
-    if (!PyList_CheckExact(values) || (keys != Py_None && !PyList_CheckExact(keys))
-        || (headers != Py_None && !PyList_CheckExact(headers)) || !PyLong_CheckExact(td))
-        return fail("rows: lists and an int expected"), NULL;
-    Py_ssize_t n = PyList_GET_SIZE(values);
-    if (a < 0 || k < a || k > n || (keys != Py_None && PyList_GET_SIZE(keys) != n)
-        || (headers != Py_None && PyList_GET_SIZE(headers) != n))
-        return fail("rows: bad range"), NULL;
-    PyObject *empty = PyTuple_New(0);
-    if (empty == NULL) return NULL;
-    out = PyList_New(k - a);
-    if (out == NULL) { Py_DECREF(empty); return NULL; }
-    for (i = a; i < k; i++) {
-        PyObject *row = PyTuple_New(5), *idx = PyLong_FromSsize_t(first + i - a);
-        if (row == NULL || idx == NULL) { Py_XDECREF(row); Py_XDECREF(idx); goto fail_rows; }
-        PyObject *key = keys == Py_None ? Py_None : PyList_GET_ITEM(keys, i);
-        PyObject *val = PyList_GET_ITEM(values, i);
-        PyObject *hdr = headers == Py_None ? empty : PyList_GET_ITEM(headers, i);
-        Py_INCREF(td); Py_INCREF(key); Py_INCREF(val); Py_INCREF(hdr);
-        PyTuple_SET_ITEM(row, 0, idx);
-        PyTuple_SET_ITEM(row, 1, td);
-        PyTuple_SET_ITEM(row, 2, key);
-        PyTuple_SET_ITEM(row, 3, val);
-        PyTuple_SET_ITEM(row, 4, hdr);
-        if (atom(key) && atom(val) && atom(hdr)) PyObject_GC_UnTrack(row);
-        PyList_SET_ITEM(out, i - a, row);
-    }
-    Py_DECREF(empty);
-    return out;
-fail_rows:
-    Py_DECREF(empty);
-    Py_DECREF(out);
-    return NULL;
-}
-
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -593,11 +613,11 @@ static PyMethodDef methods[] = {
      "decode_columns(section, count, base_offset, first_ts, ts_type, max_ts) -> column buffers of a records section (see module doc)"},
     {"pack_rows", pack_rows, METH_O,
      "pack_rows(rows) -> bytes: msgpack.Packer(use_bin_type=True).pack(rows), byte for byte"},
+    {"pack_batch", pack_batch, METH_VARARGS,
+     "pack_batch(rows, segments) -> bytes: pack_rows of the rows and the segments' rows"},
     {"murmur2", murmur2, METH_O, "murmur2(key) -> int: Kafka's murmur2 (unsigned 32-bit)"},
     {"plan", plan, METH_VARARGS,
      "plan(keys, values, num_partitions, sticky) -> sizes and partition groups of send_batch"},
-    {"rows", rows, METH_VARARGS,
-     "rows(first_index, ts_delta, keys, values, headers, a, k) -> the producer's wire rows"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -33,6 +33,7 @@ import struct
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -61,6 +62,7 @@ __all__ = [
     "parse_header",
     "build_batch",
     "build_batch_rows",
+    "segment_rows",
     "build_raw_batch",
     "build_control_batch",
     "control_type",
@@ -257,28 +259,47 @@ def build_batch(records: Sequence[tuple[bytes | None, bytes | None, list[tuple[s
 _second = itemgetter(1)
 
 
+Segment = tuple[int, int, "list | None", list, "list | None", int, int]
+
+
+def segment_rows(first_index: int, ts_delta: int, keys: list | None, values: list,
+                 headers: list | None, a: int, k: int) -> Iterator[tuple]:
+    """The wire rows a *segment* stands for: records ``a..k-1`` of aligned ``keys`` /
+    ``values`` / ``headers`` lists (``None``: all ``None`` / no headers), offset deltas from
+    ``first_index``, one timestamp delta — how ``send_batch``'s records wait in a producer batch
+    without a tuple each (``client/aio/accumulator.py``)."""
+    n = k - a
+    return zip(range(first_index, first_index + n), repeat(ts_delta, n),
+               repeat(None, n) if keys is None else keys[a:k], values[a:k],
+               repeat((), n) if headers is None else headers[a:k], strict=True)
+
+
 def build_batch_rows(rows: Sequence[Sequence], first_timestamp: int, *, compression: str = "none",
                      producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                      base_offset: int = 0, leader_epoch: int = -1, timestamp_type: int = 0,
-                     transactional: bool = False) -> bytes:
+                     transactional: bool = False, segments: list[Segment] | None = None) -> bytes:
     """Build a batch from records already in wire form: ``(offset_delta, timestamp_delta, key,
     value, headers)`` rows with offset deltas ``0..n-1`` and timestamp deltas against
-    ``first_timestamp`` (the producer's accumulator appends exactly these). One ``Packer.pack``
-    call over the whole list and no per-record Python code: this is the producer's build."""
-    n = len(rows)
+    ``first_timestamp`` (the producer's accumulator appends exactly these), then the records
+    of ``segments`` (``segment_rows``), packed straight from their lists by the C codec. One
+    pack call over the whole batch and no per-record Python code: this is the producer's build."""
+    n = len(rows) + sum(seg[6] - seg[5] for seg in segments or ())
     if n == 0:
         raise ValueError("a record batch needs at least one record")
     codec = _COMPRESSIONS.get(compression)
     if codec is None:
         raise ValueError(f"unknown compression {compression!r} (none | lz4)")
-    max_ts = first_timestamp + max(map(_second, rows))
+    max_ts = first_timestamp + max(max(map(_second, rows), default=-(2**63)),
+                                   max((seg[1] for seg in segments or ()), default=-(2**63)))
     section = None
     if _c is not None:
         try:
-            section = _c.pack_rows(rows)
+            section = _c.pack_batch(rows, segments) if segments else _c.pack_rows(rows)
         except Unsupported:  # a type outside the C packer's subset: msgpack's own packer
             section = None
     if section is None:
+        if segments:
+            rows = [*rows, *(r for seg in segments for r in segment_rows(*seg))]
         section = _packer().pack(rows)
     if codec == COMPRESSION_LZ4:
         section = lz4.frame.compress(section)

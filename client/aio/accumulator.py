@@ -20,9 +20,12 @@ the producer waits on ``wait_for_memory*`` up to ``max_block_ms``.
 GC: ``append_many`` (``send_batch``) makes one row tuple per record, thousands per call, all
 alive until their batch is sent; the cyclic GC's allocation-triggered collections would scan
 them again and again as they age through the generations (measured: ~145 → ~60 ns per record
-for 10,000-record calls). With the C codec (``rafka.log.speedups``) ``_codec.rows`` builds the
-rows and untracks those that hold only atoms (bytes, ints, ``None``, ``()``) at once — what
-CPython's first collection would do — so the collector never sees them. Without it the
+for 10,000-record calls). With the C codec (``rafka.log.speedups``) there are no such tuples:
+``append_many`` queues a *segment* per run — ``(first index, timestamp delta, keys, values,
+headers, a, k)``, slices of the call's own lists (``log.batch.segment_rows``) — after the
+batch's rows, and ``ProducerBatch.encode`` packs rows and segments in one C call
+(``_codec.pack_batch``); reading ``ProducerBatch.records`` turns segments into rows (a split,
+a later ``send`` into the same open batch). Without the extension the rows are built and the
 collector is paused for the call (bounded: one call's rows) and restored right after, unless
 the application had it off — as the consumer's fetch does (``client/aio/fetch.py``).
 
@@ -58,17 +61,16 @@ import time
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
-from itertools import repeat
 from typing import Any
 
 import trio
 from rafka.client.aio.futures import BatchResult, FutureRecordMetadata
+from rafka.log.batch import Segment, build_batch_rows, segment_rows
 from rafka.log.speedups import codec as _c
 
 __all__ = ["ProducerBatch", "RecordAccumulator", "PartitionState", "RowGroup", "record_size", "SEQ_MASK"]
 
 SEQ_MASK = 0x7FFFFFFF
-_NO_HEADERS: Any = ()  # shared by every record without headers
 # (offset_delta, timestamp_delta, key, value, headers): one record as the batch's msgpack holds it
 Row = tuple[int, int, bytes | None, bytes | None, Any]
 
@@ -87,14 +89,18 @@ def record_size(key: bytes | None, value: bytes | None, headers: list[tuple[str,
 
 
 class ProducerBatch:
-    __slots__ = ("topic", "partition", "records", "size", "created", "result", "base_sequence",
-                 "payload", "attempts", "retry_at", "producer_epoch", "after_earlier", "ts0")
+    __slots__ = ("topic", "partition", "_rows", "segs", "size", "created", "result",
+                 "base_sequence", "payload", "attempts", "retry_at", "producer_epoch",
+                 "after_earlier", "ts0")
 
     def __init__(self, topic: str, partition: int, created: float, loop_thread: int,
                  ts0: int = 0) -> None:
         self.topic = topic
         self.partition = partition
-        self.records: list[Row] = []  # wire rows, see the module docstring
+        self._rows: list[Row] = []  # wire rows, see the module docstring
+        # send_batch's records after the rows, as column slices (``log.batch.segment_rows``);
+        # only with the C codec, which packs them without a tuple each. None: no segment.
+        self.segs: list[Segment] | None = None
         self.ts0 = ts0  # first record's timestamp: the batch's first_timestamp
         self.size = 0
         self.created = created
@@ -107,11 +113,31 @@ class ProducerBatch:
         self.after_earlier = False  # sent while an earlier batch of its partition was in flight
 
     @property
+    def records(self) -> list[Row]:
+        """Every record as a wire row (segments are turned into rows on first access)."""
+        if self.segs is not None:
+            for seg in self.segs:
+                self._rows.extend(segment_rows(*seg))
+            self.segs = None
+        return self._rows
+
+    @records.setter
+    def records(self, rows: list[Row]) -> None:
+        self._rows = rows
+        self.segs = None
+
+    @property
     def record_count(self) -> int:
-        return len(self.records)
+        if self.segs is None:
+            return len(self._rows)
+        return len(self._rows) + sum(seg[6] - seg[5] for seg in self.segs)
+
+    def encode(self, **kw: Any) -> bytes:
+        """``log.batch.build_batch_rows`` of this batch's records (``kw``: its options)."""
+        return build_batch_rows(self._rows, self.ts0, segments=self.segs, **kw)
 
     def __repr__(self) -> str:
-        return (f"<ProducerBatch {self.topic}-{self.partition} n={len(self.records)} "
+        return (f"<ProducerBatch {self.topic}-{self.partition} n={self.record_count} "
                 f"seq={self.base_sequence} attempts={self.attempts}>")
 
 
@@ -252,7 +278,7 @@ class RecordAccumulator:
                         wake = True
                     max_k = bisect_right(cum, base + max_batch_bytes - batch.size, a) - 1
                     if max_k <= a:
-                        if batch.records:  # the next record would make it too big: close it
+                        if batch.record_count:  # the next record would make it too big: close it
                             self._close(topic, open_batches, p, batch)
                             wake = True
                             continue
@@ -260,18 +286,16 @@ class RecordAccumulator:
                     # the record that reaches batch_size is the batch's last (as ``append``)
                     full_k = bisect_left(cum, base + self.batch_size - batch.size, a + 1)
                     k = min(mem_k, max_k, full_k, total)
-                    records = batch.records
-                    i0 = len(records)
+                    i0 = batch.record_count
                     n = k - a
-                    if _c is not None:  # the same rows, untracked by the GC (module docstring)
-                        records.extend(_c.rows(i0, timestamp_ms - batch.ts0, g.keys, g.values,
-                                               g.headers, a, k))
+                    seg = (i0, timestamp_ms - batch.ts0, g.keys, g.values, g.headers, a, k)
+                    if _c is not None:  # packed from the lists at build time (module docstring)
+                        if batch.segs is None:
+                            batch.segs = [seg]
+                        else:
+                            batch.segs.append(seg)
                     else:
-                        records.extend(zip(
-                            range(i0, i0 + n), repeat(timestamp_ms - batch.ts0, n),
-                            repeat(None, n) if g.keys is None else g.keys[a:k], g.values[a:k],
-                            repeat(_NO_HEADERS, n) if g.headers is None else g.headers[a:k],
-                            strict=True))
+                        batch._rows.extend(segment_rows(*seg))
                     added = cum[k] - base
                     batch.size += added
                     self.used += added
@@ -430,7 +454,7 @@ class PartitionState:
     def assign_sequence(self, batch: ProducerBatch) -> None:
         if batch.base_sequence < 0:
             batch.base_sequence = self.next_seq
-            self.next_seq = (self.next_seq + len(batch.records)) & SEQ_MASK
+            self.next_seq = (self.next_seq + batch.record_count) & SEQ_MASK
 
     def sent(self, batch: ProducerBatch) -> None:
         self.inflight.append(batch)
@@ -466,7 +490,7 @@ class PartitionState:
         seq = batch.base_sequence
         if seq < 0:
             return
-        n = len(batch.records)
+        n = batch.record_count
         for b in (*self.inflight, *self.retry):
             if b is not batch and b.base_sequence >= 0 and (b.base_sequence - seq) & SEQ_MASK < (
                     self.next_seq - seq) & SEQ_MASK:

@@ -103,7 +103,6 @@ from rafka.client.errors import (
 from rafka.client.partitioner import Murmur2Partitioner, Partitioner, make_partitioner
 from rafka.client.throttle_stats import ThrottleMeter
 from rafka.client.types import TopicPartition
-from rafka.log.batch import build_batch_rows
 from rafka.security.client import ClientSecurity
 
 __all__ = ["AsyncProducer"]
@@ -345,9 +344,9 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
         lock.acquire()
         by_part = acc._open.get(topic)
         batch = by_part.get(p if p >= 0 else acc._sticky.get(topic, -1)) if by_part else None
-        if (batch is not None and batch.size + size < acc.batch_size
+        if (batch is not None and batch.segs is None and batch.size + size < acc.batch_size
                 and acc.used + size <= acc.buffer_memory):
-            records = batch.records
+            records = batch._rows
             index = len(records)
             records.append((index, ts - batch.ts0, key, value, hdrs))
             batch.size += size
@@ -660,8 +659,8 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
             if self.enable_idempotence:
                 st.assign_sequence(batch)
                 batch.producer_epoch = self._producer_epoch
-            batch.payload = build_batch_rows(
-                batch.records, batch.ts0, compression=self.compression,
+            batch.payload = batch.encode(
+                compression=self.compression,
                 producer_id=self._producer_id if self.enable_idempotence else -1,
                 producer_epoch=self._producer_epoch if self.enable_idempotence else -1,
                 base_sequence=batch.base_sequence, transactional=self._txn is not None)

@@ -308,7 +308,8 @@ def test_send_batch_plan_same_either_path(keys: list, n: int, partition: int | N
        with_headers=st.booleans(), batch_size=st.integers(50, 3000), seed=st.integers(0, 1000))
 def test_append_many_same_rows_either_path(keys: list, with_headers: bool, batch_size: int,
                                            seed: int) -> None:
-    """``_codec.rows`` (untracked rows) queues exactly the rows of the ``zip`` path."""
+    """Segments (C path) stand for exactly the rows of the pure path, and pack to the same
+    batch bytes."""
     values = [b"v" * (i % 9) if i % 6 else None for i in range(len(keys))]
     hdrs = [[("h", b"%d" % i)] if with_headers and i % 4 == 0 else () for i in range(len(keys))]
     out = []
@@ -320,8 +321,15 @@ def test_append_many_same_rows_either_path(keys: list, with_headers: bool, batch
             acc = RecordAccumulator(batch_size=batch_size, buffer_memory=1 << 24, linger_ms=5,
                                     wakeup=lambda: None, loop_thread=-1)
             assert acc.append_many("t", groups, TS, 4, 1 << 20)
-            out.append([(b.partition, b.records, b.size) for b in acc.drain(time.monotonic(),
-                                                                             force=True)])
+            for part in range(4):  # a ``send`` after it: into the open batches, after them
+                assert acc.append("t", part, b"late", b"row", (), TS + 1, 19, 4) is not None
+            _, again = _plan(_producer(), "t", values, keys, hdrs, None, TS + 2, 4)
+            assert acc.append_many("t", again, TS + 2, 4, 1 << 20)  # segments after rows
+            drained = acc.drain(time.monotonic(), force=True)
+            encoded = [b.encode() for b in drained]  # before .records turns segments into rows
+            counts = [b.record_count for b in drained]
+            out.append([(b.partition, b.records, b.size, e, c)
+                        for b, e, c in zip(drained, encoded, counts, strict=True)])
         finally:
             mp.undo()
     assert out[0] == out[1]
