@@ -181,6 +181,20 @@ class ColumnBatch:
         last.headers.extend(hs)
         self._n += n
 
+    def add_records(self, recs: list[ConsumerRecord]) -> None:
+        """Append records of this partition (a batch ``take`` decoded, read here after)."""
+        if not recs:
+            return
+        last = self._parts[-1] if self._parts else None
+        if not isinstance(last, _Lists):
+            last = _Lists()
+            self._parts.append(last)
+        _, _, offsets, stamps, types, keys, values, headers = zip(*recs, strict=True)
+        for name, col in zip(_Lists.__slots__, (offsets, stamps, types, keys, values, headers),
+                             strict=True):
+            getattr(last, name).extend(col)
+        self._n += len(recs)
+
     def extend(self, other: ColumnBatch) -> None:
         """Append another batch's columns (same partition, later offsets)."""
         for p in other._parts:

@@ -13,6 +13,10 @@
  *     timestamps (first + delta, or max_timestamp for LogAppendTime) as native int64 buffers, keys and values as Arrow binary columns (int32 offsets, one data buffer, an
  *     LSB-first validity bitmap or None when nothing is null), headers None when every record
  *     has none (else a list, one tuple of tuples per record, as msgpack's use_list=False gives).
+ *   decode_records(section, count, base_offset, first_timestamp, timestamp_type, max_timestamp,
+ *                  topic, partition, cls) -> [cls(...), ...]
+ *     the consumer's record objects (ConsumerRecord, a tuple subclass) made straight from the
+ *     section, without the intermediate row tuple; untracked by the GC when all atoms.
  *   pack_rows(rows) -> bytes
  *     the same bytes as msgpack.Packer(use_bin_type=True).pack(rows) for lists/tuples of
  *     None, bool, int, str, bytes/bytearray (what the producer's wire rows hold).
@@ -266,6 +270,85 @@ done:
     Py_XDECREF(empty);
     PyMem_Free(spans);
     return result;
+}
+
+/* ------------------------------------------------------------------ decode_records */
+
+/* decode_records(section, count, base_offset, first_timestamp, timestamp_type, max_timestamp,
+ *                topic, partition, cls) -> list of cls((topic, partition, offset, timestamp,
+ *                timestamp_type, key, value, headers))
+ * the consumer's records made straight from the section (cls: a tuple subclass of 8 fields,
+ * ConsumerRecord); one record whose fields are all atoms is untracked by the cyclic GC. */
+static PyObject *decode_records(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t count, n, i;
+    long long base, ts0, maxts;
+    int tstype;
+    PyObject *topic, *partition, *out = NULL, *empty = NULL, *tsobj = NULL, *ttobj = NULL;
+    PyTypeObject *cls;
+    int64_t last_ts = 0;
+    if (!PyArg_ParseTuple(args, "y*nLLiLOOO!:decode_records", &buf, &count, &base, &ts0, &tstype,
+                          &maxts, &topic, &partition, &PyType_Type, &cls))
+        return NULL;
+    rd_t r = {(const uint8_t *)buf.buf, (const uint8_t *)buf.buf + buf.len};
+    if (!PyType_IsSubtype(cls, &PyTuple_Type)) { fail("cls must be a tuple type"); goto done; }
+    if (read_array(&r, &n) < 0) goto done;
+    if (n != count) { fail("record count mismatch"); goto done; }
+    if (n > (r.end - r.p) / 6 + 1) { fail("truncated"); goto done; }
+    out = PyList_New(n);
+    empty = PyTuple_New(0);
+    ttobj = PyLong_FromLong(tstype ? 1 : 0);
+    if (!out || !empty || !ttobj) goto done;
+    for (i = 0; i < n; i++) {
+        Py_ssize_t fields, len;
+        const uint8_t *ptr;
+        int64_t odelta, tdelta, off, ts;
+        if (read_array(&r, &fields) < 0) goto done;
+        if (fields != 5) { fail("record is not 5 fields"); goto done; }
+        if (read_int(&r, &odelta) < 0 || read_int(&r, &tdelta) < 0) goto done;
+        if (__builtin_add_overflow((int64_t)base, odelta, &off)) { fail("offset overflow"); goto done; }
+        if (tstype) ts = maxts;
+        else if (__builtin_add_overflow((int64_t)ts0, tdelta, &ts)) { fail("timestamp overflow"); goto done; }
+        PyObject *rec = cls->tp_alloc(cls, 8);
+        if (rec == NULL) goto done;
+        PyList_SET_ITEM(out, i, rec);  /* owned by the list from here on, even half-filled */
+        if (tsobj == NULL || ts != last_ts) {  /* records of a batch usually share it */
+            Py_XDECREF(tsobj);
+            tsobj = PyLong_FromLongLong(ts);
+            if (tsobj == NULL) goto done;
+            last_ts = ts;
+        }
+        PyObject *offobj = PyLong_FromLongLong(off);
+        if (offobj == NULL) goto done;
+        Py_INCREF(topic); PyTuple_SET_ITEM(rec, 0, topic);
+        Py_INCREF(partition); PyTuple_SET_ITEM(rec, 1, partition);
+        PyTuple_SET_ITEM(rec, 2, offobj);
+        Py_INCREF(tsobj); PyTuple_SET_ITEM(rec, 3, tsobj);
+        Py_INCREF(ttobj); PyTuple_SET_ITEM(rec, 4, ttobj);
+        int atoms = 1;
+        for (int f = 5; f < 7; f++) {
+            if (read_bin(&r, &ptr, &len) < 0) goto done;
+            PyObject *b;
+            if (ptr == NULL) { b = Py_None; Py_INCREF(b); }
+            else if ((b = PyBytes_FromStringAndSize((const char *)ptr, len)) == NULL) goto done;
+            PyTuple_SET_ITEM(rec, f, b);
+        }
+        PyObject *h;
+        if (r.p < r.end && *r.p == 0x90) { r.p++; h = empty; Py_INCREF(h); }
+        else { h = read_headers(&r, empty); atoms = 0; }
+        if (h == NULL) goto done;
+        PyTuple_SET_ITEM(rec, 7, h);
+        if (atoms && PyObject_IS_GC(rec)) PyObject_GC_UnTrack(rec);
+    }
+    if (r.p != r.end) { fail("trailing bytes after the records"); goto done; }
+    PyBuffer_Release(&buf);
+    Py_DECREF(empty); Py_XDECREF(tsobj); Py_DECREF(ttobj);
+    return out;
+done:
+    PyBuffer_Release(&buf);
+    Py_XDECREF(out); Py_XDECREF(empty); Py_XDECREF(tsobj); Py_XDECREF(ttobj);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ pack_rows */
@@ -611,6 +694,8 @@ done_plan:
 static PyMethodDef methods[] = {
     {"decode_columns", decode_columns, METH_VARARGS,
      "decode_columns(section, count, base_offset, first_ts, ts_type, max_ts) -> column buffers of a records section (see module doc)"},
+    {"decode_records", decode_records, METH_VARARGS,
+     "decode_records(section, count, base, first_ts, ts_type, max_ts, topic, partition, cls) -> records"},
     {"pack_rows", pack_rows, METH_O,
      "pack_rows(rows) -> bytes: msgpack.Packer(use_bin_type=True).pack(rows), byte for byte"},
     {"pack_batch", pack_batch, METH_VARARGS,

@@ -75,6 +75,7 @@ __all__ = [
     "decode_raw_records",
     "records_section",
     "decode_columns",
+    "decode_records_c",
 ]
 
 HEADER_SIZE = 61
@@ -408,6 +409,22 @@ def decode_raw_records(buf: bytes | bytearray | memoryview, pos: int = 0,
     if not isinstance(recs, list) or len(recs) != h.record_count:
         raise CorruptBatchError(f"batch at offset {h.base_offset}: record count mismatch")
     return recs
+
+
+def decode_records_c(section: bytes | memoryview, h: BatchHeader, topic: str, partition: int,
+                     cls: type[tuple]) -> list | None:
+    """The C codec's consumer records of a records section: ``cls((topic, partition, offset,
+    timestamp, timestamp_type, key, value, headers))`` each (``ConsumerRecord``). ``None``
+    when the extension is not loaded or the section is outside its subset (see
+    ``decode_columns``)."""
+    if _c is None:
+        return None
+    try:
+        return _c.decode_records(section, h.record_count, h.base_offset,  # type: ignore[no-any-return]
+                                 h.first_timestamp, h.timestamp_type, h.max_timestamp, topic,
+                                 partition, cls)
+    except Unsupported:
+        return None
 
 
 def decode_columns(section: bytes | memoryview, h: BatchHeader) -> tuple | None:

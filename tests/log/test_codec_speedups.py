@@ -30,7 +30,7 @@ from rafka.client.aio.fetch import CompletedFetch
 from rafka.client.aio.producer import AsyncProducer
 from rafka.client.errors import CorruptRecordError
 from rafka.client.partitioner import murmur2
-from rafka.client.types import RecordMetadata, TopicPartition
+from rafka.client.types import ConsumerRecord, RecordMetadata, TopicPartition
 from rafka.log import batch as batch_mod
 from rafka.log import speedups
 from rafka.log.batch import build_batch_rows, build_raw_batch, stamp
@@ -156,6 +156,24 @@ def _columns(raw: bytes, path: str, step: int) -> tuple[list, list, list] | str:
         mp.undo()
 
 
+def _records(raw: bytes, path: str, step: int) -> tuple[list, list] | str:
+    """``take`` in runs of ``step`` → (records, positions), or the name of the error raised."""
+    mp = _use(path)
+    try:
+        cf = CompletedFetch(TP, memoryview(raw))
+        recs, positions, pos = [], [], 0
+        while True:
+            more, pos = cf.take(pos, step)
+            positions.append(pos)
+            if not more:
+                return recs, positions
+            recs += more
+    except CorruptRecordError as exc:
+        return f"CorruptRecordError at {exc.start_offset}"
+    finally:
+        mp.undo()
+
+
 # ---------------------------------------------------------------- encode
 
 
@@ -203,8 +221,9 @@ def test_decode_columns_equal_pure_and_records(rows: list[tuple], compression: s
     raw = _batch(rows, compression, ts_type) + _batch(rows, compression, ts_type, base=10_000)
     c, pure = _columns(raw, "c", step), _columns(raw, "pure", step)
     assert c == pure
-    by_record = CompletedFetch(TP, memoryview(raw)).take(0, 10**6)[0]
-    assert c[2] == by_record  # type: ignore[index]
+    by_record = _records(raw, "c", step)
+    assert by_record == _records(raw, "pure", step)
+    assert c[2] == by_record[0]  # type: ignore[index]
 
 
 @SETTINGS
@@ -242,6 +261,7 @@ def test_corrupt_sections_give_the_same_named_error(rows: list[tuple], data: st.
         section += data.draw(st.binary(min_size=1, max_size=8))
     raw = _frame(bytes(section), rows, "none", 0, 7)
     assert _columns(raw, "c", 5) == _columns(raw, "pure", 5)
+    assert _records(raw, "c", 5) == _records(raw, "pure", 5)
     if speedups.codec is not None:
         try:
             speedups.codec.decode_columns(bytes(section), len(rows), 7, TS, 0, TS)
@@ -257,6 +277,8 @@ def test_every_prefix_of_a_section_is_refused() -> None:
     for k in range(len(section)):
         with pytest.raises(speedups.Unsupported):
             speedups.codec.decode_columns(section[:k], 20, 0, TS, 0, TS)
+        with pytest.raises(speedups.Unsupported):
+            speedups.codec.decode_records(section[:k], 20, 0, TS, 0, TS, "t", 0, ConsumerRecord)
     with pytest.raises(speedups.Unsupported):
         speedups.codec.decode_columns(section, 19, 0, TS, 0, TS)  # count mismatch
     with pytest.raises(speedups.Unsupported):
