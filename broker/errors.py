@@ -95,7 +95,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_TOPIC_ID = 100
     BROKER_ID_NOT_REGISTERED = 102  # decommission / unregister of an unknown broker id
     TRANSACTIONAL_ID_NOT_FOUND = 105
-    INELIGIBLE_REPLICA = 107  # KIP-841: an ISR expansion adding a broker in controlled shutdown
+    INELIGIBLE_REPLICA = 107  # KIP-841: an ISR expansion adding a fenced broker or one in controlled shutdown
     DUPLICATE_VOTER = 126  # KIP-853: add-voter of a voter (id or address) already in the quorum
     VOTER_NOT_FOUND = 127  # KIP-853: remove-voter of an id that is not a voter
     # rafka-only

@@ -533,8 +533,8 @@ def alter_partition(
     if not set(isr) <= set(reg.replicas) or broker_id not in isr:
         raise error_for(ErrorCode.INVALID_REQUEST, f"ISR {list(isr)} must be ⊆ replicas and hold the leader")
     fenced = [r for r in isr if r not in _live(image) and r != broker_id]
-    if fenced:
-        raise error_for(ErrorCode.INVALID_REQUEST, f"ISR holds fenced brokers {fenced}")
+    if fenced:  # KIP-841's code: the leader's image is behind (it saw the broker unfenced)
+        raise error_for(ErrorCode.INELIGIBLE_REPLICA, f"brokers {fenced} are fenced: they may not join the ISR")
     leaving = [r for r in isr if r in shutting_down and r not in reg.isr]
     if leaving:
         raise error_for(ErrorCode.INELIGIBLE_REPLICA,

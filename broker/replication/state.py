@@ -102,7 +102,7 @@ _REJECTED = frozenset({
     ErrorCode.INVALID_REQUEST,
     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
     ErrorCode.BROKER_FENCED,
-    ErrorCode.INELIGIBLE_REPLICA,  # the newcomer is in controlled shutdown (KIP-841)
+    ErrorCode.INELIGIBLE_REPLICA,  # the newcomer is fenced or in controlled shutdown (KIP-841)
 })
 
 

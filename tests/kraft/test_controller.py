@@ -128,8 +128,9 @@ def test_alter_partition_guards():
             ctl.alter_partition(w.image, *args)
         assert e.value.code == code, args
     w.commit(ctl.fence_broker(w.image, 3, st))
-    with pytest.raises(RafkaError):  # ISR may not gain a fenced broker
+    with pytest.raises(RafkaError) as e:  # ISR may not gain a fenced broker (KIP-841)
         ctl.alter_partition(w.image, 1, e1, "t", 0, 0, w.part().partition_epoch, [1, 2, 3])
+    assert e.value.code == ErrorCode.INELIGIBLE_REPLICA
 
 
 def test_placement_round_robin_and_validation():
