@@ -10,23 +10,23 @@
  *       -> (offsets, timestamps, key_validity, key_offsets, key_data,
  *           value_validity, value_offsets, value_data, headers)
  *     one pass over the section, no Python object per record: offsets (base + delta) and
- *     timestamps (first + delta, or max_timestamp for LogAppendTime) as native int64 buffers, keys and values as Arrow binary columns (int32 offsets, one data buffer, an
- *     LSB-first validity bitmap or None when nothing is null), headers None when every record
- *     has none (else a list, one tuple of tuples per record, as msgpack's use_list=False gives).
+ *     timestamps (first + delta, or max_timestamp for LogAppendTime) as native int64 buffers,
+ *     keys and values as Arrow binary columns (int32 offsets, one data buffer, an LSB-first
+ *     validity bitmap or None when nothing is null), headers None when every record has none
+ *     (else a list, one tuple of tuples per record, as msgpack's use_list=False gives).
  *   decode_records(section, count, base_offset, first_timestamp, timestamp_type, max_timestamp,
  *                  topic, partition, cls) -> [cls(...), ...]
  *     the consumer's record objects (ConsumerRecord, a tuple subclass) made straight from the
  *     section, without the intermediate row tuple; untracked by the GC when all atoms.
- *   pack_rows(rows) -> bytes
- *     the same bytes as msgpack.Packer(use_bin_type=True).pack(rows) for lists/tuples of
- *     None, bool, int, str, bytes/bytearray (what the producer's wire rows hold).
+ *   pack_batch(rows, segments) -> bytes
+ *     the same bytes as msgpack.Packer(use_bin_type=True).pack(rows + every segment's rows)
+ *     for rows of None, bool, int, str, bytes/bytearray and lists/tuples of them (what the
+ *     producer's wire rows hold), without building the segments' row tuples: a segment
+ *     (first_index, ts_delta, keys, values, headers, a, k) is a run of send_batch's records
+ *     kept as slices of its lists (log.batch.segment_rows).
  *   murmur2(key) -> int, plan(keys, values, num_partitions, sticky) -> groups
  *     Kafka's murmur2 (bit for bit the Python one in client/partitioner.py) and send_batch's
  *     per-record planning: sizes, partitions, the stable grouping by partition.
- *   pack_batch(rows, segments) -> bytes
- *     pack_rows(rows + every segment's rows) without building the segments' row tuples: a
- *     segment (first_index, ts_delta, keys, values, headers, a, k) is a run of send_batch's
- *     records kept as slices of its lists (log.batch.segment_rows).
  *
  * Anything outside that subset (a str key, a float, a map, bad UTF-8, truncated or trailing
  * bytes, a count that does not match) raises Unsupported and the caller runs the pure-Python
@@ -173,25 +173,54 @@ static PyObject *read_headers(rd_t *r, PyObject *empty)
     return out;
 }
 
+/* the batch header's fields a record needs */
+typedef struct {
+    long long base, ts0, maxts;
+    int tstype;
+} batch_t;
+
+/* the outer array: exactly `count` records, each at least 6 bytes */
+static int read_section(rd_t *r, Py_ssize_t count)
+{
+    Py_ssize_t n;
+    if (read_array(r, &n) < 0) return -1;
+    if (n != count) return fail("record count mismatch");
+    if (n > (r->end - r->p) / 6 + 1) return fail("truncated");
+    return 0;
+}
+
+/* a record's array header, offset delta and timestamp delta -> its offset and timestamp */
+static int read_record_head(rd_t *r, const batch_t *b, int64_t *off, int64_t *ts)
+{
+    Py_ssize_t fields;
+    int64_t od, td;
+    if (read_array(r, &fields) < 0) return -1;
+    if (fields != 5) return fail("record is not 5 fields");
+    if (read_int(r, &od) < 0 || read_int(r, &td) < 0) return -1;
+    if (__builtin_add_overflow((int64_t)b->base, od, off)) return fail("offset overflow");
+    if (b->tstype) { *ts = b->maxts; return 0; }
+    if (__builtin_add_overflow((int64_t)b->ts0, td, ts)) return fail("timestamp overflow");
+    return 0;
+}
+
 /* ------------------------------------------------------------------ decode_columns */
 
 static PyObject *decode_columns(PyObject *self, PyObject *args)
 {
     Py_buffer buf;
     Py_ssize_t count, n, i;
-    long long base, ts0, maxts;
-    int tstype;
+    batch_t b;
     PyObject *od = NULL, *td = NULL, *kvalid = NULL, *koffs = NULL, *kdata = NULL;
     PyObject *vvalid = NULL, *voffs = NULL, *vdata = NULL, *headers = NULL, *empty = NULL;
     PyObject *result = NULL;
     const uint8_t **spans = NULL;
-    if (!PyArg_ParseTuple(args, "y*nLLiL:decode_columns", &buf, &count, &base, &ts0, &tstype, &maxts))
+    if (!PyArg_ParseTuple(args, "y*nLLiL:decode_columns", &buf, &count, &b.base, &b.ts0,
+                          &b.tstype, &b.maxts))
         return NULL;
     rd_t r = {(const uint8_t *)buf.buf, (const uint8_t *)buf.buf + buf.len};
     if (buf.len > INT32_MAX || count < 0) { fail("section too large"); goto done; }
-    if (read_array(&r, &n) < 0) goto done;
-    if (n != count) { fail("record count mismatch"); goto done; }
-    if (n > (r.end - r.p) / 6 + 1) { fail("truncated"); goto done; }  /* a record is >= 6 bytes */
+    if (read_section(&r, count) < 0) goto done;
+    n = count;
     Py_ssize_t bitmap = (n + 7) / 8;
     od = PyBytes_FromStringAndSize(NULL, n * 8);
     td = PyBytes_FromStringAndSize(NULL, n * 8);
@@ -214,15 +243,9 @@ static PyObject *decode_columns(PyObject *self, PyObject *args)
     kop[0] = 0;
     vop[0] = 0;
     for (i = 0; i < n; i++) {
-        Py_ssize_t fields, len;
+        Py_ssize_t len;
         const uint8_t *ptr;
-        if (read_array(&r, &fields) < 0) goto done;
-        if (fields != 5) { fail("record is not 5 fields"); goto done; }
-        int64_t odelta, tdelta;
-        if (read_int(&r, &odelta) < 0 || read_int(&r, &tdelta) < 0) goto done;
-        if (__builtin_add_overflow((int64_t)base, odelta, &odp[i])) { fail("offset overflow"); goto done; }
-        if (tstype) tdp[i] = maxts;
-        else if (__builtin_add_overflow((int64_t)ts0, tdelta, &tdp[i])) { fail("timestamp overflow"); goto done; }
+        if (read_record_head(&r, &b, &odp[i], &tdp[i]) < 0) goto done;
         if (read_bin(&r, &ptr, &len) < 0) goto done;
         spans[2 * i] = ptr;
         if (ptr) { kpos += (int32_t)len; kvp[i >> 3] |= 1 << (i & 7); }
@@ -283,33 +306,26 @@ static PyObject *decode_records(PyObject *self, PyObject *args)
 {
     Py_buffer buf;
     Py_ssize_t count, n, i;
-    long long base, ts0, maxts;
-    int tstype;
+    batch_t b;
     PyObject *topic, *partition, *out = NULL, *empty = NULL, *tsobj = NULL, *ttobj = NULL;
     PyTypeObject *cls;
     int64_t last_ts = 0;
-    if (!PyArg_ParseTuple(args, "y*nLLiLOOO!:decode_records", &buf, &count, &base, &ts0, &tstype,
-                          &maxts, &topic, &partition, &PyType_Type, &cls))
+    if (!PyArg_ParseTuple(args, "y*nLLiLOOO!:decode_records", &buf, &count, &b.base, &b.ts0,
+                          &b.tstype, &b.maxts, &topic, &partition, &PyType_Type, &cls))
         return NULL;
     rd_t r = {(const uint8_t *)buf.buf, (const uint8_t *)buf.buf + buf.len};
     if (!PyType_IsSubtype(cls, &PyTuple_Type)) { fail("cls must be a tuple type"); goto done; }
-    if (read_array(&r, &n) < 0) goto done;
-    if (n != count) { fail("record count mismatch"); goto done; }
-    if (n > (r.end - r.p) / 6 + 1) { fail("truncated"); goto done; }
+    if (read_section(&r, count) < 0) goto done;
+    n = count;
     out = PyList_New(n);
     empty = PyTuple_New(0);
-    ttobj = PyLong_FromLong(tstype ? 1 : 0);
+    ttobj = PyLong_FromLong(b.tstype ? 1 : 0);
     if (!out || !empty || !ttobj) goto done;
     for (i = 0; i < n; i++) {
-        Py_ssize_t fields, len;
+        Py_ssize_t len;
         const uint8_t *ptr;
-        int64_t odelta, tdelta, off, ts;
-        if (read_array(&r, &fields) < 0) goto done;
-        if (fields != 5) { fail("record is not 5 fields"); goto done; }
-        if (read_int(&r, &odelta) < 0 || read_int(&r, &tdelta) < 0) goto done;
-        if (__builtin_add_overflow((int64_t)base, odelta, &off)) { fail("offset overflow"); goto done; }
-        if (tstype) ts = maxts;
-        else if (__builtin_add_overflow((int64_t)ts0, tdelta, &ts)) { fail("timestamp overflow"); goto done; }
+        int64_t off, ts;
+        if (read_record_head(&r, &b, &off, &ts) < 0) goto done;
         PyObject *rec = cls->tp_alloc(cls, 8);
         if (rec == NULL) goto done;
         PyList_SET_ITEM(out, i, rec);  /* owned by the list from here on, even half-filled */
@@ -351,7 +367,7 @@ done:
     return NULL;
 }
 
-/* ------------------------------------------------------------------ pack_rows */
+/* ------------------------------------------------------------------ pack_batch */
 
 typedef struct {
     char *buf;
@@ -459,22 +475,6 @@ static int pack_obj(wr_t *w, PyObject *o, int depth)
     return fail("type outside the codec's subset");
 }
 
-static PyObject *pack_rows(PyObject *self, PyObject *rows)
-{
-    if (!PyList_CheckExact(rows) && !PyTuple_CheckExact(rows)) {
-        fail("rows must be a list or tuple");
-        return NULL;
-    }
-    /* one scratch buffer for every call, kept at its high-water mark (fresh pages cost more
-     * than the packing); the GIL is held throughout and no Python code runs in between */
-    static wr_t w = {NULL, 0, 0};
-    w.len = 0;
-    PyObject *out = pack_obj(&w, rows, 0) < 0 ? NULL
-        : PyBytes_FromStringAndSize(w.buf, (Py_ssize_t)w.len);
-    if (w.cap > (64u << 20)) { PyMem_Free(w.buf); w.buf = NULL; w.cap = 0; }  /* a huge one-off */
-    return out;
-}
-
 static int pack_array_header(wr_t *w, Py_ssize_t n)
 {
     if ((uint64_t)n > 0xffffffffULL) return fail("too long");
@@ -485,12 +485,14 @@ static int pack_array_header(wr_t *w, Py_ssize_t n)
     return 0;
 }
 
-/* pack_batch(rows, segments) -> bytes: pack_rows(rows + the rows of each segment), where a
+/* pack_batch(rows, segments) -> bytes: msgpack of rows + the rows of each segment, where a
  * segment (first_index, ts_delta, keys | None, values, headers | None, a, k) stands for the
  * rows log.batch.segment_rows would build (send_batch's records, never made into tuples). */
 static PyObject *pack_batch(PyObject *self, PyObject *args)
 {
     PyObject *rowlist, *segs;
+    /* one scratch buffer for every call, kept at its high-water mark (fresh pages cost more
+     * than the packing); the GIL is held throughout and no Python code runs in between */
     static wr_t w = {NULL, 0, 0};
     Py_ssize_t total, i, j;
     if (!PyArg_ParseTuple(args, "O!O!:pack_batch", &PyList_Type, &rowlist, &PyList_Type, &segs))
@@ -696,10 +698,8 @@ static PyMethodDef methods[] = {
      "decode_columns(section, count, base_offset, first_ts, ts_type, max_ts) -> column buffers of a records section (see module doc)"},
     {"decode_records", decode_records, METH_VARARGS,
      "decode_records(section, count, base, first_ts, ts_type, max_ts, topic, partition, cls) -> records"},
-    {"pack_rows", pack_rows, METH_O,
-     "pack_rows(rows) -> bytes: msgpack.Packer(use_bin_type=True).pack(rows), byte for byte"},
     {"pack_batch", pack_batch, METH_VARARGS,
-     "pack_batch(rows, segments) -> bytes: pack_rows of the rows and the segments' rows"},
+     "pack_batch(rows, segments) -> bytes: msgpack of the rows and the segments' rows"},
     {"murmur2", murmur2, METH_O, "murmur2(key) -> int: Kafka's murmur2 (unsigned 32-bit)"},
     {"plan", plan, METH_VARARGS,
      "plan(keys, values, num_partitions, sticky) -> sizes and partition groups of send_batch"},

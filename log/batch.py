@@ -14,7 +14,7 @@ list with one ``Packer.pack`` call; ``decode_records`` (consumers, compaction) u
 ``unpackb``.  With LogAppendTime every record's timestamp is the batch ``max_timestamp``.
 
 C accelerator (``log/_codec.c``, chosen at import by ``log/speedups.py``; ``RAFKA_NO_SPEEDUPS=1``
-forces the pure path): ``build_batch_rows`` packs with ``_codec.pack_rows`` (the same bytes as
+forces the pure path): ``build_batch_rows`` packs with ``_codec.pack_batch`` (the same bytes as
 msgpack's ``Packer``), and ``decode_columns`` turns a ``records_section`` into column buffers
 for the columnar consumer. Input outside the C subset goes through msgpack, so both paths give
 the same batches, records and ``CorruptBatchError`` errors.
@@ -295,7 +295,7 @@ def build_batch_rows(rows: Sequence[Sequence], first_timestamp: int, *, compress
     section = None
     if _c is not None:
         try:
-            section = _c.pack_batch(rows, segments) if segments else _c.pack_rows(rows)
+            section = _c.pack_batch(rows if type(rows) is list else list(rows), segments or [])
         except Unsupported:  # a type outside the C packer's subset: msgpack's own packer
             section = None
     if section is None:

@@ -33,8 +33,8 @@ per call, not per record, is what makes it fast:
 With the C codec (``rafka.log.speedups``) step 1 is one call, ``_codec.plan``: sizes, prefix
 sums, murmur2 partitions (bit for bit ``client.partitioner.murmur2``) and the stable grouping,
 for ``bytes``/``None`` keys and values without headers under the default partitioner; anything
-else takes the Python path above. The batches themselves are packed by ``_codec.pack_rows``
-(``log.batch.build_batch_rows``).
+else takes the Python path above. The records then wait in their batches as column segments,
+packed by ``_codec.pack_batch`` (``client/aio/accumulator.py``, ``log.batch.build_batch_rows``).
 
 Partial failure: if any record failed, the future fails with ``BatchSendError`` whose
 ``.results`` holds, in input order, a ``RecordMetadata`` for each record written and the

@@ -182,18 +182,18 @@ def _records(raw: bytes, path: str, step: int) -> tuple[list, list] | str:
 @given(rows=_rows(), extra=st.lists(st.one_of(st.booleans(), st.integers(-2**63, 2**64 - 1),
                                               st.text(max_size=300), st.binary(max_size=300)),
                                     max_size=5))
-def test_pack_rows_is_msgpack_byte_for_byte(rows: list[tuple], extra: list) -> None:
+def test_pack_batch_is_msgpack_byte_for_byte(rows: list[tuple], extra: list) -> None:
     rows = rows + [tuple(extra)]
     expected = msgpack.Packer(use_bin_type=True).pack(rows)
-    assert speedups.codec.pack_rows(rows) == expected
-    assert speedups.codec.pack_rows([list(r) for r in rows]) == expected
+    assert speedups.codec.pack_batch(rows, []) == expected
+    assert speedups.codec.pack_batch([list(r) for r in rows], []) == expected
 
 
 @needs_c
-def test_pack_rows_defers_what_it_does_not_pack() -> None:
+def test_pack_batch_defers_what_it_does_not_pack() -> None:
     for odd in (1.5, {"a": 1}, 2**64, memoryview(b"x"), object()):
         with pytest.raises(speedups.Unsupported):
-            speedups.codec.pack_rows([(0, 0, None, odd, ())])
+            speedups.codec.pack_batch([(0, 0, None, odd, ())], [])
 
 
 @SETTINGS
