@@ -42,34 +42,27 @@ that does not know it yet also answers), and it does not cover leadership moves 
 (reassignment, preferred-leader election, controlled shutdown). The barrier covers every way a
 leader is replaced, at the price of one replication round per read.
 
-Cost: reads are coalesced per partition. One barrier is in flight per partition at a time; a
-read waits for the first barrier *appended after it arrived* (an earlier one proves nothing
-about it), so under load many reads share one round. With one replica (or
-``min.insync.replicas`` reached by the leader alone and no other ISR member) the append is
-acknowledged at once, as no other broker could be elected anyway.
+Any append proves it, not only a tombstone: nothing above is specific to the barrier record. So
+a read notes the partition's log end offset ``L`` when it arrives and is answered once the HW
+passes ``L`` in the leader epoch it arrived in — the record at ``L`` was appended by this leader
+after the read arrived, whoever appended it. When the owner writes (the transaction
+coordinator's state records, the group coordinator's offset commits), a read arriving meanwhile
+rides the next write and appends nothing of its own; writes are not held back for it (each
+append leaves at once, and followers fetch whatever is there: concurrent appends already share
+follower fetches and fsyncs).
+
+Cost: only a read that finds nothing appended since it arrived appends a barrier, and barriers
+are coalesced per partition: one is in flight at a time, a read that arrives while one is in
+flight waits for it to end and then uses whatever was appended since it arrived (a write, or
+the barrier another waiting read appended first), so under load many reads share one round.
+With one replica (or ``min.insync.replicas`` reached by the leader alone and no other ISR
+member) the append is acknowledged at once, as no other broker could be elected anyway.
 
 Any failure (not the leader, not enough replicas, timed out) raises ``NOT_COORDINATOR``: the
-client's retriable answer that makes it look the coordinator up again.
-
-Group commit of the owner's writes (``write``)
-----------------------------------------------
-The owner's own state records go through the same rounds: :meth:`ReadBarrier.write` adds its
-records to the partition's *next* round, and a round appends everything queued for it as ONE
-batch with ``acks=all`` — so the writes of many ids that arrive while a round is in flight
-share one append, one fsync per replica and one follower fetch round (the transaction
-coordinator's Ongoing / Prepare* / Complete* records of concurrent transactions). A round that
-carries records needs no tombstone: any ``acks=all`` append made after a read arrived proves
-leadership as well as a barrier does (the argument above holds for every append, not only a
-tombstone), so a read that arrives while writes flow rides them and costs no round of its own.
-The tombstone is appended only when a round has readers and no records.
-
-A writer learns the outcome of its round: ``None`` once acknowledged in the leader epoch it
-joined, else the round's named error (the append's refusal, ``NOT_LEADER_OR_FOLLOWER`` when the
-leader changed, ``REQUEST_TIMED_OUT``); it installs its value only after that (the owner's
-"durable, then installed" rule). A writer cancelled before its round left takes its records out
-of the queue; once the round left they are in the log as if the write had been acknowledged
-late (as a single append whose wait was cancelled). Rounds are keyed by (topic, partition,
-leader epoch), one in flight per key, so records reach the log in the order they were queued.
+client's retriable answer that makes it look the coordinator up again. :meth:`ReadBarrier.write`
+is the owner's ``acks=all`` append of its own records (one batch) with the named error of a
+failed one (``NOT_LEADER_OR_FOLLOWER`` when the leader epoch changed, ``REQUEST_TIMED_OUT``, the
+append's refusal); it installs its value only after that.
 """
 
 from __future__ import annotations
@@ -93,33 +86,15 @@ _ACKS_ALL: Final = -1
 Record = tuple[bytes, bytes | None]
 
 
-class _Round:
-    __slots__ = ("done", "code", "why", "chunks", "waiters")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.code = ErrorCode.NONE
-        self.why = ""
-        self.chunks: list[list[Record]] = []  # each writer's records, in the order they queued
-        self.waiters = 0
-
-
-class _Slot:
-    __slots__ = ("next", "running")
-
-    def __init__(self) -> None:
-        self.running: _Round | None = None  # the round appended now
-        self.next: _Round | None = None  # reads and writes that arrived after it was appended
-
-
 class ReadBarrier:
-    """``await confirm(partition)``: returns once an ``acks=all`` append made after the call was
-    acknowledged on ``partition`` in its current leader epoch; else ``NOT_COORDINATOR``.
-    ``await write(partition, records)``: the records appended (group-committed) with ``acks=all``
-    in that epoch; else the named error.
+    """``await confirm(partition)``: returns once a record appended after the call (by anyone:
+    a write, or a barrier tombstone of ``key``) was acknowledged with ``acks=all`` on
+    ``partition`` in its current leader epoch; else ``NOT_COORDINATOR``.
+    ``await write(partition, records)``: the owner's ``acks=all`` append of ``records``.
 
     ``replica_manager`` needs ``append(partition, batch, acks)``; the partition ``topic``,
-    ``partition``, ``leader_epoch`` and ``wait_produce(last_offset, acks, leader_epoch)``."""
+    ``partition``, ``leader_epoch``, ``log.log_end_offset`` and
+    ``wait_produce(last_offset, acks, leader_epoch)``."""
 
     def __init__(self, replica_manager: Any, key: bytes, *, timeout_s: float = 5.0,
                  wall_clock_ms: Callable[[], int] | None = None) -> None:
@@ -127,82 +102,70 @@ class ReadBarrier:
         self.key = key
         self.timeout_s = timeout_s
         self._wall_ms = wall_clock_ms or (lambda: int(time.time() * 1000))
-        self._slots: dict[tuple[str, int, int], _Slot] = {}
-        self.rounds = 0  # appends made (statistics, tests)
-        self.barriers = 0  # of them, tombstone-only rounds (readers and no writer)
-        self.writes = 0  # records written through write()
+        self._running: dict[tuple[str, int], trio.Event] = {}  # partition -> its barrier's end
+        self.rounds = 0  # barriers appended (statistics, tests)
+        self.confirmed = 0  # reads confirmed (by a barrier or by another append)
 
     async def confirm(self, p: Any) -> None:
-        rnd = await self._join(p, ())
-        if rnd.code:
-            raise _not_coordinator(f"{p.topic}/{p.partition}", rnd.why)
+        epoch, arrived = p.leader_epoch, p.log.log_end_offset
+        where = f"{p.topic}/{p.partition}"
+        code, why = ErrorCode.REQUEST_TIMED_OUT, f"not replicated within {self.timeout_s:g} s"
+        with trio.move_on_after(self.timeout_s):
+            code, why = await self._confirm(p, epoch, arrived)
+        if code:
+            raise _not_coordinator(where, why)
+        self.confirmed += 1
+
+    async def _confirm(self, p: Any, epoch: int, arrived: int) -> tuple[ErrorCode, str]:
+        key = (p.topic, p.partition)
+        while p.log.log_end_offset <= arrived:  # nothing appended since the read arrived
+            running = self._running.get(key)
+            if running is not None:  # coalesce: wait for the barrier in flight, then look again
+                await running.wait()
+                continue
+            done = self._running[key] = trio.Event()
+            try:
+                self.rounds += 1
+                code, why = self._append(p, [(self.key, None)])[:2]
+                if code:
+                    return code, why
+                return await self._acked(p, arrived, epoch)
+            finally:
+                del self._running[key]
+                done.set()
+        return await self._acked(p, arrived, epoch)
 
     async def write(self, p: Any, records: Sequence[Record]) -> None:
-        """Append ``records`` in the partition's next round (one batch for every writer of the
-        round) and wait for ``acks=all``; raises the round's error with its own code."""
+        """Append ``records`` as one batch and wait for ``acks=all`` in the current leader epoch;
+        raises the named error otherwise (``REQUEST_TIMED_OUT`` after ``timeout_s``)."""
         if not records:
             raise ValueError("write() needs at least one record")
-        rnd = await self._join(p, records)
-        if rnd.code:
-            raise error_for(rnd.code, f"{p.topic}/{p.partition}: {rnd.why}")
+        epoch, where = p.leader_epoch, f"{p.topic}/{p.partition}"
+        code, why, last = self._append(p, records)
+        if not code:
+            code, why = ErrorCode.REQUEST_TIMED_OUT, f"not replicated within {self.timeout_s:g} s"
+            with trio.move_on_after(self.timeout_s):
+                code, why = await self._acked(p, last, epoch)
+        if code:
+            raise error_for(code, f"{where}: {why}")
 
-    async def _join(self, p: Any, records: Sequence[Record]) -> _Round:
-        key = (p.topic, p.partition, p.leader_epoch)
-        slot = self._slots.setdefault(key, _Slot())
-        mine = slot.next
-        if mine is None:
-            mine = slot.next = _Round()
-        chunk = list(records)
-        if chunk:
-            mine.chunks.append(chunk)
-        mine.waiters += 1
-        try:
-            while not mine.done.is_set():
-                if slot.running is None:  # the first waiter of this round appends it
-                    slot.running, slot.next = mine, None
-                    try:
-                        # shielded (bounded by timeout_s): the other waiters of the round depend on it
-                        with trio.CancelScope(shield=True):
-                            mine.code, mine.why = await self._round(
-                                p, key[2], [r for c in mine.chunks for r in c])
-                    finally:
-                        slot.running = None
-                        mine.done.set()
-                else:
-                    await slot.running.done.wait()
-        finally:
-            mine.waiters -= 1
-            if not mine.done.is_set() and slot.next is mine:  # cancelled before the round left
-                if chunk:
-                    mine.chunks = [c for c in mine.chunks if c is not chunk]
-                if mine.waiters == 0:
-                    slot.next = None
-            if slot.running is None and slot.next is None and self._slots.get(key) is slot:
-                del self._slots[key]
-        return mine
-
-    async def _round(self, p: Any, epoch: int, records: list[Record]) -> tuple[ErrorCode, str]:
-        self.rounds += 1
-        if records:
-            self.writes += len(records)
-        else:
-            self.barriers += 1
+    def _append(self, p: Any, records: Sequence[Record]) -> tuple[ErrorCode, str, int]:
         now = self._wall_ms()
-        batch = build_batch([(k, v, [], now) for k, v in records or [(self.key, None)]])
         try:
-            info = self.rm.append(p, batch, _ACKS_ALL)
+            info = self.rm.append(p, build_batch([(k, v, [], now) for k, v in records]), _ACKS_ALL)
         except RafkaError as exc:
-            return exc.code, exc.message
+            return exc.code, exc.message, -1
         except Exception as exc:  # noqa: BLE001 - a log error (disk full, ...) as its wire error
-            return wire_error(exc)
-        with trio.move_on_after(self.timeout_s):
-            code = await p.wait_produce(info.last_offset, _ACKS_ALL, leader_epoch=epoch)
-            return code, code.name
-        return ErrorCode.REQUEST_TIMED_OUT, f"not replicated within {self.timeout_s:g} s"
+            return (*wire_error(exc), -1)
+        return ErrorCode.NONE, "", info.last_offset
+
+    @staticmethod
+    async def _acked(p: Any, offset: int, epoch: int) -> tuple[ErrorCode, str]:
+        code = await p.wait_produce(offset, _ACKS_ALL, leader_epoch=epoch)
+        return code, code.name
 
     def statistics(self) -> dict[str, int]:
-        return {"rounds": self.rounds, "barriers": self.barriers, "writes": self.writes,
-                "partitions": len(self._slots)}
+        return {"rounds": self.rounds, "confirmed": self.confirmed}
 
 
 def _not_coordinator(where: str, why: str) -> RafkaError:

@@ -13,7 +13,9 @@ and a request arriving meanwhile gets ``COORDINATOR_LOAD_IN_PROGRESS`` (retriabl
 
 Every transition is computed by the pure functions of ``broker/txn/state.py``, appended with
 ``acks=all`` and installed in memory only once acknowledged, under a per-id *pending* mark: a
-second request for an id with a transition in flight gets ``CONCURRENT_TRANSACTIONS``. A
+second request for an id with a transition in flight gets ``CONCURRENT_TRANSACTIONS``. The
+appends go through ``ReadBarrier.write`` at once (concurrent appends share follower fetches and
+fsyncs), and every read barrier waiting on the partition rides the next one (below). A
 decided transaction (Prepare*) is finished by a *completion* task in the coordinator's own
 nursery (started by :meth:`TxnCoordinator.run` inside the node's nursery): it writes the markers
 (``broker/txn/markers.py``, retried until every partition answered) and then appends Complete*.
@@ -26,9 +28,11 @@ producer id and epoch) cannot tell a retry from the producer's *next* transactio
 deposed coordinator that does not know it yet: it answers only after an acks=all append of its
 own (Complete*, or a re-append of the Complete* value), which a deposed leader cannot complete.
 Reads answered from memory — a KIP-890 ``verify_only`` (one id, or a leader's batch of them:
-``transactions``), DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS — pass a read barrier first (``broker/read_barrier.py``, the same property: an ``acks=all``
-tombstone of the key ``[""]``), so a deposed coordinator cannot verify a partition for a
-transaction its successor has already ended (txn chaos seed 25's class).
+``transactions``), DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS — pass a read barrier first
+(``broker/read_barrier.py``, the same property: an ``acks=all`` append made after the read
+arrived — the next state write, or else a tombstone of the key ``[""]``), so a deposed
+coordinator cannot verify a partition for a transaction its successor has already ended (txn
+chaos seed 25's class).
 
 The background loop of :meth:`run` (every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)
 loads every partition this broker newly leads, resumes the completion of every id found in
@@ -342,9 +346,8 @@ class TxnCoordinator:
             st.pending.discard(tid)
 
     async def _write(self, st: TxnPartitionState, md: TxnMetadata) -> None:
-        """Append ``md`` with acks=all, then (only then) install it. Group-committed: the writes
-        of every id of the partition that arrive while a round is in flight leave together in the
-        next one (``ReadBarrier.write``), and that round also serves the read barriers waiting."""
+        """Append ``md`` with acks=all, then (only then) install it (``ReadBarrier.write``: the
+        reads waiting on the partition's barrier ride this append, appended after they arrived)."""
         p = self._leader(st.index)
         if p.leader_epoch != st.leader_epoch or self.states.get(st.index) is not st:
             raise error_for(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_TOPIC}/{st.index} moved")

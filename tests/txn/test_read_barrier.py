@@ -2,7 +2,8 @@
 
 The partition here is a small model of a leader: an append gets the next offset, and the HW
 moves only when the test says the followers fetched (``replicate``); a deposed leader's HW never
-moves, and a new leader epoch fails the wait as ``Partition.wait_produce`` does.
+moves, and a new leader epoch fails the wait as ``Partition.wait_produce`` does. Reads ride any
+append made after they arrived (the owner's writes): those tests are at the end.
 """
 
 from __future__ import annotations
@@ -28,14 +29,15 @@ class Leader:
         self.high_watermark = 0
         self.refuse: ErrorCode | None = None
         self.changed = trio.Event()
+        self.log = self  # Partition.log.log_end_offset
 
     @property
     def log_end_offset(self) -> int:
         return len(self.appended)
 
-    def replicate(self) -> None:
-        """Every ISR follower fetched up to the log end: the HW follows."""
-        self.high_watermark = self.log_end_offset
+    def replicate(self, upto: int | None = None) -> None:
+        """Every ISR follower fetched up to the log end (or ``upto``): the HW follows."""
+        self.high_watermark = self.log_end_offset if upto is None else upto
         self.changed.set()
         self.changed = trio.Event()
 
@@ -141,7 +143,7 @@ async def test_a_leader_change_or_a_refused_append_is_not_coordinator(
     assert out == [ErrorCode.NOT_COORDINATOR] * 2
 
 
-async def test_a_cancelled_reader_does_not_strand_the_others_of_its_round(
+async def test_a_cancelled_reader_does_not_strand_the_others_waiting(
         autojump_clock: trio.testing.MockClock) -> None:
     p, barrier = Leader(), ReadBarrier(RM(), KEY)
     out: list[Any] = []
@@ -152,21 +154,18 @@ async def test_a_cancelled_reader_does_not_strand_the_others_of_its_round(
             await barrier.confirm(p)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(cancelled_reader)  # appends round 1
+        nursery.start_soon(cancelled_reader)  # appends barrier 1
         await trio.testing.wait_all_tasks_blocked()
-        await start_reads(nursery, barrier, p, 1, out)  # waits for round 2
+        await start_reads(nursery, barrier, p, 1, out)  # arrived after it: waits, then needs one more
         gone.cancel()
         await trio.testing.wait_all_tasks_blocked()
-        assert len(p.appended) == 1  # the shielded round 1 goes on
-        p.replicate()
-        await trio.testing.wait_all_tasks_blocked()
-        assert len(p.appended) == 2
+        assert len(p.appended) == 2  # the waiting read appended its own barrier at once
         p.replicate()
     assert out == [0]
     assert trio.current_time() == 0  # nobody waited for the timeout
 
 
-# -- group commit of the owner's writes (ReadBarrier.write) ----------------------------------
+# -- reads ride the owner's writes; ReadBarrier.write ---------------------------------------
 
 
 def records_of(batch: bytes) -> list[tuple[bytes | None, bytes | None]]:
@@ -184,44 +183,34 @@ async def start_writes(nursery: trio.Nursery, barrier: ReadBarrier, p: Leader,
 
     for i, records in enumerate(writes):
         nursery.start_soon(write, i, records)
-        await trio.testing.wait_all_tasks_blocked()  # queued in this order
+        await trio.testing.wait_all_tasks_blocked()  # appended in this order
 
 
-async def test_writes_arriving_during_a_round_leave_together_in_one_batch_in_order() -> None:
+async def test_a_write_is_one_batch_appended_at_once_and_acknowledged_with_acks_all() -> None:
     p, barrier = Leader(), ReadBarrier(RM(), KEY)
     out: list[Any] = []
     async with trio.open_nursery() as nursery:
-        await start_writes(nursery, barrier, p, [[(b"a", b"1")]], out)
-        assert len(p.appended) == 1  # a lone write waits for nothing
-        await start_writes(nursery, barrier, p, [[(b"b", b"2")], [(b"c", b"3"), (b"d", None)],
-                                                 [(b"a", b"4")]], out)
-        assert len(p.appended) == 1 and out == []  # one round in flight per partition
+        await start_writes(nursery, barrier, p, [[(b"a", b"1"), (b"b", None)], [(b"c", b"2")]], out)
+        assert len(p.appended) == 2 and out == []  # not held back behind each other
+        assert records_of(p.appended[0]) == [(b"a", b"1"), (b"b", None)]
         p.replicate()
-        await trio.testing.wait_all_tasks_blocked()
-        assert out == [0]  # acknowledged only with its round
-        assert len(p.appended) == 2
-        assert records_of(p.appended[1]) == [(b"b", b"2"), (b"c", b"3"), (b"d", None), (b"a", b"4")]
-        p.replicate()
-    assert sorted(out[1:]) == [0, 1, 2]
-    assert (barrier.rounds, barrier.barriers, barrier.writes) == (2, 0, 5)
+    assert sorted(out) == [0, 1]
+    assert barrier.rounds == 0  # no barrier appended
 
 
-async def test_a_read_rides_a_round_of_writes_appended_after_it_arrived() -> None:
+async def test_a_read_rides_a_write_appended_after_it_arrived() -> None:
     p, barrier = Leader(), ReadBarrier(RM(), KEY)
     reads: list[Any] = []
     writes: list[Any] = []
     async with trio.open_nursery() as nursery:
-        await start_reads(nursery, barrier, p, 1, reads)  # round 1: a tombstone
-        await start_reads(nursery, barrier, p, 2, reads)  # wait for round 2
-        await start_writes(nursery, barrier, p, [[(b"x", b"1")]], writes)  # joins round 2
+        await start_reads(nursery, barrier, p, 1, reads)  # barrier 1
+        await start_reads(nursery, barrier, p, 2, reads)  # arrive while it is in flight
+        await start_writes(nursery, barrier, p, [[(b"x", b"1")]], writes)  # after them
         p.replicate()
-        await trio.testing.wait_all_tasks_blocked()
-        assert reads == [0]
-        # round 2 carries the write and no tombstone, and it proves the two reads too
-        assert records_of(p.appended[1]) == [(b"x", b"1")]
-        p.replicate()
+    # the write, appended after the two reads arrived, proves them: no second barrier
+    assert [records_of(b) for b in p.appended] == [[(KEY, None)], [(b"x", b"1")]]
     assert sorted(reads) == [0, 0, 1] and writes == [0]
-    assert (barrier.rounds, barrier.barriers) == (2, 1)
+    assert (barrier.rounds, barrier.confirmed) == (1, 3)
 
 
 async def test_a_read_does_not_ride_a_write_appended_before_it_arrived() -> None:
@@ -231,10 +220,11 @@ async def test_a_read_does_not_ride_a_write_appended_before_it_arrived() -> None
     async with trio.open_nursery() as nursery:
         await start_writes(nursery, barrier, p, [[(b"x", b"1")]], writes)  # in flight
         await start_reads(nursery, barrier, p, 1, reads)
-        p.replicate()
-        await trio.testing.wait_all_tasks_blocked()
-        assert writes == [0] and reads == []  # the write proves nothing about the later read
+        # the write proves nothing about the later read: it appended a barrier of its own
         assert records_of(p.appended[1]) == [(KEY, None)]
+        p.replicate(upto=1)  # only the write replicated so far
+        await trio.testing.wait_all_tasks_blocked()
+        assert writes == [0] and reads == []
         p.replicate()
     assert reads == [0]
 
@@ -242,7 +232,7 @@ async def test_a_read_does_not_ride_a_write_appended_before_it_arrived() -> None
 @pytest.mark.parametrize(("how", "code"), [("refused", ErrorCode.NOT_ENOUGH_REPLICAS),
                                            ("new_epoch", ErrorCode.NOT_LEADER_OR_FOLLOWER),
                                            ("deposed", ErrorCode.REQUEST_TIMED_OUT)])
-async def test_a_failed_round_gives_writers_its_named_error_and_readers_not_coordinator(
+async def test_a_failed_write_has_its_named_error_and_the_read_riding_it_not_coordinator(
         how: str, code: ErrorCode, autojump_clock: trio.testing.MockClock) -> None:
     p, barrier = Leader(), ReadBarrier(RM(), KEY, timeout_s=5.0)
     reads: list[Any] = []
@@ -250,37 +240,12 @@ async def test_a_failed_round_gives_writers_its_named_error_and_readers_not_coor
     async with trio.open_nursery() as nursery:
         if how == "refused":
             p.refuse = code
-        await start_writes(nursery, barrier, p, [[(b"x", b"1")]], writes)
         await start_reads(nursery, barrier, p, 1, reads)
+        await start_writes(nursery, barrier, p, [[(b"x", b"1")]], writes)
         if how == "new_epoch":
             p.new_epoch()
     assert writes == [code]
     assert reads == [ErrorCode.NOT_COORDINATOR]
-
-
-async def test_a_writer_cancelled_before_its_round_left_takes_its_records_back(
-        autojump_clock: trio.testing.MockClock) -> None:
-    p, barrier = Leader(), ReadBarrier(RM(), KEY)
-    out: list[Any] = []
-    gone = trio.CancelScope()
-
-    async def cancelled_writer() -> None:  # e.g. its request timed out
-        with gone:
-            await barrier.write(p, [(b"gone", b"1")])
-
-    async with trio.open_nursery() as nursery:
-        await start_writes(nursery, barrier, p, [[(b"a", b"1")]], out)  # round 1 in flight
-        nursery.start_soon(cancelled_writer)
-        await trio.testing.wait_all_tasks_blocked()
-        await start_writes(nursery, barrier, p, [[(b"b", b"2")]], out)
-        gone.cancel()
-        await trio.testing.wait_all_tasks_blocked()
-        p.replicate()
-        await trio.testing.wait_all_tasks_blocked()
-        assert records_of(p.appended[1]) == [(b"b", b"2")]
-        p.replicate()
-    assert out == [0, 0]
-    assert not barrier._slots  # nothing left behind
 
 
 async def test_an_empty_write_is_a_caller_error() -> None:
