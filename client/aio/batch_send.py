@@ -325,7 +325,7 @@ def _plan(producer: AsyncProducer, topic: str, values: Sequence[bytes | None],
         except RecordTooLargeError as exc:
             raise RecordTooLargeError(f"send_batch: record {big}: {exc.message}") from None
     if planned is None:
-        if one_group:
+        if one_group or keys is None:
             groups = [RowGroup(-1, keys, values, hdrs, [0, *accumulate(sizes)])]
         else:
             groups = _by_partition(producer, keys, values, hdrs, sizes, n)

@@ -336,9 +336,9 @@ class CompletedFetch:
             try:
                 rows = _unpack_records(raw, pos, h, columnar, self.tp)
                 base = h.base_offset
-                if type(rows) is Decoded:
+                if isinstance(rows, Decoded):
                     i = 0 if base >= position else bisect_left(rows.offsets, position)
-                elif type(rows) is list:
+                elif isinstance(rows, list):
                     i = 0 if base >= position else bisect_left(rows, position, key=_offset_of)
                 else:
                     i = 0 if base >= position else _first_at(rows, position - base)
