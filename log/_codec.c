@@ -596,7 +596,9 @@ static inline Py_ssize_t blen(PyObject *o)
 /* plan(keys | None, values, num_partitions, sticky)
  *   keys None or num_partitions 0: one group -> (max_size, argmax, cum)
  *   else -> (max_size, argmax, [(partition, index, keys, values, cum), ...]) ascending by
- *   partition, each in input order; keyless records go to `sticky`. */
+ *   partition, each in input order; keyless records go to `sticky`. cum (the prefix sums of
+ *   the sizes, from 0) and index (input positions) are native int64 bytes: no int object per
+ *   record (the caller views them with memoryview(...).cast("q")). */
 static PyObject *plan(PyObject *self, PyObject *args)
 {
     PyObject *keys, *values, *result = NULL, *groups = NULL;
@@ -609,22 +611,18 @@ static PyObject *plan(PyObject *self, PyObject *args)
     n = PyList_GET_SIZE(values);
     if (keys != Py_None && PyList_GET_SIZE(keys) != n) return fail("keys and values differ in length"), NULL;
     if (keys == Py_None || np == 0) {  /* one group: sizes and their prefix sums only */
-        PyObject *cum = PyList_New(n + 1);
+        PyObject *cum = PyBytes_FromStringAndSize(NULL, (n + 1) * 8);
         if (cum == NULL) return NULL;
-        Py_ssize_t total = 0;
-        PyList_SET_ITEM(cum, 0, PyLong_FromSsize_t(0));
+        int64_t *cp = (int64_t *)PyBytes_AS_STRING(cum);
+        cp[0] = 0;
         for (i = 0; i < n; i++) {
             Py_ssize_t s = blen(PyList_GET_ITEM(values, i)), k = 0;
             if (s >= 0 && keys != Py_None) k = blen(PyList_GET_ITEM(keys, i));
             if (s < 0 || k < 0) { Py_DECREF(cum); return NULL; }
             s += 12 + k;
             if (s > maxsize) { maxsize = s; best = i; }
-            total += s;
-            PyObject *v = PyLong_FromSsize_t(total);
-            if (v == NULL) { Py_DECREF(cum); return NULL; }
-            PyList_SET_ITEM(cum, i + 1, v);
+            cp[i + 1] = cp[i] + s;
         }
-        if (PyList_GET_ITEM(cum, 0) == NULL) { Py_DECREF(cum); return NULL; }
         return Py_BuildValue("(nnN)", maxsize, best, cum);
     }
     if (np <= 0 || sticky < 0 || sticky >= np) return fail("bad partition count"), NULL;
@@ -655,20 +653,17 @@ static PyObject *plan(PyObject *self, PyObject *args)
     for (p = 0; p < np; p++) {
         Py_ssize_t c = counts[p], j, total = 0;
         if (c == 0) continue;
-        PyObject *idx = PyList_New(c), *gk = PyList_New(c), *gv = PyList_New(c), *cum = PyList_New(c + 1);
+        PyObject *idx = PyBytes_FromStringAndSize(NULL, c * 8), *gk = PyList_New(c);
+        PyObject *gv = PyList_New(c), *cum = PyBytes_FromStringAndSize(NULL, (c + 1) * 8);
         PyObject *g = NULL;
         if (!idx || !gk || !gv || !cum) goto group_fail;
-        PyObject *zero = PyLong_FromSsize_t(0);
-        if (zero == NULL) goto group_fail;
-        PyList_SET_ITEM(cum, 0, zero);
+        int64_t *ip = (int64_t *)PyBytes_AS_STRING(idx), *cp = (int64_t *)PyBytes_AS_STRING(cum);
+        cp[0] = 0;
         for (j = 0; j < c; j++) {
             Py_ssize_t at = order[acc + j];
-            PyObject *ix = PyLong_FromSsize_t(at);
             total += sizes[at];
-            PyObject *cv = PyLong_FromSsize_t(total);
-            if (!ix || !cv) { Py_XDECREF(ix); Py_XDECREF(cv); goto group_fail; }
-            PyList_SET_ITEM(idx, j, ix);
-            PyList_SET_ITEM(cum, j + 1, cv);
+            ip[j] = at;
+            cp[j + 1] = total;
             PyObject *k = PyList_GET_ITEM(keys, at), *v = PyList_GET_ITEM(values, at);
             Py_INCREF(k);
             Py_INCREF(v);

@@ -60,7 +60,7 @@ import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
@@ -145,13 +145,15 @@ class RowGroup:
     """Records of one ``send_batch`` call bound for one partition (``-1``: sticky), for
     ``RecordAccumulator.append_many``: aligned ``keys`` / ``values`` / ``headers`` (``None``
     = all ``None`` / all without headers) and ``cum``, the prefix sums of their estimated sizes
-    (``cum[0] == 0``). ``done`` counts the records appended so far; ``segments`` says where they
-    went: ``(batch result, index of the first in that batch, first record of the group, count)``."""
+    (``cum[0] == 0``; a list, or an int64 memoryview from the C codec — both bisect alike).
+    ``done`` counts the records appended so far; ``segments`` says where they went: ``(batch
+    result, index of the first in that batch, first record of the group, count)``."""
 
     __slots__ = ("partition", "keys", "values", "headers", "cum", "done", "segments", "index")
 
     def __init__(self, partition: int, keys: list[Any] | None, values: list[Any],
-                 headers: list[Any] | None, cum: list[int], index: list[int] | None = None) -> None:
+                 headers: list[Any] | None, cum: Sequence[int],
+                 index: Sequence[int] | None = None) -> None:
         self.partition = partition
         self.keys = keys
         self.values = values

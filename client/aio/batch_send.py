@@ -339,18 +339,21 @@ def _plan_c(producer: AsyncProducer, keys: list[Any] | None, values: list[Any],
             hdrs: list[Any] | None, n: int, one_group: bool) -> tuple[int, int, list[RowGroup]] | None:
     """Step 1 in one C call (``_codec.plan``: sizes, their prefix sums, the largest record
     and, for keyed records under the default partitioner, murmur2 partitions and the stable
-    grouping): ``(largest size, its position, groups)``, or ``None`` for the Python path (no
+    grouping; ``cum`` and ``index`` as int64 memoryviews, not lists of ints): ``(largest
+    size, its position, groups)``, or ``None`` for the Python path (no
     extension, headers, a custom partitioner, keys or values that are not ``bytes``)."""
     if _c is None or hdrs is not None or not (one_group or producer._hash_cache is not None):
         return None
     try:
         if one_group:
             big_size, big, cum = _c.plan(keys, values, 0, 0)
-            return big_size, big, [RowGroup(-1, keys, values, None, cum)]
+            return big_size, big, [RowGroup(-1, keys, values, None, memoryview(cum).cast("q"))]
         big_size, big, planned = _c.plan(keys, values, n, random.randrange(n))
     except Unsupported:
         return None
-    return big_size, big, [RowGroup(p, gk, gv, None, cum, idx) for p, idx, gk, gv, cum in planned]
+    return big_size, big, [RowGroup(p, gk, gv, None, memoryview(cum).cast("q"),
+                                    memoryview(idx).cast("q"))
+                           for p, idx, gk, gv, cum in planned]
 
 
 def _sizes(keys: list[Any] | None, values: list[Any], hdrs: list[Any] | None) -> list[int]:

@@ -318,8 +318,8 @@ def test_send_batch_plan_same_either_path(keys: list, n: int, partition: int | N
         try:
             random.seed(seed)
             fut, groups = _plan(_producer(), "t", values, keys, None, partition, TS, n)
-            out.append([(g.partition, g.keys, g.values, g.headers, list(g.cum), g.index)
-                        for g in groups])
+            out.append([(g.partition, g.keys, g.values, g.headers, list(g.cum),
+                         None if g.index is None else list(g.index)) for g in groups])
         finally:
             mp.undo()
     assert out[0] == out[1]
