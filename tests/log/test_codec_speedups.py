@@ -357,6 +357,23 @@ def test_append_many_same_rows_either_path(keys: list, with_headers: bool, batch
     assert out[0] == out[1]
 
 
+def test_send_batch_sends_what_the_lists_held_at_the_call(path: str) -> None:
+    """Records wait as slices of send_batch's lists: a caller reusing its own lists after the
+    call does not change what is sent."""
+    values, keys = [b"a", b"b", b"c"], [b"k1", None, b"k1"]
+    for partition in (None, 1):
+        fut, groups = _plan(_producer(), "t", values, keys, None, partition, TS, 2)
+        acc = RecordAccumulator(batch_size=1 << 20, buffer_memory=1 << 24, linger_ms=5,
+                                wakeup=lambda: None, loop_thread=-1)
+        assert acc.append_many("t", groups, TS, 2, 1 << 20)
+        values[0], keys[0] = b"changed", b"changed"
+        rows = [r[2:4] for b in acc.drain(time.monotonic(), force=True)
+                for r in batch_mod.decode_records(b.encode())]
+        assert sorted(rows, key=repr) == sorted([(b"k1", b"a"), (None, b"b"), (b"k1", b"c")],
+                                                key=repr)
+        values[0], keys[0] = b"a", b"k1"
+
+
 def test_send_batch_result_is_lazy_and_equal_to_the_list(path: str) -> None:
     keys = [b"key-%d" % (i % 5) if i % 4 else None for i in range(30)]
     values = [b"%d" % i for i in range(30)]
