@@ -256,6 +256,10 @@ class ColumnBatch:
         return [_new(ConsumerRecord, (t, p, o, ts, tt, k, v, h)) for o, ts, tt, k, v, h in zip(
             c.offsets, c.timestamps, c.timestamp_types, c.keys, c.values, c.headers, strict=True)]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as lists (the decoded buffers are memoryviews, which do not pickle)."""
+        return _rebuild, (self.topic, self.partition, self._lists())
+
     # ------------------------------------------------------------------ Arrow
 
     def to_arrow(self) -> Any:
@@ -283,6 +287,13 @@ class ColumnBatch:
         else:
             arrays = [pa.concat_arrays([c[k] for c in chunks]) for k in range(6)]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _rebuild(topic: str, partition: int, lists: _Lists) -> ColumnBatch:
+    out = ColumnBatch(topic, partition)
+    out._parts = [lists]
+    out._n = len(lists)
+    return out
 
 
 def _arrow_part(pa: Any, part: _Lists | tuple[Decoded, int, int], header_type: Any,

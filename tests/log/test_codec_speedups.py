@@ -10,6 +10,7 @@ column for column, the same named errors on corrupt or truncated sections, murmu
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import shutil
 import subprocess
@@ -243,6 +244,14 @@ def test_to_arrow_same_either_path(rows: list[tuple], compression: str) -> None:
         finally:
             mp.undo()
     assert out[0].equals(out[1]) and out[0].schema.equals(out[1].schema, check_metadata=True)
+
+
+def test_column_batch_pickles_as_lists(path: str) -> None:
+    rows = [(i, i, b"k%d" % i if i % 2 else None, b"v" * i, [("h", b"x")] if i == 3 else [])
+            for i in range(6)]
+    cb, _ = CompletedFetch(TP, memoryview(_batch(rows, "none", 0))).take_columns(0, 100)
+    again = pickle.loads(pickle.dumps(cb))
+    assert again.records() == cb.records() and len(again) == 6 and again.tp == TP
 
 
 @SETTINGS
