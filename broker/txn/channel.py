@@ -6,7 +6,8 @@ The coordinator's marker writer (``broker/txn/markers.py``: WRITE_TXN_MARKERS to
 leaders) and the partition leader's verifier (``broker/txn/verify.py``: ADD_PARTITIONS_TO_TXN
 ``verify_only`` to coordinators) both send one small *entry* per transaction to another broker,
 and under load many transactions do so at once. :class:`BatchingChannels` gives each
-destination one channel with at most one request out: ``await exchange(dest, entry)`` queues
+destination (a broker id for the markers, a ``__transaction_state`` partition for the
+verifications) one channel with at most one request out: ``await exchange(dest, entry)`` queues
 the entry; whoever finds the channel idle sends *everything* queued as one request (the owner's
 ``send(dest, entries) -> answers``, one answer per entry, in order) and hands each waiter its
 own answer. Entries queued while a request is out leave together in the next one, so a lone
@@ -102,7 +103,7 @@ class BatchingChannels:
             try:
                 answers = list(await self.send(dest, [q.entry for q in batch]) or [])
             except Exception as exc:  # noqa: BLE001 - any failure: the waiters decide
-                log.info("%s to broker %d: %s", self.what, dest, exc)
+                log.info("%s (channel %d): %s", self.what, dest, exc)
         finally:
             for i, q in enumerate(batch):  # in request order; a missing entry: no answer
                 q.answer = answers[i] if i < len(answers) else None

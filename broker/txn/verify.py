@@ -10,12 +10,15 @@ exactly this (producer id, epoch) that holds the partition; ``INVALID_TXN_STATE`
 When this broker coordinates the id, the question is a local call (no request); otherwise it is an
 ``ADD_PARTITIONS_TO_TXN`` with ``verify_only`` to the leader of the id's ``__transaction_state``
 partition (found in this broker's metadata image) over the node's ``ConnectionPool``, bounded by
-``timeout_s``. The questions to one coordinator go through a channel
-(``broker/txn/channel.py``): one request out at a time, and the questions of every transaction
-that arrive meanwhile leave together in the next one — a lone question as the plain request, two
-or more as one request with a ``transactions`` list (``transactional_id`` ""; the coordinator
-answers each entry as its own request), so concurrent transactions share the request and the
-coordinator's read barrier round. Anything that keeps the coordinator from answering — unreachable, timed out, moved
+``timeout_s``. The questions about the ids of one ``__transaction_state`` partition go through
+that partition's channel (``broker/txn/channel.py``): one request out at a time, and the
+questions of every transaction that arrive meanwhile leave together in the next one — a lone
+question as the plain request, two or more as one request with a ``transactions`` list
+(``transactional_id`` ""; the coordinator answers each entry as its own request), so concurrent
+transactions share the request. Per partition, not per coordinator broker: the coordinator
+answers a question only after an append to that partition made after it arrived (its read
+barrier), so a question queued behind one in flight for the *same* partition would have waited
+for a later append anyway, while the partitions of one coordinator do not wait for each other. Anything that keeps the coordinator from answering — unreachable, timed out, moved
 (``NOT_COORDINATOR``), loading, busy — is ``COORDINATOR_NOT_AVAILABLE``: retriable for the
 producer, and no transaction is opened. That includes a coordinator that cannot pass its read
 barrier (``broker/read_barrier.py``): a deposed coordinator, which still holds the transaction as
@@ -68,15 +71,15 @@ class CoordinatorVerifier:
             except RafkaError as exc:
                 return _mapped(exc.code)
             return res[tp]
-        dest = self._coordinator_of(transactional_id)
-        if dest is None:
+        index = self._state_partition(transactional_id)
+        if index is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         entry = {"transactional_id": transactional_id, "producer_id": producer_id,
                  "producer_epoch": producer_epoch,
                  "topics": [{"name": topic, "partitions": [partition]}]}
         answer = None
         with trio.move_on_after(self.timeout_s):
-            answer = await self.channels.exchange(dest, entry)
+            answer = await self.channels.exchange(index, entry)
         if answer is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if answer.get("error"):
@@ -87,15 +90,20 @@ class CoordinatorVerifier:
                     return _mapped(pd.get("error", 0))
         return ErrorCode.INVALID_TXN_STATE
 
-    def _coordinator_of(self, transactional_id: str) -> int | None:
+    def _state_partition(self, transactional_id: str) -> int | None:
         t = self.coordinator.rm.image.topics.by_name.get(TXN_STATE_TOPIC)
         if t is None or not t.partitions or self.pool is None:
             return None
-        reg = t.partitions.get(txn_partition(transactional_id, len(t.partitions)))
-        return reg.leader if reg is not None and reg.leader >= 0 else None
+        return txn_partition(transactional_id, len(t.partitions))
 
-    async def _send(self, dest: int, entries: list[dict[str, Any]]) -> list[Any] | None:
-        """One request to broker ``dest`` for ``entries``; their answers in order (None: failed)."""
+    async def _send(self, index: int, entries: list[dict[str, Any]]) -> list[Any] | None:
+        """One request to the leader of ``__transaction_state`` partition ``index`` (the
+        coordinator of ``entries``' ids) now; their answers in order (None: failed)."""
+        t = self.coordinator.rm.image.topics.by_name.get(TXN_STATE_TOPIC)
+        reg = t.partitions.get(index) if t is not None else None
+        if reg is None or reg.leader < 0:
+            return None
+        dest = reg.leader
         if len(entries) == 1:
             answer = await self._request(dest, {**entries[0], "verify_only": True})
             return None if answer is None else [answer]

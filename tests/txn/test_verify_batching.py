@@ -14,6 +14,7 @@ from typing import Any
 import trio
 from rafka.broker.errors import ErrorCode
 from rafka.broker.protocol import ApiKey
+from rafka.broker.txn.coordinator import txn_partition
 from rafka.broker.txn.verify import CoordinatorVerifier
 from rafka.client.connection import ConnectionPool
 
@@ -33,8 +34,10 @@ class _Remote:
 async def test_concurrent_verifications_share_one_request_and_get_their_own_answers(
         tmp_path: Any) -> None:
     async with txn_env(tmp_path) as env:
+        # four ids of one __transaction_state partition: their questions share that channel
+        same = [f"t{i}" for i in range(100) if txn_partition(f"t{i}") == txn_partition("t0")][:4]
         ids = {}
-        for tid in ("tx0", "tx1", "tx2", "tx3"):
+        for tid in same:
             pid, epoch = await env.init(tid)
             assert (await env.add(pid, epoch, [0], tid=tid))["error"] == 0
             ids[tid] = (pid, epoch)
@@ -52,9 +55,10 @@ async def test_concurrent_verifications_share_one_request_and_get_their_own_answ
                 return await real(dest, body)
 
             verifier._request = held_first  # type: ignore[method-assign]
-            questions = [("tx0", *ids["tx0"], 0), ("tx1", *ids["tx1"], 0),
-                         ("tx2", *ids["tx2"], 1),  # not in tx2's transaction
-                         ("tx3", ids["tx3"][0], ids["tx3"][1] + 1, 0)]  # a wrong epoch
+            a, b, c, d = same
+            questions = [(a, *ids[a], 0), (b, *ids[b], 0),
+                         (c, *ids[c], 1),  # not in c's transaction
+                         (d, ids[d][0], ids[d][1] + 1, 0)]  # a wrong epoch
             answers: dict[str, ErrorCode] = {}
 
             async def ask(tid: str, pid: int, epoch: int, part: int) -> None:
@@ -64,13 +68,12 @@ async def test_concurrent_verifications_share_one_request_and_get_their_own_answ
                 async with trio.open_nursery() as asks:
                     for q in questions:
                         asks.start_soon(ask, *q)
-                    dest = env.b.rm.broker_id
-                    while not (bodies and verifier.channels.queued(dest) == 3):
+                    while not (bodies and verifier.channels.queued(txn_partition(a)) == 3):
                         await trio.sleep(0.005)
                     release.set()
             nursery.cancel_scope.cancel()
-    assert answers == {"tx0": ErrorCode.NONE, "tx1": ErrorCode.NONE,
-                       "tx2": ErrorCode.INVALID_TXN_STATE, "tx3": ErrorCode.INVALID_TXN_STATE}
+    assert answers == {a: ErrorCode.NONE, b: ErrorCode.NONE,
+                       c: ErrorCode.INVALID_TXN_STATE, d: ErrorCode.INVALID_TXN_STATE}
     assert len(bodies) == 2
     assert "transactions" not in bodies[0]  # a lone question: the plain request
     assert bodies[1]["transactional_id"] == "" and bodies[1]["verify_only"]
