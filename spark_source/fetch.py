@@ -7,17 +7,21 @@ Theory of operation
 declared Spark schema (``SCHEMA`` / ``arrow_schema``). The next fetch is sent before the current
 response is decoded, so the broker reads while we decode.
 
-Records are not decoded one by one into objects: each batch's records section is unpacked in one
-``msgpack.unpackb`` (``log.batch.decode_raw_records``), transposed with ``zip``, and its offsets
-and timestamps are computed with numpy from the batch header. Only the first and last batch of a
-range may need trimming (a fetch returns whole batches, which may start before ``start`` and end
-after ``end``). Offsets may have gaps (compaction): the position always advances to the batch's
-``last_offset + 1``, and the range is done once the position reaches ``end``.
+Records are not decoded one by one into objects: a response is read by the consumer's own
+``CompletedFetch.take_columns`` (``rafka.client.aio.fetch``), so the same CRC checks, offset
+rules, transaction filter and named ``CorruptRecordError`` apply, and with the C codec
+(``log/_codec.c``) each record batch is decoded straight into column buffers that
+``ColumnBatch.to_arrow`` wraps without copying; ``_spark_batch`` then only renames and casts
+columns to the Spark schema (timestamps ms → µs, the type int8 → int32) and cuts the batch at
+``end``. A fetch returns whole batches, which may start before ``start`` (``take_columns``
+drops those records) and end after ``end`` (cut here). Offsets may have gaps (compaction): the
+position always advances to the last whole batch's ``last_offset + 1``, and the range is done
+once the position reaches ``end``.
 
 Transactions: control batches (markers) are never turned into rows, and with ``read_committed``
 (the cluster's ``isolation_level`` 1) the batches of aborted transactions are dropped using the
 response's ``aborted_transactions`` — per batch, from the header, by the consumer's own rule
-(``rafka.client.txn_filter``). The position still moves past both, so a range may end on a marker.
+(``rafka.client.txn_filter``, inside ``CompletedFetch``). The position still moves past both, so a range may end on a marker.
 
 Data loss: when the broker answers OFFSET_OUT_OF_RANGE because retention deleted the start of
 the range, or the partition is gone, ``on_loss(topic, partition, lost_from, lost_to, why)`` is
@@ -27,14 +31,10 @@ log start offset (or stops, if the partition is gone).
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections.abc import Callable, Iterator
-from itertools import chain
 
-import lz4.frame
-import msgpack
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import (
@@ -48,15 +48,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 from rafka.broker.errors import ErrorCode, RafkaError
-from rafka.client.txn_filter import TXN_BITS, TxnBatchFilter
-from rafka.log.batch import (
-    HEADER_SIZE,
-    TIMESTAMP_LOG_APPEND_TIME,
-    BatchHeader,
-    CorruptBatchError,
-    crc_ok,
-    iter_batches,
-)
+from rafka.client.aio.fetch import CompletedFetch
+from rafka.client.columnar import ColumnBatch
+from rafka.client.types import TopicPartition
 
 from .offsets import OffsetRange
 from .wire import Cluster, PartitionGone
@@ -119,95 +113,31 @@ def loss_handler(fail: bool) -> LossHandler:
     return on_loss
 
 
-class _Columns:
-    """Column chunks of the record batch being built (one chunk per record batch)."""
-
-    __slots__ = ("keys", "values", "offsets", "ts_us", "ts_types", "headers", "with_headers",
-                 "rows", "null_keys")
-
-    def __init__(self, with_headers: bool) -> None:
-        self.keys: list[tuple] = []
-        self.values: list[tuple] = []
-        self.offsets: list[np.ndarray] = []
-        self.ts_us: list[np.ndarray] = []
-        self.ts_types: list[np.ndarray] = []
-        self.headers: list[tuple] = []
-        self.with_headers = with_headers
-        self.rows = 0
-        self.null_keys = True
-
-    def __len__(self) -> int:
-        return self.rows
-
-    def to_batch(self, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
-        n = self.rows
-        keys = (pa.nulls(n, pa.binary()) if self.null_keys
-                else pa.array(list(chain.from_iterable(self.keys)), pa.binary()))
-        arrays = [
-            keys,
-            pa.array(list(chain.from_iterable(self.values)), pa.binary()),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            pa.array(np.concatenate(self.offsets), pa.int64()),
-            pa.array(np.concatenate(self.ts_us), pa.timestamp("us", tz="UTC")),
-            pa.array(np.concatenate(self.ts_types), pa.int32()),
-        ]
-        if self.with_headers:
-            hs = [[tuple(x) for x in h] if h else [] for h in chain.from_iterable(self.headers)]
-            arrays.append(pa.array(hs, schema.field("headers").type))
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+_US = pa.timestamp("us", tz="UTC")
 
 
-def _unpack(buf: memoryview, pos: int, header: BatchHeader) -> tuple:
-    """The records of one batch as a tuple of ``(od, td, key, value, headers)`` tuples."""
-    if not crc_ok(buf, pos):
-        raise CorruptBatchError(f"CRC mismatch in batch at offset {header.base_offset}")
-    section = buf[pos + HEADER_SIZE:pos + header.size]
-    if header.compression == "lz4":
-        section = lz4.frame.decompress(section)
-    recs = msgpack.unpackb(section, raw=False, use_list=False)
-    if not isinstance(recs, tuple) or len(recs) != header.record_count:
-        raise CorruptBatchError(f"batch at offset {header.base_offset}: record count mismatch")
-    return recs
-
-
-def _add_batch(cols: _Columns, buf: memoryview, pos: int, header: BatchHeader, start: int,
-               end: int) -> None:
-    recs = _unpack(buf, pos, header)
-    if not recs:
-        return
-    ods, tds, ks, vs, hs = zip(*recs, strict=True)
-    n_all = len(ods)
-    base = header.base_offset
-    if n_all == header.last_offset_delta + 1:          # no compaction gap: offsets contiguous
-        offsets = np.arange(base, base + n_all, dtype=np.int64)
-    else:
-        offsets = np.fromiter(ods, dtype=np.int64, count=n_all) + base
-    lo, hi = 0, n_all
-    if offsets[0] < start:
-        lo = int(np.searchsorted(offsets, start, side="left"))
-    if offsets[-1] >= end:
-        hi = int(np.searchsorted(offsets, end, side="left"))
-    if lo >= hi:
-        return
-    n = hi - lo
-    if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME or \
-            header.first_timestamp == header.max_timestamp:
-        ts = np.full(n, header.max_timestamp * 1000, dtype=np.int64)
-    else:
-        ts = (np.fromiter(tds[lo:hi], dtype=np.int64, count=n) + header.first_timestamp) * 1000
-    if lo or hi != n_all:
-        ks, vs, hs = ks[lo:hi], vs[lo:hi], hs[lo:hi]
-    cols.offsets.append(offsets[lo:hi])
-    cols.ts_us.append(ts)
-    cols.ts_types.append(np.full(n, header.timestamp_type, dtype=np.int32))
-    cols.keys.append(ks)
-    cols.values.append(vs)
-    if cols.null_keys and ks.count(None) != n:
-        cols.null_keys = False
-    if cols.with_headers:
-        cols.headers.append(hs)
-    cols.rows += n
+def _spark_batch(cb: ColumnBatch, end: int, schema: pa.Schema, include_headers: bool
+                 ) -> pa.RecordBatch | None:
+    """``cb``'s records below ``end`` with the source's columns (``arrow_schema``)."""
+    rb = cb.to_arrow()  # offset, timestamp[ms], timestamp_type int8, key, value, headers
+    offsets = np.asarray(rb.column(0))
+    if len(offsets) and offsets[-1] >= end:
+        rb = rb.slice(0, int(np.searchsorted(offsets, end, side="left")))
+    n = len(rb)
+    if not n:
+        return None
+    arrays = [
+        rb.column(3),
+        rb.column(4),
+        pa.repeat(pa.scalar(cb.topic, pa.string()), n),
+        pa.repeat(pa.scalar(cb.partition, pa.int32()), n),
+        rb.column(0),
+        rb.column(1).cast(_US),
+        rb.column(2).cast(pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(rb.column(5))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def read_range(cluster: Cluster, rng: OffsetRange, *, include_headers: bool,
@@ -253,8 +183,9 @@ def read_range(cluster: Cluster, rng: OffsetRange, *, include_headers: bool,
             stalled_since = _stall(stalled_since, stall_timeout_s,
                                    RuntimeError(f"fetch {tp}: error {ErrorCode(err).name}"))
             continue
-        batches = list(iter_batches(raw))
-        if not batches:
+        cf = CompletedFetch(TopicPartition(*tp), memoryview(raw),
+                            aborted=entry.get("aborted_transactions") or None)
+        if cf.end_offset < 0:  # no whole batch
             if len(raw):  # one batch larger than max_bytes: ask for more
                 max_bytes = max(max_bytes * 2, len(raw) * 2)
                 continue
@@ -268,28 +199,17 @@ def read_range(cluster: Cluster, rng: OffsetRange, *, include_headers: bool,
             inflight = (*cluster.send_fetch(tp, position, max_bytes, max_wait_ms=200), position)
             continue
         stalled_since = None
-        next_position = batches[-1][1].last_offset + 1
+        next_position = cf.end_offset
         if next_position <= position:   # a broker bug; never loop on it
             raise RuntimeError(f"fetch of {tp[0]}-{tp[1]} at offset {position} returned only "
                                f"batches before it (last offset {next_position - 1})")
         if next_position < end:  # pipeline: the broker reads while we decode
             inflight = (*cluster.send_fetch(tp, next_position, max_bytes), next_position)
-        cols = _Columns(include_headers)
-        txn = TxnBatchFilter(entry.get("aborted_transactions"))
-        gc_was_on = gc.isenabled()
-        gc.disable()    # millions of short-lived acyclic tuples: no point scanning them
-        try:
-            for pos, header in batches:
-                if header.attributes & TXN_BITS and txn.skip(raw, pos, header):
-                    continue    # a marker, or a batch of an aborted transaction
-                if header.last_offset >= position and header.base_offset < end:
-                    _add_batch(cols, raw, pos, header, position, end)
-        finally:
-            if gc_was_on:
-                gc.enable()
+        cb, _ = cf.take_columns(position, 1 << 62)  # markers, aborted data: stepped over
         position = max(position, next_position)
-        if len(cols):
-            yield cols.to_batch(rng.topic, rng.partition, schema)
+        out = _spark_batch(cb, end, schema, include_headers)
+        if out is not None:
+            yield out
 
 
 def _stall(since: float | None, timeout_s: float, exc: BaseException) -> float:
