@@ -69,6 +69,7 @@ __all__ = [
     "elect_partition_leader",
     "expired_brokers",
     "fence_broker",
+    "fence_brokers",
     "heartbeat",
     "leaderless_elections",
     "live_brokers",
@@ -148,10 +149,16 @@ def elect_partition_leader(
     removed = set(removed)
     isr = [r for r in reg.isr if r not in removed]
     if not isr and reg.isr:
-        isr = [reg.isr[-1]]  # never shrink to empty: keep the last member (ELR-less Kafka)
+        # never shrink to empty (ELR-less Kafka). When the whole ISR leaves in this one
+        # decision, keep all of it, not an arbitrary last member: each holds every committed
+        # record and nothing can be written while the partition has no leader, so whichever
+        # of them comes back first may lead again (``fence_brokers``)
+        isr = list(reg.isr)
     leader = reg.leader
     if leader not in live or leader not in isr or leader in removed:
         leader = next((r for r in reg.replicas if r in isr and r in live), NO_LEADER)
+        if leader != NO_LEADER:  # a new leader's ISR holds no fenced broker (those kept
+            isr = [r for r in isr if r in live]  # above leave now, as their fences would have)
     if leader == NO_LEADER and unclean:
         # never a replica a reassignment is still adding: it may hold nothing yet
         candidate = next((r for r in reg.replicas if r in live and r not in reg.adding_replicas),
@@ -214,17 +221,28 @@ def register_broker(
 
 
 def fence_broker(image: MetadataImage, broker_id: int, state: ControllerState | None = None) -> Decision:
-    cur = image.cluster.brokers.get(broker_id)
-    if cur is None:
+    return fence_brokers(image, [broker_id], state)
+
+
+def fence_brokers(image: MetadataImage, broker_ids: Iterable[int],
+                  state: ControllerState | None = None) -> Decision:
+    """Fence these brokers in ONE decision (e.g. every session that expired at the same
+    check). One at a time, each fence shrinks the ISRs before the next one is decided, so
+    fencing {1, 2, 3} in that order left every partition with the ISR {3} — an arbitrary last
+    member — and when 3 was the dead one and 1 and 2 only late (a new active controller's
+    grace ended before they found it: docs/chaos-results.md, the stale-coordinator sighting),
+    no partition could get a leader until 3 came back. Together, a partition whose whole ISR
+    leaves keeps it whole (``elect_partition_leader``), so the first of them to heartbeat
+    again is unfenced and elected."""
+    regs = {b: image.cluster.brokers[b] for b in sorted(set(broker_ids)) if b in image.cluster.brokers}
+    if not regs:
         return Decision()
-    live = _live(image, state) - {broker_id}
-    records: list[MetadataRecord] = []
-    if not cur.fenced:
-        records.append(FenceBroker(broker_id, cur.epoch))
-    records += _changes_for(image, live, {broker_id})
+    gone = set(regs)
+    records: list[MetadataRecord] = [FenceBroker(b, r.epoch) for b, r in regs.items() if not r.fenced]
+    records += _changes_for(image, _live(image, state) - gone, gone)
     if not records:
         return Decision()
-    return Decision(records, [Guard.broker_epoch(broker_id, cur.epoch)])
+    return Decision(records, [Guard.broker_epoch(b, r.epoch) for b, r in regs.items()])
 
 
 def expired_brokers(

@@ -348,9 +348,10 @@ class ControllerService:
         active = self._require_active()
         now = self._now_ms()
         q = self._q()
-        for bid in ctl.expired_brokers(q.image(), active.state, now, self.session_timeout_ms):
-            log.info("fencing broker %s: no heartbeat for %s ms", bid, self.session_timeout_ms)
-            await self._propose(ctl.fence_broker(q.image(), bid, active.state))
+        expired = ctl.expired_brokers(q.image(), active.state, now, self.session_timeout_ms)
+        if expired:  # one decision for all of them (ctl.fence_brokers says why)
+            log.info("fencing brokers %s: no heartbeat for %s ms", expired, self.session_timeout_ms)
+            await self._propose(ctl.fence_brokers(q.image(), expired, active.state))
         d = ctl.leaderless_elections(q.image(), active.state)
         if d:
             await self._propose(d)

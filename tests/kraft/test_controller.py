@@ -84,6 +84,29 @@ def test_session_timeout_fences_and_moves_leadership_from_isr():
     assert w.part(p=2).leader_epoch == 1
 
 
+def test_brokers_fenced_together_keep_the_whole_isr_so_any_of_them_can_lead_again():
+    """Session expiry found 1, 2 and 3 silent at once (a new controller's grace ended before
+    they found it): one decision keeps each ISR whole; the first to heartbeat leads. One fence
+    at a time would leave the ISR {last fenced} and 1 or 2 could not lead."""
+    w = World()
+    st = w.brokers(1, 2, 3)
+    w.commit(ctl.create_topic(w.image, "t", 3, 3, {}, "tid", 0, 0))
+    isrs = [w.part(p=p).isr for p in range(3)]
+    w.commit(ctl.fence_brokers(w.image, [3, 1, 2], st))
+    assert all(w.image.cluster.brokers[b].fenced for b in (1, 2, 3))
+    assert [(w.part(p=p).leader, w.part(p=p).isr) for p in range(3)] == [(-1, i) for i in isrs]
+    hb = ctl.heartbeat(w.image, st, 2, w.image.cluster.brokers[2].epoch, w.image.offset, False, False, 0)
+    w.commit(hb.decision)  # the new leader's ISR: the live members only
+    assert [(w.part(p=p).leader, w.part(p=p).isr) for p in range(3)] == [(2, (2,))] * 3
+    # two of three together: the third, live, keeps leading with the ISR {3}
+    w2 = World()
+    st2 = w2.brokers(1, 2, 3)
+    w2.commit(ctl.create_topic(w2.image, "t", 3, 3, {}, "tid", 0, 0))
+    w2.commit(ctl.fence_brokers(w2.image, [1, 2], st2))
+    assert [(w2.part(p=p).leader, w2.part(p=p).isr) for p in range(3)] == [(3, (3,))] * 3
+    assert not ctl.fence_brokers(w2.image, [1, 2, 99], st2)  # nothing left to change
+
+
 def test_last_isr_member_fenced_leaves_partition_leaderless_unless_unclean():
     w = World()
     st = w.brokers(1, 2)

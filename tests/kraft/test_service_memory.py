@@ -167,3 +167,36 @@ async def test_admin_answers_carry_the_metadata_offset_to_wait_for(autojump_cloc
         assert [t["error"] for t in r["topics"]] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
         assert r["metadata_offset"] == offset_of(lambda rec: rec.record_type == "RemoveTopic") > before
         nursery.cancel_scope.cancel()
+
+
+async def test_brokers_late_for_a_new_controller_lead_again_without_the_paused_one(autojump_clock):
+    """The stale-coordinator sighting (docs/chaos-results.md): node 3 — active controller AND a
+    broker — is paused; node 2 takes over; brokers 1 and 2 are still timing out their heartbeats
+    at node 3 when node 2's activation grace ends, so it fences all three. Fenced one at a time
+    that left every ISR {3}: unfencing 1 and 2 elected nobody, and every partition stayed
+    leaderless until node 3 resumed. Fenced together, the first live broker back leads."""
+    cluster = MemoryQuorumCluster([1, 2])
+    async with trio.open_nursery() as nursery:
+        s1 = await start(nursery, cluster, 1, **{"broker.liveness.probe.enable": False})
+        s2 = await start(nursery, cluster, 2, **{"broker.liveness.probe.enable": False})
+        cluster.elect(1)
+        await wait_active(s1)
+        epochs = {b: await register(s1, b) for b in (1, 2, 3)}
+        for b in (1, 2, 3):
+            await heartbeat(s1, b, epochs[b], cluster.state_machine.image.offset)
+        r = await s1.handlers[ApiKey.CREATE_TOPICS](
+            {"topics": [{"name": "t", "num_partitions": 3, "replication_factor": 3}], "timeout_ms": 1000})
+        assert r["topics"][0]["error"] == 0
+
+        cluster.elect(2)  # the old active controller is paused: nobody heartbeats the new one
+        await wait_active(s2)
+        await trio.sleep(3.5)  # its grace (one session) ends
+        img = cluster.state_machine.image
+        assert all(img.cluster.brokers[b].fenced for b in (1, 2, 3))
+        assert {p.leader for p in img.topics.by_name["t"].partitions.values()} == {-1}
+
+        hb = await heartbeat(s2, 2, epochs[2], img.offset)  # broker 2 finds the new controller
+        assert hb["error"] == 0 and not hb["is_fenced"]
+        parts = cluster.state_machine.image.topics.by_name["t"].partitions.values()
+        assert [(p.leader, p.isr) for p in parts] == [(2, (2,))] * 3
+        nursery.cancel_scope.cancel()
