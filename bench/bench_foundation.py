@@ -100,18 +100,19 @@ def _producer_batch_rate(bootstrap: str, topic: str, n: int) -> tuple[float, flo
 
 
 def _consumer_rate(bootstrap: str, topic: str, partitions: int, n: int, *,
-                   columnar: bool = False) -> tuple[float, float]:
-    """(records/s, client CPU µs per record); ``columnar``: through ``poll_batch``."""
+                   columnar: bool = False, arrow: bool = False) -> tuple[float, float]:
+    """(records/s, client CPU µs per record); ``columnar``: through ``poll_batch``; ``arrow``:
+    and each ``ColumnBatch`` turned into a ``pyarrow.RecordBatch`` (bench_spark's yardstick)."""
     with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                   enable_auto_commit=False) as c:
         c.assign([TopicPartition(topic, p) for p in range(partitions)])
         c.seek_to_beginning()
-        poll = c.poll_batch if columnar else c.poll
+        poll = c.poll_batch if columnar or arrow else c.poll
         got = 0
         t0, c0 = time.perf_counter(), time.process_time()
         while got < n:
             batch = poll(1000, 100_000)
-            got += sum(len(v) for v in batch.values())
+            got += sum(len(v.to_arrow()) if arrow else len(v) for v in batch.values())
         return got / (time.perf_counter() - t0), (time.process_time() - c0) / got * 1e6
 
 
