@@ -361,16 +361,12 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # verify_only: a partition leader asks whether (producer_id, producer_epoch) is in an
     # ongoing transaction that holds these partitions; nothing changes.
     # -> {error, message, topics: [{name, partitions: [{partition, error}]}]}
-    # transactions (verify_only, from a partition leader; transactional_id ""): the verifications
-    # of several ids in one request (as Kafka's v4) -> {transactions: [{error, message, topics}]}
     ApiKey.ADD_PARTITIONS_TO_TXN: {
         "transactional_id": str,
         "producer_id": int,
         "producer_epoch": int,
         "topics": _TP_LIST,
         "verify_only": Opt(bool),
-        "transactions": Opt([{"transactional_id": str, "producer_id": int, "producer_epoch": int,
-                              "topics": _TP_LIST}]),
     },
     # adds the group's __consumer_offsets partition -> {error, message}
     ApiKey.ADD_OFFSETS_TO_TXN: {

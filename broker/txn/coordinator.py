@@ -27,12 +27,11 @@ completion. An END_TXN that finds the outcome already decided (Prepare* or Compl
 producer id and epoch) cannot tell a retry from the producer's *next* transaction sent to a
 deposed coordinator that does not know it yet: it answers only after an acks=all append of its
 own (Complete*, or a re-append of the Complete* value), which a deposed leader cannot complete.
-Reads answered from memory — a KIP-890 ``verify_only`` (one id, or a leader's batch of them:
-``transactions``), DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS — pass a read barrier first
-(``broker/read_barrier.py``, the same property: an ``acks=all`` append made after the read
-arrived — the next state write, or else a tombstone of the key ``[""]``), so a deposed
-coordinator cannot verify a partition for a transaction its successor has already ended (txn
-chaos seed 25's class).
+Reads answered from memory — a KIP-890 ``verify_only``, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS
+— pass a read barrier first (``broker/read_barrier.py``, the same property: an ``acks=all``
+append made after the read arrived — the next state write, or else a tombstone of the key
+``[""]``), so a deposed coordinator cannot verify a partition for a transaction its successor
+has already ended (txn chaos seed 25's class).
 
 The background loop of :meth:`run` (every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)
 loads every partition this broker newly leads, resumes the completion of every id found in
@@ -79,7 +78,6 @@ log = logging.getLogger("rafka.txn.coordinator")
 TXN_STATE_TOPIC: Final = "__transaction_state"
 TXN_STATE_PARTITIONS: Final = 5
 MAX_TXN_PARTITIONS: Final = 10_000
-MAX_VERIFY_BATCH: Final = 1000
 _READ_CHUNK: Final = 1024 * 1024
 _ACKS_ALL: Final = -1
 
@@ -468,8 +466,6 @@ class TxnCoordinator:
         tid, pid, epoch = body["transactional_id"], body["producer_id"], body["producer_epoch"]
         tps = [(t["name"], p) for t in body["topics"] for p in t["partitions"]]
         if body.get("verify_only"):
-            if body.get("transactions") is not None:  # a leader's batched verifications
-                return {"transactions": await self.verify_batch(body["transactions"])}
             return _tp_body(await self.verify(tid, pid, epoch, tps))
         image = self.rm.image
         unknown = {tp for tp in tps if image.topics.partition(*tp) is None}
@@ -490,29 +486,6 @@ class TxnCoordinator:
         """``verify_only``: per partition NONE / INVALID_TXN_STATE (raises NOT_COORDINATOR etc.)."""
         st = await self._confirmed(await self._coordinator(tid))
         return S.verify_partitions(st.txns.get(tid), pid, epoch, tps)
-
-    async def verify_batch(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``verify_only`` for several ids at once (``broker/txn/verify.py`` batches a leader's
-        verifications per coordinator): each entry answered as its own request would be. They
-        run concurrently, so the read barriers of the entries of one ``__transaction_state``
-        partition share one round."""
-        if len(entries) > MAX_VERIFY_BATCH:
-            raise error_for(ErrorCode.INVALID_REQUEST, f"more than {MAX_VERIFY_BATCH} verifications")
-        out: list[dict[str, Any]] = [{} for _ in entries]
-
-        async def one(i: int, e: dict[str, Any]) -> None:
-            tps = [(t["name"], p) for t in e["topics"] for p in t["partitions"]]
-            try:
-                res = await self.verify(e["transactional_id"], e["producer_id"], e["producer_epoch"], tps)
-                out[i] = {"error": 0, "message": "", **_tp_body(res)}
-            except RafkaError as exc:
-                out[i] = {"error": int(exc.code), "message": exc.message,
-                          **_tp_body(dict.fromkeys(tps, exc.code))}
-
-        async with trio.open_nursery() as nursery:
-            for i, e in enumerate(entries):
-                nursery.start_soon(one, i, e)
-        return out
 
     async def _add(self, tid: str, pid: int, epoch: int, tps: list[TP]) -> None:
         st = await self._coordinator(tid)

@@ -18,16 +18,15 @@ Duplicate markers are harmless (docs/transactions.md), so a round that timed out
 appended is simply repeated.
 
 Batching across transactions (as Kafka's marker channel): requests to one leader go through
-that leader's channel (``broker/txn/channel.py``), one at a time. A transaction's markers for
-that leader join the channel's queue; whoever finds the channel idle sends *everything* queued
-as one WRITE_TXN_MARKERS (one ``markers`` entry per transaction, answered in the same order) and
-hands each waiter its own entry of the answer. Markers queued while a request is out leave
-together in the next one, so a lone transaction waits for nothing extra, and concurrent
-completions share requests — and, since the leader appends all of a request's markers before it
-waits for their ``acks=all``, they share the follower fetches and fsyncs that replicate them. A
-waiter cancelled (its attempt timed out) before its markers left takes them out of the queue; a
-request that fails, or whose sender was cancelled, answers every waiter of that request with
-nothing (their next round retries).
+that leader's channel, one at a time. A transaction's markers for that leader join the channel's
+queue; whoever finds the channel idle sends *everything* queued as one WRITE_TXN_MARKERS (one
+``markers`` entry per transaction, answered in the same order) and hands each waiter its own
+entry of the answer. Markers queued while a request is out leave together in the next one, so a
+lone transaction waits for nothing extra, and concurrent completions share requests — and, since
+the leader appends all of a request's markers before it waits for their ``acks=all``, they share
+the follower fetches and fsyncs that replicate them. A waiter cancelled (its attempt timed out)
+before its markers left takes them out of the queue; a request that fails, or whose sender was
+cancelled, answers every waiter of that request with nothing (their next round retries).
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from typing import Any
 import trio
 from rafka.broker.errors import ErrorCode, error_for
 from rafka.broker.protocol import ApiKey
-from rafka.broker.txn.channel import BatchingChannels
 from rafka.broker.txn.state import TxnMetadata
 from rafka.client.connection import backoff_ms
 from rafka.metadata.image import MetadataImage
@@ -64,6 +62,30 @@ def marker_body(md: TxnMetadata, coordinator_epoch: int, partitions: list[TP],
             "timeout_ms": timeout_ms}
 
 
+_UNANSWERED: Any = object()
+
+
+class _Queued:
+    """One transaction's marker entry for one leader, waiting in that leader's channel."""
+
+    __slots__ = ("entry", "answer")
+
+    def __init__(self, entry: dict[str, Any]) -> None:
+        self.entry = entry
+        self.answer: Any = _UNANSWERED  # the answer's entry for it, or None (no answer)
+
+
+class _Channel:
+    """The marker requests to one leader: at most one out, the rest queued for the next."""
+
+    __slots__ = ("queue", "busy", "changed")
+
+    def __init__(self) -> None:
+        self.queue: list[_Queued] = []
+        self.busy = False
+        self.changed = trio.Event()  # set (and replaced) whenever a request ends
+
+
 class MarkerWriter:
     def __init__(self, broker_id: int, image: Callable[[], MetadataImage], pool: Any,
                  local: LocalHandler | None, *, attempt_timeout_s: float = 5.0,
@@ -75,8 +97,9 @@ class MarkerWriter:
         self.attempt_timeout_s = attempt_timeout_s
         self.max_backoff_ms = max_backoff_ms
         self.rounds = 0
-        # WRITE_TXN_MARKERS per leader (local ones included); entries > requests: batching
-        self.channels = BatchingChannels(self._send_markers, "WRITE_TXN_MARKERS")
+        self.requests = 0  # WRITE_TXN_MARKERS requests sent (local ones included)
+        self.entries = 0  # transactions' marker entries they carried (> requests: batching)
+        self._channels: dict[int, _Channel] = {}
 
     async def write(self, md: TxnMetadata, coordinator_epoch: int,
                     still_valid: Callable[[], bool]) -> None:
@@ -130,21 +153,53 @@ class MarkerWriter:
     async def _exchange(self, leader: int, entry: dict[str, Any]) -> dict[str, Any] | None:
         """``entry``'s answer from ``leader`` through its channel (module docstring): None when
         the request carrying it failed."""
-        answer: dict[str, Any] | None = await self.channels.exchange(leader, entry)
-        return answer
+        ch = self._channels.get(leader)
+        if ch is None:
+            ch = self._channels[leader] = _Channel()
+        item = _Queued(entry)
+        ch.queue.append(item)
+        try:
+            while item.answer is _UNANSWERED:
+                if ch.busy:
+                    await ch.changed.wait()
+                else:
+                    await self._flush(leader, ch)
+        finally:
+            if item in ch.queue:  # cancelled before it left
+                ch.queue.remove(item)
+            if not ch.busy and not ch.queue and self._channels.get(leader) is ch:
+                del self._channels[leader]
+        return item.answer
 
-    async def _send_markers(self, leader: int, entries: list[Any]) -> list[Any] | None:
-        body = {"markers": entries, "timeout_ms": int(self.attempt_timeout_s * 1000)}
-        answer = await self._request(leader, body)
-        if answer is None:
-            return None
-        if answer.get("error") and not answer.get("markers"):
-            log.info("WRITE_TXN_MARKERS to broker %d refused: %s", leader,
-                     answer.get("message") or answer["error"])
-        return list(answer.get("markers") or [])
+    async def _flush(self, leader: int, ch: _Channel) -> None:
+        """Send everything queued in ``ch`` as one request; answer each entry's waiter."""
+        batch, ch.queue = ch.queue, []
+        ch.busy = True
+        answers: list[Any] = []
+        try:
+            self.requests += 1
+            self.entries += len(batch)
+            body = {"markers": [q.entry for q in batch],
+                    "timeout_ms": int(self.attempt_timeout_s * 1000)}
+            try:
+                answer = await self._request(leader, body)
+            except Exception as exc:  # noqa: BLE001 - any failure: the waiters' rounds retry
+                log.info("WRITE_TXN_MARKERS to broker %d: %s", leader, exc)
+                answer = None
+            if answer is not None:
+                answers = list(answer.get("markers") or [])
+                if answer.get("error") and not answers:
+                    log.info("WRITE_TXN_MARKERS to broker %d refused: %s", leader,
+                             answer.get("message") or answer["error"])
+        finally:
+            for i, q in enumerate(batch):  # in request order; a missing entry: no answer
+                q.answer = answers[i] if i < len(answers) else None
+            ch.busy = False
+            ch.changed.set()
+            ch.changed = trio.Event()
 
     def statistics(self) -> dict[str, int]:
-        return {"rounds": self.rounds, **self.channels.statistics()}
+        return {"rounds": self.rounds, "requests": self.requests, "entries": self.entries}
 
     async def _request(self, leader: int, body: dict[str, Any]) -> dict[str, Any] | None:
         if leader == self.broker_id and self.local is not None:

@@ -10,15 +10,7 @@ exactly this (producer id, epoch) that holds the partition; ``INVALID_TXN_STATE`
 When this broker coordinates the id, the question is a local call (no request); otherwise it is an
 ``ADD_PARTITIONS_TO_TXN`` with ``verify_only`` to the leader of the id's ``__transaction_state``
 partition (found in this broker's metadata image) over the node's ``ConnectionPool``, bounded by
-``timeout_s``. The questions about the ids of one ``__transaction_state`` partition go through
-that partition's channel (``broker/txn/channel.py``): one request out at a time, and the
-questions of every transaction that arrive meanwhile leave together in the next one — a lone
-question as the plain request, two or more as one request with a ``transactions`` list
-(``transactional_id`` ""; the coordinator answers each entry as its own request), so concurrent
-transactions share the request. Per partition, not per coordinator broker: the coordinator
-answers a question only after an append to that partition made after it arrived (its read
-barrier), so a question queued behind one in flight for the *same* partition would have waited
-for a later append anyway, while the partitions of one coordinator do not wait for each other. Anything that keeps the coordinator from answering — unreachable, timed out, moved
+``timeout_s``. Anything that keeps the coordinator from answering — unreachable, timed out, moved
 (``NOT_COORDINATOR``), loading, busy — is ``COORDINATOR_NOT_AVAILABLE``: retriable for the
 producer, and no transaction is opened. That includes a coordinator that cannot pass its read
 barrier (``broker/read_barrier.py``): a deposed coordinator, which still holds the transaction as
@@ -33,7 +25,6 @@ from typing import Any
 import trio
 from rafka.broker.errors import ErrorCode, RafkaError
 from rafka.broker.protocol import ApiKey
-from rafka.broker.txn.channel import BatchingChannels
 from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, TxnCoordinator, txn_partition
 
 __all__ = ["CoordinatorVerifier"]
@@ -60,7 +51,6 @@ class CoordinatorVerifier:
         self.coordinator = coordinator
         self.pool = pool
         self.timeout_s = timeout_s
-        self.channels = BatchingChannels(self._send, "ADD_PARTITIONS_TO_TXN verify_only")
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
                      topic: str, partition: int) -> ErrorCode:
@@ -71,15 +61,10 @@ class CoordinatorVerifier:
             except RafkaError as exc:
                 return _mapped(exc.code)
             return res[tp]
-        index = self._state_partition(transactional_id)
-        if index is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        entry = {"transactional_id": transactional_id, "producer_id": producer_id,
-                 "producer_epoch": producer_epoch,
-                 "topics": [{"name": topic, "partitions": [partition]}]}
-        answer = None
-        with trio.move_on_after(self.timeout_s):
-            answer = await self.channels.exchange(index, entry)
+        body = {"transactional_id": transactional_id, "producer_id": producer_id,
+                "producer_epoch": producer_epoch, "verify_only": True,
+                "topics": [{"name": topic, "partitions": [partition]}]}
+        answer = await self._remote(transactional_id, body)
         if answer is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if answer.get("error"):
@@ -90,42 +75,23 @@ class CoordinatorVerifier:
                     return _mapped(pd.get("error", 0))
         return ErrorCode.INVALID_TXN_STATE
 
-    def _state_partition(self, transactional_id: str) -> int | None:
-        t = self.coordinator.rm.image.topics.by_name.get(TXN_STATE_TOPIC)
+    async def _remote(self, transactional_id: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        image = self.coordinator.rm.image
+        t = image.topics.by_name.get(TXN_STATE_TOPIC)
         if t is None or not t.partitions or self.pool is None:
             return None
-        return txn_partition(transactional_id, len(t.partitions))
-
-    async def _send(self, index: int, entries: list[dict[str, Any]]) -> list[Any] | None:
-        """One request to the leader of ``__transaction_state`` partition ``index`` (the
-        coordinator of ``entries``' ids) now; their answers in order (None: failed)."""
-        t = self.coordinator.rm.image.topics.by_name.get(TXN_STATE_TOPIC)
-        reg = t.partitions.get(index) if t is not None else None
-        if reg is None or reg.leader < 0:
+        reg = t.partitions.get(txn_partition(transactional_id, len(t.partitions)))
+        broker = image.cluster.brokers.get(reg.leader) if reg is not None else None
+        if broker is None:
             return None
-        dest = reg.leader
-        if len(entries) == 1:
-            answer = await self._request(dest, {**entries[0], "verify_only": True})
-            return None if answer is None else [answer]
-        answer = await self._request(dest, {
-            "transactional_id": "", "producer_id": -1, "producer_epoch": -1, "topics": [],
-            "verify_only": True, "transactions": entries})
-        if answer is None:
-            return None
-        if answer.get("error") and not answer.get("transactions"):
-            log.info("verifications at broker %d refused: %s", dest, answer.get("message") or answer["error"])
-        return list(answer.get("transactions") or [])
-
-    async def _request(self, dest: int, body: dict[str, Any]) -> dict[str, Any] | None:
-        broker = self.coordinator.rm.image.cluster.brokers.get(dest)
-        if broker is None or self.pool is None:
-            return None
-        try:
-            resp = await self.pool.request(broker.host, broker.port, ApiKey.ADD_PARTITIONS_TO_TXN, body)
-        except BaseException as exc:  # a cancelled or failed exchange leaves the connection unusable
-            self.pool.discard(broker.host, broker.port)
-            if isinstance(exc, (RafkaError, OSError, trio.BrokenResourceError)):
-                log.info("verifying at broker %d: %s", dest, exc)
+        with trio.move_on_after(self.timeout_s):
+            try:
+                resp = await self.pool.request(broker.host, broker.port,
+                                               ApiKey.ADD_PARTITIONS_TO_TXN, body)
+                return resp.body
+            except (RafkaError, OSError, trio.BrokenResourceError) as exc:
+                log.info("verifying %r with broker %d: %s", transactional_id, reg.leader, exc)
+                self.pool.discard(broker.host, broker.port)
                 return None
-            raise
-        return resp.body
+        self.pool.discard(broker.host, broker.port)
+        return None

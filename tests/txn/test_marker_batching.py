@@ -47,7 +47,7 @@ async def test_concurrent_transactions_share_one_marker_request(tmp_path: Any) -
             async with trio.open_nursery() as nursery:
                 for tid, commit in (("tx0", True), ("tx1", True), ("tx2", False)):
                     nursery.start_soon(end, tid, commit)
-                while not (bodies and writer.channels.queued(env.b.rm.broker_id) == 2):
+                while not (bodies and len(writer._channels[env.b.rm.broker_id].queue) == 2):
                     await trio.sleep(0.005)
                 release.set()
         assert all(a["error"] == 0 for a in answers.values()), answers
