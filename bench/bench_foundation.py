@@ -28,6 +28,11 @@ Figures (medians of ``runs``), each measured in the same run as its reference:
   same repetition (which uses the C codec when it is built: ``codec`` in the JSON says which);
   the ratios are medians of the per-repetition ratios.
 
+``confluent_produce_client_cpu`` (issue 13): confluent-kafka's CPU per ``produce()`` of the same
+records with no broker (librdkafka only queues them; ``bench.peers``), measured right after
+rafka's producer in each repetition; ``producer_cpu_vs_confluent`` is the median of the
+per-repetition ratios of rafka's ``producer_client_cpu`` to it (target ≤ 1.0).
+
 ``producer_client_cpu`` / ``consumer_client_cpu``: CPU time of the client process (all its
 threads: the caller's and the client's trio thread) per record, from ``time.process_time``.
 On a shared, loaded machine this moves far less than the wall-clock rates do, and it bounds
@@ -58,7 +63,7 @@ from rafka.log import speedups
 from rafka.log.batch import build_batch
 
 from bench.cluster import cluster
-from bench.peers import nats_rates, raw_socket_to_file_mb_s
+from bench.peers import confluent_produce_cpu_us, nats_rates, raw_socket_to_file_mb_s
 
 N_RECORDS = 300_000
 VALUE = b"v" * 200
@@ -184,6 +189,7 @@ def run(runs: int = 3) -> dict[str, Any]:
     prod, cons, p50, p99, large, raw, pair_ratios = [], [], [], [], [], [], []
     prod_cpu, cons_cpu = [], []
     nats_pub, nats_cons, prod_vs_nats, cons_vs_nats = [], [], [], []
+    ck_cpu, cpu_vs_ck = [], []
     large_nofsync, nofsync_ratios = [], []
     prod_b, prod_b_cpu, prod_b_ratio, cons_b, cons_b_cpu, cons_b_ratio = [], [], [], [], [], []
     pure: dict[str, list[float]] = {f"{k}{s}": [] for k in ("send_batch", "consumer", "poll_batch")
@@ -205,6 +211,10 @@ def run(runs: int = 3) -> dict[str, Any]:
             rate, cpu = _producer_rate(bootstrap, f"perf{r}", N_RECORDS)
             prod.append(rate)
             prod_cpu.append(cpu)
+            ck = confluent_produce_cpu_us([VALUE], KEYS, N_RECORDS)
+            if ck is not None:
+                ck_cpu.append(ck)
+                cpu_vs_ck.append(cpu / ck)
             rate, cpu = _producer_batch_rate(bootstrap, f"perfb{r}", N_RECORDS)
             prod_b.append(rate)
             prod_b_cpu.append(cpu)
@@ -281,6 +291,10 @@ def run(runs: int = 3) -> dict[str, Any]:
         "large_batch_ratio": _fig(pair_ratios, "x", flush_policy=FLUSH,
                                   what="median of per-pair ratios large_batch / raw_socket_to_file"),
     }
+    if ck_cpu:
+        out["confluent_produce_client_cpu"] = _fig(ck_cpu, "us/rec", peer="confluent-kafka, no broker")
+        out["producer_cpu_vs_confluent"] = _fig(cpu_vs_ck, "x", what="median of per-repetition ratios",
+                                                target="<= 1.0")
     if nats_pub:
         out["nats_publish"] = _fig(nats_pub, "msg/s", flush_policy="JetStream default (2 min)")
         out["nats_consume"] = _fig(nats_cons, "msg/s")

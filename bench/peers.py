@@ -3,6 +3,10 @@
 * ``raw_socket_to_file_mb_s``: a plain Python TCP client ``sendall``s 1 MiB chunks to a plain
   Python server on loopback that ``os.write``s every chunk to a file — the ceiling for rafka's
   large-batch produce path (socket → segment file), without any protocol or fsync.
+* ``confluent_produce_cpu_us``: client CPU per ``produce()`` call of confluent-kafka (librdkafka),
+  the same records queued toward a port nobody listens on — librdkafka queues without a broker,
+  so the per-call cost is timed alone (issue 13's yardstick for ``send()``'s client CPU).
+  confluent-kafka is a bench-only peer (the ``bench`` extra), never a dependency of rafka.
 * ``nats_publish`` / ``nats_consume``: NATS JetStream (Debian ``nats-server``, file store, one
   replica) driven by its Python client ``nats-py``, same payloads. JetStream fsyncs its file
   store only every 2 minutes by default, so compare it with rafka's figures *and* flush policy.
@@ -20,13 +24,36 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["raw_socket_to_file_mb_s", "nats_available", "nats_rates", "free_port"]
+__all__ = ["raw_socket_to_file_mb_s", "nats_available", "nats_rates", "free_port",
+           "confluent_produce_cpu_us"]
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def confluent_produce_cpu_us(values: list[bytes], keys: list[bytes], n: int) -> float | None:
+    """CPU µs per confluent-kafka ``produce()`` of ``n`` records (``values[i % len]``,
+    ``keys[i % len]``) — every thread of this process, as rafka's client CPU figure counts
+    them; None when confluent-kafka is not installed."""
+    try:
+        from confluent_kafka import Producer
+    except ImportError:
+        return None
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "linger.ms": 5,
+                  "queue.buffering.max.messages": n + 1000, "partitioner": "murmur2_random",
+                  "log_level": 0})
+    produce, nv, nk = p.produce, len(values), len(keys)
+    try:
+        c0 = time.process_time()
+        for i in range(n):
+            produce("t", values[i % nv], keys[i % nk])
+        return (time.process_time() - c0) / n * 1e6
+    finally:
+        p.purge(in_queue=True)
+        p.flush(1)
 
 
 def raw_socket_to_file_mb_s(total_mb: int = 512, chunk: int = 1 << 20) -> float:
