@@ -10,7 +10,8 @@ the quorum leaderless. Only the current leader may ``propose``; a proposal appli
 immediately (there is no replication to wait for), through the same
 :class:`~kraft.state_machine.ControllerStateMachine` the real engine uses, so guards, epochs
 and dedup behave the same. ``snapshot()`` writes a snapshot of the current image and trims
-the log before it, so tests can exercise the "behind the log start" path. No clock, no
+the log before it, so tests can exercise the "behind the log start" path; ``stall()`` holds
+every proposal until ``resume()`` (a quorum without a majority). No clock, no
 threads, no randomness: trio's ``MockClock`` drives everything above it.
 """
 
@@ -45,6 +46,17 @@ class MemoryQuorumCluster:
         self._advanced = trio.Event()
         self.voters = {vid: MemoryQuorum(self, vid) for vid in voter_ids}
         self.proposals = 0
+        self._stalled: trio.Event | None = None  # set by stall(): proposals wait for resume()
+
+    def stall(self) -> None:
+        """Proposals wait (commit nothing) until ``resume()``: a quorum that lost its majority."""
+        if self._stalled is None:
+            self._stalled = trio.Event()
+
+    def resume(self) -> None:
+        if self._stalled is not None:
+            self._stalled.set()
+            self._stalled = None
 
     def elect(self, node_id: int | None) -> int:
         """Make ``node_id`` the leader (None: nobody) in a new epoch; returns the epoch."""
@@ -105,6 +117,8 @@ class MemoryQuorum:
     async def propose(self, command: Command) -> ProposeResult:
         await trio.lowlevel.checkpoint()
         c = self.cluster
+        while c._stalled is not None:
+            await c._stalled.wait()
         if c.leader != self.node_id:
             raise not_controller(c.leader)
         c.proposals += 1

@@ -338,9 +338,16 @@ class ControllerService:
             await trio.sleep(period_s)
             if self._active is None:
                 continue
+            # bounded like every decision (``_guard``): a proposal the quorum does not commit
+            # must not hold the decision lock, or every heartbeat waits behind it. Half the
+            # requests' bound, so that one queued behind it still has its turn in time
+            timeout_s = self.setting("controller.propose.timeout.ms", 10_000) / 2000
             try:
-                async with self._lock:
-                    await self._periodic_once()
+                with trio.move_on_after(timeout_s) as cs:
+                    async with self._lock:
+                        await self._periodic_once()
+                if cs.cancelled_caught:
+                    log.warning("periodic controller work not committed within %.1f s: retrying", timeout_s)
             except RafkaError as exc:
                 log.info("periodic controller work failed: %s", exc)
 

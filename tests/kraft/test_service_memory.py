@@ -169,6 +169,18 @@ async def test_admin_answers_carry_the_metadata_offset_to_wait_for(autojump_cloc
         nursery.cancel_scope.cancel()
 
 
+async def active_with_brokers(nursery, cluster, *brokers):
+    """Voter 1 started (no liveness probes: the brokers here have no listener) and active,
+    ``brokers`` registered and unfenced; returns (service, {broker: epoch})."""
+    s1 = await start(nursery, cluster, 1, **{"broker.liveness.probe.enable": False})
+    cluster.elect(1)
+    await wait_active(s1)
+    epochs = {b: await register(s1, b) for b in brokers}
+    for b in brokers:
+        await heartbeat(s1, b, epochs[b], cluster.state_machine.image.offset)
+    return s1, epochs
+
+
 async def test_brokers_late_for_a_new_controller_lead_again_without_the_paused_one(autojump_clock):
     """The stale-coordinator sighting (docs/chaos-results.md): node 3 — active controller AND a
     broker — is paused; node 2 takes over; brokers 1 and 2 are still timing out their heartbeats
@@ -177,13 +189,8 @@ async def test_brokers_late_for_a_new_controller_lead_again_without_the_paused_o
     leaderless until node 3 resumed. Fenced together, the first live broker back leads."""
     cluster = MemoryQuorumCluster([1, 2])
     async with trio.open_nursery() as nursery:
-        s1 = await start(nursery, cluster, 1, **{"broker.liveness.probe.enable": False})
         s2 = await start(nursery, cluster, 2, **{"broker.liveness.probe.enable": False})
-        cluster.elect(1)
-        await wait_active(s1)
-        epochs = {b: await register(s1, b) for b in (1, 2, 3)}
-        for b in (1, 2, 3):
-            await heartbeat(s1, b, epochs[b], cluster.state_machine.image.offset)
+        s1, epochs = await active_with_brokers(nursery, cluster, 1, 2, 3)
         r = await s1.handlers[ApiKey.CREATE_TOPICS](
             {"topics": [{"name": "t", "num_partitions": 3, "replication_factor": 3}], "timeout_ms": 1000})
         assert r["topics"][0]["error"] == 0
@@ -199,4 +206,30 @@ async def test_brokers_late_for_a_new_controller_lead_again_without_the_paused_o
         assert hb["error"] == 0 and not hb["is_fenced"]
         parts = cluster.state_machine.image.topics.by_name["t"].partitions.values()
         assert [(p.leader, p.isr) for p in parts] == [(2, (2,))] * 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_quorum_that_commits_nothing_does_not_hold_the_decision_lock(autojump_clock):
+    """The periodic work's proposals are bounded like every decision: while the quorum commits
+    nothing, its stuck fence gives the lock up after half of ``controller.propose.timeout.ms``
+    and the heartbeats that need no decision are answered in between (they refresh the
+    brokers' sessions); once the quorum commits again, the silent broker is fenced."""
+    cluster = MemoryQuorumCluster([1, 2])
+    async with trio.open_nursery() as nursery:
+        s1, epochs = await active_with_brokers(nursery, cluster, 1, 2, 3)
+        cluster.stall()  # broker 3 falls silent; its fence cannot commit
+        answered = []
+        start_s = trio.current_time()
+        while trio.current_time() - start_s < 40:
+            hb = await heartbeat(s1, 1, epochs[1], cluster.state_machine.image.offset)
+            answered.append((trio.current_time() - start_s, hb["error"]))
+            await trio.sleep(0.25)
+        assert [err for _t, err in answered] == [0] * len(answered)  # none stuck behind the fence
+        assert answered[-1][0] > 35  # (each waited less than a request's bound)
+        cluster.resume()
+        for _ in range(40):
+            await trio.sleep(0.25)
+            for b in (1, 2):
+                await heartbeat(s1, b, epochs[b], cluster.state_machine.image.offset)
+        assert cluster.state_machine.image.cluster.unfenced_ids() == [1, 2]
         nursery.cancel_scope.cancel()
