@@ -17,13 +17,20 @@ Figures (medians of ``runs``; one fresh cluster for the whole module):
   END_TXN, WRITE_TXN_MARKERS).
 * ``commit_p50_ms_<n>`` / ``commit_p99_ms_<n>``: ``commit_transaction()`` latency (send of the
   last record → commit returned, so it includes the flush of the last batch).
-* ``txn_aggregate_records_per_s_100``: ``PRODUCERS`` transactional producers in separate
-  processes (distinct transactional ids, 100 records per transaction, all three partitions),
-  started together, for ``SECONDS`` s: the sum of their records/s. One producer is bounded by
-  its sequential commit latency (begin → sends → commit → begin), as in Kafka; the issue's
-  target (>= 100k records/s at 100 records per transaction) is a cluster figure, so this row
-  is the one to compare with it (``ratio_of`` ``txn_target_records_per_s_100``, a constant row;
-  the single producer's ``txn_records_per_s_100`` has it too).
+* ``txn_concurrent_records_per_s_100_c<N>`` for N in ``CONCURRENCY`` (4, 16, 64): N
+  transactional ``AsyncProducer``s (distinct transactional ids, 100 records per transaction over
+  the three partitions) spread over ``PROCESSES`` processes, started together, for ``SECONDS``
+  s: the records/s they committed in all. One producer is bounded by its sequential commit
+  latency (begin → sends → commit → begin), as in Kafka; the issue's target (>= 100k records/s
+  at 100 records per transaction) is a cluster figure, so these rows are the ones to compare
+  with it (``ratio_of`` ``txn_target_records_per_s_100``, a constant row; the single producer's
+  ``txn_records_per_s_100`` has it too), and how they grow with N is what sharing work across
+  transactions buys (a follower's fetch carries every append since its last, markers are
+  batched per leader, read barriers ride the coordinator's state writes). With each:
+  ``broker_cpu_ms_per_txn_100_c<N>`` (the brokers' CPU per committed transaction in that window,
+  with the requests per transaction) and ``commit_p50_ms_100_c<N>`` / ``commit_p99_ms_100_c<N>``
+  over every commit of the window. The producers' processes share the machine's cores with the
+  brokers: on a 2-core box the broker CPU per transaction is the load-independent reading.
 * ``read_committed_offsets_per_s`` / ``read_uncommitted_offsets_per_s``: one consumer reads the
   whole topic (the records above, then ``ABORTED_SHARE`` as many as the transactional ones in
   aborted 100-record transactions, flushed before the abort so they are in the log) from the
@@ -56,7 +63,8 @@ SIZES = (1, 10, 100, 1000)
 SECONDS = 3.0
 ABORTED_SHARE = 0.1
 LINGER_MS = 5
-PRODUCERS = 4
+CONCURRENCY = (4, 16, 64)
+PROCESSES = 4
 READ_ROUNDS = 5
 TARGET_RECORDS_PER_S = 100_000
 
@@ -87,35 +95,73 @@ def _transactions(bootstrap: str, size: int, run: int) -> tuple[float, list[floa
         return n / (time.perf_counter() - t0), lat
 
 
-def _worker(bootstrap: str, tid: str, size: int, start_at: float) -> None:
-    """One process of the aggregate row: init, wait for the common start, run, print records/s."""
-    with Producer(bootstrap_servers=bootstrap, transactional_id=tid, linger_ms=LINGER_MS) as p:
-        p.init_transactions()
-        time.sleep(max(0.0, start_at - time.time()))
-        n = 0
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < SECONDS:
-            p.begin_transaction()
-            for i in range(size):
-                p.send(TOPIC, value=VALUE, partition=i % PARTITIONS)
-            p.commit_transaction()
-            n += size
-        print(n / (time.perf_counter() - t0), flush=True)
+async def _producers(bootstrap: str, tids: list[str], size: int, start_at: float,
+                     out: dict[str, Any]) -> None:
+    """``len(tids)`` AsyncProducers in this process: init, wait for the common start, then
+    transactions of ``size`` records for SECONDS s each; adds records and commit latencies."""
+    import trio
+    from rafka.client.aio import AsyncProducer
+
+    async def one(tid: str) -> None:
+        async with AsyncProducer(bootstrap_servers=bootstrap, transactional_id=tid,
+                                 linger_ms=LINGER_MS) as p:
+            await p.init_transactions()
+            await trio.sleep(max(0.0, start_at - time.time()))
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < SECONDS:
+                await p.begin_transaction()
+                for i in range(size):
+                    await p.send(TOPIC, value=VALUE, partition=i % PARTITIONS)
+                t1 = time.perf_counter()
+                await p.commit_transaction()
+                out["latencies_ms"].append((time.perf_counter() - t1) * 1000)
+                out["records"] += size
+            out["seconds"] = max(out["seconds"], time.perf_counter() - t0)
+
+    async with trio.open_nursery() as nursery:
+        for tid in tids:
+            nursery.start_soon(one, tid)
 
 
-def _aggregate(bootstrap: str, size: int, run: int) -> float:
-    """Records/s of PRODUCERS concurrent transactional producers (separate processes)."""
-    start_at = time.time() + 5.0  # every process has initialised by then
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.bench_txn", "--worker", bootstrap,
-                               f"bench-agg-{run}-{i}", str(size), str(start_at)],
-                              stdout=subprocess.PIPE, text=True) for i in range(PRODUCERS)]
-    total = 0.0
+def _worker(bootstrap: str, prefix: str, count: int, size: int, start_at: float) -> None:
+    """One process of the concurrent rows: prints {records, seconds, latencies_ms} as JSON."""
+    import json
+
+    import trio
+
+    out: dict[str, Any] = {"records": 0, "seconds": 0.0, "latencies_ms": []}
+    trio.run(_producers, bootstrap, [f"{prefix}-{i}" for i in range(count)], size, start_at, out)
+    out["cpu_s"] = time.process_time()  # the whole process (init included): an upper bound
+    print(json.dumps(out), flush=True)
+
+
+def _concurrent(bootstrap: str, meter: CpuMeter, producers: int, size: int,
+                run: int) -> tuple[float, list[float], dict[str, Any]]:
+    """(records/s, commit latencies, broker CPU per transaction) of ``producers`` concurrent
+    transactional AsyncProducers spread over PROCESSES processes."""
+    import json
+
+    start_at = time.time() + 4.0 + 0.05 * producers  # every producer has initialised by then
+    procs = []
+    for k in range(min(PROCESSES, producers)):
+        count = producers // PROCESSES + (1 if k < producers % PROCESSES else 0)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "bench.bench_txn", "--worker", bootstrap,
+             f"bench-c{producers}-{run}-{k}", str(count), str(size), str(start_at)],
+            stdout=subprocess.PIPE, text=True))
+    time.sleep(max(0.0, start_at - time.time()))
+    meter.start()
+    results = []
     for proc in procs:
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=300)
         if proc.returncode != 0:
-            raise RuntimeError(f"aggregate worker failed ({proc.returncode})")
-        total += float(out.strip().splitlines()[-1])
-    return total
+            raise RuntimeError(f"concurrent worker failed ({proc.returncode})")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    lat = [x for r in results for x in r["latencies_ms"]]
+    cpu = meter.stop(len(lat))
+    cpu["client_cpu_us"] = sum(r["cpu_s"] for r in results) / max(1, len(lat)) * 1e6
+    seconds = max(r["seconds"] for r in results)
+    return sum(r["records"] for r in results) / seconds, lat, cpu
 
 
 def _aborted(bootstrap: str, records: int) -> None:
@@ -179,7 +225,9 @@ def run(runs: int = 3) -> dict[str, Any]:
     p50: dict[int, list[float]] = {s: [] for s in SIZES}
     p99: dict[int, list[float]] = {s: [] for s in SIZES}
     plain: list[float] = []
-    agg: list[float] = []
+    conc: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
+    conc_lat: dict[int, list[tuple[float, float]]] = {c: [] for c in CONCURRENCY}
+    conc_cpu: dict[int, list[dict[str, Any]]] = {c: [] for c in CONCURRENCY}
     rc: list[float] = []
     ru: list[float] = []
     cpu: dict[str, list[float]] = {"read_committed": [], "read_uncommitted": []}
@@ -198,8 +246,12 @@ def run(runs: int = 3) -> dict[str, Any]:
                 p50[size].append(_pct(lat, 0.5))
                 p99[size].append(_pct(lat, 0.99))
             plain.append(_plain(bootstrap))
-            agg.append(_aggregate(bootstrap, 100, r))
-        committed = sum(r * SECONDS for v in [*rates.values(), agg] for r in v)
+            for c in CONCURRENCY:
+                rate, lat, used = _concurrent(bootstrap, meter, c, 100, r)
+                conc[c].append(rate)
+                conc_lat[c].append((_pct(lat, 0.5), _pct(lat, 0.99)))
+                conc_cpu[c].append(used)
+        committed = sum(r * SECONDS for v in [*rates.values(), *conc.values()] for r in v)
         _aborted(bootstrap, int(committed * ABORTED_SHARE))
         for i in range(max(READ_ROUNDS, runs)):
             pair = [("read_uncommitted", ru), ("read_committed", rc)]
@@ -220,9 +272,19 @@ def run(runs: int = 3) -> dict[str, Any]:
     figs["txn_target_records_per_s_100"] = _fig([TARGET_RECORDS_PER_S], "records/s",
                                                 note="issue 12's target, not a measurement")
     figs["txn_records_per_s_100"]["ratio_of"] = "txn_target_records_per_s_100"
-    figs["txn_aggregate_records_per_s_100"] = _fig(
-        agg, "records/s", ratio_of="txn_target_records_per_s_100", producers=PRODUCERS,
-        times_single=statistics.median(agg) / statistics.median(rates[100]))
+    for c in CONCURRENCY:
+        figs[f"txn_concurrent_records_per_s_100_c{c}"] = _fig(
+            conc[c], "records/s", ratio_of="txn_target_records_per_s_100", producers=c,
+            processes=min(PROCESSES, c),
+            times_single=statistics.median(conc[c]) / statistics.median(rates[100]))
+        figs[f"broker_cpu_ms_per_txn_100_c{c}"] = _fig(
+            [u["cpu_us"] / 1000 for u in conc_cpu[c]], "ms",
+            requests=[u["requests"] for u in conc_cpu[c]])
+        figs[f"client_cpu_ms_per_txn_100_c{c}"] = _fig(
+            [u["client_cpu_us"] / 1000 for u in conc_cpu[c]], "ms",
+            note="the producers' processes, start-up included (an upper bound)")
+        figs[f"commit_p50_ms_100_c{c}"] = _fig([p for p, _ in conc_lat[c]], "ms")
+        figs[f"commit_p99_ms_100_c{c}"] = _fig([q for _, q in conc_lat[c]], "ms")
     figs["read_uncommitted_offsets_per_s"] = _fig(
         ru, "offsets/s", delivered=delivered["read_uncommitted"])
     figs["read_committed_offsets_per_s"] = _fig(
@@ -237,6 +299,6 @@ if __name__ == "__main__":
     import json
 
     if sys.argv[1:2] == ["--worker"]:
-        _worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+        _worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
         sys.exit(0)
     print(json.dumps(run(int(sys.argv[1]) if len(sys.argv) > 1 else 3), indent=1))
