@@ -19,7 +19,8 @@ Kafka semantics followed here:
   itself is done by :mod:`rafka.kraft.service`);
 * fencing (or controlled shutdown) moves leadership away: new leader = first replica that is
   in the ISR and live; the fenced broker leaves the ISR unless it is the last member (then the
-  partition is leaderless, ``leader=-1``, ISR keeps it); an out-of-sync replica is chosen only
+  partition is leaderless, ``leader=-1``, ISR keeps it; brokers fenced in one decision that
+  are the whole ISR all stay in it: ``fence_brokers``); an out-of-sync replica is chosen only
   when the topic sets ``unclean.leader.election.enable=true``;
 * ``AlterPartition`` is guarded by leader epoch and partition epoch; the new ISR must be a
   subset of the replicas, contain the leader and hold only unfenced brokers;
