@@ -9,8 +9,10 @@ connection runs in its own nursery (``_Connection.run``):
   straight into a reused buffer) and starts one task per request in the
   connection's nursery, at most ``max_in_flight`` at a time (an excess request is answered at
   once with ``TOO_MANY_IN_FLIGHT``);
-* **arrival order up to the first wait**: the reader starts a request's task and waits until
-  that task's handler first suspends (or returns) before it starts the next one. A handler's
+* **arrival order up to the first wait**: the reader starts a request's task, and before it
+  starts the next one it waits until that task's handler has first suspended (or returned) —
+  only if it has not yet: a request that arrives on its own finds its predecessor's prefix long
+  done, so the reader does not spend a scheduler pass per request waiting for it. A handler's
   synchronous prefix — a produce's append, a fetch's first read — therefore runs in the order
   the requests arrived (trio starts tasks in no particular order), so pipelined produce
   batches for one partition land in the log in send order even with acks=1 and no
@@ -339,6 +341,8 @@ class _Connection:
         self.send_lock = trio.Lock()
         self.sock = getattr(stream, "socket", None)  # plain TCP: answers try _send_now first
         self.in_flight = 0
+        self.prefix_done = trio.Event()  # the last started request's handler reached its first wait
+        self.prefix_done.set()
         self.nursery: trio.Nursery | None = None
         self.principal: str | None = certificate_principal(stream)
         self.peer_host = peer_host(stream) if server.security is not None else None
@@ -383,7 +387,8 @@ class _Connection:
                 await trio.sleep_until(self.muted_until)
             if not await self._on_frame(payload, nursery):
                 # answered here (an error, SASL): the eager reader and _send_now need not yield,
-                # so yield once per frame, or a client sending garbage nonstop would starve the rest
+                # so yield once per frame, or a client sending garbage nonstop would starve the
+                # rest (a dispatched frame yields before the next dispatch: _on_frame)
                 await trio.lowlevel.checkpoint()
 
     async def _authentication_deadline(self) -> None:
@@ -398,8 +403,9 @@ class _Connection:
         return self.gate is not None and not self.gate.authenticated
 
     async def _on_frame(self, payload: bytes | memoryview, nursery: trio.Nursery) -> bool:
-        """Answer or dispatch one frame; True if dispatched to a request task (and waited
-        for its handler to start: a scheduler pass)."""
+        """Answer or dispatch one frame; True if dispatched to a request task. A task started
+        in this scheduler batch runs in the next one, so the reader yields (waiting for its
+        prefix) before it can start another: at most one start per pass and connection."""
         stats = self.server.stats
         stats.requests += 1
         try:
@@ -420,10 +426,12 @@ class _Connection:
             msg = f"more than {self.server.limits.max_in_flight} requests in flight on this connection"
             await self._send_error(req.correlation_id, ErrorCode.TOO_MANY_IN_FLIGHT, msg)
             return False
+        prev = self.prefix_done
+        if not prev.is_set():
+            await prev.wait()  # the previous request's synchronous prefix runs first
         self.in_flight += 1
-        first_wait = trio.Event()
+        first_wait = self.prefix_done = trio.Event()
         nursery.start_soon(self._run_request, req, first_wait.set)
-        await first_wait.wait()  # the handler's synchronous prefix ran: next request
         return True
 
     async def _run_request(self, req: Request, on_first_wait: Callable[[], None]) -> None:
