@@ -8,7 +8,8 @@ with the voter it last succeeded with (or the first voter), and
 
 * a ``NOT_CONTROLLER`` answer names the leader (``leader_id`` / ``leader_host`` /
   ``leader_port``): go there next; with no hint, try the next voter;
-* a network error (connection refused, reset) drops that connection and tries the next voter;
+* a network error (connection refused, reset) drops that connection and tries the next voter
+  — never the same one again when there is another (``_rotate(avoid=...)``);
 * between attempts it sleeps with capped exponential backoff; after ``max_attempts`` it gives
   up with the last error (``NotControllerError`` / ``BrokerNotAvailableError``).
 
@@ -62,9 +63,17 @@ class ControllerChannel:
         self._next = 0
         self._leader: tuple[str, int] | None = None
 
-    def _rotate(self) -> tuple[str, int]:
-        _vid, host, port = self.voters[self._next % len(self.voters)]
-        self._next += 1
+    def _rotate(self, avoid: tuple[str, int] | None = None) -> tuple[str, int]:
+        """The next voter in turn — never ``avoid`` (the one that just failed) when there is
+        another: the target may have come from a hint or ``_leader``, out of turn, and the
+        turn may point right back at it. Two attempt timeouts at a paused active controller
+        (2 s each) outlast the new controller's 3 s activation grace, which then fenced brokers
+        that were only stuck asking the paused voter twice."""
+        for _ in range(len(self.voters)):
+            _vid, host, port = self.voters[self._next % len(self.voters)]
+            self._next += 1
+            if (host, port) != avoid:
+                break
         return host, port
 
     def _voter_id(self, target: tuple[str, int]) -> int | None:
@@ -106,7 +115,7 @@ class ControllerChannel:
                 last = exc
                 self.pool.discard(*target)
                 self._leader = None
-                target = self._rotate()
+                target = self._rotate(avoid=target)
             else:
                 out = resp.body
                 if out.get("error") != ErrorCode.NOT_CONTROLLER:
@@ -116,7 +125,7 @@ class ControllerChannel:
                 self._leader = None
                 host, port = out.get("leader_host"), out.get("leader_port")
                 hinted = isinstance(host, str) and isinstance(port, int) and (host, port) != target
-                target = (host, port) if hinted else self._rotate()  # type: ignore[assignment]
+                target = (host, port) if hinted else self._rotate(avoid=target)  # type: ignore[assignment]
                 if hinted:
                     continue  # a fresh hint is worth trying at once
             await trio.sleep(backoff_ms(attempt, 10, _MAX_BACKOFF_MS) / 1000)
@@ -143,6 +152,6 @@ class ControllerChannel:
                 self.pool.discard(*target)
                 if self._leader == target:
                     self._leader = None
-                target = self._rotate()
+                target = self._rotate(avoid=target)
             await trio.sleep(backoff_ms(attempt, 10, _MAX_BACKOFF_MS) / 1000)
         raise last
