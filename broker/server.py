@@ -383,12 +383,16 @@ class _Connection:
                 return
             if payload is None:
                 return
+            if not self.prefix_done.is_set():
+                # the previous request's synchronous prefix runs first (arrival order); a
+                # handler that answers without suspending has also set its throttle by then
+                await self.prefix_done.wait()
             if self.muted_until > trio.current_time():  # a throttled client: hold its next request
                 await trio.sleep_until(self.muted_until)
             if not await self._on_frame(payload, nursery):
                 # answered here (an error, SASL): the eager reader and _send_now need not yield,
                 # so yield once per frame, or a client sending garbage nonstop would starve the
-                # rest (a dispatched frame yields before the next dispatch: _on_frame)
+                # rest (after a dispatched frame the loop waits for its prefix: _on_frame)
                 await trio.lowlevel.checkpoint()
 
     async def _authentication_deadline(self) -> None:
@@ -404,7 +408,7 @@ class _Connection:
 
     async def _on_frame(self, payload: bytes | memoryview, nursery: trio.Nursery) -> bool:
         """Answer or dispatch one frame; True if dispatched to a request task. A task started
-        in this scheduler batch runs in the next one, so the reader yields (waiting for its
+        in this scheduler batch runs in the next one, so the read loop yields (waiting for its
         prefix) before it can start another: at most one start per pass and connection."""
         stats = self.server.stats
         stats.requests += 1
@@ -426,9 +430,6 @@ class _Connection:
             msg = f"more than {self.server.limits.max_in_flight} requests in flight on this connection"
             await self._send_error(req.correlation_id, ErrorCode.TOO_MANY_IN_FLIGHT, msg)
             return False
-        prev = self.prefix_done
-        if not prev.is_set():
-            await prev.wait()  # the previous request's synchronous prefix runs first
         self.in_flight += 1
         first_wait = self.prefix_done = trio.Event()
         nursery.start_soon(self._run_request, req, first_wait.set)
