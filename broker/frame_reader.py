@@ -23,8 +23,9 @@ reader falls back to one record per ``receive_some``.
 ``os.read`` and waits for readability only when nothing is there: trio's ``receive_some``
 yields to the scheduler once more *after* a successful receive, one extra scheduler pass (an
 ``epoll_wait``) per request a broker handles. Only for a caller that yields
-per frame anyway (the broker waits for each request's handler to start), so a socket that always
-has data cannot starve the other tasks.
+per frame anyway (the broker waits for each request's handler to start before it dispatches
+the next, and yields after a frame it answers itself), so a socket that always has data cannot
+starve the other tasks.
 A declared length above ``max_frame_bytes`` raises ``FrameTooLargeError`` before anything of it
 is buffered.
 
