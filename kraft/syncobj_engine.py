@@ -31,12 +31,19 @@ cluster secret (pysyncobj's ``password``: encrypted and authenticated transport)
 
 Liveness (docs/chaos-results.md, seed 9 of the third transactional campaign): pysyncobj
 starts an election only while it counts some peer connected, and a follower with no
-connected peer keeps naming its last leader. After an all-voter pause no election happened
-there for 271 s; the cause is not found (a pause-all on loopback re-elected in 0.01-0.56 s
-in every round measured; /work/shared/notes/pysyncobj.md lists what was ruled out). No change was
-made to the quorum for it; instead ``_stall_watch_loop`` logs :meth:`raft_links` (listener
-bound? each peer's link state) while no leader or no connected peer lasts 5 s, so the next
-occurrence shows which link is stuck.
+connected peer keeps naming its last leader. pysyncobj 0.3.17 never times out a Raft
+connect that gets no answer: its ``connectionTimeout`` is checked only when the connection
+has a poll event or sends, a connect whose SYN was dropped (a partition that drops packets)
+has neither, and the transport does not re-dial a link while it is CONNECTING. Such a link
+stays down until a retransmitted SYN gets through or the kernel gives up (``tcp_syn_retries``
+6: retransmits 1, 3, 7, 15, 31, 63 s after the connect, ETIMEDOUT at 127 s), long after the
+partition heals (measured: a 40 s partition of all three voters, no leader for 30 s after the
+heal). :meth:`_abandon_unanswered_connects`, a pysyncobj tick callback, closes every outgoing
+connection that has been connecting longer than ``connectionTimeout`` (what pysyncobj itself
+does to a connect that completes that late), and pysyncobj's disconnect handler re-dials at
+once: a fresh SYN every ~``connectionTimeout``, so a healed link is re-made within about that.
+``_stall_watch_loop`` logs :meth:`raft_links` (listener bound? each peer's link state) while
+no leader or no connected peer lasts 5 s.
 
 Durability (see docs/internals.md §5.1): the Raft journal is a :mod:`rafka.kraft.durable_journal`
 (msync before acknowledging, fsynced term/vote), and the metadata log is fsynced before a
@@ -54,7 +61,9 @@ from typing import Any
 import msgpack
 import trio
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.node import TCPNode
+from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.tcp_server import SERVER_STATE
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.kraft.durable_journal import patched_create_journal
@@ -192,6 +201,9 @@ class SyncObjQuorum:
             self._addr_to_id.update({a: vid for vid, a in join_members})
         with patched_create_journal():  # main (trio) thread: the tick thread watches it
             self._node = _RaftNode(self, self_addr, others, conf)
+        self._connect_timeout_s = float(raft["connectionTimeout"])
+        self.connects_abandoned = 0
+        self._node.addOnTickCallback(self._abandon_unanswered_connects)
 
     # -- tick thread side ---------------------------------------------------------------
 
@@ -209,6 +221,25 @@ class SyncObjQuorum:
             return ("skip",)
         r = applied.result
         return ("ok", r.base_offset, r.last_offset, r.epoch, r.duplicate)
+
+    def _abandon_unanswered_connects(self) -> None:
+        """Tick callback (see Liveness above): close each outgoing Raft connection that has been
+        CONNECTING longer than ``connectionTimeout``. pysyncobj's disconnect handler then dials
+        the peer again at once (its ``_onDisconnected`` -> ``_connectIfNecessarySingle``; the
+        last attempt is older than ``connectionRetryTime``), with a new socket and a new SYN.
+        Reads pysyncobj's private fields (0.3.17: no public view of its links); runs on the
+        tick thread, the only thread that touches the connections."""
+        transport = self._node._SyncObj__transport
+        now = raft_clock()
+        for node, conn in list(getattr(transport, "_connections", {}).items()):
+            if conn.state != CONNECTION_STATE.CONNECTING:
+                continue
+            started = getattr(conn, "_TcpConnection__lastReadTime", None)  # set by connect()
+            if started is not None and now - started > self._connect_timeout_s:
+                self.connects_abandoned += 1
+                log.info("Raft connect to %s unanswered for %.1f s: closing it to dial again",
+                         node.address, now - started)
+                conn.disconnect()
 
     def _apply_voters_on_tick(self, data: bytes) -> tuple[Any, ...]:
         refused = self.registry.apply(msgpack.unpackb(data, raw=False))
