@@ -35,9 +35,9 @@ connected peer keeps naming its last leader. pysyncobj 0.3.17 never times out a 
 connect that gets no answer: its ``connectionTimeout`` is checked only when the connection
 has a poll event or sends, a connect whose SYN was dropped (a partition that drops packets)
 has neither, and the transport does not re-dial a link while it is CONNECTING. Such a link
-stays down until a retransmitted SYN gets through or the kernel gives up (``tcp_syn_retries``
-6: retransmits 1, 3, 7, 15, 31, 63 s after the connect, ETIMEDOUT at 127 s), long after the
-partition heals (measured: a 40 s partition of all three voters, no leader for 30 s after the
+stays down until a retransmitted SYN gets through or the kernel gives up (measured here,
+Linux 6.18 defaults: retransmits 1, 2, 3, 4, 5, 7, 11, 19, 35, 67 s after the connect,
+ETIMEDOUT at ~133 s), long after the partition heals (measured: a 40 s partition of all three voters, no leader for 30 s after the
 heal). :meth:`_abandon_unanswered_connects`, a pysyncobj tick callback, closes every outgoing
 connection that has been connecting longer than ``connectionTimeout`` (what pysyncobj itself
 does to a connect that completes that late), and pysyncobj's disconnect handler re-dials at

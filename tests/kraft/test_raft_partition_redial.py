@@ -4,8 +4,8 @@ heals — 3 real voter processes, real TCP on loopback, a real iptables partitio
 
 docs/chaos-results.md, seed 9: no Raft leader for 271 s after a heal. pysyncobj 0.3.17 never
 times out a connect that gets no answer, and does not re-dial while it is CONNECTING, so a
-link whose SYN was dropped waited for the kernel's SYN retransmits (1, 3, 7, 15, 31, 63 s) or
-its ETIMEDOUT (127 s). Measured before the fix with this file's partition of all three voters:
+link whose SYN was dropped waited for the kernel's SYN retransmits (here 1, 2, 3, 4, 5, 7, 11,
+19, 35, 67 s after the connect) or its ETIMEDOUT (~133 s). Measured before the fix with this file's partition of all three voters:
 one SYN-SENT socket per link for the whole partition, and after a 40 s partition no leader for
 30 s after the heal. The default test checks the mechanism (during a partition longer than two
 connection timeouts an initiator dials a peer more than once) and that a leader is elected and
@@ -111,7 +111,7 @@ async def partition_and_heal(tmp: Path, partition_s: float) -> dict[str, float]:
 @needs_iptables
 async def test_an_unanswered_raft_connect_is_dialled_again_and_the_quorum_heals(tmp_path: Path) -> None:
     # 7 s > 3 connection timeouts (2 s): without the re-dial each link keeps its first
-    # SYN-SENT socket (the kernel retransmits its SYN at 1, 3, 7, ... s), so one per link
+    # SYN-SENT socket (the kernel retransmits its SYN at 1, 2, 3, ... s), so one per link
     out = await partition_and_heal(tmp_path, partition_s=7.0)
     assert out["dials_min"] >= 2, out
 
