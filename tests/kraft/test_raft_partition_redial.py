@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,6 +28,8 @@ from pathlib import Path
 
 import pytest
 import trio
+from pysyncobj.poller import createPoller
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
 from tests.kraft.cluster_util import VoterCluster
 
@@ -106,6 +109,22 @@ async def partition_and_heal(tmp: Path, partition_s: float) -> dict[str, float]:
         return {"dials_min": min(dials.values()), "leader_s": leader_s, "links_s": links_s}
     finally:
         c.stop_all()
+
+
+def test_pysyncobj_still_has_the_fields_the_redial_reads() -> None:
+    """The engine's tick callback reads pysyncobj's private connect clock and skips a
+    connection without it; an upgrade that renames it would turn the re-dial off silently."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    conn = TcpConnection(createPoller("auto"), timeout=2.0)
+    try:
+        assert conn.connect("127.0.0.1", listener.getsockname()[1])
+        assert conn.state == CONNECTION_STATE.CONNECTING
+        assert isinstance(conn._TcpConnection__lastReadTime, float)
+    finally:
+        conn.disconnect()
+        listener.close()
 
 
 @needs_iptables
