@@ -2,16 +2,19 @@
 ``_abandon_unanswered_connects``), so the quorum elects soon after a packet-dropping partition
 heals — 3 real voter processes, real TCP on loopback, a real iptables partition.
 
-docs/chaos-results.md, seed 9: no Raft leader for 271 s after a heal. pysyncobj 0.3.17 never
-times out a connect that gets no answer, and does not re-dial while it is CONNECTING, so a
-link whose SYN was dropped waited for the kernel's SYN retransmits (here 1, 2, 3, 4, 5, 7, 11,
-19, 35, 67 s after the connect) or its ETIMEDOUT (~133 s). Measured before the fix with this file's partition of all three voters:
-one SYN-SENT socket per link for the whole partition, and after a 40 s partition no leader for
-30 s after the heal. The default test checks the mechanism (during a partition longer than two
-connection timeouts an initiator dials a peer more than once) and that a leader is elected and
-every link re-made after the heal; the slow one runs a 40 s partition and prints the figures.
-Both need root and iptables (skipped otherwise); the rules match only this test's Raft ports
-and are removed in ``finally``. The only time bound is a hang guard.
+Found while chasing chaos seed 9 (docs/chaos-results.md; not that stall's cause).
+pysyncobj 0.3.17 never times out a connect that gets no answer, and does not re-dial while it
+is CONNECTING, so a link whose SYN was dropped waited for the kernel's SYN retransmits (here
+1, 2, 3, 4, 5, 7, 11, 19, 35, 67 s after the connect) or its ETIMEDOUT (~133 s). Measured
+before the fix with this file's partition of all three voters: one SYN-SENT socket per link
+for the whole partition, and after a 40 s partition no leader for 30 s after the heal.
+
+The default test checks the mechanism (during a partition longer than two connection timeouts
+each link's dialer dials more than once) and that a leader is elected and every link re-made
+after the heal; the slow one runs a 40 s partition and prints the figures. Both need root and
+iptables (skipped otherwise); the rules match only this test's Raft ports and are removed in
+``finally``. The only time bound is a hang guard. A third test (no root) checks that the
+pysyncobj field the fix reads still exists.
 """
 
 from __future__ import annotations
