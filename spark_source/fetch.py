@@ -51,6 +51,7 @@ from rafka.broker.errors import ErrorCode, RafkaError
 from rafka.client.aio.fetch import CompletedFetch
 from rafka.client.columnar import ColumnBatch
 from rafka.client.types import TopicPartition
+from rafka.log.batch import HEADER_SIZE, parse_header
 
 from .offsets import OffsetRange
 from .wire import Cluster, PartitionGone
@@ -187,6 +188,8 @@ def read_range(cluster: Cluster, rng: OffsetRange, *, include_headers: bool,
                             aborted=entry.get("aborted_transactions") or None)
         if cf.end_offset < 0:  # no whole batch
             if len(raw):  # one batch larger than max_bytes: ask for more
+                if len(raw) >= HEADER_SIZE:
+                    parse_header(raw, 0)  # unless its header is corrupt: CorruptBatchError
                 max_bytes = max(max_bytes * 2, len(raw) * 2)
                 continue
             hw = int(entry.get("high_watermark", -1))

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rafka.log.batch import build_batch, build_control_batch, iter_batches, stamp
+from rafka.client.errors import CorruptRecordError
+from rafka.log.batch import CorruptBatchError, build_batch, build_control_batch, iter_batches, stamp
 from rafka.spark_source.fetch import read_range
 from rafka.spark_source.offsets import OffsetRange
 from rafka.spark_source.options import OptionError, parse_source_options
@@ -146,3 +147,18 @@ def test_range_ending_on_a_marker_completes() -> None:
     server = LogServer(raw, index, lso=9, isolation_level=1, batches_per_fetch=1)
     assert _read(server, 7, 9) == []
     assert server.fetches == [7, 8]
+
+
+def test_corrupt_batches_raise_named_errors_and_never_loop() -> None:
+    """A mangled first header (no whole batch can be read) raises ``CorruptBatchError`` instead
+    of asking for ever more bytes; a CRC mismatch raises the consumer's ``CorruptRecordError``
+    naming the offsets."""
+    raw, index = _log(("data", -1, 3), ("data", -1, 2))
+    for mangle, error, match in ((16, CorruptBatchError, "magic"),  # the magic byte
+                                 (len(raw) - 1, CorruptRecordError, r"\[3, 4\]")):  # 2nd batch's CRC
+        server = LogServer(raw, index, 5, isolation_level=0, batches_per_fetch=10)
+        bad = bytearray(raw)
+        bad[mangle] ^= 0xFF
+        server.raw = bytes(bad)  # served as stored; the batch positions are the good log's
+        with pytest.raises(error, match=match):
+            _read(server, 0, 5)
