@@ -74,6 +74,7 @@ __all__ = [
     "decode_records",
     "decode_raw_records",
     "records_section",
+    "unpack_section",
     "decode_columns",
     "decode_records_c",
 ]
@@ -400,13 +401,19 @@ def decode_raw_records(buf: bytes | bytearray | memoryview, pos: int = 0,
     Validates the CRC.  Used by compaction, which re-packs what it keeps.
     """
     h = header if header is not None else parse_header(buf, pos)
-    section = records_section(buf, pos, h)
+    return unpack_section(records_section(buf, pos, h), h)
+
+
+def unpack_section(section: bytes | memoryview, h: BatchHeader, *, use_list: bool = True) -> list | tuple:
+    """msgpack's unpacking of a ``records_section``: one list (``use_list=False``: tuple) per
+    record inside one list (tuple). Raises ``CorruptBatchError`` when it does not unpack or
+    does not hold ``h.record_count`` records."""
     try:
-        recs = msgpack.unpackb(section, raw=False)
+        recs = msgpack.unpackb(section, raw=False, use_list=use_list)
     except Exception as exc:  # msgpack raises a zoo of types on bad input
         raise CorruptBatchError(f"undecodable records in batch at offset {h.base_offset}: "
                                 f"{exc}") from exc
-    if not isinstance(recs, list) or len(recs) != h.record_count:
+    if not isinstance(recs, list if use_list else tuple) or len(recs) != h.record_count:
         raise CorruptBatchError(f"batch at offset {h.base_offset}: record count mismatch")
     return recs
 

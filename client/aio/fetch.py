@@ -56,7 +56,6 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-import msgpack
 from rafka.client.columnar import ColumnBatch, Decoded
 from rafka.client.errors import CorruptRecordError
 from rafka.client.txn_filter import TXN_BITS, TxnBatchFilter
@@ -69,6 +68,7 @@ from rafka.log.batch import (
     decode_records_c,
     parse_header,
     records_section,
+    unpack_section,
 )
 
 __all__ = ["PartitionData", "split_fetch_response", "CompletedFetch", "batch_headers"]
@@ -154,13 +154,7 @@ def _unpack_records(buf: memoryview, pos: int, h: BatchHeader, columnar: bool,
         recs = decode_records_c(section, h, tp.topic, tp.partition, ConsumerRecord)
         if recs is not None:
             return recs
-    try:
-        recs = msgpack.unpackb(section, raw=False, use_list=False)
-    except Exception as exc:  # msgpack raises many types on bad input
-        raise CorruptBatchError(f"undecodable records in batch at offset {h.base_offset}: {exc}") from exc
-    if not isinstance(recs, tuple) or len(recs) != h.record_count:
-        raise CorruptBatchError(f"batch at offset {h.base_offset}: record count mismatch")
-    return recs
+    return unpack_section(section, h, use_list=False)  # type: ignore[return-value]
 
 
 def _first_at(rows: tuple[tuple[Any, ...], ...], delta: int) -> int:
