@@ -1,0 +1,505 @@
+"""The rafka API catalogue: ``ApiKey`` and the schema of every request body.
+
+Theory of operation
+-------------------
+``SCHEMAS`` maps each ``ApiKey`` to the structure its request body must have, and says in
+comments what the response body holds: it is the reference of the wire protocol
+(``broker/protocol.py`` frames and encodes; this module says what the bodies mean).  A spec is
+a Python type (``int``, ``str``, ``bytes``, ``bool``...), a one-element list (a list of that
+spec), a dict (a map with these str keys), ``Opt(spec)`` (may be missing or None) or
+``MapOf(key, value)`` (a free-form map).
+
+``validate_request`` checks a decoded body against its schema before any handler runs.
+Validation is structural (required keys, types, nesting) and names the path of the first
+mismatch in its ``ProtocolError``; extra keys are ignored so that newer clients can talk to
+older brokers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from rafka.broker.errors import ErrorCode, ProtocolError
+
+__all__ = ["ApiKey", "SCHEMAS", "Opt", "MapOf", "UnknownApiError", "validate_request"]
+
+
+class UnknownApiError(ProtocolError):
+    code = ErrorCode.UNKNOWN_API
+
+
+class ApiKey(IntEnum):
+    # data plane (brokers)
+    API_VERSIONS = 0
+    METADATA = 1
+    PRODUCE = 2
+    FETCH = 3
+    LIST_OFFSETS = 4
+    CREATE_TOPICS = 5
+    DELETE_TOPICS = 6
+    DESCRIBE_CONFIGS = 7
+    CREATE_PARTITIONS = 8
+    INIT_PRODUCER_ID = 9
+    ALTER_CONFIGS = 10
+    ELECT_LEADERS = 11
+    FIND_COORDINATOR = 12  # Kafka's 10 (rafka's 10 is ALTER_CONFIGS)
+    # controller quorum
+    BROKER_REGISTRATION = 20
+    BROKER_HEARTBEAT = 21
+    METADATA_FETCH = 22
+    ALTER_PARTITION = 23
+    DESCRIBE_QUORUM = 24
+    ADD_RAFT_VOTER = 25  # KIP-853 (kraft/voter_admin.py)
+    REMOVE_RAFT_VOTER = 26
+    # consumer groups (coordinated by the active controller)
+    CONSUMER_GROUP_HEARTBEAT = 30
+    OFFSET_COMMIT = 31
+    OFFSET_FETCH = 32
+    LIST_GROUPS = 33
+    DESCRIBE_GROUPS = 34
+    DELETE_GROUPS = 35
+    ALTER_GROUP_OFFSETS = 36
+    # transactions (docs/transactions.md)
+    ADD_PARTITIONS_TO_TXN = 40
+    ADD_OFFSETS_TO_TXN = 41
+    END_TXN = 42
+    WRITE_TXN_MARKERS = 43
+    TXN_OFFSET_COMMIT = 44
+    DESCRIBE_TRANSACTIONS = 45
+    LIST_TRANSACTIONS = 46
+    DESCRIBE_PRODUCERS = 47
+    # security (docs/security.md)
+    SASL_HANDSHAKE = 50
+    SASL_AUTHENTICATE = 51
+    ALTER_USER_SCRAM_CREDENTIALS = 52
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 53
+    CREATE_ACLS = 54
+    DESCRIBE_ACLS = 55
+    DELETE_ACLS = 56
+    ALTER_CLIENT_QUOTAS = 57
+    DESCRIBE_CLIENT_QUOTAS = 58
+    # reassignment and decommission (kraft/reassign.py)
+    ALTER_PARTITION_REASSIGNMENTS = 70
+    LIST_PARTITION_REASSIGNMENTS = 71
+    DECOMMISSION_BROKER = 72
+    UNREGISTER_BROKER = 73
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+@dataclass(frozen=True, slots=True)
+class Opt:
+    """An optional field: may be missing or None."""
+
+    spec: Any
+
+
+@dataclass(frozen=True, slots=True)
+class MapOf:
+    """A free-form map with keys and values of the given specs."""
+
+    key: Any
+    value: Any
+
+
+_TP_LIST = [{"name": str, "partitions": [int]}]
+# an access control entry (docs/security.md) and a filter of them (None: any value)
+_ACL = {"principal": str, "resource_type": str, "pattern_type": str, "resource_name": str,
+        "operation": str, "permission": str, "host": str}
+_ACL_FILTER = {k: Opt(str) for k in _ACL}
+
+SCHEMAS: dict[ApiKey, dict[str, Any]] = {
+    # -> {error, apis: [[api_key, min_version, max_version]]}
+    ApiKey.API_VERSIONS: {},
+    # -> {cluster_id, controller_id, brokers: [{node_id, host, port, rack}],
+    #     topics: [{name, error, topic_id, is_internal, configs?,
+    #               partitions: [{partition, error, leader, leader_epoch, replicas, isr}]}]}
+    ApiKey.METADATA: {"topics": Opt([str])},
+    # -> {topics: [{name, partitions: [{partition, error, message, base_offset,
+    #                                   log_append_time, log_start_offset}]}]}
+    # transactional_id: set by transactional producers; a transactional batch that opens a
+    # transaction on a partition is verified with that id's coordinator first (KIP-890).
+    ApiKey.PRODUCE: {
+        "acks": int,
+        "timeout_ms": int,
+        "transactional_id": Opt(str),
+        "topics": [{"name": str, "partitions": [{"partition": int, "records": bytes}]}],
+    },
+    # replica_id -1 = consumer; >= 0 = follower broker id (then broker_epoch is required)
+    # -> {topics: [{name, partitions: [{partition, error, message, high_watermark,
+    #     log_start_offset, log_end_offset, diverging_epoch: {epoch, end_offset} | None,
+    #     records_len}]}]} + raw bytes (records_len of each partition, in order)
+    # isolation_level: 0 read_uncommitted (default), 1 read_committed -> data only below the
+    # last stable offset, and per partition also last_stable_offset and
+    # aborted_transactions: [[producer_id, first_offset]] | None (docs/transactions.md)
+    ApiKey.FETCH: {
+        "replica_id": int,
+        "isolation_level": Opt(int),
+        "broker_epoch": Opt(int),
+        "max_wait_ms": int,
+        "min_bytes": int,
+        "max_bytes": int,
+        "topics": [
+            {
+                "name": str,
+                "partitions": [
+                    {
+                        "partition": int,
+                        "fetch_offset": int,
+                        "partition_max_bytes": int,
+                        "current_leader_epoch": Opt(int),
+                        "last_fetched_epoch": Opt(int),
+                    }
+                ],
+            }
+        ],
+    },
+    # timestamp: -2 earliest, -1 latest (high watermark), >= 0 first offset with ts >= it
+    # -> {topics: [{name, partitions: [{partition, error, offset, timestamp, leader_epoch}]}]}
+    # isolation_level 1: latest (-1) answers the last stable offset instead of the high watermark
+    ApiKey.LIST_OFFSETS: {
+        "replica_id": Opt(int),
+        "isolation_level": Opt(int),
+        "topics": [
+            {
+                "name": str,
+                "partitions": [
+                    {"partition": int, "timestamp": int, "current_leader_epoch": Opt(int)}
+                ],
+            }
+        ],
+    },
+    # request_id (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, ALTER_CONFIGS): optional,
+    # 1-128 chars of [A-Za-z0-9._-], one per logical admin call and the same on every retry;
+    # the controller answers a topic whose change that id already made with the original
+    # outcome (kraft/service.py). Absent: every attempt is decided afresh.
+    # -> {topics: [{name, error, message, topic_id, num_partitions, replication_factor}]}
+    ApiKey.CREATE_TOPICS: {
+        "topics": [
+            {
+                "name": str,
+                "num_partitions": int,
+                "replication_factor": int,
+                "configs": Opt(MapOf(str, str)),
+            }
+        ],
+        "timeout_ms": int,
+        "validate_only": Opt(bool),
+        "request_id": Opt(str),
+    },
+    # -> {topics: [{name, error, message}]}
+    ApiKey.DELETE_TOPICS: {"topics": [str], "timeout_ms": int, "request_id": Opt(str)},
+    # -> {topics: [{name, error, message, configs: {name: value}}]}
+    ApiKey.DESCRIBE_CONFIGS: {"topics": [str]},
+    # count = the new total number of partitions -> {topics: [{name, error, message}]}
+    ApiKey.CREATE_PARTITIONS: {"topics": [{"name": str, "count": int}], "timeout_ms": int,
+                               "request_id": Opt(str)},
+    # without transactional_id: to the controller (a fresh id for an idempotent producer);
+    # with it: to that id's transaction coordinator, which bumps the epoch (fencing older
+    # incarnations) and ends what they left open. producer_id/producer_epoch with it: a
+    # producer re-initialising after TRANSACTION_TIMED_OUT (KIP-360).
+    # -> {error, message, producer_id, producer_epoch}
+    ApiKey.INIT_PRODUCER_ID: {"producer_id": Opt(int), "producer_epoch": Opt(int),
+                              "transactional_id": Opt(str),
+                              "transaction_timeout_ms": Opt(int)},
+    # value None deletes the override -> {topics: [{name, error, message}]}
+    ApiKey.ALTER_CONFIGS: {"topics": [{"name": str, "configs": MapOf(str, Opt(str))}],
+                           "request_id": Opt(str)},
+    # election_type 0 preferred, 1 unclean; topics None = all
+    # -> {error, topics: [{name, partitions: [{partition, error, message}]}]}
+    ApiKey.ELECT_LEADERS: {"election_type": int, "topics": Opt(_TP_LIST)},
+    # key_type 0 group, 1 transaction; any broker (broker/handlers/coordinator.py); each key is
+    # authorized on its own (describe on the group / transactional id)
+    # -> {error, coordinators: [{key, node_id, host, port, error, message}]}
+    ApiKey.FIND_COORDINATOR: {"key_type": int, "keys": [str]},
+    # ---- controller
+    # -> {error, message, broker_epoch}
+    ApiKey.BROKER_REGISTRATION: {
+        "broker_id": int,
+        "incarnation_id": str,
+        "host": str,
+        "port": int,
+        "rack": Opt(str),
+        "heartbeat_interval_ms": Opt(int),  # the controller probes a broker silent for 2x this
+        "secure_listener": Opt(str),  # "host:port" of its secured listener (docs/security.md)
+    },
+    # -> {error, message, is_caught_up, is_fenced, should_shutdown}
+    ApiKey.BROKER_HEARTBEAT: {
+        "broker_id": int,
+        "broker_epoch": int,
+        "metadata_offset": int,
+        "want_fence": bool,
+        "want_shutdown": bool,
+        "heartbeat_interval_ms": Opt(int),  # repeated: a new active controller learns it too
+    },
+    # long-poll the @metadata log from from_offset
+    # -> {error, message, leader_id, entries: [[offset, epoch, record]], committed_offset,
+    #     log_start_offset, snapshot: {offset, epoch, records} | None}
+    ApiKey.METADATA_FETCH: {
+        "node_id": Opt(int),
+        "from_offset": int,
+        "max_records": int,
+        "max_wait_ms": int,
+    },
+    # -> {error, message, leader, leader_epoch, partition_epoch, isr}
+    ApiKey.ALTER_PARTITION: {
+        "broker_id": int,
+        "broker_epoch": int,
+        "topic": str,
+        "partition": int,
+        "leader_epoch": int,
+        "partition_epoch": int,
+        "new_isr": [int],
+    },
+    # -> {error, leader_id, epoch, high_watermark,
+    #     voters: [{id, raft, rpc, metadata_offset, lag}], observers: [{id, metadata_offset, lag}]}
+    # local_only: a voter answers with its own metadata offset only (the leader asks each voter)
+    ApiKey.DESCRIBE_QUORUM: {"local_only": Opt(bool)},
+    # to the active controller (any node forwards): one single-server change, committed
+    # -> {error, message, voters: [{id, raft, rpc, directory_id}]}
+    ApiKey.ADD_RAFT_VOTER: {"voter_id": int, "address": str},
+    ApiKey.REMOVE_RAFT_VOTER: {"voter_id": int},
+    # ---- consumer groups (kraft/groups; docs in kraft/groups/offsets.py and coordinator.py)
+    # to the active controller (brokers forward it). member_epoch 0 = join (member_id "" → the
+    # controller picks one), -1 = leave, > 0 = heartbeat. subscribed_topics None = unchanged.
+    # owned_partitions: what the member holds now (acks revocations).
+    # -> {error, message, member_id, member_epoch, heartbeat_interval_ms,
+    #     assignment: [{name, partitions}] | None, metadata_offset}
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: {
+        "group_id": str,
+        "member_id": str,
+        "member_epoch": int,
+        "subscribed_topics": Opt([str]),
+        "owned_partitions": Opt(_TP_LIST),
+        "session_timeout_ms": Opt(int),
+        "rebalance_timeout_ms": Opt(int),
+        "client_id": Opt(str),
+        "client_host": Opt(str),
+    },
+    # to the leader of __consumer_offsets partition crc32(group_id) % partitions (the group's
+    # coordinator). member_epoch -1 / member_id None: a commit from outside the group (only
+    # while it has no members). min_metadata_offset: the metadata_offset of the member's last
+    # heartbeat (the coordinator waits until its image has it before validating).
+    # -> {error, message, topics: [{name, partitions: [{partition, error, message}]}]}
+    ApiKey.OFFSET_COMMIT: {
+        "group_id": str,
+        "member_id": Opt(str),
+        "member_epoch": Opt(int),
+        "min_metadata_offset": Opt(int),
+        "topics": [
+            {
+                "name": str,
+                "partitions": [{"partition": int, "offset": int, "metadata": Opt(str)}],
+            }
+        ],
+    },
+    # topics None = every committed partition of the group
+    # -> {error, message, topics: [{name, partitions: [{partition, offset (-1: none),
+    #     metadata, commit_timestamp, error}]}]}
+    # require_stable (KIP-447; read_committed consumers): a partition with offsets pending in
+    # an open transaction answers UNSTABLE_OFFSET_COMMIT (retriable) instead of the older offset
+    ApiKey.OFFSET_FETCH: {"group_id": str, "topics": Opt(_TP_LIST), "require_stable": Opt(bool)},
+    # any broker: groups in its image + groups with offsets it coordinates
+    # -> {error, groups: [{group_id, state, members, group_epoch}]}
+    ApiKey.LIST_GROUPS: {},
+    # to each group's coordinator
+    # -> {error, groups: [{group_id, error, message, state, group_epoch, assignment_epoch,
+    #     members: [{member_id, member_epoch, client_id, client_host, subscribed_topics,
+    #                assignment, target, pending_revocation}],   (assignment lists as _TP_LIST)
+    #     offsets: [{name, partitions: [{partition, offset, metadata, commit_timestamp}]}]}]}
+    ApiKey.DESCRIBE_GROUPS: {"groups": [str]},
+    # to each group's coordinator; only groups without members (tombstones their offsets)
+    # -> {error, groups: [{group_id, error, message}]}
+    ApiKey.DELETE_GROUPS: {"groups": [str]},
+    # to the group's coordinator; only without members. offset >= 0 (resolve earliest/latest/
+    # timestamp with LIST_OFFSETS first) -> {error, message, topics: [{name, partitions:
+    # [{partition, error, message}]}]}
+    ApiKey.ALTER_GROUP_OFFSETS: {
+        "group_id": str,
+        "topics": [{"name": str, "partitions": [{"partition": int, "offset": int}]}],
+        "force": Opt(bool),  # also with members (NON_EMPTY_GROUP otherwise)
+    },
+    # ---- transactions (docs/transactions.md). The coordinator of a transactional id is the
+    # leader of __transaction_state partition crc32(id) % partitions.
+    # verify_only: a partition leader asks whether (producer_id, producer_epoch) is in an
+    # ongoing transaction that holds these partitions; nothing changes.
+    # -> {error, message, topics: [{name, partitions: [{partition, error}]}]}
+    ApiKey.ADD_PARTITIONS_TO_TXN: {
+        "transactional_id": str,
+        "producer_id": int,
+        "producer_epoch": int,
+        "topics": _TP_LIST,
+        "verify_only": Opt(bool),
+    },
+    # adds the group's __consumer_offsets partition -> {error, message}
+    ApiKey.ADD_OFFSETS_TO_TXN: {
+        "transactional_id": str,
+        "producer_id": int,
+        "producer_epoch": int,
+        "group_id": str,
+    },
+    # -> {error, message}; answered once the markers are written and the outcome is complete
+    ApiKey.END_TXN: {
+        "transactional_id": str,
+        "producer_id": int,
+        "producer_epoch": int,
+        "commit": bool,
+    },
+    # coordinator -> partition leaders: append a control batch (acks=all) to each partition
+    # -> {error, markers: [{producer_id, topics: [{name, partitions: [{partition, error, message}]}]}]}
+    ApiKey.WRITE_TXN_MARKERS: {
+        "markers": [{
+            "producer_id": int,
+            "producer_epoch": int,
+            "commit": bool,
+            "coordinator_epoch": int,
+            "topics": _TP_LIST,
+        }],
+        "timeout_ms": Opt(int),
+    },
+    # to the group's coordinator; the offsets stay pending until the transaction's marker
+    # -> as OFFSET_COMMIT
+    ApiKey.TXN_OFFSET_COMMIT: {
+        "transactional_id": str,
+        "group_id": str,
+        "producer_id": int,
+        "producer_epoch": int,
+        "member_id": Opt(str),
+        "member_epoch": Opt(int),
+        "min_metadata_offset": Opt(int),
+        "topics": [
+            {
+                "name": str,
+                "partitions": [{"partition": int, "offset": int, "metadata": Opt(str)}],
+            }
+        ],
+    },
+    # -> {error, transactions: [{transactional_id, error, message, state, producer_id,
+    #     producer_epoch, timeout_ms, txn_start_ms, last_update_ms, partitions: _TP_LIST}]}
+    ApiKey.DESCRIBE_TRANSACTIONS: {"transactional_ids": [str]},
+    # any broker: the ids it coordinates (the client asks every broker and merges)
+    # -> {error, transactions: [{transactional_id, producer_id, producer_epoch, state}]}
+    ApiKey.LIST_TRANSACTIONS: {"states": Opt([str])},
+    # partition leaders -> {error, topics: [{name, partitions: [{partition, error, message,
+    #     producers: [{producer_id, producer_epoch, last_sequence, last_timestamp,
+    #                  txn_first_offset}]}]}]}
+    ApiKey.DESCRIBE_PRODUCERS: {"topics": _TP_LIST},
+    # ---- security (docs/security.md; security/sasl.py). On a SASL listener nothing but
+    # API_VERSIONS and these two is served before authentication, in frames of at most
+    # sasl.max.unauthenticated.frame.bytes; any error closes the connection.
+    # -> {error, message, mechanisms: [str]}  (the listener's enabled mechanisms)
+    ApiKey.SASL_HANDSHAKE: {"mechanism": str},
+    # one SCRAM message each way (client-first, then client-final)
+    # -> {error, message, auth_bytes: bytes}  (server-first, then server-final)
+    ApiKey.SASL_AUTHENTICATE: {"auth_bytes": bytes},
+    # forwarded to the controller, which writes UserScramCredential records (never a password:
+    # the client derives salt/iterations/stored_key/server_key, security/scram.py)
+    # -> {error, message, results: [{user, mechanism, error, message}], metadata_offset}
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {
+        "upsertions": Opt([{"user": str, "mechanism": str, "iterations": int, "salt": bytes,
+                            "stored_key": bytes, "server_key": bytes}]),
+        "deletions": Opt([{"user": str, "mechanism": str}]),
+    },
+    # any broker, from its image; users None = all
+    # -> {error, users: [{user, error, message, credentials: [{mechanism, iterations}]}]}
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": Opt([str])},
+    # ACLs (security/acl.py): forwarded to the controller, which writes AclCreated / AclRemoved
+    # -> {error, message, results: [{error, message}]} (one per acl, in order), metadata_offset
+    ApiKey.CREATE_ACLS: {"acls": [_ACL]},
+    # any broker, from its image; a None field matches anything -> {error, acls: [_ACL]}
+    ApiKey.DESCRIBE_ACLS: {"filter": _ACL_FILTER},
+    # forwarded -> {error, message, results: [{error, message, deleted: [_ACL]}]}, metadata_offset
+    ApiKey.DELETE_ACLS: {"filters": [_ACL_FILTER]},
+    # byte-rate quotas (metadata/quotas.py): user "User:<name>" and/or client_id, either may be
+    # "<default>"; key producer_byte_rate | consumer_byte_rate; value None removes it.
+    # Forwarded to the controller (kraft/quota_admin.py), which writes ClientQuota records
+    # -> {error, message, results: [{error, message}]} (one per entry, in order), metadata_offset
+    ApiKey.ALTER_CLIENT_QUOTAS: {
+        "entries": [{"user": Opt(str), "client_id": Opt(str),
+                     "ops": [{"key": str, "value": Opt(float)}]}],
+        "validate_only": Opt(bool),
+    },
+    # any broker, from its image; user / client_id (exact; None = any) filter the entities.
+    # -> {error, entries: [{user, client_id, values: {key: value}}],
+    #     usage: [{kind, entity: [str], quota, window_bytes: [[start_ms, bytes]],
+    #              throttle_count, throttle_time_ms_total}]}  (what THIS broker measured)
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: {"user": Opt(str), "client_id": Opt(str)},
+    # reassignment (KIP-455, kraft/reassign.py): forwarded to the controller; replicas None
+    # cancels; the whole plan is refused if one entry is bad
+    # -> {error, message, metadata_offset}
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: {
+        "partitions": [{"topic": str, "partition": int, "replicas": Opt([int])}],
+        "throttle_bytes_per_s": Opt(int), "timeout_ms": Opt(int)},
+    # any broker, from its image; topics None = all. A partition leader adds its followers'
+    # log end offsets -> {error, reassignments: [{topic, partition, replicas, adding_replicas,
+    #   removing_replicas, isr, leader, throttle_bytes_per_s, log_end_offsets: {id: offset} | None}]}
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: {"topics": Opt(_TP_LIST)},
+    # forwarded; cancel=True puts it back in service (moved replicas stay moved)
+    # -> {error, message, moved: [{topic, partition, replicas}], metadata_offset}
+    ApiKey.DECOMMISSION_BROKER: {"broker_id": int, "throttle_bytes_per_s": Opt(int),
+                                 "cancel": Opt(bool), "timeout_ms": Opt(int)},
+    # forwarded; a stopped broker that holds no replica -> {error, message, metadata_offset}
+    ApiKey.UNREGISTER_BROKER: {"broker_id": int, "timeout_ms": Opt(int)},
+    # PRODUCE and FETCH answers carry throttle_time_ms (> 0: the client went over its byte-rate
+    # quota; the broker held the answer that long, security/throttle.py)
+}
+
+
+def _type_name(spec: Any) -> str:
+    if isinstance(spec, type):
+        return spec.__name__
+    if isinstance(spec, list):
+        return "list"
+    if isinstance(spec, dict | MapOf):
+        return "map"
+    return str(spec)
+
+
+def _check(spec: Any, value: Any, path: str) -> None:
+    if isinstance(spec, Opt):
+        if value is not None:
+            _check(spec.spec, value, path)
+        return
+    if spec is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ProtocolError(f"{path}: expected int, got {type(value).__name__}")
+    elif spec is bytes:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise ProtocolError(f"{path}: expected bytes, got {type(value).__name__}")
+    elif isinstance(spec, type):
+        if not isinstance(value, spec):
+            raise ProtocolError(f"{path}: expected {spec.__name__}, got {type(value).__name__}")
+    elif isinstance(spec, list):
+        if not isinstance(value, list):
+            raise ProtocolError(f"{path}: expected list, got {type(value).__name__}")
+        for i, item in enumerate(value):
+            _check(spec[0], item, f"{path}[{i}]")
+    elif isinstance(spec, MapOf):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{path}: expected map, got {type(value).__name__}")
+        for k, v in value.items():
+            _check(spec.key, k, f"{path} key")
+            _check(spec.value, v, f"{path}[{k!r}]")
+    elif isinstance(spec, dict):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{path}: expected map, got {type(value).__name__}")
+        for name, sub in spec.items():
+            if name not in value:
+                if isinstance(sub, Opt):
+                    continue
+                raise ProtocolError(f"{path}.{name}: missing ({_type_name(sub)} required)")
+            _check(sub, value[name], f"{path}.{name}")
+    else:  # pragma: no cover - a bug in SCHEMAS
+        raise TypeError(f"bad schema spec {spec!r}")
+
+
+def validate_request(api_key: int, body: Any) -> None:
+    """Check ``body`` against the schema of ``api_key``; raise ``ProtocolError`` naming the path."""
+    try:
+        key = ApiKey(api_key)
+    except ValueError:
+        raise UnknownApiError(f"unknown api key {api_key}") from None
+    _check(SCHEMAS[key], body, key.name.lower())
