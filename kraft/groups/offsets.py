@@ -10,12 +10,9 @@ Kafka. A group's offsets all live in partition ``crc32(group_id) % partitions``
 offsets and the admin APIs. Finding it needs no extra API: it is the METADATA of
 ``__consumer_offsets`` (the client creates the topic when it is missing).
 
-Record format: key = msgpack ``[group, topic, partition]``; value = msgpack ``[offset, metadata,
-commit_timestamp_ms, member_epoch]``, or ``None`` (a tombstone: the group was deleted). Compaction
-keeps the last record per key.
-
-The coordinator keeps an in-memory map key → value per offsets partition it leads
-(:class:`OffsetsCache`). It is rebuilt lazily: the first request after this broker became
+Record format and the in-memory map key → value per offsets partition (:class:`OffsetsCache`):
+``kraft/groups/offsets_cache.py``. The coordinator keeps one cache per offsets partition it
+leads. It is rebuilt lazily: the first request after this broker became
 leader in a new leader epoch reads the whole (compacted) partition, synchronously (no await in
 between, so no append can interleave). A commit is appended with ``acks=all`` and enters the map
 only once it is acknowledged, so OFFSET_FETCH never returns an offset that a leader failover could
@@ -71,18 +68,28 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-import msgpack
 import trio
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.protocol import ApiKey
 from rafka.broker.read_barrier import ReadBarrier
 from rafka.kraft.groups.coordinator import assignment_body
-from rafka.log.batch import CONTROL_COMMIT, build_batch, control_type, decode_records, iter_batches
+from rafka.kraft.groups.offsets_cache import (
+    DEFAULT_OFFSETS_PARTITIONS,
+    OFFSETS_TOPIC,
+    Key,
+    OffsetsCache,
+    OffsetValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    offsets_partition,
+    offsets_topic_spec,
+)
+from rafka.log.batch import build_batch
 from rafka.metadata.groups import GroupImage
 from rafka.metadata.image import MetadataImage
 
@@ -102,144 +109,11 @@ __all__ = [
 
 log = logging.getLogger("rafka.groups.offsets")
 
-OFFSETS_TOPIC: Final = "__consumer_offsets"
-DEFAULT_OFFSETS_PARTITIONS: Final = 10
 MAX_METADATA_LEN: Final = 4096
 MAX_COMMIT_PARTITIONS: Final = 10_000
 _READ_CHUNK: Final = 1024 * 1024
 _ACKS_ALL: Final = -1
 DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000  # Kafka's offsets.retention.minutes: 10080
-
-Key = tuple[str, str, int]
-
-
-# --------------------------------------------------------------------------- encoding
-
-
-def offsets_partition(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition holding ``group_id``'s offsets (stable everywhere)."""
-    return zlib.crc32(group_id.encode()) % num_partitions
-
-
-def offsets_topic_spec(
-    live_brokers: int, num_partitions: int = DEFAULT_OFFSETS_PARTITIONS
-) -> dict[str, Any]:
-    """The CREATE_TOPICS entry for ``__consumer_offsets``."""
-    return {
-        "name": OFFSETS_TOPIC,
-        "num_partitions": num_partitions,
-        "replication_factor": max(1, min(3, live_brokers)),
-        "configs": {
-            "cleanup.policy": "compact",
-            "min.insync.replicas": "1" if live_brokers < 3 else "2",
-        },
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetValue:
-    offset: int
-    metadata: str = ""
-    commit_timestamp: int = -1
-    member_epoch: int = -1
-
-
-def encode_key(group_id: str, topic: str, partition: int) -> bytes:
-    return msgpack.packb([group_id, topic, partition], use_bin_type=True)
-
-
-def decode_key(data: bytes) -> Key:
-    g, t, p = msgpack.unpackb(data, raw=False)
-    return str(g), str(t), int(p)
-
-
-def encode_value(v: OffsetValue | None) -> bytes | None:
-    if v is None:
-        return None
-    return msgpack.packb(
-        [v.offset, v.metadata, v.commit_timestamp, v.member_epoch], use_bin_type=True
-    )
-
-
-def decode_value(data: bytes | None) -> OffsetValue | None:
-    if data is None:
-        return None
-    off, meta, ts, epoch = msgpack.unpackb(data, raw=False)
-    return OffsetValue(int(off), str(meta or ""), int(ts), int(epoch))
-
-
-# --------------------------------------------------------------------------- cache
-
-
-class OffsetsCache:
-    """The latest committed value per key of one offsets partition, as of ``leader_epoch``."""
-
-    def __init__(self, leader_epoch: int) -> None:
-        self.leader_epoch = leader_epoch
-        self.values: dict[Key, tuple[OffsetValue, int]] = {}  # key -> (value, log offset)
-        self.by_group: dict[str, set[Key]] = {}
-        self.pending: dict[int, dict[Key, OffsetValue]] = {}  # producer id -> its txn offsets
-        self.loaded_to = 0
-
-    def apply(self, key: Key, value: OffsetValue | None, log_offset: int) -> None:
-        cur = self.values.get(key)
-        if cur is not None and cur[1] > log_offset:
-            return  # an older append acknowledged late
-        if value is None:
-            self.values.pop(key, None)
-            keys = self.by_group.get(key[0])
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del self.by_group[key[0]]
-        else:
-            self.values[key] = (value, log_offset)
-            self.by_group.setdefault(key[0], set()).add(key)
-
-    def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
-        """The group's partitions with offsets pending in an open transaction (KIP-447)."""
-        return {(t, p) for entries in self.pending.values() for (g, t, p) in entries if g == group_id}
-
-    def add_pending(self, producer_id: int, entries: Iterable[tuple[Key, OffsetValue]]) -> None:
-        """Offsets of an open transaction: kept aside until its marker."""
-        self.pending.setdefault(producer_id, {}).update(entries)
-
-    def end_txn(self, producer_id: int, commit: bool, marker_offset: int) -> int:
-        """A marker of ``producer_id``: apply (commit) or drop its pending offsets; returns how many."""
-        entries = self.pending.pop(producer_id, {})
-        if commit:
-            for k, v in entries.items():
-                self.apply(k, v, marker_offset)
-        return len(entries)
-
-    def load(self, buf: bytes) -> int:
-        """Fold whole batches of ``buf``; returns the next offset to read (0 if none whole)."""
-        nxt = 0
-        for pos, h in iter_batches(buf):
-            nxt = h.last_offset + 1
-            if h.is_control:
-                try:
-                    self.end_txn(h.producer_id, control_type(buf, pos) == CONTROL_COMMIT, h.base_offset)
-                except Exception as exc:  # noqa: BLE001 - a bad marker must not stop the load
-                    log.warning("skipping bad marker at %d: %s", h.base_offset, exc)
-                continue
-            for rec in decode_records(buf, pos):
-                if rec.key is None:
-                    continue
-                try:
-                    key, value = decode_key(rec.key), decode_value(rec.value)
-                except Exception as exc:  # a foreign record must not break the coordinator
-                    log.warning("skipping bad offsets record at %d: %s", rec.offset, exc)
-                    continue
-                if h.is_transactional and value is not None:
-                    self.add_pending(h.producer_id, [(key, value)])
-                else:
-                    self.apply(key, value, rec.offset)
-        return nxt
-
-    def group(self, group_id: str) -> dict[tuple[str, int], OffsetValue]:
-        return {(k[1], k[2]): self.values[k][0] for k in sorted(self.by_group.get(group_id, ()))}
-
 
 # --------------------------------------------------------------------------- broker seam
 
