@@ -13,6 +13,7 @@ Local errors (you broke the protocol: ``ProtocolError``) and remote ones (the br
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from enum import IntEnum
 from typing import Any
 
@@ -24,6 +25,8 @@ __all__ = [
     "error_class",
     "error_for",
     "raise_for",
+    "Handler",
+    "answer_errors",
 ]
 
 
@@ -200,3 +203,20 @@ def raise_for(body: dict[str, Any]) -> None:
     code = body.get("error", 0)
     if code:
         raise error_for(code, body.get("message") or "")
+
+
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def answer_errors(fn: Handler) -> Handler:
+    """``raise_for``'s inverse for a request handler: a body with ``error`` 0 and an empty
+    ``message`` merged into what ``fn`` returns, or the code and message of the ``RafkaError``
+    it raised."""
+    async def handler(body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {"error": 0, "message": "", **await fn(body)}
+        except RafkaError as exc:
+            return {"error": int(exc.code), "message": exc.message}
+
+    handler.__name__ = fn.__name__
+    return handler

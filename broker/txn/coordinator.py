@@ -50,12 +50,12 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import trio
 from rafka.broker.controller_channel import FORWARDED_KEY
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.errors import ErrorCode, Handler, RafkaError, answer_errors, error_for
 from rafka.broker.protocol import ApiKey
 from rafka.broker.read_barrier import ReadBarrier
 from rafka.broker.txn import state as S
@@ -82,7 +82,6 @@ _READ_CHUNK: Final = 1024 * 1024
 _ACKS_ALL: Final = -1
 
 TP = tuple[str, int]
-Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def txn_partition(transactional_id: str, num_partitions: int = TXN_STATE_PARTITIONS) -> int:
@@ -154,24 +153,13 @@ class TxnCoordinator:
                                    wall_clock_ms=lambda: self.wall_clock_ms())
         self._nursery: trio.Nursery | None = None
         self.handlers: dict[int, Handler] = {
-            ApiKey.INIT_PRODUCER_ID: self._errors(self.init_producer_id),
-            ApiKey.ADD_PARTITIONS_TO_TXN: self._errors(self.add_partitions_to_txn),
-            ApiKey.ADD_OFFSETS_TO_TXN: self._errors(self.add_offsets_to_txn),
-            ApiKey.END_TXN: self._errors(self.end_txn),
-            ApiKey.DESCRIBE_TRANSACTIONS: self._errors(self.describe_transactions),
-            ApiKey.LIST_TRANSACTIONS: self._errors(self.list_transactions),
+            ApiKey.INIT_PRODUCER_ID: answer_errors(self.init_producer_id),
+            ApiKey.ADD_PARTITIONS_TO_TXN: answer_errors(self.add_partitions_to_txn),
+            ApiKey.ADD_OFFSETS_TO_TXN: answer_errors(self.add_offsets_to_txn),
+            ApiKey.END_TXN: answer_errors(self.end_txn),
+            ApiKey.DESCRIBE_TRANSACTIONS: answer_errors(self.describe_transactions),
+            ApiKey.LIST_TRANSACTIONS: answer_errors(self.list_transactions),
         }
-
-    @staticmethod
-    def _errors(fn: Handler) -> Handler:
-        async def handler(body: dict[str, Any]) -> dict[str, Any]:
-            try:
-                return {"error": 0, "message": "", **await fn(body)}
-            except RafkaError as exc:
-                return {"error": int(exc.code), "message": exc.message}
-
-        handler.__name__ = fn.__name__
-        return handler
 
     # -- background --------------------------------------------------------------------------
 

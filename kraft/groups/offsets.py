@@ -68,22 +68,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
+from rafka.broker.errors import ErrorCode, Handler, RafkaError, answer_errors, error_for
 from rafka.broker.protocol import ApiKey
 from rafka.broker.read_barrier import ReadBarrier
 from rafka.kraft.groups.coordinator import assignment_body
 from rafka.kraft.groups.offsets_cache import (
-    DEFAULT_OFFSETS_PARTITIONS,
     OFFSETS_TOPIC,
     Key,
     OffsetsCache,
     OffsetValue,
-    decode_key,
-    decode_value,
     encode_key,
     encode_value,
     offsets_partition,
@@ -93,19 +90,8 @@ from rafka.log.batch import build_batch
 from rafka.metadata.groups import GroupImage
 from rafka.metadata.image import MetadataImage
 
-__all__ = [
-    "DEFAULT_OFFSETS_PARTITIONS",
-    "OFFSETS_TOPIC",
-    "GroupOffsetsManager",
-    "OffsetValue",
-    "OffsetsCache",
-    "decode_key",
-    "decode_value",
-    "encode_key",
-    "encode_value",
-    "offsets_partition",
-    "offsets_topic_spec",
-]
+# The record format's names are re-exported: ``offsets`` is where the broker looks them up.
+__all__ = ["GroupOffsetsManager", "OFFSETS_TOPIC", "offsets_partition", "offsets_topic_spec"]
 
 log = logging.getLogger("rafka.groups.offsets")
 
@@ -146,7 +132,6 @@ class _Publisher(Protocol):
     async def wait_for_offset(self, offset: int) -> MetadataImage: ...
 
 
-Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def _err(code: ErrorCode, message: str = "") -> dict[str, Any]:
@@ -183,28 +168,17 @@ class GroupOffsetsManager:
         self.barrier = ReadBarrier(replica_manager, encode_key("", "", -1), timeout_s=append_timeout_ms / 1000,
                                    wall_clock_ms=self._wall_ms)
         self.handlers: dict[int, Handler] = {
-            ApiKey.OFFSET_COMMIT: self._errors(self.offset_commit),
-            ApiKey.OFFSET_FETCH: self._errors(self.offset_fetch),
-            ApiKey.LIST_GROUPS: self._errors(self.list_groups),
-            ApiKey.DESCRIBE_GROUPS: self._errors(self.describe_groups),
-            ApiKey.DELETE_GROUPS: self._errors(self.delete_groups),
-            ApiKey.ALTER_GROUP_OFFSETS: self._errors(self.alter_group_offsets),
-            ApiKey.TXN_OFFSET_COMMIT: self._errors(self.txn_offset_commit),
+            ApiKey.OFFSET_COMMIT: answer_errors(self.offset_commit),
+            ApiKey.OFFSET_FETCH: answer_errors(self.offset_fetch),
+            ApiKey.LIST_GROUPS: answer_errors(self.list_groups),
+            ApiKey.DESCRIBE_GROUPS: answer_errors(self.describe_groups),
+            ApiKey.DELETE_GROUPS: answer_errors(self.delete_groups),
+            ApiKey.ALTER_GROUP_OFFSETS: answer_errors(self.alter_group_offsets),
+            ApiKey.TXN_OFFSET_COMMIT: answer_errors(self.txn_offset_commit),
         }
         listeners = getattr(replica_manager, "marker_listeners", None)
         if listeners is not None:
             listeners.append(self.on_marker)
-
-    @staticmethod
-    def _errors(fn: Handler) -> Handler:
-        async def handler(body: dict[str, Any]) -> dict[str, Any]:
-            try:
-                return {"error": 0, "message": "", **await fn(body)}
-            except RafkaError as exc:
-                return {"error": int(exc.code), "message": exc.message}
-
-        handler.__name__ = fn.__name__
-        return handler
 
     # -- coordinator lookup -----------------------------------------------------------------
 

@@ -10,9 +10,9 @@ import trio
 import trio.testing
 from rafka.broker.errors import ErrorCode, error_for
 from rafka.broker.protocol import ApiKey, validate_request
-from rafka.kraft.groups.offsets import (
+from rafka.kraft.groups.offsets import GroupOffsetsManager
+from rafka.kraft.groups.offsets_cache import (
     OFFSETS_TOPIC,
-    GroupOffsetsManager,
     OffsetValue,
     decode_key,
     decode_value,
