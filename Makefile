@@ -33,7 +33,7 @@ export PYSPARK_DRIVER_PYTHON = $(abspath $(PY))
 help:
 	@sed -n '2,9p' Makefile
 
-$(VENV)/.installed: pyproject.toml setup.py log/_codec.c
+$(VENV)/.installed: pyproject.toml setup.py log/_codec.c log/_murmur2.h client/_sendpath.c
 	@test -n "$(PYTHON)" || { echo "error: rafka needs Python >= 3.11 on PATH" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
@@ -41,6 +41,8 @@ $(VENV)/.installed: pyproject.toml setup.py log/_codec.c
 	@# the optional C codec (setup.py ext_modules, built in place); a failed compile is not fatal
 	@ls log/_codec*.so >/dev/null 2>&1 && echo "rafka: C codec built (log/_codec.c)" || \
 	  echo "rafka: C codec NOT built (needs gcc and Python headers; as root: make os-deps) - the pure-Python codec is used"
+	@ls client/_sendpath*.so >/dev/null 2>&1 && echo "rafka: C send path built (client/_sendpath.c)" || \
+	  echo "rafka: C send path NOT built - Producer.send runs in Python"
 	touch $@
 
 $(VENV)/.spark: $(VENV)/.installed

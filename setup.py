@@ -37,6 +37,11 @@ class OptionalBuildExt(build_ext):
 setup(
     packages=packages,
     package_dir={"rafka": "rafka", **{f"rafka.{f}": f for f in CARD}},
-    ext_modules=[Extension("rafka.log._codec", ["log/_codec.c"], extra_compile_args=["-O2"])],
+    ext_modules=[
+        Extension("rafka.log._codec", ["log/_codec.c"], depends=["log/_murmur2.h"],
+                  extra_compile_args=["-O2"]),
+        Extension("rafka.client._sendpath", ["client/_sendpath.c"], depends=["log/_murmur2.h"],
+                  extra_compile_args=["-O2"]),
+    ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

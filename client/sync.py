@@ -7,9 +7,10 @@ entered as a context manager, parked on a stop event. Methods are forwarded with
 ``trio.from_thread.run`` (one thread hop per call) — there is no second implementation.
 
 The producer's hot path is the exception: ``Producer.send`` appends straight from the caller's
-thread into the (locked) record accumulator via ``AsyncProducer.send_threadsafe`` and only wakes
-the sender task; the first send to a topic hops once to fetch its metadata. ``send`` returns a
-``concurrent.futures.Future`` (``FutureRecordMetadata``).
+thread into the (locked) record accumulator via ``AsyncProducer.send_threadsafe`` (or its C
+twin, ``client/aio/fast_send.py``) and only wakes the sender task; the first send to a topic
+hops once to fetch its metadata. ``send`` returns a ``concurrent.futures.Future``
+(``FutureRecordMetadata``).
 
 ``close()`` is idempotent; it exits the async context (the producer flushes first) and joins
 the thread. Errors raised in the loop propagate to the calling thread unchanged.
@@ -37,6 +38,7 @@ from rafka.client.aio.admin import (
 from rafka.client.aio.batch_send import BatchFuture, HeadersList
 from rafka.client.aio.consumer import AsyncConsumer
 from rafka.client.aio.conveniences import ConsumerGroupListing
+from rafka.client.aio.fast_send import bind_send
 from rafka.client.aio.futures import FutureRecordMetadata
 from rafka.client.aio.producer import AsyncProducer, Headers
 from rafka.client.aio.reassign_admin import PartitionReassignment
@@ -142,15 +144,17 @@ class Producer(_Facade[AsyncProducer]):
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", **options: Any) -> None:
         self._async = AsyncProducer(bootstrap_servers, **options)
         self._loop = _LoopThread(self._async, "rafka-producer")
-        # The hot path, bound once: ``send`` costs one call into the accumulator.
-        self.send = self._async.send_threadsafe  # type: ignore[method-assign]
+        # The hot path, bound once: ``send`` is one C call into the accumulator when the C
+        # fast path is built (``client/aio/fast_send.py``), else ``send_threadsafe``.
+        self.send = bind_send(self._async)  # type: ignore[method-assign]
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
              headers: Headers = None, partition: int | None = None,
              timestamp_ms: int | None = None) -> FutureRecordMetadata:
         """Queue a record; returns a ``concurrent.futures.Future`` of ``RecordMetadata``.
 
-        (Replaced per instance by ``AsyncProducer.send_threadsafe``; this is its signature.)
+        (Replaced per instance by ``fast_send.bind_send``: the C fast path or
+        ``AsyncProducer.send_threadsafe``; this is its signature.)
         """
         return self._async.send_threadsafe(topic, value, key, headers, partition, timestamp_ms)
 
