@@ -15,6 +15,10 @@ Figures (medians of ``runs`` unless said otherwise):
   request at a time (``CPU_REQUESTS`` of them, linger 0), with ``ratio_of`` issue 13's target
   (``broker_cpu_target_us_per_produce``, a constant row); ``..._busiest_node_...`` is the
   leader's share; ``requests`` lists what one produce caused (2 follower fetches).
+  ``broker_cpu_us_per_produce_concurrent``: the same request (one record, acks=all) sent by
+  ``CONCURRENT_PRODUCERS`` producers at once, each waiting for its answer before the next
+  (``CONCURRENT_S`` s): per-request CPU of a busy broker, where the hops' wake-ups and the
+  follower fetches are shared by the requests in flight instead of paid one request at a time.
   ``broker_cpu_us_per_idle_fetch``: the same per long-poll FETCH of a consumer on an empty
   partition (``max_wait_ms`` 10: many, so they outweigh the idle CPU subtracted) that times out;
   noisy on a loaded machine.
@@ -63,6 +67,8 @@ UNAVAIL_TRIALS = 10
 SESSION_TIMEOUT_MS = 1500
 HEARTBEAT_MS = 250
 CPU_REQUESTS = 2000
+CONCURRENT_PRODUCERS = 32
+CONCURRENT_S = 3.0
 CPU_TARGET_US = 200  # issue 13: broker CPU per single-record acks=all produce, 3 nodes RF 3
 IDLE_FETCH_S = 4.0
 IDLE_FETCH_WAIT_MS = 10  # short: more fetches per second against the idle CPU subtracted
@@ -240,6 +246,40 @@ def _broker_cpu(state: dict[str, Any], topic: str, idle_topic: str) -> tuple[dic
     return produce, idle_fetch
 
 
+def _broker_cpu_concurrent(state: dict[str, Any], topic: str) -> dict[str, Any]:
+    """Per single-record acks=all produce request with CONCURRENT_PRODUCERS in flight at once."""
+    import trio
+    from rafka.client.aio import AsyncProducer
+
+    pids, urls = cluster_pids_and_metrics(state["data_dir"])
+    meter = CpuMeter(pids, urls)
+    meter.idle(2.0)
+
+    async def one(start: trio.Event, stop_at: list[float]) -> None:
+        async with AsyncProducer(bootstrap_servers=state["bootstrap"], acks="all",
+                                 enable_idempotence=True, linger_ms=0) as p:
+            await (await p.send(topic, value=VALUE, partition=0))  # connected, metadata known
+            await start.wait()
+            i = 0
+            while time.perf_counter() < stop_at[0]:
+                await (await p.send(topic, value=VALUE, key=KEYS[i & 1023], partition=0))
+                i += 1
+
+    async def main() -> None:
+        start, stop_at = trio.Event(), [0.0]
+        async with trio.open_nursery() as nursery:
+            for _ in range(CONCURRENT_PRODUCERS):
+                nursery.start_soon(one, start, stop_at)
+            await trio.sleep(1.0)  # every producer has sent its first record
+            meter.start()
+            stop_at[0] = time.perf_counter() + CONCURRENT_S
+            start.set()
+        # the nursery has joined: every request counted below has been answered
+
+    trio.run(main)
+    return meter.stop(per_api="produce")
+
+
 def _leader_and_isr(bootstrap: str, topic: str) -> tuple[int, tuple[int, ...]]:
     with Admin(bootstrap_servers=bootstrap) as admin:
         p = admin.describe_topic(topic).partitions[0]
@@ -311,6 +351,7 @@ def _pct(values: list[float], q: float) -> float:
 def run(runs: int = 3) -> dict[str, Any]:
     prod, p50, p99, e50, e99, l50, l99, steal = [], [], [], [], [], [], [], []
     cpu: list[dict[str, Any]] = []
+    cpu_conc: list[dict[str, Any]] = []
     fetch_cpu: list[dict[str, Any]] = []
     with _cluster() as st:
         bootstrap = st["bootstrap"]
@@ -324,6 +365,7 @@ def run(runs: int = 3) -> dict[str, Any]:
             produce_cpu, idle_fetch_cpu = _broker_cpu(st, "cpu", "idle")
             cpu.append(produce_cpu)
             fetch_cpu.append(idle_fetch_cpu)
+            cpu_conc.append(_broker_cpu_concurrent(st, "cpu"))
             prod.append(_producer_rate(bootstrap, f"perf{r}", N_RECORDS))
             lat = _produce_latencies_ms(bootstrap, "lat")
             p50.append(_pct(lat, 0.5))
@@ -351,6 +393,11 @@ def run(runs: int = 3) -> dict[str, Any]:
             **common),
         "broker_cpu_busiest_node_us_per_produce": _fig([c["busiest_node_us"] for c in cpu], "µs",
                                                        **common),
+        "broker_cpu_us_per_produce_concurrent": _fig(
+            [c["cpu_us"] for c in cpu_conc], "µs", ratio_of="broker_cpu_target_us_per_produce",
+            requests=[c["requests"] for c in cpu_conc],
+            produces_per_s=[c["ops_per_s"] for c in cpu_conc],
+            producers=CONCURRENT_PRODUCERS, **common),
         "broker_cpu_target_us_per_produce": _fig([CPU_TARGET_US], "µs",
                                                  note="issue 13's target, not a measurement"),
         "broker_cpu_us_per_idle_fetch": _fig([c["cpu_us"] for c in fetch_cpu], "µs",
