@@ -64,9 +64,6 @@ __all__ = [
     "build_batch_rows",
     "segment_rows",
     "build_raw_batch",
-    "frame_section",
-    "pack_section",
-    "PackedSection",
     "build_control_batch",
     "control_type",
     "control_coordinator_epoch",
@@ -279,23 +276,15 @@ def segment_rows(first_index: int, ts_delta: int, keys: list | None, values: lis
                repeat((), n) if headers is None else headers[a:k], strict=True)
 
 
-class PackedSection(NamedTuple):
-    """A batch's records section packed (and compressed) but not yet framed: everything
-    ``pack_section`` does that does not depend on the producer id, epoch, sequence or offset."""
-
-    section: bytes
-    codec: int  # compression bits of the attributes
-    record_count: int
-    first_timestamp: int
-    max_timestamp: int
-
-
-def pack_section(rows: Sequence[Sequence], first_timestamp: int, *, compression: str = "none",
-                 segments: list[Segment] | None = None) -> PackedSection:
-    """The expensive half of ``build_batch_rows``: pack the rows and segments into a records
-    section (the C codec's ``pack_batch`` when built) and compress it. The producer does it for
-    its next batches while its requests are in flight (``client/aio/producer.py``), and frames
-    them with ``frame_section`` once their sequence is known."""
+def build_batch_rows(rows: Sequence[Sequence], first_timestamp: int, *, compression: str = "none",
+                     producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                     base_offset: int = 0, leader_epoch: int = -1, timestamp_type: int = 0,
+                     transactional: bool = False, segments: list[Segment] | None = None) -> bytes:
+    """Build a batch from records already in wire form: ``(offset_delta, timestamp_delta, key,
+    value, headers)`` rows with offset deltas ``0..n-1`` and timestamp deltas against
+    ``first_timestamp`` (the producer's accumulator appends exactly these), then the records
+    of ``segments`` (``segment_rows``), packed straight from their lists by the C codec. One
+    pack call over the whole batch and no per-record Python code: this is the producer's build."""
     n = len(rows) + sum(seg[6] - seg[5] for seg in segments or ())
     if n == 0:
         raise ValueError("a record batch needs at least one record")
@@ -316,40 +305,13 @@ def pack_section(rows: Sequence[Sequence], first_timestamp: int, *, compression:
         section = _packer().pack(rows)
     if codec == COMPRESSION_LZ4:
         section = lz4.frame.compress(section)
-    return PackedSection(section, codec, n, first_timestamp, max_ts)
-
-
-def frame_section(packed: PackedSection, *, producer_id: int = -1, producer_epoch: int = -1,
-                  base_sequence: int = -1, base_offset: int = 0, leader_epoch: int = -1,
-                  timestamp_type: int = 0, transactional: bool = False) -> bytes:
-    """The cheap half of ``build_batch_rows``: header, CRC (crc32c, ~29 GB/s) and one join."""
-    attributes = (packed.codec | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+    attributes = (codec | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
                   | (TRANSACTIONAL_BIT if transactional else 0))
-    return build_raw_batch(packed.section, base_offset=base_offset,
-                           last_offset_delta=packed.record_count - 1,
-                           record_count=packed.record_count,
-                           first_timestamp=packed.first_timestamp,
-                           max_timestamp=packed.max_timestamp, attributes=attributes,
-                           producer_id=producer_id, producer_epoch=producer_epoch,
-                           base_sequence=base_sequence, leader_epoch=leader_epoch)
-
-
-def build_batch_rows(rows: Sequence[Sequence], first_timestamp: int, *, compression: str = "none",
-                     producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-                     base_offset: int = 0, leader_epoch: int = -1, timestamp_type: int = 0,
-                     transactional: bool = False, segments: list[Segment] | None = None) -> bytes:
-    """Build a batch from records already in wire form: ``(offset_delta, timestamp_delta, key,
-    value, headers)`` rows with offset deltas ``0..n-1`` and timestamp deltas against
-    ``first_timestamp`` (the producer's accumulator appends exactly these), then the records
-    of ``segments`` (``segment_rows``), packed straight from their lists by the C codec. One
-    pack call over the whole batch and no per-record Python code: this is the producer's build
-    (``pack_section`` then ``frame_section``)."""
-    return frame_section(pack_section(rows, first_timestamp, compression=compression,
-                                      segments=segments),
-                         producer_id=producer_id, producer_epoch=producer_epoch,
-                         base_sequence=base_sequence, base_offset=base_offset,
-                         leader_epoch=leader_epoch, timestamp_type=timestamp_type,
-                         transactional=transactional)
+    return build_raw_batch(section, base_offset=base_offset, last_offset_delta=n - 1,
+                           record_count=n, first_timestamp=first_timestamp, max_timestamp=max_ts,
+                           attributes=attributes, producer_id=producer_id,
+                           producer_epoch=producer_epoch, base_sequence=base_sequence,
+                           leader_epoch=leader_epoch)
 
 
 def build_control_batch(producer_id: int, producer_epoch: int, commit: bool,

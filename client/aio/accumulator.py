@@ -65,7 +65,7 @@ from typing import Any
 
 import trio
 from rafka.client.aio.futures import BatchResult, FutureRecordMetadata
-from rafka.log.batch import PackedSection, Segment, frame_section, pack_section, segment_rows
+from rafka.log.batch import Segment, build_batch_rows, segment_rows
 from rafka.log.speedups import codec as _c
 
 __all__ = ["ProducerBatch", "RecordAccumulator", "PartitionState", "RowGroup", "record_size", "SEQ_MASK"]
@@ -91,7 +91,7 @@ def record_size(key: bytes | None, value: bytes | None, headers: list[tuple[str,
 class ProducerBatch:
     __slots__ = ("topic", "partition", "_rows", "segs", "size", "created", "result",
                  "base_sequence", "payload", "attempts", "retry_at", "producer_epoch",
-                 "after_earlier", "ts0", "packed")
+                 "after_earlier", "ts0")
 
     def __init__(self, topic: str, partition: int, created: float, loop_thread: int,
                  ts0: int = 0) -> None:
@@ -111,8 +111,6 @@ class ProducerBatch:
         self.retry_at = 0.0
         self.producer_epoch = -1
         self.after_earlier = False  # sent while an earlier batch of its partition was in flight
-        # (compression, records section) packed ahead of ``encode`` (``pack``)
-        self.packed: tuple[str, PackedSection] | None = None
 
     @property
     def records(self) -> list[Row]:
@@ -127,7 +125,6 @@ class ProducerBatch:
     def records(self, rows: list[Row]) -> None:
         self._rows = rows
         self.segs = None
-        self.packed = None
 
     @property
     def record_count(self) -> int:
@@ -135,20 +132,9 @@ class ProducerBatch:
             return len(self._rows)
         return len(self._rows) + sum(seg[6] - seg[5] for seg in self.segs)
 
-    def pack(self, compression: str) -> None:
-        """Pack (and compress) the records section now, ahead of ``encode``: the sender does
-        it for batches that wait for an in-flight slot (a closed batch's records are final)."""
-        if self.packed is None or self.packed[0] != compression:
-            self.packed = (compression, pack_section(self._rows, self.ts0, compression=compression,
-                                                     segments=self.segs))
-
-    def encode(self, *, compression: str = "none", **kw: Any) -> bytes:
-        """``log.batch.build_batch_rows`` of this batch's records (``kw``: its options), from
-        the section ``pack`` made if it made one."""
-        self.pack(compression)
-        assert self.packed is not None
-        packed, self.packed = self.packed[1], None
-        return frame_section(packed, **kw)
+    def encode(self, **kw: Any) -> bytes:
+        """``log.batch.build_batch_rows`` of this batch's records (``kw``: its options)."""
+        return build_batch_rows(self._rows, self.ts0, segments=self.segs, **kw)
 
     def __repr__(self) -> str:
         return (f"<ProducerBatch {self.topic}-{self.partition} n={self.record_count} "

@@ -208,7 +208,6 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
         self._fatal: BaseException | None = None
         self._max_record_size = min(max_request_size, buffer_memory)
         self._batches_split = 0  # batches split after MESSAGE_TOO_LARGE (statistics)
-        self._packed_ahead = 0  # batches whose records _pack_ahead packed (statistics)
         self._throttle = ThrottleMeter()  # the brokers' throttle_time_ms (byte-rate quotas)
         install_serializers(self, key_serializer, value_serializer)  # a no-op without them
 
@@ -458,7 +457,6 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
             "producer_id": self._producer_id,
             "producer_epoch": self._producer_epoch,
             "batches_split": self._batches_split,
-            "batches_packed_ahead": self._packed_ahead,
             **self._throttle.statistics(),
             **(self._txn.statistics() if self._txn is not None else {}),
         }
@@ -512,7 +510,6 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
                 self._txn.want_open(self._open_partitions(acc))
             self._expire(now)
             need_meta = await self._dispatch(now)
-            self._pack_ahead()
             if need_meta:
                 self._nursery.start_soon(self._refresh_for_sender)
             deadline = self._next_deadline()
@@ -657,20 +654,6 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
                         st.sent(batch)
                     await self._produce(node, group)
 
-    def _pack_ahead(self) -> None:
-        """Pack the records of the next ``_PACK_AHEAD`` batches of each partition that could
-        not be sent now (its leader's requests are all in flight), so that when an answer frees
-        a slot the next request goes out after only its framing (header, CRC, join), not after
-        packing ~256 KiB of records per partition. Packing is the producer's largest step
-        per batch, and here it runs while the loop would otherwise wait for the broker."""
-        for st in self._parts.values():
-            for i, batch in enumerate(st.pending):
-                if i >= _PACK_AHEAD:
-                    break
-                if batch.payload is None and batch.packed is None:
-                    batch.pack(self.compression)
-                    self._packed_ahead += 1
-
     def _prepare(self, st: PartitionState, batch: ProducerBatch) -> None:
         if batch.payload is None:
             if self.enable_idempotence:
@@ -803,9 +786,6 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
         b.result.complete(base_offset, log_append_time, error)
         self._acc.release(b)
 
-
-# batches per partition whose records the sender packs ahead while they wait for a slot
-_PACK_AHEAD = 2
 
 # while a batch waits out a longer retry backoff, refresh the metadata this often (seconds)
 _BACKOFF_REFRESH_S = 0.1
