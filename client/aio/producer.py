@@ -311,6 +311,9 @@ class AsyncProducer(TransactionalApi, BatchSendApi, SendAndWaitApi):
         Appends under the accumulator's lock without entering the loop; the first send to a
         topic hops into the loop once for its metadata. Blocks up to ``max_block_ms`` on a full
         buffer. Kept flat on purpose: it is the whole per-record cost of the sync ``send``.
+        ``client/_sendpath.c`` does this fast path in C (``client/aio/fast_send.py``) and calls
+        this method for everything else: a change to the accumulator's row, size or locking
+        rules changes both.
         """
         acc = self._acc
         if acc is None or self._closed or self._fatal is not None or self._txn is not None:
