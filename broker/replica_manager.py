@@ -53,7 +53,6 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -507,31 +506,11 @@ def _write_hw_checkpoints(work: list[tuple[Partition, int]]) -> list[None | Base
     return out
 
 
-def _flush_one(p: Partition) -> int | BaseException:
-    try:
-        return p.log.flush()
-    except Exception as exc:  # reported per partition by the caller
-        return exc
-
-
-# Helpers of a group-commit round: the partitions after the first are fsynced by these threads
-# at the same time as the worker thread does the first one (bounded: at most this many extra
-# fsyncs in flight per broker).
-_FLUSH_FANOUT = 4
-_flush_pool = ThreadPoolExecutor(max_workers=_FLUSH_FANOUT, thread_name_prefix="rafka-fsync")
-
-
 def _flush_all(parts: list[Partition]) -> list[int | BaseException]:
-    """fsync every partition of one group-commit round (in a worker thread); the result or
-    error of each, in order. Several partitions are fsynced in parallel: each ``fdatasync``
-    waits for its own device writes and journal commit, and one after the other a round of N
-    partitions took N of those waits (3 x 0.7-2 ms for 3 partitions of 780 KB each, strace of
-    a single-node ``send_batch`` run), so every answer waiting on the round waited for all of
-    them; issued together the kernel overlaps the writes and joins the journal commits."""
-    if len(parts) == 1:
-        return [_flush_one(parts[0])]
-    futures = [_flush_pool.submit(_flush_one, p) for p in parts[1:_FLUSH_FANOUT + 1]]
-    out: list[int | BaseException] = [_flush_one(parts[0])]
-    out.extend(_flush_one(p) for p in parts[_FLUSH_FANOUT + 1:])
-    rest = out[1:]
-    return [out[0], *(f.result() for f in futures), *rest]
+    out: list[int | BaseException] = []
+    for p in parts:
+        try:
+            out.append(p.log.flush())
+        except Exception as exc:  # reported per partition by the caller
+            out.append(exc)
+    return out
