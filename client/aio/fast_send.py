@@ -11,12 +11,15 @@ value — in one C call, and everything else handed to ``send_threadsafe`` uncha
 * the producer is not transactional (the transaction's checks stay in Python);
 * ``send_threadsafe`` is not overridden on the instance (serializers wrap it there).
 
-Otherwise it returns ``producer.send_threadsafe`` itself. Results, errors and ordering are the
-same either way (``tests/client/test_fast_send.py`` runs both paths against real brokers).
+Otherwise it returns ``producer.send_threadsafe`` itself — also, with a ``RuntimeWarning``, when
+the classes the C code reads no longer have the slots and attributes it expects. Results,
+errors and ordering are the same either way (``tests/client/test_fast_send.py`` runs both
+paths against real brokers).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -47,6 +50,12 @@ def bind_send(producer: AsyncProducer) -> Callable[..., FutureRecordMetadata]:
         return fallback
     from rafka.client.aio.producer import _NO_HEADERS  # noqa: PLC0415 - producer imports us
 
-    path = sendpath.SendPath(producer, fallback, FutureRecordMetadata, ProducerBatch, _NO_HEADERS)
+    try:
+        path = sendpath.SendPath(producer, fallback, FutureRecordMetadata, ProducerBatch,
+                                 _NO_HEADERS)
+    except (TypeError, ValueError, AttributeError) as exc:  # the classes changed shape
+        warnings.warn(f"rafka: C send path not used ({exc}); send() runs in Python",
+                      RuntimeWarning, stacklevel=2)
+        return fallback
     send: Callable[..., FutureRecordMetadata] = path.send
     return send
