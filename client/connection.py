@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import socket
 import struct
 from collections.abc import AsyncIterator
@@ -97,7 +98,8 @@ class Connection:
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)  # used under _send_lock
         self._waiters: dict[int, _Waiter] = {}
         self._slots = trio.Semaphore(max_in_flight)
-        self._send_lock = trio.Lock()
+        # a Semaphore, not a Lock: a frame send_request_nowait began may be finished by another task
+        self._send_lock = trio.Semaphore(1)
         self._closed_error: BaseException | None = None
         self._closed_event = trio.Event()
         self._cancel_scope = trio.CancelScope()
@@ -185,6 +187,69 @@ class Connection:
             raise
         return PendingResponse(self, cid, waiter)
 
+    def send_request_nowait(self, api_key: int, body: dict[str, Any]) -> PendingResponse | None:
+        """``send_request`` without a wait: the request is written now, with one non-blocking
+        write, or not at all (``None``: a TLS stream, a closed connection, no free in-flight
+        slot, a write in progress, a frame of ``_SPLIT_WRITE_BYTES`` or more, or a full socket
+        buffer — use ``send_request``). Nothing yields, so no other task runs between the
+        caller's decision and the request reaching the wire (the consumer writes its next
+        FETCH this way before it decodes the previous answer: docs/performance.md). If the
+        socket takes only part of the frame, the send lock stays held and
+        ``PendingResponse.wait`` writes the rest first."""
+        sock = getattr(self.stream, "socket", None)
+        if (self._closed_error is not None or sock is None or self._send_lock.value == 0
+                or self._slots.value == 0):
+            return None
+        fd = sock.fileno()
+        if fd < 0:
+            return None
+        cid = self._next_cid
+        frame = self._small_frame(api_key, cid, body)
+        if frame is None:
+            return None
+        try:
+            sent = os.write(fd, frame)
+        except OSError:  # would block, or broken: send_request meets it the ordinary way
+            return None
+        self._take_cid()
+        self._slots.acquire_nowait()
+        waiter = _Waiter()
+        self._waiters[cid] = waiter
+        pending = PendingResponse(self, cid, waiter)
+        if sent < len(frame):
+            self._send_lock.acquire_nowait()  # no other frame may start before the rest
+            pending._rest = memoryview(frame)[sent:]
+        return pending
+
+    def _small_frame(self, api_key: int, cid: int, body: dict[str, Any]) -> bytes | None:
+        """Pack the request into the reused packer: its whole frame (length prefix included),
+        or None from ``_SPLIT_WRITE_BYTES`` on — the payload is then in the packer's buffer,
+        written in two parts by ``_send``. Used under the send lock or without a wait."""
+        packer = self._packer
+        packer.reset()
+        packer.pack([int(api_key), API_VERSION, cid, self._client_id, body])
+        view = packer.getbuffer()
+        try:
+            n = len(view)
+            return _LEN.pack(n) + bytes(view) if n < _SPLIT_WRITE_BYTES else None
+        finally:
+            view.release()
+
+    async def _finish_send(self, rest: memoryview) -> None:
+        """Write the rest of a frame ``send_request_nowait`` began (its send lock held); a
+        failure or cancellation leaves a partial frame on the wire, so the connection fails."""
+        try:
+            await self.stream.send_all(rest)
+        except BaseException as exc:
+            err = error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()}: request cut short: {exc!r}")
+            self._fail_all(err)
+            self._cancel_scope.cancel()
+            if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError, OSError)):
+                raise err from None
+            raise
+        finally:
+            self._send_lock.release()
+
     async def send_only(self, api_key: int, body: dict[str, Any]) -> None:
         """Send a request that gets no response (produce with acks=0)."""
         if self._closed_error is not None:
@@ -205,19 +270,16 @@ class Connection:
         cost more than the copies themselves)."""
         try:
             async with self._send_lock:
-                packer = self._packer
-                packer.reset()
-                packer.pack([int(api_key), API_VERSION, cid, self._client_id, body])
-                view = packer.getbuffer()
-                try:
-                    n = len(view)
-                    if n < _SPLIT_WRITE_BYTES:
-                        await self.stream.send_all(_LEN.pack(n) + bytes(view))
-                    else:
-                        await self.stream.send_all(_LEN.pack(n))
+                frame = self._small_frame(api_key, cid, body)
+                if frame is not None:
+                    await self.stream.send_all(frame)
+                else:  # the packer's buffer holds the payload
+                    view = self._packer.getbuffer()
+                    try:
+                        await self.stream.send_all(_LEN.pack(len(view)))
                         await self.stream.send_all(view)
-                finally:
-                    view.release()
+                    finally:
+                        view.release()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             # A broker that refuses the connection (TOO_MANY_CONNECTIONS, TLS_REQUIRED, …)
             # writes one named error frame and closes; our write can fail before the reader has
@@ -242,16 +304,20 @@ class Connection:
 class PendingResponse:
     """A request already written by ``Connection.send_request``; ``await wait()`` once."""
 
-    __slots__ = ("_conn", "_cid", "_waiter", "_released")
+    __slots__ = ("_conn", "_cid", "_waiter", "_released", "_rest")
 
     def __init__(self, conn: Connection, cid: int, waiter: _Waiter) -> None:
         self._conn = conn
         self._cid = cid
         self._waiter = waiter
         self._released = False
+        self._rest: memoryview | None = None  # of a frame send_request_nowait began
 
     async def wait(self) -> Response:
         try:
+            if self._rest is not None:
+                rest, self._rest = self._rest, None
+                await self._conn._finish_send(rest)
             await self._waiter.event.wait()
         finally:
             self.abandon()
@@ -261,7 +327,15 @@ class PendingResponse:
         return self._waiter.response
 
     def abandon(self) -> None:
-        """Give up on the response (frees the in-flight slot; a late response is dropped)."""
+        """Give up on the response (frees the in-flight slot; a late response is dropped).
+        A request ``send_request_nowait`` only began writing cannot be finished any more:
+        its connection fails."""
+        if self._rest is not None:
+            self._rest = None
+            conn = self._conn
+            conn._fail_all(error_for(ErrorCode.NETWORK_EXCEPTION, f"{conn._where()}: request cut short"))
+            conn._cancel_scope.cancel()
+            conn._send_lock.release()
         if not self._released:
             self._released = True
             self._conn._waiters.pop(self._cid, None)
@@ -362,6 +436,11 @@ class ConnectionPool:
                 await _start(self._nursery, conn, self._kw.get("security"))
                 self._conns[key] = conn
             return conn
+
+    def get_nowait(self, host: str, port: int) -> Connection | None:
+        """The open connection to ``host:port``, or None (``get`` opens one)."""
+        conn = self._conns.get((host, port))
+        return None if conn is None or conn.closed else conn
 
     async def request(self, host: str, port: int, api_key: int, body: dict[str, Any]) -> Response:
         conn = await self.get(host, port)

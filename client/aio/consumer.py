@@ -57,13 +57,13 @@ from typing import Any, ClassVar, Protocol
 
 import trio
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey
+from rafka.broker.protocol import ApiKey, Response
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
 from rafka.client.aio.conveniences import Deserializer, GetManyApi, deserializing_take
-from rafka.client.aio.fetch import CompletedFetch, split_fetch_response
+from rafka.client.aio.fetch import CompletedFetch, PartitionData, split_fetch_response
 from rafka.client.aio.offsets import EARLIEST, LATEST, list_offsets
 from rafka.client.columnar import ColumnBatch
-from rafka.client.connection import backoff_ms
+from rafka.client.connection import PendingResponse, backoff_ms
 from rafka.client.errors import CorruptRecordError, IllegalStateError, RecordTooLargeError
 from rafka.client.throttle_stats import ThrottleMeter
 from rafka.client.txn_filter import READ_UNCOMMITTED, isolation_level_code
@@ -108,6 +108,35 @@ class _PartitionState:
         self.fetch_offset = offset
         self.buffered.clear()
         self.epoch += 1
+
+
+class _Fetch:
+    """One FETCH to ``node`` for ``tps``: its body, built from the partitions' fetch offsets
+    and leader epochs at this moment, with the consumer epochs it answers to."""
+
+    __slots__ = ("node", "tps", "body", "epochs", "leader_epochs", "pending")
+
+    def __init__(self, consumer: AsyncConsumer, node: int, tps: list[TopicPartition]) -> None:
+        states, meta = consumer._states, consumer._core.metadata
+        self.node = node
+        self.tps = tps
+        self.epochs = {tp: states[tp].epoch for tp in tps}
+        self.leader_epochs: dict[TopicPartition, int] = {}
+        self.pending: PendingResponse | None = None  # written by send_request_nowait
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp in tps:
+            pm = meta.partition(tp)
+            self.leader_epochs[tp] = -1 if pm is None else pm.leader_epoch
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition,
+                "fetch_offset": states[tp].fetch_offset,
+                "partition_max_bytes": consumer.max_partition_fetch_bytes,
+                "current_leader_epoch": self.leader_epochs[tp],  # < 0: unknown, not checked
+            })
+        self.body = {"replica_id": -1, "max_wait_ms": consumer.fetch_max_wait_ms,
+                     "min_bytes": consumer.fetch_min_bytes, "max_bytes": consumer.fetch_max_bytes,
+                     "isolation_level": consumer._isolation,
+                     "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
 
 
 class AsyncConsumer(GetManyApi):
@@ -516,8 +545,8 @@ class AsyncConsumer(GetManyApi):
                     freed = True
             if n >= limit:
                 break
-        if freed:
-            self._fetch_wake.set()
+        if freed:  # room in a buffer: its next FETCH goes out now, before the caller's work
+            self._start_fetches(nowait=True)
         return out
 
     def __aiter__(self) -> AsyncConsumer:
@@ -537,35 +566,13 @@ class AsyncConsumer(GetManyApi):
     # ------------------------------------------------------------------ fetching
 
     async def _fetch_loop(self) -> None:
-        assert self._nursery is not None
         while True:
             self._fetch_wake = trio.Event()
-            now = time.monotonic()
             unknown = [tp for tp, st in self._states.items() if st.position is None and st.error is None]
             if unknown:
                 with contextlib.suppress(RafkaError):
                     await self._reset(unknown)
-            need_meta = False
-            by_node: dict[int, list[TopicPartition]] = {}
-            next_retry: float | None = None
-            for tp, st in self._states.items():
-                if (st.paused or st.position is None or st.inflight or st.error is not None
-                        or len(st.buffered) >= self.max_buffered_fetches):
-                    continue
-                if st.retry_at > now:
-                    next_retry = st.retry_at if next_retry is None else min(next_retry, st.retry_at)
-                    continue
-                leader = self._core.metadata.leader(tp)
-                if leader < 0:
-                    need_meta = True
-                    continue
-                if leader not in self._node_busy:
-                    by_node.setdefault(leader, []).append(tp)
-            for node, tps in by_node.items():
-                self._node_busy.add(node)
-                for tp in tps:
-                    self._states[tp].inflight = True
-                self._nursery.start_soon(self._fetch_node, node, tps)
+            need_meta, next_retry = self._start_fetches(nowait=False)
             timeout = 1.0
             if need_meta or self._core.stale:
                 with contextlib.suppress(RafkaError):
@@ -577,31 +584,61 @@ class AsyncConsumer(GetManyApi):
             with trio.move_on_after(timeout):
                 await self._fetch_wake.wait()
 
-    async def _fetch_node(self, node: int, tps: list[TopicPartition]) -> None:
-        # a partition may have been unassigned (group revocation) between start_soon and now
-        tps = [tp for tp in tps if tp in self._states]
-        if not tps:
-            self._node_busy.discard(node)
+    def _start_fetches(self, *, nowait: bool) -> tuple[bool, float | None]:
+        """Start a FETCH to every leader that has fetchable partitions and none in flight
+        (module docstring, "Prefetching"). ``nowait`` (``poll`` and a FETCH answer): only where
+        ``send_request_nowait`` writes the request at once — the others are left to the fetch
+        loop, woken. Returns (a partition needs metadata, earliest retry time)."""
+        assert self._nursery is not None
+        now = time.monotonic()
+        need_meta = False
+        by_node: dict[int, list[TopicPartition]] = {}
+        next_retry: float | None = None
+        for tp, st in self._states.items():
+            if (st.paused or st.position is None or st.inflight or st.error is not None
+                    or len(st.buffered) >= self.max_buffered_fetches):
+                continue
+            if st.retry_at > now:
+                next_retry = st.retry_at if next_retry is None else min(next_retry, st.retry_at)
+                continue
+            leader = self._core.metadata.leader(tp)
+            if leader < 0:
+                need_meta = True
+                continue
+            if leader not in self._node_busy:
+                by_node.setdefault(leader, []).append(tp)
+        for node, tps in by_node.items():
+            fetch = _Fetch(self, node, tps)
+            if nowait:
+                pending = self._send_nowait(node, fetch.body)
+                if pending is None:
+                    self._fetch_wake.set()  # the fetch loop sends it the ordinary way
+                    continue
+                fetch.pending = pending
+            self._node_busy.add(node)
+            for tp in tps:
+                self._states[tp].inflight = True
+            self._nursery.start_soon(self._fetch_node, fetch)
+        if nowait and need_meta:
             self._fetch_wake.set()
-            return
-        epochs = {tp: self._states[tp].epoch for tp in tps}
-        leader_epochs: dict[TopicPartition, int] = {}
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for tp in tps:
-            pm = self._core.metadata.partition(tp)
-            leader_epochs[tp] = -1 if pm is None else pm.leader_epoch
-            topics.setdefault(tp.topic, []).append({
-                "partition": tp.partition,
-                "fetch_offset": self._states[tp].fetch_offset,
-                "partition_max_bytes": self.max_partition_fetch_bytes,
-                "current_leader_epoch": leader_epochs[tp],  # < 0: unknown, not checked
-            })
-        body = {"replica_id": -1, "max_wait_ms": self.fetch_max_wait_ms, "min_bytes": self.fetch_min_bytes,
-                "max_bytes": self.fetch_max_bytes, "isolation_level": self._isolation,
-                "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+        return need_meta, next_retry
+
+    def _send_nowait(self, node: int, body: dict[str, Any]) -> PendingResponse | None:
+        b = self._core.metadata.brokers.get(node)
+        pool = self._core.pool
+        if b is None or pool is None:
+            return None
+        conn = pool.get_nowait(b.host, b.port)
+        return None if conn is None else conn.send_request_nowait(ApiKey.FETCH, body)
+
+    async def _fetch_node(self, fetch: _Fetch) -> None:
+        node, tps = fetch.node, fetch.tps
         try:
-            resp = await self._core.request_node(node, ApiKey.FETCH, body,
-                                                 extra_timeout_ms=self.fetch_max_wait_ms)
+            if fetch.pending is None:
+                resp = await self._core.request_node(node, ApiKey.FETCH, fetch.body,
+                                                     extra_timeout_ms=self.fetch_max_wait_ms)
+            else:
+                resp = await self._wait_pending(node, fetch.pending)
             resp.raise_for_error()
             self._throttle.observe(resp.body)
             parts = split_fetch_response(resp.body, resp.raw)
@@ -609,7 +646,7 @@ class AsyncConsumer(GetManyApi):
             retry_at = time.monotonic() + self._core.retry_backoff_ms / 1000
             for tp in tps:
                 st = self._states.get(tp)
-                if st is not None and st.epoch == epochs[tp]:
+                if st is not None and st.epoch == fetch.epochs[tp]:
                     if exc.retriable or exc.code in REFRESH_CODES:
                         st.retry_at = retry_at
                         self._core.metadata.invalidate_leader(tp)
@@ -624,10 +661,35 @@ class AsyncConsumer(GetManyApi):
                 if st is not None:
                     st.inflight = False
             self._fetch_wake.set()
+        got = self._take_answer(fetch, parts)
+        # the next FETCH goes out before anyone decodes this one (module docstring)
+        self._start_fetches(nowait=True)
+        if got:
+            self._data.set()
+
+    async def _wait_pending(self, node: int, pending: PendingResponse) -> Response:
+        """The answer to a FETCH ``_send_nowait`` wrote, bounded as ``request_node`` bounds one."""
+        timeout = (self._core.request_timeout_ms + self.fetch_max_wait_ms) / 1000
+        with trio.move_on_after(timeout):
+            try:
+                return await pending.wait()
+            except RafkaError as exc:
+                if exc.code in REFRESH_CODES:
+                    self._core.invalidate()
+                raise
+        pending.abandon()
+        b = self._core.metadata.brokers.get(node)
+        if b is not None and self._core.pool is not None:
+            self._core.pool.discard(b.host, b.port)
+        raise error_for(ErrorCode.REQUEST_TIMED_OUT,
+                        f"FETCH to node {node} got no answer within {timeout * 1000:.0f} ms")
+
+    def _take_answer(self, fetch: _Fetch, parts: list[PartitionData]) -> bool:
+        """Buffer a FETCH answer's data per partition; True if ``poll`` has something new."""
         got = False
         for pd in parts:
             st = self._states.get(pd.tp)
-            if st is None or st.epoch != epochs.get(pd.tp):
+            if st is None or st.epoch != fetch.epochs.get(pd.tp):
                 continue  # unassigned or sought meanwhile: stale data
             if pd.high_watermark >= 0:
                 st.high_watermark = pd.high_watermark
@@ -639,8 +701,8 @@ class AsyncConsumer(GetManyApi):
                 if pd.error == ErrorCode.OFFSET_OUT_OF_RANGE and self._nursery is not None:
                     # validate against a fresh leader/epoch before any reset (KIP-320)
                     st.inflight = True  # held back from fetching until validated
-                    self._nursery.start_soon(self._validate_out_of_range, pd.tp, st, node,
-                                             leader_epochs.get(pd.tp, -1), pd.message)
+                    self._nursery.start_soon(self._validate_out_of_range, pd.tp, st, fetch.node,
+                                             fetch.leader_epochs.get(pd.tp, -1), pd.message)
                     continue
                 self._partition_error(pd.tp, st, pd.error, pd.message)
                 got = True
@@ -658,8 +720,7 @@ class AsyncConsumer(GetManyApi):
             st.fetch_offset = cf.end_offset
             st.buffered.append(cf)
             got = True
-        if got:
-            self._data.set()
+        return got
 
     def _partition_error(self, tp: TopicPartition, st: _PartitionState, code: int, message: str) -> None:
         exc = error_for(code, f"{tp.topic}-{tp.partition}: {message}" if message else f"{tp.topic}-{tp.partition}")
