@@ -32,6 +32,9 @@ Figures (medians of ``runs``), each measured in the same run as its reference:
 records with no broker (librdkafka only queues them; ``bench.peers``), measured right after
 rafka's producer in each repetition; ``producer_cpu_vs_confluent`` is the median of the
 per-repetition ratios of rafka's ``producer_client_cpu`` to it (target ≤ 1.0).
+``producer_caller_cpu`` (and ``producer_caller_cpu_vs_confluent``): the part of it spent in the
+thread that calls ``send()`` (``time.thread_time``) — confluent's figure has no sending in it
+(no broker), rafka's process figure has the trio thread's packing and socket writes too.
 
 ``producer_client_cpu`` / ``consumer_client_cpu``: CPU time of the client process (all its
 threads: the caller's and the client's trio thread) per record, from ``time.process_time``.
@@ -76,15 +79,22 @@ BATCH_CHUNK = 10_000  # records per send_batch call
 
 def _producer_rate(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     """(records/s, client CPU µs per record — every thread of this process, see run())."""
+    rate, cpu, _ = _producer_rate_threads(bootstrap, topic, n)
+    return rate, cpu
+
+
+def _producer_rate_threads(bootstrap: str, topic: str, n: int) -> tuple[float, float, float]:
+    """``_producer_rate`` plus the calling thread's own CPU µs per record (``thread_time``)."""
     with Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=256 * 1024,
                   enable_idempotence=False) as p:
         p.send(topic, value=VALUE, key=KEYS[0]).result(timeout=30)  # metadata warm-up
         send = p.send
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
         for i in range(n):
             send(topic, value=VALUE, key=KEYS[i & 1023])
         p.flush()
-        return n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e6
+        caller = (time.thread_time() - m0) / n * 1e6
+        return n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e6, caller
 
 
 def _producer_batch_rate(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
@@ -189,7 +199,7 @@ def run(runs: int = 3) -> dict[str, Any]:
     prod, cons, p50, p99, large, raw, pair_ratios = [], [], [], [], [], [], []
     prod_cpu, cons_cpu = [], []
     nats_pub, nats_cons, prod_vs_nats, cons_vs_nats = [], [], [], []
-    ck_cpu, cpu_vs_ck = [], []
+    ck_cpu, cpu_vs_ck, prod_caller_cpu, caller_vs_ck = [], [], [], []
     large_nofsync, nofsync_ratios = [], []
     prod_b, prod_b_cpu, prod_b_ratio, cons_b, cons_b_cpu, cons_b_ratio = [], [], [], [], [], []
     pure: dict[str, list[float]] = {f"{k}{s}": [] for k in ("send_batch", "consumer", "poll_batch")
@@ -208,13 +218,15 @@ def run(runs: int = 3) -> dict[str, Any]:
                 admin.create_topic(f"perfb{r}", partitions=3, replication_factor=1)
                 admin.create_topic(f"perfbp{r}", partitions=3, replication_factor=1)
         for r in range(runs):
-            rate, cpu = _producer_rate(bootstrap, f"perf{r}", N_RECORDS)
+            rate, cpu, caller = _producer_rate_threads(bootstrap, f"perf{r}", N_RECORDS)
             prod.append(rate)
             prod_cpu.append(cpu)
+            prod_caller_cpu.append(caller)
             ck = confluent_produce_cpu_us([VALUE], KEYS, N_RECORDS)
             if ck is not None:
                 ck_cpu.append(ck)
                 cpu_vs_ck.append(cpu / ck)
+                caller_vs_ck.append(caller / ck)
             rate, cpu = _producer_batch_rate(bootstrap, f"perfb{r}", N_RECORDS)
             prod_b.append(rate)
             prod_b_cpu.append(cpu)
@@ -259,6 +271,7 @@ def run(runs: int = 3) -> dict[str, Any]:
         "producer_send": _fig(prod, "rec/s", flush_policy=FLUSH),
         "producer_send_mb": _fig([x * rec_mb for x in prod], "MB/s", flush_policy=FLUSH),
         "producer_client_cpu": _fig(prod_cpu, "us/rec"),
+        "producer_caller_cpu": _fig(prod_caller_cpu, "us/rec", what="send() loop's thread only"),
         "consumer": _fig(cons, "rec/s"),
         "consumer_client_cpu": _fig(cons_cpu, "us/rec"),
         "producer_send_batch": _fig(prod_b, "rec/s", flush_policy=FLUSH, chunk=BATCH_CHUNK,
@@ -295,6 +308,8 @@ def run(runs: int = 3) -> dict[str, Any]:
         out["confluent_produce_client_cpu"] = _fig(ck_cpu, "us/rec", peer="confluent-kafka, no broker")
         out["producer_cpu_vs_confluent"] = _fig(cpu_vs_ck, "x", what="median of per-repetition ratios",
                                                 target="<= 1.0")
+        out["producer_caller_cpu_vs_confluent"] = _fig(
+            caller_vs_ck, "x", what="median of per-repetition ratios, send()'s thread only")
     if nats_pub:
         out["nats_publish"] = _fig(nats_pub, "msg/s", flush_policy="JetStream default (2 min)")
         out["nats_consume"] = _fig(nats_cons, "msg/s")
