@@ -269,6 +269,9 @@ class ReplicaManager:
 
     def appended(self, p: Partition, records: int) -> None:
         self._unflushed_messages += records
+        if self.flush_policy == "batch":
+            # the next group-commit round fsyncs it: let the disk start now (log/writeback.py)
+            p.log.start_writeback()
         if self.flush_policy == "batch" or (
             self.flush_policy == "messages"
             and self._unflushed_messages >= self.settings.get("log.flush.interval.messages", 10_000)

@@ -32,7 +32,10 @@ Read path (``read``, ``aborted_transactions``): ``log/log_reader.py``.
 
 Durability (``flush``): ``fdatasync`` of every segment written since the last flush, the
 directory when files were created, then ``recovery_point`` advances to the log end offset seen
-before the fsync.  ``flush`` may run in a worker thread while the owner thread appends:
+before the fsync.  ``start_writeback`` (``log/writeback.py``; the broker calls it after each
+leader append under flush policy ``batch``) submits a large unflushed tail to the disk without
+waiting, so the group commit's fsync mostly waits instead of writing.  ``flush`` may run in a
+worker thread while the owner thread appends:
 ``_lock`` guards the segment list and the published sizes (held for microseconds, never across
 a syscall that waits for the disk); ``_flush_lock`` serialises flushes with the rare operations
 that close file descriptors (truncation, retention, compaction swaps, close).  Every other
@@ -102,12 +105,16 @@ from .log_reader import FetchSlice, LogReader
 from .producer_state import CompletedTxn, ProducerStateManager
 from .segment import Segment
 from .txn_index import AbortedTxn
+from .writeback import start_writeback
 
 __all__ = ["PartitionLog", "AppendInfo", "FetchSlice", "CLEAN_SHUTDOWN_FILE",
            "RECOVERY_POINT_FILE"]
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 RECOVERY_POINT_FILE = "recovery-point-checkpoint"
+# start_writeback leaves smaller unflushed tails to the fsync: for a small append the syscall
+# would cost more than the writes it starts early (a single-record acks=all produce)
+WRITEBACK_MIN_BYTES = 64 * 1024
 logger = logging.getLogger("rafka.log")
 
 
@@ -142,6 +149,9 @@ class PartitionLog(LogReader):
         self._offline: StorageError | None = None
         self._pending_deletes: deque[tuple[int, list[Path]]] = deque()
         self.fsync_count = 0  # flushes that issued fsyncs (statistics, group-commit tests)
+        # (segment, size) at the last start_writeback: what the disk is already writing
+        self.writeback_count = 0  # start_writeback calls that started one (statistics, tests)
+        self._writeback: tuple[Segment | None, int] = (None, 0)
         self.epochs = LeaderEpochCache(directory / CHECKPOINT_NAME, lambda: self.log_end_offset)
         self.producer_state = ProducerStateManager(directory)
 
@@ -197,7 +207,8 @@ class PartitionLog(LogReader):
         return {"segments": len(self._segments), "size_bytes": self.size_bytes,
                 "log_start_offset": self._log_start_offset,
                 "log_end_offset": self.log_end_offset, "recovery_point": self._recovery_point,
-                "fsyncs": self.fsync_count, "producers": len(self.producer_state)}
+                "fsyncs": self.fsync_count, "writebacks": self.writeback_count,
+                "producers": len(self.producer_state)}
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -450,6 +461,21 @@ class PartitionLog(LogReader):
                 logger.warning("%s: cannot write producer snapshot: %s", self.directory, exc)
 
     # -- durability ---------------------------------------------------------------------------
+
+    def start_writeback(self, min_bytes: int = WRITEBACK_MIN_BYTES) -> bool:
+        """Submit the active segment's unflushed bytes for writeback without waiting
+        (``log/writeback.py``), once at least ``min_bytes`` were appended since the last flush or
+        writeback, so that the next ``flush`` mostly waits instead of writing. Owner thread;
+        True if it was started."""
+        seg = self._segments[-1]
+        done = seg.flushed_size
+        if self._writeback[0] is seg:
+            done = max(done, self._writeback[1])
+        if seg.size - done < min_bytes or not start_writeback(seg.fd):
+            return False
+        self._writeback = (seg, seg.size)
+        self.writeback_count += 1
+        return True
 
     def flush(self) -> int:
         """fsync everything appended so far; returns the new recovery point.  Thread-safe."""
