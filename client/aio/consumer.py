@@ -2,33 +2,27 @@
 
 Theory of operation
 -------------------
-Per assigned partition the consumer keeps a ``_PartitionState``: the *position* (next offset
+Per assigned partition the consumer keeps a ``PartitionState``: the *position* (next offset
 ``poll`` returns), the *fetch offset* (next offset to ask the broker for; ahead of the position
 while data is buffered), up to ``max_buffered_fetches`` ``CompletedFetch`` objects, a paused
 flag and an *epoch* bumped by every seek / reset / unassign so that in-flight responses for an
 old position are dropped.
 
 One fetch loop task (in the consumer's nursery) resets unknown positions (committed offset
-from the group coordinator if any, else ``auto_offset_reset`` via LIST_OFFSETS), groups the
-fetchable partitions by leader and keeps one FETCH in flight per broker. A partition is
-fetchable when it is assigned, not paused, has a position and fewer than
-``max_buffered_fetches`` completed fetches waiting — so the next FETCH is in flight while the
-user processes the previous one, and the buffer is bounded (≤ partitions × buffered ×
-``max_partition_fetch_bytes``). ``poll`` only decodes buffered batches (``rafka.client.aio.fetch``);
-``poll_batch`` does the same into columns (``client.columnar.ColumnBatch``), one object per
-partition instead of one per record — same positions, pausing, seeking and filtering.
+from the group coordinator if any, else ``auto_offset_reset`` via LIST_OFFSETS); which
+partitions are fetched, when, and how answers are buffered is ``rafka.client.aio.fetcher``
+(the ``Fetcher`` mixin): up to two FETCHes in flight per broker, the next one written as soon
+as an answer is buffered — before ``poll`` decodes it — and the buffer bounded (≤ partitions ×
+``max_buffered_fetches`` × ``max_partition_fetch_bytes``, plus one FETCH in flight per
+partition). ``poll`` only decodes buffered batches (``rafka.client.aio.fetch``); ``poll_batch``
+does the same into columns (``client.columnar.ColumnBatch``), one object per partition instead
+of one per record — same positions, pausing, seeking and filtering.
 
 Leader epochs (KIP-320, kept small): every FETCH partition entry carries
 ``current_leader_epoch``, the partition's leader epoch from the metadata cache, so a deposed or
 stale leader answers FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of serving it; those
-(like NOT_LEADER_OR_FOLLOWER) refresh metadata and retry at the same position.
-
-Errors per partition: OFFSET_OUT_OF_RANGE is first validated (``_validate_out_of_range``): the
-partition is held back, metadata is refreshed, and if the leader or its epoch changed since the
-fetch was sent the fetch is retried at the same position against the new leader; only when the
-same leader in the same epoch still leads does it reset the position (or raise from ``poll``
-with ``auto_offset_reset='none'``). Leadership errors refresh metadata and back off; anything
-else is raised from the next ``poll``.
+(like NOT_LEADER_OR_FOLLOWER) refresh metadata and retry at the same position. Errors per
+partition, and the validation of OFFSET_OUT_OF_RANGE before any reset: ``fetcher``.
 
 Isolation (docs/transactions.md): ``isolation_level`` is ``"read_uncommitted"`` (default, as in
 Kafka: every record up to the high watermark) or ``"read_committed"``: FETCH asks for data below
@@ -56,15 +50,14 @@ from types import TracebackType
 from typing import Any, ClassVar, Protocol
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey, Response
-from rafka.client.aio._core import REFRESH_CODES, ClientCore
+from rafka.broker.errors import RafkaError
+from rafka.client.aio._core import ClientCore
 from rafka.client.aio.conveniences import Deserializer, GetManyApi, deserializing_take
-from rafka.client.aio.fetch import CompletedFetch, PartitionData, split_fetch_response
+from rafka.client.aio.fetch import CompletedFetch
+from rafka.client.aio.fetcher import Fetcher, PartitionState
 from rafka.client.aio.offsets import EARLIEST, LATEST, list_offsets
 from rafka.client.columnar import ColumnBatch
-from rafka.client.connection import PendingResponse, backoff_ms
-from rafka.client.errors import CorruptRecordError, IllegalStateError, RecordTooLargeError
+from rafka.client.errors import IllegalStateError
 from rafka.client.throttle_stats import ThrottleMeter
 from rafka.client.txn_filter import READ_UNCOMMITTED, isolation_level_code
 from rafka.client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, TopicPartition
@@ -86,60 +79,7 @@ class Coordinator(Protocol):
     async def close(self) -> None: ...
 
 
-class _PartitionState:
-    __slots__ = ("position", "fetch_offset", "buffered", "paused", "epoch", "inflight",
-                 "high_watermark", "last_stable_offset", "log_start_offset", "error", "retry_at")
-
-    def __init__(self) -> None:
-        self.position: int | None = None
-        self.fetch_offset: int | None = None
-        self.buffered: deque[CompletedFetch] = deque()
-        self.paused = False
-        self.epoch = 0
-        self.inflight = False
-        self.high_watermark = -1
-        self.last_stable_offset = -1
-        self.log_start_offset = -1
-        self.error: BaseException | None = None
-        self.retry_at = 0.0
-
-    def seek(self, offset: int | None) -> None:
-        self.position = offset
-        self.fetch_offset = offset
-        self.buffered.clear()
-        self.epoch += 1
-
-
-class _Fetch:
-    """One FETCH to ``node`` for ``tps``: its body, built from the partitions' fetch offsets
-    and leader epochs at this moment, with the consumer epochs it answers to."""
-
-    __slots__ = ("node", "tps", "body", "epochs", "leader_epochs", "pending")
-
-    def __init__(self, consumer: AsyncConsumer, node: int, tps: list[TopicPartition]) -> None:
-        states, meta = consumer._states, consumer._core.metadata
-        self.node = node
-        self.tps = tps
-        self.epochs = {tp: states[tp].epoch for tp in tps}
-        self.leader_epochs: dict[TopicPartition, int] = {}
-        self.pending: PendingResponse | None = None  # written by send_request_nowait
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for tp in tps:
-            pm = meta.partition(tp)
-            self.leader_epochs[tp] = -1 if pm is None else pm.leader_epoch
-            topics.setdefault(tp.topic, []).append({
-                "partition": tp.partition,
-                "fetch_offset": states[tp].fetch_offset,
-                "partition_max_bytes": consumer.max_partition_fetch_bytes,
-                "current_leader_epoch": self.leader_epochs[tp],  # < 0: unknown, not checked
-            })
-        self.body = {"replica_id": -1, "max_wait_ms": consumer.fetch_max_wait_ms,
-                     "min_bytes": consumer.fetch_min_bytes, "max_bytes": consumer.fetch_max_bytes,
-                     "isolation_level": consumer._isolation,
-                     "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
-
-
-class AsyncConsumer(GetManyApi):
+class AsyncConsumer(Fetcher, GetManyApi):
     """``async with AsyncConsumer(bootstrap_servers=...) as c: c.assign([...]); await c.poll()``.
 
     ``key_deserializer`` / ``value_deserializer`` (``f(bytes) -> obj``; ``None`` passes through)
@@ -202,8 +142,8 @@ class AsyncConsumer(GetManyApi):
                                 security=ClientSecurity.from_kwargs(security))
         self._initial_topics = list(topics)
         self._subscription: list[str] = []
-        self._states: dict[TopicPartition, _PartitionState] = {}
-        self._node_busy: set[int] = set()
+        self._states: dict[TopicPartition, PartitionState] = {}
+        self._node_fetches: dict[int, int] = {}  # node -> FETCHes in flight to it
         self._fetch_wake = trio.Event()
         self._data = trio.Event()
         self._rr = 0
@@ -304,7 +244,7 @@ class AsyncConsumer(GetManyApi):
                 self._states.pop(tp).epoch += 1
         for tp in partitions:
             if tp not in self._states:
-                self._states[tp] = _PartitionState()
+                self._states[tp] = PartitionState()
             if offsets and tp in offsets:
                 self._states[tp].seek(offsets[tp])
         self._core.wanted_topics.update(tp.topic for tp in partitions)
@@ -319,7 +259,7 @@ class AsyncConsumer(GetManyApi):
         self._subscription = []
         self._set_assignment([])
 
-    def _state(self, tp: TopicPartition) -> _PartitionState:
+    def _state(self, tp: TopicPartition) -> PartitionState:
         st = self._states.get(tp)
         if st is None:
             raise IllegalStateError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
@@ -562,243 +502,3 @@ class AsyncConsumer(GetManyApi):
                 if not self._iter_buf and deadline is not None and time.monotonic() >= deadline:
                     raise StopAsyncIteration
         return self._iter_buf.popleft()
-
-    # ------------------------------------------------------------------ fetching
-
-    async def _fetch_loop(self) -> None:
-        while True:
-            self._fetch_wake = trio.Event()
-            unknown = [tp for tp, st in self._states.items() if st.position is None and st.error is None]
-            if unknown:
-                with contextlib.suppress(RafkaError):
-                    await self._reset(unknown)
-            need_meta, next_retry = self._start_fetches(nowait=False)
-            timeout = 1.0
-            if need_meta or self._core.stale:
-                with contextlib.suppress(RafkaError):
-                    await self._core.refresh_metadata()
-                if need_meta:
-                    timeout = self._core.retry_backoff_ms / 1000
-            if next_retry is not None:
-                timeout = min(timeout, max(0.0, next_retry - time.monotonic()))
-            with trio.move_on_after(timeout):
-                await self._fetch_wake.wait()
-
-    def _start_fetches(self, *, nowait: bool) -> tuple[bool, float | None]:
-        """Start a FETCH to every leader that has fetchable partitions and none in flight
-        (module docstring, "Prefetching"). ``nowait`` (``poll`` and a FETCH answer): only where
-        ``send_request_nowait`` writes the request at once — the others are left to the fetch
-        loop, woken. Returns (a partition needs metadata, earliest retry time)."""
-        assert self._nursery is not None
-        now = time.monotonic()
-        need_meta = False
-        by_node: dict[int, list[TopicPartition]] = {}
-        next_retry: float | None = None
-        for tp, st in self._states.items():
-            if (st.paused or st.position is None or st.inflight or st.error is not None
-                    or len(st.buffered) >= self.max_buffered_fetches):
-                continue
-            if st.retry_at > now:
-                next_retry = st.retry_at if next_retry is None else min(next_retry, st.retry_at)
-                continue
-            leader = self._core.metadata.leader(tp)
-            if leader < 0:
-                need_meta = True
-                continue
-            if leader not in self._node_busy:
-                by_node.setdefault(leader, []).append(tp)
-        for node, tps in by_node.items():
-            fetch = _Fetch(self, node, tps)
-            if nowait:
-                pending = self._send_nowait(node, fetch.body)
-                if pending is None:
-                    self._fetch_wake.set()  # the fetch loop sends it the ordinary way
-                    continue
-                fetch.pending = pending
-            self._node_busy.add(node)
-            for tp in tps:
-                self._states[tp].inflight = True
-            self._nursery.start_soon(self._fetch_node, fetch)
-        if nowait and need_meta:
-            self._fetch_wake.set()
-        return need_meta, next_retry
-
-    def _send_nowait(self, node: int, body: dict[str, Any]) -> PendingResponse | None:
-        b = self._core.metadata.brokers.get(node)
-        pool = self._core.pool
-        if b is None or pool is None:
-            return None
-        conn = pool.get_nowait(b.host, b.port)
-        return None if conn is None else conn.send_request_nowait(ApiKey.FETCH, body)
-
-    async def _fetch_node(self, fetch: _Fetch) -> None:
-        node, tps = fetch.node, fetch.tps
-        try:
-            if fetch.pending is None:
-                resp = await self._core.request_node(node, ApiKey.FETCH, fetch.body,
-                                                     extra_timeout_ms=self.fetch_max_wait_ms)
-            else:
-                resp = await self._wait_pending(node, fetch.pending)
-            resp.raise_for_error()
-            self._throttle.observe(resp.body)
-            parts = split_fetch_response(resp.body, resp.raw)
-        except RafkaError as exc:
-            retry_at = time.monotonic() + self._core.retry_backoff_ms / 1000
-            for tp in tps:
-                st = self._states.get(tp)
-                if st is not None and st.epoch == fetch.epochs[tp]:
-                    if exc.retriable or exc.code in REFRESH_CODES:
-                        st.retry_at = retry_at
-                        self._core.metadata.invalidate_leader(tp)
-                    else:
-                        st.error = exc
-            self._data.set()
-            return
-        finally:
-            self._node_busy.discard(node)
-            for tp in tps:
-                st = self._states.get(tp)
-                if st is not None:
-                    st.inflight = False
-            self._fetch_wake.set()
-        got = self._take_answer(fetch, parts)
-        # the next FETCH goes out before anyone decodes this one (module docstring)
-        self._start_fetches(nowait=True)
-        if got:
-            self._data.set()
-
-    async def _wait_pending(self, node: int, pending: PendingResponse) -> Response:
-        """The answer to a FETCH ``_send_nowait`` wrote, bounded as ``request_node`` bounds one."""
-        timeout = (self._core.request_timeout_ms + self.fetch_max_wait_ms) / 1000
-        with trio.move_on_after(timeout):
-            try:
-                return await pending.wait()
-            except RafkaError as exc:
-                if exc.code in REFRESH_CODES:
-                    self._core.invalidate()
-                raise
-        pending.abandon()
-        b = self._core.metadata.brokers.get(node)
-        if b is not None and self._core.pool is not None:
-            self._core.pool.discard(b.host, b.port)
-        raise error_for(ErrorCode.REQUEST_TIMED_OUT,
-                        f"FETCH to node {node} got no answer within {timeout * 1000:.0f} ms")
-
-    def _take_answer(self, fetch: _Fetch, parts: list[PartitionData]) -> bool:
-        """Buffer a FETCH answer's data per partition; True if ``poll`` has something new."""
-        got = False
-        for pd in parts:
-            st = self._states.get(pd.tp)
-            if st is None or st.epoch != fetch.epochs.get(pd.tp):
-                continue  # unassigned or sought meanwhile: stale data
-            if pd.high_watermark >= 0:
-                st.high_watermark = pd.high_watermark
-            if pd.log_start_offset >= 0:
-                st.log_start_offset = pd.log_start_offset
-            if pd.last_stable_offset >= 0:
-                st.last_stable_offset = pd.last_stable_offset
-            if pd.error:
-                if pd.error == ErrorCode.OFFSET_OUT_OF_RANGE and self._nursery is not None:
-                    # validate against a fresh leader/epoch before any reset (KIP-320)
-                    st.inflight = True  # held back from fetching until validated
-                    self._nursery.start_soon(self._validate_out_of_range, pd.tp, st, fetch.node,
-                                             fetch.leader_epochs.get(pd.tp, -1), pd.message)
-                    continue
-                self._partition_error(pd.tp, st, pd.error, pd.message)
-                got = True
-                continue
-            if not len(pd.raw):
-                continue
-            cf = CompletedFetch(pd.tp, pd.raw, st.epoch, pd.aborted)
-            if cf.end_offset < 0:
-                if len(pd.raw) >= self.max_partition_fetch_bytes:
-                    st.error = RecordTooLargeError(
-                        f"{pd.tp.topic}-{pd.tp.partition}: the batch at offset {st.fetch_offset} is larger "
-                        f"than max_partition_fetch_bytes={self.max_partition_fetch_bytes}")
-                    got = True
-                continue
-            st.fetch_offset = cf.end_offset
-            st.buffered.append(cf)
-            got = True
-        return got
-
-    def _partition_error(self, tp: TopicPartition, st: _PartitionState, code: int, message: str) -> None:
-        exc = error_for(code, f"{tp.topic}-{tp.partition}: {message}" if message else f"{tp.topic}-{tp.partition}")
-        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            if self.auto_offset_reset == "none":
-                st.error = exc
-            else:
-                st.seek(None)
-            return
-        if code == ErrorCode.CORRUPT_MESSAGE:
-            # stored data damaged on the broker (it names the range): retrying would hide it
-            # forever; raise it from poll (the application may seek past the range)
-            st.error = CorruptRecordError(str(exc.message))
-            return
-        if exc.retriable or code in REFRESH_CODES:
-            self._core.metadata.invalidate_leader(tp)
-            self._core.invalidate()
-            st.retry_at = time.monotonic() + self._core.retry_backoff_ms / 1000
-            return
-        st.error = exc
-
-    async def _validate_out_of_range(self, tp: TopicPartition, st: _PartitionState, node: int,
-                                     leader_epoch: int, message: str) -> None:
-        """OFFSET_OUT_OF_RANGE from ``node`` (leader in ``leader_epoch`` when the fetch was sent):
-        reset only if a metadata refresh shows the same leader in the same epoch; otherwise
-        retry the fetch at the same position (a stale or deposed leader answered)."""
-        epoch = st.epoch
-        refreshed = False
-        try:
-            self._core.invalidate()
-            with contextlib.suppress(RafkaError):
-                await self._core.refresh_metadata()
-                refreshed = True
-        finally:
-            if self._states.get(tp) is st:
-                st.inflight = False
-            self._fetch_wake.set()
-        if self._states.get(tp) is not st or st.epoch != epoch:
-            return  # unassigned, sought or reset meanwhile
-        pm = self._core.metadata.partition(tp)
-        if (not refreshed or pm is None or self._core.metadata.leader(tp) != node
-                or pm.leader_epoch != leader_epoch):
-            # leadership moved (or is unknown): fetch again at the same position
-            if not refreshed or pm is None or pm.leader < 0:
-                st.retry_at = time.monotonic() + self._core.retry_backoff_ms / 1000
-            return
-        self._partition_error(tp, st, ErrorCode.OFFSET_OUT_OF_RANGE, message)
-        self._data.set()
-        self._fetch_wake.set()
-
-    async def _reset(self, tps: list[TopicPartition]) -> None:
-        """Give positions to partitions that have none: committed, else auto_offset_reset."""
-        if self._coordinator is not None:
-            committed = await self._coordinator.committed(tps)
-            for tp, off in committed.items():
-                st = self._states.get(tp)
-                if off is not None and st is not None and st.position is None:
-                    st.seek(off)
-            tps = [tp for tp in tps if tp in self._states and self._states[tp].position is None]
-        if not tps:
-            return
-        if self.auto_offset_reset == "none":
-            for tp in tps:
-                self._states[tp].error = error_for(
-                    ErrorCode.OFFSET_OUT_OF_RANGE,
-                    f"{tp.topic}-{tp.partition}: no position and auto_offset_reset='none'")
-            self._data.set()
-            return
-        ts = EARLIEST if self.auto_offset_reset == "earliest" else LATEST
-        epochs = {tp: self._states[tp].epoch for tp in tps}
-        try:
-            found = await list_offsets(self._core, {tp: ts for tp in tps}, attempts=3,
-                                       isolation_level=self._isolation)
-        except RafkaError:
-            await trio.sleep(backoff_ms(1, self._core.retry_backoff_ms, 1000) / 1000)
-            raise
-        for tp, (off, _) in found.items():
-            st = self._states.get(tp)
-            if st is not None and st.position is None and st.epoch == epochs[tp]:
-                st.seek(off)
-        self._fetch_wake.set()
