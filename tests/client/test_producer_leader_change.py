@@ -11,7 +11,8 @@ import time
 from typing import Any
 
 from rafka.client.aio.accumulator import PartitionState, RecordAccumulator
-from rafka.client.aio.producer import _BACKOFF_REFRESH_S, AsyncProducer
+from rafka.client.aio.producer import AsyncProducer
+from rafka.client.aio.sender import _BACKOFF_REFRESH_S
 from rafka.client.types import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -15,7 +15,7 @@ from rafka.broker.errors import ErrorCode
 from rafka.client import AsyncAdmin, AsyncProducer, Consumer, Producer, TopicPartition, errors
 from rafka.client.aio.accumulator import PartitionState, RecordAccumulator
 from rafka.client.aio.futures import FutureRecordMetadata
-from rafka.client.aio.producer import _split_points
+from rafka.client.aio.sender import _split_points
 from rafka.client.types import RecordMetadata
 
 
