@@ -33,7 +33,7 @@ export PYSPARK_DRIVER_PYTHON = $(abspath $(PY))
 help:
 	@sed -n '2,9p' Makefile
 
-$(VENV)/.installed: pyproject.toml setup.py log/_codec.c log/_murmur2.h client/_sendpath.c
+$(VENV)/.installed: pyproject.toml setup.py log/_codec.c log/_murmur2.h log/_msgpack_put.h client/_sendpath.c
 	@test -n "$(PYTHON)" || { echo "error: rafka needs Python >= 3.11 on PATH" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip

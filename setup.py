@@ -38,9 +38,11 @@ setup(
     packages=packages,
     package_dir={"rafka": "rafka", **{f"rafka.{f}": f for f in CARD}},
     ext_modules=[
-        Extension("rafka.log._codec", ["log/_codec.c"], depends=["log/_murmur2.h"],
+        Extension("rafka.log._codec", ["log/_codec.c"],
+                  depends=["log/_murmur2.h", "log/_msgpack_put.h"],
                   extra_compile_args=["-O2"]),
-        Extension("rafka.client._sendpath", ["client/_sendpath.c"], depends=["log/_murmur2.h"],
+        Extension("rafka.client._sendpath", ["client/_sendpath.c"],
+                  depends=["log/_murmur2.h", "log/_msgpack_put.h"],
                   extra_compile_args=["-O2"]),
     ],
     cmdclass={"build_ext": OptionalBuildExt},

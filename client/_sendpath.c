@@ -13,11 +13,17 @@
  *   estimated size (12 + key + value + headers, as record_size) -> the timestamp
  *   (time.time_ns() // 1e6, or the caller's) -> the partition (explicit; Kafka's murmur2 of
  *   the key, log/_murmur2.h, with the default partitioner; -1 = the topic's sticky one) ->
- *   the partition's open batch must exist, hold no send_batch segments, stay under
- *   batch_size with this record, and buffer_memory must have room -> append the wire row
- *   (offset_delta, timestamp_delta, key, value, headers), add the size to the batch and to
- *   acc.used -> a lazy FutureRecordMetadata (tp_alloc and three slot stores, as
+ *   the partition's open batch must exist, keep its records packed (ProducerBatch.packed),
+ *   hold no send_batch segments, stay under batch_size with this record, and buffer_memory
+ *   must have room -> pack the wire record [offset_delta, timestamp_delta, key, value,
+ *   headers] at the end of the batch's packed bytes (log/_msgpack_put.h, the bytes msgpack
+ *   would write), count it, raise the batch's max timestamp delta, add the size to the batch
+ *   and to acc.used -> a lazy FutureRecordMetadata (tp_alloc and three slot stores, as
  *   object.__new__ in send_threadsafe: no Future.__init__).
+ *
+ * No object per record is kept: closing the batch is framing only (log.batch.build_batch_rows
+ * copies the packed bytes behind the array header), with no row tuple to build, scan for the
+ * max timestamp, pack and free in the producer's I/O thread.
  *
  * Anything else — a topic without metadata, a new or full batch, a full buffer, the lock held,
  * a str key, a float timestamp, an out-of-range partition, a custom partitioner, an unknown
@@ -25,13 +31,11 @@
  * changed, so its results and named errors are the Python path's.
  *
  * Atomicity without taking the lock: the GIL is held for the whole C call, and the append
- * runs no Python code and makes no GC-tracked object (those — the row tuple and the future —
- * are made before; a GC-tracked allocation can start a collection whose finalizers could let
- * another thread run). So when acc._lock is free no other thread is inside a critical section
- * and none can enter one until the record is in; when it is held (the loop thread's drain was
- * switched out mid-update), the Python path waits for it. A record without headers gets an
- * untracked row tuple: it holds only atoms, and the GC would untrack it at its first
- * collection anyway.
+ * runs no Python code and makes no GC-tracked object (the future is made before; a GC-tracked
+ * allocation can start a collection whose finalizers could let another thread run; growing
+ * the packed bytearray and new ints are not tracked). So when acc._lock is free no other
+ * thread is inside a critical section and none can enter one until the record is in; when it
+ * is held (the loop thread's drain was switched out mid-update), the Python path waits for it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,6 +44,7 @@
 #include <time.h>
 
 #include "../log/_murmur2.h"
+#include "../log/_msgpack_put.h"
 
 /* interned names */
 static PyObject *s_closed, *s_fatal, *s_topics, *s_used;
@@ -58,7 +63,8 @@ typedef struct {
     PyObject *batch_type;   /* ProducerBatch */
     PyObject *no_headers;   /* the shared () of a record without headers */
     Py_ssize_t off_fbatch, off_findex, off_fts;                  /* future slots */
-    Py_ssize_t off_rows, off_segs, off_size, off_ts0, off_result; /* ProducerBatch slots */
+    Py_ssize_t off_packed, off_plen, off_npacked, off_maxdt,      /* ProducerBatch slots */
+               off_segs, off_size, off_ts0, off_result;
     PyObject *ts_obj;       /* the last timestamp handed to a future, and its value */
     long long ts;
     long long batch_size, buffer_memory, max_record_size;
@@ -151,7 +157,10 @@ static int sp_init(SendPath *self, PyObject *args, PyObject *kwds)
     if (slot_offset(future_type, "_batch", &self->off_fbatch) < 0
         || slot_offset(future_type, "_index", &self->off_findex) < 0
         || slot_offset(future_type, "_ts", &self->off_fts) < 0
-        || slot_offset(batch_type, "_rows", &self->off_rows) < 0
+        || slot_offset(batch_type, "packed", &self->off_packed) < 0
+        || slot_offset(batch_type, "packed_len", &self->off_plen) < 0
+        || slot_offset(batch_type, "npacked", &self->off_npacked) < 0
+        || slot_offset(batch_type, "max_dt", &self->off_maxdt) < 0
         || slot_offset(batch_type, "segs", &self->off_segs) < 0
         || slot_offset(batch_type, "size", &self->off_size) < 0
         || slot_offset(batch_type, "ts0", &self->off_ts0) < 0
@@ -245,7 +254,7 @@ static PyObject *sp_send(SendPath *self, PyObject *const *args, Py_ssize_t nargs
                          PyObject *kwnames)
 {
     PyObject *a[6] = {NULL, Py_None, Py_None, Py_None, Py_None, Py_None};
-    PyObject *hdrs = NULL, *fut = NULL, *row = NULL, *r;
+    PyObject *hdrs = NULL, *fut = NULL, *r;
     if (nargs < 1 || nargs > 6) goto fallback;
     for (Py_ssize_t i = 0; i < nargs; i++) a[i] = args[i];
     if (kwnames != NULL) {
@@ -275,15 +284,13 @@ static PyObject *sp_send(SendPath *self, PyObject *const *args, Py_ssize_t nargs
     if (kl < 0 || vl < 0) goto fallback;
     long long size = 12 + (long long)kl + (long long)vl;
     if (headers == Py_None) {
-        hdrs = Py_NewRef(self->no_headers);
+        hdrs = self->no_headers;
     } else if (PyList_CheckExact(headers) || PyTuple_CheckExact(headers)) {
-        if (PySequence_Fast_GET_SIZE(headers) == 0) {
-            hdrs = Py_NewRef(self->no_headers);
-        } else {
+        hdrs = headers;  /* packed from the caller's own sequence, nothing kept */
+        if (PySequence_Fast_GET_SIZE(headers) > 0) {
             Py_ssize_t hs = headers_size(headers);
             if (hs < 0) goto fallback;
             size += hs;
-            if ((hdrs = PySequence_List(headers)) == NULL) return NULL;
         }
     } else {
         goto fallback;
@@ -316,8 +323,7 @@ static PyObject *sp_send(SendPath *self, PyObject *const *args, Py_ssize_t nargs
      * may let another thread in. What follows the check allocates only ints and grows a list,
      * so the GIL is never given up until the record is in. */
     fut = ((PyTypeObject *)self->future_type)->tp_alloc((PyTypeObject *)self->future_type, 0);
-    if (fut == NULL || (row = PyTuple_New(5)) == NULL) goto error;
-    if (hdrs == self->no_headers) PyObject_GC_UnTrack(row);  /* atoms only (module doc) */
+    if (fut == NULL) goto error;
 
     /* The accumulator lock is free: no thread is inside a critical section, and none can
      * enter one while this C call holds the GIL. Held: the owner is mid-update (drain, a
@@ -341,11 +347,14 @@ static PyObject *sp_send(SendPath *self, PyObject *const *args, Py_ssize_t nargs
         batch = PyDict_GetItemWithError(by_part, pk);
         Py_DECREF(pk);
     }
-    long long bsize, used, ts0;
-    PyObject *rows, *used_obj;
+    long long bsize, used, ts0, plen, max_dt;
+    PyObject *packed, *npacked, *used_obj;
     if (batch == NULL || Py_TYPE(batch) != (PyTypeObject *)self->batch_type
         || SLOT(batch, self->off_segs) != Py_None
-        || (rows = SLOT(batch, self->off_rows)) == NULL || !PyList_CheckExact(rows)
+        || (packed = SLOT(batch, self->off_packed)) == NULL || !PyByteArray_CheckExact(packed)
+        || SLOT(batch, self->off_plen) == NULL || exact_ll(SLOT(batch, self->off_plen), &plen) < 0
+        || (npacked = SLOT(batch, self->off_npacked)) == NULL || !PyLong_CheckExact(npacked)
+        || SLOT(batch, self->off_maxdt) == NULL || exact_ll(SLOT(batch, self->off_maxdt), &max_dt) < 0
         || SLOT(batch, self->off_size) == NULL || exact_ll(SLOT(batch, self->off_size), &bsize) < 0
         || SLOT(batch, self->off_ts0) == NULL || exact_ll(SLOT(batch, self->off_ts0), &ts0) < 0
         || SLOT(batch, self->off_result) == NULL
@@ -354,48 +363,49 @@ static PyObject *sp_send(SendPath *self, PyObject *const *args, Py_ssize_t nargs
         || bsize + size >= self->batch_size || used + size > self->buffer_memory)
         goto fallback_err;  /* new batch, sticky pick, batch closing, buffer full: Python */
 
-    Py_ssize_t index = PyList_GET_SIZE(rows);
+    Py_ssize_t index = PyLong_AsSsize_t(npacked);
+    if (index < 0) goto fallback_err;
+    long long dt = ts - ts0;
+    /* the bytes past packed_len are room, not records: writing there (and growing the
+     * bytearray) changes nothing anyone reads until packed_len moves below */
+    Py_ssize_t new_len = mp_put_record(packed, (Py_ssize_t)plen, index, dt, key, value, hdrs);
+    if (new_len == -2) goto fallback;  /* e.g. a header name that is not UTF-8: Python */
+    if (new_len < 0) goto error;
     PyObject *new_size = PyLong_FromLongLong(bsize + size);
     PyObject *new_used = PyLong_FromLongLong(used + size);
-    PyObject *i_obj = PyLong_FromSsize_t(index), *dt_obj = PyLong_FromLongLong(ts - ts0);
+    PyObject *new_plen = PyLong_FromSsize_t(new_len), *new_n = PyLong_FromSsize_t(index + 1);
+    PyObject *new_max = dt > max_dt ? PyLong_FromLongLong(dt) : Py_NewRef(SLOT(batch, self->off_maxdt));
     /* the future's timestamp: one int per millisecond, shared by that millisecond's records */
     if (self->ts_obj == NULL || self->ts != ts) {
         Py_XSETREF(self->ts_obj, PyLong_FromLongLong(ts));
         self->ts = ts;
     }
-    if (new_size == NULL || new_used == NULL || i_obj == NULL || dt_obj == NULL
-        || self->ts_obj == NULL) {
-        Py_XDECREF(new_size); Py_XDECREF(new_used); Py_XDECREF(i_obj); Py_XDECREF(dt_obj);
+    if (new_size == NULL || new_used == NULL || new_plen == NULL || new_n == NULL
+        || new_max == NULL || self->ts_obj == NULL) {
+        Py_XDECREF(new_size); Py_XDECREF(new_used); Py_XDECREF(new_plen); Py_XDECREF(new_n);
+        Py_XDECREF(new_max);
         goto error;
     }
-    PyObject *f_index = Py_NewRef(i_obj), *f_ts = Py_NewRef(self->ts_obj);
-    PyTuple_SET_ITEM(row, 0, i_obj);
-    PyTuple_SET_ITEM(row, 1, dt_obj);
-    PyTuple_SET_ITEM(row, 2, Py_NewRef(key));
-    PyTuple_SET_ITEM(row, 3, Py_NewRef(value));
-    PyTuple_SET_ITEM(row, 4, hdrs);
-    hdrs = NULL;
-    if (PyList_Append(rows, row) < 0) {
-        Py_DECREF(new_size); Py_DECREF(new_used); Py_DECREF(f_index); Py_DECREF(f_ts);
-        goto error;
-    }
-    Py_DECREF(row);
     /* the used key exists: this store replaces a value and cannot fail */
     PyDict_SetItem(self->adict, s_used, new_used);
     Py_DECREF(new_used);
     Py_SETREF(SLOT(batch, self->off_size), new_size);
+    Py_SETREF(SLOT(batch, self->off_plen), new_plen);
+    Py_SETREF(SLOT(batch, self->off_maxdt), new_max);
+    /* the old count is this record's index: it passes to the future */
+    SLOT(fut, self->off_findex) = SLOT(batch, self->off_npacked);
+    SLOT(batch, self->off_npacked) = new_n;
     SLOT(fut, self->off_fbatch) = Py_NewRef(SLOT(batch, self->off_result));
-    SLOT(fut, self->off_findex) = f_index;
-    SLOT(fut, self->off_fts) = f_ts;
+    SLOT(fut, self->off_fts) = Py_NewRef(self->ts_obj);
     return fut;
 
 error:
-    Py_XDECREF(hdrs); Py_XDECREF(fut); Py_XDECREF(row);
+    Py_XDECREF(fut);
     return NULL;
 fallback_err:
     if (PyErr_Occurred()) goto error;
 fallback:
-    Py_XDECREF(hdrs); Py_XDECREF(fut); Py_XDECREF(row);
+    Py_XDECREF(fut);
     return PyObject_Vectorcall(self->fallback, args, (size_t)nargs, kwnames);
 }
 

@@ -18,8 +18,10 @@
  *                  topic, partition, cls) -> [cls(...), ...]
  *     the consumer's record objects (ConsumerRecord, a tuple subclass) made straight from the
  *     section, without the intermediate row tuple; untracked by the GC when all atoms.
- *   pack_batch(rows, segments) -> bytes
- *     the same bytes as msgpack.Packer(use_bin_type=True).pack(rows + every segment's rows)
+ *   pack_batch(rows, segments, packed=b'', packed_count=0) -> bytes
+ *     the same bytes as msgpack.Packer(use_bin_type=True).pack(prefix + rows + every
+ *     segment's rows), where `packed` holds `packed_count` records already packed in order
+ *     (a producer batch's send() records: pack_record here, client/_sendpath.c in C)
  *     for rows of None, bool, int, str, bytes/bytearray and lists/tuples of them (what the
  *     producer's wire rows hold), without building the segments' row tuples: a segment
  *     (first_index, ts_delta, keys, values, headers, a, k) is a run of send_batch's records
@@ -37,6 +39,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_msgpack_put.h"  /* header choices, shared with client/_sendpath.c */
 
 static PyObject *Unsupported;
 
@@ -408,18 +412,7 @@ static int pack_int(wr_t *w, PyObject *o)
         return 0;
     }
     if (overflow < 0) return fail("int too small");
-    if (d < -(1LL << 5)) {
-        if (d < -(1LL << 15)) {
-            if (d < -(1LL << 31)) { put8(w, 0xd3); put64(w, (uint64_t)d); }
-            else { put8(w, 0xd2); put32(w, (uint32_t)d); }
-        } else if (d < -(1LL << 7)) { put8(w, 0xd1); put16(w, (uint16_t)d); }
-        else { put8(w, 0xd0); put8(w, (uint8_t)d); }
-    } else if (d < (1LL << 7)) {
-        put8(w, (uint8_t)d);
-    } else if (d < (1LL << 8)) { put8(w, 0xcc); put8(w, (uint8_t)d); }
-    else if (d < (1LL << 16)) { put8(w, 0xcd); put16(w, (uint16_t)d); }
-    else if (d < (1LL << 32)) { put8(w, 0xce); put32(w, (uint32_t)d); }
-    else { put8(w, 0xcf); put64(w, (uint64_t)d); }
+    w->len += mp_put_int((uint8_t *)w->buf + w->len, d);
     return 0;
 }
 
@@ -427,18 +420,17 @@ static int pack_raw(wr_t *w, const char *p, Py_ssize_t n, int is_str)
 {
     if ((uint64_t)n > 0xffffffffULL) return fail("too long");
     if (grow(w, 5 + (size_t)n) < 0) return -1;
-    if (is_str) {
-        if (n < 32) put8(w, 0xa0 | (uint8_t)n);
-        else if (n < 256) { put8(w, 0xd9); put8(w, (uint8_t)n); }
-        else if (n < 65536) { put8(w, 0xda); put16(w, (uint16_t)n); }
-        else { put8(w, 0xdb); put32(w, (uint32_t)n); }
-    } else {
-        if (n < 256) { put8(w, 0xc4); put8(w, (uint8_t)n); }
-        else if (n < 65536) { put8(w, 0xc5); put16(w, (uint16_t)n); }
-        else { put8(w, 0xc6); put32(w, (uint32_t)n); }
-    }
+    w->len += mp_put_raw_header((uint8_t *)w->buf + w->len, (uint64_t)n, is_str);
     memcpy(w->buf + w->len, p, n);
     w->len += n;
+    return 0;
+}
+
+static int pack_array_header(wr_t *w, Py_ssize_t n)
+{
+    if ((uint64_t)n > 0xffffffffULL) return fail("too long");
+    if (grow(w, 5) < 0) return -1;
+    w->len += mp_put_array_header((uint8_t *)w->buf + w->len, (uint64_t)n);
     return 0;
 }
 
@@ -461,11 +453,7 @@ static int pack_obj(wr_t *w, PyObject *o, int depth)
     if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
         if (depth > 8) return fail("nested too deep");
         Py_ssize_t n = PySequence_Fast_GET_SIZE(o), i;
-        if ((uint64_t)n > 0xffffffffULL) return fail("too long");
-        if (grow(w, 5) < 0) return -1;
-        if (n < 16) put8(w, 0x90 | (uint8_t)n);
-        else if (n < 65536) { put8(w, 0xdc); put16(w, (uint16_t)n); }
-        else { put8(w, 0xdd); put32(w, (uint32_t)n); }
+        if (pack_array_header(w, n) < 0) return -1;
         PyObject **items = PySequence_Fast_ITEMS(o);
         for (i = 0; i < n; i++)
             if (pack_obj(w, items[i], depth + 1) < 0) return -1;
@@ -475,15 +463,6 @@ static int pack_obj(wr_t *w, PyObject *o, int depth)
     return fail("type outside the codec's subset");
 }
 
-static int pack_array_header(wr_t *w, Py_ssize_t n)
-{
-    if ((uint64_t)n > 0xffffffffULL) return fail("too long");
-    if (grow(w, 5) < 0) return -1;
-    if (n < 16) put8(w, 0x90 | (uint8_t)n);
-    else if (n < 65536) { put8(w, 0xdc); put16(w, (uint16_t)n); }
-    else { put8(w, 0xdd); put32(w, (uint32_t)n); }
-    return 0;
-}
 
 /* pack_batch(rows, segments) -> bytes: msgpack of rows + the rows of each segment, where a
  * segment (first_index, ts_delta, keys | None, values, headers | None, a, k) stands for the
@@ -494,10 +473,17 @@ static PyObject *pack_batch(PyObject *self, PyObject *args)
     /* one scratch buffer for every call, kept at its high-water mark (fresh pages cost more
      * than the packing); the GIL is held throughout and no Python code runs in between */
     static wr_t w = {NULL, 0, 0};
-    Py_ssize_t total, i, j;
-    if (!PyArg_ParseTuple(args, "O!O!:pack_batch", &PyList_Type, &rowlist, &PyList_Type, &segs))
+    Py_buffer prefix = {NULL};
+    Py_ssize_t prefix_count = 0, total, i, j;
+    if (!PyArg_ParseTuple(args, "O!O!|y*n:pack_batch", &PyList_Type, &rowlist, &PyList_Type,
+                          &segs, &prefix, &prefix_count))
         return NULL;
-    total = PyList_GET_SIZE(rowlist);
+    PyObject *out = NULL;
+    if (prefix_count < 0 || (prefix_count > 0 && prefix.buf == NULL)) {
+        fail("bad packed records");
+        goto done;
+    }
+    total = prefix_count + PyList_GET_SIZE(rowlist);
     for (j = 0; j < PyList_GET_SIZE(segs); j++) {
         PyObject *seg = PyList_GET_ITEM(segs, j);
         Py_ssize_t first, a, k;
@@ -505,20 +491,28 @@ static PyObject *pack_batch(PyObject *self, PyObject *args)
         if (!PyTuple_CheckExact(seg)
             || !PyArg_ParseTuple(seg, "nOOOOnn", &first, &td, &keys, &values, &headers, &a, &k)) {
             PyErr_Clear();
-            return fail("bad segment"), NULL;
+            fail("bad segment");
+            goto done;
         }
         if (!PyList_CheckExact(values) || (keys != Py_None && !PyList_CheckExact(keys))
             || (headers != Py_None && !PyList_CheckExact(headers)) || a < 0 || k < a
             || k > PyList_GET_SIZE(values)
             || (keys != Py_None && PyList_GET_SIZE(keys) < k)
-            || (headers != Py_None && PyList_GET_SIZE(headers) < k))
-            return fail("bad segment"), NULL;
+            || (headers != Py_None && PyList_GET_SIZE(headers) < k)) {
+            fail("bad segment");
+            goto done;
+        }
         total += k - a;
     }
     w.len = 0;
-    if (pack_array_header(&w, total) < 0) return NULL;
+    if (pack_array_header(&w, total) < 0) goto done;
+    if (prefix.buf != NULL && prefix.len > 0) {  /* records send() already packed, in order */
+        if (grow(&w, (size_t)prefix.len) < 0) goto done;
+        memcpy(w.buf + w.len, prefix.buf, (size_t)prefix.len);
+        w.len += (size_t)prefix.len;
+    }
     for (i = 0; i < PyList_GET_SIZE(rowlist); i++)
-        if (pack_obj(&w, PyList_GET_ITEM(rowlist, i), 1) < 0) return NULL;
+        if (pack_obj(&w, PyList_GET_ITEM(rowlist, i), 1) < 0) goto done;
     for (j = 0; j < PyList_GET_SIZE(segs); j++) {
         PyObject *seg = PyList_GET_ITEM(segs, j);
         Py_ssize_t first = PyLong_AsSsize_t(PyTuple_GET_ITEM(seg, 0));
@@ -528,25 +522,46 @@ static PyObject *pack_batch(PyObject *self, PyObject *args)
         Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(seg, 6));
         for (i = a; i < k; i++) {
             PyObject *idx = PyLong_FromSsize_t(first + i - a);
-            if (idx == NULL) return NULL;
+            if (idx == NULL) goto done;
             int rc = pack_array_header(&w, 5);
             if (rc == 0) rc = pack_obj(&w, idx, 2);
             Py_DECREF(idx);
             if (rc < 0 || pack_obj(&w, td, 2) < 0
                 || pack_obj(&w, keys == Py_None ? Py_None : PyList_GET_ITEM(keys, i), 2) < 0
                 || pack_obj(&w, PyList_GET_ITEM(values, i), 2) < 0)
-                return NULL;
+                goto done;
             if (headers == Py_None) {
-                if (pack_array_header(&w, 0) < 0) return NULL;
+                if (pack_array_header(&w, 0) < 0) goto done;
             } else if (pack_obj(&w, PyList_GET_ITEM(headers, i), 2) < 0) {
-                return NULL;
+                goto done;
             }
         }
     }
-    PyObject *out = PyBytes_FromStringAndSize(w.buf, (Py_ssize_t)w.len);
+    out = PyBytes_FromStringAndSize(w.buf, (Py_ssize_t)w.len);
     if (w.cap > (64u << 20)) { PyMem_Free(w.buf); w.buf = NULL; w.cap = 0; }
+done:
+    if (prefix.buf != NULL) PyBuffer_Release(&prefix);
     return out;
 }
+
+/* pack_record(buf, used, index, ts_delta, key, value, headers) -> new used: the Python
+ * appends' twin of client/_sendpath.c's, one wire record packed at buf[used:] (buf a
+ * bytearray that doubles when full, _msgpack_put.h); Unsupported, nothing written, for
+ * anything but bytes / None key and value and (str, bytes) headers. */
+static PyObject *pack_record(PyObject *self, PyObject *args)
+{
+    PyObject *ba, *key, *value, *headers;
+    Py_ssize_t used;
+    long long index, dt;
+    if (!PyArg_ParseTuple(args, "O!nLLOOO:pack_record", &PyByteArray_Type, &ba, &used, &index,
+                          &dt, &key, &value, &headers))
+        return NULL;
+    Py_ssize_t n = mp_put_record(ba, used, index, dt, key, value, headers);
+    if (n == -2) return fail("record outside the packed subset"), NULL;
+    return n < 0 ? NULL : PyLong_FromSsize_t(n);
+}
+
+
 
 /* ------------------------------------------------------------------ murmur2 and plan */
 
@@ -671,7 +686,10 @@ static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS,
      "decode_records(section, count, base, first_ts, ts_type, max_ts, topic, partition, cls) -> records"},
     {"pack_batch", pack_batch, METH_VARARGS,
-     "pack_batch(rows, segments) -> bytes: msgpack of the rows and the segments' rows"},
+     "pack_batch(rows, segments, packed=b'', packed_count=0) -> bytes: msgpack of the packed "
+     "records, the rows and the segments' rows"},
+    {"pack_record", pack_record, METH_VARARGS,
+     "pack_record(buf, used, index, ts_delta, key, value, headers) -> new used"},
     {"murmur2", murmur2, METH_O, "murmur2(key) -> int: Kafka's murmur2 (unsigned 32-bit)"},
     {"plan", plan, METH_VARARGS,
      "plan(keys, values, num_partitions, sticky) -> sizes and partition groups of send_batch"},

@@ -15,7 +15,8 @@ list with one ``Packer.pack`` call; ``decode_records`` (consumers, compaction) u
 
 C accelerator (``log/_codec.c``, chosen at import by ``log/speedups.py``; ``RAFKA_NO_SPEEDUPS=1``
 forces the pure path): ``build_batch_rows`` packs with ``_codec.pack_batch`` (the same bytes as
-msgpack's ``Packer``), and ``decode_columns`` turns a ``records_section`` into column buffers
+msgpack's ``Packer``; records a producer batch packed as they came, ``_codec.pack_record``, are
+copied behind the array header), and ``decode_columns`` turns a ``records_section`` into column buffers
 for the columnar consumer. Input outside the C subset goes through msgpack, so both paths give
 the same batches, records and ``CorruptBatchError`` errors.
 
@@ -63,6 +64,7 @@ __all__ = [
     "build_batch",
     "build_batch_rows",
     "segment_rows",
+    "packed_rows",
     "build_raw_batch",
     "build_control_batch",
     "control_type",
@@ -276,32 +278,49 @@ def segment_rows(first_index: int, ts_delta: int, keys: list | None, values: lis
                repeat((), n) if headers is None else headers[a:k], strict=True)
 
 
+def packed_rows(packed: bytes | bytearray | memoryview, count: int) -> list[tuple]:
+    """The wire rows of ``count`` records packed one after another (``_codec.pack_record``,
+    ``client/_sendpath.c``) as the producer appends them unpacked: tuples, headers a list of
+    ``(str, bytes)`` tuples or ``()``."""
+    if count == 0:
+        return []
+    rows = msgpack.unpackb(_packer().pack_array_header(count) + bytes(packed), use_list=False)
+    return [(o, t, k, v, list(h) if h else ()) for o, t, k, v, h in rows]
+
+
 def build_batch_rows(rows: Sequence[Sequence], first_timestamp: int, *, compression: str = "none",
                      producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                      base_offset: int = 0, leader_epoch: int = -1, timestamp_type: int = 0,
-                     transactional: bool = False, segments: list[Segment] | None = None) -> bytes:
-    """Build a batch from records already in wire form: ``(offset_delta, timestamp_delta, key,
-    value, headers)`` rows with offset deltas ``0..n-1`` and timestamp deltas against
-    ``first_timestamp`` (the producer's accumulator appends exactly these), then the records
-    of ``segments`` (``segment_rows``), packed straight from their lists by the C codec. One
-    pack call over the whole batch and no per-record Python code: this is the producer's build."""
-    n = len(rows) + sum(seg[6] - seg[5] for seg in segments or ())
+                     transactional: bool = False, segments: list[Segment] | None = None,
+                     packed: bytes | bytearray | memoryview | None = None, packed_count: int = 0,
+                     packed_max_dt: int = -(2**63)) -> bytes:
+    """Build a batch from records already in wire form: first ``packed_count`` records packed
+    one after another in ``packed`` (their greatest timestamp delta ``packed_max_dt``: a
+    producer batch's ``send`` records, packed as they came), then ``(offset_delta,
+    timestamp_delta, key, value, headers)`` rows, then the records of ``segments``
+    (``segment_rows``), packed straight from their lists by the C codec; offset deltas
+    ``0..n-1``, timestamp deltas against ``first_timestamp``. One pack call over the whole batch
+    and no per-record Python code: this is the producer's build."""
+    n = packed_count + len(rows) + sum(seg[6] - seg[5] for seg in segments or ())
     if n == 0:
         raise ValueError("a record batch needs at least one record")
     codec = _COMPRESSIONS.get(compression)
     if codec is None:
         raise ValueError(f"unknown compression {compression!r} (none | lz4)")
     max_ts = first_timestamp + max(max(map(_second, rows), default=-(2**63)),
-                                   max((seg[1] for seg in segments or ()), default=-(2**63)))
+                                   max((seg[1] for seg in segments or ()), default=-(2**63)),
+                                   packed_max_dt if packed_count else -(2**63))
     section = None
     if _c is not None:
         try:
-            section = _c.pack_batch(rows if type(rows) is list else list(rows), segments or [])
+            section = _c.pack_batch(rows if type(rows) is list else list(rows), segments or [],
+                                    packed if packed_count else b"", packed_count)
         except Unsupported:  # a type outside the C packer's subset: msgpack's own packer
             section = None
     if section is None:
-        if segments:
-            rows = [*rows, *(r for seg in segments for r in segment_rows(*seg))]
+        if segments or packed_count:
+            rows = [*(packed_rows(packed, packed_count) if packed is not None else ()), *rows,
+                    *(r for seg in segments or () for r in segment_rows(*seg))]
         section = _packer().pack(rows)
     if codec == COMPRESSION_LZ4:
         section = lz4.frame.compress(section)

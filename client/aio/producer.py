@@ -3,11 +3,12 @@
 Theory of operation
 -------------------
 ``send`` partitions the record (explicit partition; murmur2 of the key; or sticky for keyless
-records — see ``rafka.client.partitioner``) and appends a tuple to the partition's open batch in the
-``RecordAccumulator``; that is all the per-record work. One *sender* task, in the producer's
-nursery, drains closed batches, encodes them once, sends them to their leaders in pipelined
-PRODUCE requests and handles the answers — retries, splits of too-large batches, leader
-changes: ``rafka.client.aio.sender`` (``SenderLoop``, mixed in here), whose docstring says how.
+records — see ``rafka.client.partitioner``) and appends it to the partition's open batch in the
+``RecordAccumulator`` (packed as it comes with the C codec); that is all the per-record work.
+One *sender* task, in the producer's nursery, drains closed batches, encodes them once, sends
+them to their leaders in pipelined PRODUCE requests and handles the answers — retries, splits
+of too-large batches, leader changes: ``rafka.client.aio.sender`` (``SenderLoop``, mixed in
+here), whose docstring says how.
 
 Defaults differ from Kafka in one place: ``batch_size`` is 256 KiB (Kafka: 16 KiB). A rafka
 broker pays a fixed cost per produce request (Python dispatch, flush policy), so bigger batches
@@ -271,8 +272,8 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
         topic hops into the loop once for its metadata. Blocks up to ``max_block_ms`` on a full
         buffer. Kept flat on purpose: it is the whole per-record cost of the sync ``send``.
         ``client/_sendpath.c`` does this fast path in C (``client/aio/fast_send.py``) and calls
-        this method for everything else: a change to the accumulator's row, size or locking
-        rules changes both.
+        this method for everything else: a change to the accumulator's record layout
+        (``ProducerBatch.add``: packed or rows), size or locking rules changes both.
         """
         acc = self._acc
         if acc is None or self._closed or self._fatal is not None or self._txn is not None:
@@ -308,9 +309,7 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
         batch = by_part.get(p if p >= 0 else acc._sticky.get(topic, -1)) if by_part else None
         if (batch is not None and batch.segs is None and batch.size + size < acc.batch_size
                 and acc.used + size <= acc.buffer_memory):
-            records = batch._rows
-            index = len(records)
-            records.append((index, ts - batch.ts0, key, value, hdrs))
+            index = batch.add(ts - batch.ts0, key, value, hdrs)
             batch.size += size
             acc.used += size
             lock.release()

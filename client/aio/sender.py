@@ -221,7 +221,7 @@ class SenderLoop:
                 else:
                     st.pending.remove(b)
                 self._settle(b, error=KafkaTimeoutError(
-                    f"{tp.topic}-{tp.partition}: {len(b.records)} records expired after "
+                    f"{tp.topic}-{tp.partition}: {b.record_count} records expired after "
                     f"delivery_timeout_ms={self.delivery_timeout_ms} ({b.attempts} attempts)"))
 
     async def _dispatch(self, now: float) -> bool:
@@ -385,7 +385,7 @@ class SenderLoop:
             self._core.metadata.invalidate_leader(tp)
             self._core.invalidate()
         expired = now - b.created > self.delivery_timeout_ms / 1000
-        if exc.code == ErrorCode.MESSAGE_TOO_LARGE and len(b.records) > 1 and not expired:
+        if exc.code == ErrorCode.MESSAGE_TOO_LARGE and b.record_count > 1 and not expired:
             self._split(st, b, exc, now)
             return
         if retriable and b.attempts <= self.retries and not expired:
