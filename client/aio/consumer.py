@@ -11,8 +11,8 @@ old position are dropped.
 One fetch loop task (in the consumer's nursery) resets unknown positions (committed offset
 from the group coordinator if any, else ``auto_offset_reset`` via LIST_OFFSETS); which
 partitions are fetched, when, and how answers are buffered is ``rafka.client.aio.fetcher``
-(the ``Fetcher`` mixin): up to two FETCHes in flight per broker, the next one written as soon
-as an answer is buffered — before ``poll`` decodes it — and the buffer bounded (≤ partitions ×
+(the ``Fetcher`` mixin): one FETCH in flight per broker, the next one written as soon as an
+answer is buffered — before ``poll`` decodes it — and the buffer bounded (≤ partitions ×
 ``max_buffered_fetches`` × ``max_partition_fetch_bytes``, plus one FETCH in flight per
 partition). ``poll`` only decodes buffered batches (``rafka.client.aio.fetch``); ``poll_batch``
 does the same into columns (``client.columnar.ColumnBatch``), one object per partition instead

@@ -9,11 +9,14 @@ and the fetch options.
 
 A partition is *fetchable* when it is assigned, not paused, has a position, no FETCH in flight,
 no error and fewer than ``max_buffered_fetches`` completed fetches waiting. ``_start_fetches``
-groups the fetchable partitions by leader and sends at most ``FETCHES_PER_NODE`` (2) FETCHes in
-flight per broker, spreading the partitions over the free slots: with three partitions on one
-broker the requests alternate between two of them and one, so the broker always has the next
-request queued while it sends an answer, and a partition is never in two requests at once (its
-next fetch offset is only known from the previous answer). Each FETCH body is built when it is
+groups the fetchable partitions by leader and sends at most ``FETCHES_PER_NODE`` FETCHes in
+flight per broker (1, as Kafka's consumer), spreading the partitions over the free slots; a
+partition is never in two requests at once (its next fetch offset is only known from the
+previous answer). With 2, three partitions on one broker alternate between requests for two of
+them and one, so the broker has the next request queued while it sends an answer: faster when a
+core is free for it, slower on a loaded machine, where the extra requests cost more CPU per
+record than the overlap saves (docs/performance.md, "Consumer prefetch") — hence 1 by default.
+Each FETCH body is built when it is
 sent (``_Fetch``), from the fetch offsets and leader epochs of that moment, with the
 partitions' epochs: ``seek``, a reset or a reassignment bumps an epoch, so an answer to an
 older epoch is dropped (``_take_answer``) — seeking during a prefetch never yields the old
@@ -122,7 +125,7 @@ class Fetcher:
     """The fetching methods of ``AsyncConsumer`` (see the module docstring)."""
 
     # FETCHes in flight per broker (module docstring)
-    FETCHES_PER_NODE: ClassVar[int] = 2
+    FETCHES_PER_NODE: ClassVar[int] = 1
 
     _states: dict[TopicPartition, PartitionState]
     _core: ClientCore

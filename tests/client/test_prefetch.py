@@ -273,3 +273,31 @@ def test_send_request_nowait_writes_at_once_and_finishes_a_partial_write() -> No
         b.close()
 
     trio.run(main)
+
+
+class _TwoFetchesConsumer(AsyncConsumer):
+    FETCHES_PER_NODE = 2
+
+
+def test_two_fetches_per_broker_keep_every_partition_in_order(bootstrap: str, make_topic) -> None:  # type: ignore[no-untyped-def]
+    topic = make_topic(3)
+    with Producer(bootstrap, linger_ms=0) as p:
+        for i in range(600):
+            p.send(topic, value=b"%d" % i, partition=i % 3)
+            if i % 30 == 29:
+                p.flush()
+
+    async def main() -> dict[int, list[int]]:
+        got: dict[int, list[int]] = {0: [], 1: [], 2: []}
+        async with _TwoFetchesConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                       max_partition_fetch_bytes=512) as c:
+            c.assign([TopicPartition(topic, p) for p in range(3)])
+            with trio.fail_after(30):
+                while sum(map(len, got.values())) < 600:
+                    for tp, recs in (await c.poll(timeout_ms=500)).items():
+                        got[tp.partition] += [r.offset for r in recs]
+                        assert c._node_fetches[1] <= 2
+        return got
+
+    got = trio.run(main)
+    assert got == {p: list(range(200)) for p in range(3)}
