@@ -65,6 +65,8 @@ __all__ = [
     "build_batch_rows",
     "segment_rows",
     "packed_rows",
+    "frame_packed",
+    "PACKED_ROOM",
     "build_raw_batch",
     "build_control_batch",
     "control_type",
@@ -286,6 +288,31 @@ def packed_rows(packed: bytes | bytearray | memoryview, count: int) -> list[tupl
         return []
     rows = msgpack.unpackb(_packer().pack_array_header(count) + bytes(packed), use_list=False)
     return [(o, t, k, v, list(h) if h else ()) for o, t, k, v, h in rows]
+
+
+PACKED_ROOM = HEADER_SIZE + 5  # room before a producer batch's packed records: frame_packed
+
+
+def frame_packed(buf: bytearray, end: int, count: int, first_timestamp: int, max_dt: int, *,
+                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                 transactional: bool = False) -> memoryview:
+    """Frame, in place, the ``count`` records packed at ``buf[PACKED_ROOM:end]`` (a producer
+    batch's ``send`` records, greatest timestamp delta ``max_dt``) as an uncompressed batch:
+    the array header and the batch header go into the room before them, the CRC is computed
+    over the buffer itself. Returns a view of ``buf`` holding the batch (the bytes of
+    ``build_batch_rows`` on the same records) — no copy, no allocation; framing again (a new
+    sequence) rewrites the same bytes."""
+    array_header = _packer().pack_array_header(count)
+    records_at = PACKED_ROOM - len(array_header)
+    start = records_at - HEADER_SIZE
+    buf[records_at:PACKED_ROOM] = array_header
+    _TAIL.pack_into(buf, start + _CRC_START, TRANSACTIONAL_BIT if transactional else 0, count - 1,
+                    first_timestamp, first_timestamp + max_dt, producer_id, producer_epoch,
+                    base_sequence, count)
+    with memoryview(buf) as view:
+        crc = crc32c(view[start + _CRC_START:end])
+        _HEAD.pack_into(buf, start, 0, HEADER_SIZE - 12 + end - records_at, -1, MAGIC, crc)
+        return view[start:end]
 
 
 def build_batch_rows(rows: Sequence[Sequence], first_timestamp: int, *, compression: str = "none",

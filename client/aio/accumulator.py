@@ -77,7 +77,14 @@ from typing import Any
 
 import trio
 from rafka.client.aio.futures import BatchResult, FutureRecordMetadata
-from rafka.log.batch import Segment, build_batch_rows, packed_rows, segment_rows
+from rafka.log.batch import (
+    PACKED_ROOM,
+    Segment,
+    build_batch_rows,
+    frame_packed,
+    packed_rows,
+    segment_rows,
+)
 from rafka.log.speedups import Unsupported
 from rafka.log.speedups import codec as _c
 
@@ -87,6 +94,7 @@ SEQ_MASK = 0x7FFFFFFF
 # (offset_delta, timestamp_delta, key, value, headers): one record as the batch's msgpack holds it
 Row = tuple[int, int, bytes | None, bytes | None, Any]
 _NO_DT = -(2**63)  # max_dt of a batch with no packed record
+_FRAME_KW = frozenset({"producer_id", "producer_epoch", "base_sequence", "transactional"})
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> int:
@@ -120,17 +128,18 @@ class ProducerBatch:
         self.created = created
         self.result = BatchResult(topic, partition, loop_thread)
         self.base_sequence = -1
-        self.payload: bytes | None = None
+        self.payload: bytes | memoryview | None = None
         self.attempts = 0
         self.retry_at = 0.0
         self.producer_epoch = -1
         self.after_earlier = False  # sent while an earlier batch of its partition was in flight
         # With the C codec, single records (``add``; ``client/_sendpath.c``) are packed as they
-        # come: ``packed[:packed_len]`` holds ``npacked`` wire records (the bytearray is room
-        # that doubles), ``max_dt`` their greatest timestamp delta; ``_rows`` stays empty.
+        # come: ``packed[PACKED_ROOM:packed_len]`` holds ``npacked`` wire records (the room
+        # before them is for the batch's headers, the bytearray's tail is room that doubles),
+        # ``max_dt`` their greatest timestamp delta; ``_rows`` stays empty.
         # None: rows mode (no codec, a record outside its subset, or ``records`` was read).
-        self.packed: bytearray | None = bytearray() if _c is not None else None
-        self.packed_len = 0
+        self.packed: bytearray | None = bytearray(PACKED_ROOM) if _c is not None else None
+        self.packed_len = PACKED_ROOM
         self.npacked = 0
         self.max_dt = _NO_DT
 
@@ -160,8 +169,8 @@ class ProducerBatch:
         first access, and the batch stays in rows mode)."""
         if self.packed is not None:
             if self.npacked:
-                self._rows[0:0] = packed_rows(memoryview(self.packed)[:self.packed_len],
-                                              self.npacked)
+                self._rows[0:0] = packed_rows(
+                    memoryview(self.packed)[PACKED_ROOM:self.packed_len], self.npacked)
             self.packed = None
             self.packed_len = self.npacked = 0
         if self.segs is not None:
@@ -184,15 +193,22 @@ class ProducerBatch:
             return n
         return n + sum(seg[6] - seg[5] for seg in self.segs)
 
-    def encode(self, **kw: Any) -> bytes:
-        """``log.batch.build_batch_rows`` of this batch's records (``kw``: its options)."""
+    def encode(self, *, compression: str = "none", **kw: Any) -> bytes | memoryview:
+        """``log.batch.build_batch_rows`` of this batch's records (``kw``: its options). Only
+        packed records, uncompressed: framed in place (``log.batch.frame_packed``), a view of
+        the batch's own buffer, valid until the next ``encode``."""
         if not self.npacked:
-            return build_batch_rows(self._rows, self.ts0, segments=self.segs, **kw)
+            return build_batch_rows(self._rows, self.ts0, segments=self.segs,
+                                    compression=compression, **kw)
         assert self.packed is not None
+        if compression == "none" and self.segs is None and _FRAME_KW.issuperset(kw):
+            return frame_packed(self.packed, self.packed_len, self.npacked, self.ts0,
+                                self.max_dt, **kw)
         with memoryview(self.packed) as view:
             return build_batch_rows(self._rows, self.ts0, segments=self.segs,
-                                    packed=view[:self.packed_len], packed_count=self.npacked,
-                                    packed_max_dt=self.max_dt, **kw)
+                                    compression=compression,
+                                    packed=view[PACKED_ROOM:self.packed_len],
+                                    packed_count=self.npacked, packed_max_dt=self.max_dt, **kw)
 
     def __repr__(self) -> str:
         return (f"<ProducerBatch {self.topic}-{self.partition} n={self.record_count} "
