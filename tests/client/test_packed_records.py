@@ -145,3 +145,20 @@ def test_send_batch_segments_follow_packed_records() -> None:
     (b,) = acc.drain(time.monotonic(), force=True)
     assert _norm(b.records) == [(0, 0, b"first", b"x", ()), (1, 1, b"a", b"1", ()),
                                 (2, 1, b"b", b"2", ()), (3, 2, b"last", b"y", ())]
+
+
+@needs_c
+def test_pack_batch_copies_a_packed_prefix_from_any_address() -> None:
+    """pack_batch moves its output when the prefix sits a few bytes behind its scratch buffer
+    modulo 4 KiB (a slow memcpy there): the bytes are the same wherever the prefix starts."""
+    packer = msgpack.Packer(use_bin_type=True)
+    records = [(i, i % 3, b"k%d" % i, b"v" * 300, ()) for i in range(900)]  # ~280 KiB
+    packed = b"".join(packer.pack(r) for r in records)
+    want = packer.pack(records)
+    big = bytearray(8192) + packed
+    for shift in range(0, 4096, 61):
+        view = memoryview(big)[8192 - shift:8192 - shift + len(packed)]
+        big[8192 - shift:8192 - shift + len(packed)] = packed
+        assert speedups.codec.pack_batch([], [], view, len(records)) == want
+        view.release()
+        big[8192 - shift:8192 - shift + len(packed)] = bytes(len(packed))
