@@ -12,9 +12,8 @@ registration). The partition table is a plain dict owned by the trio thread.
 Durability (``log.flush.policy``):
 
 * ``batch`` (default) — group commit: every append marks its partition dirty and pokes the
-  flusher; the flusher takes *all* dirty partitions, fsyncs them in one worker thread — or on
-  the trio thread when the round is a few KB (``flush_parts``) — and then advances each one's
-  durable end. Appends that arrive during a flush ride the next one, so a
+  flusher; the flusher takes *all* dirty partitions, fsyncs them in one worker thread and then
+  advances each one's durable end. Appends that arrive during a flush ride the next one, so a
   busy broker does one fsync per partition per flush round, not per request. ``acks >= 1``
   answers wait for the durable end (``Partition.produce_outcome``).
 * ``messages`` / ``interval`` — fsync when ``flush.messages`` records are unflushed / every
@@ -99,28 +98,6 @@ async def run_in_worker_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
     trio.lowlevel.start_thread_soon(lambda: fn(*args), deliver)
     return await trio.lowlevel.wait_task_rescheduled(lambda _raise: trio.lowlevel.Abort.FAILED)
-
-
-# A group-commit round that fsyncs at most this many bytes (one small append or a follower's
-# few batches) runs on the trio thread; see flush_parts.
-INLINE_FLUSH_MAX_BYTES = 16 * 1024
-
-
-async def flush_parts(parts: list[Partition]) -> list[int | BaseException]:
-    """``_flush_all(parts)`` for a group-commit round: on the trio thread when every log's
-    ``flush_is_small(INLINE_FLUSH_MAX_BYTES)``, else in a worker thread.
-
-    A small ``fdatasync`` takes ~50-200 µs here, about what the worker-thread hand-off alone
-    costs in CPU (start the worker, its GIL round trip, the ``run_sync_soon`` wake-up of the
-    trio thread; ``strace`` on a leader under 32 single-record producers: ~1.9 ``futex`` per
-    produce), and a single-record acks=all produce pays one round on each of the three nodes.
-    The loop is held that long — requests behind it wait in their sockets and join the next
-    round. Larger rounds (``send_batch`` appends of hundreds of KB, a rolled segment) keep the
-    worker thread, so the loop never waits milliseconds on a disk. Either way the same
-    ``PartitionLog.flush`` runs, so durability is the same."""
-    if all(p.log.flush_is_small(INLINE_FLUSH_MAX_BYTES) for p in parts):
-        return _flush_all(parts)
-    return await run_in_worker_thread(_flush_all, parts)
 
 
 class ReplicaManager:
@@ -330,7 +307,7 @@ class ReplicaManager:
         if not work:
             return ok
         self.flush_rounds += 1
-        results = await flush_parts([p for _, p in work])
+        results = await run_in_worker_thread(_flush_all, [p for _, p in work])
         for (tp, p), res in zip(work, results, strict=True):
             if isinstance(res, BaseException):
                 log.error("follower flush of %s failed: %s", p.name, res)
@@ -441,7 +418,7 @@ class ReplicaManager:
             p.pending_flush = False
         self.flush_rounds += 1
         start = time.perf_counter()
-        results = await flush_parts(work)
+        results = await run_in_worker_thread(_flush_all, work)
         if self.flush_observer is not None:
             self.flush_observer(time.perf_counter() - start)
         for p, res in zip(work, results, strict=True):

@@ -477,17 +477,6 @@ class PartitionLog(LogReader):
         self.writeback_count += 1
         return True
 
-    def flush_is_small(self, max_bytes: int) -> bool:
-        """True when ``flush`` would ``fdatasync`` at most ``max_bytes`` of the active segment
-        and nothing more: no rolled segment, transaction index, directory or leader-epoch
-        file to sync. Where to run it: ``broker.replica_manager.flush_parts``. Owner thread."""
-        active, prev = self._segments[-1], self._segments[-2:-1]  # a roll leaves prev unflushed
-        if (active.size - active.flushed_size > max_bytes or active.txn_index.dirty
-                or self._dir_dirty or self.epochs.dirty):
-            return False
-        return not prev or (prev[0].size == prev[0].flushed_size and not prev[0].index_dirty
-                            and not prev[0].txn_index.dirty)
-
     def flush(self) -> int:
         """fsync everything appended so far; returns the new recovery point.  Thread-safe."""
         with self._flush_lock:
