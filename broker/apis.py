@@ -110,6 +110,14 @@ _TP_LIST = [{"name": str, "partitions": [int]}]
 _ACL = {"principal": str, "resource_type": str, "pattern_type": str, "resource_name": str,
         "operation": str, "permission": str, "host": str}
 _ACL_FILTER = {k: Opt(str) for k in _ACL}
+# the member and the offsets of OFFSET_COMMIT, also carried by TXN_OFFSET_COMMIT
+_MEMBER_OFFSETS = {
+    "member_id": Opt(str),
+    "member_epoch": Opt(int),
+    "min_metadata_offset": Opt(int),
+    "topics": [{"name": str,
+                "partitions": [{"partition": int, "offset": int, "metadata": Opt(str)}]}],
+}
 
 SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # -> {error, apis: [[api_key, min_version, max_version]]}
@@ -286,15 +294,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # -> {error, message, topics: [{name, partitions: [{partition, error, message}]}]}
     ApiKey.OFFSET_COMMIT: {
         "group_id": str,
-        "member_id": Opt(str),
-        "member_epoch": Opt(int),
-        "min_metadata_offset": Opt(int),
-        "topics": [
-            {
-                "name": str,
-                "partitions": [{"partition": int, "offset": int, "metadata": Opt(str)}],
-            }
-        ],
+        **_MEMBER_OFFSETS,
     },
     # topics None = every committed partition of the group
     # -> {error, message, topics: [{name, partitions: [{partition, offset (-1: none),
@@ -367,15 +367,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "group_id": str,
         "producer_id": int,
         "producer_epoch": int,
-        "member_id": Opt(str),
-        "member_epoch": Opt(int),
-        "min_metadata_offset": Opt(int),
-        "topics": [
-            {
-                "name": str,
-                "partitions": [{"partition": int, "offset": int, "metadata": Opt(str)}],
-            }
-        ],
+        **_MEMBER_OFFSETS,
     },
     # -> {error, transactions: [{transactional_id, error, message, state, producer_id,
     #     producer_epoch, timeout_ms, txn_start_ms, last_update_ms, partitions: _TP_LIST}]}
