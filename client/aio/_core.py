@@ -37,6 +37,7 @@ from rafka.broker.protocol import ApiKey, Response
 from rafka.client.connection import (
     CONNECTION_SETUP_TIMEOUT_MS,
     ConnectionPool,
+    PendingResponse,
     backoff_ms,
     parse_bootstrap,
 )
@@ -199,11 +200,17 @@ class ClientCore:
     # ------------------------------------------------------------------ requests
 
     async def request_address(
-        self, host: str, port: int, api_key: ApiKey, body: dict[str, Any], *, extra_timeout_ms: int = 0
+        self, host: str, port: int, api_key: ApiKey, body: dict[str, Any], *, extra_timeout_ms: int = 0,
+        pending: PendingResponse | None = None,
     ) -> Response:
+        """``api_key`` with ``body`` to ``host:port``, bounded by ``request_timeout_ms`` (+
+        ``extra_timeout_ms``); ``pending``: the request was already written
+        (``Connection.send_request_nowait``), only its answer is awaited, under the same bound."""
         assert self.pool is not None, "client is not open"
         timeout = (self.request_timeout_ms + extra_timeout_ms) / 1000
         with trio.move_on_after(timeout) as scope:
+            if pending is not None:
+                return await pending.wait()
             return await self.pool.request(host, port, int(api_key), body)
         if scope.cancelled_caught:
             self.pool.discard(host, port)
@@ -213,14 +220,18 @@ class ClientCore:
         )
 
     async def request_node(
-        self, node_id: int, api_key: ApiKey, body: dict[str, Any], *, extra_timeout_ms: int = 0
+        self, node_id: int, api_key: ApiKey, body: dict[str, Any], *, extra_timeout_ms: int = 0,
+        pending: PendingResponse | None = None,
     ) -> Response:
         b = self.metadata.brokers.get(node_id)
         if b is None:
+            if pending is not None:
+                pending.abandon()
             self.invalidate()
             raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {node_id} is not in the metadata")
         try:
-            return await self.request_address(b.host, b.port, api_key, body, extra_timeout_ms=extra_timeout_ms)
+            return await self.request_address(b.host, b.port, api_key, body,
+                                              extra_timeout_ms=extra_timeout_ms, pending=pending)
         except RafkaError as exc:
             if exc.code in REFRESH_CODES:
                 self.invalidate()

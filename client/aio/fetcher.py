@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import trio
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey, Response
+from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
 from rafka.client.aio.fetch import CompletedFetch, PartitionData, split_fetch_response
 from rafka.client.aio.offsets import EARLIEST, LATEST, list_offsets
@@ -215,11 +215,9 @@ class Fetcher:
     async def _fetch_node(self, fetch: _Fetch) -> None:
         node, tps = fetch.node, fetch.tps
         try:
-            if fetch.pending is None:
-                resp = await self._core.request_node(node, ApiKey.FETCH, fetch.body,
-                                                     extra_timeout_ms=self.fetch_max_wait_ms)
-            else:
-                resp = await self._wait_pending(node, fetch.pending)
+            resp = await self._core.request_node(node, ApiKey.FETCH, fetch.body,
+                                                 extra_timeout_ms=self.fetch_max_wait_ms,
+                                                 pending=fetch.pending)
             resp.raise_for_error()
             self._throttle.observe(resp.body)
             parts = split_fetch_response(resp.body, resp.raw)
@@ -247,23 +245,6 @@ class Fetcher:
         self._start_fetches(nowait=True)
         if got:
             self._data.set()
-
-    async def _wait_pending(self, node: int, pending: PendingResponse) -> Response:
-        """The answer to a FETCH ``_send_nowait`` wrote, bounded as ``request_node`` bounds one."""
-        timeout = (self._core.request_timeout_ms + self.fetch_max_wait_ms) / 1000
-        with trio.move_on_after(timeout):
-            try:
-                return await pending.wait()
-            except RafkaError as exc:
-                if exc.code in REFRESH_CODES:
-                    self._core.invalidate()
-                raise
-        pending.abandon()
-        b = self._core.metadata.brokers.get(node)
-        if b is not None and self._core.pool is not None:
-            self._core.pool.discard(b.host, b.port)
-        raise error_for(ErrorCode.REQUEST_TIMED_OUT,
-                        f"FETCH to node {node} got no answer within {timeout * 1000:.0f} ms")
 
     def _take_answer(self, fetch: _Fetch, parts: list[PartitionData]) -> bool:
         """Buffer a FETCH answer's data per partition; True if ``poll`` has something new."""
