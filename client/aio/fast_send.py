@@ -22,14 +22,11 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 from rafka.client.aio.accumulator import ProducerBatch
 from rafka.client.aio.futures import FutureRecordMetadata
+from rafka.client.aio.producer import _NO_HEADERS, AsyncProducer
 from rafka.log.speedups import DISABLED_BY_ENV
-
-if TYPE_CHECKING:
-    from rafka.client.aio.producer import AsyncProducer
 
 __all__ = ["bind_send", "ENABLED"]
 
@@ -48,8 +45,6 @@ def bind_send(producer: AsyncProducer) -> Callable[..., FutureRecordMetadata]:
     fallback = producer.send_threadsafe
     if sendpath is None or producer._txn is not None or "send_threadsafe" in vars(producer):
         return fallback
-    from rafka.client.aio.producer import _NO_HEADERS  # noqa: PLC0415 - producer imports us
-
     try:
         path = sendpath.SendPath(producer, fallback, FutureRecordMetadata, ProducerBatch,
                                  _NO_HEADERS)
