@@ -127,6 +127,10 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "metadata.fetch.max.wait.ms": (_int(1, 60_000), 500),
     "unclean.leader.election.enable": (_bool, False),
     "rack": (str, ""),
+    # DATA_DIR/events.jsonl (broker/events.py): a line per high-watermark move is chaos-checker
+    # evidence, off by default; the file is rotated once past events.max.bytes
+    "events.hw.enable": (_bool, False),
+    "events.max.bytes": (_int(4096), 64 * 1024 * 1024),
     # TEST ONLY (chaos tests): answer acks=all after the leader's own append (as acks=1),
     # before the ISR has the records. Breaks the acks=all promise; logged loudly at startup.
     "unsafe.ack.before.replication": (_bool, False),

@@ -20,6 +20,16 @@ holds a partial line — and counted in ``dropped``; ``emit`` never raises. The 
     {"event": "delete-partition", "node": 1, "tp": "t/0"}
 
 ``EventLog(None)`` discards everything (tests that do not care).
+
+Volume. ``hw`` lines come with every high-watermark move of every partition — on a loaded
+broker thousands per second, each a ``json.dumps`` and a ``write`` on the request path (~6 %
+of the brokers' CPU per single-record acks=all produce, measured) and an ever-growing file.
+They are evidence for the chaos checker, not something an operator reads, so a node writes them
+only with the broker setting ``events.hw.enable = true`` (the chaos harness sets it); the other
+events are rare (a start, a role change, a truncation). ``events.max.bytes`` bounds the file
+either way: a line that would take it past the limit first renames it to ``events.jsonl.1``
+(replacing the previous one) and starts a new file, so the events take at most twice the limit
+on disk; :func:`event_files` lists a data dir's files oldest first for readers.
 """
 
 from __future__ import annotations
@@ -31,7 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EventLog", "tp_name"]
+__all__ = ["EventLog", "tp_name", "event_files", "DEFAULT_MAX_BYTES"]
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
 log = logging.getLogger("rafka.events")
 
@@ -40,17 +52,49 @@ def tp_name(topic: str, partition: int) -> str:
     return f"{topic}/{partition}"
 
 
+def event_files(path: Path) -> list[Path]:
+    """``path`` (``DATA_DIR/events.jsonl``) and its rotated predecessor, oldest first, those
+    that exist."""
+    return [p for p in (path.with_name(path.name + ".1"), path) if p.exists()]
+
+
 class EventLog:
     """Appends event lines to ``path``, whole lines or nothing; ``emit`` never raises."""
 
-    def __init__(self, path: Path | None, node_id: int) -> None:
+    def __init__(self, path: Path | None, node_id: int, *, hw: bool = True,
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.node_id = node_id
         self.path = path
+        self.hw_enabled = hw  # write a line per high-watermark move (see the module docstring)
+        self.max_bytes = max_bytes
         self._fd = -1
+        self._size = 0
         self.dropped = 0  # lines not written (disk full...)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._open()
+
+    def _open(self) -> None:
+        assert self.path is not None
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+
+    def _rotate(self) -> None:
+        """``events.jsonl`` → ``events.jsonl.1``, and a new empty file; on failure the old file
+        stays open and in use (best effort, as every write here)."""
+        assert self.path is not None
+        try:
+            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+        except OSError as exc:
+            log.warning("%s: cannot rotate (%s); appending past events.max.bytes", self.path, exc)
+            self._size = 0  # do not retry on every line; next attempt after another max_bytes
+            return
+        os.close(self._fd)
+        try:
+            self._open()
+        except OSError as exc:
+            self._fd = -1
+            log.warning("%s: cannot reopen after rotating (%s); events stop", self.path, exc)
 
     def emit(self, event: str, **fields: Any) -> None:
         if self._fd < 0:
@@ -62,6 +106,10 @@ class EventLog:
         except (TypeError, ValueError):
             self._drop(event, "not JSON-serialisable")
             return
+        if self._size + len(data) > self.max_bytes and self._size > 0:
+            self._rotate()
+            if self._fd < 0:
+                return
         try:
             n = os.write(self._fd, data)
         except OSError as exc:
@@ -73,6 +121,8 @@ class EventLog:
             except OSError:
                 pass
             self._drop(event, "short write")
+            return
+        self._size += n
 
     def _drop(self, event: str, why: object) -> None:
         """Evidence only; never take the broker down for it (first drop of a run logged)."""
@@ -82,6 +132,8 @@ class EventLog:
         self.dropped += 1
 
     def hw(self, topic: str, partition: int, hw: int, leader_epoch: int) -> None:
+        if not self.hw_enabled:
+            return
         self.emit("hw", tp=tp_name(topic, partition), leader_epoch=leader_epoch, hw=hw)
 
     def truncate(self, topic: str, partition: int, to: int, from_offset: int,

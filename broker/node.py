@@ -101,7 +101,9 @@ class _QuietFileHandler(logging.FileHandler):
 class _Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.events = EventLog(config.data_dir / "events.jsonl", config.node_id)
+        self.events = EventLog(config.data_dir / "events.jsonl", config.node_id,
+                               hw=config.broker["events.hw.enable"],
+                               max_bytes=config.broker["events.max.bytes"])
         self.controller: Any = None
         self.rm: ReplicaManager | None = None
         self.lifecycle: BrokerLifecycle | None = None

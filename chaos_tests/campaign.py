@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from rafka.broker.events import event_files
 from rafka.security.client import ambient_security
 
 from .backends.base import Backend, ClusterSpec, rafka_node_spec
@@ -120,6 +121,8 @@ DEFAULT_BROKER_SETTINGS: dict[str, Any] = {
     "log.flush.policy": "batch",
     "controlled.shutdown.timeout.ms": 5000,
     "request.forward.timeout.ms": 5000,
+    # the node-event checkers need every high-watermark move (off by default: broker/events.py)
+    "events.hw.enable": True,
 }
 DEFAULT_CONTROLLER_SETTINGS: dict[str, Any] = {
     "broker.session.timeout.ms": 3000,
@@ -573,9 +576,7 @@ def _last_error_line(path: Path) -> str | None:
 def _event_files(backend: Backend) -> list[Path]:
     out = []
     for n in backend.spec.node_ids:
-        p = data_dir_of(backend.work_dir, n) / "events.jsonl"
-        if p.exists():
-            out.append(p)
+        out += event_files(data_dir_of(backend.work_dir, n) / "events.jsonl")
     return out
 
 
@@ -668,7 +669,7 @@ def _copy_logs(backend: Backend, results: Path) -> None:
     dest.mkdir(exist_ok=True)
     for n in backend.spec.node_ids:
         for src in (backend.log_path(n), data_dir_of(backend.work_dir, n) / "node.log",
-                    data_dir_of(backend.work_dir, n) / "events.jsonl",
+                    *event_files(data_dir_of(backend.work_dir, n) / "events.jsonl"),
                     backend.work_dir / f"node-{n}.toml"):
             if src.exists():
                 try:

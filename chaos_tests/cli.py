@@ -101,6 +101,16 @@ def nemeses_cmd() -> None:
         click.echo(f"{k.name:30s} {k.family:8s} {k.description}{root}")
 
 
+def _copied_event_files(results_dir: Path) -> list[Path]:
+    """A results folder's node event files, each node's rotated file (``.1``) before its
+    current one."""
+    out: list[Path] = []
+    for current in sorted(results_dir.glob("nodes/node-*-events.jsonl")):
+        rotated = current.with_name(current.name + ".1")
+        out += [rotated, current] if rotated.exists() else [current]
+    return out
+
+
 @chaos.command("recheck")
 @click.argument("results_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--indefinite", "indefinite", multiple=True, metavar="CODE",
@@ -126,7 +136,7 @@ def recheck_cmd(results_dir: Path, indefinite: tuple[str, ...]) -> None:
     results_path = results_dir / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     start = results.get("notes", {}).get("history_start_mono_ns")
-    events = read_node_events(sorted(results_dir.glob("nodes/node-*-events.jsonl")))
+    events = read_node_events(_copied_event_files(results_dir))
     txn = any(op.get("f") in TXN_FS for op in ops)
     summary = (check_all_txn if txn else check_all)(ops, events, start_mono_ns=start)
     meta = results.get("checkers", {}).get("metadata")

@@ -58,7 +58,7 @@ __all__ = ["FsyncTrackingFS", "LoseUnfsyncedWrites", "fuse_available", "EXEMPT_N
 
 log = logging.getLogger("chaos.unfsynced")
 
-EXEMPT_NAMES = ("events.jsonl",)
+EXEMPT_NAMES = ("events.jsonl", "events.jsonl.1")  # .1: rotated (broker/events.py)
 EXEMPT_SUFFIXES = (".log",)
 SHADOW_DIR = ".chaos-shadow"
 
