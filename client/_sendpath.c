@@ -9,7 +9,9 @@
  * SendPath.send *is* the instance's Producer.send (client/aio/fast_send.py): one C call per
  * record, no Python frame. It does what send_threadsafe's inlined fast path does, in order:
  *
- *   state checks (not closed, no fatal error) -> partition count from the cached metadata ->
+ *   state checks (not closed, no fatal error; a transactional producer's _txn_sending is
+ *   True, i.e. its TransactionManager is in IN_TRANSACTION) -> partition count from the
+ *   cached metadata ->
  *   estimated size (12 + key + value + headers, as record_size) -> the timestamp
  *   (time.time_ns() // 1e6, or the caller's) -> the partition (explicit; Kafka's murmur2 of
  *   the key, log/_murmur2.h, with the default partitioner; -1 = the topic's sticky one) ->
@@ -47,7 +49,7 @@
 #include "../log/_msgpack_put.h"
 
 /* interned names */
-static PyObject *s_closed, *s_fatal, *s_topics, *s_used;
+static PyObject *s_closed, *s_fatal, *s_txn_sending, *s_topics, *s_used;
 static PyObject *kw_names[6];
 
 typedef struct {
@@ -69,6 +71,7 @@ typedef struct {
     long long ts;
     long long batch_size, buffer_memory, max_record_size;
     int murmur;             /* the default partitioner: keyed records hash in C */
+    int txn;                /* a transactional producer: _txn_sending must be True */
 } SendPath;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
@@ -133,10 +136,7 @@ static int sp_init(SendPath *self, PyObject *args, PyObject *kwds)
     PyObject *txn = PyObject_GetAttrString(producer, "_txn");
     if (txn == NULL) goto done;
     Py_DECREF(txn);
-    if (txn != Py_None) {
-        PyErr_SetString(PyExc_ValueError, "a transactional producer sends through Python");
-        goto done;
-    }
+    self->txn = txn != Py_None;  /* set once, in the producer's __init__ */
     Py_XSETREF(self->pdict, get_attr_dict(producer));
     Py_XSETREF(self->mdict, get_attr_dict(meta));
     Py_XSETREF(self->adict, get_attr_dict(acc));
@@ -268,10 +268,14 @@ static PyObject *sp_send(SendPath *self, PyObject *const *args, Py_ssize_t nargs
     PyObject *topic = a[0], *value = a[1], *key = a[2], *headers = a[3];
     if (!PyUnicode_CheckExact(topic)) goto fallback;
 
-    /* the producer's state, as _check_send: open, no fatal error (a transactional producer
-     * never gets here: fast_send.bind_send keeps send_threadsafe for it; _txn is set once) */
+    /* the producer's state, as _check_send: open, no fatal error, and a transactional
+     * producer in a transaction (TransactionManager._to keeps _txn_sending equal to
+     * "state is IN_TRANSACTION"; read under the GIL with the append, so no state change can
+     * fall between the check and the record, as it can between send_threadsafe's check and
+     * its append) */
     if (PyDict_GetItemWithError(self->pdict, s_closed) != Py_False
-        || PyDict_GetItemWithError(self->pdict, s_fatal) != Py_None)
+        || PyDict_GetItemWithError(self->pdict, s_fatal) != Py_None
+        || (self->txn && PyDict_GetItemWithError(self->pdict, s_txn_sending) != Py_True))
         goto fallback_err;
     PyObject *topics = PyDict_GetItemWithError(self->mdict, s_topics);
     if (topics == NULL || !PyDict_CheckExact(topics)) goto fallback_err;
@@ -444,6 +448,7 @@ PyMODINIT_FUNC PyInit__sendpath(void)
         if ((kw_names[i] = PyUnicode_InternFromString(names[i])) == NULL) return NULL;
     if ((s_closed = PyUnicode_InternFromString("_closed")) == NULL
         || (s_fatal = PyUnicode_InternFromString("_fatal")) == NULL
+        || (s_txn_sending = PyUnicode_InternFromString("_txn_sending")) == NULL
         || (s_topics = PyUnicode_InternFromString("topics")) == NULL
         || (s_used = PyUnicode_InternFromString("used")) == NULL)
         return NULL;

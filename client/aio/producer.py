@@ -5,6 +5,8 @@ Theory of operation
 ``send`` partitions the record (explicit partition; murmur2 of the key; or sticky for keyless
 records — see ``rafka.client.partitioner``) and appends it to the partition's open batch in the
 ``RecordAccumulator`` (packed as it comes with the C codec); that is all the per-record work.
+With the C extension the common case (open batch with room) is one C call
+(``fast_send.bind_loop_send``), transactional producers included; the rest is Python.
 One *sender* task, in the producer's nursery, drains closed batches, encodes them once, sends
 them to their leaders in pipelined PRODUCE requests and handles the answers — retries, splits
 of too-large batches, leader changes: ``rafka.client.aio.sender`` (``SenderLoop``, mixed in
@@ -24,8 +26,9 @@ the ``TransactionManager`` holds the transaction's state; ``init_transactions`` 
 ``abort_transaction`` / ``transaction()`` delegate to it. The sender keeps a partition's batches
 queued until the coordinator acknowledged the partition (``_dispatch`` asks the manager, which
 batches the partitions waiting into one ADD_PARTITIONS_TO_TXN); transactional batches carry
-attributes bit 4 and PRODUCE carries the ``transactional_id``. Without a transactional id none of
-this runs: ``send`` pays one ``is None`` test.
+attributes bit 4 and PRODUCE carries the ``transactional_id``. ``send`` checks only the state
+(IN_TRANSACTION; ``_txn_sending`` is the C path's copy of it). Without a transactional id none of
+this runs.
 
 Thread model: every method except ``send_threadsafe`` must run in the producer's trio loop.
 ``send_threadsafe`` is the sync facade's hot path: it appends straight from the caller's
@@ -37,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -112,6 +115,9 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
     ) -> None:
         self.acks = _parse_acks(acks)
         self._txn: TransactionManager | None = None
+        self._txn_sending = False  # in a transaction (kept by TransactionManager._to; read by C)
+        # AsyncProducer.send's C append (client/aio/fast_send.py), once started
+        self._loop_send: Callable[..., FutureRecordMetadata | None] | None = None
         if transactional_id is not None:  # transactions imply idempotence and acks=all
             if enable_idempotence is False or self.acks != -1:
                 raise error_for(ErrorCode.INVALID_CONFIG, "a transactional producer needs acks='all' and "
@@ -182,6 +188,9 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
         self._acc = RecordAccumulator(batch_size=self._batch_size, buffer_memory=self.buffer_memory,
                                       linger_ms=self._linger_ms, wakeup=self._wakeup,
                                       loop_thread=self._loop_thread)
+        from rafka.client.aio.fast_send import bind_loop_send  # fast_send imports this module
+
+        self._loop_send = bind_loop_send(self)
         stack = contextlib.AsyncExitStack()
         self._nursery = await stack.enter_async_context(trio.open_nursery())
         self._core.open(self._nursery)
@@ -242,6 +251,10 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
         Waits up to ``max_block_ms`` for topic metadata and for buffer room, then raises
         ``KafkaTimeoutError`` / ``BufferExhaustedError``.
         """
+        fast = self._loop_send  # the common case in one C call (client/aio/fast_send.py)
+        if fast is not None and (done := fast(topic, value, key, headers, partition,
+                                              timestamp_ms)) is not None:
+            return done
         acc = self._check_send()
         n = self._core.metadata.num_partitions(topic)
         if n is None:

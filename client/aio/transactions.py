@@ -153,6 +153,7 @@ class ProducerHooks(Protocol):
     """What the manager needs of its producer (``AsyncProducer`` implements it)."""
 
     _core: ClientCore
+    _txn_sending: bool  # state is IN_TRANSACTION: what the C send path reads (client/_sendpath.c)
 
     async def flush(self) -> None: ...
 
@@ -194,6 +195,7 @@ class TransactionManager:
 
     def bind(self, producer: ProducerHooks) -> None:
         self._producer = producer
+        producer._txn_sending = self.state is TxnState.IN_TRANSACTION
 
     # ------------------------------------------------------------------ pure state
 
@@ -202,6 +204,8 @@ class TransactionManager:
             raise IllegalTxnStateError(f"transactional id {self.transactional_id!r}: cannot go from "
                                        f"{self.state.value} to {state.value}")
         self.state = state
+        if self._producer is not None:  # the C send path's copy of check_send's test
+            self._producer._txn_sending = state is TxnState.IN_TRANSACTION
 
     def _refuse(self, what: str) -> RafkaError:
         """The error for calling ``what`` in the current state."""
