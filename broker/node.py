@@ -45,6 +45,7 @@ from rafka.broker.metadata_listener import MetadataListener, MetadataPublisher
 from rafka.broker.replica_manager import ReplicaManager
 from rafka.broker.server import Server, ServerLimits
 from rafka.client.connection import ConnectionPool
+from rafka.client.gc_freeze import freeze_startup_objects
 from rafka.security.authz import authorizing_dispatch
 from rafka.security.connections import ConnectionCounter
 from rafka.security.listener import (
@@ -187,6 +188,7 @@ class _Node:
                     await nursery.start(self.lifecycle.run)
                 log.info("node %d up: roles %s, listener %s:%d", cfg.node_id, sorted(cfg.roles),
                          cfg.listener[0], port)
+                freeze_startup_objects()  # full GC passes later walk only what came since
                 if self.rm is not None and cfg.broker["unsafe.ack.before.replication"]:
                     _warn_unsafe(cfg.node_id)
                     self.events.emit("unsafe", setting="unsafe.ack.before.replication")

@@ -42,6 +42,7 @@ from rafka.client.connection import (
     parse_bootstrap,
 )
 from rafka.client.errors import KafkaTimeoutError, NoBrokersAvailableError, UnresolvableHostError
+from rafka.client.gc_freeze import freeze_startup_objects
 from rafka.client.types import BrokerMetadata, PartitionMetadata, TopicPartition
 from rafka.security.client import ClientSecurity
 
@@ -190,6 +191,7 @@ class ClientCore:
         self._stale = True
 
     def open(self, nursery: trio.Nursery) -> None:
+        freeze_startup_objects()  # the first client of the process: short full GC passes later
         self.pool = ConnectionPool(nursery, client_id=self.client_id, security=self.security,
                                    setup_timeout_ms=self.connection_setup_timeout_ms)
 
