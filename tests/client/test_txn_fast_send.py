@@ -138,11 +138,11 @@ def test_a_send_after_the_transaction_failed_is_refused_as_in_python(
         with pytest.raises(MessageTooLargeError):
             p.send(small, b"x" * 2000, partition=0).result(timeout=30)
         assert p._async._txn.state.value == "AbortableError"
-        assert p._async._acc._open[ok][0] is batch and batch.npacked == 2
+        assert p._async._acc._open[ok][0] is batch and batch.record_count == 2
         calls = python_calls.count("sync")
         with pytest.raises(MessageTooLargeError):  # the transaction's error, as check_send
             p.send(ok, b"refused", partition=0)
-        assert batch.npacked == 2 and python_calls.count("sync") == calls + 1  # C handed it on
+        assert batch.record_count == 2 and python_calls.count("sync") == calls + 1  # C handed it on
         p.abort_transaction()
         with p.transaction():
             p.send(ok, b"next", partition=0)
@@ -197,7 +197,7 @@ def test_async_send_in_a_transaction_as_in_python(bootstrap: str, make_topic: An
                 await too_big
             with pytest.raises(MessageTooLargeError):
                 await p.send(ok, b"refused", partition=0)
-            assert p._acc._open[ok][0] is batch and batch.npacked == 20
+            assert p._acc._open[ok][0] is batch and batch.record_count == 20
             await p.abort_transaction()
             for f in futs:
                 with pytest.raises(TransactionAbortedError):
