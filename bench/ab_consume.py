@@ -48,6 +48,8 @@ def broker_ns(pid):
 
 mode, out = sys.argv[1], Path(sys.argv[2])
 if mode == "serve":
+    # held, not delivered, until sigwait: the cluster is stopped on the way out of the with
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     with cluster_dir(1) as (bootstrap, data, _port):
         with Admin(bootstrap_servers=bootstrap) as a:
             a.create_topic("perf", partitions=3, replication_factor=1)
