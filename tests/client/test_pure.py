@@ -8,7 +8,12 @@ import time
 
 import pytest
 from rafka.client.aio._core import ClientCore, ClusterMetadata
-from rafka.client.aio.accumulator import PartitionState, RecordAccumulator, record_size
+from rafka.client.aio.accumulator import (
+    LINGER_TIMER_SLACK_S,
+    PartitionState,
+    RecordAccumulator,
+    record_size,
+)
 from rafka.client.aio.fetch import CompletedFetch, split_fetch_response
 from rafka.client.aio.futures import BatchResult, FutureRecordMetadata
 from rafka.client.errors import CorruptRecordError
@@ -72,6 +77,22 @@ def test_batches_close_at_batch_size_and_drain_in_order() -> None:
     for b in batches + rest:
         acc.release(b)
     assert acc.used == 0 and not acc.incomplete
+
+
+def test_linger_deadline_is_centred_on_the_millisecond_timer() -> None:
+    """An open batch is due from ``LINGER_TIMER_SLACK_S`` before ``created + linger``, and the
+    sender is told to wake then: trio's timers fire on whole milliseconds, rounded up, so the
+    wake-up lands within half a millisecond either side of the deadline, not 0-1 ms after it.
+    The clock is the argument: nothing here waits."""
+    acc, _ = _acc(linger_ms=5)
+    acc.append("t", 0, None, b"v", [], 0, 10, 1)
+    (created,) = [b.created for by_part in acc._open.values() for b in by_part.values()]
+    due = created + 0.005 - LINGER_TIMER_SLACK_S
+    assert acc.next_deadline() == pytest.approx(due)
+    assert acc.drain(due - 0.0001) == []  # more than the slack before the deadline: keeps filling
+    (b,) = acc.drain(due)
+    assert b.created == created and len(b.records) == 1
+    assert acc.next_deadline() is None
 
 
 def test_held_partition_keeps_filling_its_batch() -> None:
