@@ -103,6 +103,14 @@ class FrameDecoder:
             self._pos = 0
         self._buf += data
 
+    def check_length(self, n: int) -> None:
+        """``FrameTooLargeError`` for an announced length above the limit, before any of it
+        is buffered."""
+        if n > self.max_frame_bytes:
+            raise FrameTooLargeError(
+                f"frame of {n} bytes exceeds the limit of {self.max_frame_bytes} bytes"
+            )
+
     @property
     def buffered(self) -> int:
         return len(self._buf) - self._pos
@@ -112,14 +120,12 @@ class FrameDecoder:
         if avail < 4:
             return NEED_DATA
         (n,) = _LEN.unpack_from(self._buf, self._pos)
-        if n > self.max_frame_bytes:
-            raise FrameTooLargeError(
-                f"frame of {n} bytes exceeds the limit of {self.max_frame_bytes} bytes"
-            )
+        self.check_length(n)
         if avail < 4 + n:
             return NEED_DATA
         start = self._pos + 4
-        payload = bytes(self._buf[start : start + n])
+        with memoryview(self._buf) as view:  # one copy (a bytearray slice would be a second)
+            payload = bytes(view[start : start + n])
         self._pos = start + n
         if self._pos == len(self._buf):
             self._buf.clear()
@@ -252,6 +258,17 @@ class ClientProtocol:
         payload = self._decoder.next_frame()
         if payload is NEED_DATA:
             return NEED_DATA
+        return self.decode_frame(payload)  # type: ignore[arg-type]
+
+    def decode_frame(self, payload: bytes | bytearray) -> Response:
+        """The response in one whole frame payload (its length prefix stripped) that the caller
+        read itself — e.g. straight into a buffer of the announced size, with no copy through
+        the decoder; ``check_frame_length`` first."""
         resp = decode_response(payload)  # type: ignore[arg-type]
         self.in_flight.discard(resp.correlation_id)
         return resp
+
+    def check_frame_length(self, n: int) -> None:
+        """``FrameTooLargeError`` for an announced length above the limit, before any of it
+        is read."""
+        self._decoder.check_length(n)

@@ -329,7 +329,7 @@ def _arrow_part(pa: Any, part: _Lists | tuple[Decoded, int, int], header_type: A
     return [
         pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(raw[0])], offset=i),
         pa.Array.from_buffers(ts_type, n, [None, pa.py_buffer(raw[1])], offset=i),
-        pa.array(repeat(d.timestamp_type, n), pa.int8(), size=n),
+        pa.Array.from_buffers(pa.int8(), n, [None, pa.py_buffer(bytes((d.timestamp_type,)) * n)]),
         binary(*d.key_cols),
         binary(*d.value_cols),
         headers,
@@ -337,7 +337,8 @@ def _arrow_part(pa: Any, part: _Lists | tuple[Decoded, int, int], header_type: A
 
 
 def _no_headers(pa: Any, n: int, header_type: Any) -> Any:
-    """A list column of ``n`` empty header lists."""
-    return pa.ListArray.from_arrays(pa.array(repeat(0, n + 1), pa.int32(), size=n + 1),
-                                    pa.array([], header_type.value_type))
+    """A list column of ``n`` empty header lists: n + 1 zero offsets from one zeroed buffer
+    (built from a Python iterator, these offsets were ~0.14 µs a record of a Spark read)."""
+    offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(bytes(4 * (n + 1)))])
+    return pa.ListArray.from_arrays(offsets, pa.array([], header_type.value_type))
 
