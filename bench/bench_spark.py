@@ -12,6 +12,13 @@ Theory of operation: one SparkSession (``local[2]``) measures, in the same run,
   API (``Consumer.poll_batch``, each ``ColumnBatch.to_arrow()``): what the source's executors
   do, without Spark (issue 13's yardstick).
 
+Where the rafka read's time goes, measured around each timed read: ``rafka_cpu_us_per_row_*``,
+the CPU of the JVM (driver and executors), of the Python workers (the source's ``read()``) and
+of the broker per row (``/proc``); ``spark_job_fixed_s``, a 2,000-row read of the same topic
+(planning, offsets, task launch — paid by every job and micro-batch whatever its size); and
+``rafka_marginal_rows_per_s``, the rows over the whole read's time less that fixed cost (the
+columnar yardstick's time excludes its own setup too), with its ratio to the columnar read.
+
 The ratios rafka/ceiling (target >= 0.5) and rafka/columnar (issue 13: >= 0.6) are the figures
 to watch; each ratio is the median of the per-repetition ratios, each rate the median of
 ``runs`` timed repetitions after one warm-up, interleaved. Standalone::
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import sys
@@ -39,6 +47,8 @@ ROWS = 1_000_000
 VALUE_BYTES = 100
 PARTITIONS = 2
 BATCH_ROWS = 2_000          # records per produced batch; also the ceiling's Arrow batch size
+WARMUP_READS = 3
+SMALL_JOB_ROWS = 2_000      # the read that measures a job's fixed cost
 
 
 def _spark_env() -> None:
@@ -147,6 +157,28 @@ def _check_produce(conn: Any, cid: int) -> None:
                 raise RuntimeError(f"produce failed: {p}")
 
 
+def _cpu_by_kind() -> dict[str, float]:
+    """CPU seconds so far of this machine's processes by kind: ``jvm`` (Spark's driver and
+    executors: one JVM in local mode), ``python_workers`` (``pyspark.daemon`` and the workers it
+    forks: the source's ``read()``), ``broker`` (rafka nodes). Linux; elsewhere empty."""
+    from bench.broker_cpu import cpu_seconds
+
+    out: dict[str, float] = {}
+    pids = [p for p in os.listdir("/proc") if p.isdigit()] if Path("/proc").is_dir() else []
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        cmd = b" ".join(argv)
+        kind = ("jvm" if argv[0].endswith(b"java") else
+                "python_workers" if b"pyspark.daemon" in cmd else
+                "broker" if b"rafka.broker" in cmd else None)
+        if kind:
+            out[kind] = out.get(kind, 0.0) + cpu_seconds(int(pid))
+    return out
+
+
 def _timed(spark: Any, fmt: str, options: dict[str, str]) -> float:
     reader = spark.read.format(fmt)
     for k, v in options.items():
@@ -190,17 +222,32 @@ def run(runs: int = 3, *, bootstrap: str | None = None, rows: int = ROWS) -> dic
             rafka_opts = {"bootstrap.servers": bs, "subscribe": topic,
                           "startingOffsets": "earliest"}
             ceil_opts = {"rows": str(rows)}
-            _timed(spark, "rafka", rafka_opts)          # warm-up: workers, imports, page cache
-            _timed(spark, "rafka_ceiling", ceil_opts)
-            rafka_runs, ceil_runs, col_runs = [], [], []
+            # warm-up: workers, imports, page cache, and the JVM's JIT — its CPU per row fell
+            # over the first ~3 reads (3.3 -> 1.8 -> 1.5 -> 1.4 CPU-s per 2M rows)
+            for _ in range(WARMUP_READS):
+                _timed(spark, "rafka", rafka_opts)
+                _timed(spark, "rafka_ceiling", ceil_opts)
+            small = json.dumps({topic: {str(p): SMALL_JOB_ROWS // PARTITIONS
+                                        for p in range(PARTITIONS)}})
+            rafka_runs, ceil_runs, col_runs, job_s, marginal = [], [], [], [], []
+            cpu: dict[str, list[float]] = {}
             for _ in range(runs):                       # interleaved: same machine state
-                rafka_runs.append(rows / _timed(spark, "rafka", rafka_opts))
+                c0 = _cpu_by_kind()
+                whole_s = _timed(spark, "rafka", rafka_opts)
+                c1 = _cpu_by_kind()
+                rafka_runs.append(rows / whole_s)
+                for kind, secs in c1.items():
+                    cpu.setdefault(kind, []).append((secs - c0.get(kind, 0.0)) / rows * 1e6)
+                fixed = _timed(spark, "rafka", {**rafka_opts, "endingOffsets": small})
+                job_s.append(fixed)
+                marginal.append((rows - SMALL_JOB_ROWS) / max(whole_s - fixed, 1e-9))
                 ceil_runs.append(rows / _timed(spark, "rafka_ceiling", ceil_opts))
                 col_runs.append(_consumer_rate(bs, topic, PARTITIONS, rows, arrow=True)[0])
         finally:
             spark.stop()
     ratios = [r / c for r, c in zip(rafka_runs, ceil_runs, strict=True)]
     col_ratios = [r / c for r, c in zip(rafka_runs, col_runs, strict=True)]
+    marg_ratios = [r / c for r, c in zip(marginal, col_runs, strict=True)]
     result = {
         "rafka_rows_per_s": {"median": statistics.median(rafka_runs), "unit": "rows/s",
                              "runs": rafka_runs, "ratio_of": "ceiling_rows_per_s"},
@@ -212,7 +259,18 @@ def run(runs: int = 3, *, bootstrap: str | None = None, rows: int = ROWS) -> dic
                                 "runs": col_runs},
         "rafka_vs_columnar": {"median": statistics.median(col_ratios), "unit": "ratio",
                               "runs": col_ratios},
+        "spark_job_fixed_s": {"median": statistics.median(job_s), "unit": "s", "runs": job_s,
+                              "what": f"a {SMALL_JOB_ROWS:,}-row read of the same topic: "
+                                      "planning, offsets, task launch"},
+        "rafka_marginal_rows_per_s": {"median": statistics.median(marginal), "unit": "rows/s",
+                                      "runs": marginal,
+                                      "what": "rows / (whole read - the fixed job cost)"},
+        "rafka_marginal_vs_columnar": {"median": statistics.median(marg_ratios),
+                                       "unit": "ratio", "runs": marg_ratios},
     }
+    for kind, vals in sorted(cpu.items()):
+        result[f"rafka_cpu_us_per_row_{kind}"] = {"median": statistics.median(vals),
+                                                 "unit": "us/row", "runs": vals}
     return result
 
 
@@ -229,6 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"columnar, 1 process  : {res['columnar_rows_per_s']['median']:>12,.0f} rows/s")
     print(f"vs ceiling           : {res['rafka_vs_ceiling']['median']:>12.2f}  (target >= 0.50)")
     print(f"vs columnar          : {res['rafka_vs_columnar']['median']:>12.2f}  (target >= 0.60)")
+    print(f"fixed cost of a job  : {res['spark_job_fixed_s']['median']:>12.3f} s")
+    print(f"marginal vs columnar : {res['rafka_marginal_vs_columnar']['median']:>12.2f}")
+    for k, v in res.items():
+        if k.startswith("rafka_cpu_us_per_row_"):
+            print(f"CPU us/row {k[21:]:<16}: {v['median']:>9.3f}")
     return 0
 
 
