@@ -149,9 +149,18 @@ class Connection:
         self._waiters.clear()
 
     async def request(self, api_key: int, body: dict[str, Any]) -> Response:
-        """Send one request and wait for its response (errors in the body are not raised)."""
+        """Send one request and wait for its response (errors in the body are not raised).
+
+        The request is written at once when it can be (``send_request_nowait``: a free slot,
+        no write in progress, a frame under ``_SPLIT_WRITE_BYTES``, room in the socket buffer):
+        then the slot semaphore's, the send lock's and ``send_all``'s scheduler passes, which
+        wait for nothing, are skipped. A caller already cancelled sends nothing either way."""
         if self._closed_error is not None:
             raise self._closed_error
+        await trio.lowlevel.checkpoint_if_cancelled()
+        pending = self.send_request_nowait(api_key, body)
+        if pending is not None:
+            return await pending.wait()
         async with self._slots:
             waiter = _Waiter()
             cid = self._take_cid()
@@ -175,6 +184,10 @@ class Connection:
         """
         if self._closed_error is not None:
             raise self._closed_error
+        await trio.lowlevel.checkpoint_if_cancelled()
+        pending = self.send_request_nowait(api_key, body)  # as request(): no pass if it fits
+        if pending is not None:
+            return pending
         await self._slots.acquire()
         waiter = _Waiter()
         cid = self._take_cid()

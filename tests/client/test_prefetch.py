@@ -275,6 +275,71 @@ def test_send_request_nowait_writes_at_once_and_finishes_a_partial_write() -> No
     trio.run(main)
 
 
+def test_request_writes_at_once_and_a_cancelled_caller_sends_nothing() -> None:
+    """``request``/``send_request`` take ``send_request_nowait``'s one write when they can (no
+    slot, lock or ``send_all`` pass), fall back to ``send_all`` when they cannot, and a caller
+    already cancelled writes nothing."""
+    async def main() -> None:
+        a, b = socket.socketpair()
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(a))
+        conn = Connection(stream)
+        real_send_all = stream.send_all
+        calls: list[int] = []
+
+        async def counting_send_all(data: Any) -> None:
+            calls.append(len(data))
+            await real_send_all(data)
+
+        stream.send_all = counting_send_all  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(conn.run)
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await conn.request(ApiKey.FETCH, {"n": 0})
+            assert scope.cancelled_caught and not conn._waiters and conn._slots.value == 64
+            b.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                b.recv(1)  # nothing was written
+            b.setblocking(True)
+
+            async def one(n: int, out: list[Any]) -> None:
+                out.append((await conn.request(ApiKey.FETCH, {"n": n})).body)
+
+            out: list[Any] = []
+            nursery.start_soon(one, 1, out)
+            frame = (await trio.to_thread.run_sync(_read_frames, b, 1))[0]
+            assert frame[2:] == [0, "rafka-python", {"n": 1}] and calls == []  # one os.write
+            _answer(b, 0, {"ok": 1})
+            pending = await conn.send_request(ApiKey.FETCH, {"n": 2})
+            assert calls == []
+            assert (await trio.to_thread.run_sync(_read_frames, b, 1))[0][2:] == [
+                1, "rafka-python", {"n": 2}]
+            _answer(b, 1, {"ok": 2})
+            assert (await pending.wait()).body == {"ok": 2}
+            big = {"blob": b"z" * 100_000}  # over _SPLIT_WRITE_BYTES: the send_all path
+            nursery.start_soon(one, 3, out)
+            assert (await trio.to_thread.run_sync(_read_frames, b, 1))[0][2:] == [
+                2, "rafka-python", {"n": 3}]
+            _answer(b, 2, {"ok": 3})
+            big_pending = trio.Event()
+
+            async def big_one() -> None:
+                out.append((await conn.request(ApiKey.FETCH, big)).body)
+                big_pending.set()
+
+            nursery.start_soon(big_one)
+            assert (await trio.to_thread.run_sync(_read_frames, b, 1))[0][4] == big
+            assert calls  # written through send_all
+            _answer(b, 3, {"ok": 4})
+            await big_pending.wait()
+            assert out == [{"ok": 1}, {"ok": 3}, {"ok": 4}]
+            nursery.cancel_scope.cancel()
+        a.close()
+        b.close()
+
+    trio.run(main)
+
+
 class _TwoFetchesConsumer(AsyncConsumer):
     FETCHES_PER_NODE = 2
 
