@@ -5,7 +5,8 @@ Theory of operation: one SparkSession (``local[2]``) measures, in the same run,
 * ``rafka_rows_per_s`` — ``spark.read.format("rafka")`` over a 2-partition topic filled
   beforehand (``ROWS`` records of ``VALUE_BYTES`` bytes), written to the ``noop`` sink;
 * ``ceiling_rows_per_s`` — a trivial in-memory Python data source that yields one ready-made
-  Arrow batch of the very same schema and size again and again from 2 partitions: the cost of
+  Arrow batch of the very same schema, as many rows as the rafka source yields per batch,
+  again and again from 2 partitions: the cost of
   the Python data source machinery itself (Arrow to the JVM, rows into the sink), i.e. the most
   any Python source can deliver here;
 * ``columnar_rows_per_s`` — the same topic read in this one process with the client's columnar
@@ -46,7 +47,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS = 1_000_000
 VALUE_BYTES = 100
 PARTITIONS = 2
-BATCH_ROWS = 2_000          # records per produced batch; also the ceiling's Arrow batch size
+BATCH_ROWS = 2_000          # records per produced batch
+# The ceiling's Arrow batch: as many rows as the rafka source yields per batch (one 8 MiB fetch
+# of these ~130-byte records). Spark's cost per Arrow batch is not small: with 2,000-row
+# batches the "ceiling" read 0.97-1.6M rows/s against 1.8-2.4M with 100,000-row ones (scratch
+# runs, local[2]), and the rafka source had reached 0.97x of it: no ceiling.
+CEILING_BATCH_ROWS = 64_000
 WARMUP_READS = 3
 SMALL_JOB_ROWS = 2_000      # the read that measures a job's fixed cost
 
@@ -83,7 +89,7 @@ def _ceiling_source() -> type:
             value = b"x" * VALUE_BYTES
             schema = arrow_schema(False)
             now_us = int(time.time() * 1e6)
-            k = min(BATCH_ROWS, n)
+            k = min(CEILING_BATCH_ROWS, n)
             batch = pa.RecordBatch.from_arrays([
                 pa.nulls(k, pa.binary()),
                 pa.array([value] * k, pa.binary()),
