@@ -184,6 +184,7 @@ class Cluster:
         self.leaders: dict[tuple[str, int], int] = {}
         self.topics: dict[str, list[int]] = {}
         self._conns: dict[tuple[str, int], BlockingConnection] = {}
+        self.metadata_offset = -1  # the newest metadata image an answer came from (see refresh)
 
     # -- connections
 
@@ -232,14 +233,29 @@ class Cluster:
 
         def once() -> Response:
             last: Exception | None = None
-            for addr in list(self.brokers.values()) + self.bootstrap:
+            for addr in dict.fromkeys(list(self.brokers.values()) + self.bootstrap):
                 try:
-                    return self.conn(addr).request(ApiKey.METADATA, body)
+                    resp = self.conn(addr).request(ApiKey.METADATA, body)
                 except RafkaError as exc:
                     self.drop(addr)
                     if exc.code not in RETRIABLE and exc.code != ErrorCode.NETWORK_EXCEPTION:
                         raise  # e.g. SASL_AUTHENTICATION_FAILED, TLS_HANDSHAKE_FAILED: cannot heal
                     last = exc
+                    continue
+                offset = resp.body.get("metadata_offset")
+                if offset is not None and (offset < 0 or offset < self.metadata_offset):
+                    # A broker that has not caught up with the metadata log since it started
+                    # (its image is empty: offset -1) or that lags what this client has already
+                    # seen would report existing topics as unknown: never take that for a
+                    # deletion (a restarted leader made a streaming query fail with a false
+                    # DataLossError). Ask the next broker; if none is current, retry.
+                    last = error_for(ErrorCode.LEADER_NOT_AVAILABLE,
+                                     f"{addr[0]}:{addr[1]} serves metadata offset {offset}, "
+                                     f"behind {max(self.metadata_offset, 0)}")
+                    continue
+                if offset is not None:
+                    self.metadata_offset = offset
+                return resp
             raise error_for(ErrorCode.BROKER_NOT_AVAILABLE,
                             f"no broker reachable (bootstrap {self.bootstrap}): {last}")
 

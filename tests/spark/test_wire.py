@@ -113,3 +113,78 @@ def test_a_peer_closing_mid_frame_is_a_network_error(peer) -> None:
     assert info.value.code == ErrorCode.NETWORK_EXCEPTION
     assert "closed the connection" in str(info.value)
     assert c.closed
+
+
+def _metadata_server(peer, answers: list[dict], asked: list[int]) -> tuple[str, int]:
+    """A peer answering every METADATA request on one connection with the next of
+    ``answers`` (the last one again when they run out); ``asked`` counts the requests."""
+    def script(conn: socket.socket) -> None:
+        while True:
+            try:
+                cid = _read_request(conn)
+            except AssertionError:
+                return  # the client went away
+            answer = answers[min(len(asked), len(answers) - 1)]
+            asked.append(cid)  # before the answer: the test reads it once answered
+            conn.sendall(_answer(cid, answer))
+
+    return peer(script)
+
+
+def _meta(offset: int, ports: list[int], *, known: bool) -> dict:
+    """METADATA at image ``offset``: brokers 1, 2 on ``ports``; topic ``t`` led by broker 2,
+    or unknown."""
+    topic = ({"name": "t", "error": 0, "topic_id": "id", "is_internal": False,
+              "partitions": [{"partition": 0, "error": 0, "leader": 2, "leader_epoch": 0,
+                              "replicas": [2], "isr": [2]}]} if known else
+             {"name": "t", "error": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+              "message": "unknown topic 't'", "topic_id": None, "is_internal": False,
+              "partitions": []})
+    return {"cluster_id": "c", "controller_id": 1, "metadata_offset": offset,
+            "brokers": [{"node_id": i + 1, "host": "127.0.0.1", "port": port, "rack": None}
+                        for i, port in enumerate(ports)],
+            "topics": [topic]}
+
+
+def test_metadata_of_a_broker_behind_is_not_taken_for_a_deletion(peer) -> None:
+    """A restarted broker answers METADATA from an empty image (offset -1) until it has caught
+    up, and calls every topic unknown: the source must ask another broker, never conclude the
+    topic was deleted (a false DataLossError failed a streaming query across a leader restart,
+    tests/spark/test_spark_failover.py). An answer older than one already seen is skipped the
+    same way; a broker that is current is believed."""
+    from rafka.spark_source.wire import Cluster
+
+    behind_answers: list[dict] = []
+    behind_asked: list[int] = []
+    behind = _metadata_server(peer, behind_answers, behind_asked)
+    good_answers: list[dict] = []
+    good_asked: list[int] = []
+    good = _metadata_server(peer, good_answers, good_asked)
+    ports = [behind[1], good[1]]
+    behind_answers += [_meta(-1, ports, known=False), _meta(5, ports, known=False),
+                       _meta(13, ports, known=True)]
+    good_answers += [_meta(10, ports, known=True), _meta(12, ports, known=True)]
+    with Cluster(f"{behind[0]}:{behind[1]},{good[0]}:{good[1]}", timeout_ms=3000) as c:
+        assert c.refresh(["t"]) == {"t": [0]}  # offset -1 skipped: the second broker answers
+        assert (len(behind_asked), len(good_asked), c.metadata_offset) == (1, 1, 10)
+        assert c.refresh(["t"]) == {"t": [0]}  # broker 1 asked first again: 5 < 10, skipped
+        assert (len(behind_asked), len(good_asked), c.metadata_offset) == (2, 2, 12)
+        assert c.leader_address(("t", 0)) == ("127.0.0.1", good[1])
+        assert c.refresh(["t"]) == {"t": [0]} and c.metadata_offset == 13  # caught up: believed
+        assert len(good_asked) == 2
+
+
+def test_a_topic_deleted_by_current_metadata_is_gone(peer) -> None:
+    """The rule above never hides a real deletion: a current broker saying "unknown" is."""
+    from rafka.spark_source.wire import Cluster, PartitionGone
+
+    answers: list[dict] = []
+    asked: list[int] = []
+    host, port = _metadata_server(peer, answers, asked)
+    answers += [_meta(3, [port, port], known=True), _meta(4, [port, port], known=False)]
+    with Cluster(f"{host}:{port}", timeout_ms=3000) as c:
+        assert c.refresh(["t"]) == {"t": [0]}
+        c.leaders.clear()
+        with pytest.raises(PartitionGone):
+            c.leader_address(("t", 0))
+        assert c.metadata_offset == 4
