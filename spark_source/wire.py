@@ -185,6 +185,7 @@ class Cluster:
         self.topics: dict[str, list[int]] = {}
         self._conns: dict[tuple[str, int], BlockingConnection] = {}
         self.metadata_offset = -1  # the newest metadata image an answer came from (see refresh)
+        self._seen_at: dict[str, int] = {}  # topic -> newest image offset that listed it
 
     # -- connections
 
@@ -243,32 +244,46 @@ class Cluster:
                     last = exc
                     continue
                 offset = resp.body.get("metadata_offset")
-                if offset is not None and (offset < 0 or offset < self.metadata_offset):
-                    # A broker that has not caught up with the metadata log since it started
-                    # (its image is empty: offset -1) or that lags what this client has already
-                    # seen would report existing topics as unknown: never take that for a
-                    # deletion (a restarted leader made a streaming query fail with a false
-                    # DataLossError). Ask the next broker; if none is current, retry.
+                if offset is not None and offset < 0:
+                    # A broker that has not caught up with the @metadata log since it started
+                    # answers from an empty image: no brokers, every topic unknown. Never take
+                    # that for a deletion (a restarted leader made a streaming query fail with
+                    # a false DataLossError): ask the next broker; if none has caught up, retry.
                     last = error_for(ErrorCode.LEADER_NOT_AVAILABLE,
-                                     f"{addr[0]}:{addr[1]} serves metadata offset {offset}, "
-                                     f"behind {max(self.metadata_offset, 0)}")
+                                     f"{addr[0]}:{addr[1]} has not caught up with the metadata "
+                                     "log since it started")
                     continue
-                if offset is not None:
-                    self.metadata_offset = offset
                 return resp
             raise error_for(ErrorCode.BROKER_NOT_AVAILABLE,
                             f"no broker reachable (bootstrap {self.bootstrap}): {last}")
 
         resp = self._retry("metadata", once)
         resp.raise_for_error()
+        offset = resp.body.get("metadata_offset")
+
+        def behind(topic: str) -> bool:
+            """This answer's image predates one that listed ``topic``: a broker lagging the
+            log (by a few records, as brokers routinely do) cannot tell that it was deleted."""
+            return offset is not None and offset < self._seen_at.get(topic, -1)
+
+        if offset is not None:
+            self.metadata_offset = max(self.metadata_offset, offset)
         for b in resp.body.get("brokers", []):
             self.brokers[int(b["node_id"])] = (str(b["host"]), int(b["port"]))
         found: dict[str, list[int]] = {}
+        if topics is None:  # a listing: what a lagging answer leaves out still exists,
+            listed = {t["name"] for t in resp.body.get("topics", [])}  # what a current one
+            for name in [n for n in self.topics if n not in listed]:   # leaves out is gone
+                if behind(name):
+                    found[name] = self.topics[name]
+                else:
+                    self._forget(name)
         for t in resp.body.get("topics", []):
+            if t.get("error") and behind(t["name"]) and t["name"] in self.topics:
+                found[t["name"]] = self.topics[t["name"]]  # what we knew stays
+                continue
             if t.get("error"):
-                self.topics.pop(t["name"], None)
-                for tp in [tp for tp in self.leaders if tp[0] == t["name"]]:
-                    del self.leaders[tp]
+                self._forget(t["name"])
                 continue
             parts = []
             for p in t.get("partitions", []):
@@ -280,7 +295,15 @@ class Cluster:
                     self.leaders.pop(tp, None)
             found[t["name"]] = sorted(parts)
             self.topics[t["name"]] = sorted(parts)
+            if offset is not None:
+                self._seen_at[t["name"]] = max(self._seen_at.get(t["name"], -1), offset)
         return found
+
+    def _forget(self, topic: str) -> None:
+        """``topic`` is gone (deleted, or an error names it): drop its partitions and leaders."""
+        self.topics.pop(topic, None)
+        for tp in [tp for tp in self.leaders if tp[0] == topic]:
+            del self.leaders[tp]
 
     def leader_address(self, tp: tuple[str, int]) -> tuple[str, int]:
         leader = self.leaders.get(tp)

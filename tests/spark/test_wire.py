@@ -148,10 +148,10 @@ def _meta(offset: int, ports: list[int], *, known: bool) -> dict:
 
 def test_metadata_of_a_broker_behind_is_not_taken_for_a_deletion(peer) -> None:
     """A restarted broker answers METADATA from an empty image (offset -1) until it has caught
-    up, and calls every topic unknown: the source must ask another broker, never conclude the
+    up, and calls every topic unknown: the source asks another broker, never concludes the
     topic was deleted (a false DataLossError failed a streaming query across a leader restart,
-    tests/spark/test_spark_failover.py). An answer older than one already seen is skipped the
-    same way; a broker that is current is believed."""
+    tests/spark/test_spark_failover.py). An "unknown" from an image older than one that listed
+    the topic (a broker lagging the log) keeps what was known; a current answer is believed."""
     from rafka.spark_source.wire import Cluster
 
     behind_answers: list[dict] = []
@@ -163,15 +163,14 @@ def test_metadata_of_a_broker_behind_is_not_taken_for_a_deletion(peer) -> None:
     ports = [behind[1], good[1]]
     behind_answers += [_meta(-1, ports, known=False), _meta(5, ports, known=False),
                        _meta(13, ports, known=True)]
-    good_answers += [_meta(10, ports, known=True), _meta(12, ports, known=True)]
+    good_answers += [_meta(10, ports, known=True)]
     with Cluster(f"{behind[0]}:{behind[1]},{good[0]}:{good[1]}", timeout_ms=3000) as c:
         assert c.refresh(["t"]) == {"t": [0]}  # offset -1 skipped: the second broker answers
         assert (len(behind_asked), len(good_asked), c.metadata_offset) == (1, 1, 10)
-        assert c.refresh(["t"]) == {"t": [0]}  # broker 1 asked first again: 5 < 10, skipped
-        assert (len(behind_asked), len(good_asked), c.metadata_offset) == (2, 2, 12)
+        assert c.refresh(["t"]) == {"t": [0]}  # broker 1 first: at 5 < 10 its "unknown" is lag
+        assert (len(behind_asked), len(good_asked), c.metadata_offset) == (2, 1, 10)
         assert c.leader_address(("t", 0)) == ("127.0.0.1", good[1])
-        assert c.refresh(["t"]) == {"t": [0]} and c.metadata_offset == 13  # caught up: believed
-        assert len(good_asked) == 2
+        assert c.refresh(["t"]) == {"t": [0]} and c.metadata_offset == 13  # caught up
 
 
 def test_a_topic_deleted_by_current_metadata_is_gone(peer) -> None:
@@ -188,3 +187,21 @@ def test_a_topic_deleted_by_current_metadata_is_gone(peer) -> None:
         with pytest.raises(PartitionGone):
             c.leader_address(("t", 0))
         assert c.metadata_offset == 4
+
+
+def test_a_lagging_listing_keeps_a_topic_a_current_one_drops_it(peer) -> None:
+    """subscribePattern lists every topic (METADATA with topics=None): a listing from an image
+    older than one that had the topic does not drop it; a current listing without it does."""
+    from rafka.spark_source.wire import Cluster
+
+    answers: list[dict] = []
+    asked: list[int] = []
+    host, port = _metadata_server(peer, answers, asked)
+    empty = {**_meta(0, [port, port], known=True), "topics": []}
+    answers += [_meta(10, [port, port], known=True), {**empty, "metadata_offset": 5},
+                {**empty, "metadata_offset": 11}]
+    with Cluster(f"{host}:{port}", timeout_ms=3000) as c:
+        assert c.refresh(None) == {"t": [0]}
+        assert c.refresh(None) == {"t": [0]}  # offset 5: lag, the topic stays
+        assert c.refresh(None) == {}          # offset 11: deleted
+        assert "t" not in c.topics
