@@ -149,31 +149,10 @@ class Connection:
         self._waiters.clear()
 
     async def request(self, api_key: int, body: dict[str, Any]) -> Response:
-        """Send one request and wait for its response (errors in the body are not raised).
-
-        The request is written at once when it can be (``send_request_nowait``: a free slot,
-        no write in progress, a frame under ``_SPLIT_WRITE_BYTES``, room in the socket buffer):
-        then the slot semaphore's, the send lock's and ``send_all``'s scheduler passes, which
-        wait for nothing, are skipped. A caller already cancelled sends nothing either way."""
-        if self._closed_error is not None:
-            raise self._closed_error
-        await trio.lowlevel.checkpoint_if_cancelled()
-        pending = self.send_request_nowait(api_key, body)
-        if pending is not None:
-            return await pending.wait()
-        async with self._slots:
-            waiter = _Waiter()
-            cid = self._take_cid()
-            self._waiters[cid] = waiter
-            try:
-                await self._send(api_key, cid, body)
-                await waiter.event.wait()
-            finally:
-                self._waiters.pop(cid, None)
-        if waiter.error is not None:
-            raise waiter.error
-        assert waiter.response is not None
-        return waiter.response
+        """Send one request and wait for its response (errors in the body are not raised):
+        ``send_request`` then ``PendingResponse.wait`` — the write is immediate when it can be,
+        and the in-flight slot is held until the response (or a cancellation) frees it."""
+        return await (await self.send_request(api_key, body)).wait()
 
     async def send_request(self, api_key: int, body: dict[str, Any]) -> PendingResponse:
         """Write one request now and return a handle to await its response later.
@@ -184,8 +163,12 @@ class Connection:
         """
         if self._closed_error is not None:
             raise self._closed_error
+        # Written at once when it can be (send_request_nowait: a free slot, no write in
+        # progress, a frame under _SPLIT_WRITE_BYTES, room in the socket buffer): the slot
+        # semaphore's, the send lock's and send_all's scheduler passes, which wait for nothing,
+        # are skipped. A caller already cancelled sends nothing either way.
         await trio.lowlevel.checkpoint_if_cancelled()
-        pending = self.send_request_nowait(api_key, body)  # as request(): no pass if it fits
+        pending = self.send_request_nowait(api_key, body)
         if pending is not None:
             return pending
         await self._slots.acquire()
