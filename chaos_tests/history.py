@@ -21,7 +21,11 @@ One JSON object per line, in the order the writer saw the events::
 ``process`` int for clients, the string ``"nemesis"`` for faults.
 ``type``    ``invoke`` | ``ok`` | ``fail`` | ``info``.
 ``f``       the operation (below).
-``node``    node id the client talked to, or null.
+``node``    node id the client talked to, or null.  An invoke's is where the client meant
+            to go (a send's: the leader it knew, null before its first metadata answer); a
+            completion's is the node that answered, which ``complete`` takes from its
+            ``node`` argument, else from the invoke (the queue workload's module docstring
+            says where each op kind's comes from).
 ``time``    ``time.monotonic_ns()`` minus the run start, in ns.  The writer stores its start in
             ``HistoryWriter.start_mono_ns`` so node events stamped with ``mono_ns`` (system-wide
             CLOCK_MONOTONIC) can be placed on the same axis.
@@ -39,7 +43,8 @@ a value, not even to retry (a retry is a new op with a new value).
 ``poll``
     invoke ``{}`` (or anything);
     ok ``{"records": [[topic, partition, offset, value], ...], "positions": {"t/p": next}}``;
-    records of one partition in the order returned; ``positions`` optional, informational.
+    records of one partition in the order returned; ``positions`` optional, informational;
+    ``leaders`` (``{"t/p": node}``) optional, informational: who led each partition returned.
 ``final-read``
     same shapes as ``poll`` (invoke ``{"topic", "partition"}``); a catch-up read from the
     beginning to the end of a partition after everything was healed.

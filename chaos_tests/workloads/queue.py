@@ -24,6 +24,18 @@ One topic (``QueueSpec.topic``), RF 3, ``min.insync.replicas`` 2, several partit
 
 Everything is bounded: each op by ``RunContext.op_timeout_s``, each process by the run's
 deadline, client start/close by ``CLIENT_START_TIMEOUT_S``.
+
+Which node answered (the ``node`` of an op, read from the client, so the same on every
+backend; issue 28).  A ``send`` invoke carries the partition's leader as the producer knew it
+then (None before its first metadata answer: a new producer's first send); its completion
+carries the broker its PRODUCE went to (the sender's ``_sent_to``, cleared before each send,
+so with ``retries=0`` it is this record's one attempt), else the invoke's.  A ``commit``
+completion carries the group coordinator the client used (``coordinator_node``'s cache: the
+node that answered an ``ok``).  ``poll`` and ``final-read`` completions carry the partition
+leader per the client's metadata when the op returned (the consumer does not say which
+broker a fetch came from) — for a poll only when every partition it returned records of has
+one leader, and per partition in the value's ``leaders``.  ``assign`` and ``subscribe`` are
+client-side (no broker answers them): None.
 """
 
 from __future__ import annotations
@@ -121,19 +133,41 @@ async def create_queue_topic(ctx: RunContext, spec: QueueSpec, *, timeout_s: flo
 
 # --------------------------------------------------------------------------- producers
 
+def _node_id(node: Any) -> int | None:
+    return node if isinstance(node, int) and node >= 0 else None
+
+
 def _leader_of(client: Any, topic: str, partition: int) -> int | None:
+    """The partition's leader in the client's metadata, or None (unknown: no metadata yet, or
+    invalidated by an error)."""
     try:
-        leader = client._core.metadata.leader(_tp(topic, partition))
+        return _node_id(client._core.metadata.leader(_tp(topic, partition)))
     except Exception:  # noqa: BLE001 - best effort annotation
         return None
-    return leader if isinstance(leader, int) and leader >= 0 else None
+
+
+def _sent_to(producer: Any) -> dict[Any, int] | None:
+    sent = getattr(producer, "_sent_to", None)  # client/aio/sender.py: node of the last attempt
+    return sent if isinstance(sent, dict) else None
+
+
+def _produced_to(producer: Any, topic: str, partition: int) -> int | None:
+    """The broker the producer's last PRODUCE for the partition was written to, or None."""
+    sent = _sent_to(producer)
+    return _node_id(sent.get(_tp(topic, partition))) if sent is not None else None
 
 
 async def _send_one(ctx: RunContext, producer: Any, process: int, topic: str,
                     partition: int) -> str:
-    """One recorded send; returns the completion type."""
+    """One recorded send; returns the completion type.  The completion's ``node`` is the
+    broker the PRODUCE went to (module docstring), the invoke's the leader known before."""
     h = ctx.history
     value = ctx.next_value()
+    sent = _sent_to(producer)
+    if sent is not None:
+        # nothing of this producer is in flight (one send at a time, retries=0), so the entry
+        # is the previous send's: drop it, so that only this record's attempt sets it
+        sent.pop(_tp(topic, partition), None)
     inv = h.invoke(process, "send", {"topic": topic, "partition": partition, "key": None,
                                      "value": value},
                    node=_leader_of(producer, topic, partition))
@@ -149,13 +183,15 @@ async def _send_one(ctx: RunContext, producer: Any, process: int, topic: str,
             meta = await fut
         except Exception as exc:  # noqa: BLE001
             kind = classify_error(exc)
-            h.complete(inv, kind, dict(inv.value, error=error_name(exc)))
+            h.complete(inv, kind, dict(inv.value, error=error_name(exc)),
+                       node=_produced_to(producer, topic, partition))
             ctx.count(f"send-{kind}")
             return kind
-        h.ok(inv, dict(inv.value, partition=meta.partition, offset=meta.offset))
+        h.ok(inv, dict(inv.value, partition=meta.partition, offset=meta.offset),
+             node=_produced_to(producer, topic, partition))
         ctx.count("send-ok")
         return "ok"
-    h.info(inv, dict(inv.value, error="timeout"))
+    h.info(inv, dict(inv.value, error="timeout"), node=_produced_to(producer, topic, partition))
     ctx.count("send-info")
     return "info"
 
@@ -221,12 +257,19 @@ async def _poll(ctx: RunContext, consumer: Any, process: int,
         skip = set(touched) if touched else None
         records = _records(batch, skip)
         positions = {}
+        leaders: dict[str, int | None] = {}
         for tp in batch:
             if not skip or (tp.topic, tp.partition) not in skip:
                 recs = batch[tp]
                 if recs:
                     positions[tp_key(tp.topic, tp.partition)] = recs[-1].offset + 1
-        h.ok(inv, {"records": records, "positions": positions})
+                    leaders[tp_key(tp.topic, tp.partition)] = _leader_of(consumer, tp.topic,
+                                                                         tp.partition)
+        nodes = set(leaders.values())
+        value: dict[str, Any] = {"records": records, "positions": positions}
+        if leaders:
+            value["leaders"] = leaders
+        h.ok(inv, value, node=nodes.pop() if len(nodes) == 1 else None)
         ctx.count("poll-ok")
         ctx.count("polled-records", len(records))
         return "ok", records
@@ -300,6 +343,18 @@ def _record_assign(ctx: RunContext, consumer: Any, process: int, tracker: _Group
     ctx.count("rebalances")
 
 
+def _coordinator_of(consumer: Any, group: str) -> int | None:
+    """The group coordinator the consumer's last request went to, from the client's cache
+    (``client/aio/coordinator.py``: set when FIND_COORDINATOR answered, dropped when the node
+    failed a request), or None.  After a commit answered ``ok``: the node that answered."""
+    try:
+        from rafka.client.aio.coordinator import KEY_TYPE_GROUP, _known
+
+        return _node_id((_known.get(consumer._core) or {}).get((KEY_TYPE_GROUP, group)))
+    except Exception:  # noqa: BLE001 - best effort annotation
+        return None
+
+
 async def _commit(ctx: RunContext, consumer: Any, process: int, group: str,
                   offsets: dict[tuple[str, int], int]) -> str:
     h = ctx.history
@@ -313,13 +368,13 @@ async def _commit(ctx: RunContext, consumer: Any, process: int, group: str,
             kind = "fail" if name in ("FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID",
                                       "ILLEGAL_GENERATION", "STALE_MEMBER") \
                 else classify_error(exc)
-            h.complete(inv, kind, dict(value, error=name))
+            h.complete(inv, kind, dict(value, error=name), node=_coordinator_of(consumer, group))
             ctx.count(f"commit-{kind}")
             return kind
-        h.ok(inv)
+        h.ok(inv, node=_coordinator_of(consumer, group))
         ctx.count("commit-ok")
         return "ok"
-    h.info(inv, dict(value, error="timeout"))
+    h.info(inv, dict(value, error="timeout"), node=_coordinator_of(consumer, group))
     ctx.count("commit-info")
     return "info"
 
@@ -418,6 +473,7 @@ async def _final_read_one(ctx: RunContext, topic: str, partition: int, timeout_s
     end: int | None = None
     error: str | None = None
     pos = -1
+    node: int | None = None
     with trio.move_on_after(timeout_s) as scope:
         try:
             async with AsyncConsumer(bootstrap_servers=ctx.bootstrap,
@@ -441,9 +497,12 @@ async def _final_read_one(ctx: RunContext, topic: str, partition: int, timeout_s
                     records.extend(got)
                     if got:
                         pos = max(pos, max(r[2] for r in got))
+                        node = _leader_of(c, topic, partition)  # the leader that served it
                     elif await c.position(tp) >= end:
                         pos = end - 1
                         break
+                if node is None:
+                    node = _leader_of(c, topic, partition)
         except Exception as exc:  # noqa: BLE001
             error = error_name(exc)
     complete = end is not None and (pos >= end - 1 if end else True) \
@@ -452,7 +511,7 @@ async def _final_read_one(ctx: RunContext, topic: str, partition: int, timeout_s
     # read of the partition, so acked records past it are reported ``unseen`` (a liveness
     # failure the report must show), never silently skipped.
     h.ok(inv, {"records": records, "end": end, "complete": complete, **(extra or {}),
-               **({"error": error} if error else {})})
+               **({"error": error} if error else {})}, node=node)
     return {"tp": tp_key(topic, partition), "records": len(records), "end": end,
             "complete": complete, "error": error}
 
