@@ -283,8 +283,14 @@ class Partition:
 
     def _apply_effects(self, effects: list[Any]) -> None:
         for eff in effects:
-            if isinstance(eff, HighWatermarkAdvanced | IsrChanged):
-                continue  # _update_hw / notify below cover both
+            if isinstance(eff, IsrChanged):
+                st = self.leader_state
+                if st is not None:
+                    self.events.isr(self.topic, self.partition, st.leader_epoch,
+                                    eff.partition_epoch, eff.new_isr)
+                continue  # _update_hw / notify below cover the rest
+            if isinstance(eff, HighWatermarkAdvanced):
+                continue
             # AlterPartitionRequest: the replica manager sends it for this very state
             self.pending_alter = (self.leader_state, eff)
             if self.alter_poke is not None:
@@ -344,7 +350,8 @@ class Partition:
         new = min(new, self.log.log_end_offset)
         if new > self.high_watermark or (st is None and new != self.high_watermark):
             self.high_watermark = new
-            self.events.hw(self.topic, self.partition, new, self.leader_epoch)
+            self.events.hw(self.topic, self.partition, new, self.leader_epoch,
+                           None if st is None else st.maximal_isr)
 
     def checkpoint_hw(self) -> bool:
         """Write the HW checkpoint if the HW moved since the last one (synchronously)."""
@@ -362,6 +369,10 @@ class Partition:
         st = self.leader_state
         if st is None or replica_id not in st.followers:
             return
+        # ``fetch_offset`` was verified against the log (``verify_follower_fetch``), so it is at
+        # most the log's end; the state may not have heard of the newest append yet, and
+        # counting less than the follower has is always safe. (Clamping an *unverified* offset
+        # was the hazard issue 28 asked about: that never reaches here.)
         self._apply_effects(st.on_follower_fetch(replica_id, min(fetch_offset, st.log_end_offset),
                                                  _now_ms(), broker_epoch=broker_epoch,
                                                  isr_eligible=isr_eligible))

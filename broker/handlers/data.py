@@ -36,7 +36,10 @@ answer) carries the bytes the log already read to check their CRCs and goes out 
 passes, then reads again. The reply's raw parts are the slices, written with ``sendfile``.
 A follower fetch (``replica_id >= 0``) also reports the follower's position to the leader state
 and is answered with ``diverging_epoch`` instead of data when its last fetched epoch shows
-that its log diverged (KIP-101/279 via ``rafka.broker.replication.epochs``). A follower naming an older
+that its log diverged (KIP-101/279 via ``rafka.broker.replication.epochs.verify_follower_fetch``,
+which also refuses, with ``INVALID_REQUEST``, a position it cannot verify: no last fetched
+epoch above the log start).
+Only a verified position reaches the leader state, so only that can move the high watermark. A follower naming an older
 broker epoch than its registration in our metadata gets ``STALE_BROKER_EPOCH`` (a zombie
 incarnation); one whose registration we do not know, or know fenced, is served but never
 proposed into the ISR (``isr_eligible``, KIP-841/903).
@@ -63,7 +66,7 @@ from rafka.broker.error_map import wire_error
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.partition import Partition, VerificationGuard
 from rafka.broker.replica_manager import ReplicaManager
-from rafka.broker.replication.epochs import find_divergence
+from rafka.broker.replication.epochs import verify_follower_fetch
 from rafka.broker.server import SMALL_REPLY_BYTES, Reply
 from rafka.log.batch import CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT, iter_batches
 from rafka.log.errors import DuplicateSequenceError
@@ -376,11 +379,18 @@ class _FetchState:
         return self._positions(entry, p), sl, p
 
     def _follower_check(self, p: Partition, offset: int, last_epoch: int | None) -> dict[str, int] | None:
-        if last_epoch is not None and last_epoch >= 0:
-            div = find_divergence(p.log.epochs, p.log.log_end_offset, offset, last_epoch)
-            if div is not None:
-                return div.to_dict()
-        p.on_follower_fetch(self.replica_id, offset, self.broker_epoch, self.isr_eligible)
+        """The leader's verdict on this follower fetch (``verify_follower_fetch``): the
+        diverging epoch to answer, or None after reporting the verified position — never an
+        unverified one — to the leader state."""
+        verdict = verify_follower_fetch(p.log.epochs, p.log.log_start_offset,
+                                        p.log.log_end_offset, offset, last_epoch)
+        if verdict.refused is not None:
+            raise error_for(ErrorCode.INVALID_REQUEST, f"{p.name}: {verdict.refused}")
+        if verdict.diverging is not None:
+            return verdict.diverging.to_dict()
+        if verdict.position is not None:
+            p.on_follower_fetch(self.replica_id, verdict.position, self.broker_epoch,
+                                self.isr_eligible)
         return None
 
     def _positions(self, entry: dict[str, Any], p: Partition) -> dict[str, Any]:

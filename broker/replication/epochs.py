@@ -25,6 +25,21 @@ the epoch of its last batch (``last_fetched_epoch``) and its log end offset (``f
   KIP-279 that makes skipped epochs safe. Never truncate "to the high watermark" (the pre-KIP-101
   rule that loses acknowledged records or keeps divergent ones).
 
+``verify_follower_fetch`` is the leader's whole decision on one follower fetch, the only way a
+follower position reaches the high watermark (``LeaderState.on_follower_fetch``): a position is
+counted only when the leader has just checked it against its own epoch history. A fetch that
+names no ``last_fetched_epoch`` claims a log holding no batch (every batch carries an epoch), so
+only an offset at the leader's log start can be taken as it is. Any other such fetch is
+*refused* (``INVALID_REQUEST``: nothing counted, nothing served, nothing for the follower to
+truncate) — not served, because records appended after an unverified prefix would make the next
+fetch's epoch check pass over a divergence below it; and not answered with a diverging epoch,
+because no answer can say where an unverifiable log stops agreeing (cutting it to the log start
+would throw away committed records an ISR member holds). rafka's fetcher always names its last
+epoch when its log holds a batch, so this only ever meets a broken or foreign follower. A fetch
+past the leader's end with an epoch diverges (``find_divergence``). Issue 28 ("acks=all: an
+acknowledged offset truncated on an in-sync replica") is why this is one function with an
+exhaustive test (tests/replication/test_fetch_verification.py).
+
 ``resolve_truncation`` runs that dialogue to the end against a leader in memory (for tests and
 simulations); the fetcher runs it one fetch at a time over the wire.
 
@@ -48,6 +63,8 @@ __all__ = [
     "Truncation",
     "leader_end_offset_for",
     "find_divergence",
+    "FollowerFetchVerdict",
+    "verify_follower_fetch",
     "truncation_offset",
     "resolve_truncation",
 ]
@@ -159,6 +176,38 @@ def find_divergence(epochs: EpochLookup, log_end_offset: int, fetch_offset: int,
     if answer.epoch < last_fetched_epoch or answer.end_offset < fetch_offset:
         return answer
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerFetchVerdict:
+    """The leader's decision on one follower fetch: ``refused`` (why; answer an error),
+    ``diverging`` (answer it instead of records), else ``position`` — the follower's verified
+    log end offset, the only value the high watermark may count for it (None: count nothing)."""
+
+    diverging: EpochEndOffset | None = None
+    position: int | None = None
+    refused: str | None = None
+
+
+def verify_follower_fetch(epochs: EpochLookup, log_start_offset: int, log_end_offset: int,
+                          fetch_offset: int, last_fetched_epoch: int | None
+                          ) -> FollowerFetchVerdict:
+    """Leader side: check a follower's ``(fetch_offset, last_fetched_epoch)`` against this log
+    (module docstring). ``fetch_offset`` below the log start is left to the read (it answers
+    OFFSET_OUT_OF_RANGE and the follower starts over at the log start): not counted."""
+    if fetch_offset < log_start_offset:
+        return FollowerFetchVerdict()
+    if last_fetched_epoch is None or last_fetched_epoch < 0:
+        if fetch_offset == log_start_offset:
+            return FollowerFetchVerdict(position=fetch_offset)
+        return FollowerFetchVerdict(refused=(
+            f"a follower fetch at offset {fetch_offset}, above the log start "
+            f"{log_start_offset}, must name its last fetched epoch"))
+    div = find_divergence(epochs, log_end_offset, fetch_offset, last_fetched_epoch)
+    if div is not None:
+        return FollowerFetchVerdict(diverging=div)
+    assert fetch_offset <= log_end_offset, (fetch_offset, log_end_offset, last_fetched_epoch)
+    return FollowerFetchVerdict(position=fetch_offset)
 
 
 def _local_floor(epochs: EpochLookup, log_end_offset: int, epoch: int) -> tuple[int, int]:
