@@ -12,7 +12,12 @@ holds a partial line — and counted in ``dropped``; ``emit`` never raises. The 
     {"event": "start", "node": 1}
     {"event": "raft-leader", "node": 1, "epoch": 5}   (kraft/service.py: this node became the
      active controller for Raft epoch 5, i.e. its LeaderChange record for 5 was applied)
-    {"event": "hw", "node": 1, "tp": "t/0", "leader_epoch": 3, "hw": 10}
+    {"event": "hw", "node": 1, "tp": "t/0", "leader_epoch": 3, "hw": 10, "isr": [1, 3]}
+     ("isr" only from a leader: its maximal ISR when the HW moved — the replicas that hold
+     every record below it, which ``acks=all`` counted; issue 28)
+    {"event": "isr", "node": 1, "tp": "t/0", "leader_epoch": 3, "partition_epoch": 8,
+     "isr": [1, 3]}   (the leader adopted this committed ISR — from the controller's
+     AlterPartition answer, usually before any node's metadata image shows it)
     {"event": "truncate", "node": 1, "tp": "t/0", "to": 7, "from": 9, "leader_epoch": 4,
      "reason": "diverging-epoch" | "recovery"}
     {"event": "partition", "node": 1, "tp": "t/0", "leader": 2, "leader_epoch": 3,
@@ -131,10 +136,20 @@ class EventLog:
                         self.path, event, why)
         self.dropped += 1
 
-    def hw(self, topic: str, partition: int, hw: int, leader_epoch: int) -> None:
+    def hw(self, topic: str, partition: int, hw: int, leader_epoch: int,
+           isr: tuple[int, ...] | None = None) -> None:
         if not self.hw_enabled:
             return
-        self.emit("hw", tp=tp_name(topic, partition), leader_epoch=leader_epoch, hw=hw)
+        if isr is None:
+            self.emit("hw", tp=tp_name(topic, partition), leader_epoch=leader_epoch, hw=hw)
+        else:
+            self.emit("hw", tp=tp_name(topic, partition), leader_epoch=leader_epoch, hw=hw,
+                      isr=list(isr))
+
+    def isr(self, topic: str, partition: int, leader_epoch: int, partition_epoch: int,
+            isr: tuple[int, ...]) -> None:
+        self.emit("isr", tp=tp_name(topic, partition), leader_epoch=leader_epoch,
+                  partition_epoch=partition_epoch, isr=list(isr))
 
     def truncate(self, topic: str, partition: int, to: int, from_offset: int,
                  leader_epoch: int, reason: str) -> None:

@@ -11,8 +11,12 @@ ignored.  Keys (``tp`` is ``"topic/partition"``)::
         the node process (re)started; begins a new *incarnation* of that node
     {"event": "raft-leader", "node": 1, "epoch": 5}
         node 1 became the active controller (Raft leader) for Raft term/epoch 5
-    {"event": "hw", "node": 1, "tp": "t/0", "leader_epoch": 3, "hw": 10}
-        node 1's high watermark of t/0 is now 10 (emit on every change, leader and follower)
+    {"event": "hw", "node": 1, "tp": "t/0", "leader_epoch": 3, "hw": 10, "isr": [1, 3]}
+        node 1's high watermark of t/0 is now 10 (emit on every change, leader and follower);
+        ``isr`` (leaders only): the replicas the leader counted, all holding every record below
+    {"event": "isr", "node": 1, "tp": "t/0", "leader_epoch": 3, "partition_epoch": 8,
+     "isr": [1, 3]}
+        leader node 1 adopted this committed ISR (the controller's AlterPartition answer)
     {"event": "truncate", "node": 1, "tp": "t/0", "to": 7, "from": 9, "leader_epoch": 4,
      "reason": "diverging-epoch"}
         node 1 removed offsets [to, from) of t/0 (``from`` = log end offset before; optional).
@@ -41,6 +45,11 @@ Invariants
                                  the ISR when the send was invoked and acknowledged (it may hold
                                  another record there), or of an epoch older than the acking
                                  leader's.
+                                 Not (b) either: a diverging-epoch truncation by a node the
+                                 leader's high watermark did not count when it first passed the
+                                 offset (the ``isr`` of that ``hw`` event): the record's copies
+                                 were elsewhere, and an ISR view that lags the leader's (a
+                                 node's own metadata) cannot make it an ISR member (issue 28).
                                  Not (b): a ``diverging-epoch`` truncation fetching in leader
                                  epoch E removes only records of epochs < E, so it cannot remove
                                  a record acknowledged by a node that, by its own ``partition``
@@ -220,11 +229,16 @@ def _truncated_acks(out: _Collector, facts: Facts, truncations: list[tuple[int, 
     # views: (tp, node) -> [(history time, leader, leader_epoch)], that node's own partition events
     # own:   (tp, node) -> [(history time, partition_epoch, leader, isr)], the same with the ISR
     # isrs:  tp -> [(history time, partition_epoch, isr)] from every node's partition events
-    # hws:   tp -> [(history time, hw, node)] of every hw event with a known leader epoch
+    # hws:   tp -> [(history time, hw, node, counted isr or None)] of every hw event with a
+    #        known leader epoch (a leader's names the replicas it counted)
+    # Times: a node event's ``mono_ns`` minus the history's ``start_mono_ns`` is on the
+    # history's clock (both CLOCK_MONOTONIC of one kernel: the netns and docker backends run
+    # every node on the harness's host, and libfaketime leaves monotonic time alone). Ties
+    # count as "before": an event stamped at the same ns as an op is taken to precede it.
     views: dict[tuple[str, Any], list[tuple[int, int, int]]] = {}
     own: dict[tuple[str, Any], list[tuple[int, int, int, tuple[int, ...]]]] = {}
     isrs: dict[str, list[tuple[int, int, tuple[int, ...]]]] = {}
-    hws: dict[str, list[tuple[int, int, Any]]] = {}
+    hws: dict[str, list[tuple[int, int, Any, tuple[int, ...] | None]]] = {}
     for ev in events:
         if "mono_ns" not in ev:
             continue
@@ -237,11 +251,15 @@ def _truncated_acks(out: _Collector, facts: Facts, truncations: list[tuple[int, 
                 pe, isr = int(ev.get("partition_epoch", -1)), tuple(ev["isr"])
                 isrs.setdefault(ev["tp"], []).append((t_ev, pe, isr))
                 own.setdefault(key, []).append((t_ev, pe, int(ev["leader"]), isr))
+        elif kind == "isr":
+            isrs.setdefault(ev["tp"], []).append(
+                (t_ev, int(ev.get("partition_epoch", -1)), tuple(ev["isr"])))
         elif kind == "hw" and int(ev.get("leader_epoch", -1)) >= 0:
-            hws.setdefault(ev["tp"], []).append((t_ev, int(ev["hw"]), ev.get("node")))
+            counted = tuple(ev["isr"]) if isinstance(ev.get("isr"), list) else None
+            hws.setdefault(ev["tp"], []).append((t_ev, int(ev["hw"]), ev.get("node"), counted))
     for index in (views, own, isrs, hws):
         for v in index.values():
-            v.sort()
+            v.sort(key=lambda r: r[0])  # by time (stable: same-time rows keep file order)
 
     def isr_at(tp: str, t: int) -> tuple[int, ...] | None:
         """The ISR of the newest partition epoch any node had applied by history time t."""
@@ -267,10 +285,14 @@ def _truncated_acks(out: _Collector, facts: Facts, truncations: list[tuple[int, 
         op = ops.get(comp)
         if op is None:
             return False
-        first = next(((t, n) for t, hw, n in hws.get(tp, ()) if hw > offset and t <= op.time), None)
+        first = next(((t, n, c) for t, hw, n, c in hws.get(tp, ())
+                      if hw > offset and t <= op.time), None)
         if first is None:
             return False
-        t_c, leader = first
+        t_c, leader, counted = first
+        if counted is not None:
+            # the leader says which replicas held the record when it committed it
+            return node not in counted
         view = [r for r in own.get((tp, leader), ()) if r[0] <= t_c]
         if not view:
             return False

@@ -385,6 +385,52 @@ def test_diverging_truncation_by_a_node_outside_the_committing_isr_spares_acks()
         assert not r.valid and r.anomalies[0].details["why"] == "acked-offset-removed", evs
 
 
+def test_truncation_by_a_node_the_committing_hw_did_not_count_spares_acks():
+    # issue 28, docker seed 1: leader 1 (epoch 1) expanded its ISR to [3, 1, 2] while node 2
+    # was paused, shrank it to [3, 1] (the controller's answer at 13.037) and the HW passed the
+    # acked offset 4 at 13.041 counting nodes 3 and 1; node 2, resumed, still saw [3, 1, 2] in
+    # its own metadata when it truncated its old-epoch record at 4 (13.055) and learned of the
+    # shrink only at 13.094. The record had its two copies; node 2 was not one of them.
+    b = Builder()
+    s = b.send(1, 0, "a", 4)  # invoked at 1 ms, acknowledged at 2 ms; the op names no node
+    start = 1_000_000_000
+    t_inv, t_ack = b.ops[s[0]]["time"], b.ops[s[1]]["time"]
+    stale = {"event": "partition", "node": 2, "tp": "t/0", "leader": 1, "leader_epoch": 1,
+             "partition_epoch": 2, "replicas": [3, 1, 2], "isr": [3, 1, 2],
+             "mono_ns": start + t_inv - 100}
+    shrink = {"event": "isr", "node": 1, "tp": "t/0", "leader_epoch": 1, "partition_epoch": 3,
+              "isr": [3, 1], "mono_ns": start + t_ack - 20}
+    hw = {"event": "hw", "node": 1, "tp": "t/0", "leader_epoch": 1, "hw": 6, "isr": [3, 1],
+          "mono_ns": start + t_ack - 10}
+    trunc = {"event": "truncate", "node": 2, "tp": "t/0", "to": 3, "from": 5,
+             "leader_epoch": 1, "reason": "diverging-epoch", "mono_ns": start + t_ack + 10}
+    facts = analyse(b.ops)
+    assert check_acked_not_truncated([stale, shrink, hw, trunc], facts, start_mono_ns=start).valid
+    assert check_acked_not_truncated([stale, hw, trunc], facts, start_mono_ns=start).valid
+    for evs in ([stale, shrink, dict(hw, isr=[3, 1, 2]), trunc],  # node 2 was counted
+                [stale, shrink, dict(hw, mono_ns=start + t_ack + 5), trunc],  # committed later
+                [stale, shrink, dict(hw, hw=4), trunc],  # the HW never passed offset 4
+                [stale, shrink, {k: v for k, v in hw.items() if k != "isr"}, trunc]):  # unknown
+        r = check_acked_not_truncated(evs, facts, start_mono_ns=start)
+        assert not r.valid and r.anomalies[0].details["why"] == "acked-offset-removed", evs
+
+
+def test_node_events_share_the_history_clock():
+    """The ordering rule the checker relies on (node_events.py): ``mono_ns - start_mono_ns``
+    is history time, and a truncation stamped at or before an ack's time is not after it."""
+    b = Builder()
+    s = b.send(1, 0, "a", 4)
+    start = 5_000_000_000
+    t_ack = b.ops[s[1]]["time"]
+    trunc = {"event": "truncate", "node": 2, "tp": "t/0", "to": 3, "from": 5,
+             "reason": "recovery"}
+    facts = analyse(b.ops)
+    for delta, valid in ((-1, True), (0, True), (1, False)):
+        r = check_acked_not_truncated([dict(trunc, mono_ns=start + t_ack + delta)], facts,
+                                      start_mono_ns=start)
+        assert r.valid is valid, delta
+
+
 # ----------------------------------------------------------------------- model-based
 
 _action = st.one_of(
