@@ -87,6 +87,8 @@ lint: install
 chaos: install os-deps
 	$(RAFKA) chaos run --backend $${BACKEND:-netns} --nemesis $${NEMESIS:-kill,pause,partition,clock,crash} --time-limit $${TIME_LIMIT:-120} --seed $${SEED:-1}
 
+# The docker backend: SEEDS="1 2 3" (default SEED, 1), TIME_LIMIT, NEMESIS, KEEP_ENGINE=1
+# (deploy/chaos-docker.sh; a table of the seeds at the end, exit 1 if one is invalid).
 chaos-docker: install
 	bash deploy/chaos-docker.sh
 
