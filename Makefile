@@ -82,10 +82,19 @@ bench: install install-spark
 lint: install
 	$(VENV)/bin/ruff check .
 
-# One longer campaign (exit 0 valid, 1 anomalies, 2 could not run; results in chaos-results/).
-# SEED, BACKEND (netns | local | docker), NEMESIS and TIME_LIMIT override the defaults.
+# Longer campaigns, one seed after another: SEEDS="1 2 3" (default SEED, 1), BACKEND (netns |
+# local | docker), NEMESIS, TIME_LIMIT. Results in chaos-results/<backend>-<time>/seed<S>; the
+# verdict table (`rafka chaos table`) is printed and appended to chaos-results/seeds.md.
+# Exit 0 all valid, 1 anomalies, 2 a seed could not run.
 chaos: install os-deps
-	$(RAFKA) chaos run --backend $${BACKEND:-netns} --nemesis $${NEMESIS:-kill,pause,partition,clock,crash} --time-limit $${TIME_LIMIT:-120} --seed $${SEED:-1}
+	@dir=chaos-results/$${BACKEND:-netns}-$$(date +%Y%m%d-%H%M%S); args=(); \
+	for s in $${SEEDS:-$${SEED:-1}}; do r=0; \
+	  $(RAFKA) chaos run --backend $${BACKEND:-netns} --nemesis $${NEMESIS:-kill,pause,partition,clock,crash} \
+	    --time-limit $${TIME_LIMIT:-120} --seed $$s --results $$dir/seed$$s || r=$$?; \
+	  args+=("$$dir/seed$$s:$$r"); \
+	done; \
+	$(RAFKA) chaos table --title "$${BACKEND:-netns} chaos: $$(git rev-parse --short HEAD 2>/dev/null), nemesis $${NEMESIS:-kill,pause,partition,clock,crash}, time limit $${TIME_LIMIT:-120}s" \
+	  --append chaos-results/seeds.md "$${args[@]}"
 
 # The docker backend: SEEDS="1 2 3" (default SEED, 1), TIME_LIMIT, NEMESIS, KEEP_ENGINE=1
 # (deploy/chaos-docker.sh; a table of the seeds at the end, exit 1 if one is invalid).

@@ -42,36 +42,9 @@ done
 ROWS=()          # per seed that ran: seed:exit:seconds
 TABLE_DONE=0
 
-# The table of the seeds run so far: printed, and appended to $TABLE under a header saying what
-# ran (commit, +dirty when the tree differs from it, nemesis, time limit). A seed that ran has a
-# results.json (verdict, anomalies per checker, faults scheduled and not applied, sends); one
-# that did not shows its exit status.
-read -r -d '' TABLE_PY <<'PYEOF' || true
-import json, sys, time
-from pathlib import Path
-results, rev, nemesis, limit, rows = Path(sys.argv[1]), *sys.argv[2:5], sys.argv[5:]
-print(f"\n### docker chaos {time.strftime('%Y-%m-%d %H:%M')}: {rev}, nemesis {nemesis}, "
-      f"time limit {limit}s, results {results}\n")
-print("| seed | verdict | anomalies | faults (not applied) | sends ok/fail/info | seconds |")
-print("| ---: | --- | --- | --- | --- | ---: |")
-for row in rows:
-    seed, rc, secs = row.split(":")
-    try:
-        r = json.loads((results / f"seed{seed}" / "results.json").read_text())
-    except (OSError, ValueError):
-        r = None
-    if r is None or rc not in ("0", "1"):
-        print(f"| {seed} | NOT RUN (exit {rc}) | | | | {secs} |")
-        continue
-    counts = {k: c.get("stats", {}).get("anomalies", len(c.get("anomalies") or []))
-              for k, c in r["checkers"].items()}
-    bad = ", ".join(f"{k} {n}" for k, n in counts.items() if n) or "0"
-    notes = r.get("notes", {})
-    sends = r.get("counts", {}).get("send", {})
-    faults = f"{len(notes.get('schedule') or [])} ({len(notes.get('nemesis_errors') or [])})"
-    print(f"| {seed} | {'VALID' if r['valid'] else 'INVALID'} | {bad} | {faults} | "
-          f"{sends.get('ok', 0)}/{sends.get('fail', 0)}/{sends.get('info', 0)} | {secs} |")
-PYEOF
+# The table of the seeds run so far (`rafka chaos table`, chaos_tests/seed_table.py): printed,
+# and appended to $TABLE under a header saying what ran (commit, +dirty when the tree differs
+# from it, nemesis, time limit). A seed that did not run shows its exit status.
 report() {
     TABLE_DONE=1
     ((${#ROWS[@]})) || return 0
@@ -79,7 +52,13 @@ report() {
     local rev
     rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "?")
     git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || rev="$rev+dirty"
-    "$PY" -c "$TABLE_PY" "$RESULTS" "$rev" "$NEMESIS" "$TIME_LIMIT" "${ROWS[@]}" | tee -a "$TABLE"
+    local args=() row
+    for row in "${ROWS[@]}"; do
+        IFS=: read -r seed rc _secs <<<"$row"
+        args+=("$RESULTS/seed$seed:$rc")
+    done
+    "$PY" -m rafka.chaos_tests table --title "docker chaos: $rev, nemesis $NEMESIS, time limit ${TIME_LIMIT}s, results $RESULTS" \
+        --append "$TABLE" "${args[@]}" || true
     say "table appended to $TABLE"
 }
 
