@@ -58,7 +58,7 @@ from rafka.client.aio.consumer import AsyncConsumer
 from rafka.client.aio.coordinator import KEY_TYPE_GROUP, coordinator_node, forget_coordinator
 from rafka.client.aio.offsets import list_offsets
 from rafka.client.connection import backoff_ms
-from rafka.client.errors import UnresolvableHostError
+from rafka.client.errors import BootstrapTimeoutError, UnresolvableHostError
 from rafka.client.types import TopicPartition
 
 __all__ = [
@@ -300,6 +300,12 @@ class GroupMembership:
         return resp.body
 
     async def _heartbeat_loop(self) -> None:
+        try:
+            await self._heartbeat_forever()
+        except (UnresolvableHostError, BootstrapTimeoutError) as exc:
+            self.consumer.fail(exc)  # the application's next poll raises it
+
+    async def _heartbeat_forever(self) -> None:
         while True:
             self._wake = trio.Event()
             if self.subscription and not self._left_for_poll:
@@ -315,8 +321,8 @@ class GroupMembership:
             fields["subscribed_topics"] = list(self.subscription)
         try:
             body = await self._send(fields)
-        except UnresolvableHostError:
-            raise  # no broker name resolves: waiting cannot help, the consumer fails with it
+        except (UnresolvableHostError, BootstrapTimeoutError):
+            raise  # no broker name resolves / was ever reached: the consumer fails with it
         except RafkaError as exc:
             body = {"error": int(exc.code), "message": exc.message}
         code = body.get("error", 0)

@@ -105,6 +105,7 @@ class AsyncConsumer(Fetcher, GetManyApi):
         request_timeout_ms: int = 30000,
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300000,
+        connection_setup_timeout_ms: int | None = None,
         consumer_timeout_ms: float | None = None,
         isolation_level: str = READ_UNCOMMITTED,
         key_deserializer: Deserializer | None = None,
@@ -139,6 +140,7 @@ class AsyncConsumer(Fetcher, GetManyApi):
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
                                 metadata_max_age_ms=metadata_max_age_ms,
+                                connection_setup_timeout_ms=connection_setup_timeout_ms,
                                 security=ClientSecurity.from_kwargs(security))
         self._initial_topics = list(topics)
         self._subscription: list[str] = []
@@ -157,6 +159,9 @@ class AsyncConsumer(Fetcher, GetManyApi):
         # set when the ``async with`` block (or the sync facade's ``with``) exits by an exception:
         # the group then commits on close only what earlier polls returned (see client/groups.py)
         self.exit_error = False
+        # an error a background task met that ends the consumer (a bootstrap never reached):
+        # raised by the next / a waiting poll
+        self._fatal: BaseException | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -206,7 +211,15 @@ class AsyncConsumer(Fetcher, GetManyApi):
             self._nursery.cancel_scope.cancel()
             await stack.aclose()
 
+    def fail(self, exc: BaseException) -> None:
+        """A background task (the group membership) met ``exc``, which ends the consumer:
+        every ``poll`` from now on raises it, a waiting one at once."""
+        self._fatal = exc
+        self._data.set()
+
     def _check_open(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
         if self._nursery is None or self._closed:
             raise IllegalStateError("consumer is not open (use `async with AsyncConsumer(...)`)")
 
@@ -437,6 +450,7 @@ class AsyncConsumer(Fetcher, GetManyApi):
             while not out:
                 self._data = trio.Event()
                 await self._data.wait()
+                self._check_open()
                 out = self._collect(limit, take, only)
         return out
 

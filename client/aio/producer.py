@@ -107,6 +107,7 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
         max_in_flight_requests_per_connection: int = 5,
         partitioner: str | Partitioner | None = None,
         metadata_max_age_ms: int = 300000,
+        connection_setup_timeout_ms: int | None = None,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60000,
         key_serializer: Serializer | None = None,
@@ -153,6 +154,7 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
                                 metadata_max_age_ms=metadata_max_age_ms,
+                                connection_setup_timeout_ms=connection_setup_timeout_ms,
                                 security=ClientSecurity.from_kwargs(security))
         self._batch_size = batch_size
         self._linger_ms = linger_ms
