@@ -270,6 +270,9 @@ def produce(topic_name: str, key_separator: str | None, key: str | None, headers
 @main.command(help=CONSUME_HELP)
 @click.argument("topic_name", metavar="TOPIC")
 @click.option("--group", default=None, help="Consumer group (see auto-commit below).")
+@click.option("--instance-id", default=None, metavar="ID",
+              help="Static group membership (Kafka's group.instance.id): a restart with the same "
+                   "ID takes its partitions back without a rebalance; no leave on exit.")
 @click.option("--partition", "partitions", type=click.IntRange(0), multiple=True, metavar="N",
               help="Only partition N (repeatable; not with --group).")
 @click.option("--offset", "offset", default=None, metavar="SPEC",
@@ -287,7 +290,8 @@ def produce(topic_name: str, key_separator: str | None, key: str | None, headers
               help="read_committed: only records of committed transactions (docs/transactions.md).")
 @bootstrap_option
 @_handle_errors
-def consume(topic_name: str, group: str | None, partitions: tuple[int, ...], offset: str | None,
+def consume(topic_name: str, group: str | None, instance_id: str | None, partitions: tuple[int, ...],
+            offset: str | None,
             from_beginning: bool, max_messages: int | None, timeout_ms: int | None, print_key: bool,
             fmt: str | None, isolation_level: str, bootstrap: str) -> None:
     from rafka.client.io_cli import (
@@ -307,6 +311,8 @@ def consume(topic_name: str, group: str | None, partitions: tuple[int, ...], off
         if spec not in (None, EARLIEST):
             raise click.UsageError("--from-beginning is --offset earliest: not with another --offset")
         spec = EARLIEST
+    if instance_id is not None and group is None:
+        raise click.UsageError("--instance-id is a group member's identity: it needs --group")
     if group is not None and partitions:
         raise click.UsageError("--partition and --group exclude each other: the group assigns partitions")
     if group is not None and spec is not None and spec.kind not in ("earliest", "latest"):
@@ -322,7 +328,8 @@ def consume(topic_name: str, group: str | None, partitions: tuple[int, ...], off
     reset = "earliest" if spec is not None and spec.kind == "earliest" else "latest"
     with sigterm_as_interrupt(), Consumer(*((topic_name,) if group is not None else ()), bootstrap_servers=bootstrap,
                                           group_id=group, auto_offset_reset=reset,
-                                          consumer_timeout_ms=timeout_ms, isolation_level=isolation_level) as consumer:
+                                          consumer_timeout_ms=timeout_ms, isolation_level=isolation_level,
+                                          **({"group_instance_id": instance_id} if instance_id else {})) as consumer:
         if group is None:
             tps = resolve_partitions(consumer, topic_name, partitions)
             consumer.assign(tps)

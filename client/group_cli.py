@@ -104,7 +104,8 @@ def group_describe(group_id: str, bootstrap: str, as_json: bool) -> None:
                f"members {len(d.get('members', []))}")
     for m in d.get("members", []):
         parts = ", ".join(f"{a['name']}-{p}" for a in m["assignment"] for p in a["partitions"]) or "-"
-        click.echo(f"  member {m['member_id']}  epoch {m['member_epoch']}  client {m['client_id'] or '-'}  "
+        static = f"  instance {m['instance_id']}" if m.get("instance_id") else ""
+        click.echo(f"  member {m['member_id']}{static}  epoch {m['member_epoch']}  client {m['client_id'] or '-'}  "
                    f"topics {','.join(m['subscribed_topics'])}  owns {parts}")
     click.echo(f"  {'TOPIC':<20} {'PART':>4} {'COMMITTED':>10} {'HW':>10} {'LAG':>8}  MEMBER")
     for r in d.get("partitions", []):

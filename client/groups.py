@@ -27,6 +27,13 @@ without committing (``on_partitions_lost``, default: ``on_partitions_revoked``) 
 rejoins with epoch 0. Without a successful heartbeat for ``session_timeout_ms`` the member drops
 its partitions the same way (it has probably been removed: don't act as a zombie).
 
+Static membership (``group_instance_id``, KIP-345): every heartbeat carries the instance id; a
+process that restarts with the same id takes its predecessor's member place and partitions
+back at once, without a rebalance (``kraft/groups/coordinator.py``). A static member does not
+leave the group on close — its partitions wait for it until its session times out — and a
+member whose instance id was taken over by a newer process is told ``FENCED_INSTANCE_ID``:
+its partitions are lost and every later ``poll`` raises ``FencedInstanceIdError``.
+
 ``max_poll_interval_ms``: if the application does not call ``poll()`` within it, the member
 *leaves* the group proactively (processed offsets committed, partitions revoked) so that the
 others take over, and rejoins on the next ``poll()``. What to do when that happens: process
@@ -58,7 +65,7 @@ from rafka.client.aio.consumer import AsyncConsumer
 from rafka.client.aio.coordinator import KEY_TYPE_GROUP, coordinator_node, forget_coordinator
 from rafka.client.aio.offsets import list_offsets
 from rafka.client.connection import backoff_ms
-from rafka.client.errors import BootstrapTimeoutError, UnresolvableHostError
+from rafka.client.errors import BootstrapTimeoutError, FencedInstanceIdError, UnresolvableHostError
 from rafka.client.types import TopicPartition
 
 __all__ = [
@@ -162,7 +169,8 @@ class GroupMembership:
     """The consumer's group member (see the module docstring). Options (consumer kwargs):
     ``session_timeout_ms`` (45000), ``rebalance_timeout_ms`` (300000), ``max_poll_interval_ms``
     (300000), ``on_partitions_revoked`` / ``on_partitions_assigned`` / ``on_partitions_lost``
-    (callables taking a set of ``TopicPartition``; may be async)."""
+    (callables taking a set of ``TopicPartition``; may be async), ``group_instance_id``
+    (static membership: see the module docstring)."""
 
     def __init__(self, consumer: AsyncConsumer) -> None:
         opts = dict(consumer.group_options)
@@ -176,6 +184,7 @@ class GroupMembership:
         self.on_partitions_revoked = opts.pop("on_partitions_revoked", None)
         self.on_partitions_assigned = opts.pop("on_partitions_assigned", None)
         self.on_partitions_lost = opts.pop("on_partitions_lost", None) or self.on_partitions_revoked
+        self.group_instance_id: str | None = opts.pop("group_instance_id", None) or None
         if opts:
             raise TypeError(f"unknown consumer options: {sorted(opts)}")
         self.member_id = ""
@@ -258,7 +267,7 @@ class GroupMembership:
                     self._mark_consumed()
                 with contextlib.suppress(RafkaError):
                     await self._commit_safe(self.owned)
-            if self.member_epoch > 0:
+            if self.member_epoch > 0 and self.group_instance_id is None:  # static: no leave
                 with contextlib.suppress(RafkaError):
                     await self._send({"member_epoch": -1})
         self.member_epoch = 0
@@ -294,6 +303,7 @@ class GroupMembership:
             "session_timeout_ms": self.session_timeout_ms,
             "rebalance_timeout_ms": self.rebalance_timeout_ms,
             "client_id": self.core.client_id,
+            "instance_id": self.group_instance_id,
             **fields,
         }
         resp = await self.core.request_any(ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
@@ -302,7 +312,7 @@ class GroupMembership:
     async def _heartbeat_loop(self) -> None:
         try:
             await self._heartbeat_forever()
-        except (UnresolvableHostError, BootstrapTimeoutError) as exc:
+        except (UnresolvableHostError, BootstrapTimeoutError, FencedInstanceIdError) as exc:
             self.consumer.fail(exc)  # the application's next poll raises it
 
     async def _heartbeat_forever(self) -> None:
@@ -341,6 +351,11 @@ class GroupMembership:
             self.member_epoch = 0
             self._interval_s = 0.05
             return
+        if code == ErrorCode.FENCED_INSTANCE_ID:  # a newer process has our instance id: fatal
+            log.warning("group %s: %s", self.group_id, body.get("message"))
+            await self._lose_all()
+            self.member_epoch = 0
+            raise FencedInstanceIdError(body.get("message") or self.group_id)
         if code in (ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TOPIC_AUTHORIZATION_FAILED):
             raise error_for(code, body.get("message") or self.group_id)  # retrying cannot help
         log.info("group %s: heartbeat failed: %s %s", self.group_id, code, body.get("message"))
