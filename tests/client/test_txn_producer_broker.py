@@ -186,3 +186,34 @@ def test_async_transaction_block_commits_or_aborts(bootstrap: str, make_topic) -
     trio.run(main)
     assert values(read(bootstrap, topic, 2, "read_committed")) == {b"kept-0", b"kept-1"}
     assert b"dropped" not in values(read(bootstrap, topic, 2, "read_uncommitted"))
+
+
+@pytest.mark.parametrize("path", ["send", "flush", "commit", "abort"])
+def test_a_fenced_producer_raises_one_error_type_on_every_path(bootstrap: str, make_topic, path: str) -> None:  # type: ignore[no-untyped-def]
+    """Issue 25: a zombie's commit raised ProducerFencedError but its send after the fence
+    failed with InvalidTxnStateError / InvalidProducerEpochError, so users had to catch both.
+    The partition's refusal is checked with the coordinator first: every path now raises
+    ProducerFencedError — the record's future, flush, a later send, commit and abort."""
+    topic = make_topic(1)
+    same = tid()
+    with Producer(bootstrap, transactional_id=same, linger_ms=1) as old:
+        old.init_transactions()
+        old.begin_transaction()
+        old.send(topic, b"zombie-0", partition=0)
+        old.flush()
+        with Producer(bootstrap, transactional_id=same, linger_ms=1) as new:
+            new.init_transactions()  # bumps the epoch: old is a zombie
+            fut = old.send(topic, b"zombie-1", partition=0)  # accepted locally, refused by the leader
+            with pytest.raises(ProducerFencedError):
+                if path == "send":
+                    fut.result(timeout=30)
+                elif path == "flush":
+                    old.flush()
+                elif path == "commit":
+                    old.commit_transaction()
+                else:
+                    old.abort_transaction()
+            with pytest.raises(ProducerFencedError):  # and on every later call
+                old.send(topic, b"zombie-2", partition=0)
+            with pytest.raises(ProducerFencedError):
+                old.abort_transaction()
