@@ -214,6 +214,12 @@ With --group G: the partitions come from the group and each starts at G's commit
 (--offset earliest|latest only says where to start in a partition without one).
 
 \b
+A TOPIC that does not exist is an error at once (exit 1). An --offset past the end (or before
+the start) of a partition is reported on stderr and consume starts at the end (start); with
+--exit-at-end (-e) it is an error (exit 1), and -e otherwise stops once every partition is
+read to the end it had at the start, as kcat -e.
+
+\b
 Auto-commit (with --group): every 5 s, the offsets of the records printed by earlier polls.
 When consume ends - --max-messages reached, --timeout-ms without records, Ctrl-C or SIGTERM -
 it commits every record it printed, then leaves the group at once. An error exit commits only
@@ -281,6 +287,9 @@ def produce(topic_name: str, key_separator: str | None, key: str | None, headers
 @click.option("--from-beginning", is_flag=True, help="Same as --offset earliest.")
 @click.option("--max-messages", type=int, default=None, help="Exit after N records.")
 @click.option("--timeout-ms", type=int, default=None, help="Exit when no record came for T ms.")
+@click.option("--exit-at-end", "-e", is_flag=True,
+              help="Exit once every partition is read to the end it had at the start (kcat -e); "
+                   "an --offset outside a partition's log is then an error (exit 1).")
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
 @click.option("--format", "-f", "fmt", default=None, metavar="FMT",
               help="As kcat's -f: %t topic, %p partition, %o offset, %k key, %v value, %T timestamp (ms), "
@@ -292,13 +301,17 @@ def produce(topic_name: str, key_separator: str | None, key: str | None, headers
 @_handle_errors
 def consume(topic_name: str, group: str | None, instance_id: str | None, partitions: tuple[int, ...],
             offset: str | None,
-            from_beginning: bool, max_messages: int | None, timeout_ms: int | None, print_key: bool,
+            from_beginning: bool, max_messages: int | None, timeout_ms: int | None, exit_at_end: bool,
+            print_key: bool,
             fmt: str | None, isolation_level: str, bootstrap: str) -> None:
+    from rafka.client.errors import ErrorCode, error_for
     from rafka.client.io_cli import (
         EARLIEST,
         LATEST,
+        Clamped,
         compile_format,
         parse_offset,
+        records_until_end,
         resolve_partitions,
         seek_to_spec,
         write_records,
@@ -330,12 +343,18 @@ def consume(topic_name: str, group: str | None, instance_id: str | None, partiti
                                           group_id=group, auto_offset_reset=reset,
                                           consumer_timeout_ms=timeout_ms, isolation_level=isolation_level,
                                           **({"group_instance_id": instance_id} if instance_id else {})) as consumer:
+        # a missing topic is an error at once, with or without a group (a member would wait)
+        tps = resolve_partitions(consumer, topic_name, partitions)
         if group is None:
-            tps = resolve_partitions(consumer, topic_name, partitions)
             consumer.assign(tps)
-            seek_to_spec(consumer, tps, spec or LATEST)
+            clamped: list[Clamped] = []
+            seek_to_spec(consumer, tps, spec or LATEST, clamped)
+            for c in clamped:
+                if exit_at_end:
+                    raise error_for(ErrorCode.OFFSET_OUT_OF_RANGE, c.message().split("; ")[0])
+                click.echo(f"consume: {c.message()}", err=True)
         try:
-            write_records(consumer, out, formatter=formatter, print_key=print_key, max_messages=max_messages)
+            write_records(records_until_end(consumer) if exit_at_end else consumer, out, formatter=formatter, print_key=print_key, max_messages=max_messages)
         except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM is a stop, not a failure: the close
             stopped = exc                 # commits what was printed and leaves the group
         out.flush()

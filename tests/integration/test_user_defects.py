@@ -140,6 +140,32 @@ def test_consume_from_a_missing_topic_fails_at_once_with_the_name(cluster1: Loca
     assert "UNKNOWN_TOPIC_OR_PARTITION" in r.stderr and "'nosuch' does not exist" in r.stderr, r.stderr
 
 
+def test_group_consume_of_a_missing_topic_fails_at_once_with_the_name(cluster1: LocalCluster) -> None:
+    """Issue 25: with --group the member waited for partitions of a topic that does not exist."""
+    r = rafka("consume", "nosuch", "--group", "g", "--timeout-ms", "3000", bootstrap=cluster1.bootstrap, timeout=20)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in r.stderr and "'nosuch' does not exist" in r.stderr, r.stderr
+
+
+def test_a_past_the_end_offset_is_reported_and_fails_with_exit_at_end(cluster1: LocalCluster) -> None:
+    """Issue 25: ``--offset 100`` past the end silently started at the end. It is reported; with
+    ``--exit-at-end`` (kcat's -e) it is an error; -e otherwise reads to the end and exits 0."""
+    b = cluster1.bootstrap
+    make_topic(b, "ends", 2)
+    with Producer(b, linger_ms=1) as p:
+        for i in range(3):
+            p.send("ends", value=f"v{i}".encode(), partition=1).result(timeout=30)
+    r = rafka("consume", "ends", "--partition", "1", "--offset", "100", "--timeout-ms", "500", bootstrap=b)
+    assert r.returncode == 0, r.stderr
+    assert "offset 100 is past the end of ends partition 1 (its log ends at offset 3); starting at 3" in r.stderr
+    r = rafka("consume", "ends", "--partition", "1", "--offset", "100", "-e", bootstrap=b)
+    assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
+    assert "OFFSET_OUT_OF_RANGE: offset 100 is past the end of ends partition 1" in r.stderr, r.stderr
+    r = rafka("consume", "ends", "--from-beginning", "--exit-at-end", "-f", "%p:%o %s\\n", bootstrap=b)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["1:0 v0", "1:1 v1", "1:2 v2"]
+
+
 # --------------------------------------------------------------------------- 3. cluster up in the foreground
 
 
