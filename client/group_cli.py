@@ -107,12 +107,15 @@ def group_describe(group_id: str, bootstrap: str, as_json: bool) -> None:
         static = f"  instance {m['instance_id']}" if m.get("instance_id") else ""
         click.echo(f"  member {m['member_id']}{static}  epoch {m['member_epoch']}  client {m['client_id'] or '-'}  "
                    f"topics {','.join(m['subscribed_topics'])}  owns {parts}")
-    click.echo(f"  {'TOPIC':<20} {'PART':>4} {'COMMITTED':>10} {'HW':>10} {'LAG':>8}  MEMBER")
-    for r in d.get("partitions", []):
+    rows = d.get("partitions", [])
+    with_meta = any(r.get("metadata") for r in rows)  # the column only when some commit carried one
+    click.echo(f"  {'TOPIC':<20} {'PART':>4} {'COMMITTED':>10} {'HW':>10} {'LAG':>8}  MEMBER"
+               + ("  METADATA" if with_meta else ""))
+    for r in rows:
         lag = "-" if r["lag"] is None else r["lag"]
         committed = "-" if r["committed"] < 0 else r["committed"]
         click.echo(f"  {r['topic']:<20} {r['partition']:>4} {committed:>10} {r['high_watermark']:>10} "
-                   f"{lag:>8}  {r['member_id'] or '-'}")
+                   f"{lag:>8}  {r['member_id'] or '-'}" + (f"  {r.get('metadata') or '-'}" if with_meta else ""))
 
 
 @group.command("reset-offsets")

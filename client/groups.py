@@ -66,7 +66,7 @@ from rafka.client.aio.coordinator import KEY_TYPE_GROUP, coordinator_node, forge
 from rafka.client.aio.offsets import list_offsets
 from rafka.client.connection import backoff_ms
 from rafka.client.errors import BootstrapTimeoutError, FencedInstanceIdError, UnresolvableHostError
-from rafka.client.types import TopicPartition
+from rafka.client.types import CommitOffsets, OffsetAndMetadata, TopicPartition, commit_offsets
 
 __all__ = [
     "GroupMembership",
@@ -112,6 +112,15 @@ async def coordinator_request(core: ClientCore, group_id: str, api_key: ApiKey, 
     raise last
 
 
+def offsets_body(entries: dict[TopicPartition, OffsetAndMetadata]) -> list[dict[str, Any]]:
+    """The ``topics`` of an OFFSET_COMMIT / TXN_OFFSET_COMMIT body (metadata strings included)."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, e in sorted(entries.items()):
+        topics.setdefault(tp.topic, []).append({"partition": tp.partition, "offset": e.offset,
+                                                "metadata": e.metadata})
+    return [{"name": t, "partitions": ps} for t, ps in topics.items()]
+
+
 def _tp_list(tps: Iterable[TopicPartition]) -> list[dict[str, Any]]:
     by: dict[str, list[int]] = {}
     for tp in sorted(tps):
@@ -125,6 +134,13 @@ def _from_tp_list(entries: Iterable[dict[str, Any]] | None) -> set[TopicPartitio
 
 async def fetch_committed(core: ClientCore, group_id: str, tps: Iterable[TopicPartition] | None,
                           *, require_stable: bool = False) -> dict[TopicPartition, int | None]:
+    """The group's committed offsets (``fetch_committed_metadata`` for their metadata too)."""
+    found = await fetch_committed_metadata(core, group_id, tps, require_stable=require_stable)
+    return {tp: (None if e is None else e.offset) for tp, e in found.items()}
+
+
+async def fetch_committed_metadata(core: ClientCore, group_id: str, tps: Iterable[TopicPartition] | None,
+                                   *, require_stable: bool = False) -> dict[TopicPartition, OffsetAndMetadata | None]:
     """The group's committed offsets. ``require_stable`` (read_committed consumers, KIP-447):
     while a transaction holding offsets of a partition is open, wait for its outcome (the
     coordinator answers UNSTABLE_OFFSET_COMMIT) instead of taking the older offset, which would
@@ -146,7 +162,8 @@ async def fetch_committed(core: ClientCore, group_id: str, tps: Iterable[TopicPa
         await trio.sleep(backoff_ms(attempt, 20, 500) / 1000)
         attempt += 1
     return {
-        TopicPartition(t["name"], p["partition"]): (p["offset"] if p["offset"] >= 0 else None)
+        TopicPartition(t["name"], p["partition"]):
+            (OffsetAndMetadata(p["offset"], p.get("metadata") or "") if p["offset"] >= 0 else None)
         for t in body.get("topics", ()) for p in t["partitions"]
     }
 
@@ -218,18 +235,21 @@ class GroupMembership:
         self.subscription = sorted(set(topics))
         self._wake.set()
 
-    async def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-        got = await fetch_committed(self.core, self.group_id, tps,
-                                    require_stable=bool(self.consumer._isolation))
+    async def committed(self, tps: list[TopicPartition], *, metadata: bool = False
+                        ) -> dict[TopicPartition, Any]:
+        """Committed offsets of ``tps`` (None: none); ``metadata``: as ``OffsetAndMetadata``."""
+        fetch = fetch_committed_metadata if metadata else fetch_committed
+        got: dict[TopicPartition, Any] = await fetch(self.core, self.group_id, tps,
+                                                     require_stable=bool(self.consumer._isolation))
         return {tp: got.get(tp) for tp in tps}
 
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        """Commit as the current member (or from outside the group when not a member)."""
-        if not offsets:
+    async def commit(self, offsets: CommitOffsets) -> None:
+        """Commit as the current member (or from outside the group when not a member); an
+        offset may be an ``OffsetAndMetadata`` (its metadata string is stored with it)."""
+        entries = commit_offsets(offsets)
+        if not entries:
             return
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for tp, off in sorted(offsets.items()):
-            topics.setdefault(tp.topic, []).append({"partition": tp.partition, "offset": off})
+        topics = offsets_body(entries)
         for attempt in range(3):
             epoch = self.member_epoch
             member = epoch > 0
@@ -238,7 +258,7 @@ class GroupMembership:
                 "member_id": self.member_id if member else None,
                 "member_epoch": epoch if member else -1,
                 "min_metadata_offset": self.metadata_offset if member else None,
-                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                "topics": topics,
             }
             try:
                 resp = await coordinator_request(self.core, self.group_id, ApiKey.OFFSET_COMMIT, body)
@@ -251,8 +271,8 @@ class GroupMembership:
             for p in t["partitions"]:
                 if p.get("error"):
                     raise error_for(p["error"], p.get("message") or f"commit of {t['name']}-{p['partition']}")
-        for tp, off in offsets.items():
-            self._committed_safe[tp] = off
+        for tp, entry in entries.items():
+            self._committed_safe[tp] = entry.offset
 
     async def close(self) -> None:
         """Commit what was consumed (auto-commit), then leave the group.
@@ -470,7 +490,8 @@ async def describe_group(core: ClientCore, group_id: str) -> dict[str, Any]:
         off = c["offset"] if c else -1
         hw = ends.get(tp, (-1, -1))[0]
         rows.append({"topic": tp.topic, "partition": tp.partition, "member_id": assigned.get(tp, ""),
-                     "committed": off, "high_watermark": hw,
+                     "committed": off, "metadata": (c.get("metadata") or "") if c else "",
+                     "high_watermark": hw,
                      "lag": (hw - off if off >= 0 else hw) if hw >= 0 else None})
     return {**g, "partitions": rows}
 

@@ -60,7 +60,14 @@ from rafka.client.columnar import ColumnBatch
 from rafka.client.errors import IllegalStateError
 from rafka.client.throttle_stats import ThrottleMeter
 from rafka.client.txn_filter import READ_UNCOMMITTED, isolation_level_code
-from rafka.client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, TopicPartition
+from rafka.client.types import (
+    CommitOffsets,
+    ConsumerRecord,
+    GroupMetadata,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from rafka.security.client import SECURITY_OPTIONS, ClientSecurity
 
 __all__ = ["AsyncConsumer", "Coordinator"]
@@ -73,8 +80,9 @@ class Coordinator(Protocol):
     """What a consumer-group implementation provides (see the module docstring)."""
 
     async def run(self, *, task_status: Any = ...) -> None: ...
-    async def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]: ...
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None: ...
+    async def committed(self, tps: list[TopicPartition], *, metadata: bool = False
+                        ) -> dict[TopicPartition, Any]: ...
+    async def commit(self, offsets: CommitOffsets) -> None: ...
     async def subscribe(self, topics: list[str]) -> None: ...
     async def close(self) -> None: ...
 
@@ -387,8 +395,9 @@ class AsyncConsumer(Fetcher, GetManyApi):
 
     # ------------------------------------------------------------------ groups
 
-    async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit ``offsets`` (default: the current positions) to the group."""
+    async def commit(self, offsets: CommitOffsets | None = None) -> None:
+        """Commit ``offsets`` (default: the current positions) to the group; an offset may be
+        an ``OffsetAndMetadata`` carrying a metadata string."""
         if self._coordinator is None:
             raise IllegalStateError("commit() needs a group_id (consumer groups)")
         if offsets is None:
@@ -419,10 +428,13 @@ class AsyncConsumer(Fetcher, GetManyApi):
             return GroupMetadata(self.group_id)
         return GroupMetadata(self.group_id, str(m.member_id), epoch, int(m.metadata_offset))  # type: ignore[attr-defined]
 
-    async def committed(self, partition: TopicPartition) -> int | None:
+    async def committed(self, partition: TopicPartition, metadata: bool = False
+                        ) -> int | OffsetAndMetadata | None:
+        """The group's committed offset of ``partition`` (None: none); ``metadata=True``: an
+        ``OffsetAndMetadata`` with the metadata string committed with it (kafka-python's flag)."""
         if self._coordinator is None:
             raise IllegalStateError("committed() needs a group_id (consumer groups)")
-        return (await self._coordinator.committed([partition])).get(partition)
+        return (await self._coordinator.committed([partition], metadata=metadata)).get(partition)
 
     # ------------------------------------------------------------------ poll
 

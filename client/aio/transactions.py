@@ -81,7 +81,13 @@ from rafka.client.errors import (
     KafkaTimeoutError,
     TransactionAbortedError,
 )
-from rafka.client.types import GroupMetadata, TopicPartition
+from rafka.client.types import (
+    CommitOffsets,
+    GroupMetadata,
+    OffsetAndMetadata,
+    TopicPartition,
+    commit_offsets,
+)
 
 __all__ = ["ErrorKind", "TransactionManager", "TransactionalApi", "TxnState", "classify"]
 
@@ -441,11 +447,11 @@ class TransactionManager:
         while self._adding is not None:
             await self._adding.wait()
 
-    async def send_offsets(self, offsets: Mapping[TopicPartition, int],
+    async def send_offsets(self, offsets: Mapping[TopicPartition, OffsetAndMetadata],
                            group_metadata: GroupMetadata | str) -> None:
         """ADD_OFFSETS_TO_TXN, then TXN_OFFSET_COMMIT to the group's coordinator: the offsets
         commit with the transaction (and are dropped if it aborts)."""
-        from rafka.client.groups import coordinator_request  # noqa: I001  (groups imports client.aio)
+        from rafka.client.groups import coordinator_request, offsets_body  # noqa: I001  (groups imports client.aio)
 
         if self.state is not TxnState.IN_TRANSACTION:
             raise self._refuse("send_offsets_to_transaction")
@@ -461,16 +467,13 @@ class TransactionManager:
                     raise  # still being made: ADD_OFFSETS_TO_TXN is retried until it is there
             await self._call(ApiKey.ADD_OFFSETS_TO_TXN, {**self._ids(), "group_id": gm.group_id})
             self.started = True
-            topics: dict[str, list[dict[str, Any]]] = {}
-            for tp, off in sorted(offsets.items()):
-                topics.setdefault(tp.topic, []).append({"partition": tp.partition, "offset": int(off)})
             member = gm.member_epoch >= 0
             answer = await coordinator_request(core, gm.group_id, ApiKey.TXN_OFFSET_COMMIT, {
                 **self._ids(), "group_id": gm.group_id,
                 "member_id": gm.member_id or None if member else None,
                 "member_epoch": gm.member_epoch if member else -1,
                 "min_metadata_offset": gm.min_metadata_offset if member and gm.min_metadata_offset >= 0 else None,
-                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+                "topics": offsets_body(commit_offsets(offsets))})
             for t in answer.get("topics") or ():
                 for p in t.get("partitions") or ():
                     if p.get("error"):
@@ -566,13 +569,6 @@ class TransactionManager:
             raise
 
 
-def offsets_arg(offsets: Mapping[TopicPartition, int] | Iterable[tuple[TopicPartition, int]]
-                ) -> dict[TopicPartition, int]:
-    """``send_offsets_to_transaction``'s offsets as a dict of ``TopicPartition`` → offset."""
-    items = offsets.items() if isinstance(offsets, Mapping) else offsets
-    return {TopicPartition(*tp): int(off) for tp, off in items}
-
-
 class TransactionalApi:
     """The transactional methods of ``AsyncProducer`` (mixed in; its ``_txn`` is the manager,
     ``None`` without a ``transactional_id``)."""
@@ -598,11 +594,11 @@ class TransactionalApi:
         self._transactional().begin()
 
     async def send_offsets_to_transaction(
-            self, offsets: Mapping[TopicPartition, int] | Iterable[tuple[TopicPartition, int]],
-            group_metadata: GroupMetadata | str) -> None:
-        """Commit a consumer group's ``offsets`` (the next offset to read, per partition) as
-        part of the transaction: visible when it commits, dropped if it aborts."""
-        await self._transactional().send_offsets(offsets_arg(offsets), group_metadata)
+            self, offsets: CommitOffsets, group_metadata: GroupMetadata | str) -> None:
+        """Commit a consumer group's ``offsets`` (the next offset to read, per partition; an int
+        or an ``OffsetAndMetadata``) as part of the transaction: visible when it commits,
+        dropped if it aborts."""
+        await self._transactional().send_offsets(commit_offsets(offsets), group_metadata)
 
     async def commit_transaction(self) -> None:
         """Flush, then commit. A batch that failed fails the commit with its error (then

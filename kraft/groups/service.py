@@ -51,7 +51,13 @@ from rafka.kraft.groups.coordinator import (
     remove_members,
     settling_interval,
 )
-from rafka.metadata.groups import GroupDeleted, GroupEpoch, GroupMember, GroupMemberRemoved, GroupRecord
+from rafka.metadata.groups import (
+    GroupDeleted,
+    GroupEpoch,
+    GroupMember,
+    GroupMemberRemoved,
+    GroupRecord,
+)
 from rafka.metadata.image import MetadataImage
 
 __all__ = ["GroupsController", "group_config_from_settings"]
