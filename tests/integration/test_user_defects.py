@@ -102,18 +102,19 @@ def test_reset_offsets_past_the_end_clamps_and_later_records_arrive(cluster1: Lo
     make_topic(b, "events")
     produce(b, "events", [f"r{i}" for i in range(12)])
 
-    r = rafka("group", "reset-offsets", "G", "--to-offset", "500", "--topic", "events", bootstrap=b)
+    r = rafka("group", "reset-offsets", "G", "--to-offset", "500", "--topic", "events", "--execute", bootstrap=b)
     assert r.returncode == 0, r.stderr
     assert "offset 500 is past the log end 12 of events-0: reset to 12" in r.stdout + r.stderr
     rows = describe(b, "G")["partitions"]
     assert [(x["committed"], x["lag"]) for x in rows] == [(12, 0)]
 
     # below the log start: clamped up to it
-    r = rafka("group", "reset-offsets", "G", "--to-offset", "-7", "--topic", "events", "--json", bootstrap=b)
+    r = rafka("group", "reset-offsets", "G", "--to-offset", "-7", "--topic", "events", "--json", "--execute",
+              bootstrap=b)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == [{"topic": "events", "partition": 0, "offset": 0}]
+    assert json.loads(r.stdout) == [{"topic": "events", "partition": 0, "old": 12, "offset": 0}]
     assert "before the log start 0 of events-0: reset to 0" in r.stderr
-    r = rafka("group", "reset-offsets", "G", "--to-offset", "500", "--topic", "events", bootstrap=b)
+    r = rafka("group", "reset-offsets", "G", "--to-offset", "500", "--topic", "events", "--execute", bootstrap=b)
     assert r.returncode == 0, r.stderr
 
     # records produced after the reset are delivered to the group (they were skipped before)
@@ -269,7 +270,7 @@ def test_sigterm_consumer_leaves_its_group_and_active_group_reset_is_refused(clu
         assert r.returncode == 1 and "has 1 active member" in r.stderr, (r.stdout, r.stderr)
         # ... unless forced
         r = rafka("group", "reset-offsets", "readers", "--to-earliest", "--topic", "clicks", "--force",
-                  bootstrap=b)
+                  "--execute", bootstrap=b)
         assert r.returncode == 0, r.stderr
         assert sorted(x["committed"] for x in describe(b, "readers")["partitions"]) == [0, 0]
 
