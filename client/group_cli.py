@@ -101,6 +101,41 @@ def group_list(bootstrap: str, as_json: bool) -> None:
         click.echo(f"{g['group_id']}\t{g['state']}\t{g['members']} members")
 
 
+@group.command("lag")
+@_bootstrap
+@_json
+@_errors
+def group_lag(bootstrap: str, as_json: bool) -> None:
+    """Lag of every group, cluster-wide, in one table (kafka-consumer-groups --describe --all-groups).
+
+    Each group is described by its own coordinator (whichever node leads its __consumer_offsets
+    partition), so this is the whole cluster's view, whichever --bootstrap node is asked."""
+
+    async def work(core: ClientCore) -> list[dict[str, Any]]:
+        out = []
+        for g in await list_groups(core):
+            try:
+                d = await describe_group(core, g["group_id"])
+            except RafkaError as exc:
+                out.append({"group": g["group_id"], "state": g.get("state"), "members": g.get("members"),
+                            "lag": None, "partitions": 0, "error": f"{exc.code.name}: {exc.message}"})
+                continue
+            lags = [r["lag"] for r in d.get("partitions", []) if r["lag"] is not None]
+            out.append({"group": g["group_id"], "state": d.get("state"), "members": len(d.get("members", [])),
+                        "lag": sum(lags) if lags else None, "partitions": len(d.get("partitions", []))})
+        return out
+
+    rows = _run(bootstrap, work)
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    click.echo(f"{'GROUP':<24} {'STATE':<12} {'MEMBERS':>7} {'PARTITIONS':>10} {'LAG':>10}")
+    for r in rows:
+        lag = "-" if r["lag"] is None else r["lag"]
+        click.echo(f"{r['group']:<24} {r['state'] or '-':<12} {r['members']:>7} {r['partitions']:>10} {lag:>10}"
+                   + (f"  ({r['error']})" if r.get("error") else ""))
+
+
 @group.command("describe")
 @click.argument("group_id", metavar="G")
 @_bootstrap
