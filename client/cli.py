@@ -31,6 +31,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
+def _plural(n: int, noun: str) -> str:
+    """``1 record``, ``5 records``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _fail(msg: str, code: int = 1) -> None:
     click.echo(f"error: {msg}", err=True)
     sys.exit(code)
@@ -134,7 +139,7 @@ def topic_create(name: str, partitions: int, replication_factor: int, configs: t
     if not created:
         click.echo(f"topic {name} already exists")
         return
-    click.echo(f"created topic {name} ({partitions} partitions, replication factor {replication_factor})")
+    click.echo(f"created topic {name} ({_plural(partitions, 'partition')}, replication factor {replication_factor})")
 
 
 @topic.command("list")
@@ -270,7 +275,7 @@ def produce(topic_name: str, key_separator: str | None, key: str | None, headers
                                   key_separator=key_separator.encode() if key_separator else None,
                                   key=key.encode() if key is not None else None, headers=hdrs,
                                   partition=partition, progress=bar)
-    click.echo(f"produced {n} records to {topic_name}", err=True)
+    click.echo(f"produced {_plural(n, 'record')} to {topic_name}", err=True)
 
 
 @main.command(help=CONSUME_HELP)
@@ -495,6 +500,29 @@ except ImportError:  # pragma: no cover
     chaos = None
 if chaos is not None:
     main.add_command(chaos)
+
+
+def _whole_summaries(group: click.Group) -> None:
+    """Command lists (``rafka --help``, ``rafka group --help``…) show each command's whole first
+    sentence, wrapped, instead of cutting it at the terminal width with "..."."""
+
+    def format_commands(ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    group.format_commands = format_commands  # type: ignore[method-assign]
+    for cmd in group.commands.values():
+        if isinstance(cmd, click.Group):
+            _whole_summaries(cmd)
+
+
+_whole_summaries(main)
 
 
 if __name__ == "__main__":  # pragma: no cover
