@@ -94,6 +94,9 @@ def test_reset_offsets_cli_is_a_dry_run_until_execute(bootstrap: str, make_topic
     plan_file.write_text(f"{topic},1,4\n")
     assert reset("--from-file", str(plan_file), "--execute").returncode == 0
     assert _committed(bootstrap, group) == {0: 2, 1: 4}
+    # the cluster view of lag: 5 records per partition, committed 2 and 4
+    lag = json.loads(rafka("group", "lag", "--json", "--bootstrap", bootstrap).stdout)
+    assert {"group": group, "state": "Empty", "members": 0, "lag": 4, "partitions": 2} in lag
 
     member = subprocess.Popen([sys.executable, "-m", "rafka.client.cli", "consume", topic, "--group", group,
                                "--bootstrap", bootstrap], cwd=ROOT, stdout=subprocess.DEVNULL,
