@@ -286,6 +286,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "rebalance_timeout_ms": Opt(int),
         "client_id": Opt(str),
         "client_host": Opt(str),
+        "instance_id": Opt(str),  # group_instance_id: static membership (kraft/groups/coordinator.py)
     },
     # to the leader of __consumer_offsets partition crc32(group_id) % partitions (the group's
     # coordinator). member_epoch -1 / member_id None: a commit from outside the group (only

@@ -17,8 +17,9 @@ Ctrl-C in the terminal reaches only ``cluster up``, which then stops them in ord
 
 A foreground ``cluster up`` owns its nodes: ``broker/cli.py`` stops them however it ends
 (SIGINT, SIGTERM, SIGHUP, its stdout pipe closed), and nodes it starts get
-``PR_SET_PDEATHSIG`` (Linux), so even a SIGKILLed ``cluster up`` takes them down (SIGTERM, a
-clean shutdown). ``--detach`` nodes are started without it: they outlive their starter.
+``PR_SET_PDEATHSIG`` (Linux) and ``RAFKA_PARENT_PID``, so even a SIGKILLed ``cluster up``
+takes them down within seconds: SIGTERM, and a node that finds its parent gone skips the
+controlled shutdown (no quorum is left to hand over to) but still closes its logs cleanly. ``--detach`` nodes are started without it: they outlive their starter.
 
 Ready means: every node answers METADATA, a controller leader is known, and every broker is
 registered and unfenced in the metadata of every node. ``down`` sends SIGTERM (controlled
@@ -294,6 +295,9 @@ def start_missing(data_dir: Path, state: dict[str, Any], *, die_with_parent: boo
     hook = _death_signal_hook() if die_with_parent else None
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env.pop("RAFKA_PARENT_PID", None)
+    if die_with_parent:  # the node skips its controlled shutdown once we are gone (broker/node.py)
+        env["RAFKA_PARENT_PID"] = str(os.getpid())
     for n in state["nodes"]:
         if is_running(n):
             continue

@@ -23,7 +23,11 @@ majority agrees; a node in the minority stops with a named error (exit 2, no tra
 
 SIGINT/SIGTERM: a broker first does a controlled shutdown (bounded by
 ``controlled.shutdown.timeout.ms``), then the nursery is cancelled and every partition log is
-closed cleanly (flush + clean-shutdown marker). A second signal skips the controlled shutdown.
+closed cleanly (flush + clean-shutdown marker). A second signal skips the controlled shutdown,
+and so does the death of the foreground ``rafka cluster up`` that owns the node (env
+``RAFKA_PARENT_PID``; noticed by its death signal or by polling the parent pid): the whole
+cluster is stopping, so there is no quorum left to hand leadership to, and the node exits in
+well under 5 s instead of waiting out the controlled-shutdown timeout.
 Logs go to ``DATA_DIR/node.log`` and stderr; node events to ``DATA_DIR/events.jsonl``.
 """
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -264,10 +269,16 @@ class _Node:
 
     async def _wait_for_signal(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for sig in signals:
-                log.info("received %s: shutting down", signal.Signals(sig).name)
-                break
+            async with trio.open_nursery() as watch:
+                watch.start_soon(_watch_parent, watch.cancel_scope)
+                async for sig in signals:
+                    log.info("received %s: shutting down", signal.Signals(sig).name)
+                    break
+                watch.cancel_scope.cancel()
             if self.lifecycle is None:
+                return
+            if parent_died():  # the rest of the cluster is going too: no quorum to hand over to
+                log.info("the parent 'rafka cluster up' died: skipping the controlled shutdown")
                 return
             timeout_s = self.config.broker["controlled.shutdown.timeout.ms"] / 1000
             async with trio.open_nursery() as nursery:
@@ -284,6 +295,30 @@ class _Node:
                 else:
                     log.info("controlled shutdown complete")
                 nursery.cancel_scope.cancel()
+
+
+# set by a foreground ``rafka cluster up`` (broker/cluster.py) on the nodes it owns: its pid
+PARENT_PID_ENV = "RAFKA_PARENT_PID"
+_PARENT_POLL_S = 0.5
+
+
+def parent_died() -> bool:
+    """True when this node belongs to a foreground ``cluster up`` that is gone (the node was
+    re-parented): its SIGTERM came from PR_SET_PDEATHSIG, and every other node of the cluster
+    is stopping too, so a controlled shutdown could only wait out its timeout."""
+    owner = os.environ.get(PARENT_PID_ENV)
+    return bool(owner) and os.getppid() != int(owner)
+
+
+async def _watch_parent(stop: trio.CancelScope) -> None:
+    """Stop the node when its ``cluster up`` parent is gone, also if the death signal was
+    missed (the parent died before ``prctl`` took effect, or a non-Linux system)."""
+    if not os.environ.get(PARENT_PID_ENV):
+        return
+    while not parent_died():
+        await trio.sleep(_PARENT_POLL_S)
+    log.info("the parent 'rafka cluster up' died: shutting down")
+    stop.cancel()
 
 
 def _warn_unsafe(node_id: int) -> None:

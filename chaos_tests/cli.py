@@ -51,6 +51,8 @@ def chaos() -> None:
 @click.option("--producers", type=int, default=3, show_default=True)
 @click.option("--group-consumers", type=int, default=2, show_default=True,
               help="0 turns the consumer-group workload off.")
+@click.option("--static-members", is_flag=True,
+              help="Group consumers use static membership (group_instance_id, one per slot).")
 @click.option("--no-metadata", is_flag=True, help="Turn the topic create/delete workload off.")
 @click.option("--quiet", "quiet_s", type=float, default=5.0, show_default=True,
               help="Fault-free seconds at the end of the time limit.")
@@ -70,7 +72,7 @@ def chaos() -> None:
 @click.option("-v", "--verbose", count=True)
 def run_cmd(backend: str, nemesis: str, time_limit_s: float, seed: int,
             results_dir: Path | None, work_dir: Path, nodes: int, partitions: int,
-            producers: int, group_consumers: int, no_metadata: bool, quiet_s: float,
+            producers: int, group_consumers: int, static_members: bool, no_metadata: bool, quiet_s: float,
             unsafe_ack_before_replication: bool, workload: str, unsafe_txn_offsets: bool,
             secure: bool, no_png: bool, verbose: int) -> None:
     """Run one campaign; exit 0 = valid, 1 = anomalies found, 2 = could not run."""
@@ -86,7 +88,7 @@ def run_cmd(backend: str, nemesis: str, time_limit_s: float, seed: int,
         work_dir=work_dir, results_dir=results_dir, nodes=nodes,
         unsafe_ack_before_replication=unsafe_ack_before_replication,
         queue=QueueSpec(partitions=partitions, producers=producers,
-                        group_consumers=group_consumers),
+                        group_consumers=group_consumers, static_members=static_members),
         workload=workload, txn=unsafe(TxnSpec(partitions=partitions)) if unsafe_txn_offsets
         else TxnSpec(partitions=partitions),
         metadata=not no_metadata, quiet_s=quiet_s, png=not no_png, secure=secure)

@@ -25,7 +25,13 @@ option                        env                                             pr
 ``--tls-ca``                  ``RAFKA_SSL_CAFILE`` (or ``RAFKA_TLS_CA``)      ``ssl.cafile``
 ``--tls-cert`` / ``--tls-key``  ``RAFKA_SSL_CERTFILE`` / ``RAFKA_SSL_KEYFILE``  ``ssl.certfile`` / ``ssl.keyfile``
 ``--command-config``          ``RAFKA_COMMAND_CONFIG``
+``--timeout``                 ``RAFKA_TIMEOUT``                               ``socket.connection.setup.timeout.ms``
 ============================  ==============================================  =====================
+
+``--timeout SECONDS`` (default 10) bounds how long a command tries to reach the cluster: a
+connection attempt, and the whole bootstrap (no address answering) of every client the command
+builds, after which it fails naming each address tried and why (``client.connection``'s
+ambient setup timeout; Kafka's ``socket.connection.setup.timeout.ms``).
 
 The properties file also takes Kafka's ``sasl.jaas.config`` (``username="…" password="…"``)
 and librdkafka's ``ssl.ca.location`` / ``ssl.certificate.location`` / ``ssl.key.location``;
@@ -43,6 +49,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rafka.client.connection import CONNECTION_SETUP_TIMEOUT_MS, ambient_setup_timeout
 from rafka.security.client import ambient_security
 
 __all__ = ["connection_options", "read_properties", "settings_from_properties",
@@ -66,6 +73,7 @@ _PROPERTY_KEYS = {
     "ssl.check.hostname": "ssl_check_hostname",
     "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
     "sasl.jaas.config": "jaas",
+    "socket.connection.setup.timeout.ms": "setup_timeout_ms",
 }
 _PATH_SETTINGS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
 _JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
@@ -132,6 +140,7 @@ def client_settings(given: dict[str, Any], file_settings: dict[str, Any]) -> dic
     settings; the protocol inferred when nobody said it (see the module docstring)."""
     merged = {**file_settings, **{k: v for k, v in given.items() if v is not None}}
     merged.pop("bootstrap", None)
+    merged.pop("setup_timeout_ms", None)
     proto = merged.get("security_protocol")
     if not proto:
         sasl = bool(merged.get("sasl_plain_username"))
@@ -168,6 +177,7 @@ def connection_options(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         command_config = kwargs.pop("command_config")
+        timeout_s = kwargs.pop("connect_timeout_s")
         given = {k: kwargs.pop(k) for k in _GIVEN}
         file_settings = _load_file(command_config) if command_config else {}
         ctx = click.get_current_context(silent=True)
@@ -175,7 +185,11 @@ def connection_options(fn: F) -> F:
             click.core.ParameterSource.DEFAULT, None)
         if from_default and file_settings.get("bootstrap"):
             kwargs["bootstrap"] = file_settings["bootstrap"]
-        with ambient_security(client_settings(given, file_settings)):
+        if timeout_s is not None:
+            timeout_ms = int(timeout_s * 1000)
+        else:
+            timeout_ms = int(file_settings.get("setup_timeout_ms") or CONNECTION_SETUP_TIMEOUT_MS)
+        with ambient_security(client_settings(given, file_settings)), ambient_setup_timeout(timeout_ms):
             return fn(*args, **kwargs)
 
     opts = [
@@ -186,6 +200,10 @@ def connection_options(fn: F) -> F:
         click.option("--command-config", envvar="RAFKA_COMMAND_CONFIG", metavar="FILE",
                      help="Client settings as Kafka's .properties (security.protocol, "
                           "sasl.username, sasl.password, ssl.cafile, ...; env RAFKA_COMMAND_CONFIG)."),
+        click.option("--timeout", "connect_timeout_s", envvar="RAFKA_TIMEOUT", metavar="SECONDS",
+                     type=click.FloatRange(min=0.1), default=None,
+                     help=f"Give up reaching the cluster after this long, naming each address "
+                          f"tried (default {CONNECTION_SETUP_TIMEOUT_MS // 1000}; env RAFKA_TIMEOUT)."),
         click.option("--security-protocol", "security_protocol", envvar="RAFKA_SECURITY_PROTOCOL",
                      type=click.Choice(PROTOCOLS, case_sensitive=False),
                      help="Default: inferred (--user and --tls-ca: SASL_SSL; env RAFKA_SECURITY_PROTOCOL)."),

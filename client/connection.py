@@ -29,7 +29,8 @@ import math
 import os
 import socket
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -46,7 +47,8 @@ from rafka.broker.protocol import (
 if TYPE_CHECKING:
     from rafka.security.client import ClientSecurity
 
-__all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_address", "parse_bootstrap"]
+__all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_address", "parse_bootstrap",
+           "ambient_setup_timeout", "setup_timeout_ms", "CONNECTION_SETUP_TIMEOUT_MS"]
 
 _LEN = struct.Struct(">I")
 _SPLIT_WRITE_BYTES = 64 * 1024  # smaller frames go out as one write (length prefix joined)
@@ -349,6 +351,28 @@ _NO_SUCH_NAME = frozenset(getattr(socket, n) for n in ("EAI_NONAME", "EAI_FAIL",
 # the next bootstrap address is tried.
 CONNECTION_SETUP_TIMEOUT_MS = 10_000
 
+# a setting the CLI's ``--timeout`` makes ambient for every client a command builds (as
+# security/client.py's ambient_security), read when a ``ClientCore`` is constructed
+_AMBIENT_SETUP_TIMEOUT_MS: ContextVar[int | None] = ContextVar("rafka_setup_timeout_ms", default=None)
+
+
+@contextlib.contextmanager
+def ambient_setup_timeout(timeout_ms: int | None) -> Iterator[None]:
+    """Within the block, a client built without ``connection_setup_timeout_ms`` uses ``timeout_ms``."""
+    token = _AMBIENT_SETUP_TIMEOUT_MS.set(timeout_ms)
+    try:
+        yield
+    finally:
+        _AMBIENT_SETUP_TIMEOUT_MS.reset(token)
+
+
+def setup_timeout_ms(given: int | None = None) -> int:
+    """``given``, else the ambient ``--timeout``, else ``CONNECTION_SETUP_TIMEOUT_MS``."""
+    if given is not None:
+        return given
+    ambient = _AMBIENT_SETUP_TIMEOUT_MS.get()
+    return CONNECTION_SETUP_TIMEOUT_MS if ambient is None else ambient
+
 
 async def _open(host: str, port: int, *, security: ClientSecurity | None = None,
                 setup_timeout_ms: float = CONNECTION_SETUP_TIMEOUT_MS, **kw: Any) -> Connection:
@@ -373,7 +397,8 @@ async def _open_within(host: str, port: int, security: ClientSecurity | None,
                             unresolvable=host) from None
         raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"cannot connect to {host}:{port}: {exc}") from None
     except OSError as exc:
-        raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"cannot connect to {host}:{port}: {exc}") from None
+        raise error_for(ErrorCode.BROKER_NOT_AVAILABLE,
+                        f"cannot connect to {host}:{port}: {_connect_reason(exc)}") from None
     try:
         stream.setsockopt(6, 1, 1)  # TCP_NODELAY: requests are whole frames already
     except OSError:
@@ -385,6 +410,15 @@ async def _open_within(host: str, port: int, security: ClientSecurity | None,
             await trio.aclose_forcefully(stream)
             raise
     return Connection(stream, address=(host, port), **kw)
+
+
+def _connect_reason(exc: OSError) -> str:
+    """Why a connect failed: trio's "all attempts to connect … failed" keeps the per-address
+    errors (``Connection refused``…) in its cause; name those instead."""
+    cause = exc.__cause__
+    inner = list(cause.exceptions) if isinstance(cause, BaseExceptionGroup) else [cause] if cause else []
+    reasons = [os.strerror(e.errno) if e.errno else str(e) for e in inner if isinstance(e, OSError)]
+    return ", ".join(dict.fromkeys(reasons)) if reasons else str(exc)
 
 
 async def _start(nursery: trio.Nursery, conn: Connection, security: ClientSecurity | None) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "IllegalStateError",
     "NoBrokersAvailableError",
     "UnresolvableHostError",
+    "BootstrapTimeoutError",
     "CorruptRecordError",
     "RecordTooLargeError",
     "IllegalTxnStateError",
@@ -67,6 +68,17 @@ class NoBrokersAvailableError(ClientError):
     """No bootstrap or known broker answered."""
 
     code = ErrorCode.BROKER_NOT_AVAILABLE
+
+
+class BootstrapTimeoutError(NoBrokersAvailableError):
+    """No bootstrap address answered for the whole ``connection_setup_timeout_ms`` (the CLI's
+    ``--timeout``) and the client has never reached the cluster: most likely a wrong address,
+    so waiting on (up to ``max_block_ms`` / ``request_timeout_ms``) would only hide it. Not
+    retriable; the message names each address tried and why it failed."""
+
+    @property
+    def retriable(self) -> bool:
+        return False
 
 
 class UnresolvableHostError(ClientError):

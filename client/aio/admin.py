@@ -90,11 +90,13 @@ class AsyncAdmin(GroupAdminApi):
 
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
                  client_id: str = "rafka-admin", request_timeout_ms: int = 30000,
-                 retry_backoff_ms: int = 100, **security: Any) -> None:
+                 retry_backoff_ms: int = 100, connection_setup_timeout_ms: int | None = None,
+                 **security: Any) -> None:
         self.request_timeout_ms = request_timeout_ms
         # security: security_protocol, sasl_*, ssl_* as kafka-python (security/client.py)
         self._core = ClientCore(bootstrap_servers, client_id=client_id,
                                 request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+                                connection_setup_timeout_ms=connection_setup_timeout_ms,
                                 security=ClientSecurity.from_kwargs(security))
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None

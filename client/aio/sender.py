@@ -416,7 +416,9 @@ class SenderLoop:
                 error: BaseException | None = None) -> None:
         assert self._acc is not None
         if error is not None and self._txn is not None:
-            self._txn.batch_failed(error, b.base_sequence >= 0)
+            if self._txn.batch_failed(error, b.base_sequence >= 0, b.result):
+                self._acc.release(b)  # completed once the coordinator says whether we are fenced
+                return
         b.result.complete(base_offset, log_append_time, error)
         self._acc.release(b)
 

@@ -594,6 +594,7 @@ def _member_body(m: Any) -> dict[str, Any]:
         "member_epoch": m.member_epoch,
         "client_id": m.client_id,
         "client_host": m.client_host,
+        "instance_id": m.instance_id or None,
         "subscribed_topics": list(m.subscribed_topics),
         "assignment": assignment_body(m.assigned),
         "target": assignment_body(m.target),
