@@ -111,7 +111,8 @@ class Connection:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """The reader loop; returns when the connection closes."""
         task_status.started()
-        reader = FrameReader(self.stream, self._max_frame_bytes)
+        # the broker is trusted with memory: a large response gets one buffer of its size
+        reader = FrameReader(self.stream, self._max_frame_bytes, grow_min_bytes=self._max_frame_bytes)
         with self._cancel_scope:
             try:
                 while True:
