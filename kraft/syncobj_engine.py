@@ -68,6 +68,7 @@ from pysyncobj.tcp_server import SERVER_STATE
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.kraft.durable_journal import patched_create_journal
 from rafka.kraft.metadata_log import MetadataLog, decode_frames, encode_frame
+from rafka.kraft.raft_guard import GuardedTransport
 from rafka.kraft.quorum import (
     Command,
     LeadershipEvent,
@@ -130,7 +131,7 @@ def check_cluster_secret(voter_count: int, cluster_secret: str | None) -> None:
 class _RaftNode(SyncObj):  # type: ignore[misc]
     def __init__(self, engine: SyncObjQuorum, self_addr: str, others: list[str], conf: SyncObjConf) -> None:
         self._engine = engine
-        super().__init__(self_addr, others, conf)
+        super().__init__(self_addr, others, conf, transportClass=GuardedTransport)  # kraft/raft_guard.py
 
     @replicated
     def apply_command(self, data: bytes) -> tuple[Any, ...]:
