@@ -113,3 +113,27 @@ async def test_the_raft_port_drops_an_unauthenticated_stream_before_buffering_it
         assert dropped >= 1, f"the Raft port kept an unauthenticated peer streaming {sent} bytes"
         # each connection is dropped after its first small read: far less than a frame's worth
         assert sent / dropped < 16 * MiB, f"{sent} bytes over {dropped} connections"
+
+
+async def test_describe_quorum_proves_the_secret_only_to_a_caller_that_proved_it_first(tmp_path) -> None:
+    """Item 3: no HMAC of the secret over a nonce the caller picked, for a caller without it."""
+    from rafka.broker.protocol import ApiKey
+    from rafka.client.connection import connect
+    from rafka.kraft.membership import caller_proof, secret_proof
+
+    secret = "s3cret-for-the-oracle-test"
+    with running_node(tmp_path, top=f'cluster_secret = "{secret}"') as (plain, *_), trio.fail_after(60):
+        async with AsyncAdmin(plain, request_timeout_ms=60_000) as admin:
+            await create_topic(admin, "q")
+        async with connect(*_hostport(plain)) as conn:
+            async def ask(**body: object) -> dict:
+                return dict((await conn.request(ApiKey.DESCRIBE_QUORUM, {"local_only": True, **body})).body)
+
+            first = await ask(nonce="chosen-by-an-attacker")
+            assert "secret_proof" not in first and isinstance(first["challenge"], str)
+            wrong = await ask(nonce="chosen-by-an-attacker", challenge=first["challenge"],
+                              caller_proof="0" * 64)
+            assert wrong["secret_proof"] == ""
+            right = await ask(nonce="n1", challenge=(c := (await ask(nonce="n1"))["challenge"]),
+                              caller_proof=caller_proof(secret, c, "n1"))
+            assert right["secret_proof"] == secret_proof(secret, f"n1:{c}")
