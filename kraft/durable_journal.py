@@ -34,6 +34,17 @@ restarts once space is freed. The controller's own ``@metadata`` log
 (:mod:`rafka.kraft.metadata_log`) follows the same rule for its writes and fsyncs; its snapshots are
 optional and only logged. docs/durability.md, "Disk full", states the behaviour.
 
+No pickle is read from the data directory by this module (issue 24: write access to a data
+dir must not be code execution): the term / vote / commit-index file is
+``raft.journal.rmeta`` — a version byte, a CRC-32 of the body, then the body in msgpack
+(:func:`encode_meta` / :func:`decode_meta`); a bad version or CRC is a named
+:class:`JournalFormatError`. pysyncobj's own pickled ``raft.journal.meta`` from older versions
+is converted on first start by an unpickler that resolves no class or function at all (plain
+dicts, strings, numbers only; anything else is refused with ``JournalFormatError``) and then
+removed, before pysyncobj's loader could see it. Left as it is: the Raft *records* hold commands
+pysyncobj itself pickled and unpickles when it applies them (its format; docs/security.md
+says what an operator must protect).
+
 Measured cost on this machine's disk: one msync ≈ 0.2 ms (fsync p50 0.19 ms, p99 0.55 ms), once
 per appended entry on every voter — affordable for metadata traffic, and the tick thread never
 waits on anything else. ``durable_journal_factory()`` is patched into pysyncobj only while a
@@ -44,9 +55,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import logging
 import os
+import pickle
 import struct
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -59,10 +73,12 @@ from pysyncobj.journal import (
     MemoryJournal,
     MetaStorer,
 )
-from pysyncobj.pickle import dumps
+import msgpack
+from rafka.kraft.quorum import QuorumConfigError
 from rafka.log.index import fsync_dir, write_file_atomic
 
-__all__ = ["DurableFileJournal", "patched_create_journal", "fail_stop", "EXIT_STORAGE_FAILURE"]
+__all__ = ["DurableFileJournal", "patched_create_journal", "fail_stop", "EXIT_STORAGE_FAILURE",
+           "JournalFormatError", "encode_meta", "decode_meta", "META_VERSION"]
 
 log = logging.getLogger("rafka.kraft.journal")
 
@@ -122,18 +138,92 @@ def _repair_torn_tail(journal_file: str) -> None:
         return
 
 
+META_VERSION = 1
+_META_HEAD = struct.Struct(">BI")  # version, CRC-32 of the body
+_META_KEYS = {"currentTerm": int, "votedForNodeId": (str, type(None)), "raftCommitIndex": int}
+
+
+class JournalFormatError(QuorumConfigError):
+    """The controller's Raft meta file is not one rafka wrote (version, CRC or content); the
+    node stops with this named error (exit code 2), as for a bad quorum config."""
+
+
+def encode_meta(meta: dict[str, Any]) -> bytes:
+    body = msgpack.packb({k: v for k, v in meta.items() if k in _META_KEYS}, use_bin_type=True)
+    return _META_HEAD.pack(META_VERSION, zlib.crc32(body)) + body
+
+
+def decode_meta(data: bytes, where: str = "meta") -> dict[str, Any]:
+    if len(data) < _META_HEAD.size:
+        raise JournalFormatError(f"{where}: {len(data)} bytes, shorter than its header")
+    version, crc = _META_HEAD.unpack_from(data)
+    body = data[_META_HEAD.size:]
+    if version != META_VERSION:
+        raise JournalFormatError(f"{where}: format version {version}, this rafka reads {META_VERSION}")
+    if zlib.crc32(body) != crc:
+        raise JournalFormatError(f"{where}: CRC mismatch (the file is corrupt)")
+    try:
+        meta = msgpack.unpackb(body, raw=False)
+    except Exception as exc:  # noqa: BLE001 - msgpack raises several types
+        raise JournalFormatError(f"{where}: not msgpack: {exc}") from None
+    return _checked_meta(meta, where)
+
+
+def _checked_meta(meta: Any, where: str) -> dict[str, Any]:
+    if not isinstance(meta, dict):
+        raise JournalFormatError(f"{where}: expected a map, got {type(meta).__name__}")
+    for k, v in meta.items():
+        kind = _META_KEYS.get(k)
+        if kind is None or not isinstance(v, kind) or isinstance(v, bool):
+            raise JournalFormatError(f"{where}: unexpected entry {k!r} = {v!r}")
+    return meta
+
+
+class _NoGlobalsUnpickler(pickle.Unpickler):
+    """Reads only plain values: any class or function reference is refused (no code runs)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise JournalFormatError(f"old Raft meta file refers to {module}.{name}: refusing to load it")
+
+
+def _load_meta(journal_file: str) -> dict[str, Any]:
+    """The term / vote / commit index: from ``.rmeta``, converting an old pickled ``.meta``."""
+    new, old = journal_file + ".rmeta", journal_file + ".meta"
+    if os.path.exists(old):
+        if not os.path.exists(new):
+            with open(old, "rb") as f:
+                try:
+                    meta = _NoGlobalsUnpickler(io.BytesIO(f.read())).load()
+                except JournalFormatError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a torn or foreign file
+                    raise JournalFormatError(f"{old}: cannot read the old meta file: {exc}") from None
+            meta = _checked_meta(meta, old)
+            write_file_atomic(Path(new).absolute(), encode_meta(meta), fsync=True, sync_dir=True)
+            log.warning("converted %s (pickle) to %s (msgpack + CRC)", old, new)
+        os.unlink(old)  # pysyncobj's loader would unpickle it
+        fsync_dir(os.path.dirname(os.path.abspath(old)))
+    try:
+        with open(new, "rb") as f:
+            return decode_meta(f.read(), new)
+    except FileNotFoundError:
+        return {}
+
+
 class _DurableMetaStorer(MetaStorer):
     def storeMeta(self, meta: dict[str, Any]) -> None:  # noqa: N802 (pysyncobj's name)
         # on failure the old meta file is intact and the temp file's space given back
-        write_file_atomic(Path(self.getPath()).absolute(), dumps(meta), fsync=True, sync_dir=True)
+        write_file_atomic(Path(self.getPath()).absolute(), encode_meta(meta), fsync=True, sync_dir=True)
 
 
 class DurableFileJournal(FileJournal):
     def __init__(self, journal_file: str) -> None:
         _repair_torn_tail(journal_file)
+        meta = _load_meta(journal_file)  # no .meta left: pysyncobj's loader starts from {}
         super().__init__(journal_file)
         self._dir = os.path.dirname(os.path.abspath(journal_file))
-        self._FileJournal__metaStorer = _DurableMetaStorer(journal_file + ".meta")
+        self._FileJournal__meta = meta
+        self._FileJournal__metaStorer = _DurableMetaStorer(journal_file + ".rmeta")
         self._bulk = False
         self.msyncs = 0
 
