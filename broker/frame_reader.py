@@ -31,7 +31,7 @@ is buffered.
 
 Memory follows the bytes that arrived, never the length a peer declared (issue 24): a large
 frame's buffer starts at ``_GROW_MIN_BYTES`` (or what already arrived) and doubles only when
-it is full, so a peer that sends a 100 MiB prefix and nothing else costs 256 KiB, not 100 MiB.
+it is full, so a peer that sends a 100 MiB prefix and nothing else costs 16 KiB, not 100 MiB.
 An optional ``FrameBudget`` (one per listener) bounds the bytes reserved for partial large
 frames across all its connections: a reader that would exceed it waits for another frame to
 complete (back-pressure: it stops reading, TCP pushes back on the sender) instead of
@@ -59,7 +59,10 @@ __all__ = ["FrameReader", "FrameBudget"]
 _READ_CHUNK = 256 * 1024
 _DIRECT_MIN_BYTES = 64 * 1024  # frames this large are received straight into their own buffer
 _REUSE_MAX_BYTES = 8 * 1024 * 1024  # with reuse, that buffer is kept for frames up to this size
-_GROW_MIN_BYTES = 256 * 1024  # a large frame's first buffer; it doubles as bytes arrive
+# a large frame's first buffer (or what already arrived, if more); it doubles as bytes arrive.
+# Small: a peer that declares 100 MiB and trickles costs this much per connection
+# (bench/bench_preauth.py: 200 slowloris connections cost 50 MiB of RSS at 256 KiB).
+_GROW_MIN_BYTES = 16 * 1024
 _LEN = struct.Struct(">I")
 
 

@@ -29,7 +29,7 @@ async def test_a_declared_length_allocates_nothing_until_bytes_arrive() -> None:
         nursery.start_soon(reader.next_frame)
         await trio.sleep(0.1)
         # only the first (smallest) buffer is reserved for the partial frame
-        assert budget.used_bytes == 256 * 1024
+        assert budget.used_bytes == 16 * 1024
         nursery.cancel_scope.cancel()
     assert budget.used_bytes == 0
 
