@@ -72,6 +72,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+import msgpack
 import pysyncobj.syncobj as _syncobj_module
 from pysyncobj.journal import (
     FIRST_RECORD_OFFSET,
@@ -80,7 +81,6 @@ from pysyncobj.journal import (
     MemoryJournal,
     MetaStorer,
 )
-import msgpack
 from rafka.kraft.quorum import QuorumConfigError
 from rafka.log.index import fsync_dir, write_file_atomic
 

@@ -68,7 +68,6 @@ from pysyncobj.tcp_server import SERVER_STATE
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.kraft.durable_journal import patched_create_journal
 from rafka.kraft.metadata_log import MetadataLog, decode_frames, encode_frame
-from rafka.kraft.raft_guard import GuardedTransport
 from rafka.kraft.quorum import (
     Command,
     LeadershipEvent,
@@ -78,6 +77,7 @@ from rafka.kraft.quorum import (
     Snapshot,
     not_controller,
 )
+from rafka.kraft.raft_guard import GuardedTransport
 from rafka.kraft.voters import StaleIncarnationError, VoterRegistry
 from rafka.metadata import MetadataImage
 

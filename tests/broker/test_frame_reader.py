@@ -7,7 +7,6 @@ import struct
 import pytest
 import trio
 import trio.testing
-
 from rafka.broker.frame_reader import FrameBudget, FrameReader
 from rafka.broker.protocol import FrameTooLargeError
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import trio
 from rafka.kraft.membership import (
     CHALLENGE_TTL_S,
@@ -13,8 +14,6 @@ from rafka.kraft.membership import (
     secret_proof,
     verify_cluster_membership,
 )
-
-import pytest
 
 
 def test_no_proof_without_the_callers_proof() -> None:
