@@ -191,7 +191,9 @@ class FrameReader:
         """Receive the rest of an ``n``-byte frame (``have`` bytes already in ``buf``) straight
         into a buffer that grows as the bytes arrive (module docstring)."""
         reuse = self.reuse and n <= _REUSE_MAX_BYTES
-        size = min(n, max(self.grow_min_bytes, have))  # capacity filled before the next doubling
+        # capacity filled before the next doubling; a kept buffer (reuse) is used whole: its
+        # memory exists already, and a steady stream of 1 MiB produces is received as before
+        size = min(n, max(self.grow_min_bytes, have, len(self.big) if reuse else 0))
         reserved = 0
         ticket = self.budget.ticket() if self.budget is not None else 0
         try:

@@ -93,3 +93,17 @@ async def test_too_large_is_refused_before_buffering() -> None:
     await client.send_all(struct.pack(">I", 2048))
     with pytest.raises(FrameTooLargeError):
         await reader.next_frame()
+
+
+async def test_a_kept_buffer_is_reused_whole_for_the_next_large_frame() -> None:
+    client, server = await _pair()
+    reader = FrameReader(server, 16 * MiB, reuse=True)
+    n = 1 * MiB
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.send_all, (struct.pack(">I", n) + b"x" * n) * 2)
+        first = await reader.next_frame()
+        kept = reader.big
+        assert first is not None and len(kept) == n
+        second = await reader.next_frame()
+        assert second is not None and bytes(second[-1:]) == b"x"
+        assert reader.big is kept  # no growth, no new buffer
