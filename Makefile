@@ -3,6 +3,7 @@
 #   make run     set everything up, start a local 3-node quorum cluster (foreground; Ctrl-C stops it)
 #   make test    set everything up (incl. Spark), run the default test suite (short chaos + Spark runs)
 #   make bench   run the benchmarks; prints a table, writes bench/results/latest.json
+#   make fuzz    fuzz every listener for FUZZ_SECONDS (default 3600); `make test` runs fixed counts
 #   make lint    ruff
 #
 # Everything lands in ./.venv; nothing is installed globally except the Debian packages the
@@ -28,10 +29,10 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON = $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON = $(abspath $(PY))
 
-.PHONY: help install install-spark os-deps run test test-all bench lint chaos chaos-docker spark-demo clean
+.PHONY: help install install-spark os-deps run test test-all bench fuzz lint chaos chaos-docker spark-demo clean
 
 help:
-	@sed -n '2,9p' Makefile
+	@sed -n '2,10p' Makefile
 
 $(VENV)/.installed: pyproject.toml setup.py log/_codec.c log/_murmur2.h log/_msgpack_put.h client/_sendpath.c
 	@test -n "$(PYTHON)" || { echo "error: rafka needs Python >= 3.11 on PATH" >&2; exit 1; }
@@ -78,6 +79,14 @@ test-all: install install-spark os-deps
 
 bench: install install-spark
 	$(PY) -m bench
+
+# The port fuzzer (Raft, metrics and console HTTP: tests/security/test_fuzz_ports.py) runs for
+# FUZZ_SECONDS per target; the protocol fuzzer (main and TLS listeners: test_fuzz.py) is rerun
+# with fresh seeds until as long again has passed. A failure prints its seed (RAFKA_FUZZ_SEED).
+fuzz: install
+	RAFKA_FUZZ_SECONDS=$${FUZZ_SECONDS:-3600} $(PY) -m pytest -q -s --timeout=0 tests/security/test_fuzz_ports.py
+	end=$$(( $$(date +%s) + $${FUZZ_SECONDS:-3600} )); while [ $$(date +%s) -lt $$end ]; do \
+	  $(PY) -m pytest -q -s -k fuzzed_frames tests/security/test_fuzz.py || exit 1; done
 
 lint: install
 	$(VENV)/bin/ruff check .

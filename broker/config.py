@@ -99,6 +99,9 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "socket.request.max.bytes": (_int(1024, 2**31 - 1), 100 * 1024 * 1024),
     "max.connections": (_int(1, 1_000_000), 1000),
     "max.connections.per.ip": (_int(1, 1_000_000), 1_000_000),  # security/connections.py
+    # broker/server.py: an idle connection is closed; partial large frames share a budget
+    "connections.max.idle.ms": (_int(100, 2**31 - 1), 600_000),
+    "socket.partial.frame.budget.bytes": (_int(1024 * 1024, 2**40), 256 * 1024 * 1024),
     "max.inflight.requests.per.connection": (_int(1, 100_000), 64),
     "message.max.bytes": (_int(64, 2**31 - 1), 1024 * 1024 + 12),
     "log.segment.bytes": (_int(1024, 2**31 - 1), 1 << 30),

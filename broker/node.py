@@ -142,7 +142,9 @@ class _Node:
                 limits = ServerLimits(cfg.broker["max.connections"],
                                       cfg.broker["max.inflight.requests.per.connection"],
                                       cfg.broker["socket.request.max.bytes"],
-                                      cfg.broker["max.connections.per.ip"])
+                                      cfg.broker["max.connections.per.ip"],
+                                      cfg.broker["connections.max.idle.ms"],
+                                      cfg.broker["socket.partial.frame.budget.bytes"])
                 # one ledger for both listeners: the limits bound the node (security/connections.py)
                 connections = ConnectionCounter(limits.max_connections, limits.max_connections_per_ip)
                 dispatch = api.quotas.wrap(api.dispatch)  # byte-rate quotas (security/throttle.py)

@@ -40,7 +40,9 @@ Limits: more than ``max_connections`` open connections, or more than ``max_conne
 from one address (``security.connections.ConnectionCounter``, shared by a node's listeners when
 the node passes one as ``connections``) → the new one gets a ``TOO_MANY_CONNECTIONS`` response
 (correlation id −1) and is closed; a frame longer than
-``max_frame_bytes`` → ``FRAME_TOO_LARGE`` (−1) and close; a payload that is not a request, an
+``max_frame_bytes`` → ``FRAME_TOO_LARGE`` (−1) and close (a frame's buffer grows as its bytes
+arrive, within the listener's ``FrameBudget``: ``broker/frame_reader.py``); a connection that
+completes no frame and has no request in flight for ``connections_max_idle_ms`` is closed; a payload that is not a request, an
 unknown api or a body that fails its schema → an error response carrying the correlation id
 when ``peek_correlation_id`` can read it (the framing is intact, so the connection stays open).
 Any exception escaping a handler is logged and answered as ``UNKNOWN_SERVER_ERROR`` with its
@@ -80,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from rafka.broker.errors import ErrorCode, RafkaError
-from rafka.broker.frame_reader import FrameReader
+from rafka.broker.frame_reader import FrameBudget, FrameReader
 from rafka.broker.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     ApiKey,
@@ -187,6 +189,11 @@ class ServerLimits:
     max_in_flight: int = 64
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_connections_per_ip: int = 1_000_000
+    # a connection that completes no request and has none in flight for this long is closed
+    # (Kafka's connections.max.idle.ms); a peer trickling a byte a second is idle too
+    connections_max_idle_ms: int = 600_000
+    # bytes a listener may reserve for partial large frames across its connections (FrameBudget)
+    partial_frame_budget_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -204,6 +211,7 @@ class ServerStats:
     tls_connections: int = 0  # connections past the TLS handshake
     node_connections: int = 0  # of those, peer nodes by their certificate (inter-broker security)
     throttled: int = 0  # answers held for a byte-rate quota
+    idle_closed: int = 0  # connections closed by connections.max.idle.ms
     sent_at_once: int = 0  # small answers written whole by one send, without a scheduler pass
     sent_queued: int = 0  # small answers (or their rest) that waited for the lock or the socket
 
@@ -268,7 +276,10 @@ class Server:
     security: ListenerSecurity | None = None
     connections: ConnectionCounter | None = None  # None: this listener's own, from ``limits``
 
+    budget: FrameBudget = field(init=False)
+
     def __post_init__(self) -> None:
+        self.budget = FrameBudget(self.limits.partial_frame_budget_bytes)
         if self.connections is None:
             self.connections = ConnectionCounter(self.limits.max_connections,
                                                  self.limits.max_connections_per_ip)
@@ -337,7 +348,7 @@ class _Connection:
         self.server = server
         self.stream = stream
         self.reader = FrameReader(stream, server.limits.max_frame_bytes, reuse=True,
-                                  eager=True)
+                                  eager=True, budget=server.budget)
         self.send_lock = trio.Lock()
         self.sock = getattr(stream, "socket", None)  # plain TCP: answers try _send_now first
         self.in_flight = 0
@@ -363,6 +374,7 @@ class _Connection:
             self.nursery = nursery
             if self.gate is not None:
                 nursery.start_soon(self._authentication_deadline)
+            nursery.start_soon(self._idle_deadline)
             try:
                 await self._read_loop(nursery)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -402,6 +414,21 @@ class _Connection:
             self.server.stats.auth_failures += 1
             log.info("closing a connection that did not authenticate in time")
             self._close()
+
+    async def _idle_deadline(self) -> None:
+        """Close the connection once it went ``connections_max_idle_ms`` without completing a
+        frame while no request of it was in flight (module docstring)."""
+        idle_s = self.server.limits.connections_max_idle_ms / 1000
+        seen, since = -1, trio.current_time()
+        while True:
+            if self.reader.frames != seen or self.in_flight:
+                seen, since = self.reader.frames, trio.current_time()
+            elif trio.current_time() - since >= idle_s:
+                self.server.stats.idle_closed += 1
+                log.info("closing a connection idle for %d ms", self.server.limits.connections_max_idle_ms)
+                self._close()
+                return
+            await trio.sleep(min(idle_s, max(0.01, since + idle_s - trio.current_time())))
 
     def _unauthenticated(self) -> bool:
         return self.gate is not None and not self.gate.authenticated

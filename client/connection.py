@@ -28,6 +28,7 @@ import contextlib
 import math
 import os
 import socket
+import ssl
 import struct
 from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
@@ -113,7 +114,8 @@ class Connection:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """The reader loop; returns when the connection closes."""
         task_status.started()
-        reader = FrameReader(self.stream, self._max_frame_bytes)
+        # the broker is trusted with memory: a large response gets one buffer of its size
+        reader = FrameReader(self.stream, self._max_frame_bytes, grow_min_bytes=self._max_frame_bytes)
         with self._cancel_scope:
             try:
                 while True:
@@ -130,7 +132,7 @@ class Connection:
                         waiter.response = resp
                         waiter.event.set()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self._fail_all(error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()}: {exc}"))
+                self._fail_all(transport_error(self._where(), exc))
             except RafkaError as exc:
                 self._fail_all(exc)
         if self._closed_error is None:
@@ -287,7 +289,7 @@ class Connection:
                 await self._closed_event.wait()
             if self._closed_error is not None:
                 raise self._closed_error from None
-            err = error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()}: {exc}")
+            err = transport_error(self._where(), exc)
             self._fail_all(err)
             self._cancel_scope.cancel()
             raise err from None
@@ -372,6 +374,29 @@ def setup_timeout_ms(given: int | None = None) -> int:
         return given
     ambient = _AMBIENT_SETUP_TIMEOUT_MS.get()
     return CONNECTION_SETUP_TIMEOUT_MS if ambient is None else ambient
+
+
+# TLS alerts a server sends when it refuses this side's certificate. With TLS 1.3 the client's
+# handshake is over before the server checks the client certificate, so the refusal arrives
+# on the first read or write, not in the handshake.
+_CERTIFICATE_ALERTS = ("CERTIFICATE_REQUIRED", "BAD_CERTIFICATE", "UNKNOWN_CA",
+                       "CERTIFICATE_UNKNOWN", "CERTIFICATE_EXPIRED", "CERTIFICATE_REVOKED",
+                       "UNSUPPORTED_CERTIFICATE", "ACCESS_DENIED", "HANDSHAKE_FAILURE")
+
+
+def transport_error(where: str, exc: BaseException) -> RafkaError:
+    """The named error for a broken connection: TLS_HANDSHAKE_FAILED when the peer refused
+    our certificate (a TLS alert in the cause chain, issue 24), else NETWORK_EXCEPTION."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            reason = str(getattr(seen, "reason", "") or seen)
+            if any(alert in reason.upper() for alert in _CERTIFICATE_ALERTS):
+                return error_for(ErrorCode.TLS_HANDSHAKE_FAILED,
+                                 f"{where} refused this node's or client's TLS certificate ({reason}); "
+                                 "check that it is signed by the CA the peer trusts")
+        seen = seen.__cause__ or seen.__context__
+    return error_for(ErrorCode.NETWORK_EXCEPTION, f"{where}: {exc}")
 
 
 async def _open(host: str, port: int, *, security: ClientSecurity | None = None,

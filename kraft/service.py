@@ -624,9 +624,10 @@ class ControllerService:
                    **voter_admin.local_fields(self)}
             nonce = body.get("nonce")
             if isinstance(nonce, str) and 0 < len(nonce) <= 256:  # kraft/membership.py
-                from rafka.kraft.membership import secret_proof
+                from rafka.kraft.membership import proof_fields
 
-                out["secret_proof"] = secret_proof(self.cluster_secret, nonce)
+                out.update(proof_fields(self.cluster_secret, nonce, body.get("challenge"),
+                                        body.get("caller_proof")))
             return out
         q = self._q()
         self._require_active()

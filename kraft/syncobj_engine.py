@@ -77,6 +77,7 @@ from rafka.kraft.quorum import (
     Snapshot,
     not_controller,
 )
+from rafka.kraft.raft_guard import GuardedTransport
 from rafka.kraft.voters import StaleIncarnationError, VoterRegistry
 from rafka.metadata import MetadataImage
 
@@ -130,7 +131,7 @@ def check_cluster_secret(voter_count: int, cluster_secret: str | None) -> None:
 class _RaftNode(SyncObj):  # type: ignore[misc]
     def __init__(self, engine: SyncObjQuorum, self_addr: str, others: list[str], conf: SyncObjConf) -> None:
         self._engine = engine
-        super().__init__(self_addr, others, conf)
+        super().__init__(self_addr, others, conf, transportClass=GuardedTransport)  # kraft/raft_guard.py
 
     @replicated
     def apply_command(self, data: bytes) -> tuple[Any, ...]:

@@ -170,5 +170,24 @@ async def accept_tls(stream: trio.abc.Stream, context: ssl.SSLContext) -> trio.S
     if first[0] != _TLS_HANDSHAKE or first[1] != 0x03:
         raise PlaintextOnTlsPortError(prefixed)
     tls = trio.SSLStream(prefixed, context, server_side=True)
-    await tls.do_handshake()
+    try:
+        await tls.do_handshake()
+    except trio.BrokenResourceError:
+        await _send_pending_alert(tls)
+        raise
     return tls
+
+
+async def _send_pending_alert(tls: trio.SSLStream[Any]) -> None:
+    """Send the TLS alert a failed handshake left unsent (trio drops it): the peer then learns
+    *why* (e.g. ``unknown ca`` for a certificate the cluster CA did not sign) and can name the
+    error (``client.connection.transport_error``) instead of seeing a bare EOF. Reads trio's
+    private outgoing BIO (trio 0.35); without it nothing is sent, as before."""
+    bio = getattr(tls, "_outgoing", None)
+    data = bio.read() if isinstance(bio, ssl.MemoryBIO) else b""
+    if data:
+        with trio.move_on_after(1.0):
+            try:
+                await tls.transport_stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
