@@ -320,7 +320,9 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # [{partition, error, message}]}]}
     ApiKey.ALTER_GROUP_OFFSETS: {
         "group_id": str,
-        "topics": [{"name": str, "partitions": [{"partition": int, "offset": int}]}],
+        # metadata: the application's string stored with the offset (OffsetAndMetadata)
+        "topics": [{"name": str, "partitions": [{"partition": int, "offset": int,
+                                                 "metadata": Opt(str)}]}],
         "force": Opt(bool),  # also with members (NON_EMPTY_GROUP otherwise)
     },
     # ---- transactions (docs/transactions.md). The coordinator of a transactional id is the

@@ -45,7 +45,7 @@ from rafka.client.reset_plan import (
     plan,
     read_plan_file,
 )
-from rafka.client.types import TopicPartition
+from rafka.client.types import OffsetAndMetadata, TopicPartition
 from rafka.security.client import ClientSecurity
 
 __all__ = ["group"]
@@ -186,14 +186,16 @@ def group_describe(group_id: str, bootstrap: str, as_json: bool) -> None:
 @click.option("--export", is_flag=True, help="Print the plan as topic,partition,offset CSV (for --from-file).")
 @click.option("--force", is_flag=True,
               help="Reset even while G has members (they keep their positions and may commit over it).")
+@click.option("--metadata", default="", metavar="TEXT",
+              help="Store TEXT with each new offset (OffsetAndMetadata; group describe shows it).")
 @_bootstrap
 @_json
 @_errors
 def group_reset_offsets(group_id: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bool,
                         to_latest: bool, to_current: bool, to_offset: int | None, shift_by: int | None,
                         to_datetime: str | None, by_duration: str | None, from_file: IO[str] | None,
-                        execute: bool, dry_run: bool, export: bool, force: bool, bootstrap: str,
-                        as_json: bool) -> None:
+                        execute: bool, dry_run: bool, export: bool, force: bool, metadata: str,
+                        bootstrap: str, as_json: bool) -> None:
     """Plan, and with --execute set, G's committed offsets (kafka-consumer-groups --reset-offsets).
 
     \b
@@ -230,7 +232,9 @@ def group_reset_offsets(group_id: str, topics: tuple[str, ...], all_topics: bool
                             {tp: v[0] for tp, v in ends.items()}, found, file_offsets)
         notes.extend(clamps)
         if execute:
-            await alter_group_offsets(core, group_id, {r.tp: r.new for r in rows}, force=force)
+            await alter_group_offsets(core, group_id,
+                                      {r.tp: OffsetAndMetadata(r.new, metadata) for r in rows},
+                                      force=force)
         return rows
 
     rows = _run(bootstrap, work)

@@ -54,7 +54,7 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import trio
@@ -508,13 +508,20 @@ async def delete_groups(core: ClientCore, group_ids: Iterable[str]) -> dict[str,
     return out
 
 
-async def alter_group_offsets(core: ClientCore, group_id: str, offsets: dict[TopicPartition, int], *,
+async def alter_group_offsets(core: ClientCore, group_id: str,
+                              offsets: Mapping[TopicPartition, int | OffsetAndMetadata], *,
                               force: bool = False) -> None:
-    """Set committed offsets (the group must have no members: NON_EMPTY_GROUP otherwise, unless
+    """Set committed offsets, each a plain offset or an ``OffsetAndMetadata`` whose metadata
+    string is stored with it (the group must have no members: NON_EMPTY_GROUP otherwise, unless
     ``force`` — members keep their positions and may commit over the new offsets)."""
+    def entry(tp: TopicPartition) -> dict[str, Any]:
+        v = offsets[tp]
+        if isinstance(v, OffsetAndMetadata):
+            return {"partition": tp.partition, "offset": v.offset, "metadata": v.metadata or ""}
+        return {"partition": tp.partition, "offset": v}
+
     body: dict[str, Any] = {"group_id": group_id, "force": force, "topics": [
-        {"name": e["name"], "partitions": [{"partition": p, "offset": offsets[TopicPartition(e["name"], p)]}
-                                           for p in e["partitions"]]}
+        {"name": e["name"], "partitions": [entry(TopicPartition(e["name"], p)) for p in e["partitions"]]}
         for e in _tp_list(offsets)]}
     resp = await coordinator_request(core, group_id, ApiKey.ALTER_GROUP_OFFSETS, body)
     for t in resp.get("topics", ()):

@@ -524,7 +524,8 @@ class GroupOffsetsManager:
                     continue
                 parts.append({"partition": pd["partition"], "error": 0, "message": ""})
                 entries.append(
-                    ((gid, t["name"], pd["partition"]), OffsetValue(pd["offset"], "", now, -1))
+                    ((gid, t["name"], pd["partition"]),
+                     OffsetValue(pd["offset"], pd.get("metadata") or "", now, -1))
                 )
         if entries:
             await self._append(gid, entries[:MAX_COMMIT_PARTITIONS])

@@ -318,13 +318,16 @@ def test_offsets_survive_controller_and_coordinator_kill_and_cli(cluster3: Local
     # Ctrl-C: the member leaves; the group is Empty, offsets kept; reset, then delete
     c.interrupt()
     wait_until(lambda: describe(bs, "gc")["members"] == [], "the member left")
-    r = rafka("group", "reset-offsets", "gc", "--to-earliest", "--json", "--execute", bootstrap=bs)
+    r = rafka("group", "reset-offsets", "gc", "--to-earliest", "--json", "--execute",
+              "--metadata", "replay from 0", bootstrap=bs)
     assert r.returncode == 0, r.stderr
     assert {e["partition"]: e["offset"] for e in json.loads(r.stdout)} == {0: 0, 1: 0, 2: 0}
     d = describe(bs, "gc")
     assert all(row["committed"] == 0 and row["lag"] == 140 for row in d["partitions"]), d
+    assert {row["metadata"] for row in d["partitions"]} == {"replay from 0"}, d  # OffsetAndMetadata
     r = rafka("group", "reset-offsets", "gc", "--to-latest", "--json", "--execute", bootstrap=bs)
     assert r.returncode == 0 and {e["offset"] for e in json.loads(r.stdout)} == {140}, r
+    assert {row["metadata"] for row in describe(bs, "gc")["partitions"]} == {""}
     r = rafka("group", "delete", "gc", bootstrap=bs)
     assert r.returncode == 0 and "deleted group gc" in r.stdout, r
     r = rafka("group", "describe", "gc", bootstrap=bs)
