@@ -60,7 +60,7 @@ from typing import Any
 
 import msgpack
 import trio
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj import FAIL_REASON, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.node import TCPNode
 from pysyncobj.tcp_connection import CONNECTION_STATE
@@ -68,6 +68,7 @@ from pysyncobj.tcp_server import SERVER_STATE
 from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.kraft.durable_journal import patched_create_journal
 from rafka.kraft.metadata_log import MetadataLog, decode_frames, encode_frame
+from rafka.kraft.prevote import PreVoteSyncObj
 from rafka.kraft.quorum import (
     Command,
     LeadershipEvent,
@@ -127,7 +128,7 @@ def check_cluster_secret(voter_count: int, cluster_secret: str | None) -> None:
         )
 
 
-class _RaftNode(SyncObj):  # type: ignore[misc]
+class _RaftNode(PreVoteSyncObj):  # pre-vote + leader lease (kraft/prevote.py, issue 27)
     def __init__(self, engine: SyncObjQuorum, self_addr: str, others: list[str], conf: SyncObjConf) -> None:
         self._engine = engine
         super().__init__(self_addr, others, conf)
@@ -548,6 +549,9 @@ class SyncObjQuorum:
             "metadata_fsyncs": self.metadata_log.fsyncs,
             "leader_changes": self.leader_changes,
             "raft_voters": len(self._node.otherNodes) + 1,
+            "raft_prevote_rounds": self._node.prevote_rounds,
+            "raft_prevotes_refused": self._node.prevotes_refused,
+            "raft_votes_ignored_in_lease": self._node.votes_ignored_in_lease,
         }
 
 
