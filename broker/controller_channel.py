@@ -134,13 +134,19 @@ class ControllerChannel:
             if self._leader_view is None:
                 return await self.pool.request(target[0], target[1], api_key, body)
             answer: list[Any] = []
+            failed: list[RafkaError] = []
             async with trio.open_nursery() as nursery:
                 async def ask() -> None:
-                    answer.append(await self.pool.request(target[0], target[1], api_key, body))
+                    try:  # raised here it would leave the nursery as an ExceptionGroup
+                        answer.append(await self.pool.request(target[0], target[1], api_key, body))
+                    except RafkaError as exc:
+                        failed.append(exc)
                     nursery.cancel_scope.cancel()
                 nursery.start_soon(ask)
                 await self._wait_deposed(target)
                 nursery.cancel_scope.cancel()
+            if failed:
+                raise failed[0]
             if answer:
                 return answer[0]
             raise error_for(ErrorCode.NOT_CONTROLLER,

@@ -98,3 +98,21 @@ async def test_an_attempt_at_a_deposed_leader_ends_when_the_local_view_moves() -
         voter, _ = await channel.request_any_from(ApiKey.BROKER_HEARTBEAT, BODY, attempt_timeout_s=5.0)
         assert voter == 2 and paused_conns == 1 and trio.current_time() - t0 < 1.0
         nursery.cancel_scope.cancel()
+
+
+async def test_with_a_leader_view_a_refused_voter_is_an_error_not_a_crash() -> None:
+    """A connection error inside the view-watching attempt is the channel's usual RafkaError
+    (next voter), not an ExceptionGroup escaping to the request handler."""
+    async def voter2(req: Request) -> dict[str, Any]:
+        return {"error": 0, "message": "", "is_fenced": False, "should_shutdown": False}
+
+    async with trio.open_nursery() as nursery:
+        with trio.socket.socket() as s:  # a port nothing listens on
+            await s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]
+        port2 = await nursery.start(Server(voter2, "127.0.0.1", 0).serve)
+        channel = ControllerChannel(ConnectionPool(nursery), [(1, "127.0.0.1", dead), (2, "127.0.0.1", port2)],
+                                    leader_view=lambda: 1)
+        out = await channel.request(ApiKey.BROKER_HEARTBEAT, BODY, attempt_timeout_s=5.0)
+        assert out["error"] == 0
+        nursery.cancel_scope.cancel()
