@@ -9,13 +9,14 @@ watchdog is a pure function of those samples and ``now`` (tests feed it by hand)
 the log lines to write and keeps :attr:`state`, which ``statistics()`` and the Prometheus
 exporter (broker/metrics.py) read.
 
-*Progress* means: a leader is known and nothing is waiting to commit (last log index ≤ commit
-index), or the commit index moved. ``seconds_since_commit`` counts from the last sample that
+*Progress* means: a leader is known, a quorum counts connected and nothing is waiting to
+commit (last log index ≤ commit index), or the commit index moved. (The quorum matters: a
+voter cut off from every peer keeps naming its last leader in pysyncobj.) ``seconds_since_commit`` counts from the last sample that
 showed progress, so an idle quorum reads 0 and a stalled one climbs: alert on it. When it
 passes ``stall_after_s`` the watchdog logs every link's Raft state (then every
-``log_every_s``), as a WARNING when a quorum of voters counts connected (this voter plus its
-connected peers are a majority: the quorum *should* commit, this is a stall) and as INFO when
-not (a partition or dead peers: expected to wait).
+``log_every_s``), as a WARNING either way, worded "Raft stall" when a quorum of voters counts
+connected (this voter plus its connected peers are a majority: the quorum *should* commit;
+only this sets ``stalled``) and "Raft waits" when not (a partition or dead peers).
 
 The Raft listener: pysyncobj retries a failed bind every second, silently, and does nothing
 else until it succeeds — it neither dials nor votes (issue 27: a Raft port in the kernel's
@@ -84,19 +85,20 @@ class RaftWatchdog:
         st.peers = dict(sample.peers)
         st.listener_bound = sample.listener_bound
         out += self._watch_listener(sample, now)
-        idle = sample.leader_known and sample.last_index <= sample.commit_index
+        quorum_reachable = 1 + sample.raft_connected > sample.voters / 2
+        # a follower cut off from every peer keeps naming its last leader: not idle, stuck
+        idle = sample.leader_known and sample.last_index <= sample.commit_index and quorum_reachable
         if self._progress_at is None or idle or sample.commit_index != self._commit_index:
             self._progress_at = now
         self._commit_index = sample.commit_index
         st.seconds_since_commit = now - self._progress_at
-        quorum_reachable = 1 + sample.raft_connected > sample.voters / 2
         st.stalled = st.seconds_since_commit >= self.stall_after_s and quorum_reachable
         if st.seconds_since_commit >= self.stall_after_s and now - self._last_stall_log >= self.log_every_s:
             self._last_stall_log = now
             st.stall_reports += 1
             what = ("Raft stall: a quorum is connected" if quorum_reachable
                     else "Raft waits: no quorum of voters connected")
-            out.append((logging.WARNING if quorum_reachable else logging.INFO,
+            out.append((logging.WARNING,
                         f"{what}, no commit progress for {st.seconds_since_commit:.0f} s (leader known: "
                         f"{sample.leader_known}, commit {sample.commit_index}, last {sample.last_index}): "
                         f"{sample.links}"))

@@ -44,11 +44,13 @@ def test_idle_is_not_a_stall_and_a_stuck_commit_is() -> None:
     assert w.state.peers == {"a": "connected", "b": "connecting"}
 
 
-def test_no_leader_without_quorum_is_logged_but_not_a_stall() -> None:
+@pytest.mark.parametrize("leader", [False, True])  # a lonely follower keeps naming its leader
+def test_no_quorum_is_logged_but_not_a_stall(leader: bool) -> None:
     w = RaftWatchdog(stall_after_s=5)
-    w.observe(_sample(3, 3, leader=False, connected=0), 0.0)
-    lines = w.observe(_sample(3, 3, leader=False, connected=0), 6.0)
-    assert not w.state.stalled and [lvl for lvl, _ in lines] == [logging.INFO]
+    w.observe(_sample(3, 3, leader=leader, connected=0), 0.0)
+    lines = w.observe(_sample(3, 3, leader=leader, connected=0), 6.0)
+    assert not w.state.stalled and [lvl for lvl, _ in lines] == [logging.WARNING]
+    assert "Raft waits: no quorum" in lines[0][1]
     lines = w.observe(_sample(3, 3, leader=False, connected=1), 17.0)
     assert w.state.stalled and lines[0][0] == logging.WARNING
 
