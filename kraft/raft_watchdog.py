@@ -16,7 +16,9 @@ showed progress, so an idle quorum reads 0 and a stalled one climbs: alert on it
 passes ``stall_after_s`` the watchdog logs every link's Raft state (then every
 ``log_every_s``), as a WARNING either way, worded "Raft stall" when a quorum of voters counts
 connected (this voter plus its connected peers are a majority: the quorum *should* commit;
-only this sets ``stalled``) and "Raft waits" when not (a partition or dead peers).
+only this sets ``stalled``) and "Raft waits" when not (a partition or dead peers). A gap of
+more than ``max_sample_gap_s`` between samples means this process itself did not run (it was
+paused): the count starts again rather than blaming the quorum for our own pause.
 
 The Raft listener: pysyncobj retries a failed bind every second, silently, and does nothing
 else until it succeeds — it neither dials nor votes (issue 27: a Raft port in the kernel's
@@ -67,16 +69,18 @@ class WatchdogState:
 
 class RaftWatchdog:
     def __init__(self, *, stall_after_s: float = 5.0, log_every_s: float = 10.0,
-                 bind_grace_s: float = 2.0) -> None:
+                 bind_grace_s: float = 2.0, max_sample_gap_s: float = 3.0) -> None:
         self.stall_after_s = stall_after_s
         self.log_every_s = log_every_s
         self.bind_grace_s = bind_grace_s
+        self.max_sample_gap_s = max_sample_gap_s
         self.state = WatchdogState()
         self._progress_at: float | None = None
         self._commit_index = -1
         self._unbound_since: float | None = None
         self._last_stall_log = float("-inf")
         self._last_bind_log = float("-inf")
+        self._last_sample: float | None = None
 
     def observe(self, sample: RaftSample, now: float) -> list[tuple[int, str]]:
         """Fold one sample in; returns ``(logging level, message)`` pairs to log."""
@@ -86,6 +90,9 @@ class RaftWatchdog:
         st.listener_bound = sample.listener_bound
         out += self._watch_listener(sample, now)
         quorum_reachable = 1 + sample.raft_connected > sample.voters / 2
+        if self._last_sample is not None and now - self._last_sample > self.max_sample_gap_s:
+            self._progress_at = None  # this process did not run (SIGSTOP, a stalled box): no verdict
+        self._last_sample = now
         # a follower cut off from every peer keeps naming its last leader: not idle, stuck
         idle = sample.leader_known and sample.last_index <= sample.commit_index and quorum_reachable
         if self._progress_at is None or idle or sample.commit_index != self._commit_index:

@@ -21,6 +21,7 @@ from rafka.kraft.raft_watchdog import RaftSample, RaftWatchdog
 from rafka.kraft.syncobj_engine import SyncObjQuorum
 
 pytestmark = pytest.mark.timeout(60)
+INF = float("inf")  # the pure tests sample sparsely: no gap means "this process was paused"
 
 
 def _sample(commit: int, last: int, *, leader: bool = True, connected: int = 2, bound: bool = True) -> RaftSample:
@@ -31,7 +32,7 @@ def _sample(commit: int, last: int, *, leader: bool = True, connected: int = 2, 
 
 
 def test_idle_is_not_a_stall_and_a_stuck_commit_is() -> None:
-    w = RaftWatchdog(stall_after_s=5, log_every_s=10)
+    w = RaftWatchdog(stall_after_s=5, log_every_s=10, max_sample_gap_s=INF)
     assert w.observe(_sample(7, 7), 0.0) == []
     assert w.observe(_sample(7, 7), 60.0) == [] and w.state.seconds_since_commit == 0  # idle
     w.observe(_sample(7, 9), 61.0)  # two entries wait (appended after the idle sample at 60)
@@ -46,7 +47,7 @@ def test_idle_is_not_a_stall_and_a_stuck_commit_is() -> None:
 
 @pytest.mark.parametrize("leader", [False, True])  # a lonely follower keeps naming its leader
 def test_no_quorum_is_logged_but_not_a_stall(leader: bool) -> None:
-    w = RaftWatchdog(stall_after_s=5)
+    w = RaftWatchdog(stall_after_s=5, max_sample_gap_s=INF)
     w.observe(_sample(3, 3, leader=leader, connected=0), 0.0)
     lines = w.observe(_sample(3, 3, leader=leader, connected=0), 6.0)
     assert not w.state.stalled and [lvl for lvl, _ in lines] == [logging.WARNING]
@@ -55,8 +56,18 @@ def test_no_quorum_is_logged_but_not_a_stall(leader: bool) -> None:
     assert w.state.stalled and lines[0][0] == logging.WARNING
 
 
+def test_our_own_pause_is_not_counted() -> None:
+    w = RaftWatchdog(stall_after_s=5, max_sample_gap_s=3)
+    w.observe(_sample(7, 7), 0.0)
+    w.observe(_sample(7, 7), 0.5)
+    assert w.observe(_sample(7, 9), 10.5) == [] and w.state.seconds_since_commit == 0  # SIGSTOPped 10 s
+    for t in (12.0, 14.0, 16.0):
+        w.observe(_sample(7, 9), t)
+    assert w.state.stalled  # but a stall after the resume still counts
+
+
 def test_unbound_listener_is_an_error_after_the_grace() -> None:
-    w = RaftWatchdog(bind_grace_s=2, log_every_s=10)
+    w = RaftWatchdog(bind_grace_s=2, log_every_s=10, max_sample_gap_s=INF)
     assert w.observe(_sample(0, 0, bound=False), 0.0) == []
     errors = [m for lvl, m in w.observe(_sample(0, 0, bound=False), 2.5) if lvl == logging.ERROR]
     assert len(errors) == 1 and "127.0.0.1:1 not bound" in errors[0] and "Address already in use" in errors[0]
