@@ -181,7 +181,10 @@ class ControllerChannel:
                 if hinted and viewed in (None, (host, port)):
                     target = (host, port)  # type: ignore[assignment]
                     continue  # a fresh hint is worth trying at once
-                target = self._next_target(avoid=target)
+                # the viewed leader itself says NOT_CONTROLLER: elected, not active yet — ask it
+                # again after the backoff; rotating could land on the deposed voter for a whole
+                # attempt timeout (seen in the torture: an isolated former leader, 5 s)
+                target = viewed if viewed is not None else self._rotate(avoid=target)
             await trio.sleep(backoff_ms(attempt, 10, _MAX_BACKOFF_MS) / 1000)
         raise last
 

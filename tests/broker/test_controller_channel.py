@@ -116,3 +116,34 @@ async def test_with_a_leader_view_a_refused_voter_is_an_error_not_a_crash() -> N
         out = await channel.request(ApiKey.BROKER_HEARTBEAT, BODY, attempt_timeout_s=5.0)
         assert out["error"] == 0
         nursery.cancel_scope.cancel()
+
+
+async def test_a_leader_not_yet_active_is_asked_again_not_the_deposed_one() -> None:
+    """The viewed leader answers NOT_CONTROLLER (no hint) until its activation commits; the
+    channel must wait for it, not rotate to the next voter — the deposed, silent one — for a
+    whole attempt timeout (found by the quorum torture: isolate-leader, 5 s)."""
+    paused_conns = 0
+    activated_at = trio.current_time() + 0.3
+
+    async def paused(stream: trio.SocketStream) -> None:
+        nonlocal paused_conns
+        paused_conns += 1
+        await trio.sleep_forever()
+
+    async def voter1(req: Request) -> dict[str, Any]:
+        if trio.current_time() < activated_at:
+            return {"error": int(ErrorCode.NOT_CONTROLLER), "message": "elected, not active yet",
+                    "leader_id": -1, "leader_host": None, "leader_port": None}
+        return {"error": 0, "message": "", "is_fenced": False, "should_shutdown": False}
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, paused, 0, host="127.0.0.1"))
+        port3 = listeners[0].socket.getsockname()[1]
+        port1 = await nursery.start(Server(voter1, "127.0.0.1", 0).serve)
+        channel = ControllerChannel(ConnectionPool(nursery), [(1, "127.0.0.1", port1), (3, "127.0.0.1", port3)],
+                                    leader_view=lambda: 1)
+        t0 = trio.current_time()
+        out = await channel.request(ApiKey.BROKER_HEARTBEAT, BODY, attempt_timeout_s=5.0)
+        assert out["error"] == 0 and paused_conns == 0
+        assert trio.current_time() - t0 < 1.5
+        nursery.cancel_scope.cancel()
