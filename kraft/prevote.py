@@ -134,6 +134,7 @@ class PreVoteSyncObj(SyncObj):  # type: ignore[misc]
             return
         if kind == "append_entries" and message.get("term", -1) >= self._pv_term():
             self._pv_leader_contact = now
+            self._pv_passed_term = None  # a won pre-vote not yet used is void: a leader is back
         SyncObj._SyncObj__onMessageReceived(self, node, message)
 
     def _on_pre_vote(self, node: Any, message: dict[str, Any]) -> None:
