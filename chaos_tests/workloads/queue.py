@@ -354,9 +354,9 @@ def _coordinator_of(consumer: Any, group: str) -> int | None:
     (``client/aio/coordinator.py``: set when FIND_COORDINATOR answered, dropped when the node
     failed a request), or None.  After a commit answered ``ok``: the node that answered."""
     try:
-        from rafka.client.aio.coordinator import KEY_TYPE_GROUP, _known
+        from rafka.client.aio.coordinator import KEY_TYPE_GROUP, known_coordinator
 
-        return _node_id((_known.get(consumer._core) or {}).get((KEY_TYPE_GROUP, group)))
+        return _node_id(known_coordinator(consumer._core, KEY_TYPE_GROUP, group))
     except Exception:  # noqa: BLE001 - best effort annotation
         return None
 
