@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.client.connection import ConnectionPool, backoff_ms
+from rafka.wire.connection import ConnectionPool, backoff_ms
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
 __all__ = ["ControllerChannel", "FORWARDED_KEY"]
 

@@ -31,7 +31,7 @@ others through the node's ``ConnectionPool`` — all concurrently and bounded by
 ``LAG_TIMEOUT_S``; a leader that does not answer in time leaves its partitions without a lag
 sample in that scrape rather than delaying it. Nothing is computed between scrapes.
 
-``serve(host, port)`` runs the HTTP endpoint (``broker/http_server.py``) in the caller's
+``serve(host, port)`` runs the HTTP endpoint (``wire/http_server.py``) in the caller's
 nursery: ``GET /metrics`` (text exposition format), ``GET /`` a pointer to it.
 """
 
@@ -52,11 +52,11 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from rafka.broker.errors import RafkaError
-from rafka.broker.http_server import HttpResponse, serve_http
-from rafka.broker.protocol import ApiKey, Request
 from rafka.broker.server import Dispatch, Reply
 from rafka.metadata.image import MetadataImage, TopicPartition
+from rafka.wire.errors import RafkaError
+from rafka.wire.http_server import HttpResponse, serve_http
+from rafka.wire.protocol import ApiKey, Request
 
 __all__ = ["NodeMetrics", "LAG_TIMEOUT_S", "REQUEST_BUCKETS_S"]
 
@@ -211,7 +211,7 @@ class NodeMetrics:
 
     def _coordinates(self, image: MetadataImage, group_id: str) -> bool:
         """This broker leads the group's ``__consumer_offsets`` partition."""
-        from rafka.kraft.groups.offsets import offsets_partition
+        from rafka.broker.groups.offsets import offsets_partition
 
         t = image.topics.get(_OFFSETS_TOPIC)
         if t is None or not t.partitions:

@@ -5,7 +5,7 @@ Theory of operation
 ``Server.serve`` binds the listener and calls ``task_status.started(port)``; each accepted
 connection runs in its own nursery (``_Connection.run``):
 
-* one reader loop cuts frames (``broker.frame_reader.FrameReader``: large frames are received
+* one reader loop cuts frames (``wire.frame_reader.FrameReader``: large frames are received
   straight into a reused buffer) and starts one task per request in the
   connection's nursery, at most ``max_in_flight`` at a time (an excess request is answered at
   once with ``TOO_MANY_IN_FLIGHT``);
@@ -41,7 +41,7 @@ from one address (``security.connections.ConnectionCounter``, shared by a node's
 the node passes one as ``connections``) → the new one gets a ``TOO_MANY_CONNECTIONS`` response
 (correlation id −1) and is closed; a frame longer than
 ``max_frame_bytes`` → ``FRAME_TOO_LARGE`` (−1) and close (a frame's buffer grows as its bytes
-arrive, within the listener's ``FrameBudget``: ``broker/frame_reader.py``); a connection that
+arrive, within the listener's ``FrameBudget``: ``wire/frame_reader.py``); a connection that
 completes no frame and has no request in flight for ``connections_max_idle_ms`` is closed; a payload that is not a request, an
 unknown api or a body that fails its schema → an error response carrying the correlation id
 when ``peek_correlation_id`` can read it (the framing is intact, so the connection stays open).
@@ -76,14 +76,18 @@ import dataclasses
 import logging
 import os
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError
-from rafka.broker.frame_reader import FrameBudget, FrameReader
-from rafka.broker.protocol import (
+from rafka.security.connections import ConnectionCounter
+from rafka.security.sasl import SASL_APIS, SaslGate
+from rafka.security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
+from rafka.wire.dispatch import _BYTES, Dispatch, FileSlice, Reply, error_body
+from rafka.wire.errors import ErrorCode, RafkaError
+from rafka.wire.frame_reader import FrameBudget, FrameReader
+from rafka.wire.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     ApiKey,
     FrameTooLargeError,
@@ -92,9 +96,6 @@ from rafka.broker.protocol import (
     encode_response_head,
     peek_correlation_id,
 )
-from rafka.security.connections import ConnectionCounter
-from rafka.security.sasl import SASL_APIS, SaslGate
-from rafka.security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
 
 if TYPE_CHECKING:
     from rafka.security.listener import ListenerSecurity
@@ -109,53 +110,6 @@ _SENDFILE_CHUNK = 4 * 1024 * 1024
 # ones stream the slices with sendfile. See _send_reply.
 SMALL_REPLY_BYTES = 16 * 1024
 MAX_THROTTLE_MS = 60_000  # the longest an answer is held for a quota (security/throttle.py)
-
-
-@dataclass(slots=True)
-class FileSlice:
-    """``length`` bytes at ``position`` of ``fd``; the server owns ``fd`` and closes it.
-    Any object with ``fd``, ``position``, ``length`` and ``close()`` will do
-    (``log.partition_log.FetchSlice`` is one)."""
-
-    fd: int
-    position: int
-    length: int
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = -1
-
-
-RawPart = bytes | bytearray | memoryview | FileSlice
-_BYTES = (bytes, bytearray, memoryview)
-
-
-@dataclass(slots=True)
-class Reply:
-    """A response body plus the raw bytes that follow it on the wire (fetch)."""
-
-    body: dict[str, Any]
-    raw: Sequence[RawPart] = ()
-
-    @property
-    def raw_len(self) -> int:
-        return sum(len(p) if isinstance(p, _BYTES) else p.length for p in self.raw)
-
-    def close(self) -> None:
-        for p in self.raw:
-            if not isinstance(p, _BYTES):
-                with contextlib.suppress(OSError):
-                    p.close()
-
-
-# A handler returns a Reply, a bare body, or None (no response: produce with acks=0).
-Dispatch = Callable[[Request], Awaitable[Reply | dict[str, Any] | None]]
-
-
-def error_body(code: int | ErrorCode, message: str = "") -> dict[str, Any]:
-    return {"error": int(code), "message": message or ErrorCode(code).name}
 
 
 _REFUSE_DRAIN_BYTES = 64 * 1024

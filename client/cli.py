@@ -1,4 +1,4 @@
-"""The ``rafka`` command: client commands here, ``server`` / ``cluster`` from ``rafka.broker.cli``.
+"""The client commands of ``rafka`` (``rafka.cli`` adds ``server`` / ``cluster`` / ``chaos``).
 
 Every client command takes ``--bootstrap`` (env ``RAFKA_BOOTSTRAP``, default 127.0.0.1:9092)
 and the security options (``client/connect_options.py``: ``--security-protocol``, ``--user`` /
@@ -25,7 +25,7 @@ from rafka.client.topic_cli import (
     version_option,
 )
 
-__all__ = ["main"]
+__all__ = ["main", "whole_summaries"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -468,41 +468,7 @@ from rafka.client.console import console as _console  # noqa: E402 - rafka conso
 main.add_command(_console, "console")
 
 
-# ---------------------------------------------------------------------- node commands
-
-
-def _add_broker_commands() -> None:
-    try:
-        from rafka.broker.cli import cluster, server  # the broker engineer's commands
-    except ImportError as exc:
-        missing = str(exc)
-
-        @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-        def server() -> None:
-            """Run one node (not available in this build)."""
-            _fail(f"the broker is not available: {missing}")
-
-        @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-        def cluster() -> None:
-            """Start/stop a local cluster (not available in this build)."""
-            _fail(f"the broker is not available: {missing}")
-
-        return
-    main.add_command(server, "server")
-    main.add_command(cluster, "cluster")
-
-
-_add_broker_commands()
-
-try:  # `rafka chaos ...` (chaos_tests/, optional in a client-only install)
-    from rafka.chaos_tests.cli import chaos
-except ImportError:  # pragma: no cover
-    chaos = None
-if chaos is not None:
-    main.add_command(chaos)
-
-
-def _whole_summaries(group: click.Group) -> None:
+def whole_summaries(group: click.Group) -> None:
     """Command lists (``rafka --help``, ``rafka group --help``…) show each command's whole first
     sentence, wrapped, instead of cutting it at the terminal width with "..."."""
 
@@ -519,11 +485,4 @@ def _whole_summaries(group: click.Group) -> None:
     group.format_commands = format_commands  # type: ignore[method-assign]
     for cmd in group.commands.values():
         if isinstance(cmd, click.Group):
-            _whole_summaries(cmd)
-
-
-_whole_summaries(main)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+            whole_summaries(cmd)

@@ -31,7 +31,7 @@ option                        env                                             pr
 
 ``--timeout SECONDS`` (default 10) bounds how long a command tries to reach the cluster: a
 connection attempt, and the whole bootstrap (no address answering) of every client the command
-builds, after which it fails naming each address tried and why (``client.connection``'s
+builds, after which it fails naming each address tried and why (``wire.connection``'s
 ambient setup timeout; Kafka's ``socket.connection.setup.timeout.ms``).
 
 The properties file also takes Kafka's ``sasl.jaas.config`` (``username="…" password="…"``)
@@ -59,8 +59,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rafka.client.connection import CONNECTION_SETUP_TIMEOUT_MS, ambient_setup_timeout
 from rafka.security.client import ambient_security
+from rafka.wire.connection import CONNECTION_SETUP_TIMEOUT_MS, ambient_setup_timeout
 
 __all__ = ["connection_options", "read_properties", "settings_from_properties",
            "client_settings", "read_password_file", "DEFAULT_BOOTSTRAP"]

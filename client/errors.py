@@ -1,6 +1,6 @@
 """Errors a rafka client can raise.
 
-Theory of operation: every error that comes from a broker is a ``broker.errors.RafkaError``
+Theory of operation: every error that comes from a broker is a ``wire.errors.RafkaError``
 subclass named after its wire code (``NotLeaderOrFollowerError``, ``OffsetOutOfRangeError``,
 …); this module re-exports all of them so that ``rafka.client.errors`` is the one place users import
 from. Errors that only a client can meet (a full buffer, a closed client, a local timeout) are
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import rafka.broker.errors as _wire
-from rafka.broker.errors import (
+import rafka.wire.errors as _wire
+from rafka.wire.errors import (
     ErrorCode,
     ProtocolError,
     RafkaError,
@@ -123,7 +123,7 @@ class TransactionAbortedError(ClientError):
     code = ErrorCode.INVALID_TXN_STATE
 
 
-def __getattr__(name: str) -> Any:  # the per-code classes of broker.errors
+def __getattr__(name: str) -> Any:  # the per-code classes of wire.errors
     try:
         return getattr(_wire, name)
     except AttributeError:

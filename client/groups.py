@@ -41,7 +41,7 @@ fewer records per poll (``max_poll_records``) or raise ``max_poll_interval_ms``;
 leaves on every batch makes the whole group rebalance on every batch.
 
 Commits go to the group's coordinator: the leader of ``__consumer_offsets`` partition
-``crc32(group) % partitions`` (``kraft/groups/offsets.py``), which any broker names through
+``crc32(group) % partitions`` (``broker/groups/offsets.py``), which any broker names through
 FIND_COORDINATOR (``client/aio/coordinator.py``; the broker creates the topic, as the node, when
 it is missing). On a secured cluster that needs describe on the group, and a principal without it
 gets ``GroupAuthorizationFailedError`` at once. The module also holds the small admin helpers
@@ -58,15 +58,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import ClientCore
 from rafka.client.aio.consumer import AsyncConsumer
 from rafka.client.aio.coordinator import KEY_TYPE_GROUP, coordinator_node, forget_coordinator
 from rafka.client.aio.offsets import list_offsets
-from rafka.client.connection import backoff_ms
 from rafka.client.errors import BootstrapTimeoutError, FencedInstanceIdError, UnresolvableHostError
 from rafka.client.types import CommitOffsets, OffsetAndMetadata, TopicPartition, commit_offsets
+from rafka.wire.connection import backoff_ms
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = [
     "GroupMembership",

@@ -30,7 +30,7 @@ without a secret answers ``secret_proof = None`` at once; an older voter that an
 first request with a proof over the bare nonce is still checked (rolling upgrades).
 
 Who is wrong when two nodes disagree? The majority: a node stops with the error (clear line,
-exit code 2: ``broker/node.py``) once the voters that disagree with it are so many that the
+exit code 2: ``rafka/node.py``) once the voters that disagree with it are so many that the
 ones left cannot form a majority of the quorum — i.e. it could never take part in a majority
 that agrees with its config. A disagreeing voter that is in the minority is reported in the
 log (ERROR, once) and the node keeps running. Unreachable voters are retried (backoff up to
@@ -51,8 +51,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
-from rafka.broker.protocol import ApiKey
 from rafka.kraft.quorum import QuorumConfigError
+from rafka.wire.protocol import ApiKey
 
 __all__ = [
     "ClusterIdMismatchError",
@@ -130,7 +130,7 @@ Request = Callable[[tuple[str, int], dict[str, Any]], Awaitable[dict[str, Any] |
 
 
 async def _describe_local(addr: tuple[str, int], body: dict[str, Any]) -> dict[str, Any] | None:
-    from rafka.client.connection import connect
+    from rafka.wire.connection import connect
 
     try:
         with trio.move_on_after(2):

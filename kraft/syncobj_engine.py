@@ -65,7 +65,6 @@ from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.node import TCPNode
 from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.tcp_server import SERVER_STATE
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.kraft.durable_journal import patched_create_journal
 from rafka.kraft.metadata_log import MetadataLog, decode_frames, encode_frame
 from rafka.kraft.quorum import (
@@ -80,6 +79,7 @@ from rafka.kraft.quorum import (
 from rafka.kraft.raft_guard import GuardedTransport
 from rafka.kraft.voters import StaleIncarnationError, VoterRegistry
 from rafka.metadata import MetadataImage
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
 __all__ = ["QuorumConfigError", "SyncObjQuorum", "check_cluster_secret", "raft_conf_from_settings"]
 

@@ -22,7 +22,7 @@ The state follows KIP-848:
   empty).
 * ``GroupDeleted`` — the group's membership state is gone (written when its last member leaves).
   The group itself, as users see it, lives on while it has committed offsets in
-  ``__consumer_offsets`` (state ``Empty``; see ``kraft/groups/offsets.py``).
+  ``__consumer_offsets`` (state ``Empty``; see ``broker/groups/offsets.py``).
 
 Invariant the coordinator keeps (tested there): the sets ``assigned ∪ pending_revocation`` of the
 members of a group are pairwise disjoint, so no partition is ever owned by two members.

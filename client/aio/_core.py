@@ -32,24 +32,24 @@ from collections.abc import Iterable
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey, Response
-from rafka.client.connection import (
-    ConnectionPool,
-    PendingResponse,
-    backoff_ms,
-    parse_bootstrap,
-    setup_timeout_ms,
-)
 from rafka.client.errors import (
     BootstrapTimeoutError,
     KafkaTimeoutError,
     NoBrokersAvailableError,
     UnresolvableHostError,
 )
-from rafka.client.gc_freeze import freeze_startup_objects
 from rafka.client.types import BrokerMetadata, PartitionMetadata, TopicPartition
 from rafka.security.client import ClientSecurity
+from rafka.wire.connection import (
+    ConnectionPool,
+    PendingResponse,
+    backoff_ms,
+    parse_bootstrap,
+    setup_timeout_ms,
+)
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.gc_freeze import freeze_startup_objects
+from rafka.wire.protocol import ApiKey, Response
 
 __all__ = ["ClusterMetadata", "ClientCore", "REFRESH_CODES", "is_retriable"]
 

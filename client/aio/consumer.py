@@ -50,7 +50,6 @@ from types import TracebackType
 from typing import Any, ClassVar, Protocol
 
 import trio
-from rafka.broker.errors import RafkaError
 from rafka.client.aio._core import ClientCore
 from rafka.client.aio.conveniences import Deserializer, GetManyApi, deserializing_take
 from rafka.client.aio.fetch import CompletedFetch
@@ -69,6 +68,7 @@ from rafka.client.types import (
     TopicPartition,
 )
 from rafka.security.client import SECURITY_OPTIONS, ClientSecurity
+from rafka.wire.errors import RafkaError
 
 __all__ = ["AsyncConsumer", "Coordinator"]
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 import weakref
 from typing import Final
 
-from rafka.broker.errors import ErrorCode, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import ClientCore
+from rafka.wire.errors import ErrorCode, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["KEY_TYPE_GROUP", "KEY_TYPE_TRANSACTION", "coordinator_node", "known_coordinator",
            "forget_coordinator"]

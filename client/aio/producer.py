@@ -45,7 +45,6 @@ from types import TracebackType
 from typing import Any, Literal
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.client.aio._core import ClientCore
 from rafka.client.aio.accumulator import (
     PartitionState,
@@ -67,6 +66,7 @@ from rafka.client.partitioner import Murmur2Partitioner, Partitioner, make_parti
 from rafka.client.throttle_stats import ThrottleMeter
 from rafka.client.types import TopicPartition
 from rafka.security.client import ClientSecurity
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
 __all__ = ["AsyncProducer"]
 

@@ -65,8 +65,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import Any, Protocol
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_class, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
 from rafka.client.aio.coordinator import (
     KEY_TYPE_GROUP,
@@ -74,7 +72,6 @@ from rafka.client.aio.coordinator import (
     coordinator_node,
     forget_coordinator,
 )
-from rafka.client.connection import backoff_ms
 from rafka.client.errors import (
     IllegalStateError,
     IllegalTxnStateError,
@@ -88,6 +85,9 @@ from rafka.client.types import (
     TopicPartition,
     commit_offsets,
 )
+from rafka.wire.connection import backoff_ms
+from rafka.wire.errors import ErrorCode, RafkaError, error_class, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["ErrorKind", "TransactionManager", "TransactionalApi", "TxnState", "classify"]
 

@@ -61,7 +61,7 @@ Static membership (KIP-345)
 Leaving (epoch −1) removes a member at once; the last member's departure deletes the group's
 *membership* metadata (``GroupDeleted``), not the group: its committed offsets stay in
 ``__consumer_offsets``, and a group exists — ``rafka group list`` / ``describe`` show it, in state
-``Empty`` — while it has members **or** committed offsets (``kraft/groups/offsets.py``); it goes
+``Empty`` — while it has members **or** committed offsets (``broker/groups/offsets.py``); it goes
 away on ``rafka group delete`` (offsets tombstoned). ``remove_members`` does the same for members
 whose session (or rebalance) timed out.
 """
@@ -72,7 +72,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from rafka.broker.errors import ErrorCode
 from rafka.kraft.groups.assignor import assign
 from rafka.metadata.groups import (
     TP,
@@ -85,6 +84,7 @@ from rafka.metadata.groups import (
     GroupRecord,
     member_record,
 )
+from rafka.wire.errors import ErrorCode
 
 __all__ = [
     "JOIN_EPOCH",
@@ -140,7 +140,7 @@ class HeartbeatRequest:
     def from_body(
         cls, body: Mapping[str, Any], client_id: str = "", client_host: str = ""
     ) -> HeartbeatRequest:
-        """From a validated CONSUMER_GROUP_HEARTBEAT body (see ``broker/protocol.py``)."""
+        """From a validated CONSUMER_GROUP_HEARTBEAT body (see ``wire/protocol.py``)."""
         subs = body.get("subscribed_topics")
         owned = body.get("owned_partitions")
         return cls(

@@ -15,10 +15,10 @@ from typing import Any
 
 import trio
 from rafka.broker.controller_channel import ControllerChannel
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey, Request
 from rafka.broker.server import Server
-from rafka.client.connection import ConnectionPool
+from rafka.wire.connection import ConnectionPool
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey, Request
 
 BODY = {"broker_id": 7, "broker_epoch": 1, "metadata_offset": 0, "want_fence": False,
         "want_shutdown": False}

@@ -7,8 +7,8 @@ import struct
 import pytest
 import trio
 import trio.testing
-from rafka.broker.frame_reader import FrameBudget, FrameReader
-from rafka.broker.protocol import FrameTooLargeError
+from rafka.wire.frame_reader import FrameBudget, FrameReader
+from rafka.wire.protocol import FrameTooLargeError
 
 MiB = 1024 * 1024
 pytestmark = pytest.mark.timeout(20)

@@ -98,7 +98,7 @@ def test_reset_offsets_cli_is_a_dry_run_until_execute(bootstrap: str, make_topic
     lag = json.loads(rafka("group", "lag", "--json", "--bootstrap", bootstrap).stdout)
     assert {"group": group, "state": "Empty", "members": 0, "lag": 4, "partitions": 2} in lag
 
-    member = subprocess.Popen([sys.executable, "-m", "rafka.client.cli", "consume", topic, "--group", group,
+    member = subprocess.Popen([sys.executable, "-m", "rafka.cli", "consume", topic, "--group", group,
                                "--bootstrap", bootstrap], cwd=ROOT, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:

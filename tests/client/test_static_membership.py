@@ -47,7 +47,7 @@ def test_a_restarted_static_member_gets_its_partitions_back_at_once(bootstrap: s
     topic = make_topic(4)
     group = f"static-{topic}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rafka.client.cli", "consume", topic, "--group", group,
+        [sys.executable, "-m", "rafka.cli", "consume", topic, "--group", group,
          "--instance-id", "worker-1", "--bootstrap", bootstrap],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rafka.broker.errors import ErrorCode
 from rafka.kraft.groups.coordinator import (
     GroupConfig,
     HeartbeatRequest,
@@ -15,6 +14,7 @@ from rafka.kraft.groups.coordinator import (
     remove_members,
 )
 from rafka.metadata.groups import GroupDeleted, GroupsDelta, GroupsImage, groups_to_records
+from rafka.wire.errors import ErrorCode
 
 
 class Sim:

@@ -27,13 +27,13 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.protocol import ApiKey
+from rafka.broker.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from rafka.client.aio._core import ClientCore
 from rafka.client.errors import UnknownMemberIdError  # type: ignore[attr-defined]
 from rafka.client.groups import coordinator_request
 from rafka.client.sync import Admin, Consumer, Producer
 from rafka.client.types import TopicPartition
-from rafka.kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from rafka.wire.protocol import ApiKey
 
 from .conftest import PROJECT_ROOT, JsonLinesProc, LocalCluster, wait_until
 
@@ -109,7 +109,7 @@ def procs(tmp_path: Path):
 
 
 def rafka(*args: str, bootstrap: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rafka.client.cli", *args, "--bootstrap", bootstrap],
+    return subprocess.run([sys.executable, "-m", "rafka.cli", *args, "--bootstrap", bootstrap],
                           capture_output=True, text=True, timeout=120, cwd=str(PROJECT_ROOT))
 
 

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rafka.broker.cluster import RAFT_PORT_OFFSET, free_port_block
 from rafka.client.sync import Admin, Producer
+
+from rafka.cluster import RAFT_PORT_OFFSET, free_port_block
 
 from .conftest import PROJECT_ROOT, LocalCluster, _wait_gone
 from .test_readme_tour import python_snippet
@@ -47,7 +48,7 @@ def rafka(*args: str, bootstrap: str | None = None, input: bytes | None = None,
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     if bootstrap is not None:
         env["RAFKA_BOOTSTRAP"] = bootstrap
-    return subprocess.run([sys.executable, "-m", "rafka.client.cli", *args], input=input.decode() if input else None,
+    return subprocess.run([sys.executable, "-m", "rafka.cli", *args], input=input.decode() if input else None,
                           capture_output=True, text=True, timeout=timeout, cwd=str(PROJECT_ROOT), env=env)
 
 
@@ -178,7 +179,7 @@ def foreground_cluster(tmp_path: Path, *extra: str, nodes: int = 1
     port = free_port_block(nodes)
     data = tmp_path / "cluster"
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "rafka.client.cli", "cluster", "up", "--nodes", str(nodes),
+    proc = subprocess.Popen([sys.executable, "-m", "rafka.cli", "cluster", "up", "--nodes", str(nodes),
                              "--data-dir", str(data), "--port", str(port), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(PROJECT_ROOT), env=env)
     pids: list[int] = []
@@ -260,7 +261,7 @@ def test_sigterm_consumer_leaves_its_group_and_active_group_reset_is_refused(clu
     b = cluster1.bootstrap
     make_topic(b, "clicks", 2)
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "RAFKA_BOOTSTRAP": b, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "rafka.client.cli", "consume", "clicks", "--group", "readers",
+    proc = subprocess.Popen([sys.executable, "-m", "rafka.cli", "consume", "clicks", "--group", "readers",
                              "--from-beginning"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=str(PROJECT_ROOT), env=env)
     try:

@@ -139,7 +139,7 @@ async def test_a_real_node_never_unpickles_its_data_dir(tmp_path: Path) -> None:
         Path(f"{j}.meta").write_bytes(pickle.dumps({"currentTerm": _Boom()}))
     env = {**os.environ, "RAFKA_BOOM_MARKER": str(marker),
            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.Popen([sys.executable, "-m", "rafka.broker.node", "--config", str(tmp_path / "node.toml")],
+    proc = subprocess.Popen([sys.executable, "-m", "rafka.node", "--config", str(tmp_path / "node.toml")],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         out, _ = proc.communicate(timeout=30)

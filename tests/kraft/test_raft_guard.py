@@ -11,9 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
-from rafka.broker.cluster import free_port_block
 from rafka.kraft import raft_guard
 from rafka.kraft.raft_guard import GuardedTransport
+
+from rafka.cluster import free_port_block
 
 
 @pytest.fixture

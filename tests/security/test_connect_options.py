@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-from rafka.client.cli import main
 from rafka.client.connect_options import (
     client_settings,
     connection_options,
@@ -17,6 +16,8 @@ from rafka.client.connect_options import (
     settings_from_properties,
 )
 from rafka.security.client import ClientSecurity, ambient_security
+
+from rafka.cli import main
 
 
 def test_read_properties_as_java_does():

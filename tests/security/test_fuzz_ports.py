@@ -28,10 +28,10 @@ import struct
 import time
 
 import trio
-from rafka.broker.cluster import RAFT_PORT_OFFSET, free_port_block
 from rafka.client.aio import AsyncAdmin
 from rafka.client.console.server import run_console
 
+from rafka.cluster import RAFT_PORT_OFFSET, free_port_block
 from tests.security.test_fuzz import node_pid, rss_kb
 from tests.security.test_secured_broker import create_topic, produce, running_node
 

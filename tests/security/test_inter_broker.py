@@ -11,15 +11,7 @@ from types import SimpleNamespace
 import pytest
 import trio
 from rafka.broker.config import ConfigError, parse_config
-from rafka.broker.errors import (
-    IllegalSaslStateError,
-    NetworkException,
-    RafkaError,
-    TlsHandshakeFailedError,
-)
-from rafka.broker.protocol import ApiKey, Request
 from rafka.broker.server import FileSlice, Reply, Server
-from rafka.client.connection import connect
 from rafka.kraft.scram_admin import decide_scram
 from rafka.metadata import MetadataImage
 from rafka.metadata.image import BrokerRegistration
@@ -27,6 +19,14 @@ from rafka.security.certs import CertAuthority, write_node_files
 from rafka.security.client import ClientSecurity
 from rafka.security.listener import ListenerSecurity, SecurityConfig, node_bypass, parse_security
 from rafka.security.peer_pool import PeerPool
+from rafka.wire.connection import connect
+from rafka.wire.errors import (
+    IllegalSaslStateError,
+    NetworkException,
+    RafkaError,
+    TlsHandshakeFailedError,
+)
+from rafka.wire.protocol import ApiKey, Request
 
 from tests.security.test_listener import CREDS, ask, dispatch
 
@@ -238,7 +238,7 @@ async def test_pipelined_file_replies_cross_tls_intact(pki, tmp_path):
 
 
 async def test_large_frames_cross_tls_intact(pki):
-    """Frames over the direct-receive limit both ways over TLS (broker/frame_reader.py's TLS
+    """Frames over the direct-receive limit both ways over TLS (wire/frame_reader.py's TLS
     path: one decrypted record at a time into the frame's buffer)."""
     d, _ca = pki
 

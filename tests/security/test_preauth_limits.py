@@ -18,9 +18,9 @@ import struct
 import time
 
 import trio
-from rafka.broker.cluster import RAFT_PORT_OFFSET
 from rafka.client.aio import AsyncAdmin
 
+from rafka.cluster import RAFT_PORT_OFFSET
 from tests.security.test_fuzz import node_pid, rss_kb
 from tests.security.test_secured_broker import create_topic, end_offset, produce, running_node
 
@@ -117,9 +117,9 @@ async def test_the_raft_port_drops_an_unauthenticated_stream_before_buffering_it
 
 async def test_describe_quorum_proves_the_secret_only_to_a_caller_that_proved_it_first(tmp_path) -> None:
     """Item 3: no HMAC of the secret over a nonce the caller picked, for a caller without it."""
-    from rafka.broker.protocol import ApiKey
-    from rafka.client.connection import connect
     from rafka.kraft.membership import caller_proof, secret_proof
+    from rafka.wire.connection import connect
+    from rafka.wire.protocol import ApiKey
 
     secret = "s3cret-for-the-oracle-test"
     with running_node(tmp_path, top=f'cluster_secret = "{secret}"') as (plain, *_), trio.fail_after(60):

@@ -17,17 +17,18 @@ from pathlib import Path
 
 import pytest
 import trio
-from rafka.broker.cluster import RAFT_PORT_OFFSET, free_port_block
-from rafka.broker.errors import (
+from rafka.client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
+from rafka.client.types import TopicPartition
+from rafka.security.certs import CertAuthority, write_node_files
+from rafka.wire.errors import (
     InvalidReplicationFactorError,
     RafkaError,
     SaslAuthenticationFailedError,
     TlsHandshakeFailedError,
     TlsRequiredError,
 )
-from rafka.client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
-from rafka.client.types import TopicPartition
-from rafka.security.certs import CertAuthority, write_node_files
+
+from rafka.cluster import RAFT_PORT_OFFSET, free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +62,7 @@ protocol = "SASL_SSL"
 {extra}
 {tables}
 """)
-    proc = subprocess.Popen([sys.executable, "-m", "rafka.broker.node", "--config", str(cfg)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "rafka.node", "--config", str(cfg)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "stderr", "wb"),
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The framing is ``broker.protocol.FrameDecoder``'s (4-byte big-endian length, then the payload);
+The framing is ``wire.protocol.FrameDecoder``'s (4-byte big-endian length, then the payload);
 this is its I/O twin for the two hot readers, the broker's connection loop and the client's
 ``Connection``. Small frames are cut out of a shared receive buffer (one copy each). A frame
 of at least ``_DIRECT_MIN_BYTES`` that has not fully arrived gets its own buffer and the rest of
@@ -52,7 +52,7 @@ import ssl
 import struct
 
 import trio
-from rafka.broker.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
+from rafka.wire.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
 
 __all__ = ["FrameReader", "FrameBudget"]
 

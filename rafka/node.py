@@ -1,4 +1,4 @@
-"""One rafka node process: ``python -m rafka.broker.node --config node.toml`` (= ``rafka server``).
+"""One rafka node process: ``python -m rafka.node --config node.toml`` (= ``rafka server``).
 
 Theory of operation
 -------------------
@@ -41,6 +41,7 @@ import sys
 from typing import Any
 
 import trio
+
 from rafka.broker.config import ConfigError, NodeConfig, load_config
 from rafka.broker.controller_channel import ControllerChannel
 from rafka.broker.events import EventLog
@@ -49,8 +50,6 @@ from rafka.broker.lifecycle import BrokerLifecycle
 from rafka.broker.metadata_listener import MetadataListener, MetadataPublisher
 from rafka.broker.replica_manager import ReplicaManager
 from rafka.broker.server import Server, ServerLimits
-from rafka.client.connection import ConnectionPool
-from rafka.client.gc_freeze import freeze_startup_objects
 from rafka.security.authz import authorizing_dispatch
 from rafka.security.connections import ConnectionCounter
 from rafka.security.listener import (
@@ -61,6 +60,8 @@ from rafka.security.listener import (
     node_bypass,
     secured_dispatch,
 )
+from rafka.wire.connection import ConnectionPool
+from rafka.wire.gc_freeze import freeze_startup_objects
 
 __all__ = ["run_node", "main", "setup_logging"]
 
@@ -299,7 +300,7 @@ class _Node:
                 nursery.cancel_scope.cancel()
 
 
-# set by a foreground ``rafka cluster up`` (broker/cluster.py) on the nodes it owns: its pid
+# set by a foreground ``rafka cluster up`` (rafka/cluster.py) on the nodes it owns: its pid
 PARENT_PID_ENV = "RAFKA_PARENT_PID"
 _PARENT_POLL_S = 0.5
 

@@ -12,10 +12,10 @@ on ``PORT + i - 1``, for Raft on ``PORT + 10000 + i - 1`` and serves Prometheus 
 the existing layout (ids, ports, secret, data) and starts only the nodes that are not running
 — so it restarts a stopped cluster and brings back a killed node. A node counts as running when
 its recorded pid is alive *and* that process's command line names its config (no confusion
-with a recycled pid). Nodes run ``python -m rafka.broker.node --config …`` in their own session, so a
+with a recycled pid). Nodes run ``python -m rafka.node --config …`` in their own session, so a
 Ctrl-C in the terminal reaches only ``cluster up``, which then stops them in order.
 
-A foreground ``cluster up`` owns its nodes: ``broker/cli.py`` stops them however it ends
+A foreground ``cluster up`` owns its nodes: ``rafka/node_cli.py`` stops them however it ends
 (SIGINT, SIGTERM, SIGHUP, its stdout pipe closed), and nodes it starts get
 ``PR_SET_PDEATHSIG`` (Linux) and ``RAFKA_PARENT_PID``, so even a SIGKILLed ``cluster up``
 takes them down within seconds: SIGTERM, and a node that finds its parent gone skips the
@@ -44,17 +44,17 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from rafka.broker.errors import RafkaError
-from rafka.broker.protocol import ApiKey
-from rafka.client.connection import connect
-from rafka.security import local_cluster as local_security
+
+from rafka import local_security
+from rafka.wire.connection import connect
+from rafka.wire.errors import RafkaError
+from rafka.wire.ports import METRICS_PORT_OFFSET, RAFT_PORT_OFFSET
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["ClusterError", "NodeSpec", "cluster_up", "cluster_down", "load_cluster", "parse_overrides",
            "wait_ready", "stop_nodes", "start_missing", "RAFT_PORT_OFFSET", "METRICS_PORT_OFFSET",
            "metrics_urls"]
 
-RAFT_PORT_OFFSET = 10000
-METRICS_PORT_OFFSET = 20000  # node i serves Prometheus metrics on PORT+20000+i-1 (broker/metrics.py)
 CLUSTER_FILE = "cluster.json"
 SECRET_FILE = "cluster.secret"
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -166,7 +166,7 @@ def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file:
                                      ("controller", _DEFAULT_CONTROLLER, controller)):
         lines += ["", f"[{section}]"]
         lines += [f"{json.dumps(k)} = {json.dumps(str(v))}" for k, v in {**defaults, **(given or {})}.items()]
-    lines += security_lines or []  # [security] with --tls/--auth (security/local_cluster.py)
+    lines += security_lines or []  # [security] with --tls/--auth (rafka/local_security.py)
     return "\n".join(lines) + "\n"
 
 
@@ -296,7 +296,7 @@ def start_missing(data_dir: Path, state: dict[str, Any], *, die_with_parent: boo
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
     env.pop("RAFKA_PARENT_PID", None)
-    if die_with_parent:  # the node skips its controlled shutdown once we are gone (broker/node.py)
+    if die_with_parent:  # the node skips its controlled shutdown once we are gone (rafka/node.py)
         env["RAFKA_PARENT_PID"] = str(os.getpid())
     for n in state["nodes"]:
         if is_running(n):
@@ -304,7 +304,7 @@ def start_missing(data_dir: Path, state: dict[str, Any], *, die_with_parent: boo
         n.data_dir.mkdir(parents=True, exist_ok=True)
         with open(n.data_dir / "stdout.log", "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "rafka.broker.node", "--config", str(n.config_path)],
+                [sys.executable, "-m", "rafka.node", "--config", str(n.config_path)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, env=env, cwd=str(data_dir), preexec_fn=hook)
         n.pid = proc.pid
@@ -432,7 +432,7 @@ def cluster_up(data_dir: Path, nodes: int, host: str, port: int, *,
     settings (``--broker-config k=v``); on an existing cluster, given overrides rewrite every
     node's ``node.toml`` (same ids, ports, secret) and apply to the nodes started now.
     ``die_with_parent``: the nodes started now die with this process (see ``start_missing``).
-    ``tls`` / ``auth``: every node also gets a secured listener (security/local_cluster.py);
+    ``tls`` / ``auth``: every node also gets a secured listener (rafka/local_security.py);
     recorded in the cluster, so a later plain ``up`` keeps them."""
     data_dir = data_dir.resolve()
     state = load_cluster(data_dir)
@@ -478,7 +478,7 @@ def _prepare_security(data_dir: Path, state: dict[str, Any]) -> None:
 
 
 def _secure_ready(data_dir: Path, state: dict[str, Any], timeout_s: float, echo: Any) -> None:
-    """With --auth, the admin's credentials written; then how to connect (security/local_cluster.py)."""
+    """With --auth, the admin's credentials written; then how to connect (rafka/local_security.py)."""
     settings = state.get("security")
     if settings and settings.get("auth"):
         async def admin() -> None:

@@ -7,7 +7,7 @@ responses to their waiters. ``request()`` writes a frame and waits for the respo
 requests in flight at once (bounded by ``max_in_flight``), so one connection carries a whole
 pipeline. A single reader task, started in the nursery of whoever opened the connection
 (``await nursery.start(conn.run)`` or the ``connect()`` context manager), reads frames
-(``broker.frame_reader.FrameReader``: a large fetch response is received straight into its own
+(``wire.frame_reader.FrameReader``: a large fetch response is received straight into its own
 buffer, whose views the consumer keeps) and wakes the waiters. When the stream breaks, every waiter gets ``NetworkExceptionError`` and the
 connection is marked closed; callers (usually ``ConnectionPool``) open a new one.
 
@@ -32,21 +32,31 @@ import ssl
 import struct
 from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgpack
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.frame_reader import FrameReader
-from rafka.broker.protocol import (
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.frame_reader import FrameReader
+from rafka.wire.protocol import (
     API_VERSION,
     DEFAULT_MAX_FRAME_BYTES,
     Response,
     decode_response,
 )
 
-if TYPE_CHECKING:
-    from rafka.security.client import ClientSecurity
+
+class ClientSecurity(Protocol):
+    """What a connection needs of its security settings (``security.client.ClientSecurity`` is
+    the implementation): wrap the stream (TLS) before the reader starts, log in (SASL) after.
+    Structural, so the wire package does not import ``security``."""
+
+    @property
+    def uses_sasl(self) -> bool: ...
+
+    async def wrap(self, stream: trio.abc.Stream, host: str) -> trio.abc.Stream: ...
+
+    async def login(self, conn: Connection) -> str | None: ...
 
 __all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_address", "parse_bootstrap",
            "ambient_setup_timeout", "setup_timeout_ms", "CONNECTION_SETUP_TIMEOUT_MS"]
@@ -263,7 +273,7 @@ class Connection:
         return cid
 
     async def _send(self, api_key: int, cid: int, body: dict[str, Any]) -> None:
-        """Encode and write one request frame — the bytes of ``broker.protocol.encode_request``
+        """Encode and write one request frame — the bytes of ``wire.protocol.encode_request``
         — under the send lock, packed into this connection's reused ``Packer`` buffer: a
         large request (a produce payload) is copied once, into that buffer, and written from
         it, with no fresh megabyte-sized allocation (on this kind of VM, faulting those in
