@@ -3,6 +3,7 @@
 #   make run     set everything up, start a local 3-node quorum cluster (foreground; Ctrl-C stops it)
 #   make test    set everything up (incl. Spark), run the default test suite (short chaos + Spark runs)
 #   make bench   run the benchmarks; prints a table, writes bench/results/latest.json
+#   make fuzz    fuzz every listener for FUZZ_SECONDS (default 3600); `make test` runs fixed counts
 #   make lint    ruff
 #
 # Everything lands in ./.venv; nothing is installed globally except the Debian packages the
@@ -28,10 +29,10 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON = $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON = $(abspath $(PY))
 
-.PHONY: help install install-spark os-deps run test test-all bench lint chaos chaos-docker spark-demo clean
+.PHONY: help install install-spark os-deps run test test-all bench fuzz lint chaos chaos-docker spark-demo clean
 
 help:
-	@sed -n '2,9p' Makefile
+	@sed -n '2,10p' Makefile
 
 $(VENV)/.installed: pyproject.toml setup.py log/_codec.c log/_murmur2.h log/_msgpack_put.h client/_sendpath.c
 	@test -n "$(PYTHON)" || { echo "error: rafka needs Python >= 3.11 on PATH" >&2; exit 1; }
@@ -79,14 +80,33 @@ test-all: install install-spark os-deps
 bench: install install-spark
 	$(PY) -m bench
 
+# The port fuzzer (Raft, metrics and console HTTP: tests/security/test_fuzz_ports.py) runs for
+# FUZZ_SECONDS per target; the protocol fuzzer (main and TLS listeners: test_fuzz.py) is rerun
+# with fresh seeds until as long again has passed. A failure prints its seed (RAFKA_FUZZ_SEED).
+fuzz: install
+	RAFKA_FUZZ_SECONDS=$${FUZZ_SECONDS:-3600} $(PY) -m pytest -q -s --timeout=0 tests/security/test_fuzz_ports.py
+	end=$$(( $$(date +%s) + $${FUZZ_SECONDS:-3600} )); while [ $$(date +%s) -lt $$end ]; do \
+	  $(PY) -m pytest -q -s -k fuzzed_frames tests/security/test_fuzz.py || exit 1; done
+
 lint: install
 	$(VENV)/bin/ruff check .
 
-# One longer campaign (exit 0 valid, 1 anomalies, 2 could not run; results in chaos-results/).
-# SEED, BACKEND (netns | local | docker), NEMESIS and TIME_LIMIT override the defaults.
+# Longer campaigns, one seed after another: SEEDS="1 2 3" (default SEED, 1), BACKEND (netns |
+# local | docker), NEMESIS, TIME_LIMIT. Results in chaos-results/<backend>-<time>/seed<S>; the
+# verdict table (`rafka chaos table`) is printed and appended to chaos-results/seeds.md.
+# Exit 0 all valid, 1 anomalies, 2 a seed could not run.
 chaos: install os-deps
-	$(RAFKA) chaos run --backend $${BACKEND:-netns} --nemesis $${NEMESIS:-kill,pause,partition,clock,crash} --time-limit $${TIME_LIMIT:-120} --seed $${SEED:-1}
+	@dir=chaos-results/$${BACKEND:-netns}-$$(date +%Y%m%d-%H%M%S); args=(); \
+	for s in $${SEEDS:-$${SEED:-1}}; do r=0; \
+	  $(RAFKA) chaos run --backend $${BACKEND:-netns} --nemesis $${NEMESIS:-kill,pause,partition,clock,crash} \
+	    --time-limit $${TIME_LIMIT:-120} --seed $$s --results $$dir/seed$$s || r=$$?; \
+	  args+=("$$dir/seed$$s:$$r"); \
+	done; \
+	$(RAFKA) chaos table --title "$${BACKEND:-netns} chaos: $$(git rev-parse --short HEAD 2>/dev/null), nemesis $${NEMESIS:-kill,pause,partition,clock,crash}, time limit $${TIME_LIMIT:-120}s" \
+	  --append chaos-results/seeds.md "$${args[@]}"
 
+# The docker backend: SEEDS="1 2 3" (default SEED, 1), TIME_LIMIT, NEMESIS, KEEP_ENGINE=1
+# (deploy/chaos-docker.sh; a table of the seeds at the end, exit 1 if one is invalid).
 chaos-docker: install
 	bash deploy/chaos-docker.sh
 

@@ -11,7 +11,7 @@ pure-Python codec."""
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
-CARD = ["kraft", "metadata", "log", "broker", "client", "spark_source", "chaos_tests", "security"]
+CARD = ["wire", "kraft", "metadata", "log", "broker", "client", "spark_source", "chaos_tests", "security"]
 
 packages = ["rafka"]
 for folder in CARD:

@@ -39,7 +39,7 @@ import json, os, signal, sys
 from pathlib import Path
 from bench import bench_foundation as bf
 from bench.cluster import cluster_dir
-from rafka.broker.cluster import load_cluster
+from rafka.cluster import load_cluster
 from rafka.client import Admin
 
 def broker_ns(pid):

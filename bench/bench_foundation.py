@@ -59,11 +59,11 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from rafka.broker.protocol import ApiKey
 from rafka.client import Admin, Consumer, Producer, TopicPartition
-from rafka.client.connection import connect, parse_address
 from rafka.log import speedups
 from rafka.log.batch import build_batch
+from rafka.wire.connection import connect, parse_address
+from rafka.wire.protocol import ApiKey
 
 from bench.cluster import cluster
 from bench.peers import confluent_produce_cpu_us, nats_rates, raw_socket_to_file_mb_s

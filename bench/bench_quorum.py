@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from rafka.broker.cluster import _reap, cluster_up, free_port_block, load_cluster, stop_nodes
-from rafka.broker.protocol import ApiKey
-from rafka.client.connection import Connection, connect
+from rafka.wire.connection import Connection, connect
+from rafka.wire.protocol import ApiKey
+
+from rafka.cluster import _reap, cluster_up, free_port_block, load_cluster, stop_nodes
 
 __all__ = ["run"]
 

@@ -49,10 +49,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rafka.broker.cluster import cluster_down, cluster_up, free_port_block, is_running
 from rafka.client import Admin, Consumer, Producer, TopicPartition
 
 from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
+from rafka.cluster import cluster_down, cluster_up, free_port_block, is_running
 
 N_RECORDS = 200_000
 VALUE = b"v" * 200

@@ -43,12 +43,12 @@ from typing import Any
 import trio
 from rafka.client.aio import AsyncAdmin
 from rafka.client.aio.security_admin import create_acls
-from rafka.client.connection import connect
 from rafka.security.client import ClientSecurity, ambient_security
-from rafka.security.local_cluster import SECURE_PORT_OFFSET, read_admin_password
+from rafka.wire.connection import connect
 
 from bench.bench_foundation import _consumer_rate, _fig, _producer_rate
 from bench.cluster import cluster_dir
+from rafka.local_security import SECURE_PORT_OFFSET, read_admin_password
 
 __all__ = ["run"]
 

@@ -118,10 +118,10 @@ def _ceiling_source() -> type:
 
 def _fill_topic(bootstrap: str, topic: str, rows: int) -> None:
     """Create ``topic`` and write ``rows`` records straight to the partition leaders."""
-    from rafka.broker.protocol import ApiKey
     from rafka.client import Admin
     from rafka.log.batch import build_batch
     from rafka.spark_source.wire import Cluster
+    from rafka.wire.protocol import ApiKey
 
     with Admin(bootstrap_servers=bootstrap) as admin:
         admin.create_topic(topic, partitions=PARTITIONS, replication_factor=1)

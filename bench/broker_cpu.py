@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rafka.broker.cluster import load_cluster, metrics_urls
+from rafka.cluster import load_cluster, metrics_urls
 
 __all__ = ["CpuMeter", "cluster_pids_and_metrics", "cpu_seconds", "request_counts"]
 

@@ -11,11 +11,11 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from rafka.broker.cluster import free_port_block
+from rafka.cluster import free_port_block
 
 __all__ = ["add_broker_node", "cluster", "cluster_dir"]
 
-RAFKA = [sys.executable, "-m", "rafka.client.cli"]
+RAFKA = [sys.executable, "-m", "rafka.cli"]
 
 
 @contextlib.contextmanager

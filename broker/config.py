@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rafka.log.config import LogConfig
+from rafka.wire.settings import ConfigError, parse_hostport
 
 __all__ = [
     "ConfigError",
@@ -46,15 +47,6 @@ __all__ = [
 FLUSH_POLICIES = ("batch", "messages", "interval", "none")
 ROLES = ("broker", "controller")
 _I64 = 2**63 - 1
-
-
-class ConfigError(Exception):
-    """A node config is wrong: ``.key`` names the setting and ``.source`` the file."""
-
-    def __init__(self, source: str, key: str, message: str) -> None:
-        self.source = source
-        self.key = key
-        super().__init__(f"{source}: {key}: {message}")
 
 
 def _int(lo: int, hi: int = _I64, *, minus_one: bool = False) -> Callable[[Any], int]:
@@ -99,6 +91,9 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "socket.request.max.bytes": (_int(1024, 2**31 - 1), 100 * 1024 * 1024),
     "max.connections": (_int(1, 1_000_000), 1000),
     "max.connections.per.ip": (_int(1, 1_000_000), 1_000_000),  # security/connections.py
+    # broker/server.py: an idle connection is closed; partial large frames share a budget
+    "connections.max.idle.ms": (_int(100, 2**31 - 1), 600_000),
+    "socket.partial.frame.budget.bytes": (_int(1024 * 1024, 2**40), 256 * 1024 * 1024),
     "max.inflight.requests.per.connection": (_int(1, 100_000), 64),
     "message.max.bytes": (_int(64, 2**31 - 1), 1024 * 1024 + 12),
     "log.segment.bytes": (_int(1024, 2**31 - 1), 1 << 30),
@@ -111,7 +106,7 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "log.flush.interval.ms": (_int(1), 1000),
     "log.retention.check.interval.ms": (_int(100), 300_000),
     "log.cleaner.backoff.ms": (_int(100), 15_000),
-    # committed offsets of empty groups (kraft/groups/offsets.py, KIP-211); Kafka's defaults
+    # committed offsets of empty groups (broker/groups/offsets.py, KIP-211); Kafka's defaults
     "offsets.retention.minutes": (_int(1), 7 * 24 * 60),
     "offsets.retention.ms": (_int(1, minus_one=True), -1),  # rafka: overrides the minutes if set
     "offsets.retention.check.interval.ms": (_int(100), 600_000),
@@ -169,16 +164,6 @@ def offsets_retention_ms(settings: Mapping[str, Any]) -> int:
     else ``offsets.retention.minutes`` (Kafka's name and default, 7 days)."""
     ms = settings.get("offsets.retention.ms", -1)
     return int(ms) if ms > 0 else int(settings.get("offsets.retention.minutes", 7 * 24 * 60)) * 60_000
-
-
-def parse_hostport(value: Any) -> tuple[str, int]:
-    """'host:port' → (host, port); ValueError with a readable message."""
-    if not isinstance(value, str):
-        raise ValueError(f"expected \"HOST:PORT\", got {value!r}")
-    host, sep, port = value.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected \"HOST:PORT\", got {value!r}")
-    return host.strip("[]"), int(port)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from rafka.broker.errors import ErrorCode, RafkaError
 from rafka.log import errors as le
+from rafka.wire.errors import ErrorCode, RafkaError
 
 __all__ = ["wire_error"]
 

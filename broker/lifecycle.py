@@ -24,10 +24,10 @@ from typing import Any
 
 import trio
 from rafka.broker.controller_channel import ControllerChannel
-from rafka.broker.errors import ErrorCode, RafkaError
 from rafka.broker.metadata_listener import MetadataPublisher
-from rafka.broker.protocol import ApiKey
-from rafka.client.connection import backoff_ms
+from rafka.wire.connection import backoff_ms
+from rafka.wire.errors import ErrorCode, RafkaError
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["BrokerLifecycle"]
 

@@ -52,12 +52,12 @@ from typing import Any
 
 import trio
 from rafka.broker.controller_channel import ControllerChannel
-from rafka.broker.errors import ErrorCode, RafkaError
-from rafka.broker.protocol import ApiKey
 from rafka.metadata.delta import LocalChanges, MetadataDelta
 from rafka.metadata.image import MetadataImage, TopicPartition
 from rafka.metadata.records import MetadataRecord, record_from_dict
 from rafka.metadata.snapshot import image_to_records, records_to_image
+from rafka.wire.errors import ErrorCode, RafkaError
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["MetadataPublisher", "MetadataListener", "Subscriber", "fold_records"]
 

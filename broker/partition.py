@@ -60,7 +60,6 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, error_for
 from rafka.broker.events import EventLog
 from rafka.broker.replication.state import (
     HighWatermarkAdvanced,
@@ -72,6 +71,7 @@ from rafka.log.batch import build_control_batch
 from rafka.log.index import write_file_atomic
 from rafka.log.partition_log import AppendInfo, FetchSlice, PartitionLog
 from rafka.metadata.image import PartitionRegistration
+from rafka.wire.errors import ErrorCode, error_for
 
 __all__ = ["Partition", "VerificationGuard", "HW_CHECKPOINT_FILE", "read_hw_checkpoint",
            "write_hw_checkpoint"]

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A group coordinator (``kraft/groups/offsets.py``) and a transaction coordinator
+A group coordinator (``broker/groups/offsets.py``) and a transaction coordinator
 (``broker/txn/coordinator.py``) answer reads — OFFSET_FETCH, a KIP-890 ``verify_only``,
 DESCRIBE_TRANSACTIONS — from an in-memory cache of the internal partition they lead. A broker that
 was paused or cut off while it led that partition still believes it leads until its metadata
@@ -74,8 +74,8 @@ from typing import Any, Final
 
 import trio
 from rafka.broker.error_map import wire_error
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.log.batch import build_batch
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
 __all__ = ["ReadBarrier"]
 

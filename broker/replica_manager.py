@@ -58,15 +58,15 @@ from typing import Any
 
 import trio
 from rafka.broker.config import effective_topic_config
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.events import EventLog
 from rafka.broker.partition import Partition, write_hw_checkpoint
-from rafka.broker.protocol import ApiKey
 from rafka.log.compaction import compact
 from rafka.log.errors import LogError
 from rafka.log.partition_log import PartitionLog
 from rafka.metadata.delta import LocalChanges
 from rafka.metadata.image import MetadataImage, PartitionRegistration, TopicPartition
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["ReplicaManager", "partition_dir_name", "run_in_worker_thread"]
 

@@ -5,7 +5,7 @@ Theory of operation
 ``Server.serve`` binds the listener and calls ``task_status.started(port)``; each accepted
 connection runs in its own nursery (``_Connection.run``):
 
-* one reader loop cuts frames (``broker.frame_reader.FrameReader``: large frames are received
+* one reader loop cuts frames (``wire.frame_reader.FrameReader``: large frames are received
   straight into a reused buffer) and starts one task per request in the
   connection's nursery, at most ``max_in_flight`` at a time (an excess request is answered at
   once with ``TOO_MANY_IN_FLIGHT``);
@@ -40,7 +40,9 @@ Limits: more than ``max_connections`` open connections, or more than ``max_conne
 from one address (``security.connections.ConnectionCounter``, shared by a node's listeners when
 the node passes one as ``connections``) → the new one gets a ``TOO_MANY_CONNECTIONS`` response
 (correlation id −1) and is closed; a frame longer than
-``max_frame_bytes`` → ``FRAME_TOO_LARGE`` (−1) and close; a payload that is not a request, an
+``max_frame_bytes`` → ``FRAME_TOO_LARGE`` (−1) and close (a frame's buffer grows as its bytes
+arrive, within the listener's ``FrameBudget``: ``wire/frame_reader.py``); a connection that
+completes no frame and has no request in flight for ``connections_max_idle_ms`` is closed; a payload that is not a request, an
 unknown api or a body that fails its schema → an error response carrying the correlation id
 when ``peek_correlation_id`` can read it (the framing is intact, so the connection stays open).
 Any exception escaping a handler is logged and answered as ``UNKNOWN_SERVER_ERROR`` with its
@@ -74,14 +76,18 @@ import dataclasses
 import logging
 import os
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError
-from rafka.broker.frame_reader import FrameReader
-from rafka.broker.protocol import (
+from rafka.security.connections import ConnectionCounter
+from rafka.security.sasl import SASL_APIS, SaslGate
+from rafka.security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
+from rafka.wire.dispatch import _BYTES, Dispatch, FileSlice, Reply, error_body
+from rafka.wire.errors import ErrorCode, RafkaError
+from rafka.wire.frame_reader import FrameBudget, FrameReader
+from rafka.wire.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     ApiKey,
     FrameTooLargeError,
@@ -90,9 +96,6 @@ from rafka.broker.protocol import (
     encode_response_head,
     peek_correlation_id,
 )
-from rafka.security.connections import ConnectionCounter
-from rafka.security.sasl import SASL_APIS, SaslGate
-from rafka.security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
 
 if TYPE_CHECKING:
     from rafka.security.listener import ListenerSecurity
@@ -107,53 +110,6 @@ _SENDFILE_CHUNK = 4 * 1024 * 1024
 # ones stream the slices with sendfile. See _send_reply.
 SMALL_REPLY_BYTES = 16 * 1024
 MAX_THROTTLE_MS = 60_000  # the longest an answer is held for a quota (security/throttle.py)
-
-
-@dataclass(slots=True)
-class FileSlice:
-    """``length`` bytes at ``position`` of ``fd``; the server owns ``fd`` and closes it.
-    Any object with ``fd``, ``position``, ``length`` and ``close()`` will do
-    (``log.partition_log.FetchSlice`` is one)."""
-
-    fd: int
-    position: int
-    length: int
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = -1
-
-
-RawPart = bytes | bytearray | memoryview | FileSlice
-_BYTES = (bytes, bytearray, memoryview)
-
-
-@dataclass(slots=True)
-class Reply:
-    """A response body plus the raw bytes that follow it on the wire (fetch)."""
-
-    body: dict[str, Any]
-    raw: Sequence[RawPart] = ()
-
-    @property
-    def raw_len(self) -> int:
-        return sum(len(p) if isinstance(p, _BYTES) else p.length for p in self.raw)
-
-    def close(self) -> None:
-        for p in self.raw:
-            if not isinstance(p, _BYTES):
-                with contextlib.suppress(OSError):
-                    p.close()
-
-
-# A handler returns a Reply, a bare body, or None (no response: produce with acks=0).
-Dispatch = Callable[[Request], Awaitable[Reply | dict[str, Any] | None]]
-
-
-def error_body(code: int | ErrorCode, message: str = "") -> dict[str, Any]:
-    return {"error": int(code), "message": message or ErrorCode(code).name}
 
 
 _REFUSE_DRAIN_BYTES = 64 * 1024
@@ -187,6 +143,11 @@ class ServerLimits:
     max_in_flight: int = 64
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_connections_per_ip: int = 1_000_000
+    # a connection that completes no request and has none in flight for this long is closed
+    # (Kafka's connections.max.idle.ms); a peer trickling a byte a second is idle too
+    connections_max_idle_ms: int = 600_000
+    # bytes a listener may reserve for partial large frames across its connections (FrameBudget)
+    partial_frame_budget_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -204,6 +165,7 @@ class ServerStats:
     tls_connections: int = 0  # connections past the TLS handshake
     node_connections: int = 0  # of those, peer nodes by their certificate (inter-broker security)
     throttled: int = 0  # answers held for a byte-rate quota
+    idle_closed: int = 0  # connections closed by connections.max.idle.ms
     sent_at_once: int = 0  # small answers written whole by one send, without a scheduler pass
     sent_queued: int = 0  # small answers (or their rest) that waited for the lock or the socket
 
@@ -268,7 +230,10 @@ class Server:
     security: ListenerSecurity | None = None
     connections: ConnectionCounter | None = None  # None: this listener's own, from ``limits``
 
+    budget: FrameBudget = field(init=False)
+
     def __post_init__(self) -> None:
+        self.budget = FrameBudget(self.limits.partial_frame_budget_bytes)
         if self.connections is None:
             self.connections = ConnectionCounter(self.limits.max_connections,
                                                  self.limits.max_connections_per_ip)
@@ -337,7 +302,7 @@ class _Connection:
         self.server = server
         self.stream = stream
         self.reader = FrameReader(stream, server.limits.max_frame_bytes, reuse=True,
-                                  eager=True)
+                                  eager=True, budget=server.budget)
         self.send_lock = trio.Lock()
         self.sock = getattr(stream, "socket", None)  # plain TCP: answers try _send_now first
         self.in_flight = 0
@@ -363,6 +328,7 @@ class _Connection:
             self.nursery = nursery
             if self.gate is not None:
                 nursery.start_soon(self._authentication_deadline)
+            nursery.start_soon(self._idle_deadline)
             try:
                 await self._read_loop(nursery)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -402,6 +368,21 @@ class _Connection:
             self.server.stats.auth_failures += 1
             log.info("closing a connection that did not authenticate in time")
             self._close()
+
+    async def _idle_deadline(self) -> None:
+        """Close the connection once it went ``connections_max_idle_ms`` without completing a
+        frame while no request of it was in flight (module docstring)."""
+        idle_s = self.server.limits.connections_max_idle_ms / 1000
+        seen, since = -1, trio.current_time()
+        while True:
+            if self.reader.frames != seen or self.in_flight:
+                seen, since = self.reader.frames, trio.current_time()
+            elif trio.current_time() - since >= idle_s:
+                self.server.stats.idle_closed += 1
+                log.info("closing a connection idle for %d ms", self.server.limits.connections_max_idle_ms)
+                self._close()
+                return
+            await trio.sleep(min(idle_s, max(0.01, since + idle_s - trio.current_time())))
 
     def _unauthenticated(self) -> bool:
         return self.gate is not None and not self.gate.authenticated

@@ -5,6 +5,8 @@
 [--workload queue|txn [--unsafe-txn-offsets]]`` runs
 :func:`chaos_tests.campaign.run` and exits 0 (no anomaly), 1 (anomalies; the results folder
 says which) or 2 (the campaign could not run).  ``rafka chaos nemeses`` lists the fault names.
+``rafka chaos table DIR[:EXIT]...`` prints the verdict table of several runs
+(:mod:`chaos_tests.seed_table`; ``make chaos`` / ``make chaos-docker`` with ``SEEDS``).
 The same group runs as ``python -m rafka.chaos_tests``.
 """
 
@@ -18,6 +20,7 @@ import click
 
 from .campaign import NEMESIS_ALIASES, CampaignOptions, expand_nemesis, main_run
 from .nemesis import FAULT_KINDS
+from .seed_table import all_valid, read_row, render_table
 from .workloads.queue import QueueSpec
 from .workloads.txn import TxnSpec, unsafe
 
@@ -48,6 +51,8 @@ def chaos() -> None:
 @click.option("--producers", type=int, default=3, show_default=True)
 @click.option("--group-consumers", type=int, default=2, show_default=True,
               help="0 turns the consumer-group workload off.")
+@click.option("--static-members", is_flag=True,
+              help="Group consumers use static membership (group_instance_id, one per slot).")
 @click.option("--no-metadata", is_flag=True, help="Turn the topic create/delete workload off.")
 @click.option("--quiet", "quiet_s", type=float, default=5.0, show_default=True,
               help="Fault-free seconds at the end of the time limit.")
@@ -67,7 +72,7 @@ def chaos() -> None:
 @click.option("-v", "--verbose", count=True)
 def run_cmd(backend: str, nemesis: str, time_limit_s: float, seed: int,
             results_dir: Path | None, work_dir: Path, nodes: int, partitions: int,
-            producers: int, group_consumers: int, no_metadata: bool, quiet_s: float,
+            producers: int, group_consumers: int, static_members: bool, no_metadata: bool, quiet_s: float,
             unsafe_ack_before_replication: bool, workload: str, unsafe_txn_offsets: bool,
             secure: bool, no_png: bool, verbose: int) -> None:
     """Run one campaign; exit 0 = valid, 1 = anomalies found, 2 = could not run."""
@@ -83,7 +88,7 @@ def run_cmd(backend: str, nemesis: str, time_limit_s: float, seed: int,
         work_dir=work_dir, results_dir=results_dir, nodes=nodes,
         unsafe_ack_before_replication=unsafe_ack_before_replication,
         queue=QueueSpec(partitions=partitions, producers=producers,
-                        group_consumers=group_consumers),
+                        group_consumers=group_consumers, static_members=static_members),
         workload=workload, txn=unsafe(TxnSpec(partitions=partitions)) if unsafe_txn_offsets
         else TxnSpec(partitions=partitions),
         metadata=not no_metadata, quiet_s=quiet_s, png=not no_png, secure=secure)
@@ -151,3 +156,22 @@ def recheck_cmd(results_dir: Path, indefinite: tuple[str, ...]) -> None:
         click.echo(f"* {a.type}: {json.dumps(a.details)} ops {a.ops[:6]}")
     click.echo("VALID" if not bad else "INVALID: " + ", ".join(f"{k} {v}" for k, v in bad.items()))
     sys.exit(0 if not bad else 1)
+
+
+@chaos.command("table")
+@click.argument("folders", nargs=-1, required=True)
+@click.option("--title", default="chaos seeds", show_default=True, help="Heading of the table.")
+@click.option("--append", "append_to", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also append the table to this file.")
+def table(folders: tuple[str, ...], title: str, append_to: Path | None) -> None:
+    """Verdict table of results folders (DIR, or DIR:EXIT with the campaign's exit status);
+    exit 0 when every one is valid, 1 when one is invalid, 2 when one did not run."""
+    rows = [read_row(f) for f in folders]
+    text = render_table(rows, title)
+    click.echo(text)
+    if append_to is not None:
+        append_to.parent.mkdir(parents=True, exist_ok=True)
+        with append_to.open("a", encoding="utf-8") as fh:
+            fh.write("\n" + text)
+    if not all_valid(rows):
+        sys.exit(2 if any(r.valid is None for r in rows) else 1)

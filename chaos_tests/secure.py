@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 :class:`SecureCluster` is made once per campaign (``SecureCluster.create(work_dir)``) and does
-what ``rafka cluster up --tls --auth`` (``security/local_cluster.py``) does for a local
+what ``rafka cluster up --tls --auth`` (``rafka/local_security.py``) does for a local
 cluster, for the nodes of a chaos backend:
 
 * **Certificates.**  A throw-away CA (``rafka.security.certs``) and, per node, a certificate whose

@@ -12,6 +12,7 @@ from rafka.client.sync import Admin, Consumer, Producer
 from rafka.client.types import (
     ConsumerRecord,
     GroupMetadata,
+    OffsetAndMetadata,
     OffsetAndTimestamp,
     RecordMetadata,
     TopicPartition,
@@ -26,6 +27,7 @@ __all__ = [
     "ConsumerRecord",
     "GroupMetadata",
     "NewTopic",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "Producer",
     "RecordMetadata",

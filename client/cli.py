@@ -1,4 +1,4 @@
-"""The ``rafka`` command: client commands here, ``server`` / ``cluster`` from ``rafka.broker.cli``.
+"""The client commands of ``rafka`` (``rafka.cli`` adds ``server`` / ``cluster`` / ``chaos``).
 
 Every client command takes ``--bootstrap`` (env ``RAFKA_BOOTSTRAP``, default 127.0.0.1:9092)
 and the security options (``client/connect_options.py``: ``--security-protocol``, ``--user`` /
@@ -25,10 +25,15 @@ from rafka.client.topic_cli import (
     version_option,
 )
 
-__all__ = ["main"]
+__all__ = ["main", "whole_summaries"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def _plural(n: int, noun: str) -> str:
+    """``1 record``, ``5 records``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _fail(msg: str, code: int = 1) -> None:
@@ -134,7 +139,7 @@ def topic_create(name: str, partitions: int, replication_factor: int, configs: t
     if not created:
         click.echo(f"topic {name} already exists")
         return
-    click.echo(f"created topic {name} ({partitions} partitions, replication factor {replication_factor})")
+    click.echo(f"created topic {name} ({_plural(partitions, 'partition')}, replication factor {replication_factor})")
 
 
 @topic.command("list")
@@ -214,6 +219,12 @@ With --group G: the partitions come from the group and each starts at G's commit
 (--offset earliest|latest only says where to start in a partition without one).
 
 \b
+A TOPIC that does not exist is an error at once (exit 1). An --offset past the end (or before
+the start) of a partition is reported on stderr and consume starts at the end (start); with
+--exit-at-end (-e) it is an error (exit 1), and -e otherwise stops once every partition is
+read to the end it had at the start, as kcat -e.
+
+\b
 Auto-commit (with --group): every 5 s, the offsets of the records printed by earlier polls.
 When consume ends - --max-messages reached, --timeout-ms without records, Ctrl-C or SIGTERM -
 it commits every record it printed, then leaves the group at once. An error exit commits only
@@ -264,12 +275,15 @@ def produce(topic_name: str, key_separator: str | None, key: str | None, headers
                                   key_separator=key_separator.encode() if key_separator else None,
                                   key=key.encode() if key is not None else None, headers=hdrs,
                                   partition=partition, progress=bar)
-    click.echo(f"produced {n} records to {topic_name}", err=True)
+    click.echo(f"produced {_plural(n, 'record')} to {topic_name}", err=True)
 
 
 @main.command(help=CONSUME_HELP)
 @click.argument("topic_name", metavar="TOPIC")
 @click.option("--group", default=None, help="Consumer group (see auto-commit below).")
+@click.option("--instance-id", default=None, metavar="ID",
+              help="Static group membership (Kafka's group.instance.id): a restart with the same "
+                   "ID takes its partitions back without a rebalance; no leave on exit.")
 @click.option("--partition", "partitions", type=click.IntRange(0), multiple=True, metavar="N",
               help="Only partition N (repeatable; not with --group).")
 @click.option("--offset", "offset", default=None, metavar="SPEC",
@@ -278,6 +292,9 @@ def produce(topic_name: str, key_separator: str | None, key: str | None, headers
 @click.option("--from-beginning", is_flag=True, help="Same as --offset earliest.")
 @click.option("--max-messages", type=int, default=None, help="Exit after N records.")
 @click.option("--timeout-ms", type=int, default=None, help="Exit when no record came for T ms.")
+@click.option("--exit-at-end", "-e", is_flag=True,
+              help="Exit once every partition is read to the end it had at the start (kcat -e); "
+                   "an --offset outside a partition's log is then an error (exit 1).")
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
 @click.option("--format", "-f", "fmt", default=None, metavar="FMT",
               help="As kcat's -f: %t topic, %p partition, %o offset, %k key, %v value, %T timestamp (ms), "
@@ -287,14 +304,19 @@ def produce(topic_name: str, key_separator: str | None, key: str | None, headers
               help="read_committed: only records of committed transactions (docs/transactions.md).")
 @bootstrap_option
 @_handle_errors
-def consume(topic_name: str, group: str | None, partitions: tuple[int, ...], offset: str | None,
-            from_beginning: bool, max_messages: int | None, timeout_ms: int | None, print_key: bool,
+def consume(topic_name: str, group: str | None, instance_id: str | None, partitions: tuple[int, ...],
+            offset: str | None,
+            from_beginning: bool, max_messages: int | None, timeout_ms: int | None, exit_at_end: bool,
+            print_key: bool,
             fmt: str | None, isolation_level: str, bootstrap: str) -> None:
+    from rafka.client.errors import ErrorCode, error_for
     from rafka.client.io_cli import (
         EARLIEST,
         LATEST,
+        Clamped,
         compile_format,
         parse_offset,
+        records_until_end,
         resolve_partitions,
         seek_to_spec,
         write_records,
@@ -307,6 +329,8 @@ def consume(topic_name: str, group: str | None, partitions: tuple[int, ...], off
         if spec not in (None, EARLIEST):
             raise click.UsageError("--from-beginning is --offset earliest: not with another --offset")
         spec = EARLIEST
+    if instance_id is not None and group is None:
+        raise click.UsageError("--instance-id is a group member's identity: it needs --group")
     if group is not None and partitions:
         raise click.UsageError("--partition and --group exclude each other: the group assigns partitions")
     if group is not None and spec is not None and spec.kind not in ("earliest", "latest"):
@@ -322,13 +346,20 @@ def consume(topic_name: str, group: str | None, partitions: tuple[int, ...], off
     reset = "earliest" if spec is not None and spec.kind == "earliest" else "latest"
     with sigterm_as_interrupt(), Consumer(*((topic_name,) if group is not None else ()), bootstrap_servers=bootstrap,
                                           group_id=group, auto_offset_reset=reset,
-                                          consumer_timeout_ms=timeout_ms, isolation_level=isolation_level) as consumer:
+                                          consumer_timeout_ms=timeout_ms, isolation_level=isolation_level,
+                                          **({"group_instance_id": instance_id} if instance_id else {})) as consumer:
+        # a missing topic is an error at once, with or without a group (a member would wait)
+        tps = resolve_partitions(consumer, topic_name, partitions)
         if group is None:
-            tps = resolve_partitions(consumer, topic_name, partitions)
             consumer.assign(tps)
-            seek_to_spec(consumer, tps, spec or LATEST)
+            clamped: list[Clamped] = []
+            seek_to_spec(consumer, tps, spec or LATEST, clamped)
+            for c in clamped:
+                if exit_at_end:
+                    raise error_for(ErrorCode.OFFSET_OUT_OF_RANGE, c.message().split("; ")[0])
+                click.echo(f"consume: {c.message()}", err=True)
         try:
-            write_records(consumer, out, formatter=formatter, print_key=print_key, max_messages=max_messages)
+            write_records(records_until_end(consumer) if exit_at_end else consumer, out, formatter=formatter, print_key=print_key, max_messages=max_messages)
         except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM is a stop, not a failure: the close
             stopped = exc                 # commits what was printed and leaves the group
         out.flush()
@@ -437,39 +468,21 @@ from rafka.client.console import console as _console  # noqa: E402 - rafka conso
 main.add_command(_console, "console")
 
 
-# ---------------------------------------------------------------------- node commands
+def whole_summaries(group: click.Group) -> None:
+    """Command lists (``rafka --help``, ``rafka group --help``…) show each command's whole first
+    sentence, wrapped, instead of cutting it at the terminal width with "..."."""
 
+    def format_commands(ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
-def _add_broker_commands() -> None:
-    try:
-        from rafka.broker.cli import cluster, server  # the broker engineer's commands
-    except ImportError as exc:
-        missing = str(exc)
-
-        @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-        def server() -> None:
-            """Run one node (not available in this build)."""
-            _fail(f"the broker is not available: {missing}")
-
-        @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-        def cluster() -> None:
-            """Start/stop a local cluster (not available in this build)."""
-            _fail(f"the broker is not available: {missing}")
-
-        return
-    main.add_command(server, "server")
-    main.add_command(cluster, "cluster")
-
-
-_add_broker_commands()
-
-try:  # `rafka chaos ...` (chaos_tests/, optional in a client-only install)
-    from rafka.chaos_tests.cli import chaos
-except ImportError:  # pragma: no cover
-    chaos = None
-if chaos is not None:
-    main.add_command(chaos)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+    group.format_commands = format_commands  # type: ignore[method-assign]
+    for cmd in group.commands.values():
+        if isinstance(cmd, click.Group):
+            whole_summaries(cmd)

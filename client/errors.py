@@ -1,6 +1,6 @@
 """Errors a rafka client can raise.
 
-Theory of operation: every error that comes from a broker is a ``broker.errors.RafkaError``
+Theory of operation: every error that comes from a broker is a ``wire.errors.RafkaError``
 subclass named after its wire code (``NotLeaderOrFollowerError``, ``OffsetOutOfRangeError``,
 …); this module re-exports all of them so that ``rafka.client.errors`` is the one place users import
 from. Errors that only a client can meet (a full buffer, a closed client, a local timeout) are
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import rafka.broker.errors as _wire
-from rafka.broker.errors import (
+import rafka.wire.errors as _wire
+from rafka.wire.errors import (
     ErrorCode,
     ProtocolError,
     RafkaError,
@@ -36,6 +36,7 @@ __all__ = [
     "IllegalStateError",
     "NoBrokersAvailableError",
     "UnresolvableHostError",
+    "BootstrapTimeoutError",
     "CorruptRecordError",
     "RecordTooLargeError",
     "IllegalTxnStateError",
@@ -67,6 +68,17 @@ class NoBrokersAvailableError(ClientError):
     """No bootstrap or known broker answered."""
 
     code = ErrorCode.BROKER_NOT_AVAILABLE
+
+
+class BootstrapTimeoutError(NoBrokersAvailableError):
+    """No bootstrap address answered for the whole ``connection_setup_timeout_ms`` (the CLI's
+    ``--timeout``) and the client has never reached the cluster: most likely a wrong address,
+    so waiting on (up to ``max_block_ms`` / ``request_timeout_ms``) would only hide it. Not
+    retriable; the message names each address tried and why it failed."""
+
+    @property
+    def retriable(self) -> bool:
+        return False
 
 
 class UnresolvableHostError(ClientError):
@@ -111,7 +123,7 @@ class TransactionAbortedError(ClientError):
     code = ErrorCode.INVALID_TXN_STATE
 
 
-def __getattr__(name: str) -> Any:  # the per-code classes of broker.errors
+def __getattr__(name: str) -> Any:  # the per-code classes of wire.errors
     try:
         return getattr(_wire, name)
     except AttributeError:

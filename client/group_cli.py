@@ -4,10 +4,12 @@
 ``ClientCore`` in a trio nursery and uses the helpers of :mod:`rafka.client.groups`. Lag is computed
 here, client side, as Kafka's tooling does: high watermark (LIST_OFFSETS latest) − committed.
 
-``reset-offsets`` behaves as Kafka's: an explicit ``--to-offset`` is clamped into the log
-(past the log end → the log end, below the log start → the log start; a committed offset past
-the end would skip every record later written in between), each clamp said on stderr; and a
-group with members is refused unless ``--force`` (the members keep their positions and may
+``reset-offsets`` behaves as Kafka's ``kafka-consumer-groups --reset-offsets``: a dry run that
+prints the plan (old → new per partition) unless ``--execute``; the strategies and partition
+selection are planned by :mod:`rafka.client.reset_plan`; every new offset is clamped into the
+log (past the log end → the log end, below the log start → the log start; a committed offset
+past the end would skip every record later written in between), each clamp said on stderr; and
+a group with members is refused unless ``--force`` (the members keep their positions and may
 commit over the reset).
 """
 
@@ -16,9 +18,9 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import click
 import trio
@@ -33,7 +35,17 @@ from rafka.client.groups import (
     fetch_committed,
     list_groups,
 )
-from rafka.client.types import TopicPartition
+from rafka.client.reset_plan import (
+    PlanRow,
+    Strategy,
+    format_plan,
+    parse_datetime,
+    parse_duration,
+    parse_topic_selection,
+    plan,
+    read_plan_file,
+)
+from rafka.client.types import OffsetAndMetadata, TopicPartition
 from rafka.security.client import ClientSecurity
 
 __all__ = ["group"]
@@ -89,6 +101,41 @@ def group_list(bootstrap: str, as_json: bool) -> None:
         click.echo(f"{g['group_id']}\t{g['state']}\t{g['members']} members")
 
 
+@group.command("lag")
+@_bootstrap
+@_json
+@_errors
+def group_lag(bootstrap: str, as_json: bool) -> None:
+    """Lag of every group, cluster-wide, in one table (kafka-consumer-groups --describe --all-groups).
+
+    Each group is described by its own coordinator (whichever node leads its __consumer_offsets
+    partition), so this is the whole cluster's view, whichever --bootstrap node is asked."""
+
+    async def work(core: ClientCore) -> list[dict[str, Any]]:
+        out = []
+        for g in await list_groups(core):
+            try:
+                d = await describe_group(core, g["group_id"])
+            except RafkaError as exc:
+                out.append({"group": g["group_id"], "state": g.get("state"), "members": g.get("members"),
+                            "lag": None, "partitions": 0, "error": f"{exc.code.name}: {exc.message}"})
+                continue
+            lags = [r["lag"] for r in d.get("partitions", []) if r["lag"] is not None]
+            out.append({"group": g["group_id"], "state": d.get("state"), "members": len(d.get("members", [])),
+                        "lag": sum(lags) if lags else None, "partitions": len(d.get("partitions", []))})
+        return out
+
+    rows = _run(bootstrap, work)
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    click.echo(f"{'GROUP':<24} {'STATE':<12} {'MEMBERS':>7} {'PARTITIONS':>10} {'LAG':>10}")
+    for r in rows:
+        lag = "-" if r["lag"] is None else r["lag"]
+        click.echo(f"{r['group']:<24} {r['state'] or '-':<12} {r['members']:>7} {r['partitions']:>10} {lag:>10}"
+                   + (f"  ({r['error']})" if r.get("error") else ""))
+
+
 @group.command("describe")
 @click.argument("group_id", metavar="G")
 @_bootstrap
@@ -104,81 +151,157 @@ def group_describe(group_id: str, bootstrap: str, as_json: bool) -> None:
                f"members {len(d.get('members', []))}")
     for m in d.get("members", []):
         parts = ", ".join(f"{a['name']}-{p}" for a in m["assignment"] for p in a["partitions"]) or "-"
-        click.echo(f"  member {m['member_id']}  epoch {m['member_epoch']}  client {m['client_id'] or '-'}  "
+        static = f"  instance {m['instance_id']}" if m.get("instance_id") else ""
+        click.echo(f"  member {m['member_id']}{static}  epoch {m['member_epoch']}  client {m['client_id'] or '-'}  "
                    f"topics {','.join(m['subscribed_topics'])}  owns {parts}")
-    click.echo(f"  {'TOPIC':<20} {'PART':>4} {'COMMITTED':>10} {'HW':>10} {'LAG':>8}  MEMBER")
-    for r in d.get("partitions", []):
+    rows = d.get("partitions", [])
+    with_meta = any(r.get("metadata") for r in rows)  # the column only when some commit carried one
+    click.echo(f"  {'TOPIC':<20} {'PART':>4} {'COMMITTED':>10} {'HW':>10} {'LAG':>8}  MEMBER"
+               + ("  METADATA" if with_meta else ""))
+    for r in rows:
         lag = "-" if r["lag"] is None else r["lag"]
         committed = "-" if r["committed"] < 0 else r["committed"]
         click.echo(f"  {r['topic']:<20} {r['partition']:>4} {committed:>10} {r['high_watermark']:>10} "
-                   f"{lag:>8}  {r['member_id'] or '-'}")
+                   f"{lag:>8}  {r['member_id'] or '-'}" + (f"  {r.get('metadata') or '-'}" if with_meta else ""))
 
 
 @group.command("reset-offsets")
 @click.argument("group_id", metavar="G")
-@click.option("--topic", "topics", multiple=True, help="Only these topics (default: every committed one).")
-@click.option("--to-earliest", is_flag=True)
-@click.option("--to-latest", is_flag=True)
-@click.option("--to-datetime", default=None, metavar="ISO8601", help="First offset at/after this time.")
-@click.option("--to-offset", type=int, default=None)
-@click.option("--dry-run", is_flag=True, help="Show the new offsets, change nothing.")
+@click.option("--topic", "topics", multiple=True, metavar="T[:P,P]",
+              help="Topic T (every partition) or T:0,1 (those); repeatable.")
+@click.option("--all-topics", is_flag=True, help="Every topic G has committed offsets for (the default).")
+@click.option("--to-earliest", is_flag=True, help="The start of each log.")
+@click.option("--to-latest", is_flag=True, help="The end of each log (skip everything).")
+@click.option("--to-current", is_flag=True, help="The committed offsets (no change; a check of the plan).")
+@click.option("--to-offset", type=int, default=None, metavar="N", help="Offset N (clamped into each log).")
+@click.option("--shift-by", type=int, default=None, metavar="N", help="The committed offset plus N (N < 0: back).")
+@click.option("--to-datetime", default=None, metavar="ISO8601",
+              help="The first record at/after this time (no zone: local time).")
+@click.option("--by-duration", default=None, metavar="PnDTnHnMnS",
+              help="The first record at/after now minus this duration (e.g. PT1H).")
+@click.option("--from-file", type=click.File("r"), default=None, metavar="CSV",
+              help="Offsets from a topic,partition,offset CSV (what --export writes).")
+@click.option("--execute", is_flag=True, help="Change the offsets (without it: a dry run that prints the plan).")
+@click.option("--dry-run", is_flag=True, help="Print the plan, change nothing (the default).")
+@click.option("--export", is_flag=True, help="Print the plan as topic,partition,offset CSV (for --from-file).")
 @click.option("--force", is_flag=True,
               help="Reset even while G has members (they keep their positions and may commit over it).")
+@click.option("--metadata", default="", metavar="TEXT",
+              help="Store TEXT with each new offset (OffsetAndMetadata; group describe shows it).")
 @_bootstrap
 @_json
 @_errors
-def group_reset_offsets(group_id: str, topics: tuple[str, ...], to_earliest: bool, to_latest: bool,
-                        to_datetime: str | None, to_offset: int | None, dry_run: bool, force: bool,
+def group_reset_offsets(group_id: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bool,
+                        to_latest: bool, to_current: bool, to_offset: int | None, shift_by: int | None,
+                        to_datetime: str | None, by_duration: str | None, from_file: IO[str] | None,
+                        execute: bool, dry_run: bool, export: bool, force: bool, metadata: str,
                         bootstrap: str, as_json: bool) -> None:
-    """Set G's committed offsets (G must have no members, unless --force).
+    """Plan, and with --execute set, G's committed offsets (kafka-consumer-groups --reset-offsets).
 
-    --to-offset is clamped into each partition's log: past the log end it becomes the log end,
-    below the log start the log start (each clamp is reported)."""
-    modes = [to_earliest, to_latest, to_datetime is not None, to_offset is not None]
-    if sum(modes) != 1:
-        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-datetime, --to-offset")
+    \b
+    A dry run unless --execute: prints GROUP TOPIC PARTITION OLD-OFFSET -> NEW-OFFSET.
+    G must have no live members (NON_EMPTY_GROUP), unless --force. Every new offset is clamped
+    into its partition's log (each clamp is reported on stderr)."""
+    strategy = _strategy(to_earliest, to_latest, to_current, to_offset, shift_by, to_datetime, by_duration,
+                         from_file is not None)
+    if execute and dry_run:
+        raise click.UsageError("--execute and --dry-run exclude each other")
+    if topics and all_topics:
+        raise click.UsageError("--topic and --all-topics exclude each other")
+    try:
+        selection = [parse_topic_selection(t) for t in topics]
+        file_offsets = read_plan_file(from_file.read(), from_file.name) if from_file is not None else None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     notes: list[str] = []
 
-    async def work(core: ClientCore) -> dict[TopicPartition, int]:
-        if not force:
+    async def work(core: ClientCore) -> list[PlanRow]:
+        if not force:  # as Kafka's tool, a dry run too: its plan could not be executed
             await _refuse_active(core, group_id)
-        if topics:
-            tps: list[TopicPartition] = []
-            for t in topics:
-                await core.wait_for_topic(t, core.request_timeout_ms)
-                tps.extend(core.metadata.partitions_for(t))
-        else:
-            tps = sorted(await fetch_committed(core, group_id, None))
+        tps = await _selected(core, group_id, selection, file_offsets)
         if not tps:
-            return {}
-        if to_offset is not None:
-            new = await _clamped(core, tps, to_offset, notes)
-        else:
-            ts = EARLIEST if to_earliest else LATEST
-            if to_datetime is not None:
-                ts = int(datetime.fromisoformat(to_datetime).timestamp() * 1000)
-            found = await list_offsets(core, {tp: ts for tp in tps}, attempts=3)
-            new = {tp: off for tp, (off, _) in found.items() if off >= 0}
-            if to_datetime is not None:  # no record at/after the time: the end
-                missing = [tp for tp in tps if tp not in new]
-                if missing:
-                    ends = await list_offsets(core, {tp: LATEST for tp in missing}, attempts=3)
-                    new.update({tp: off for tp, (off, _) in ends.items()})
-        if not dry_run:
-            await alter_group_offsets(core, group_id, new, force=force)
-        return new
+            return []
+        old = await fetch_committed(core, group_id, tps)
+        starts = await list_offsets(core, {tp: EARLIEST for tp in tps}, attempts=3)
+        ends = await list_offsets(core, {tp: LATEST for tp in tps}, attempts=3)
+        found = None
+        if strategy.kind == "time":
+            found = {tp: off for tp, (off, _) in
+                     (await list_offsets(core, {tp: strategy.value for tp in tps}, attempts=3)).items()}
+        rows, clamps = plan(strategy, tps, old, {tp: v[0] for tp, v in starts.items()},
+                            {tp: v[0] for tp, v in ends.items()}, found, file_offsets)
+        notes.extend(clamps)
+        if execute:
+            await alter_group_offsets(core, group_id,
+                                      {r.tp: OffsetAndMetadata(r.new, metadata) for r in rows},
+                                      force=force)
+        return rows
 
-    new = _run(bootstrap, work)
+    rows = _run(bootstrap, work)
     for note in notes:
         click.echo(note, err=True)
-    rows = [{"topic": tp.topic, "partition": tp.partition, "offset": off} for tp, off in sorted(new.items())]
     if as_json:
-        click.echo(json.dumps(rows))
-        return
-    for r in rows:
-        click.echo(f"{r['topic']}\t{r['partition']}\t{r['offset']}")
-    if dry_run:
-        click.echo("(dry run: nothing changed)")
+        click.echo(json.dumps([{"topic": r.tp.topic, "partition": r.tp.partition, "old": r.old,
+                                "offset": r.new} for r in rows]))
+    elif export:
+        for r in rows:
+            click.echo(f"{r.tp.topic},{r.tp.partition},{r.new}")
+    else:
+        for line in format_plan(group_id, rows):
+            click.echo(line)
+    if not execute:
+        click.echo("(dry run: nothing changed; add --execute to apply)", err=as_json or export)
+
+
+def _strategy(to_earliest: bool, to_latest: bool, to_current: bool, to_offset: int | None,
+              shift_by: int | None, to_datetime: str | None, by_duration: str | None,
+              from_file: bool) -> Strategy:
+    chosen = [name for name, on in (("--to-earliest", to_earliest), ("--to-latest", to_latest),
+                                    ("--to-current", to_current), ("--to-offset", to_offset is not None),
+                                    ("--shift-by", shift_by is not None), ("--to-datetime", to_datetime is not None),
+                                    ("--by-duration", by_duration is not None), ("--from-file", from_file)) if on]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-current, --to-offset, "
+                               "--shift-by, --to-datetime, --by-duration, --from-file"
+                               + (f" (got {', '.join(chosen)})" if chosen else ""))
+    try:
+        if to_datetime is not None:
+            return Strategy("time", parse_datetime(to_datetime))
+        if by_duration is not None:
+            return Strategy("time", int((time.time() - parse_duration(by_duration).total_seconds()) * 1000))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if to_offset is not None:
+        return Strategy("offset", to_offset)
+    if shift_by is not None:
+        return Strategy("shift", shift_by)
+    return Strategy("earliest" if to_earliest else "latest" if to_latest else "current" if to_current else "file")
+
+
+async def _selected(core: ClientCore, group_id: str, selection: list[tuple[str, list[int] | None]],
+                    file_offsets: dict[TopicPartition, int] | None) -> list[TopicPartition]:
+    """The partitions to reset: --topic's, else --from-file's, else every committed one."""
+    if not selection and file_offsets is not None:
+        return sorted(file_offsets)
+    if not selection:
+        return sorted(await fetch_committed(core, group_id, None))
+    tps: list[TopicPartition] = []
+    for topic, parts in selection:
+        await core.wait_for_topic(topic, core.request_timeout_ms)
+        have = core.metadata.partitions_for(topic)
+        if parts is None:
+            tps.extend(have)
+            continue
+        missing = [p for p in parts if TopicPartition(topic, p) not in have]
+        if missing:
+            raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            f"topic {topic!r} has partitions 0..{len(have) - 1}, not {missing[0]}")
+        tps.extend(TopicPartition(topic, p) for p in parts)
+    if file_offsets is not None:
+        unplanned = [tp for tp in tps if tp not in file_offsets]
+        if unplanned:
+            raise error_for(ErrorCode.INVALID_REQUEST, f"--from-file has no offset for {unplanned[0]}")
+    return sorted(set(tps))
 
 
 async def _refuse_active(core: ClientCore, group_id: str) -> None:
@@ -195,23 +318,6 @@ async def _refuse_active(core: ClientCore, group_id: str) -> None:
         raise error_for(ErrorCode.NON_EMPTY_GROUP,
                         f"group {group_id!r} has {n} active member{'s' if n != 1 else ''} (state {d.get('state')}): "
                         "stop its consumers first, or pass --force (they may commit over the reset)")
-
-
-async def _clamped(core: ClientCore, tps: list[TopicPartition], offset: int,
-                   notes: list[str]) -> dict[TopicPartition, int]:
-    """``offset`` for each partition, clamped into [log start, log end]; each clamp → ``notes``."""
-    starts = await list_offsets(core, {tp: EARLIEST for tp in tps}, attempts=3)
-    ends = await list_offsets(core, {tp: LATEST for tp in tps}, attempts=3)
-    out = {}
-    for tp in tps:
-        start, end = starts[tp][0], ends[tp][0]
-        out[tp] = min(max(offset, start), end)
-        if offset > end:
-            notes.append(f"offset {offset} is past the log end {end} of {tp.topic}-{tp.partition}: reset to {end}")
-        elif offset < start:
-            notes.append(f"offset {offset} is before the log start {start} of {tp.topic}-{tp.partition}: "
-                         f"reset to {start}")
-    return out
 
 
 @group.command("delete")

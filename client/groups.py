@@ -27,6 +27,13 @@ without committing (``on_partitions_lost``, default: ``on_partitions_revoked``) 
 rejoins with epoch 0. Without a successful heartbeat for ``session_timeout_ms`` the member drops
 its partitions the same way (it has probably been removed: don't act as a zombie).
 
+Static membership (``group_instance_id``, KIP-345): every heartbeat carries the instance id; a
+process that restarts with the same id takes its predecessor's member place and partitions
+back at once, without a rebalance (``kraft/groups/coordinator.py``). A static member does not
+leave the group on close — its partitions wait for it until its session times out — and a
+member whose instance id was taken over by a newer process is told ``FENCED_INSTANCE_ID``:
+its partitions are lost and every later ``poll`` raises ``FencedInstanceIdError``.
+
 ``max_poll_interval_ms``: if the application does not call ``poll()`` within it, the member
 *leaves* the group proactively (processed offsets committed, partitions revoked) so that the
 others take over, and rejoins on the next ``poll()``. What to do when that happens: process
@@ -34,7 +41,7 @@ fewer records per poll (``max_poll_records``) or raise ``max_poll_interval_ms``;
 leaves on every batch makes the whole group rebalance on every batch.
 
 Commits go to the group's coordinator: the leader of ``__consumer_offsets`` partition
-``crc32(group) % partitions`` (``kraft/groups/offsets.py``), which any broker names through
+``crc32(group) % partitions`` (``broker/groups/offsets.py``), which any broker names through
 FIND_COORDINATOR (``client/aio/coordinator.py``; the broker creates the topic, as the node, when
 it is missing). On a secured cluster that needs describe on the group, and a principal without it
 gets ``GroupAuthorizationFailedError`` at once. The module also holds the small admin helpers
@@ -47,19 +54,19 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import ClientCore
 from rafka.client.aio.consumer import AsyncConsumer
 from rafka.client.aio.coordinator import KEY_TYPE_GROUP, coordinator_node, forget_coordinator
 from rafka.client.aio.offsets import list_offsets
-from rafka.client.connection import backoff_ms
-from rafka.client.errors import UnresolvableHostError
-from rafka.client.types import TopicPartition
+from rafka.client.errors import BootstrapTimeoutError, FencedInstanceIdError, UnresolvableHostError
+from rafka.client.types import CommitOffsets, OffsetAndMetadata, TopicPartition, commit_offsets
+from rafka.wire.connection import backoff_ms
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = [
     "GroupMembership",
@@ -105,6 +112,15 @@ async def coordinator_request(core: ClientCore, group_id: str, api_key: ApiKey, 
     raise last
 
 
+def offsets_body(entries: dict[TopicPartition, OffsetAndMetadata]) -> list[dict[str, Any]]:
+    """The ``topics`` of an OFFSET_COMMIT / TXN_OFFSET_COMMIT body (metadata strings included)."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, e in sorted(entries.items()):
+        topics.setdefault(tp.topic, []).append({"partition": tp.partition, "offset": e.offset,
+                                                "metadata": e.metadata})
+    return [{"name": t, "partitions": ps} for t, ps in topics.items()]
+
+
 def _tp_list(tps: Iterable[TopicPartition]) -> list[dict[str, Any]]:
     by: dict[str, list[int]] = {}
     for tp in sorted(tps):
@@ -118,6 +134,13 @@ def _from_tp_list(entries: Iterable[dict[str, Any]] | None) -> set[TopicPartitio
 
 async def fetch_committed(core: ClientCore, group_id: str, tps: Iterable[TopicPartition] | None,
                           *, require_stable: bool = False) -> dict[TopicPartition, int | None]:
+    """The group's committed offsets (``fetch_committed_metadata`` for their metadata too)."""
+    found = await fetch_committed_metadata(core, group_id, tps, require_stable=require_stable)
+    return {tp: (None if e is None else e.offset) for tp, e in found.items()}
+
+
+async def fetch_committed_metadata(core: ClientCore, group_id: str, tps: Iterable[TopicPartition] | None,
+                                   *, require_stable: bool = False) -> dict[TopicPartition, OffsetAndMetadata | None]:
     """The group's committed offsets. ``require_stable`` (read_committed consumers, KIP-447):
     while a transaction holding offsets of a partition is open, wait for its outcome (the
     coordinator answers UNSTABLE_OFFSET_COMMIT) instead of taking the older offset, which would
@@ -139,7 +162,8 @@ async def fetch_committed(core: ClientCore, group_id: str, tps: Iterable[TopicPa
         await trio.sleep(backoff_ms(attempt, 20, 500) / 1000)
         attempt += 1
     return {
-        TopicPartition(t["name"], p["partition"]): (p["offset"] if p["offset"] >= 0 else None)
+        TopicPartition(t["name"], p["partition"]):
+            (OffsetAndMetadata(p["offset"], p.get("metadata") or "") if p["offset"] >= 0 else None)
         for t in body.get("topics", ()) for p in t["partitions"]
     }
 
@@ -162,7 +186,8 @@ class GroupMembership:
     """The consumer's group member (see the module docstring). Options (consumer kwargs):
     ``session_timeout_ms`` (45000), ``rebalance_timeout_ms`` (300000), ``max_poll_interval_ms``
     (300000), ``on_partitions_revoked`` / ``on_partitions_assigned`` / ``on_partitions_lost``
-    (callables taking a set of ``TopicPartition``; may be async)."""
+    (callables taking a set of ``TopicPartition``; may be async), ``group_instance_id``
+    (static membership: see the module docstring)."""
 
     def __init__(self, consumer: AsyncConsumer) -> None:
         opts = dict(consumer.group_options)
@@ -176,6 +201,7 @@ class GroupMembership:
         self.on_partitions_revoked = opts.pop("on_partitions_revoked", None)
         self.on_partitions_assigned = opts.pop("on_partitions_assigned", None)
         self.on_partitions_lost = opts.pop("on_partitions_lost", None) or self.on_partitions_revoked
+        self.group_instance_id: str | None = opts.pop("group_instance_id", None) or None
         if opts:
             raise TypeError(f"unknown consumer options: {sorted(opts)}")
         self.member_id = ""
@@ -209,18 +235,21 @@ class GroupMembership:
         self.subscription = sorted(set(topics))
         self._wake.set()
 
-    async def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-        got = await fetch_committed(self.core, self.group_id, tps,
-                                    require_stable=bool(self.consumer._isolation))
+    async def committed(self, tps: list[TopicPartition], *, metadata: bool = False
+                        ) -> dict[TopicPartition, Any]:
+        """Committed offsets of ``tps`` (None: none); ``metadata``: as ``OffsetAndMetadata``."""
+        fetch = fetch_committed_metadata if metadata else fetch_committed
+        got: dict[TopicPartition, Any] = await fetch(self.core, self.group_id, tps,
+                                                     require_stable=bool(self.consumer._isolation))
         return {tp: got.get(tp) for tp in tps}
 
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        """Commit as the current member (or from outside the group when not a member)."""
-        if not offsets:
+    async def commit(self, offsets: CommitOffsets) -> None:
+        """Commit as the current member (or from outside the group when not a member); an
+        offset may be an ``OffsetAndMetadata`` (its metadata string is stored with it)."""
+        entries = commit_offsets(offsets)
+        if not entries:
             return
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for tp, off in sorted(offsets.items()):
-            topics.setdefault(tp.topic, []).append({"partition": tp.partition, "offset": off})
+        topics = offsets_body(entries)
         for attempt in range(3):
             epoch = self.member_epoch
             member = epoch > 0
@@ -229,7 +258,7 @@ class GroupMembership:
                 "member_id": self.member_id if member else None,
                 "member_epoch": epoch if member else -1,
                 "min_metadata_offset": self.metadata_offset if member else None,
-                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                "topics": topics,
             }
             try:
                 resp = await coordinator_request(self.core, self.group_id, ApiKey.OFFSET_COMMIT, body)
@@ -242,8 +271,8 @@ class GroupMembership:
             for p in t["partitions"]:
                 if p.get("error"):
                     raise error_for(p["error"], p.get("message") or f"commit of {t['name']}-{p['partition']}")
-        for tp, off in offsets.items():
-            self._committed_safe[tp] = off
+        for tp, entry in entries.items():
+            self._committed_safe[tp] = entry.offset
 
     async def close(self) -> None:
         """Commit what was consumed (auto-commit), then leave the group.
@@ -258,7 +287,7 @@ class GroupMembership:
                     self._mark_consumed()
                 with contextlib.suppress(RafkaError):
                     await self._commit_safe(self.owned)
-            if self.member_epoch > 0:
+            if self.member_epoch > 0 and self.group_instance_id is None:  # static: no leave
                 with contextlib.suppress(RafkaError):
                     await self._send({"member_epoch": -1})
         self.member_epoch = 0
@@ -294,12 +323,19 @@ class GroupMembership:
             "session_timeout_ms": self.session_timeout_ms,
             "rebalance_timeout_ms": self.rebalance_timeout_ms,
             "client_id": self.core.client_id,
+            "instance_id": self.group_instance_id,
             **fields,
         }
         resp = await self.core.request_any(ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
         return resp.body
 
     async def _heartbeat_loop(self) -> None:
+        try:
+            await self._heartbeat_forever()
+        except (UnresolvableHostError, BootstrapTimeoutError, FencedInstanceIdError) as exc:
+            self.consumer.fail(exc)  # the application's next poll raises it
+
+    async def _heartbeat_forever(self) -> None:
         while True:
             self._wake = trio.Event()
             if self.subscription and not self._left_for_poll:
@@ -315,8 +351,8 @@ class GroupMembership:
             fields["subscribed_topics"] = list(self.subscription)
         try:
             body = await self._send(fields)
-        except UnresolvableHostError:
-            raise  # no broker name resolves: waiting cannot help, the consumer fails with it
+        except (UnresolvableHostError, BootstrapTimeoutError):
+            raise  # no broker name resolves / was ever reached: the consumer fails with it
         except RafkaError as exc:
             body = {"error": int(exc.code), "message": exc.message}
         code = body.get("error", 0)
@@ -335,6 +371,11 @@ class GroupMembership:
             self.member_epoch = 0
             self._interval_s = 0.05
             return
+        if code == ErrorCode.FENCED_INSTANCE_ID:  # a newer process has our instance id: fatal
+            log.warning("group %s: %s", self.group_id, body.get("message"))
+            await self._lose_all()
+            self.member_epoch = 0
+            raise FencedInstanceIdError(body.get("message") or self.group_id)
         if code in (ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TOPIC_AUTHORIZATION_FAILED):
             raise error_for(code, body.get("message") or self.group_id)  # retrying cannot help
         log.info("group %s: heartbeat failed: %s %s", self.group_id, code, body.get("message"))
@@ -449,7 +490,8 @@ async def describe_group(core: ClientCore, group_id: str) -> dict[str, Any]:
         off = c["offset"] if c else -1
         hw = ends.get(tp, (-1, -1))[0]
         rows.append({"topic": tp.topic, "partition": tp.partition, "member_id": assigned.get(tp, ""),
-                     "committed": off, "high_watermark": hw,
+                     "committed": off, "metadata": (c.get("metadata") or "") if c else "",
+                     "high_watermark": hw,
                      "lag": (hw - off if off >= 0 else hw) if hw >= 0 else None})
     return {**g, "partitions": rows}
 
@@ -466,13 +508,20 @@ async def delete_groups(core: ClientCore, group_ids: Iterable[str]) -> dict[str,
     return out
 
 
-async def alter_group_offsets(core: ClientCore, group_id: str, offsets: dict[TopicPartition, int], *,
+async def alter_group_offsets(core: ClientCore, group_id: str,
+                              offsets: Mapping[TopicPartition, int | OffsetAndMetadata], *,
                               force: bool = False) -> None:
-    """Set committed offsets (the group must have no members: NON_EMPTY_GROUP otherwise, unless
+    """Set committed offsets, each a plain offset or an ``OffsetAndMetadata`` whose metadata
+    string is stored with it (the group must have no members: NON_EMPTY_GROUP otherwise, unless
     ``force`` — members keep their positions and may commit over the new offsets)."""
+    def entry(tp: TopicPartition) -> dict[str, Any]:
+        v = offsets[tp]
+        if isinstance(v, OffsetAndMetadata):
+            return {"partition": tp.partition, "offset": v.offset, "metadata": v.metadata or ""}
+        return {"partition": tp.partition, "offset": v}
+
     body: dict[str, Any] = {"group_id": group_id, "force": force, "topics": [
-        {"name": e["name"], "partitions": [{"partition": p, "offset": offsets[TopicPartition(e["name"], p)]}
-                                           for p in e["partitions"]]}
+        {"name": e["name"], "partitions": [entry(TopicPartition(e["name"], p)) for p in e["partitions"]]}
         for e in _tp_list(offsets)]}
     resp = await coordinator_request(core, group_id, ApiKey.ALTER_GROUP_OFFSETS, body)
     for t in resp.get("topics", ()):

@@ -16,7 +16,8 @@ where it can (tested without a broker):
   ``latest``/``end``, ``N``, ``-N`` = N before the end, ``@TS`` or ``s@TS`` = the first record
   at or after the timestamp in ms) into an ``OffsetSpec``; ``seek_to_spec`` moves an assigned
   consumer there (an absolute offset is clamped into the log; a timestamp after the last record
-  starts at the end, as Kafka's ``offsetsForTimes`` says). ``compile_format`` turns a kcat
+  starts at the end, as Kafka's ``offsetsForTimes`` says; a clamped absolute offset is reported,
+  and is an error with ``--exit-at-end``, as kcat's ``-e``). ``records_until_end`` is ``-e``. ``compile_format`` turns a kcat
   ``-f`` string into a function of a record giving its bytes: ``%t`` topic, ``%p`` partition,
   ``%o`` offset, ``%k`` key, ``%v`` (and kcat's ``%s``) value, ``%T`` timestamp (ms), ``%h``
   headers as ``k=v`` CSV, ``%K`` / ``%S`` key / value length (-1 for none), ``%%``; escapes
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
     from rafka.client.sync import Consumer, Producer
 
 __all__ = ["CHUNK_LINES", "EARLIEST", "LATEST", "OffsetSpec", "ProduceProgress", "compile_format", "parse_headers",
-           "parse_offset", "produce_lines", "resolve_partitions", "seek_to_spec", "write_records"]
+           "parse_offset", "produce_lines", "resolve_partitions", "seek_to_spec", "write_records",
+           "Clamped", "records_until_end"]
 
 CHUNK_LINES = 10_000  # lines per send_batch (the whole-batch fast path)
 _IN_FLIGHT_CHUNKS = 10  # wait for the acknowledgements of this many chunks, then go on
@@ -222,9 +224,25 @@ def resolve_partitions(consumer: Consumer, topic: str, wanted: Iterable[int]) ->
     return [TopicPartition(topic, p) for p in chosen]
 
 
-def seek_to_spec(consumer: Consumer, tps: list[TopicPartition], spec: OffsetSpec) -> dict[TopicPartition, int]:
+class Clamped(NamedTuple):
+    """An absolute ``--offset`` outside a partition's log, and where consume starts instead."""
+
+    tp: TopicPartition
+    wanted: int
+    start: int
+    end: int
+
+    def message(self) -> str:
+        where = "past the end" if self.wanted > self.end else "before the start"
+        return (f"offset {self.wanted} is {where} of {self.tp.topic} partition {self.tp.partition} "
+                f"(its log ends at offset {self.end}); starting at {self.start}")
+
+
+def seek_to_spec(consumer: Consumer, tps: list[TopicPartition], spec: OffsetSpec,
+                 clamped: list[Clamped] | None = None) -> dict[TopicPartition, int]:
     """Move the assigned ``tps`` to ``spec`` (see the module docstring); returns the offsets
-    chosen for absolute, relative and timestamp specs ({} for earliest / latest)."""
+    chosen for absolute, relative and timestamp specs ({} for earliest / latest). An absolute
+    offset outside a log is clamped into it and, with ``clamped``, reported there."""
     if spec.kind == "earliest":
         consumer.seek_to_beginning(*tps)
         return {}
@@ -241,9 +259,27 @@ def seek_to_spec(consumer: Consumer, tps: list[TopicPartition], spec: OffsetSpec
     else:
         target = {tp: spec.value for tp in tps}
     out = {tp: min(max(off, begin[tp]), end[tp]) for tp, off in target.items()}
+    if clamped is not None and spec.kind == "offset":
+        clamped.extend(Clamped(tp, target[tp], off, end[tp]) for tp, off in out.items() if off != target[tp])
     for tp, off in out.items():
         consumer.seek(tp, off)
     return out
+
+
+def records_until_end(consumer: Consumer, poll_ms: int = 200) -> Iterator[ConsumerRecord]:
+    """kcat's ``-e``: the consumer's records until every assigned partition has been read up
+    to the end offset it had when it was first seen assigned (a group member waits for its
+    assignment first)."""
+    ends: dict[TopicPartition, int] = {}
+    while True:
+        for recs in consumer.poll(timeout_ms=poll_ms).values():
+            yield from recs
+        assigned = consumer.assignment()
+        new = [tp for tp in assigned if tp not in ends]
+        if new:
+            ends.update(consumer.end_offsets(new))
+        if assigned and all(consumer.position(tp) >= ends[tp] for tp in assigned):
+            return
 
 
 # ---------------------------------------------------------------------- consume: output

@@ -45,11 +45,14 @@ from rafka.client.aio.reassign_admin import PartitionReassignment
 from rafka.client.columnar import ColumnBatch
 from rafka.client.errors import IllegalStateError, RafkaError
 from rafka.client.types import (
+    CommitOffsets,
     ConsumerRecord,
     GroupMetadata,
+    OffsetAndMetadata,
     OffsetAndTimestamp,
     RecordMetadata,
     TopicPartition,
+    commit_offsets,
 )
 
 __all__ = ["Producer", "Consumer", "Admin"]
@@ -194,9 +197,10 @@ class Producer(_Facade[AsyncProducer]):
     def begin_transaction(self) -> None:
         self._loop.run(self._async.begin_transaction)
 
-    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
+    def send_offsets_to_transaction(self, offsets: CommitOffsets,
                                     group_metadata: GroupMetadata | str) -> None:
-        self._loop.run(self._async.send_offsets_to_transaction, dict(offsets), group_metadata)
+        """Offsets as ints or ``OffsetAndMetadata`` (their metadata strings are committed too)."""
+        self._loop.run(self._async.send_offsets_to_transaction, commit_offsets(offsets), group_metadata)
 
     def commit_transaction(self) -> None:
         self._loop.run(self._async.commit_transaction)
@@ -342,15 +346,17 @@ class Consumer(_Facade[AsyncConsumer]):
     def topics(self) -> set[str]:
         return self._loop.run(self._async.topics)
 
-    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
-        """Commit ``offsets``; by default, the offset after the last record this consumer
-        returned (yielded by iteration, or returned by ``poll``) in each partition."""
+    def commit(self, offsets: CommitOffsets | None = None) -> None:
+        """Commit ``offsets`` (ints or ``OffsetAndMetadata``); by default, the offset after the
+        last record this consumer returned (yielded by iteration, or returned by ``poll``) in
+        each partition."""
         if offsets is None:
             offsets = self._loop.run_sync(self._async.consumed_positions, self._buf[self._pos:])
-        self._loop.run(self._async.commit, dict(offsets))
+        self._loop.run(self._async.commit, commit_offsets(offsets))
 
-    def committed(self, partition: TopicPartition) -> int | None:
-        return self._loop.run(self._async.committed, partition)
+    def committed(self, partition: TopicPartition, metadata: bool = False) -> int | OffsetAndMetadata | None:
+        """The group's committed offset (``metadata=True``: an ``OffsetAndMetadata``)."""
+        return self._loop.run(self._async.committed, partition, metadata)
 
     def group_metadata(self) -> GroupMetadata:
         """For ``Producer.send_offsets_to_transaction`` (see ``AsyncConsumer.group_metadata``)."""

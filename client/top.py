@@ -235,8 +235,8 @@ def render(view: TopView) -> Group:
 
 def discover_endpoints(bootstrap: str) -> list[str]:
     """Every broker of the cluster, at its client port + the cluster-up metrics offset."""
-    from rafka.broker.cluster import METRICS_PORT_OFFSET
     from rafka.client.sync import Admin
+    from rafka.wire.ports import METRICS_PORT_OFFSET
 
     with Admin(bootstrap) as admin:
         brokers = admin.describe_cluster().brokers

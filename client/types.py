@@ -6,6 +6,7 @@ that keys of consumer dicts and of broker-side maps are the same class; it is re
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from rafka.metadata.image import TopicPartition
@@ -15,6 +16,9 @@ __all__ = [
     "RecordMetadata",
     "ConsumerRecord",
     "OffsetAndTimestamp",
+    "OffsetAndMetadata",
+    "CommitOffsets",
+    "commit_offsets",
     "PartitionMetadata",
     "BrokerMetadata",
     "GroupMetadata",
@@ -49,6 +53,41 @@ class ConsumerRecord(NamedTuple):
 class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset with an application's metadata string (kafka-python's and
+    confluent-kafka's type): accepted wherever offsets are committed — ``Consumer.commit``,
+    ``Producer.send_offsets_to_transaction`` — and given back by ``Consumer.committed(tp,
+    metadata=True)`` and ``rafka group describe``. ``leader_epoch`` is accepted for source
+    compatibility and not sent (rafka validates commits by member epoch)."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int | None = None
+
+
+# what the commit calls take: per partition a plain offset or an ``OffsetAndMetadata``
+CommitOffsets = (Mapping[TopicPartition, int | OffsetAndMetadata]
+                 | Iterable[tuple[TopicPartition, int | OffsetAndMetadata]])
+
+
+def commit_offsets(offsets: CommitOffsets) -> dict[TopicPartition, OffsetAndMetadata]:
+    """``offsets`` as ``{TopicPartition: OffsetAndMetadata}`` (a plain int: no metadata). A
+    ``TypeError`` names anything else, e.g. an offset that is neither."""
+    items = offsets.items() if isinstance(offsets, Mapping) else offsets
+    out: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, off in items:
+        if isinstance(off, OffsetAndMetadata):
+            entry = OffsetAndMetadata(int(off.offset), str(off.metadata or ""), off.leader_epoch)
+        elif isinstance(off, tuple) and len(off) >= 1 and not isinstance(off, bool):
+            entry = OffsetAndMetadata(int(off[0]), str(off[1] if len(off) > 1 and off[1] else ""))
+        elif isinstance(off, int) and not isinstance(off, bool):
+            entry = OffsetAndMetadata(off)
+        else:
+            raise TypeError(f"offset for {tp}: an int or an OffsetAndMetadata, not {type(off).__name__}")
+        out[TopicPartition(*tp)] = entry
+    return out
 
 
 class BrokerMetadata(NamedTuple):

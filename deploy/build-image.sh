@@ -126,7 +126,7 @@ in_root "$VENV/bin/pip" install -q --no-index --no-deps --disable-pip-version-ch
 rm -f "$ROOTFS"/tmp/*.whl
 # the namespace (setup.py package_dir: the card's folders install as rafka.<folder>) and the
 # `rafka` console script must work in the image, not only in the repo's editable install
-in_root "$VENV/bin/python" -c 'import rafka.chaos_tests.echo_node, rafka.client.cli, rafka.security.listener'
+in_root "$VENV/bin/python" -c 'import rafka.chaos_tests.echo_node, rafka.cli, rafka.security.listener'
 say "in the image: $(in_root "$VENV/bin/rafka" --version)"
 # libfaketime 0.9.10 + DONT_FAKE_MONOTONIC=1 breaks two monotonic waits of CPython (see the C
 # file): time.sleep fails with EINVAL, and the GIL hand-off (pthread_cond_timedwait on a

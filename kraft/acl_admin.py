@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from rafka.broker.errors import ErrorCode
 from rafka.kraft import controller as ctl
 from rafka.metadata import MetadataImage
 from rafka.metadata.security import AclCreated, AclEntry, AclRemoved
 from rafka.security.acl import validate_entry
+from rafka.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from rafka.kraft.service import ControllerService

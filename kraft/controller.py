@@ -36,7 +36,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rafka.broker.errors import ErrorCode, error_for
 from rafka.kraft.quorum import Guard
 from rafka.metadata import (
     NO_LEADER,
@@ -54,6 +53,7 @@ from rafka.metadata import (
     TopicImage,
     UnfenceBroker,
 )
+from rafka.wire.errors import ErrorCode, error_for
 
 __all__ = [
     "ControllerState",

@@ -8,8 +8,7 @@ wrong secret that it is wrong — the peers just cannot decrypt its messages and
 silently outside the quorum, forever electing itself. So every node (controller or broker)
 asks each voter, on that voter's RPC address, ``DESCRIBE_QUORUM {local_only, nonce}``; the
 voter answers (``rafka.kraft.service``) with its ``node_id``, ``cluster_id``, the ids of *its*
-voters, and ``secret_proof = HMAC-SHA256(secret, "rafka-secret-proof:" + nonce)``. The node
-compares with its own config:
+voters, and a proof that it holds the cluster secret. The node compares with its own config:
 
 * ``ClusterIdMismatchError`` — the voter belongs to another cluster;
 * ``VotersMismatchError`` — the voter's set of voter ids differs from ours, or the address we
@@ -17,8 +16,21 @@ compares with its own config:
   behind per-link proxies, so only ids are compared);
 * ``ClusterSecretMismatchError`` — the proofs differ (the secret itself never travels).
 
+The secret proof is a challenge both ways (issue 24): anyone can reach the RPC port, and an
+HMAC of the secret over a nonce the caller picked is material for guessing the secret
+offline. So the first ``DESCRIBE_QUORUM {local_only, nonce}`` gets only a ``challenge`` (the
+voter's own nonce, bound to the caller's nonce and a time by an HMAC under a random
+per-process key — nothing derived from the secret); the caller answers with
+``caller_proof = HMAC(secret, "rafka-caller-proof:" + challenge + ":" + nonce)`` and only a
+caller proof that verifies (``hmac.compare_digest``, challenge at most ``CHALLENGE_TTL_S``
+old) earns ``secret_proof = HMAC(secret, "rafka-secret-proof:" + nonce + ":" + challenge)``;
+a wrong one earns ``secret_proof = ""`` (one online guess per request, no offline oracle).
+The two prefixes differ, so a voter cannot be used to compute a caller proof. A voter
+without a secret answers ``secret_proof = None`` at once; an older voter that answers the
+first request with a proof over the bare nonce is still checked (rolling upgrades).
+
 Who is wrong when two nodes disagree? The majority: a node stops with the error (clear line,
-exit code 2: ``broker/node.py``) once the voters that disagree with it are so many that the
+exit code 2: ``rafka/node.py``) once the voters that disagree with it are so many that the
 ones left cannot form a majority of the quorum — i.e. it could never take part in a majority
 that agrees with its config. A disagreeing voter that is in the minority is reported in the
 log (ERROR, once) and the node keeps running. Unreachable voters are retried (backoff up to
@@ -34,18 +46,21 @@ import hashlib
 import hmac
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
-from rafka.broker.protocol import ApiKey
 from rafka.kraft.quorum import QuorumConfigError
+from rafka.wire.protocol import ApiKey
 
 __all__ = [
     "ClusterIdMismatchError",
     "ClusterSecretMismatchError",
     "VotersMismatchError",
     "secret_proof",
+    "caller_proof",
+    "proof_fields",
     "verify_cluster_membership",
 ]
 
@@ -66,6 +81,11 @@ class ClusterSecretMismatchError(QuorumConfigError):
     """This node's cluster secret is not the one the voters use."""
 
 
+_CALLER_PREFIX = b"rafka-caller-proof:"
+CHALLENGE_TTL_S = 60.0
+_CHALLENGE_KEY = secrets.token_bytes(32)  # per process; never derived from the cluster secret
+
+
 def secret_proof(secret: str | None, nonce: str) -> str | None:
     """What a node that holds ``secret`` answers to ``nonce`` (None without a secret)."""
     if not secret:
@@ -73,11 +93,44 @@ def secret_proof(secret: str | None, nonce: str) -> str | None:
     return hmac.new(secret.encode(), _PROOF_PREFIX + nonce.encode(), hashlib.sha256).hexdigest()
 
 
+def caller_proof(secret: str, challenge: str, nonce: str) -> str:
+    """What a caller that holds ``secret`` answers to a voter's ``challenge``."""
+    msg = _CALLER_PREFIX + challenge.encode() + b":" + nonce.encode()
+    return hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()
+
+
+def _challenge_mac(stamp: str, nonce: str) -> str:
+    return hmac.new(_CHALLENGE_KEY, f"{stamp}:{nonce}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _challenge_valid(challenge: str, nonce: str, now_s: float) -> bool:
+    stamp, _, mac = challenge.partition(".")
+    if not stamp.isdigit() or not hmac.compare_digest(mac, _challenge_mac(stamp, nonce)):
+        return False
+    return 0 <= now_s - int(stamp) <= CHALLENGE_TTL_S
+
+
+def proof_fields(secret: str | None, nonce: str, challenge: Any, proof: Any,
+                 now_s: float | None = None) -> dict[str, Any]:
+    """The secret-proof part of a voter's ``DESCRIBE_QUORUM {local_only, nonce}`` answer
+    (module docstring): None without a secret, else a challenge, else the proof or ``""``."""
+    if not secret:
+        return {"secret_proof": None}
+    now_s = time.time() if now_s is None else now_s
+    if not isinstance(challenge, str) or not isinstance(proof, str):
+        stamp = str(int(now_s))
+        return {"challenge": f"{stamp}.{_challenge_mac(stamp, nonce)}"}
+    if not (_challenge_valid(challenge, nonce, now_s)
+            and hmac.compare_digest(proof, caller_proof(secret, challenge, nonce))):
+        return {"secret_proof": ""}
+    return {"secret_proof": secret_proof(secret, f"{nonce}:{challenge}")}
+
+
 Request = Callable[[tuple[str, int], dict[str, Any]], Awaitable[dict[str, Any] | None]]
 
 
 async def _describe_local(addr: tuple[str, int], body: dict[str, Any]) -> dict[str, Any] | None:
-    from rafka.client.connection import connect
+    from rafka.wire.connection import connect
 
     try:
         with trio.move_on_after(2):
@@ -108,12 +161,34 @@ def _compare(voter_id: int, addr: tuple[str, int], answer: dict[str, Any], *, cl
         return VotersMismatchError(
             f"{where} has voters {sorted(theirs)}, this node's config lists {voter_ids}; every node "
             "must list the same controller quorum")
-    if "secret_proof" in answer and answer["secret_proof"] != proof:
+    if "secret_proof" in answer and not _same_proof(answer["secret_proof"], proof):
         return ClusterSecretMismatchError(
             f"{where} does not share this node's cluster secret "
             f"({'it has none' if answer['secret_proof'] is None else 'the secrets differ'}); "
             "use the same cluster_secret / cluster_secret_file on every node")
     return None
+
+
+def _same_proof(theirs: Any, ours: str | None) -> bool:
+    if theirs is None or ours is None:
+        return theirs is ours
+    return isinstance(theirs, str) and hmac.compare_digest(theirs, ours)
+
+
+async def _ask(request: Request, addr: tuple[str, int], secret: str | None
+               ) -> tuple[dict[str, Any] | None, str | None]:
+    """A voter's local answer and the secret proof this node expects in it (two requests
+    when the voter challenges: module docstring)."""
+    nonce = secrets.token_hex(16)
+    answer = await request(addr, {"local_only": True, "nonce": nonce})
+    challenge = None if answer is None else answer.get("challenge")
+    if answer is None or not isinstance(challenge, str):
+        return answer, secret_proof(secret, nonce)  # a voter without a secret, or an older one
+    if not secret:  # it has a secret, we have none
+        return {**answer, "secret_proof": ""}, None
+    answer = await request(addr, {"local_only": True, "nonce": nonce, "challenge": challenge,
+                                  "caller_proof": caller_proof(secret, challenge, nonce)})
+    return answer, secret_proof(secret, f"{nonce}:{challenge}")
 
 
 async def verify_cluster_membership(
@@ -146,13 +221,11 @@ async def verify_cluster_membership(
     check_agreed()
     while pending:
         for vid, addr in sorted(pending.items()):
-            nonce = secrets.token_hex(16)
-            answer = await request(addr, {"local_only": True, "nonce": nonce})
+            answer, proof = await _ask(request, addr, secret)
             if answer is None:
                 continue
             del pending[vid]
-            err = _compare(vid, addr, answer, cluster_id=cluster_id, voter_ids=ids,
-                           proof=secret_proof(secret, nonce))
+            err = _compare(vid, addr, answer, cluster_id=cluster_id, voter_ids=ids, proof=proof)
             if err is None:
                 agreeing += 1
                 check_agreed()

@@ -30,8 +30,8 @@ from typing import Any, NamedTuple, Protocol
 
 import msgpack
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.metadata import MetadataImage, MetadataRecord, record_from_dict
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
 __all__ = [
     "Command",

@@ -20,10 +20,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rafka.broker.errors import ErrorCode
 from rafka.kraft import controller as ctl
 from rafka.metadata import MetadataImage
 from rafka.metadata.quotas import DEFAULT, QUOTA_KEYS, ClientQuota, entity_key
+from rafka.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from rafka.kraft.service import ControllerService

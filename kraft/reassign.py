@@ -52,7 +52,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rafka.broker.errors import ErrorCode, error_for
 from rafka.kraft.controller import ControllerState, Decision, live_brokers, placeable_brokers
 from rafka.kraft.quorum import Guard
 from rafka.metadata import (
@@ -66,6 +65,7 @@ from rafka.metadata import (
     UnregisterBroker,
 )
 from rafka.metadata.delta import apply_partition_change
+from rafka.wire.errors import ErrorCode, error_for
 
 __all__ = [
     "ReassignItem",

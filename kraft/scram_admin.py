@@ -20,12 +20,12 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rafka.broker.errors import ErrorCode
 from rafka.kraft import controller as ctl
 from rafka.metadata import MetadataImage
 from rafka.metadata.security import UserScramCredential, UserScramCredentialRemoved
 from rafka.security.listener import NODE_USER
 from rafka.security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
+from rafka.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from rafka.kraft.service import ControllerService

@@ -77,13 +77,13 @@ from typing import Any
 
 import rafka.kraft.voter_admin as voter_admin  # (own line: shared import lines change often)
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.kraft import acl_admin, quota_admin, reassign_admin, scram_admin, topic_admin
 from rafka.kraft import controller as ctl
 from rafka.kraft.groups.service import GroupsController, group_config_from_settings
 from rafka.kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, ProposeResult
 from rafka.metadata import LeaderChange, MetadataImage
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["ControllerService", "VoterSpec", "parse_voters"]
 
@@ -189,7 +189,7 @@ class ControllerService:
         cluster_id: str | None = None,
     ) -> None:
         self.node_id = node_id
-        self.events: Any = None  # broker.events.EventLog (broker/node.py sets it): raft-leader events
+        self.events: Any = None  # broker.events.EventLog (rafka/node.py sets it): raft-leader events
         self.cluster_id = cluster_id
         self.voters = parse_voters(voters)
         self.raft_listener = _addr(raft_listener) if raft_listener else None
@@ -624,9 +624,10 @@ class ControllerService:
                    **voter_admin.local_fields(self)}
             nonce = body.get("nonce")
             if isinstance(nonce, str) and 0 < len(nonce) <= 256:  # kraft/membership.py
-                from rafka.kraft.membership import secret_proof
+                from rafka.kraft.membership import proof_fields
 
-                out["secret_proof"] = secret_proof(self.cluster_secret, nonce)
+                out.update(proof_fields(self.cluster_secret, nonce, body.get("challenge"),
+                                        body.get("caller_proof")))
             return out
         q = self._q()
         self._require_active()
@@ -634,7 +635,7 @@ class ControllerService:
         states: dict[int, dict[str, Any]] = {self.node_id: self._local_quorum_state()}
 
         async def ask(vid: int, rpc: tuple[str, int]) -> None:
-            from rafka.client.connection import connect
+            from rafka.wire.connection import connect
 
             with trio.move_on_after(1.0):
                 try:

@@ -42,9 +42,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from rafka.broker.errors import RafkaError
 from rafka.kraft.quorum import Command, LogEntry, ProposeResult, not_controller
 from rafka.metadata import LeaderChange, MetadataDelta, MetadataImage, NoOp
+from rafka.wire.errors import RafkaError
 
 __all__ = ["Applied", "ControllerStateMachine", "DEFAULT_DEDUP_CAPACITY", "refusal_id"]
 

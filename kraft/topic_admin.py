@@ -51,11 +51,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.kraft import controller as ctl
 from rafka.kraft.quorum import OffsetOutOfRange, ProposeResult
 from rafka.kraft.state_machine import refusal_id
 from rafka.metadata import NoOp
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
 if TYPE_CHECKING:
     from rafka.kraft.service import ControllerService

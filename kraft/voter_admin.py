@@ -35,7 +35,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import trio
-from rafka.broker.errors import ErrorCode, error_for
 from rafka.kraft.voters import (
     FreshStart,
     VoterRegistry,
@@ -45,6 +44,7 @@ from rafka.kraft.voters import (
     load_identity,
     write_identity,
 )
+from rafka.wire.errors import ErrorCode, error_for
 
 if TYPE_CHECKING:
     from rafka.kraft.service import ControllerService

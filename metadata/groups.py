@@ -15,11 +15,14 @@ The state follows KIP-848:
   (``pending_revocation``). Creates the group when absent.
 * ``GroupAssignment`` — one member's *target* partitions (as computed by the assignor at
   ``assignment_epoch``). Ignored for an unknown member.
+  A static member (``instance_id`` set, KIP-345) that rejoins under a new member id takes its
+  predecessor's place: ``GroupMemberRemoved`` of the old id, then ``GroupMember`` of the new one
+  with the same epoch and partitions (no group epoch bump: no rebalance).
 * ``GroupMemberRemoved`` — a member left, was fenced or timed out. The group stays (possibly
   empty).
 * ``GroupDeleted`` — the group's membership state is gone (written when its last member leaves).
   The group itself, as users see it, lives on while it has committed offsets in
-  ``__consumer_offsets`` (state ``Empty``; see ``kraft/groups/offsets.py``).
+  ``__consumer_offsets`` (state ``Empty``; see ``broker/groups/offsets.py``).
 
 Invariant the coordinator keeps (tested there): the sets ``assigned ∪ pending_revocation`` of the
 members of a group are pairwise disjoint, so no partition is ever owned by two members.
@@ -85,6 +88,7 @@ class GroupMember(_GroupRecord):
     rebalance_timeout_ms: int = 300000
     assigned: tuple[TP, ...] = ()
     pending_revocation: tuple[TP, ...] = ()
+    instance_id: str = ""  # static membership (KIP-345): "" for a dynamic member
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +142,7 @@ class GroupMemberImage:
     pending_revocation: tuple[TP, ...] = ()
     target: tuple[TP, ...] = ()
     target_epoch: int = 0
+    instance_id: str = ""  # static membership (KIP-345): "" for a dynamic member
 
     def owns(self, topic: str, partition: int) -> bool:
         """May this member hold (fetch, commit) the partition right now?"""
@@ -244,6 +249,7 @@ class GroupsDelta:
                 pending_revocation=_tps(record.pending_revocation),
                 target=prev.target if prev else (),
                 target_epoch=prev.target_epoch if prev else 0,
+                instance_id=record.instance_id,
             )
         elif isinstance(record, GroupAssignment):
             g = self._group(record.group_id, create=False)
@@ -306,4 +312,5 @@ def member_record(group_id: str, m: GroupMemberImage) -> GroupMember:
         rebalance_timeout_ms=m.rebalance_timeout_ms,
         assigned=m.assigned,
         pending_revocation=m.pending_revocation,
+        instance_id=m.instance_id,
     )

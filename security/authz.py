@@ -41,13 +41,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey, Request
 from rafka.security.acl import CLUSTER_NAME, Authorizer
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey, Request
 
 if TYPE_CHECKING:
-    from rafka.broker.server import Dispatch
     from rafka.metadata import MetadataImage
+    from rafka.wire.dispatch import Dispatch
 
 __all__ = ["authorizing_dispatch", "TOPIC_OPERATIONS", "DENIED_CODE", "COORDINATOR_KEY_TYPES"]
 

@@ -34,14 +34,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
-from rafka.broker.errors import ErrorCode, error_for
 from rafka.security.listener import PROTOCOLS
 from rafka.security.sasl import sasl_authenticate
 from rafka.security.scram import MECHANISMS
 from rafka.security.tls import BulkReceiveStream, client_context
+from rafka.wire.errors import ErrorCode, error_for
 
 if TYPE_CHECKING:
-    from rafka.client.connection import Connection
+    from rafka.wire.connection import Connection
 
 __all__ = ["ClientSecurity", "SECURITY_OPTIONS", "ambient_security"]
 

@@ -29,7 +29,7 @@ problem) and returns a ``SecurityConfig``; ``ListenerSecurity`` is what the ``Se
 run time: the same settings, the built ``ssl.SSLContext`` and the credential source (the
 node's metadata image). Without the table nothing changes.
 
-The node (``broker/node.py``) serves the secured listener with ``secured_dispatch`` — the same
+The node (``rafka/node.py``) serves the secured listener with ``secured_dispatch`` — the same
 ``NodeApi.dispatch``, except that METADATA names every broker by the secured listener it
 registered (``RegisterBroker.secure_listener``, from ``advertised(config)``), so a secured
 client is never sent to a plaintext port — and looks credentials up with
@@ -63,16 +63,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rafka.broker.config import ConfigError, parse_hostport
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey, Request
 from rafka.security.sasl import CredentialSource
 from rafka.security.scram import MECHANISMS, ScramCredential
 from rafka.security.tls import CLIENT_AUTH, server_context
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey, Request
+from rafka.wire.settings import ConfigError, parse_hostport
 
 if TYPE_CHECKING:
-    from rafka.broker.server import Dispatch
     from rafka.metadata import MetadataImage
+    from rafka.wire.dispatch import Dispatch
 
 __all__ = ["PROTOCOLS", "SecurityConfig", "ListenerSecurity", "parse_security", "advertised",
            "image_credentials", "secured_dispatch", "node_principal", "is_node_principal",

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
-from rafka.broker.config import parse_hostport
-from rafka.broker.errors import ErrorCode, error_for
-from rafka.client.connection import Connection, ConnectionPool
 from rafka.security.client import ClientSecurity
 from rafka.security.tls import client_context
+from rafka.wire.connection import Connection, ConnectionPool
+from rafka.wire.errors import ErrorCode, error_for
+from rafka.wire.settings import parse_hostport
 
 if TYPE_CHECKING:
     from rafka.metadata import MetadataImage

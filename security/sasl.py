@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from rafka.broker.errors import ErrorCode, RafkaError
-from rafka.broker.protocol import ApiKey
 from rafka.security.scram import MECHANISMS, ScramClient, ScramCredential, ScramServer
+from rafka.wire.errors import ErrorCode, RafkaError
+from rafka.wire.protocol import ApiKey
 
 if TYPE_CHECKING:
-    from rafka.client.connection import Connection
+    from rafka.wire.connection import Connection
 
 __all__ = ["SASL_APIS", "GateAnswer", "GateState", "SaslGate", "CredentialSource",
            "sasl_authenticate"]
@@ -144,7 +144,7 @@ async def sasl_authenticate(conn: Connection, mechanism: str, username: str, pas
 
 
 def error_unsupported(mechanism: str) -> RafkaError:
-    from rafka.broker.errors import error_for
+    from rafka.wire.errors import error_for
 
     return error_for(ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                      f"sasl_mechanism {mechanism!r} is not supported (use {' or '.join(MECHANISMS)})")

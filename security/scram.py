@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-from rafka.broker.errors import ErrorCode, error_class
+from rafka.wire.errors import ErrorCode, error_class
 
 __all__ = [
     "MECHANISMS",

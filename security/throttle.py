@@ -10,7 +10,7 @@ precedence of user / client id / defaults is ``security.quota.quota_levels``). W
 ``image.quotas`` is another object than the one last seen, both books forget their cached
 resolutions (a changed quota starts a fresh tracker).
 
-``ClientQuotas.wrap(dispatch)`` is the node's dispatch with quotas (``broker/node.py`` wraps both
+``ClientQuotas.wrap(dispatch)`` is the node's dispatch with quotas (``rafka/node.py`` wraps both
 listeners). Per request:
 
 * anything but PRODUCE and a consumer's FETCH (follower fetches, ``replica_id >= 0``, are
@@ -40,12 +40,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
-from rafka.broker.protocol import ApiKey, Request
 from rafka.security.quota import QuotaBook, QuotaKey
+from rafka.wire.protocol import ApiKey, Request
 
 if TYPE_CHECKING:
-    from rafka.broker.server import Dispatch
     from rafka.metadata import MetadataImage
+    from rafka.wire.dispatch import Dispatch
 
 __all__ = ["ClientQuotas", "ThrottleStats", "produce_bytes"]
 

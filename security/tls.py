@@ -19,7 +19,7 @@ Otherwise it returns a ``trio.SSLStream`` whose handshake is done (the caller bo
 ``BulkReceiveStream`` is what a client's ``SSLStream`` runs over: ``SSLStream`` refills its
 incoming buffer with ``transport.receive_some()`` — no size, so trio's 64 KiB default, four 16
 KiB records — and a 1 MiB fetch answer took 16 of those; asking for 256 KiB takes 4, and the
-frame reader decrypts every record of a refill in one step (``rafka.broker.frame_reader``; the
+frame reader decrypts every record of a refill in one step (``rafka.wire.frame_reader``; the
 client's CPU per MiB of a TLS fetch 1.29 → 1.07 ms by the drain alone, → 0.83 with this,
 docs/performance.md "Security").
 """
@@ -170,5 +170,24 @@ async def accept_tls(stream: trio.abc.Stream, context: ssl.SSLContext) -> trio.S
     if first[0] != _TLS_HANDSHAKE or first[1] != 0x03:
         raise PlaintextOnTlsPortError(prefixed)
     tls = trio.SSLStream(prefixed, context, server_side=True)
-    await tls.do_handshake()
+    try:
+        await tls.do_handshake()
+    except trio.BrokenResourceError:
+        await _send_pending_alert(tls)
+        raise
     return tls
+
+
+async def _send_pending_alert(tls: trio.SSLStream[Any]) -> None:
+    """Send the TLS alert a failed handshake left unsent (trio drops it): the peer then learns
+    *why* (e.g. ``unknown ca`` for a certificate the cluster CA did not sign) and can name the
+    error (``wire.connection.transport_error``) instead of seeing a bare EOF. Reads trio's
+    private outgoing BIO (trio 0.35); without it nothing is sent, as before."""
+    bio = getattr(tls, "_outgoing", None)
+    data = bio.read() if isinstance(bio, ssl.MemoryBIO) else b""
+    if data:
+        with trio.move_on_after(1.0):
+            try:
+                await tls.transport_stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass

@@ -57,7 +57,7 @@ def _throwaway_cluster() -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cli = [sys.executable, "-m", "rafka.client.cli"]
+    cli = [sys.executable, "-m", "rafka.cli"]
     up = subprocess.run([*cli, "cluster", "up", "--nodes", "1", "--data-dir", str(data),
                          "--port", str(port), "--detach"], capture_output=True, text=True,
                         timeout=120)

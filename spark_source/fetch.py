@@ -47,11 +47,11 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-from rafka.broker.errors import ErrorCode, RafkaError
 from rafka.client.aio.fetch import CompletedFetch
 from rafka.client.columnar import ColumnBatch
 from rafka.client.types import TopicPartition
 from rafka.log.batch import HEADER_SIZE, parse_header
+from rafka.wire.errors import ErrorCode, RafkaError
 
 from .offsets import OffsetRange
 from .wire import Cluster, PartitionGone

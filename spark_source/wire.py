@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Spark calls the source from plain threads: ``latestOffset`` on the driver, and ``read()`` on an
 executor as a *generator* that Spark pulls batches from at its own pace. A blocking socket
-speaking the shared sans-I/O codec (``broker.protocol.ClientProtocol``) fits that shape
+speaking the shared sans-I/O codec (``wire.protocol.ClientProtocol``) fits that shape
 directly: no event loop to run beside Spark, nothing to hand over between threads, and a fetch
 in flight while the previous response is decoded (``send`` now, ``receive`` later) gives the
 pipelining that matters for throughput. The protocol and error catalogue are the same ones the
@@ -32,14 +32,14 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rafka.broker.errors import RETRIABLE, ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey, ClientProtocol, FrameTooLargeError, Response
+from rafka.wire.errors import RETRIABLE, ErrorCode, RafkaError, error_for
+from rafka.wire.protocol import ApiKey, ClientProtocol, FrameTooLargeError, Response
 
 __all__ = ["BlockingConnection", "Cluster", "PartitionGone", "parse_servers"]
 
 log = logging.getLogger("spark_source")
 _READ_CHUNK = 1 << 20
-_LEN = struct.Struct(">I")  # the frame length prefix (broker.protocol's framing)
+_LEN = struct.Struct(">I")  # the frame length prefix (wire.protocol's framing)
 
 
 def parse_servers(servers: str) -> list[tuple[str, int]]:

@@ -50,7 +50,7 @@ def test_users_own_log_and_client_modules_do_not_shadow_rafka(tmp_path: Path) ->
         import log, client
         from rafka.client import Producer
         from rafka.log.segment import Segment
-        import rafka.broker.node
+        import rafka.node
         print(log.WHO, client.WHO)
     """)
     assert r.returncode == 0, r.stderr
@@ -63,6 +63,6 @@ def test_the_rafka_command_and_module_entry_points_resolve(tmp_path: Path) -> No
                          timeout=60, env=_user_env())
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("rafka ")
-    mod = subprocess.run([sys.executable, "-m", "rafka.client.cli", "--version"], cwd=tmp_path,
+    mod = subprocess.run([sys.executable, "-m", "rafka.cli", "--version"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=60, env=_user_env())
     assert mod.returncode == 0 and mod.stdout == out.stdout

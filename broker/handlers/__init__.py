@@ -10,7 +10,7 @@ Theory of operation
 2. admin APIs and CONSUMER_GROUP_HEARTBEAT → forwarded to the active controller
    (``admin.forward``), unless the body carries ``_forwarded`` and this node is a controller: then
    its controller answers; the other group APIs (31–36: offsets, group admin) are answered here
-   by ``kraft.groups.offsets.GroupOffsetsManager`` (this broker must lead the group's
+   by ``broker.groups.offsets.GroupOffsetsManager`` (this broker must lead the group's
    ``__consumer_offsets`` partition, else ``NOT_COORDINATOR``), TXN_OFFSET_COMMIT (44) too;
    the transaction APIs (40-42, 45, 46, and INIT_PRODUCER_ID with a ``transactional_id``) by
    ``broker.txn.coordinator.TxnCoordinator`` (this broker must lead the id's
@@ -39,17 +39,17 @@ from typing import Any
 import trio
 from rafka.broker.config import offsets_retention_ms
 from rafka.broker.controller_channel import FORWARDED_KEY, ControllerChannel
-from rafka.broker.errors import ErrorCode, error_for
+from rafka.broker.groups.offsets import OFFSETS_TOPIC, GroupOffsetsManager, offsets_topic_spec
 from rafka.broker.handlers import admin, coordinator, data, metadata_api, security_api, txn_data
 from rafka.broker.metadata_listener import MetadataPublisher
-from rafka.broker.protocol import ApiKey, Request
 from rafka.broker.replica_manager import ReplicaManager
 from rafka.broker.server import Reply
 from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, TxnCoordinator, txn_state_topic_spec
 from rafka.broker.txn.verify import CoordinatorVerifier
-from rafka.client.connection import ConnectionPool
-from rafka.kraft.groups.offsets import OFFSETS_TOPIC, GroupOffsetsManager, offsets_topic_spec
 from rafka.security.throttle import ClientQuotas
+from rafka.wire.connection import ConnectionPool
+from rafka.wire.errors import ErrorCode, error_for
+from rafka.wire.protocol import ApiKey, Request
 
 __all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS", "GROUP_BROKER_APIS", "TXN_BROKER_APIS"]
 
@@ -78,7 +78,7 @@ FORWARDED_APIS = frozenset({
 })
 # the controller quorum itself: asked of the active controller, found for the client by any node
 QUORUM_APIS = frozenset({ApiKey.DESCRIBE_QUORUM, ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER})
-# committed offsets and group admin: served by the group's coordinator broker (kraft/groups/offsets.py)
+# committed offsets and group admin: served by the group's coordinator broker (broker/groups/offsets.py)
 GROUP_BROKER_APIS = frozenset({
     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS,
     ApiKey.DELETE_GROUPS, ApiKey.ALTER_GROUP_OFFSETS, ApiKey.TXN_OFFSET_COMMIT,

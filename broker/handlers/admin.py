@@ -29,9 +29,9 @@ from typing import Any
 
 import trio
 from rafka.broker.controller_channel import FORWARDED_KEY, ControllerChannel
-from rafka.broker.errors import ErrorCode, RafkaError
 from rafka.broker.metadata_listener import MetadataPublisher
-from rafka.broker.protocol import ApiKey
+from rafka.wire.errors import ErrorCode, RafkaError
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["forward", "WAIT_FOR_METADATA"]
 

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A group's coordinator is the leader of ``__consumer_offsets`` partition ``crc32(group) %
-partitions`` (``kraft/groups/offsets.py``); a transactional id's is the leader of
+partitions`` (``broker/groups/offsets.py``); a transactional id's is the leader of
 ``__transaction_state`` partition ``crc32(id) % partitions`` (``broker/txn/coordinator.py``).
 Clients used to work that out themselves from METADATA of those internal topics, which made
 the internal topics' metadata something every principal had to see. FIND_COORDINATOR (Kafka's
@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from rafka.broker.errors import ErrorCode, error_for
+from rafka.broker.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
-from rafka.kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from rafka.metadata.image import MetadataImage
+from rafka.wire.errors import ErrorCode, error_for
 
 __all__ = ["KEY_TYPE_GROUP", "KEY_TYPE_TRANSACTION", "KEY_TYPES", "coordinator_topic",
            "find_coordinator"]

@@ -63,7 +63,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from rafka.broker.error_map import wire_error
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.partition import Partition, VerificationGuard
 from rafka.broker.replica_manager import ReplicaManager
 from rafka.broker.replication.epochs import verify_follower_fetch
@@ -71,6 +70,7 @@ from rafka.broker.server import SMALL_REPLY_BYTES, Reply
 from rafka.log.batch import CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT, iter_batches
 from rafka.log.errors import DuplicateSequenceError
 from rafka.log.partition_log import FetchSlice
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
 if TYPE_CHECKING:
     from rafka.broker.handlers.txn_data import TxnVerifier

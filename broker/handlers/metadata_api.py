@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rafka.broker.config import effective_topic_config
-from rafka.broker.errors import ErrorCode
 from rafka.log.errors import InvalidConfigError
 from rafka.metadata.image import MetadataImage, TopicImage
+from rafka.wire.errors import ErrorCode
 
 __all__ = ["api_versions", "metadata", "describe_configs", "topic_entry"]
 

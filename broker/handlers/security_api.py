@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from rafka.broker.errors import ErrorCode
 from rafka.metadata import MetadataImage
+from rafka.wire.errors import ErrorCode
 
 __all__ = ["describe_user_scram_credentials", "describe_acls", "describe_client_quotas"]
 

@@ -30,10 +30,10 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 import trio
-from rafka.broker.errors import ErrorCode
 from rafka.broker.handlers.data import fail_entry, wait_outcomes
 from rafka.broker.partition import Partition
 from rafka.broker.replica_manager import ReplicaManager
+from rafka.wire.errors import ErrorCode
 
 __all__ = ["TxnVerifier", "write_txn_markers", "describe_producers",
            "DEFAULT_MARKER_TIMEOUT_MS"]

@@ -79,10 +79,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError
-from rafka.broker.protocol import ApiKey
 from rafka.broker.replication.epochs import EpochEndOffset, EpochLookup, truncation_offset
 from rafka.log.errors import StorageError
+from rafka.wire.errors import ErrorCode, RafkaError
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["FollowerLog", "FollowerPartition", "ReplicaFetcherManager"]
 

@@ -71,7 +71,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rafka.broker.errors import ErrorCode
+from rafka.wire.errors import ErrorCode
 
 __all__ = [
     "FollowerProgress",

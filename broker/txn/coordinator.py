@@ -4,7 +4,7 @@ partition answers its INIT_PRODUCER_ID, ADD_PARTITIONS/OFFSETS_TO_TXN, END_TXN a
 Theory of operation
 -------------------
 The same leader-of-an-internal-partition pattern as committed offsets
-(``kraft/groups/offsets.py``): an id lives in partition ``crc32(id) % 5`` of the compacted topic
+(``broker/groups/offsets.py``): an id lives in partition ``crc32(id) % 5`` of the compacted topic
 ``__transaction_state`` (:func:`txn_state_topic_spec`); the leader of that partition is the id's
 coordinator; anyone else answers ``NOT_COORDINATOR``. The state of every id of a partition is
 rebuilt from the partition (:class:`TxnPartitionState`) the first time it is needed after this
@@ -55,14 +55,14 @@ from typing import Any, Final
 
 import trio
 from rafka.broker.controller_channel import FORWARDED_KEY
-from rafka.broker.errors import ErrorCode, Handler, RafkaError, answer_errors, error_for
-from rafka.broker.protocol import ApiKey
+from rafka.broker.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
 from rafka.broker.read_barrier import ReadBarrier
 from rafka.broker.txn import state as S
 from rafka.broker.txn.markers import LocalHandler, MarkerWriter
 from rafka.broker.txn.state import EndStep, TxnMetadata, TxnState
-from rafka.kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
 from rafka.log.batch import decode_records, iter_batches
+from rafka.wire.errors import ErrorCode, Handler, RafkaError, answer_errors, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = [
     "TXN_STATE_PARTITIONS",

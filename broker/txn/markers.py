@@ -36,11 +36,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.broker.txn.state import TxnMetadata
-from rafka.client.connection import backoff_ms
 from rafka.metadata.image import MetadataImage
+from rafka.wire.connection import backoff_ms
+from rafka.wire.errors import ErrorCode, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["MarkerWriter", "marker_body"]
 

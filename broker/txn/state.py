@@ -10,7 +10,7 @@ machine")::
       └──────── begin (next ADD_PARTITIONS) ◄───────────────────────────────────────────┘
 
 Every function here is ``(metadata, request fields, now_ms) -> new metadata`` or raises a named
-:class:`~broker.errors.RafkaError`; none does I/O or reads a clock. The coordinator
+:class:`~wire.errors.RafkaError`; none does I/O or reads a clock. The coordinator
 (``broker/txn/coordinator.py``) appends the returned value with ``acks=all`` and only then installs
 it, so a transition that was not made durable never happened.
 
@@ -38,7 +38,7 @@ from enum import Enum, IntEnum
 from typing import Final
 
 import msgpack
-from rafka.broker.errors import ErrorCode, error_for
+from rafka.wire.errors import ErrorCode, error_for
 
 __all__ = [
     "COMPLETE_STATES",

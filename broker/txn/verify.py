@@ -23,9 +23,9 @@ import logging
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError
-from rafka.broker.protocol import ApiKey
 from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, TxnCoordinator, txn_partition
+from rafka.wire.errors import ErrorCode, RafkaError
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["CoordinatorVerifier"]
 

@@ -30,7 +30,7 @@ What a skewed node sees (libfaketime intercepts libc, so this is process-wide, C
 * skewed: ``CLOCK_REALTIME`` as read through libc — ``time.time()``, ``time.time_ns()``,
   ``datetime.now()``, ``gettimeofday``; in rafka that is the controller's command timestamps
   (``kraft/service.py`` ``timestamp_ms``), group offset commit / expiry times
-  (``kraft/groups/offsets.py``), the log's wall clock (``log/partition_log.py``: record
+  (``broker/groups/offsets.py``), the log's wall clock (``log/partition_log.py``: record
   timestamps the broker assigns, time-based retention and segment roll), node-event ``wall_ms``
   and log-line timestamps.
 * not skewed: ``CLOCK_MONOTONIC`` / ``BOOTTIME`` — ``time.monotonic()``, ``time.perf_counter()``,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rafka.broker.errors import ErrorCode
 from rafka.chaos_tests.history import from_dicts
 from rafka.chaos_tests.workloads.common import (
     classify_error,
@@ -12,6 +11,7 @@ from rafka.chaos_tests.workloads.common import (
 )
 from rafka.chaos_tests.workloads.metadata import expected_topics
 from rafka.client.errors import BufferExhaustedError, KafkaTimeoutError, error_for
+from rafka.wire.errors import ErrorCode
 
 
 def test_definite_errors_fail_indefinite_are_info():

@@ -19,6 +19,9 @@ One topic (``QueueSpec.topic``), RF 3, ``min.insync.replicas`` 2, several partit
   only mark the partitions *touched*; the process records an ``assign`` event (the whole new
   assignment) between its ops, and drops from a poll the records of partitions touched while
   that poll was in flight (those records were then not observed, which is always sound).
+  With ``static_members`` (``chaos run --static-members``) each group slot gives the consumer
+  processes it restarts one ``group_instance_id``: a replacement takes its predecessor's
+  member place and partitions back without a rebalance, and nobody leaves on close.
 * **Final reads** (:func:`final_reads`): after the heal, every partition is read from the
   beginning up to its high watermark with a fresh consumer (``f = "final-read"``).
 
@@ -78,6 +81,9 @@ class QueueSpec:
     assign_consumers: int = 1
     group_consumers: int = 2
     group: str = "chaos-group"
+    # static membership (KIP-345): each group slot keeps one group_instance_id across the
+    # consumer processes it restarts, so a restart takes its predecessor's partitions back
+    static_members: bool = False
     send_pause_s: float = 0.0
     acks: str = "all"  # "1" only for the unsafe (checker-can-fail) runs
     topic_config: Mapping[str, str] = field(default_factory=dict)
@@ -348,9 +354,9 @@ def _coordinator_of(consumer: Any, group: str) -> int | None:
     (``client/aio/coordinator.py``: set when FIND_COORDINATOR answered, dropped when the node
     failed a request), or None.  After a commit answered ``ok``: the node that answered."""
     try:
-        from rafka.client.aio.coordinator import KEY_TYPE_GROUP, _known
+        from rafka.client.aio.coordinator import KEY_TYPE_GROUP, known_coordinator
 
-        return _node_id((_known.get(consumer._core) or {}).get((KEY_TYPE_GROUP, group)))
+        return _node_id(known_coordinator(consumer._core, KEY_TYPE_GROUP, group))
     except Exception:  # noqa: BLE001 - best effort annotation
         return None
 
@@ -384,24 +390,25 @@ async def group_consumer_process(ctx: RunContext, spec: QueueSpec, slot: int) ->
     while ctx.running():
         process = ctx.next_process()
         try:
-            await _group_member(ctx, spec, process)
+            await _group_member(ctx, spec, process, slot)
         except Exception as exc:  # noqa: BLE001
             log.info("group consumer %d: %r", process, exc)
         await trio.sleep(BACKOFF_S)
 
 
-async def _group_member(ctx: RunContext, spec: QueueSpec, process: int) -> None:
+async def _group_member(ctx: RunContext, spec: QueueSpec, process: int, slot: int) -> None:
     from rafka.client import AsyncConsumer
 
     h = ctx.history
     tracker = _GroupTracker()
+    static = {"group_instance_id": f"chaos-static-{slot}"} if spec.static_members else {}
     async with AsyncConsumer(
             bootstrap_servers=ctx.bootstrap, client_id=f"chaos-group-{process}",
             group_id=spec.group, auto_offset_reset="earliest", enable_auto_commit=False,
             fetch_max_wait_ms=200, request_timeout_ms=ctx.request_timeout_ms,
             metadata_max_age_ms=5000, session_timeout_ms=6000,
             on_partitions_assigned=tracker.mark, on_partitions_revoked=tracker.mark,
-            on_partitions_lost=tracker.mark) as consumer:
+            on_partitions_lost=tracker.mark, **static) as consumer:
         inv = h.invoke(process, "subscribe", {"topics": [spec.topic], "group": spec.group})
         outcome = "info"
         with trio.move_on_after(ctx.op_timeout_s):

@@ -32,19 +32,24 @@ from collections.abc import Iterable
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey, Response
-from rafka.client.connection import (
-    CONNECTION_SETUP_TIMEOUT_MS,
+from rafka.client.errors import (
+    BootstrapTimeoutError,
+    KafkaTimeoutError,
+    NoBrokersAvailableError,
+    UnresolvableHostError,
+)
+from rafka.client.types import BrokerMetadata, PartitionMetadata, TopicPartition
+from rafka.security.client import ClientSecurity
+from rafka.wire.connection import (
     ConnectionPool,
     PendingResponse,
     backoff_ms,
     parse_bootstrap,
+    setup_timeout_ms,
 )
-from rafka.client.errors import KafkaTimeoutError, NoBrokersAvailableError, UnresolvableHostError
-from rafka.client.gc_freeze import freeze_startup_objects
-from rafka.client.types import BrokerMetadata, PartitionMetadata, TopicPartition
-from rafka.security.client import ClientSecurity
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.gc_freeze import freeze_startup_objects
+from rafka.wire.protocol import ApiKey, Response
 
 __all__ = ["ClusterMetadata", "ClientCore", "REFRESH_CODES", "is_retriable"]
 
@@ -172,7 +177,7 @@ class ClientCore:
         metadata_max_age_ms: int = 300000,
         unknown_topic_grace_ms: int = 1000,
         security: ClientSecurity | None = None,
-        connection_setup_timeout_ms: int = CONNECTION_SETUP_TIMEOUT_MS,
+        connection_setup_timeout_ms: int | None = None,
     ) -> None:
         self.security = security  # TLS / SASL for every connection (security/client.py)
         self.bootstrap = parse_bootstrap(bootstrap_servers)
@@ -180,7 +185,7 @@ class ClientCore:
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
-        self.connection_setup_timeout_ms = connection_setup_timeout_ms
+        self.connection_setup_timeout_ms = setup_timeout_ms(connection_setup_timeout_ms)
         self.metadata_max_age_ms = metadata_max_age_ms
         self.metadata = ClusterMetadata()
         self.pool: ConnectionPool | None = None
@@ -189,6 +194,9 @@ class ClientCore:
         self._last_refresh = -1e9
         self._failures = 0
         self._stale = True
+        # when the client began failing to reach any bootstrap address, before it ever reached
+        # the cluster (None: it has, or has not tried yet); see ``request_any``
+        self._unreachable_since: float | None = None
 
     def open(self, nursery: trio.Nursery) -> None:
         freeze_startup_objects()  # the first client of the process: short full GC passes later
@@ -254,24 +262,56 @@ class ClientCore:
         return live + [a for a in self.bootstrap if a not in live and a not in fenced] + fenced
 
     async def request_any(self, api_key: ApiKey, body: dict[str, Any]) -> Response:
-        """Send to the first broker that answers (known brokers, then the bootstrap list)."""
+        """Send to the first broker that answers (known brokers, then the bootstrap list).
+
+        A client that has never reached the cluster gives up for good once every address has
+        failed for ``connection_setup_timeout_ms`` (``BootstrapTimeoutError``, not retriable:
+        a wrong ``--bootstrap`` fails in seconds, not after ``max_block_ms``); the message names
+        each address tried and why it failed."""
         last: BaseException | None = None
         unresolved: list[str] = []
+        failed: dict[str, str] = {}
         candidates = self.candidates()
+        started = time.monotonic()
         for host, port in candidates:
             try:
-                return await self.request_address(host, port, api_key, body)
+                resp = await self.request_address(host, port, api_key, body)
+                self._unreachable_since = None
+                return resp
             except RafkaError as exc:
                 if exc.code not in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.BROKER_NOT_AVAILABLE,
                                     ErrorCode.REQUEST_TIMED_OUT):
                     raise
                 last = exc
+                failed[f"{host}:{port}"] = exc.message
                 if exc.details.get("unresolvable"):
                     unresolved.append(exc.message)
         if unresolved and len(unresolved) == len(candidates):  # no name resolves: cannot heal
             raise UnresolvableHostError("; ".join(dict.fromkeys(unresolved)))
-        addrs = ",".join(f"{h}:{p}" for h, p in candidates)
-        raise NoBrokersAvailableError(f"no broker answered ({addrs}): {last}")
+        tried = "; ".join(f"{addr} ({why})" for addr, why in failed.items())
+        if self.bootstrapping:
+            if self._unreachable_since is None:
+                self._unreachable_since = started
+            if self.bootstrap_deadline_passed():
+                raise BootstrapTimeoutError(
+                    f"could not reach any broker within {self.connection_setup_timeout_ms} ms "
+                    f"(connection setup timeout; CLI --timeout); tried {tried}")
+        raise NoBrokersAvailableError(f"no broker answered: {tried or last}")
+
+    @property
+    def bootstrapping(self) -> bool:
+        """True until the first METADATA answer: the client has never reached the cluster."""
+        return self.metadata.version == 0
+
+    def bootstrap_deadline_passed(self) -> bool:
+        since = self._unreachable_since
+        return since is not None and time.monotonic() - since >= self.connection_setup_timeout_ms / 1000
+
+    def _bootstrap_time_left_s(self) -> float:
+        since = self._unreachable_since
+        if since is None or not self.bootstrapping:
+            return float("inf")
+        return max(0.0, since + self.connection_setup_timeout_ms / 1000 - time.monotonic())
 
     # ------------------------------------------------------------------ metadata
 
@@ -295,7 +335,9 @@ class ClientCore:
         ev = self._refreshing = trio.Event()
         try:
             delay = backoff_ms(self._failures, self.retry_backoff_ms, 1000) if self._failures else self.retry_backoff_ms
-            await trio.sleep(max(0.0, self._last_refresh + delay / 1000 - time.monotonic()))
+            # a failing bootstrap's last attempt lands on its deadline, not a backoff past it
+            await trio.sleep(min(max(0.0, self._last_refresh + delay / 1000 - time.monotonic()),
+                                 self._bootstrap_time_left_s()))
             self._last_refresh = time.monotonic()
             body = {"topics": None if all_topics else sorted(self.wanted_topics)}
             try:

@@ -34,18 +34,18 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey, Response
 from rafka.client.aio import reassign_admin, security_admin, txn_admin
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
 from rafka.client.aio.conveniences import ConsumerGroupListing, GroupAdminApi
 from rafka.client.aio.offsets import EARLIEST, LATEST, list_offsets
 from rafka.client.aio.reassign_admin import PartitionReassignment
 from rafka.client.aio.txn_admin import ProducerState, TransactionDescription, TransactionListing
-from rafka.client.connection import backoff_ms
 from rafka.client.errors import IllegalStateError
 from rafka.client.types import BrokerMetadata, TopicPartition
 from rafka.security.client import ClientSecurity
+from rafka.wire.connection import backoff_ms
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.protocol import ApiKey, Response
 
 __all__ = ["AsyncAdmin", "ConsumerGroupListing", "NewTopic", "PartitionDescription", "TopicDescription", "ClusterDescription",
            "TransactionListing", "TransactionDescription", "ProducerState", "PartitionReassignment"]
@@ -90,11 +90,13 @@ class AsyncAdmin(GroupAdminApi):
 
     def __init__(self, bootstrap_servers: str | list[str] = "127.0.0.1:9092", *,
                  client_id: str = "rafka-admin", request_timeout_ms: int = 30000,
-                 retry_backoff_ms: int = 100, **security: Any) -> None:
+                 retry_backoff_ms: int = 100, connection_setup_timeout_ms: int | None = None,
+                 **security: Any) -> None:
         self.request_timeout_ms = request_timeout_ms
         # security: security_protocol, sasl_*, ssl_* as kafka-python (security/client.py)
         self._core = ClientCore(bootstrap_servers, client_id=client_id,
                                 request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+                                connection_setup_timeout_ms=connection_setup_timeout_ms,
                                 security=ClientSecurity.from_kwargs(security))
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None

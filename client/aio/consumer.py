@@ -50,7 +50,6 @@ from types import TracebackType
 from typing import Any, ClassVar, Protocol
 
 import trio
-from rafka.broker.errors import RafkaError
 from rafka.client.aio._core import ClientCore
 from rafka.client.aio.conveniences import Deserializer, GetManyApi, deserializing_take
 from rafka.client.aio.fetch import CompletedFetch
@@ -60,8 +59,16 @@ from rafka.client.columnar import ColumnBatch
 from rafka.client.errors import IllegalStateError
 from rafka.client.throttle_stats import ThrottleMeter
 from rafka.client.txn_filter import READ_UNCOMMITTED, isolation_level_code
-from rafka.client.types import ConsumerRecord, GroupMetadata, OffsetAndTimestamp, TopicPartition
+from rafka.client.types import (
+    CommitOffsets,
+    ConsumerRecord,
+    GroupMetadata,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from rafka.security.client import SECURITY_OPTIONS, ClientSecurity
+from rafka.wire.errors import RafkaError
 
 __all__ = ["AsyncConsumer", "Coordinator"]
 
@@ -73,8 +80,9 @@ class Coordinator(Protocol):
     """What a consumer-group implementation provides (see the module docstring)."""
 
     async def run(self, *, task_status: Any = ...) -> None: ...
-    async def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]: ...
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None: ...
+    async def committed(self, tps: list[TopicPartition], *, metadata: bool = False
+                        ) -> dict[TopicPartition, Any]: ...
+    async def commit(self, offsets: CommitOffsets) -> None: ...
     async def subscribe(self, topics: list[str]) -> None: ...
     async def close(self) -> None: ...
 
@@ -105,6 +113,7 @@ class AsyncConsumer(Fetcher, GetManyApi):
         request_timeout_ms: int = 30000,
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300000,
+        connection_setup_timeout_ms: int | None = None,
         consumer_timeout_ms: float | None = None,
         isolation_level: str = READ_UNCOMMITTED,
         key_deserializer: Deserializer | None = None,
@@ -139,6 +148,7 @@ class AsyncConsumer(Fetcher, GetManyApi):
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
                                 metadata_max_age_ms=metadata_max_age_ms,
+                                connection_setup_timeout_ms=connection_setup_timeout_ms,
                                 security=ClientSecurity.from_kwargs(security))
         self._initial_topics = list(topics)
         self._subscription: list[str] = []
@@ -157,6 +167,9 @@ class AsyncConsumer(Fetcher, GetManyApi):
         # set when the ``async with`` block (or the sync facade's ``with``) exits by an exception:
         # the group then commits on close only what earlier polls returned (see client/groups.py)
         self.exit_error = False
+        # an error a background task met that ends the consumer (a bootstrap never reached):
+        # raised by the next / a waiting poll
+        self._fatal: BaseException | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -206,7 +219,15 @@ class AsyncConsumer(Fetcher, GetManyApi):
             self._nursery.cancel_scope.cancel()
             await stack.aclose()
 
+    def fail(self, exc: BaseException) -> None:
+        """A background task (the group membership) met ``exc``, which ends the consumer:
+        every ``poll`` from now on raises it, a waiting one at once."""
+        self._fatal = exc
+        self._data.set()
+
     def _check_open(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
         if self._nursery is None or self._closed:
             raise IllegalStateError("consumer is not open (use `async with AsyncConsumer(...)`)")
 
@@ -374,8 +395,9 @@ class AsyncConsumer(Fetcher, GetManyApi):
 
     # ------------------------------------------------------------------ groups
 
-    async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit ``offsets`` (default: the current positions) to the group."""
+    async def commit(self, offsets: CommitOffsets | None = None) -> None:
+        """Commit ``offsets`` (default: the current positions) to the group; an offset may be
+        an ``OffsetAndMetadata`` carrying a metadata string."""
         if self._coordinator is None:
             raise IllegalStateError("commit() needs a group_id (consumer groups)")
         if offsets is None:
@@ -406,10 +428,13 @@ class AsyncConsumer(Fetcher, GetManyApi):
             return GroupMetadata(self.group_id)
         return GroupMetadata(self.group_id, str(m.member_id), epoch, int(m.metadata_offset))  # type: ignore[attr-defined]
 
-    async def committed(self, partition: TopicPartition) -> int | None:
+    async def committed(self, partition: TopicPartition, metadata: bool = False
+                        ) -> int | OffsetAndMetadata | None:
+        """The group's committed offset of ``partition`` (None: none); ``metadata=True``: an
+        ``OffsetAndMetadata`` with the metadata string committed with it (kafka-python's flag)."""
         if self._coordinator is None:
             raise IllegalStateError("committed() needs a group_id (consumer groups)")
-        return (await self._coordinator.committed([partition])).get(partition)
+        return (await self._coordinator.committed([partition], metadata=metadata)).get(partition)
 
     # ------------------------------------------------------------------ poll
 
@@ -437,6 +462,7 @@ class AsyncConsumer(Fetcher, GetManyApi):
             while not out:
                 self._data = trio.Event()
                 await self._data.wait()
+                self._check_open()
                 out = self._collect(limit, take, only)
         return out
 

@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from rafka.client.types import ConsumerRecord, RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from rafka.broker.errors import RafkaError
     from rafka.client.aio.admin import AsyncAdmin
     from rafka.client.aio.consumer import AsyncConsumer
     from rafka.client.aio.fetch import CompletedFetch
     from rafka.client.aio.producer import AsyncProducer, Headers
+    from rafka.wire.errors import RafkaError
 
 __all__ = ["ConsumerGroupListing", "GetManyApi", "GroupAdminApi", "SendAndWaitApi", "deserializing_take",
            "install_serializers"]

@@ -26,11 +26,12 @@ from __future__ import annotations
 import weakref
 from typing import Final
 
-from rafka.broker.errors import ErrorCode, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import ClientCore
+from rafka.wire.errors import ErrorCode, error_for
+from rafka.wire.protocol import ApiKey
 
-__all__ = ["KEY_TYPE_GROUP", "KEY_TYPE_TRANSACTION", "coordinator_node", "forget_coordinator"]
+__all__ = ["KEY_TYPE_GROUP", "KEY_TYPE_TRANSACTION", "coordinator_node", "known_coordinator",
+           "forget_coordinator"]
 
 KEY_TYPE_GROUP: Final = 0  # as broker/handlers/coordinator.py (not imported: client side)
 KEY_TYPE_TRANSACTION: Final = 1
@@ -61,6 +62,12 @@ async def coordinator_node(core: ClientCore, key_type: int, key: str) -> int:
             raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{what}: broker {node} is not known yet")
     cache[(key_type, key)] = node
     return node
+
+
+def known_coordinator(core: ClientCore, key_type: int, key: str) -> int | None:
+    """The cached coordinator of ``key`` (the node that last answered for it), without asking
+    anyone; None when nothing is cached."""
+    return (_known.get(core) or {}).get((key_type, key))
 
 
 def forget_coordinator(core: ClientCore, key_type: int, key: str) -> None:

@@ -51,15 +51,15 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
 from rafka.client.aio.fetch import CompletedFetch, PartitionData, split_fetch_response
 from rafka.client.aio.offsets import EARLIEST, LATEST, list_offsets
-from rafka.client.connection import PendingResponse, backoff_ms
 from rafka.client.errors import CorruptRecordError, RecordTooLargeError
 from rafka.client.throttle_stats import ThrottleMeter
 from rafka.client.types import TopicPartition
+from rafka.wire.connection import PendingResponse, backoff_ms
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.protocol import ApiKey
 
 if TYPE_CHECKING:
     from rafka.client.aio.consumer import Coordinator

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
-from rafka.client.connection import backoff_ms
 from rafka.client.types import TopicPartition
+from rafka.wire.connection import backoff_ms
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["EARLIEST", "LATEST", "list_offsets"]
 

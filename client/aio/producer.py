@@ -40,12 +40,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.client.aio._core import ClientCore
 from rafka.client.aio.accumulator import (
     PartitionState,
@@ -67,6 +66,7 @@ from rafka.client.partitioner import Murmur2Partitioner, Partitioner, make_parti
 from rafka.client.throttle_stats import ThrottleMeter
 from rafka.client.types import TopicPartition
 from rafka.security.client import ClientSecurity
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
 __all__ = ["AsyncProducer"]
 
@@ -107,6 +107,7 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
         max_in_flight_requests_per_connection: int = 5,
         partitioner: str | Partitioner | None = None,
         metadata_max_age_ms: int = 300000,
+        connection_setup_timeout_ms: int | None = None,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60000,
         key_serializer: Serializer | None = None,
@@ -153,6 +154,7 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
                                 metadata_max_age_ms=metadata_max_age_ms,
+                                connection_setup_timeout_ms=connection_setup_timeout_ms,
                                 security=ClientSecurity.from_kwargs(security))
         self._batch_size = batch_size
         self._linger_ms = linger_ms
@@ -255,6 +257,8 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
         if fast is not None and (done := fast(topic, value, key, headers, partition,
                                               timestamp_ms)) is not None:
             return done
+        if self._txn is not None:  # a suspected fence: fenced sends raise ProducerFencedError
+            await self._txn.suspicion_settled()
         acc = self._check_send()
         n = self._core.metadata.num_partitions(topic)
         if n is None:
@@ -290,6 +294,8 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
         """
         acc = self._acc
         if acc is None or self._closed or self._fatal is not None or self._txn is not None:
+            if self._txn is not None and self._txn.resolving:
+                trio.from_thread.run(self._txn.suspicion_settled, trio_token=self._token)
             acc = self._check_send()
         parts = self._core.metadata.topics.get(topic)
         if not parts:
@@ -412,15 +418,17 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
         """Wait until every record sent before this call is acknowledged or has failed."""
         acc = self._check_open()
         pending = list(acc.incomplete)
-        if not pending:
-            return
-        self._flushing += 1
-        self._wakeup()
-        try:
-            for res in pending:
-                await res.wait_async()
-        finally:
-            self._flushing -= 1
+        if pending:
+            self._flushing += 1
+            self._wakeup()
+            try:
+                for res in pending:
+                    await res.wait_async()
+            finally:
+                self._flushing -= 1
+        if self._txn is not None:  # a fenced transactional producer's flush says so
+            await self._txn.suspicion_settled()
+            self._txn.raise_if_fenced()
 
     def statistics(self) -> dict[str, Any]:
         acc = self._acc
@@ -443,6 +451,11 @@ class AsyncProducer(SenderLoop, TransactionalApi, BatchSendApi, SendAndWaitApi):
         self._producer_epoch = producer_epoch
         for st in self._parts.values():
             st.next_seq = 0
+
+    def _start_soon(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fn`` in the producer's nursery (the transaction manager's fence check)."""
+        assert self._nursery is not None
+        self._nursery.start_soon(fn)
 
     def _set_fatal(self, err: RafkaError) -> None:
         """Fenced: every later call raises ``err``; batches not sent yet fail with it."""

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from rafka.broker.errors import error_for
-from rafka.broker.protocol import ApiKey
 from rafka.metadata.quotas import DEFAULT, QUOTA_KEYS
+from rafka.wire.errors import error_for
+from rafka.wire.protocol import ApiKey
 
 if TYPE_CHECKING:
     from rafka.client.aio.admin import AsyncAdmin

@@ -30,9 +30,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import trio
-from rafka.broker.errors import RafkaError
-from rafka.broker.protocol import ApiKey
 from rafka.client.types import TopicPartition
+from rafka.wire.errors import RafkaError
+from rafka.wire.protocol import ApiKey
 
 if TYPE_CHECKING:
     from rafka.client.aio.admin import AsyncAdmin

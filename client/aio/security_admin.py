@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from rafka.broker.errors import error_for
-from rafka.broker.protocol import ApiKey
 from rafka.security.scram import DEFAULT_ITERATIONS, derive_credential
+from rafka.wire.errors import error_for
+from rafka.wire.protocol import ApiKey
 
 if TYPE_CHECKING:
     from rafka.client.aio.admin import AsyncAdmin

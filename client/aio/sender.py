@@ -60,8 +60,6 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey, Response
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
 from rafka.client.aio.accumulator import (
     PartitionState,
@@ -70,10 +68,12 @@ from rafka.client.aio.accumulator import (
     record_size,
 )
 from rafka.client.aio.transactions import TransactionManager
-from rafka.client.connection import PendingResponse, backoff_ms
 from rafka.client.errors import KafkaTimeoutError
 from rafka.client.throttle_stats import ThrottleMeter
 from rafka.client.types import TopicPartition
+from rafka.wire.connection import PendingResponse, backoff_ms
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.protocol import ApiKey, Response
 
 __all__ = ["SenderLoop"]
 
@@ -416,7 +416,9 @@ class SenderLoop:
                 error: BaseException | None = None) -> None:
         assert self._acc is not None
         if error is not None and self._txn is not None:
-            self._txn.batch_failed(error, b.base_sequence >= 0)
+            if self._txn.batch_failed(error, b.base_sequence >= 0, b.result):
+                self._acc.release(b)  # completed once the coordinator says whether we are fenced
+                return
         b.result.complete(base_offset, log_append_time, error)
         self._acc.release(b)
 

@@ -49,7 +49,11 @@ Errors, as Kafka's client classifies them:
   ambiguous: the coordinator may have bumped the epoch to fence us, or aborted our transaction
   on its timeout, or neither. ``commit`` asks the coordinator (KIP-588): an ADD_PARTITIONS_TO_TXN
   of a partition already in the transaction changes nothing and answers PRODUCER_FENCED (fatal),
-  TRANSACTION_TIMED_OUT (abortable, re-init) or NONE (the batch's own error, abortable).
+  TRANSACTION_TIMED_OUT (abortable, re-init) or NONE (the batch's own error, abortable). So
+  that a fenced producer raises one error type on every path, the first such refusal starts
+  that probe at once in the background (``batch_failed``); the refused batches' results, and
+  ``send`` / ``flush`` / ``commit`` / ``abort`` meanwhile, wait for its answer, then raise
+  ``ProducerFencedError`` when it says fenced.
 """
 
 from __future__ import annotations
@@ -57,12 +61,10 @@ from __future__ import annotations
 import contextlib
 import enum
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_class, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
 from rafka.client.aio.coordinator import (
     KEY_TYPE_GROUP,
@@ -70,14 +72,22 @@ from rafka.client.aio.coordinator import (
     coordinator_node,
     forget_coordinator,
 )
-from rafka.client.connection import backoff_ms
 from rafka.client.errors import (
     IllegalStateError,
     IllegalTxnStateError,
     KafkaTimeoutError,
     TransactionAbortedError,
 )
-from rafka.client.types import GroupMetadata, TopicPartition
+from rafka.client.types import (
+    CommitOffsets,
+    GroupMetadata,
+    OffsetAndMetadata,
+    TopicPartition,
+    commit_offsets,
+)
+from rafka.wire.connection import backoff_ms
+from rafka.wire.errors import ErrorCode, RafkaError, error_class, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["ErrorKind", "TransactionManager", "TransactionalApi", "TxnState", "classify"]
 
@@ -165,6 +175,8 @@ class ProducerHooks(Protocol):
 
     def _wakeup(self) -> None: ...
 
+    def _start_soon(self, fn: Callable[[], Awaitable[None]]) -> None: ...
+
 
 class TransactionManager:
     """State and coordinator calls of one transactional producer (module docstring)."""
@@ -192,6 +204,10 @@ class TransactionManager:
         self._adding: trio.Event | None = None  # set when the ADD_PARTITIONS in flight ends
         self._adding_tps: frozenset[TopicPartition] = frozenset()  # ... and its partitions
         self._producer: ProducerHooks | None = None
+        # a partition refused our epoch: the coordinator is being asked whether we are fenced
+        # (set when the answer is in), and the failed batches' results wait for that answer
+        self._resolved: trio.Event | None = None
+        self._held: list[tuple[Any, BaseException]] = []
 
     def bind(self, producer: ProducerHooks) -> None:
         self._producer = producer
@@ -253,17 +269,60 @@ class TransactionManager:
         self._adding_tps = frozenset(out)
         return out
 
-    def batch_failed(self, exc: BaseException, sequenced: bool) -> None:
+    def batch_failed(self, exc: BaseException, sequenced: bool, result: Any = None) -> bool:
         """A batch of the transaction failed for good (``sequenced``: it had a sequence number,
-        which the partition may or may not have taken — only a new epoch is safe after it)."""
+        which the partition may or may not have taken — only a new epoch is safe after it).
+
+        True: the error may mean we are fenced — the coordinator is asked in the background
+        and ``result`` (the batch's ``BatchResult``) is completed once it has answered, with
+        ``ProducerFencedError`` if we are: one fatal error type on every path."""
         if sequenced:
             self.epoch_bump = True
-        if self.state is not TxnState.IN_TRANSACTION or not isinstance(exc, RafkaError):
-            return  # aborting anyway, or the first error is already recorded
-        if classify(exc, from_partition=True) is ErrorKind.FENCED_OR_TIMED_OUT:
-            self.epoch_suspect = True
-        self.error = exc
-        self._to(TxnState.ABORTABLE_ERROR)
+        suspect = classify(exc, from_partition=True) is ErrorKind.FENCED_OR_TIMED_OUT
+        if self.state is TxnState.IN_TRANSACTION and isinstance(exc, RafkaError):
+            if suspect:
+                self.epoch_suspect = True
+            self.error = exc
+            self._to(TxnState.ABORTABLE_ERROR)
+        if not suspect or result is None or self._producer is None:
+            return False
+        if not (self.epoch_suspect or self._resolved is not None):
+            return False  # the answer is in already: the batch's own error stands
+        self._held.append((result, exc))
+        if self._resolved is None:
+            self._resolved = trio.Event()
+            self._producer._start_soon(self._resolve_in_background)
+        return True
+
+    async def _resolve_in_background(self) -> None:
+        try:
+            if self.epoch_suspect:
+                with contextlib.suppress(RafkaError):
+                    await self._resolve_epoch()
+        finally:
+            fenced = self.state is TxnState.FATAL_ERROR and isinstance(self.error, ProducerFencedError)
+            held, self._held = self._held, []
+            for result, err in held:
+                result.complete(error=_fresh(self.error) if fenced and self.error else err)
+            ev, self._resolved = self._resolved, None
+            if ev is not None:
+                ev.set()
+
+    @property
+    def resolving(self) -> bool:
+        """A suspected fence is being checked with the coordinator."""
+        return self._resolved is not None
+
+    async def suspicion_settled(self) -> None:
+        """Wait until a suspected fence has been resolved with the coordinator (no-op when none
+        is pending); then ``FATAL_ERROR`` says whether we are fenced."""
+        ev = self._resolved
+        if ev is not None:
+            await ev.wait()
+
+    def raise_if_fenced(self) -> None:
+        if self.state is TxnState.FATAL_ERROR and self.error is not None:
+            raise _fresh(self.error)
 
     def failed(self, exc: RafkaError, *, during_init: bool = False) -> RafkaError:
         """Record a coordinator call's error; returns what to raise. A timeout of the call itself
@@ -388,11 +447,11 @@ class TransactionManager:
         while self._adding is not None:
             await self._adding.wait()
 
-    async def send_offsets(self, offsets: Mapping[TopicPartition, int],
+    async def send_offsets(self, offsets: Mapping[TopicPartition, OffsetAndMetadata],
                            group_metadata: GroupMetadata | str) -> None:
         """ADD_OFFSETS_TO_TXN, then TXN_OFFSET_COMMIT to the group's coordinator: the offsets
         commit with the transaction (and are dropped if it aborts)."""
-        from rafka.client.groups import coordinator_request  # noqa: I001  (groups imports client.aio)
+        from rafka.client.groups import coordinator_request, offsets_body  # noqa: I001  (groups imports client.aio)
 
         if self.state is not TxnState.IN_TRANSACTION:
             raise self._refuse("send_offsets_to_transaction")
@@ -408,16 +467,13 @@ class TransactionManager:
                     raise  # still being made: ADD_OFFSETS_TO_TXN is retried until it is there
             await self._call(ApiKey.ADD_OFFSETS_TO_TXN, {**self._ids(), "group_id": gm.group_id})
             self.started = True
-            topics: dict[str, list[dict[str, Any]]] = {}
-            for tp, off in sorted(offsets.items()):
-                topics.setdefault(tp.topic, []).append({"partition": tp.partition, "offset": int(off)})
             member = gm.member_epoch >= 0
             answer = await coordinator_request(core, gm.group_id, ApiKey.TXN_OFFSET_COMMIT, {
                 **self._ids(), "group_id": gm.group_id,
                 "member_id": gm.member_id or None if member else None,
                 "member_epoch": gm.member_epoch if member else -1,
                 "min_metadata_offset": gm.min_metadata_offset if member and gm.min_metadata_offset >= 0 else None,
-                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+                "topics": offsets_body(commit_offsets(offsets))})
             for t in answer.get("topics") or ():
                 for p in t.get("partitions") or ():
                     if p.get("error"):
@@ -440,6 +496,7 @@ class TransactionManager:
         if self.state is TxnState.IN_TRANSACTION:
             await self._hooks.flush()
             await self._adds_settled()
+        await self.suspicion_settled()
         if self.state is TxnState.ABORTABLE_ERROR and self.epoch_suspect:
             await self._resolve_epoch()
         if self.state is TxnState.IN_TRANSACTION:
@@ -467,7 +524,16 @@ class TransactionManager:
             # no clear answer (or another error): the batch's own error stands
 
     async def abort(self) -> None:
-        """Drop unsent batches, wait for those in flight, END_TXN(abort), re-init if needed."""
+        """Drop unsent batches, wait for those in flight, END_TXN(abort), re-init if needed.
+        A suspected fence is resolved first: a fenced producer's abort raises
+        ``ProducerFencedError`` like every other call."""
+        await self.suspicion_settled()
+        if self.state is TxnState.ABORTABLE_ERROR and self.epoch_suspect:
+            try:
+                await self._resolve_epoch()
+            except RafkaError:
+                if self.state is TxnState.FATAL_ERROR:
+                    raise  # fenced; a timed-out transaction is aborted (and re-initialised) below
         if self.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
             self._to(TxnState.ABORTING)
         elif self.state is not TxnState.ABORTING:  # ABORTING: an earlier call timed out
@@ -503,13 +569,6 @@ class TransactionManager:
             raise
 
 
-def offsets_arg(offsets: Mapping[TopicPartition, int] | Iterable[tuple[TopicPartition, int]]
-                ) -> dict[TopicPartition, int]:
-    """``send_offsets_to_transaction``'s offsets as a dict of ``TopicPartition`` → offset."""
-    items = offsets.items() if isinstance(offsets, Mapping) else offsets
-    return {TopicPartition(*tp): int(off) for tp, off in items}
-
-
 class TransactionalApi:
     """The transactional methods of ``AsyncProducer`` (mixed in; its ``_txn`` is the manager,
     ``None`` without a ``transactional_id``)."""
@@ -535,11 +594,11 @@ class TransactionalApi:
         self._transactional().begin()
 
     async def send_offsets_to_transaction(
-            self, offsets: Mapping[TopicPartition, int] | Iterable[tuple[TopicPartition, int]],
-            group_metadata: GroupMetadata | str) -> None:
-        """Commit a consumer group's ``offsets`` (the next offset to read, per partition) as
-        part of the transaction: visible when it commits, dropped if it aborts."""
-        await self._transactional().send_offsets(offsets_arg(offsets), group_metadata)
+            self, offsets: CommitOffsets, group_metadata: GroupMetadata | str) -> None:
+        """Commit a consumer group's ``offsets`` (the next offset to read, per partition; an int
+        or an ``OffsetAndMetadata``) as part of the transaction: visible when it commits,
+        dropped if it aborts."""
+        await self._transactional().send_offsets(commit_offsets(offsets), group_metadata)
 
     async def commit_transaction(self) -> None:
         """Flush, then commit. A batch that failed fails the commit with its error (then

@@ -32,12 +32,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NamedTuple, TypeVar
 
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
 from rafka.client.aio.coordinator import KEY_TYPE_TRANSACTION, coordinator_node, forget_coordinator
-from rafka.client.connection import backoff_ms
 from rafka.client.types import TopicPartition
+from rafka.wire.connection import backoff_ms
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = [
     "ProducerState",

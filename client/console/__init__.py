@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-``server`` runs a tiny trio HTTP server (``rafka.broker.http_server``, the nodes' own) with JSON
+``server`` runs a tiny trio HTTP server (``rafka.wire.http_server``, the nodes' own) with JSON
 endpoints built from the admin API and the nodes' Prometheus scrapes; ``snapshot`` shapes those
 answers (pure functions, tested without a cluster); ``page`` is the single HTML document, inline
 CSS and JavaScript, that polls the endpoints and draws the tables and SVG charts — no build step,

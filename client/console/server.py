@@ -34,8 +34,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
-from rafka.broker.cluster import METRICS_PORT_OFFSET
-from rafka.broker.http_server import HttpResponse, serve_http
 from rafka.client.aio._core import ClientCore
 from rafka.client.aio.admin import AsyncAdmin, ClusterDescription
 from rafka.client.console.page import PAGE_HTML
@@ -50,6 +48,8 @@ from rafka.client.errors import RafkaError
 from rafka.client.groups import describe_group, list_groups
 from rafka.client.top import scrape_all
 from rafka.security.client import ClientSecurity
+from rafka.wire.http_server import HttpResponse, serve_http
+from rafka.wire.ports import METRICS_PORT_OFFSET
 
 __all__ = ["Console", "run_console", "CACHE_S", "ADMIN_TIMEOUT_S", "MAX_GROUPS"]
 

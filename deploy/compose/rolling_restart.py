@@ -58,7 +58,7 @@ def restart_order(active_controller: int) -> list[int]:
 
 def shutdown_outcome(log_text: str) -> str:
     """`` (controlled shutdown complete)`` or `` (controlled shutdown did not finish within
-    30.0 s)`` from a stopped broker's log (``broker/node.py`` says one of them last); empty for
+    30.0 s)`` from a stopped broker's log (``rafka/node.py`` says one of them last); empty for
     a controller, which has no controlled shutdown."""
     said = [line.split("controlled shutdown", 1)[1] for line in log_text.splitlines()
             if "controlled shutdown " in line]

@@ -4,5 +4,7 @@ controller and recorded as metadata, committed offsets stored by brokers in ``__
 * :mod:`rafka.kraft.groups.assignor` — the pure sticky, balanced assignor.
 * :mod:`rafka.kraft.groups.coordinator` — the pure group state machine (heartbeat → response + records).
 * :mod:`rafka.kraft.groups.service` — the active controller's glue (session tracker, expiry loop).
-* :mod:`rafka.kraft.groups.offsets` — the broker side: offset commit/fetch and the group admin APIs.
+
+The broker side — offset commit/fetch and the group admin APIs — runs on the broker that leads a
+group's ``__consumer_offsets`` partition, so it lives in :mod:`rafka.broker.groups`.
 """

@@ -49,10 +49,19 @@ Heartbeat interval (what the response's ``heartbeat_interval_ms`` asks for)
     interval is answered exactly as before, so the steady-state heartbeat rate does not change:
     a membership change costs each member about log2(interval / 300 ms) ≈ 4 extra heartbeats.
 
+Static membership (KIP-345)
+    A member that joins with an ``instance_id`` another member of the group already has takes
+    that member's place: the old member id is removed and the new one inherits its member
+    epoch, target and partitions, without a group epoch bump — a restarted process gets its
+    assignment back at once, no rebalance (the new process owns nothing yet, so partitions the
+    old one was revoking count as released). The old member, if it is still alive, is answered
+    ``FENCED_INSTANCE_ID`` on its next heartbeat (fatal for it, as in Kafka). Static members do
+    not leave on close (client side): their partitions wait for them until the session timeout.
+
 Leaving (epoch −1) removes a member at once; the last member's departure deletes the group's
 *membership* metadata (``GroupDeleted``), not the group: its committed offsets stay in
 ``__consumer_offsets``, and a group exists — ``rafka group list`` / ``describe`` show it, in state
-``Empty`` — while it has members **or** committed offsets (``kraft/groups/offsets.py``); it goes
+``Empty`` — while it has members **or** committed offsets (``broker/groups/offsets.py``); it goes
 away on ``rafka group delete`` (offsets tombstoned). ``remove_members`` does the same for members
 whose session (or rebalance) timed out.
 """
@@ -63,7 +72,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from rafka.broker.errors import ErrorCode
 from rafka.kraft.groups.assignor import assign
 from rafka.metadata.groups import (
     TP,
@@ -76,6 +84,7 @@ from rafka.metadata.groups import (
     GroupRecord,
     member_record,
 )
+from rafka.wire.errors import ErrorCode
 
 __all__ = [
     "JOIN_EPOCH",
@@ -125,12 +134,13 @@ class HeartbeatRequest:
     rebalance_timeout_ms: int | None = None
     client_id: str = ""
     client_host: str = ""
+    instance_id: str = ""  # group_instance_id (static membership); "" for a dynamic member
 
     @classmethod
     def from_body(
         cls, body: Mapping[str, Any], client_id: str = "", client_host: str = ""
     ) -> HeartbeatRequest:
-        """From a validated CONSUMER_GROUP_HEARTBEAT body (see ``broker/protocol.py``)."""
+        """From a validated CONSUMER_GROUP_HEARTBEAT body (see ``wire/protocol.py``)."""
         subs = body.get("subscribed_topics")
         owned = body.get("owned_partitions")
         return cls(
@@ -145,6 +155,7 @@ class HeartbeatRequest:
             rebalance_timeout_ms=body.get("rebalance_timeout_ms"),
             client_id=body.get("client_id") or client_id,
             client_host=body.get("client_host") or client_host,
+            instance_id=body.get("instance_id") or "",
         )
 
 
@@ -322,11 +333,46 @@ def _validate_join(req: HeartbeatRequest, work: _Work, config: GroupConfig) -> D
             ErrorCode.INVALID_SESSION_TIMEOUT,
             f"session_timeout_ms must be in [{config.min_session_timeout_ms}, {config.max_session_timeout_ms}]",
         )
-    if req.member_id not in work.members and len(work.members) >= config.max_group_size:
+    if (req.member_id not in work.members and _static_member(work, req.instance_id) is None
+            and len(work.members) >= config.max_group_size):
         return _error(
             req, ErrorCode.INVALID_REQUEST, f"group is full ({config.max_group_size} members)"
         )
     return None
+
+
+def _static_member(work: _Work, instance_id: str) -> GroupMemberImage | None:
+    """The member holding ``instance_id`` ("" — a dynamic member — matches none)."""
+    if not instance_id:
+        return None
+    return next((m for m in work.members.values() if m.instance_id == instance_id), None)
+
+
+def _join(work: _Work, req: HeartbeatRequest, member_id: str, config: GroupConfig) -> None:
+    """Add the joining member — in a static predecessor's place when its instance id is known."""
+    joined = GroupMemberImage(
+        member_id=member_id,
+        member_epoch=0,
+        client_id=req.client_id,
+        client_host=req.client_host,
+        subscribed_topics=req.subscribed_topics or (),
+        session_timeout_ms=req.session_timeout_ms or config.session_timeout_ms,
+        rebalance_timeout_ms=req.rebalance_timeout_ms or config.rebalance_timeout_ms,
+        instance_id=req.instance_id,
+    )
+    old = _static_member(work, req.instance_id)
+    if old is None or old.member_id == member_id:
+        work.members[member_id] = joined
+        work.bump()
+        return
+    del work.members[old.member_id]  # fenced: its next heartbeat gets FENCED_INSTANCE_ID
+    work.members[member_id] = replace(
+        old, member_id=member_id, client_id=joined.client_id, client_host=joined.client_host,
+        subscribed_topics=joined.subscribed_topics, session_timeout_ms=joined.session_timeout_ms,
+        rebalance_timeout_ms=joined.rebalance_timeout_ms,
+    )
+    if joined.subscribed_topics != old.subscribed_topics:
+        work.bump()
 
 
 def heartbeat(
@@ -363,20 +409,19 @@ def heartbeat(
         err = _validate_join(replace(req, member_id=member_id), work, config)
         if err is not None:
             return err
-        work.members[member_id] = GroupMemberImage(
-            member_id=member_id,
-            member_epoch=0,
-            client_id=req.client_id,
-            client_host=req.client_host,
-            subscribed_topics=req.subscribed_topics or (),
-            session_timeout_ms=req.session_timeout_ms or config.session_timeout_ms,
-            rebalance_timeout_ms=req.rebalance_timeout_ms or config.rebalance_timeout_ms,
-        )
-        work.bump()
+        _join(work, req, member_id, config)
         owned: tuple[TP, ...] | None = ()
     else:
         member_id = req.member_id
         m = work.members.get(member_id)
+        successor = _static_member(work, req.instance_id)
+        if m is None and successor is not None:
+            return _error(
+                req,
+                ErrorCode.FENCED_INSTANCE_ID,
+                f"instance {req.instance_id!r} of group {req.group_id!r} was taken over by a newer "
+                f"member ({successor.member_id}); this consumer is fenced",
+            )
         if m is None:
             return _error(
                 req,

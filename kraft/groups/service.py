@@ -51,7 +51,13 @@ from rafka.kraft.groups.coordinator import (
     remove_members,
     settling_interval,
 )
-from rafka.metadata.groups import GroupDeleted, GroupEpoch, GroupMember, GroupRecord
+from rafka.metadata.groups import (
+    GroupDeleted,
+    GroupEpoch,
+    GroupMember,
+    GroupMemberRemoved,
+    GroupRecord,
+)
 from rafka.metadata.image import MetadataImage
 
 __all__ = ["GroupsController", "group_config_from_settings"]
@@ -130,10 +136,11 @@ class GroupsController:
             self.last_seen_ms[key] = now_ms
             self._track_revocation(key, image, d.records, now_ms)
         elif resp["error"] == 0:
-            self.last_seen_ms.pop(key, None)
-            self.revoking_since_ms.pop(key, None)
-            self.due_ms.pop(key, None)
+            self._forget(key)
         self._note_change(image, d.records, now_ms)
+        for r in d.records:  # a static member's predecessor, replaced by this join
+            if isinstance(r, GroupMemberRemoved) and r.member_id != mid:
+                self._forget((r.group_id, r.member_id))
         if resp["error"] == 0:
             resp["heartbeat_interval_ms"] = self._interval(
                 req.group_id, resp["heartbeat_interval_ms"], d, now_ms
@@ -141,6 +148,11 @@ class GroupsController:
             if resp["member_epoch"] != LEAVE_EPOCH:
                 self.due_ms[key] = now_ms + resp["heartbeat_interval_ms"]
         return resp, d.records
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        self.last_seen_ms.pop(key, None)
+        self.revoking_since_ms.pop(key, None)
+        self.due_ms.pop(key, None)
 
     def _interval(self, group_id: str, interval_ms: int, d: Decision, now_ms: int) -> int:
         """The coordinator's interval, shortened while the group settles, and timed by the
@@ -230,9 +242,7 @@ class GroupsController:
             out.append(remove_members(image.groups.groups[gid], mids, partition_count=count))
             self._note_change(image, out[-1], now_ms)
             for mid in mids:
-                self.last_seen_ms.pop((gid, mid), None)
-                self.revoking_since_ms.pop((gid, mid), None)
-                self.due_ms.pop((gid, mid), None)
+                self._forget((gid, mid))
         for gid, g in image.groups.groups.items():
             if gid not in expired:
                 recs = refresh_topics(g, partition_count=count)

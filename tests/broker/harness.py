@@ -1,6 +1,6 @@
 """An in-process broker on an ephemeral loopback port, fed metadata records directly.
 
-``running_broker(tmp_path, topics={"t": 1})`` assembles what ``broker/node.py`` assembles for a
+``running_broker(tmp_path, topics={"t": 1})`` assembles what ``rafka/node.py`` assembles for a
 broker — ReplicaManager, MetadataPublisher, NodeApi, Server — minus the controller quorum:
 tests publish the same ``@metadata`` records a controller would write (RegisterBroker, Topic,
 Partition) through ``MetadataPublisher.publish_records``, the broker's one path for metadata.
@@ -23,12 +23,12 @@ from rafka.broker.config import BROKER_SETTINGS, NodeConfig, parse_config
 from rafka.broker.events import EventLog
 from rafka.broker.handlers import NodeApi
 from rafka.broker.metadata_listener import MetadataPublisher
-from rafka.broker.protocol import ApiKey
 from rafka.broker.replica_manager import ReplicaManager
 from rafka.broker.server import Server, ServerLimits
-from rafka.client.connection import Connection, connect
 from rafka.log.batch import build_batch
 from rafka.metadata.records import Partition, RegisterBroker, Topic, UnfenceBroker
+from rafka.wire.connection import Connection, connect
+from rafka.wire.protocol import ApiKey
 
 BROKER_ID = 1
 _offsets = itertools.count(100)

@@ -7,9 +7,9 @@ import struct
 
 import msgpack
 import trio
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey, Request
 from rafka.broker.server import Server, ServerLimits
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey, Request
 
 from tests.broker.harness import (
     batch,

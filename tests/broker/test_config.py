@@ -56,7 +56,7 @@ def test_bad_config_file_exits_nonzero_without_traceback(tmp_path):
     bad.write_text('node_id = 1\ndata_dir = "d"\nlistener = "127.0.0.1:1"\n[broker]\n"log.flush.policy" = 7\n'
                    '[[voters]]\nid = 1\nraft = "127.0.0.1:2"\nrpc = "127.0.0.1:1"\n')
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "rafka.broker.node", "--config", str(bad)],
+    r = subprocess.run([sys.executable, "-m", "rafka.node", "--config", str(bad)],
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 2
     assert "raft_listener" in r.stderr and "Traceback" not in r.stderr

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
 from rafka.log.batch import decode_records, iter_batches
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
 from tests.broker.harness import (
     batch,

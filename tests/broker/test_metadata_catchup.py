@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from rafka.broker.errors import ErrorCode
 from rafka.broker.metadata_listener import MetadataListener, MetadataPublisher
 from rafka.metadata.delta import LocalChanges
 from rafka.metadata.image import MetadataImage, TopicPartition
 from rafka.metadata.records import LeaderChange, Partition, PartitionChange, RegisterBroker, Topic
 from rafka.metadata.snapshot import image_to_records, records_to_image
+from rafka.wire.errors import ErrorCode
 
 TID = "tid-0"
 TP = TopicPartition("t", 0)

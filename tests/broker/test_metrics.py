@@ -1,4 +1,4 @@
-"""broker/metrics.py and broker/http_server.py on an in-process broker (tests/broker/harness.py).
+"""broker/metrics.py and wire/http_server.py on an in-process broker (tests/broker/harness.py).
 
 The real Server, ReplicaManager and MetadataPublisher; requests over a real connection; the
 endpoint scraped over a real socket and parsed with prometheus_client's own parser.
@@ -12,8 +12,8 @@ from typing import Any
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 from rafka.broker.metrics import NodeMetrics
-from rafka.broker.protocol import ApiKey
 from rafka.metadata.records import Partition, PartitionChange, Topic
+from rafka.wire.protocol import ApiKey
 
 from .harness import BROKER_ID, _offsets, batch, fetch_body, part, produce_body, running_broker
 

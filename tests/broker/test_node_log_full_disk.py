@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from rafka.broker.node import _QuietFileHandler
 from rafka.chaos_tests.faults.disk import fill
 
+from rafka.node import _QuietFileHandler
 from tests.tmpfs import mounted_tmpfs
 
 

@@ -9,8 +9,8 @@ acks=1 and no idempotence (no sequence numbers to reorder or reject by).
 from __future__ import annotations
 
 import trio
-from rafka.broker.protocol import ApiKey
 from rafka.log.batch import decode_records, iter_batches
+from rafka.wire.protocol import ApiKey
 
 from tests.broker.harness import (
     batch,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 
 import trio
-from rafka.broker.protocol import ApiKey, decode_response
+from rafka.wire.protocol import ApiKey, decode_response
 
 from tests.broker.harness import (
     batch,

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
-from rafka.client.connection import Connection
 from rafka.log.batch import build_batch, build_control_batch, iter_batches
+from rafka.wire.connection import Connection
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
 from tests.broker.harness import (
     Broker,

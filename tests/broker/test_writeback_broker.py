@@ -5,10 +5,10 @@ under flush policy ``batch``: an in-process broker on loopback, real PRODUCE req
 from __future__ import annotations
 
 import pytest
-from rafka.broker.protocol import ApiKey
 from rafka.log import writeback
 from rafka.log.batch import build_batch
 from rafka.metadata.image import TopicPartition
+from rafka.wire.protocol import ApiKey
 
 from .harness import part, produce_body, running_broker
 

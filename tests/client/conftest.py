@@ -2,7 +2,7 @@
 
 ``RAFKA_TEST_BOOTSTRAP=host:port`` points the tests at a running cluster; otherwise a one-node
 cluster is started with ``rafka cluster up --nodes 1 --detach`` in a temporary directory and
-stopped with ``rafka cluster down`` afterwards. Without a broker (``rafka.broker.cli`` not there yet)
+stopped with ``rafka cluster down`` afterwards. Without a broker (``rafka.node_cli`` not there yet)
 the integration tests are skipped, saying so.
 """
 
@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def rafka(*args: str, input: bytes | None = None, timeout: float = 120,
           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
-    """Run the ``rafka`` CLI in a subprocess (``python -m rafka.client.cli``)."""
-    return subprocess.run([sys.executable, "-m", "rafka.client.cli", *args], input=input, capture_output=True,
+    """Run the ``rafka`` CLI in a subprocess (``python -m rafka.cli``)."""
+    return subprocess.run([sys.executable, "-m", "rafka.cli", *args], input=input, capture_output=True,
                           timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
@@ -36,10 +36,10 @@ def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if given:
         yield given
         return
-    if importlib.util.find_spec("rafka.broker.cli") is None:
-        pytest.skip("no broker yet: broker/cli.py (rafka cluster up) does not exist")
+    if importlib.util.find_spec("rafka.node_cli") is None:
+        pytest.skip("no broker yet: rafka/node_cli.py (rafka cluster up) does not exist")
     data = tmp_path_factory.mktemp("rafka-cluster")
-    from rafka.broker.cluster import free_port_block
+    from rafka.cluster import free_port_block
 
     port = free_port_block(1)
     up = rafka("cluster", "up", "--nodes", "1", "--detach", "--data-dir", str(data),

@@ -16,7 +16,12 @@ from collections.abc import Iterator
 import pytest
 import trio
 from rafka.client.aio._core import ClientCore
-from rafka.client.errors import NoBrokersAvailableError, RafkaError, UnresolvableHostError
+from rafka.client.errors import (
+    BootstrapTimeoutError,
+    NoBrokersAvailableError,
+    RafkaError,
+    UnresolvableHostError,
+)
 
 from .conftest import rafka
 
@@ -92,8 +97,9 @@ def blackhole() -> Iterator[int]:
 async def test_a_host_that_never_answers_the_connect_is_given_up_after_the_setup_timeout(blackhole: int) -> None:
     """Found with the compose cluster: a client whose first bootstrap address was a killed
     broker's container hung ~39 s in connect. The connection setup timeout (Kafka's
-    socket.connection.setup.timeout.ms) ends the connect with a named, retriable error; the
-    request timeout (60 s here) would not have."""
+    socket.connection.setup.timeout.ms) ends the connect with a named error; the request
+    timeout (60 s here) would not have. A client that never reached the cluster gives up for
+    good once that timeout has passed (issue 25): not retriable."""
     async with trio.open_nursery() as nursery:
         core = ClientCore(f"127.0.0.1:{blackhole}", client_id="t", request_timeout_ms=60_000,
                           connection_setup_timeout_ms=300)
@@ -104,4 +110,62 @@ async def test_a_host_that_never_answers_the_connect_is_given_up_after_the_setup
                     await core.refresh_metadata()
         finally:
             await core.aclose()
-    assert info.value.retriable and "connection setup timeout" in info.value.message
+    assert isinstance(info.value, BootstrapTimeoutError) and not info.value.retriable
+    assert "connection setup timeout" in info.value.message
+
+
+# ------------------------------------------------------------------ issue 25: a refused port
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound then closed: connects are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.parametrize("args", [
+    ("produce", "events"),
+    ("consume", "events", "--timeout-ms", "2000"),
+    ("consume", "events", "--group", "g"),
+    ("topic", "list"),
+])
+def test_a_refused_bootstrap_fails_within_the_timeout_naming_why(args: tuple[str, ...], closed_port: int) -> None:
+    """Issue 25: a wrong bootstrap hung produce 62 s and consume 33 s (ending in ``: None``).
+    ``--timeout`` (here 1 s) bounds every command; the one-line error names the address and
+    the reason. The subprocess deadline is far below the old waits."""
+    addr = f"127.0.0.1:{closed_port}"
+    r = rafka(*args, "--bootstrap", addr, "--timeout", "1", input=b"x\n", timeout=25)
+    err = r.stderr.decode().strip().splitlines()
+    assert r.returncode == 1 and len(err) == 1, err
+    assert f"{addr} (cannot connect to {addr}: Connection refused)" in err[0], err
+    assert ": None" not in err[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(30)
+def test_the_default_bootstrap_timeout_is_at_most_ten_seconds(closed_port: int) -> None:
+    """The default (no ``--timeout``) ends a produce to a refused port well before the old 62 s:
+    the subprocess deadline (20 s) fails the test otherwise."""
+    r = rafka("produce", "events", "--bootstrap", f"127.0.0.1:{closed_port}", input=b"x\n", timeout=20)
+    assert r.returncode == 1
+    assert "within 10000 ms (connection setup timeout" in r.stderr.decode()
+
+
+@pytest.mark.timeout(30)
+def test_python_clients_fail_a_refused_bootstrap_with_one_error(closed_port: int) -> None:
+    """The same through the Python API: ``Producer.send`` and a group ``Consumer.poll``."""
+    from rafka.client import Consumer, Producer
+
+    addr = f"127.0.0.1:{closed_port}"
+    with Producer(bootstrap_servers=addr, connection_setup_timeout_ms=500) as p:
+        with pytest.raises(BootstrapTimeoutError) as sent:
+            p.send("events", value=b"x").result(timeout=20)
+    with Consumer("events", bootstrap_servers=addr, group_id="g", connection_setup_timeout_ms=500) as c:
+        with pytest.raises(BootstrapTimeoutError) as polled:
+            for _ in range(100):
+                c.poll(timeout_ms=200)
+    for info in (sent, polled):
+        assert not info.value.retriable and "Connection refused" in info.value.message

@@ -15,7 +15,6 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 from rafka.client import Admin, Consumer, Producer, TopicPartition
-from rafka.client.cli import main
 from rafka.client.io_cli import (
     EARLIEST,
     LATEST,
@@ -26,6 +25,8 @@ from rafka.client.io_cli import (
     parse_offset,
 )
 from rafka.client.types import ConsumerRecord
+
+from rafka.cli import main
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -9,7 +9,6 @@ import json
 from typing import Any
 
 import trio
-from rafka.broker.http_server import serve_http
 from rafka.client.aio._core import ClientCore
 from rafka.client.aio.admin import (
     AsyncAdmin,
@@ -22,6 +21,7 @@ from rafka.client.console.server import Console, metrics_url
 from rafka.client.console.snapshot import Throughput, cluster_json, group_json, topics_json
 from rafka.client.top import parse_metrics
 from rafka.client.types import BrokerMetadata
+from rafka.wire.http_server import serve_http
 
 N1 = "http://127.0.0.1:29092/metrics"
 T0 = """

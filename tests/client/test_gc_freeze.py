@@ -1,4 +1,4 @@
-"""``rafka.client.gc_freeze``: the first client (or broker) of a process freezes what start-up
+"""``rafka.wire.gc_freeze``: the first client (or broker) of a process freezes what start-up
 created, once, after collecting; ``RAFKA_GC_FREEZE=0`` turns it off.
 
 Each case runs in a fresh interpreter: freezing is once per process and process-wide."""
@@ -23,7 +23,7 @@ def _run(code: str, **env: str) -> str:
 def test_freezes_once_per_process() -> None:
     out = _run("""
         import gc
-        from rafka.client.gc_freeze import freeze_startup_objects
+        from rafka.wire.gc_freeze import freeze_startup_objects
         before = gc.get_freeze_count()
         first = freeze_startup_objects()
         frozen = gc.get_freeze_count()
@@ -37,7 +37,7 @@ def test_freezes_once_per_process() -> None:
 def test_garbage_from_before_is_collected_not_frozen() -> None:
     out = _run("""
         import gc, weakref
-        from rafka.client.gc_freeze import freeze_startup_objects
+        from rafka.wire.gc_freeze import freeze_startup_objects
         class Node:
             pass
         a, b = Node(), Node()
@@ -54,7 +54,7 @@ def test_garbage_from_before_is_collected_not_frozen() -> None:
 def test_switched_off_by_environment() -> None:
     out = _run("""
         import gc
-        from rafka.client.gc_freeze import freeze_startup_objects
+        from rafka.wire.gc_freeze import freeze_startup_objects
         print(freeze_startup_objects(), gc.get_freeze_count())
     """, RAFKA_GC_FREEZE="0")
     assert out == "False 0"

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.errors import ErrorCode, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.client import AsyncAdmin
 from rafka.client.aio._core import ClientCore
-from rafka.client.connection import connect
+from rafka.wire.connection import connect
+from rafka.wire.errors import ErrorCode, error_for
+from rafka.wire.protocol import ApiKey
 
 
 def _addr(bootstrap: str) -> tuple[str, int]:

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey, Request
 from rafka.broker.server import Reply, Server
 from rafka.client.aio.consumer import AsyncConsumer
 from rafka.client.types import TopicPartition
 from rafka.log.batch import build_batch
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey, Request
 
 TP = TopicPartition("t", 0)
 

@@ -18,14 +18,14 @@ from typing import Any
 import msgpack
 import pytest
 import trio
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey, Request, encode_response_head
 from rafka.broker.server import Reply, Server
 from rafka.client import Consumer, Producer, TopicPartition
 from rafka.client.aio.consumer import AsyncConsumer
-from rafka.client.connection import Connection
 from rafka.client.errors import CorruptRecordError
 from rafka.log.batch import build_batch
+from rafka.wire.connection import Connection
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey, Request, encode_response_head
 
 from .conftest import drain
 

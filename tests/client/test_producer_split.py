@@ -11,12 +11,12 @@ import time
 
 import pytest
 import trio
-from rafka.broker.errors import ErrorCode
 from rafka.client import AsyncAdmin, AsyncProducer, Consumer, Producer, TopicPartition, errors
 from rafka.client.aio.accumulator import PartitionState, RecordAccumulator
 from rafka.client.aio.futures import FutureRecordMetadata
 from rafka.client.aio.sender import _split_points
 from rafka.client.types import RecordMetadata
+from rafka.wire.errors import ErrorCode
 
 
 def _acc() -> RecordAccumulator:

@@ -364,8 +364,8 @@ def test_cluster_metadata_never_rolls_a_leader_epoch_back() -> None:
 async def test_connection_writes_the_frames_encode_request_writes() -> None:
     """Connection packs requests itself (reused Packer, large ones written in two parts): the
     bytes on the wire are exactly ``encode_request``'s, for small and large bodies."""
-    from rafka.broker.protocol import Request, encode_request
-    from rafka.client.connection import Connection
+    from rafka.wire.connection import Connection
+    from rafka.wire.protocol import Request, encode_request
 
     class Capture:
         def __init__(self) -> None:

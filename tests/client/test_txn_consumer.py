@@ -230,7 +230,8 @@ def test_abort_choice() -> None:
 
 def _cli(*args: str) -> Result:
     from click.testing import CliRunner
-    from rafka.client.cli import main
+
+    from rafka.cli import main
 
     return CliRunner().invoke(main, list(args))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import trio
-from rafka.broker.errors import ErrorCode, error_for
 from rafka.client.aio import AsyncProducer
 from rafka.client.aio.transactions import ErrorKind, TransactionManager, TxnState, classify
 from rafka.client.errors import (
@@ -18,6 +17,7 @@ from rafka.client.errors import (
     TransactionTimedOutError,
 )
 from rafka.client.types import TopicPartition
+from rafka.wire.errors import ErrorCode, error_for
 
 A, B, C = (TopicPartition("t", i) for i in range(3))
 

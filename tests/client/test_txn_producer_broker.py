@@ -7,8 +7,10 @@ and offsets sent to the transaction are committed only with it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 import trio
@@ -80,8 +82,10 @@ def test_commit_is_visible_abort_and_failed_block_are_not(bootstrap: str, make_t
     assert {f"x{i}".encode() for i in range(10)} <= everything
 
 
-def test_a_new_incarnation_fences_the_old_one(bootstrap: str, make_topic) -> None:  # type: ignore[no-untyped-def]
-    topic = make_topic(2)
+@contextlib.contextmanager
+def zombie_and_successor(bootstrap: str, topic: str) -> Iterator[tuple[Producer, Producer]]:
+    """(old, new): old has partition 0 in an open transaction when new's init_transactions()
+    aborts it and bumps the epoch — old is a zombie."""
     same = tid()
     with Producer(bootstrap, transactional_id=same, linger_ms=1) as old:
         old.init_transactions()
@@ -89,17 +93,23 @@ def test_a_new_incarnation_fences_the_old_one(bootstrap: str, make_topic) -> Non
         old.send(topic, b"zombie-0", partition=0)
         old.flush()  # partition 0 is in its open transaction
         with Producer(bootstrap, transactional_id=same, linger_ms=1) as new:
-            new.init_transactions()  # aborts the old one's transaction, bumps the epoch
-            old.send(topic, b"zombie-1", partition=0)
-            old.send(topic, b"zombie-2", partition=1)
-            with pytest.raises(ProducerFencedError):
-                old.commit_transaction()
-            with pytest.raises(ProducerFencedError):
-                old.send(topic, b"zombie-3")  # fatal: every later call
-            with pytest.raises(ProducerFencedError):
-                old.begin_transaction()
-            with new.transaction():
-                new.send(topic, b"alive", partition=1)
+            new.init_transactions()
+            yield old, new
+
+
+def test_a_new_incarnation_fences_the_old_one(bootstrap: str, make_topic) -> None:  # type: ignore[no-untyped-def]
+    topic = make_topic(2)
+    with zombie_and_successor(bootstrap, topic) as (old, new):
+        old.send(topic, b"zombie-1", partition=0)
+        old.send(topic, b"zombie-2", partition=1)
+        with pytest.raises(ProducerFencedError):
+            old.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            old.send(topic, b"zombie-3")  # fatal: every later call
+        with pytest.raises(ProducerFencedError):
+            old.begin_transaction()
+        with new.transaction():
+            new.send(topic, b"alive", partition=1)
     assert values(read(bootstrap, topic, 2, "read_committed")) == {b"alive"}
 
 
@@ -186,3 +196,27 @@ def test_async_transaction_block_commits_or_aborts(bootstrap: str, make_topic) -
     trio.run(main)
     assert values(read(bootstrap, topic, 2, "read_committed")) == {b"kept-0", b"kept-1"}
     assert b"dropped" not in values(read(bootstrap, topic, 2, "read_uncommitted"))
+
+
+@pytest.mark.parametrize("path", ["send", "flush", "commit", "abort"])
+def test_a_fenced_producer_raises_one_error_type_on_every_path(bootstrap: str, make_topic, path: str) -> None:  # type: ignore[no-untyped-def]
+    """Issue 25: a zombie's commit raised ProducerFencedError but its send after the fence
+    failed with InvalidTxnStateError / InvalidProducerEpochError, so users had to catch both.
+    The partition's refusal is checked with the coordinator first: every path now raises
+    ProducerFencedError — the record's future, flush, a later send, commit and abort."""
+    topic = make_topic(1)
+    with zombie_and_successor(bootstrap, topic) as (old, _new):
+        fut = old.send(topic, b"zombie-1", partition=0)  # accepted locally, refused by the leader
+        with pytest.raises(ProducerFencedError):
+            if path == "send":
+                fut.result(timeout=30)
+            elif path == "flush":
+                old.flush()
+            elif path == "commit":
+                old.commit_transaction()
+            else:
+                old.abort_transaction()
+        with pytest.raises(ProducerFencedError):  # and on every later call
+            old.send(topic, b"zombie-2", partition=0)
+        with pytest.raises(ProducerFencedError):
+            old.abort_transaction()

@@ -13,10 +13,10 @@ import time
 from typing import Any
 
 import trio
-from rafka.broker.errors import RafkaError, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.client.aio._core import ClientCore
 from rafka.log.batch import build_batch
+from rafka.wire.errors import RafkaError, error_for
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["write_txn_log"]
 

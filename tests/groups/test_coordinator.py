@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rafka.broker.errors import ErrorCode
 from rafka.kraft.groups.coordinator import (
     GroupConfig,
     HeartbeatRequest,
@@ -15,6 +14,7 @@ from rafka.kraft.groups.coordinator import (
     remove_members,
 )
 from rafka.metadata.groups import GroupDeleted, GroupsDelta, GroupsImage, groups_to_records
+from rafka.wire.errors import ErrorCode
 
 
 class Sim:
@@ -314,3 +314,59 @@ def test_heartbeat_interval_fits_the_members_session():
     assert a.beat()["heartbeat_interval_ms"] == 1000  # the configured interval
     r = sim.hb(session_timeout_ms=900)  # a second member with a short session
     assert r["error"] == 0 and r["heartbeat_interval_ms"] <= 300
+
+
+# --------------------------------------------------------------------------- static membership
+
+
+def test_a_static_member_rejoining_takes_its_assignment_back_without_a_rebalance():
+    """Issue 25 (KIP-345): a restarted process with the same instance id gets its partitions
+    at once; the group epoch does not move, the other member is not disturbed."""
+    sim = Sim()
+    a = sim.hb(instance_id="a")
+    b = sim.hb(instance_id="b")
+    ids = {"a": a["member_id"], "b": b["member_id"]}
+    epochs = {"a": a["member_epoch"], "b": b["member_epoch"]}
+    owned = {"a": tps(a), "b": tps(b)}
+    for _ in range(6):  # settle: a gives up half, b takes it
+        for k in ("a", "b"):
+            r = sim.hb(ids[k], epochs[k], subs=None, owned=owned[k], instance_id=k)
+            assert r["error"] == 0, r
+            epochs[k], owned[k] = r["member_epoch"], tps(r)
+    assert sim.group.state == "Stable" and len(owned["a"]) == 3 and len(owned["b"]) == 3
+    group_epoch = sim.group.group_epoch
+    log_before = len(sim.log)
+
+    again = sim.hb(instance_id="a")  # a restarted: new process, no member id, owns nothing
+    assert again["error"] == 0 and again["member_id"] != ids["a"]
+    assert tps(again) == owned["a"] and again["member_epoch"] == epochs["a"]
+    assert sim.group.group_epoch == group_epoch and sim.group.state == "Stable"
+    assert ids["a"] not in sim.group.members
+    assert sim.group.members[again["member_id"]].instance_id == "a"
+    assert not any(type(r).__name__ == "GroupEpoch" for r in sim.log[log_before:])
+
+    # the old process, still alive, is fenced for good
+    old = sim.hb(ids["a"], epochs["a"], subs=None, owned=owned["a"], instance_id="a")
+    assert old["error"] == ErrorCode.FENCED_INSTANCE_ID and "taken over" in old["message"]
+    # b never noticed
+    r = sim.hb(ids["b"], epochs["b"], subs=None, owned=owned["b"], instance_id="b")
+    assert r["error"] == 0 and tps(r) == owned["b"] and r["member_epoch"] == epochs["b"]
+
+
+def test_a_dynamic_member_never_matches_a_static_one():
+    sim = Sim()
+    a = sim.hb(instance_id="a")
+    d = sim.hb()
+    assert d["member_id"] != a["member_id"] and len(sim.group.members) == 2
+    assert sim.group.members[d["member_id"]].instance_id == ""
+
+
+def test_static_membership_survives_the_fold_and_snapshots():
+    sim = Sim()
+    sim.hb(instance_id="a")
+    sim.hb(instance_id="a")  # replaced
+    rebuilt = GroupsDelta(GroupsImage.EMPTY)
+    for r in groups_to_records(sim.image):
+        rebuilt.replay(r)
+    assert rebuilt.apply() == sim.image
+    assert [m.instance_id for m in sim.group.members.values()] == ["a"]

@@ -11,17 +11,17 @@ import random
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, error_for
 from rafka.broker.events import EventLog
 from rafka.broker.handlers import NodeApi
 from rafka.broker.metadata_listener import MetadataPublisher
-from rafka.broker.protocol import ApiKey
 from rafka.broker.replica_manager import ReplicaManager
 from rafka.broker.server import Server
 from rafka.client import AsyncConsumer, AsyncProducer, TopicPartition
 from rafka.client.groups import describe_group
 from rafka.kraft.memory import MemoryQuorumCluster
 from rafka.kraft.service import ControllerService
+from rafka.wire.errors import ErrorCode, error_for
+from rafka.wire.protocol import ApiKey
 
 from tests.broker.harness import node_config
 
@@ -230,7 +230,7 @@ async def test_groups_end_to_end(tmp_path):
                     assert other[(part, off)] == seen[(part, off)]
 
             # a commit with an epoch that is neither the member's nor its previous one is
-            # rejected (forged: the previous epoch is accepted, see kraft/groups/offsets.py)
+            # rejected (forged: the previous epoch is accepted, see broker/groups/offsets.py)
             m = survivors[0]._coordinator
             real = m.member_epoch
             m.member_epoch = real + 7

@@ -20,7 +20,6 @@ import pytest
 import rafka.client.groups  # noqa: F401  (registers the group coordinator of AsyncConsumer)
 import trio
 import trio.testing
-from rafka.broker.protocol import ApiKey, validate_request
 from rafka.client.aio.consumer import AsyncConsumer
 from rafka.client.groups import GroupMembership
 from rafka.client.types import TopicPartition
@@ -33,6 +32,7 @@ from rafka.kraft.groups.coordinator import (
 from rafka.kraft.groups.service import GroupsController
 from rafka.kraft.memory import MemoryQuorumCluster
 from rafka.kraft.service import ControllerService
+from rafka.wire.protocol import ApiKey, validate_request
 
 INTERVAL_MS = 5000  # the controller default (group.consumer.heartbeat.interval.ms)
 

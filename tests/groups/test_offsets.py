@@ -8,10 +8,8 @@ from dataclasses import replace
 import pytest
 import trio
 import trio.testing
-from rafka.broker.errors import ErrorCode, error_for
-from rafka.broker.protocol import ApiKey, validate_request
-from rafka.kraft.groups.offsets import GroupOffsetsManager
-from rafka.kraft.groups.offsets_cache import (
+from rafka.broker.groups.offsets import GroupOffsetsManager
+from rafka.broker.groups.offsets_cache import (
     OFFSETS_TOPIC,
     OffsetValue,
     decode_key,
@@ -25,6 +23,8 @@ from rafka.log.config import LogConfig
 from rafka.log.partition_log import PartitionLog
 from rafka.metadata import MetadataDelta, MetadataImage, Partition, Topic
 from rafka.metadata.groups import GroupEpoch, GroupMember
+from rafka.wire.errors import ErrorCode, error_for
+from rafka.wire.protocol import ApiKey, validate_request
 
 
 def test_encoding_round_trip_and_partitioning():

@@ -22,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rafka.broker.cluster import free_port_block
+
+from rafka.cluster import free_port_block
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def rafka_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the node-side CLI (``rafka.broker.cli``) in a subprocess."""
-    code = "import sys; from rafka.broker.cli import cluster, server; " \
+    """Run the node-side CLI (``rafka.node_cli``) in a subprocess."""
+    code = "import sys; from rafka.node_cli import cluster, server; " \
            "cmd = cluster if sys.argv[1] == 'cluster' else server; " \
            "cmd.main(sys.argv[2:] if sys.argv[1] == 'cluster' else sys.argv[2:], standalone_mode=True)"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,

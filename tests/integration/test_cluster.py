@@ -6,8 +6,8 @@ import os
 import signal
 
 import trio
-from rafka.broker.protocol import ApiKey
-from rafka.client.connection import connect
+from rafka.wire.connection import connect
+from rafka.wire.protocol import ApiKey
 
 from tests.broker.harness import batch, fetch_body, part, produce_body
 from tests.integration.conftest import wait_until

@@ -91,7 +91,7 @@ def test_cluster_secret_is_kept_unless_asked(tmp_path: Path) -> None:
 
 def test_shutdown_outcome_reads_the_brokers_last_word() -> None:
     """What the rolling restart prints per node from the stopped container's log."""
-    stem = "2026-11-25 10:00:07,640 node-4 {} rafka.broker.node: "
+    stem = "2026-11-25 10:00:07,640 node-4 {} rafka.node: "
     done = stem.format("INFO") + "received SIGTERM: shutting down\n" + stem.format("INFO") + "controlled shutdown complete"
     late = stem.format("WARNING") + "controlled shutdown did not finish within 30.0 s"
     skipped = stem.format("INFO") + "second signal: skipping the controlled shutdown"

@@ -46,7 +46,7 @@ def get_json(base: str, path: str) -> Any:
 
 def start_console(c: LocalCluster, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "rafka.client.cli", "console", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "rafka.cli", "console", "--port", "0",
                              "--bootstrap", c.bootstrap, "--interval", "0.5"],
                             stdout=subprocess.DEVNULL, stderr=log.open("wb"), cwd=str(PROJECT_ROOT), env=env)
 

@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.cluster import free_port_block
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
 from rafka.chaos_tests.faults.disk import fill, unfill
 from rafka.client import Admin, Consumer, Producer, TopicPartition
-from rafka.client.connection import connect
+from rafka.wire.connection import connect
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
+from rafka.cluster import free_port_block
 from tests.broker.harness import batch, part, produce_body
 from tests.integration.conftest import LocalCluster
 

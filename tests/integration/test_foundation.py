@@ -30,13 +30,13 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.cluster import free_port_block
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
 from rafka.client import Admin, Consumer, ConsumerRecord, Producer, TopicPartition, errors
-from rafka.client.connection import connect
 from rafka.log.batch import iter_batches
+from rafka.wire.connection import connect
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
+from rafka.cluster import free_port_block
 from tests.broker.harness import batch, fetch_body, part, produce_body
 from tests.integration.conftest import LocalCluster
 from tests.tmpfs import mounted_tmpfs

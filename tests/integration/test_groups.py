@@ -27,13 +27,13 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.protocol import ApiKey
+from rafka.broker.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from rafka.client.aio._core import ClientCore
 from rafka.client.errors import UnknownMemberIdError  # type: ignore[attr-defined]
 from rafka.client.groups import coordinator_request
 from rafka.client.sync import Admin, Consumer, Producer
 from rafka.client.types import TopicPartition
-from rafka.kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from rafka.wire.protocol import ApiKey
 
 from .conftest import PROJECT_ROOT, JsonLinesProc, LocalCluster, wait_until
 
@@ -109,7 +109,7 @@ def procs(tmp_path: Path):
 
 
 def rafka(*args: str, bootstrap: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rafka.client.cli", *args, "--bootstrap", bootstrap],
+    return subprocess.run([sys.executable, "-m", "rafka.cli", *args, "--bootstrap", bootstrap],
                           capture_output=True, text=True, timeout=120, cwd=str(PROJECT_ROOT))
 
 
@@ -318,13 +318,16 @@ def test_offsets_survive_controller_and_coordinator_kill_and_cli(cluster3: Local
     # Ctrl-C: the member leaves; the group is Empty, offsets kept; reset, then delete
     c.interrupt()
     wait_until(lambda: describe(bs, "gc")["members"] == [], "the member left")
-    r = rafka("group", "reset-offsets", "gc", "--to-earliest", "--json", bootstrap=bs)
+    r = rafka("group", "reset-offsets", "gc", "--to-earliest", "--json", "--execute",
+              "--metadata", "replay from 0", bootstrap=bs)
     assert r.returncode == 0, r.stderr
     assert {e["partition"]: e["offset"] for e in json.loads(r.stdout)} == {0: 0, 1: 0, 2: 0}
     d = describe(bs, "gc")
     assert all(row["committed"] == 0 and row["lag"] == 140 for row in d["partitions"]), d
-    r = rafka("group", "reset-offsets", "gc", "--to-latest", "--json", bootstrap=bs)
+    assert {row["metadata"] for row in d["partitions"]} == {"replay from 0"}, d  # OffsetAndMetadata
+    r = rafka("group", "reset-offsets", "gc", "--to-latest", "--json", "--execute", bootstrap=bs)
     assert r.returncode == 0 and {e["offset"] for e in json.loads(r.stdout)} == {140}, r
+    assert {row["metadata"] for row in describe(bs, "gc")["partitions"]} == {""}
     r = rafka("group", "delete", "gc", bootstrap=bs)
     assert r.returncode == 0 and "deleted group gc" in r.stdout, r
     r = rafka("group", "describe", "gc", bootstrap=bs)

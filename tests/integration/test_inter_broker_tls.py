@@ -18,12 +18,12 @@ import urllib.request
 
 import pytest
 import trio
-from rafka.broker.cluster import METRICS_PORT_OFFSET
 from rafka.client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
 from rafka.client.aio.admin import NewTopic
 from rafka.client.types import TopicPartition
-from rafka.security.local_cluster import SECURE_PORT_OFFSET, read_admin_password
 
+from rafka.cluster import METRICS_PORT_OFFSET
+from rafka.local_security import SECURE_PORT_OFFSET, read_admin_password
 from tests.integration.conftest import LocalCluster, rafka_cli
 from tests.integration.test_cluster import eventually
 from tests.integration.test_secure_cluster import _free_secured_block

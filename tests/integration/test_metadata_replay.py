@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rafka.broker.protocol import ApiKey
+from rafka.wire.protocol import ApiKey
 
 from tests.integration.test_replication import (
     FAST,

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError
-from rafka.broker.protocol import ApiKey
+from rafka.wire.errors import ErrorCode, RafkaError
+from rafka.wire.protocol import ApiKey
 
 from tests.broker.harness import batch, fetch_body, part, produce_body
 from tests.integration.conftest import PROJECT_ROOT, free_port_block, rafka_cli
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(240)
 
 def quorum_describe(bootstrap: str, as_json: bool = True) -> Any:
     """``rafka quorum describe [--json]`` as a user runs it."""
-    args = [sys.executable, "-m", "rafka.client.cli", "quorum", "describe", "--bootstrap", bootstrap]
+    args = [sys.executable, "-m", "rafka.cli", "quorum", "describe", "--bootstrap", bootstrap]
     r = subprocess.run([*args, "--json"] if as_json else args, capture_output=True, text=True,
                        timeout=60, cwd=str(PROJECT_ROOT), env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
     assert r.returncode == 0, r.stderr
@@ -334,7 +334,7 @@ async def test_controller_only_and_broker_only_nodes(tmp_path):
             path = tmp_path / f"node-{cfg['node_id']}.toml"
             path.write_text(_toml(cfg))
             out = open(tmp_path / f"node-{cfg['node_id']}.out", "wb")
-            procs.append(subprocess.Popen([sys.executable, "-m", "rafka.client.cli", "server", "--config", str(path)],
+            procs.append(subprocess.Popen([sys.executable, "-m", "rafka.cli", "server", "--config", str(path)],
                                           stdout=out, stderr=subprocess.STDOUT, env=env,
                                           cwd=str(PROJECT_ROOT), start_new_session=True))
         broker = ("127.0.0.1", port + 3)

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
 from tests.integration.conftest import PROJECT_ROOT, LocalCluster, rafka_cli
 from tests.integration.test_cluster import create_topic, eventually, request
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(240)
 
 def quorum_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     """``rafka quorum ARGS --bootstrap B`` as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "rafka.client.cli", "quorum", *args, "--bootstrap", bootstrap],
+    return subprocess.run([sys.executable, "-m", "rafka.cli", "quorum", *args, "--bootstrap", bootstrap],
                           capture_output=True, text=True, timeout=90, cwd=str(PROJECT_ROOT),
                           env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
 

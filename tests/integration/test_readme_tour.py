@@ -87,6 +87,17 @@ def test_readme_tour_works_as_written(cluster_factory: Any) -> None:
             assert len(got) == len(shown)
             hws = [int(line.split()[-1]) for line in got[2:]]
             assert sum(hws) == sum(int(line.split()[-1]) for line in shown[2:])
+        elif cmd.startswith(("rafka group describe", "rafka quorum describe")):
+            # member ids, metadata offsets, which partition was read first and which voter won
+            # the Raft election vary: the shape ("group NAME ..." / "leader N  epoch E ...")
+            words = 2 if "group describe" in cmd else 1
+            assert len(got) == len(shown) and got[0].split()[:words] == shown[0].split()[:words], (cmd, got)
+            if "quorum describe" in cmd:
+                assert [w for w in got[0].split() if not w.isdigit()] == \
+                    [w for w in shown[0].split() if not w.isdigit()], (cmd, got)
+            if "group describe" in cmd:
+                assert got[1].split() == shown[1].split(), (cmd, got)
+                assert sum(int(line.split()[3]) for line in got[2:]) == 7, (cmd, got)  # HW total
         elif "--group" in cmd and cmd.startswith("rafka consume"):
             # every record so far, in the order the group's partitions are read
             assert sorted(got) == sorted(["1", "2", "3", "4", "5", "clicked", "scrolled"]), got

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rafka.broker.protocol import ApiKey
 from rafka.client.sync import Admin, Consumer, Producer
 from rafka.client.types import TopicPartition
+from rafka.wire.protocol import ApiKey
 
 from bench.cluster import add_broker_node  # the documented scale-out, as code
 

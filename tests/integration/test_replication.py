@@ -2,7 +2,7 @@
 
 Each test starts its own cluster through the ``cluster_factory`` fixture, with a short
 ``replica.lag.time.max.ms`` so that ISR changes happen within seconds. Requests go over the raw
-protocol (``rafka.client.connection``) where a test needs to see exact error codes and offsets, and
+protocol (``rafka.wire.connection``) where a test needs to see exact error codes and offsets, and
 through ``AsyncProducer`` where it needs a real idempotent producer. Nothing asserts wall-clock
 times; every wait is "until a condition holds", bounded by a hang guard.
 """
@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.cluster import load_cluster, start_missing, wait_ready
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
 from rafka.client.aio.producer import AsyncProducer
-from rafka.client.connection import connect
 from rafka.log.batch import build_batch, decode_records, iter_batches
+from rafka.wire.connection import connect
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
+from rafka.cluster import load_cluster, start_missing, wait_ready
 from tests.broker.harness import batch, fetch_body, part, produce_body
 
 HANG_GUARD_S = 60
@@ -70,7 +70,7 @@ def _tail(path: Path, lines: int, skip: tuple[str, ...] = ()) -> list[str]:
 
 def _cli(c: Any, *args: str) -> str:
     try:
-        r = subprocess.run([sys.executable, "-m", "rafka.client.cli", *args, "--bootstrap", c.bootstrap,
+        r = subprocess.run([sys.executable, "-m", "rafka.cli", *args, "--bootstrap", c.bootstrap,
                             "--json"], capture_output=True, text=True, timeout=20,
                            cwd=str(Path(__file__).resolve().parents[2]))
         return (r.stdout + r.stderr).strip()

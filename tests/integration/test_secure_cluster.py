@@ -19,9 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rafka.broker.cluster import free_port_block
-from rafka.security.local_cluster import SECURE_PORT_OFFSET
-
+from rafka.cluster import free_port_block
+from rafka.local_security import SECURE_PORT_OFFSET
 from tests.integration.conftest import PROJECT_ROOT, LocalCluster
 
 README = PROJECT_ROOT / "README.md"

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
-from rafka.client.connection import ConnectionPool
 from rafka.client.sync import Admin, Consumer
 from rafka.client.types import TopicPartition
+from rafka.wire.connection import ConnectionPool
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
 from .conftest import LocalCluster
 

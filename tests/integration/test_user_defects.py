@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rafka.broker.cluster import RAFT_PORT_OFFSET, free_port_block
 from rafka.client.sync import Admin, Producer
+
+from rafka.cluster import RAFT_PORT_OFFSET, free_port_block
 
 from .conftest import PROJECT_ROOT, LocalCluster, _wait_gone
 from .test_readme_tour import python_snippet
@@ -47,7 +48,7 @@ def rafka(*args: str, bootstrap: str | None = None, input: bytes | None = None,
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     if bootstrap is not None:
         env["RAFKA_BOOTSTRAP"] = bootstrap
-    return subprocess.run([sys.executable, "-m", "rafka.client.cli", *args], input=input.decode() if input else None,
+    return subprocess.run([sys.executable, "-m", "rafka.cli", *args], input=input.decode() if input else None,
                           capture_output=True, text=True, timeout=timeout, cwd=str(PROJECT_ROOT), env=env)
 
 
@@ -102,18 +103,19 @@ def test_reset_offsets_past_the_end_clamps_and_later_records_arrive(cluster1: Lo
     make_topic(b, "events")
     produce(b, "events", [f"r{i}" for i in range(12)])
 
-    r = rafka("group", "reset-offsets", "G", "--to-offset", "500", "--topic", "events", bootstrap=b)
+    r = rafka("group", "reset-offsets", "G", "--to-offset", "500", "--topic", "events", "--execute", bootstrap=b)
     assert r.returncode == 0, r.stderr
     assert "offset 500 is past the log end 12 of events-0: reset to 12" in r.stdout + r.stderr
     rows = describe(b, "G")["partitions"]
     assert [(x["committed"], x["lag"]) for x in rows] == [(12, 0)]
 
     # below the log start: clamped up to it
-    r = rafka("group", "reset-offsets", "G", "--to-offset", "-7", "--topic", "events", "--json", bootstrap=b)
+    r = rafka("group", "reset-offsets", "G", "--to-offset", "-7", "--topic", "events", "--json", "--execute",
+              bootstrap=b)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == [{"topic": "events", "partition": 0, "offset": 0}]
+    assert json.loads(r.stdout) == [{"topic": "events", "partition": 0, "old": 12, "offset": 0}]
     assert "before the log start 0 of events-0: reset to 0" in r.stderr
-    r = rafka("group", "reset-offsets", "G", "--to-offset", "500", "--topic", "events", bootstrap=b)
+    r = rafka("group", "reset-offsets", "G", "--to-offset", "500", "--topic", "events", "--execute", bootstrap=b)
     assert r.returncode == 0, r.stderr
 
     # records produced after the reset are delivered to the group (they were skipped before)
@@ -140,24 +142,52 @@ def test_consume_from_a_missing_topic_fails_at_once_with_the_name(cluster1: Loca
     assert "UNKNOWN_TOPIC_OR_PARTITION" in r.stderr and "'nosuch' does not exist" in r.stderr, r.stderr
 
 
+def test_group_consume_of_a_missing_topic_fails_at_once_with_the_name(cluster1: LocalCluster) -> None:
+    """Issue 25: with --group the member waited for partitions of a topic that does not exist."""
+    r = rafka("consume", "nosuch", "--group", "g", "--timeout-ms", "3000", bootstrap=cluster1.bootstrap, timeout=20)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in r.stderr and "'nosuch' does not exist" in r.stderr, r.stderr
+
+
+def test_a_past_the_end_offset_is_reported_and_fails_with_exit_at_end(cluster1: LocalCluster) -> None:
+    """Issue 25: ``--offset 100`` past the end silently started at the end. It is reported; with
+    ``--exit-at-end`` (kcat's -e) it is an error; -e otherwise reads to the end and exits 0."""
+    b = cluster1.bootstrap
+    make_topic(b, "ends", 2)
+    with Producer(b, linger_ms=1) as p:
+        for i in range(3):
+            p.send("ends", value=f"v{i}".encode(), partition=1).result(timeout=30)
+    r = rafka("consume", "ends", "--partition", "1", "--offset", "100", "--timeout-ms", "500", bootstrap=b)
+    assert r.returncode == 0, r.stderr
+    assert "offset 100 is past the end of ends partition 1 (its log ends at offset 3); starting at 3" in r.stderr
+    r = rafka("consume", "ends", "--partition", "1", "--offset", "100", "-e", bootstrap=b)
+    assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
+    assert "OFFSET_OUT_OF_RANGE: offset 100 is past the end of ends partition 1" in r.stderr, r.stderr
+    r = rafka("consume", "ends", "--from-beginning", "--exit-at-end", "-f", "%p:%o %s\\n", bootstrap=b)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["1:0 v0", "1:1 v1", "1:2 v2"]
+
+
 # --------------------------------------------------------------------------- 3. cluster up in the foreground
 
 
 @contextlib.contextmanager
-def foreground_cluster(tmp_path: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[bytes], list[int]]]:
-    """``rafka cluster up --nodes 1`` under pipes; yields (process, node pids) once it is ready.
+def foreground_cluster(tmp_path: Path, *extra: str, nodes: int = 1
+                       ) -> Iterator[tuple[subprocess.Popen[bytes], list[int]]]:
+    """``rafka cluster up --nodes N`` under pipes; yields (process, node pids) once it is ready.
     Every node pid is SIGKILLed at the end whatever the test did."""
-    port = free_port_block(1)
+    port = free_port_block(nodes)
     data = tmp_path / "cluster"
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "rafka.client.cli", "cluster", "up", "--nodes", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "rafka.cli", "cluster", "up", "--nodes", str(nodes),
                              "--data-dir", str(data), "--port", str(port), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(PROJECT_ROOT), env=env)
     pids: list[int] = []
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()  # the bootstrap string, printed once ready
-        assert line.strip() == f"127.0.0.1:{port}", (line, proc.stderr.read() if proc.stderr else "")
+        want = ",".join(f"127.0.0.1:{port + i}" for i in range(nodes))
+        assert line.strip() == want, (line, proc.stderr.read() if proc.stderr else "")
         pids = [n["pid"] for n in json.loads((data / "cluster.json").read_text())["nodes"]]
         assert pids and all(alive(p) for p in pids)
         yield proc, pids
@@ -185,6 +215,32 @@ def test_foreground_cluster_stops_with_its_parent(tmp_path: Path, how: str) -> N
             assert not alive(pid), f"node pid {pid} outlived `cluster up` ({how})"
 
 
+PARENT_DEATH_BOUND_S = 5.0
+
+
+def _first_port(tmp_path: Path) -> int:
+    return int(json.loads((tmp_path / "cluster" / "cluster.json").read_text())["nodes"][0]["client"].split(":")[1])
+
+
+@pytest.mark.timeout(120)
+def test_every_node_of_a_sigkilled_foreground_cluster_is_gone_within_five_seconds(tmp_path: Path) -> None:
+    """Issue 25: a node of a 3-node cluster outlived its SIGKILLed ``cluster up`` by ~33 s
+    (parent pid 1, holding its port), trying a controlled shutdown no quorum could answer.
+    A node whose parent died now skips it. Survivors are counted 5 s after the kill."""
+    with foreground_cluster(tmp_path, nodes=3) as (proc, pids):
+        assert len(pids) == 3
+        # leaders to hand over: what makes a controlled shutdown wait for a quorum
+        with Admin(f"127.0.0.1:{_first_port(tmp_path)}") as admin:
+            admin.create_topic("events", 3, 3)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + PARENT_DEATH_BOUND_S
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
+            time.sleep(0.1)
+        survivors = [p for p in pids if alive(p)]
+        assert survivors == [], f"{len(survivors)} node(s) outlived the SIGKILLed `cluster up` by 5 s"
+
+
 def test_detached_cluster_outlives_its_starter(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path / "detached", 1, free_port_block(1))
     try:
@@ -205,7 +261,7 @@ def test_sigterm_consumer_leaves_its_group_and_active_group_reset_is_refused(clu
     b = cluster1.bootstrap
     make_topic(b, "clicks", 2)
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "RAFKA_BOOTSTRAP": b, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "rafka.client.cli", "consume", "clicks", "--group", "readers",
+    proc = subprocess.Popen([sys.executable, "-m", "rafka.cli", "consume", "clicks", "--group", "readers",
                              "--from-beginning"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=str(PROJECT_ROOT), env=env)
     try:
@@ -215,7 +271,7 @@ def test_sigterm_consumer_leaves_its_group_and_active_group_reset_is_refused(clu
         assert r.returncode == 1 and "has 1 active member" in r.stderr, (r.stdout, r.stderr)
         # ... unless forced
         r = rafka("group", "reset-offsets", "readers", "--to-earliest", "--topic", "clicks", "--force",
-                  bootstrap=b)
+                  "--execute", bootstrap=b)
         assert r.returncode == 0, r.stderr
         assert sorted(x["committed"] for x in describe(b, "readers")["partitions"]) == [0, 0]
 

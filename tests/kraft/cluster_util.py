@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from rafka.broker.errors import RafkaError
-from rafka.broker.protocol import ApiKey
-from rafka.client.connection import connect
+from rafka.wire.connection import connect
+from rafka.wire.errors import RafkaError
+from rafka.wire.protocol import ApiKey
 
 ROOT = Path(__file__).resolve().parents[2]
 RAW_PROPOSE = 99

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import trio
-from rafka.broker.protocol import ApiKey
+from rafka.wire.protocol import ApiKey
 
 from tests.kraft.cluster_util import VoterCluster, live_broker
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from rafka.broker.errors import ErrorCode, RafkaError
 from rafka.kraft import controller as ctl
 from rafka.kraft.quorum import Command
 from rafka.kraft.state_machine import ControllerStateMachine
 from rafka.metadata import LeaderChange, MetadataImage
+from rafka.wire.errors import ErrorCode, RafkaError
 
 
 class World:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from rafka.broker.errors import ErrorCode, error_for
-from rafka.broker.protocol import ApiKey
 from rafka.kraft.memory import MemoryQuorumCluster
 from rafka.kraft.quorum import Command, Guard
 from rafka.kraft.state_machine import ControllerStateMachine
 from rafka.metadata import LeaderChange, NoOp, Partition, Topic
+from rafka.wire.errors import ErrorCode, error_for
+from rafka.wire.protocol import ApiKey
 
 from .test_service_memory import heartbeat, register, start, wait_active
 

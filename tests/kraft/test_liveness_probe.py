@@ -14,10 +14,10 @@ import socket
 import pytest
 import trio
 import trio.testing
-from rafka.broker.protocol import ApiKey
 from rafka.kraft import controller as ctl
 from rafka.kraft.memory import MemoryQuorumCluster
 from rafka.kraft.service import probe_listener
+from rafka.wire.protocol import ApiKey
 
 from . import test_service_memory as svc_util
 from .test_service_memory import wait_active

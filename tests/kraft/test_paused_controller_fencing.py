@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
 from rafka.metadata.records import record_from_dict
 from rafka.metadata.snapshot import records_to_image
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
 from tests.kraft.cluster_util import VoterCluster
 

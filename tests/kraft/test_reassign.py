@@ -6,7 +6,6 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rafka.broker.errors import ErrorCode, RafkaError
 from rafka.kraft import controller as ctl
 from rafka.kraft import reassign
 from rafka.kraft.reassign import ReassignItem
@@ -22,6 +21,7 @@ from rafka.metadata import (
     record_from_dict,
     records_to_image,
 )
+from rafka.wire.errors import ErrorCode, RafkaError
 
 from tests.kraft.test_controller import World
 from tests.metadata.test_fold import BROKERS, TOPIC_IDS, fold

@@ -7,10 +7,10 @@ import random
 import pytest
 import trio
 import trio.testing
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
 from rafka.kraft.memory import MemoryQuorumCluster
 from rafka.kraft.service import ControllerService
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
 VOTERS = [(1, "127.0.0.1:19001", "127.0.0.1:9001"), (2, "127.0.0.1:19002", "127.0.0.1:9002")]
 

@@ -6,10 +6,10 @@ import time
 
 import pytest
 import trio
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
 from rafka.kraft.quorum import Command
 from rafka.metadata import Topic
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
 from tests.kraft.cluster_util import RAW_PROPOSE, VoterCluster, live_broker, setup_broker
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import trio
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
 from tests.kraft.cluster_util import VoterCluster, live_broker
 

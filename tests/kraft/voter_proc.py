@@ -4,7 +4,7 @@
         --data-dir DIR [--secret S] [--settings JSON]
 
 Serves the controller APIs on the voter's rpc address with the wire protocol of
-broker/protocol.py, plus a test-only api key 99 ``{"cmd": bytes}`` that proposes a raw
+wire/protocol.py, plus a test-only api key 99 ``{"cmd": bytes}`` that proposes a raw
 ``Command`` (to test request-id dedup). Prints ``READY`` once serving.
 """
 
@@ -17,10 +17,10 @@ import sys
 from typing import Any
 
 import trio
-from rafka.broker.errors import RafkaError
-from rafka.broker.protocol import NEED_DATA, FrameDecoder, Response, decode_request, encode_response
 from rafka.kraft.quorum import Command
 from rafka.kraft.service import ControllerService
+from rafka.wire.errors import RafkaError
+from rafka.wire.protocol import NEED_DATA, FrameDecoder, Response, decode_request, encode_response
 
 RAW_PROPOSE = 99
 
@@ -70,7 +70,7 @@ async def main(args: argparse.Namespace) -> None:
     svc = ControllerService(args.id, voters, me[1], args.data_dir, args.secret or None,
                             json.loads(args.settings))
     async with trio.open_nursery() as nursery:
-        # serve first, as broker/node.py does: a voter on an empty disk asks the others before
+        # serve first, as rafka/node.py does: a voter on an empty disk asks the others before
         # its quorum starts (kraft/voters.py), so they must answer while they start too
         host, port = me[2].rsplit(":", 1)
         listeners = await trio.open_tcp_listeners(int(port), host=host)

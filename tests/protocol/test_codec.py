@@ -6,8 +6,8 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rafka.broker import errors
-from rafka.broker.protocol import (
+from rafka.wire import errors
+from rafka.wire.protocol import (
     NEED_DATA,
     ApiKey,
     ClientProtocol,

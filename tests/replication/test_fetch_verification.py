@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey
 from rafka.broker.replication.epochs import (
     EpochEndOffset,
     EpochTable,
@@ -46,6 +44,8 @@ from rafka.broker.replication.state import (
     validate_leader_epoch,
 )
 from rafka.metadata.records import Partition, RegisterBroker, Topic, UnfenceBroker
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
 from tests.broker.harness import batch, part, produce_body, running_broker
 

@@ -3,7 +3,7 @@
 The leader side here is a minimal FETCH server written against the same pieces the broker's
 handler uses (``find_divergence``, ``validate_leader_epoch``, ``LeaderState``), speaking the real
 codec over a trio memory stream, so the follower's requests and the leader's raw-batch
-responses go through ``encode_*``/``decode_*`` and ``client.connection.Connection``.
+responses go through ``encode_*``/``decode_*`` and ``wire.connection.Connection``.
 """
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import (
+from rafka.broker.replication.epochs import find_divergence
+from rafka.broker.replication.fetcher import ReplicaFetcherManager
+from rafka.broker.replication.state import AlterPartitionRequest, LeaderState, validate_leader_epoch
+from rafka.log.batch import build_batch
+from rafka.log.config import LogConfig
+from rafka.log.partition_log import PartitionLog
+from rafka.wire.connection import Connection
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import (
     NEED_DATA,
     ApiKey,
     FrameDecoder,
     decode_request,
     encode_response_head,
 )
-from rafka.broker.replication.epochs import find_divergence
-from rafka.broker.replication.fetcher import ReplicaFetcherManager
-from rafka.broker.replication.state import AlterPartitionRequest, LeaderState, validate_leader_epoch
-from rafka.client.connection import Connection
-from rafka.log.batch import build_batch
-from rafka.log.config import LogConfig
-from rafka.log.partition_log import PartitionLog
 
 TP = ("t", 0)
 

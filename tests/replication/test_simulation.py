@@ -20,12 +20,12 @@ import random
 from dataclasses import dataclass, field
 
 import pytest
-from rafka.broker.errors import ErrorCode
 from rafka.broker.replication.epochs import EpochTable, find_divergence, truncation_offset
 from rafka.broker.replication.state import (
     AlterPartitionRequest,
     LeaderState,
 )
+from rafka.wire.errors import ErrorCode
 
 TP = ("t", 0)
 REPLICAS = (1, 2, 3)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from rafka.broker.errors import ErrorCode
 from rafka.broker.replication.state import (
     AlterPartitionRequest,
     HighWatermarkAdvanced,
@@ -12,6 +11,7 @@ from rafka.broker.replication.state import (
     StaleLeaderStateError,
     validate_leader_epoch,
 )
+from rafka.wire.errors import ErrorCode
 
 TP = ("t", 0)
 LAG = 10_000

@@ -9,8 +9,6 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rafka.broker.errors import ErrorCode
-from rafka.broker.protocol import ApiKey, Request
 from rafka.kraft.acl_admin import decide_create_acls, decide_delete_acls
 from rafka.metadata import (
     MetadataDelta,
@@ -22,6 +20,8 @@ from rafka.metadata import (
 from rafka.metadata.security import AclCreated, AclEntry, AclRemoved
 from rafka.security.acl import CLUSTER_NAME, Authorizer, validate_entry
 from rafka.security.authz import authorizing_dispatch
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey, Request
 
 
 def allow(principal, rtype, name, op, pattern="literal", host="*"):

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 import trio
-from rafka.broker.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
 from rafka.client.aio import AsyncAdmin, AsyncConsumer
+from rafka.wire.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
 
 from tests.security.test_secured_broker import (
     ROOT,
@@ -28,7 +28,7 @@ from tests.security.test_secured_broker import (
 
 
 def rafka(*args: str, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rafka.client.cli", *args], input=stdin, text=True,
+    return subprocess.run([sys.executable, "-m", "rafka.cli", *args], input=stdin, text=True,
                           capture_output=True, timeout=120, cwd=ROOT, env={**os.environ, **(env or {})})
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-from rafka.client.cli import main
 from rafka.client.connect_options import (
     client_settings,
     connection_options,
@@ -17,6 +16,8 @@ from rafka.client.connect_options import (
     settings_from_properties,
 )
 from rafka.security.client import ClientSecurity, ambient_security
+
+from rafka.cli import main
 
 
 def test_read_properties_as_java_does():
@@ -76,6 +77,7 @@ def test_file_env_and_options_reach_the_command(tmp_path: Path):
     cfg = tmp_path / "admin.properties"
     cfg.write_text("bootstrap.servers=10.0.0.1:39092\nsecurity.protocol=SASL_PLAINTEXT\n"
                    "sasl.username=admin\nsasl.password=pw\n")
+    cfg.chmod(0o600)  # it holds a password: readable by others would add a warning
     r = CliRunner()
     assert r.invoke(_probe, ["--command-config", str(cfg)]).output == "10.0.0.1:39092 SASL_PLAINTEXT admin\n"
     out = r.invoke(_probe, ["--command-config", str(cfg), "--bootstrap", "h:2", "--user", "alice"])
@@ -107,3 +109,29 @@ def test_every_client_command_takes_the_security_options():
         opts = {o for p in cmds[name].params for o in p.opts}
         assert {"--bootstrap", "--command-config", "--security-protocol", "--user", "--password",
                 "--tls-ca"} <= opts, name
+
+
+def test_passwords_stay_out_of_argv(tmp_path: Path):
+    """Issue 24: --password-file must be 0600; --password warns; a terminal gets a prompt."""
+    r = CliRunner()
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret\n")
+    pw.chmod(0o644)
+    out = r.invoke(_probe, ["--user", "alice", "--password-file", str(pw)])
+    assert out.exit_code == 2 and "chmod 600" in out.output
+    pw.chmod(0o600)
+    out = r.invoke(_probe, ["--user", "alice", "--password-file", str(pw)])
+    assert out.exit_code == 0 and "SASL_PLAINTEXT alice" in out.output
+    out = r.invoke(_probe, ["--user", "alice", "--password", "x"])
+    assert out.exit_code == 0 and "deprecated" in out.stderr
+    out = r.invoke(_probe, ["--user", "alice"], env={"RAFKA_SASL_PASSWORD": "x"})
+    assert out.exit_code == 0 and "deprecated" not in out.stderr
+
+
+def test_a_missing_password_is_prompted_for_on_a_terminal(monkeypatch):
+    import rafka.client.connect_options as co
+
+    monkeypatch.setattr(co, "_interactive", lambda: True)
+    monkeypatch.setattr(click, "prompt", lambda text, **kw: "typed" if kw.get("hide_input") else None)
+    s = client_settings({"sasl_plain_username": "alice", "sasl_plain_password": None}, {})
+    assert s["sasl_plain_password"] == "typed"

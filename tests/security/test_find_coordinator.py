@@ -14,22 +14,22 @@ from __future__ import annotations
 
 import pytest
 import trio
-from rafka.broker.errors import (
-    ErrorCode,
-    GroupAuthorizationFailedError,
-    InvalidRequestError,
-    TransactionalIdAuthorizationFailedError,
-)
+from rafka.broker.groups.offsets import offsets_partition
 from rafka.broker.handlers.coordinator import find_coordinator
-from rafka.broker.protocol import ApiKey, Request
 from rafka.broker.txn.coordinator import txn_partition
 from rafka.client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
 from rafka.client.aio.coordinator import KEY_TYPE_GROUP, coordinator_node
 from rafka.client.aio.security_admin import create_acls, upsert_scram_credential
 from rafka.client.types import TopicPartition
-from rafka.kraft.groups.offsets import offsets_partition
 from rafka.metadata import MetadataDelta, MetadataImage, Partition, RegisterBroker, Topic
 from rafka.security.listener import secured_dispatch
+from rafka.wire.errors import (
+    ErrorCode,
+    GroupAuthorizationFailedError,
+    InvalidRequestError,
+    TransactionalIdAuthorizationFailedError,
+)
+from rafka.wire.protocol import ApiKey, Request
 
 from tests.security.test_coordinator_lookup import _acl
 from tests.security.test_secured_broker import create_topic, leaf, running_node, secured

@@ -36,8 +36,11 @@ from typing import Any
 
 import msgpack
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError
-from rafka.broker.protocol import (
+from rafka.client.aio import AsyncAdmin, AsyncConsumer
+from rafka.security.client import ClientSecurity
+from rafka.spark_source.wire import BlockingConnection
+from rafka.wire.errors import ErrorCode, RafkaError
+from rafka.wire.protocol import (
     NEED_DATA,
     SCHEMAS,
     ApiKey,
@@ -47,9 +50,6 @@ from rafka.broker.protocol import (
     decode_response,
     validate_request,
 )
-from rafka.client.aio import AsyncAdmin, AsyncConsumer
-from rafka.security.client import ClientSecurity
-from rafka.spark_source.wire import BlockingConnection
 
 from tests.security.test_secured_broker import (
     create_topic,

@@ -11,15 +11,7 @@ from types import SimpleNamespace
 import pytest
 import trio
 from rafka.broker.config import ConfigError, parse_config
-from rafka.broker.errors import (
-    IllegalSaslStateError,
-    NetworkException,
-    RafkaError,
-    TlsHandshakeFailedError,
-)
-from rafka.broker.protocol import ApiKey, Request
 from rafka.broker.server import FileSlice, Reply, Server
-from rafka.client.connection import connect
 from rafka.kraft.scram_admin import decide_scram
 from rafka.metadata import MetadataImage
 from rafka.metadata.image import BrokerRegistration
@@ -27,6 +19,14 @@ from rafka.security.certs import CertAuthority, write_node_files
 from rafka.security.client import ClientSecurity
 from rafka.security.listener import ListenerSecurity, SecurityConfig, node_bypass, parse_security
 from rafka.security.peer_pool import PeerPool
+from rafka.wire.connection import connect
+from rafka.wire.errors import (
+    IllegalSaslStateError,
+    NetworkException,
+    RafkaError,
+    TlsHandshakeFailedError,
+)
+from rafka.wire.protocol import ApiKey, Request
 
 from tests.security.test_listener import CREDS, ask, dispatch
 
@@ -45,6 +45,9 @@ def pki(tmp_path_factory) -> tuple[Path, CertAuthority]:
                                                  days=1))):
         (d / f"{name}.pem").write_bytes(cert.cert_pem)
         (d / f"{name}.key").write_bytes(cert.key_pem)
+    rogue = CertAuthority.create("rogue").issue("node-3", hosts=["127.0.0.1"])  # not the cluster CA
+    (d / "rogue-node.pem").write_bytes(rogue.cert_pem)
+    (d / "rogue-node.key").write_bytes(rogue.key_pem)
     return d, ca
 
 
@@ -115,9 +118,24 @@ async def test_an_expired_client_certificate_is_refused(pki):
         assert (await ask(port, _tls(d, "alice")))["principal"] == "User:alice"
         with pytest.raises(RafkaError) as info:  # TLS 1.3: the server's alert after the handshake
             await ask(port, _tls(d, "expired"))
-        assert isinstance(info.value, (TlsHandshakeFailedError, NetworkException))
+        assert isinstance(info.value, TlsHandshakeFailedError), info.value  # named (issue 24)
         assert server.stats.tls_refused == 1  # the server refused it, not a hiccup
         assert (await ask(port, _tls(d, "alice")))["error"] == 0  # still serving
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_rogue_node_certificate_gets_a_named_tls_error(pki):
+    """Issue 24 item 5: a node whose certificate the cluster CA did not sign is refused, and its
+    peer pool says so by name (TLS_HANDSHAKE_FAILED), not BROKER_NOT_AVAILABLE / NETWORK_EXCEPTION."""
+    d, _ca = pki
+    async with trio.open_nursery() as nursery:
+        server, port = await _serve(nursery, _config(d, **{"inter.broker.security": True}))
+        pool = PeerPool(nursery, _config(d, cert="rogue-node", **{"inter.broker.security": True}),
+                        [(("127.0.0.1", 9), ("127.0.0.1", port))], lambda: None)
+        with pytest.raises(TlsHandshakeFailedError, match="certificate"):
+            await pool.request("127.0.0.1", 9, ApiKey.METADATA, {})
+        assert server.stats.tls_refused >= 1 and server.stats.node_connections == 0
+        await pool.aclose()
         nursery.cancel_scope.cancel()
 
 
@@ -220,7 +238,7 @@ async def test_pipelined_file_replies_cross_tls_intact(pki, tmp_path):
 
 
 async def test_large_frames_cross_tls_intact(pki):
-    """Frames over the direct-receive limit both ways over TLS (broker/frame_reader.py's TLS
+    """Frames over the direct-receive limit both ways over TLS (wire/frame_reader.py's TLS
     path: one decrypted record at a time into the frame's buffer)."""
     d, _ca = pki
 

@@ -5,7 +5,13 @@ from pathlib import Path
 
 import pytest
 import trio
-from rafka.broker.errors import (
+from rafka.broker.server import Server
+from rafka.security.certs import CertAuthority, write_node_files
+from rafka.security.client import ClientSecurity
+from rafka.security.listener import ListenerSecurity, SecurityConfig
+from rafka.security.scram import derive_credential
+from rafka.wire.connection import connect
+from rafka.wire.errors import (
     FrameTooLargeError,
     IllegalSaslStateError,
     NetworkException,
@@ -15,13 +21,7 @@ from rafka.broker.errors import (
     TlsRequiredError,
     UnsupportedSaslMechanismError,
 )
-from rafka.broker.protocol import ApiKey
-from rafka.broker.server import Server
-from rafka.client.connection import connect
-from rafka.security.certs import CertAuthority, write_node_files
-from rafka.security.client import ClientSecurity
-from rafka.security.listener import ListenerSecurity, SecurityConfig
-from rafka.security.scram import derive_credential
+from rafka.wire.protocol import ApiKey
 
 CREDS = {("SCRAM-SHA-256", "alice"): derive_credential("SCRAM-SHA-256", "alice-pw"),
          ("SCRAM-SHA-512", "alice"): derive_credential("SCRAM-SHA-512", "alice-pw")}
@@ -252,7 +252,7 @@ async def test_a_trickling_unauthenticated_connection_is_closed_by_the_deadline(
     """A client that sends a valid frame one byte at a time never gets to finish it: the
     authentication deadline closes the connection first (no time is asserted: the frame is
     long enough that only the deadline can end it before it is complete)."""
-    from rafka.broker.protocol import ClientProtocol
+    from rafka.wire.protocol import ClientProtocol
 
     _cid, frame = ClientProtocol("slowloris").send(ApiKey.SASL_HANDSHAKE,
                                                    {"mechanism": "SCRAM-SHA-256" + " " * 200})

@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 import trio
 from rafka.broker.config import ConfigError
-from rafka.broker.errors import (
+from rafka.client.aio import AsyncAdmin, AsyncConsumer
+from rafka.client.types import TopicPartition
+from rafka.security.listener import parse_security
+from rafka.wire.errors import (
     ClusterAuthorizationFailedError,
     RafkaError,
     TopicAuthorizationFailedError,
 )
-from rafka.broker.protocol import ApiKey
-from rafka.client.aio import AsyncAdmin, AsyncConsumer
-from rafka.client.types import TopicPartition
-from rafka.security.listener import parse_security
-from rafka.security.local_cluster import SECURE_PORT_OFFSET, read_admin_password
+from rafka.wire.protocol import ApiKey
 
+from rafka.local_security import SECURE_PORT_OFFSET, read_admin_password
 from tests.integration.conftest import LocalCluster, rafka_cli
 from tests.integration.test_secure_cluster import _free_secured_block
 from tests.security.test_secured_broker import leaf, produce

@@ -10,9 +10,7 @@ import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rafka.broker.errors import ErrorCode
 from rafka.broker.handlers.security_api import describe_client_quotas
-from rafka.broker.protocol import NEED_DATA, ApiKey, ClientProtocol, Request, validate_request
 from rafka.broker.server import Reply, Server
 from rafka.kraft.quota_admin import decide_alter_client_quotas
 from rafka.metadata import (
@@ -24,6 +22,8 @@ from rafka.metadata import (
 from rafka.metadata.quotas import DEFAULT, ClientQuota, entity_key
 from rafka.security.quota import QuotaBook
 from rafka.security.throttle import ClientQuotas
+from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import NEED_DATA, ApiKey, ClientProtocol, Request, validate_request
 
 from tests.metadata.test_fold import fold
 

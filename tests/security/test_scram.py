@@ -4,7 +4,6 @@ every way the exchange must fail — with a named error, never a crash."""
 import base64
 
 import pytest
-from rafka.broker.errors import SaslAuthenticationFailedError
 from rafka.security.scram import (
     MAX_ITERATIONS,
     ScramClient,
@@ -13,6 +12,7 @@ from rafka.security.scram import (
     ScramServer,
     derive_credential,
 )
+from rafka.wire.errors import SaslAuthenticationFailedError
 
 # RFC 7677 section 3
 USER, PASSWORD = "user", "pencil"

@@ -17,24 +17,26 @@ from pathlib import Path
 
 import pytest
 import trio
-from rafka.broker.cluster import RAFT_PORT_OFFSET, free_port_block
-from rafka.broker.errors import (
+from rafka.client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
+from rafka.client.types import TopicPartition
+from rafka.security.certs import CertAuthority, write_node_files
+from rafka.wire.errors import (
     InvalidReplicationFactorError,
     RafkaError,
     SaslAuthenticationFailedError,
     TlsHandshakeFailedError,
     TlsRequiredError,
 )
-from rafka.client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
-from rafka.client.types import TopicPartition
-from rafka.security.certs import CertAuthority, write_node_files
+
+from rafka.cluster import RAFT_PORT_OFFSET, free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
-def running_node(tmp_path: Path, extra: str = ""):
-    """A real node process: plaintext listener + SASL_SSL listener (+ ``extra`` [security] lines)."""
+def running_node(tmp_path: Path, extra: str = "", *, top: str = "", tables: str = ""):
+    """A real node process: plaintext listener + SASL_SSL listener (+ ``extra`` [security] lines,
+    ``top`` top-level keys, ``tables`` further TOML tables such as ``[broker]``)."""
     base = free_port_block(2)
     plain, secure = base, base + 1
     ca = CertAuthority.create()
@@ -47,6 +49,7 @@ roles = ["broker", "controller"]
 data_dir = "{tmp_path / 'data'}"
 listener = "127.0.0.1:{plain}"
 raft_listener = "127.0.0.1:{plain + RAFT_PORT_OFFSET}"
+{top}
 [[voters]]
 id = 1
 raft = "127.0.0.1:{plain + RAFT_PORT_OFFSET}"
@@ -57,8 +60,9 @@ protocol = "SASL_SSL"
 "ssl.certfile" = "{files.certfile}"
 "ssl.keyfile" = "{files.keyfile}"
 {extra}
+{tables}
 """)
-    proc = subprocess.Popen([sys.executable, "-m", "rafka.broker.node", "--config", str(cfg)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "rafka.node", "--config", str(cfg)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "stderr", "wb"),
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rafka.broker.config import ConfigError, parse_config
-from rafka.broker.errors import ErrorCode
 from rafka.broker.handlers.security_api import describe_user_scram_credentials
 from rafka.kraft.scram_admin import decide_scram
 from rafka.metadata import (
@@ -23,6 +22,7 @@ from rafka.metadata.records import RegisterBroker
 from rafka.metadata.security import UserScramCredential, UserScramCredentialRemoved
 from rafka.security.certs import CertAuthority, write_node_files
 from rafka.security.scram import derive_credential
+from rafka.wire.errors import ErrorCode
 
 from tests.metadata.test_fold import fold
 

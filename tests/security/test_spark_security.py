@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import trio
-from rafka.broker.errors import SaslAuthenticationFailedError
 from rafka.client.aio import AsyncAdmin
 from rafka.spark_source.options import OptionError, parse_sink_options, parse_source_options
 from rafka.spark_source.wire import Cluster
+from rafka.wire.errors import SaslAuthenticationFailedError
 
 from tests.security.test_secured_broker import create_topic, node, produce, secured  # noqa: F401
 

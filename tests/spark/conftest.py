@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rafka.broker.cluster import free_port_block
+
+from rafka.cluster import free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
 JAVA17 = "/usr/lib/jvm/java-17-openjdk-amd64"
@@ -65,7 +66,7 @@ def spark() -> Iterator[object]:
 
 
 def _rafka(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "rafka.client.cli", *args]
+    cmd = [sys.executable, "-m", "rafka.cli", *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
@@ -76,8 +77,8 @@ def bootstrap() -> Iterator[str]:
     if given:
         yield given
         return
-    if importlib.util.find_spec("rafka.broker.cli") is None:
-        pytest.skip("no broker yet: `rafka cluster up` (broker/cli.py) is not there")
+    if importlib.util.find_spec("rafka.node_cli") is None:
+        pytest.skip("no broker yet: `rafka cluster up` (rafka/node_cli.py) is not there")
     # not under pytest's basetemp: concurrent pytest sessions prune old basetemp dirs
     data_dir = Path(tempfile.mkdtemp(prefix="rafka-spark-cluster-"))
     nodes = os.environ.get("RAFKA_SPARK_NODES", "1")

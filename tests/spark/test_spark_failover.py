@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rafka.broker.cluster import free_port_block
 
+from rafka.cluster import free_port_block
 from tests.spark.conftest import _rafka, wait_for
 from tests.spark.helpers import Feeder, create_topic, stream_options
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 
 import msgpack
 import pytest
-from rafka.broker.errors import ErrorCode, RafkaError
-from rafka.broker.protocol import ApiKey, FrameTooLargeError, decode_request
 from rafka.spark_source.wire import BlockingConnection
+from rafka.wire.errors import ErrorCode, RafkaError
+from rafka.wire.protocol import ApiKey, FrameTooLargeError, decode_request
 
 _LEN = struct.Struct(">I")
 

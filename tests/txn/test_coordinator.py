@@ -14,17 +14,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
-from rafka.broker.errors import ErrorCode, error_for
-from rafka.broker.protocol import ApiKey
+from rafka.broker.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from rafka.broker.txn import state as S
 from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, txn_partition
 from rafka.broker.txn.verify import CoordinatorVerifier
-from rafka.client.connection import ConnectionPool
-from rafka.kraft.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from rafka.kraft.memory import MemoryQuorumCluster
 from rafka.kraft.service import ControllerService
 from rafka.log.batch import CONTROL_COMMIT, build_batch, control_type, decode_records, iter_batches
 from rafka.metadata.records import Partition, RegisterBroker, UnfenceBroker
+from rafka.wire.connection import ConnectionPool
+from rafka.wire.errors import ErrorCode, error_for
+from rafka.wire.protocol import ApiKey
 
 from tests.broker.harness import Broker, running_broker
 from tests.groups.test_e2e_inprocess import DirectChannel

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
 from rafka.broker.read_barrier import ReadBarrier
 from rafka.log.batch import decode_records, iter_batches
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
 KEY = b"\x93\xa0\xa0\xff"
 

@@ -4,9 +4,9 @@ timeout abort, END_TXN retries, epoch overflow and the record codec, with inject
 from __future__ import annotations
 
 import pytest
-from rafka.broker.errors import ErrorCode, RafkaError
 from rafka.broker.txn import state as S
 from rafka.broker.txn.state import EndStep, TxnMetadata, TxnState
+from rafka.wire.errors import ErrorCode, RafkaError
 
 T0 = 1_000_000
 TPS = [("a", 0), ("b", 1)]

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The framing is ``broker.protocol.FrameDecoder``'s (4-byte big-endian length, then the payload);
+The framing is ``wire.protocol.FrameDecoder``'s (4-byte big-endian length, then the payload);
 this is its I/O twin for the two hot readers, the broker's connection loop and the client's
 ``Connection``. Small frames are cut out of a shared receive buffer (one copy each). A frame
 of at least ``_DIRECT_MIN_BYTES`` that has not fully arrived gets its own buffer and the rest of
@@ -29,6 +29,16 @@ starve the other tasks.
 A declared length above ``max_frame_bytes`` raises ``FrameTooLargeError`` before anything of it
 is buffered.
 
+Memory follows the bytes that arrived, never the length a peer declared (issue 24): a large
+frame's buffer starts at ``_GROW_MIN_BYTES`` (or what already arrived) and doubles only when
+it is full, so a peer that sends a 100 MiB prefix and nothing else costs 16 KiB, not 100 MiB.
+An optional ``FrameBudget`` (one per listener) bounds the bytes reserved for partial large
+frames across all its connections: a reader that would exceed it waits for another frame to
+complete (back-pressure: it stops reading, TCP pushes back on the sender) instead of
+allocating. The oldest partial frame always proceeds, so partial frames never wait for each
+other forever and a frame larger than the budget is slow, not impossible. Reservations are
+released when the frame completes or the reader is cancelled.
+
 ``reuse=True`` (the broker: ``decode_request`` copies whatever it keeps) keeps that buffer for
 the next large frame, up to ``_REUSE_MAX_BYTES`` — zero-filling and faulting in a fresh
 megabyte per request cost about as much as the copy it saves. The client cannot reuse: a fetch
@@ -42,24 +52,71 @@ import ssl
 import struct
 
 import trio
-from rafka.broker.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
+from rafka.wire.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
 
-__all__ = ["FrameReader"]
+__all__ = ["FrameReader", "FrameBudget"]
 
 _READ_CHUNK = 256 * 1024
 _DIRECT_MIN_BYTES = 64 * 1024  # frames this large are received straight into their own buffer
 _REUSE_MAX_BYTES = 8 * 1024 * 1024  # with reuse, that buffer is kept for frames up to this size
+# a large frame's first buffer (or what already arrived, if more); it doubles as bytes arrive.
+# Small: a peer that declares 100 MiB and trickles costs this much per connection
+# (bench/bench_preauth.py: 200 slowloris connections cost 50 MiB of RSS at 256 KiB).
+_GROW_MIN_BYTES = 16 * 1024
 _LEN = struct.Struct(">I")
+
+
+class FrameBudget:
+    """Bytes a listener may hold in partial large frames across its connections (see above).
+
+    Each partial frame holds a ticket (its arrival order). A reservation that would exceed the
+    limit waits — unless its frame is the oldest one holding bytes: that one always proceeds,
+    so frames that each hold part of the budget never wait for one another forever (the
+    overshoot is at most one frame)."""
+
+    __slots__ = ("limit_bytes", "used_bytes", "waits", "_lot", "_held", "_next_ticket")
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.used_bytes = 0
+        self.waits = 0  # times a reader had to wait for room (back-pressure applied)
+        self._lot = trio.lowlevel.ParkingLot()
+        self._held: dict[int, int] = {}  # ticket -> bytes reserved (insertion order = age)
+        self._next_ticket = 0
+
+    def ticket(self) -> int:
+        self._next_ticket += 1
+        return self._next_ticket
+
+    def _oldest(self, ticket: int) -> bool:
+        return next(iter(self._held), ticket) == ticket
+
+    async def acquire(self, ticket: int, n: int) -> None:
+        """Reserve ``n`` more bytes for frame ``ticket``, waiting while that would exceed the
+        limit and an older frame holds bytes."""
+        while self.used_bytes + n > self.limit_bytes and not self._oldest(ticket):
+            self.waits += 1
+            await self._lot.park()
+        self.used_bytes += n
+        self._held[ticket] = self._held.get(ticket, 0) + n
+
+    def release(self, ticket: int) -> None:
+        """The frame ``ticket`` completed or was abandoned: its bytes are free again."""
+        n = self._held.pop(ticket, 0)
+        self.used_bytes -= n
+        assert self.used_bytes >= 0, "released more than reserved"
+        self._lot.unpark_all()
 
 
 class FrameReader:
     """Frames off one trio stream: ``await next_frame()`` → payload, ``None`` at end of stream."""
 
     __slots__ = ("stream", "sock", "tls", "buf", "pos", "max_frame_bytes", "big", "reuse",
-                 "eager")
+                 "eager", "budget", "frames", "grow_min_bytes")
 
     def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 *, reuse: bool = False, eager: bool = False) -> None:
+                 *, reuse: bool = False, eager: bool = False,
+                 budget: FrameBudget | None = None, grow_min_bytes: int = _GROW_MIN_BYTES) -> None:
         self.stream = stream
         self.sock = getattr(stream, "socket", None)  # a trio socket for SocketStreams
         self.eager = eager and self.sock is not None  # see the module docstring
@@ -70,6 +127,11 @@ class FrameReader:
         self.max_frame_bytes = max_frame_bytes
         self.reuse = reuse
         self.big = bytearray()  # with reuse: the buffer for large frames up to _REUSE_MAX_BYTES
+        self.budget = budget
+        self.frames = 0  # complete frames returned (the server's idle clock reads it)
+        # a large frame's first buffer: a client that trusts its broker may pass the frame limit
+        # (one buffer of the declared size, the pre-issue-24 behaviour)
+        self.grow_min_bytes = grow_min_bytes
 
     async def _fill(self) -> bool:
         if self.eager:
@@ -112,29 +174,7 @@ class FrameReader:
             raise FrameTooLargeError(f"frame of {n} bytes exceeds the limit of {self.max_frame_bytes} bytes")
         have = len(buf) - pos - 4
         if have < n and n >= _DIRECT_MIN_BYTES:
-            if self.reuse and n <= _REUSE_MAX_BYTES:
-                if len(self.big) < n:
-                    self.big = bytearray(n)
-                frame = self.big
-            else:
-                frame = bytearray(n)
-            mv = memoryview(frame)[:n]
-            mv[:have] = memoryview(buf)[pos + 4:]
-            buf.clear()
-            self.pos = 0
-            while have < n:
-                if self.sock is not None:
-                    got = await self.sock.recv_into(mv[have:])
-                else:  # TLS: one decrypted record per receive, copied once into the frame
-                    data = await self.stream.receive_some(min(n - have, _READ_CHUNK))
-                    got = len(data)
-                    mv[have:have + got] = data
-                    if got and self.tls is not None and have + got < n:
-                        got += _drain_tls(self.tls, mv, have + got, n)
-                if not got:
-                    return None
-                have += got
-            return mv
+            return await self._large_frame(n, have)
         while len(self.buf) - self.pos < 4 + n:
             if not await self._fill():
                 return None
@@ -144,7 +184,63 @@ class FrameReader:
         if self.pos == len(buf):
             buf.clear()
             self.pos = 0
+        self.frames += 1
         return frame_bytes
+
+    async def _large_frame(self, n: int, have: int) -> memoryview | None:
+        """Receive the rest of an ``n``-byte frame (``have`` bytes already in ``buf``) straight
+        into a buffer that grows as the bytes arrive (module docstring)."""
+        reuse = self.reuse and n <= _REUSE_MAX_BYTES
+        # capacity filled before the next doubling; a kept buffer (reuse) is used whole: its
+        # memory exists already, and a steady stream of 1 MiB produces is received as before
+        size = min(n, max(self.grow_min_bytes, have, len(self.big) if reuse else 0))
+        reserved = 0
+        ticket = self.budget.ticket() if self.budget is not None else 0
+        try:
+            reserved = await self._reserve(ticket, size, reserved)
+            frame = self.big if reuse and len(self.big) >= size else bytearray(size)
+            frame[:have] = memoryview(self.buf)[self.pos + 4:]
+            self.buf.clear()
+            self.pos = 0
+            while have < n:
+                if have == size and len(frame) < n:
+                    size = min(n, 2 * size)
+                    reserved = await self._reserve(ticket, size, reserved)
+                    grown = bytearray(size)  # a new buffer: the caller may still hold a view of the old
+                    grown[:have] = memoryview(frame)[:have]
+                    frame = grown
+                elif have == size:
+                    size = n  # a reused buffer already large enough
+                    reserved = await self._reserve(ticket, size, reserved)
+                got = await self._receive_into(frame, have, size)
+                if not got:
+                    return None
+                have += got
+        finally:
+            if self.budget is not None:
+                self.budget.release(ticket)
+        if reuse:
+            self.big = frame
+        self.frames += 1
+        return memoryview(frame)[:n]
+
+    async def _reserve(self, ticket: int, size: int, reserved: int) -> int:
+        if self.budget is not None and size > reserved:
+            await self.budget.acquire(ticket, size - reserved)
+        return size
+
+    async def _receive_into(self, frame: bytearray, have: int, size: int) -> int:
+        """Bytes received into ``frame[have:size]`` (0 at end of stream)."""
+        mv = memoryview(frame)
+        if self.sock is not None:
+            return await self.sock.recv_into(mv[have:size])
+        # TLS: one decrypted record per receive, copied once into the frame
+        data = await self.stream.receive_some(min(size - have, _READ_CHUNK))
+        got = len(data)
+        mv[have:have + got] = data
+        if got and self.tls is not None and have + got < size:
+            got += _drain_tls(self.tls, mv, have + got, size)
+        return got
 
 
 def _drain_tls(tls: ssl.SSLObject, mv: memoryview, have: int, n: int) -> int:

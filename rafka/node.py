@@ -1,4 +1,4 @@
-"""One rafka node process: ``python -m rafka.broker.node --config node.toml`` (= ``rafka server``).
+"""One rafka node process: ``python -m rafka.node --config node.toml`` (= ``rafka server``).
 
 Theory of operation
 -------------------
@@ -23,7 +23,11 @@ majority agrees; a node in the minority stops with a named error (exit 2, no tra
 
 SIGINT/SIGTERM: a broker first does a controlled shutdown (bounded by
 ``controlled.shutdown.timeout.ms``), then the nursery is cancelled and every partition log is
-closed cleanly (flush + clean-shutdown marker). A second signal skips the controlled shutdown.
+closed cleanly (flush + clean-shutdown marker). A second signal skips the controlled shutdown,
+and so does the death of the foreground ``rafka cluster up`` that owns the node (env
+``RAFKA_PARENT_PID``; noticed by its death signal or by polling the parent pid): the whole
+cluster is stopping, so there is no quorum left to hand leadership to, and the node exits in
+well under 5 s instead of waiting out the controlled-shutdown timeout.
 Logs go to ``DATA_DIR/node.log`` and stderr; node events to ``DATA_DIR/events.jsonl``.
 """
 
@@ -31,11 +35,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from typing import Any
 
 import trio
+
 from rafka.broker.config import ConfigError, NodeConfig, load_config
 from rafka.broker.controller_channel import ControllerChannel
 from rafka.broker.events import EventLog
@@ -44,8 +50,6 @@ from rafka.broker.lifecycle import BrokerLifecycle
 from rafka.broker.metadata_listener import MetadataListener, MetadataPublisher
 from rafka.broker.replica_manager import ReplicaManager
 from rafka.broker.server import Server, ServerLimits
-from rafka.client.connection import ConnectionPool
-from rafka.client.gc_freeze import freeze_startup_objects
 from rafka.security.authz import authorizing_dispatch
 from rafka.security.connections import ConnectionCounter
 from rafka.security.listener import (
@@ -56,6 +60,8 @@ from rafka.security.listener import (
     node_bypass,
     secured_dispatch,
 )
+from rafka.wire.connection import ConnectionPool
+from rafka.wire.gc_freeze import freeze_startup_objects
 
 __all__ = ["run_node", "main", "setup_logging"]
 
@@ -123,19 +129,13 @@ class _Node:
                                      config.topic_defaults(), self.events)
             self.publisher.subscribe(self.rm.on_metadata)
 
-    def _raft_leader(self) -> int | None:
-        """This voter's Raft view of the leader (ControllerChannel's ``leader_view``)."""
-        q = self.controller.quorum if self.controller is not None else None
-        return q.leader_id() if q is not None else None
-
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         self.events.emit("start")
         try:
             async with trio.open_nursery() as nursery:
                 pool = self._peer_pool(nursery)
-                channel = ControllerChannel(pool, [(v.id, *v.rpc) for v in cfg.voters],
-                                            leader_view=self._raft_leader if self.controller else None)
+                channel = ControllerChannel(pool, [(v.id, *v.rpc) for v in cfg.voters])
                 api = NodeApi(cluster_id=cfg.cluster_id, replica_manager=self.rm,
                               publisher=self.publisher, channel=channel,
                               controller_handlers=self.controller.handlers if self.controller else None,
@@ -143,7 +143,9 @@ class _Node:
                 limits = ServerLimits(cfg.broker["max.connections"],
                                       cfg.broker["max.inflight.requests.per.connection"],
                                       cfg.broker["socket.request.max.bytes"],
-                                      cfg.broker["max.connections.per.ip"])
+                                      cfg.broker["max.connections.per.ip"],
+                                      cfg.broker["connections.max.idle.ms"],
+                                      cfg.broker["socket.partial.frame.budget.bytes"])
                 # one ledger for both listeners: the limits bound the node (security/connections.py)
                 connections = ConnectionCounter(limits.max_connections, limits.max_connections_per_ip)
                 dispatch = api.quotas.wrap(api.dispatch)  # byte-rate quotas (security/throttle.py)
@@ -270,10 +272,16 @@ class _Node:
 
     async def _wait_for_signal(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for sig in signals:
-                log.info("received %s: shutting down", signal.Signals(sig).name)
-                break
+            async with trio.open_nursery() as watch:
+                watch.start_soon(_watch_parent, watch.cancel_scope)
+                async for sig in signals:
+                    log.info("received %s: shutting down", signal.Signals(sig).name)
+                    break
+                watch.cancel_scope.cancel()
             if self.lifecycle is None:
+                return
+            if parent_died():  # the rest of the cluster is going too: no quorum to hand over to
+                log.info("the parent 'rafka cluster up' died: skipping the controlled shutdown")
                 return
             timeout_s = self.config.broker["controlled.shutdown.timeout.ms"] / 1000
             async with trio.open_nursery() as nursery:
@@ -290,6 +298,30 @@ class _Node:
                 else:
                     log.info("controlled shutdown complete")
                 nursery.cancel_scope.cancel()
+
+
+# set by a foreground ``rafka cluster up`` (rafka/cluster.py) on the nodes it owns: its pid
+PARENT_PID_ENV = "RAFKA_PARENT_PID"
+_PARENT_POLL_S = 0.5
+
+
+def parent_died() -> bool:
+    """True when this node belongs to a foreground ``cluster up`` that is gone (the node was
+    re-parented): its SIGTERM came from PR_SET_PDEATHSIG, and every other node of the cluster
+    is stopping too, so a controlled shutdown could only wait out its timeout."""
+    owner = os.environ.get(PARENT_PID_ENV)
+    return bool(owner) and os.getppid() != int(owner)
+
+
+async def _watch_parent(stop: trio.CancelScope) -> None:
+    """Stop the node when its ``cluster up`` parent is gone, also if the death signal was
+    missed (the parent died before ``prctl`` took effect, or a non-Linux system)."""
+    if not os.environ.get(PARENT_PID_ENV):
+        return
+    while not parent_died():
+        await trio.sleep(_PARENT_POLL_S)
+    log.info("the parent 'rafka cluster up' died: shutting down")
+    stop.cancel()
 
 
 def _warn_unsafe(node_id: int) -> None:

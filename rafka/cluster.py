@@ -12,13 +12,14 @@ on ``PORT + i - 1``, for Raft on ``PORT + 10000 + i - 1`` and serves Prometheus 
 the existing layout (ids, ports, secret, data) and starts only the nodes that are not running
 — so it restarts a stopped cluster and brings back a killed node. A node counts as running when
 its recorded pid is alive *and* that process's command line names its config (no confusion
-with a recycled pid). Nodes run ``python -m rafka.broker.node --config …`` in their own session, so a
+with a recycled pid). Nodes run ``python -m rafka.node --config …`` in their own session, so a
 Ctrl-C in the terminal reaches only ``cluster up``, which then stops them in order.
 
-A foreground ``cluster up`` owns its nodes: ``broker/cli.py`` stops them however it ends
+A foreground ``cluster up`` owns its nodes: ``rafka/node_cli.py`` stops them however it ends
 (SIGINT, SIGTERM, SIGHUP, its stdout pipe closed), and nodes it starts get
-``PR_SET_PDEATHSIG`` (Linux), so even a SIGKILLed ``cluster up`` takes them down (SIGTERM, a
-clean shutdown). ``--detach`` nodes are started without it: they outlive their starter.
+``PR_SET_PDEATHSIG`` (Linux) and ``RAFKA_PARENT_PID``, so even a SIGKILLed ``cluster up``
+takes them down within seconds: SIGTERM, and a node that finds its parent gone skips the
+controlled shutdown (no quorum is left to hand over to) but still closes its logs cleanly. ``--detach`` nodes are started without it: they outlive their starter.
 
 Ready means: every node answers METADATA, a controller leader is known, and every broker is
 registered and unfenced in the metadata of every node. ``down`` sends SIGTERM (controlled
@@ -43,17 +44,17 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from rafka.broker.errors import RafkaError
-from rafka.broker.protocol import ApiKey
-from rafka.client.connection import connect
-from rafka.security import local_cluster as local_security
+
+from rafka import local_security
+from rafka.wire.connection import connect
+from rafka.wire.errors import RafkaError
+from rafka.wire.ports import METRICS_PORT_OFFSET, RAFT_PORT_OFFSET
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["ClusterError", "NodeSpec", "cluster_up", "cluster_down", "load_cluster", "parse_overrides",
            "wait_ready", "stop_nodes", "start_missing", "RAFT_PORT_OFFSET", "METRICS_PORT_OFFSET",
            "metrics_urls"]
 
-RAFT_PORT_OFFSET = 10000
-METRICS_PORT_OFFSET = 20000  # node i serves Prometheus metrics on PORT+20000+i-1 (broker/metrics.py)
 CLUSTER_FILE = "cluster.json"
 SECRET_FILE = "cluster.secret"
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -117,47 +118,6 @@ def free_port_block(n: int, host: str = "127.0.0.1") -> int:
     raise RuntimeError(f"no free block of {n} client + {n} raft ports on {host}")
 
 
-def ephemeral_port_range() -> tuple[int, int] | None:
-    """The kernel's range for outgoing connections' source ports (Linux), or None."""
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return None
-
-
-def _reserved_ports() -> set[int]:
-    """``net.ipv4.ip_local_reserved_ports``: never handed out as source ports."""
-    try:
-        text = Path("/proc/sys/net/ipv4/ip_local_reserved_ports").read_text().strip()
-    except OSError:
-        return set()
-    out: set[int] = set()
-    for part in filter(None, text.split(",")):
-        low, _, high = part.partition("-")
-        out.update(range(int(low), int(high or low) + 1))
-    return out
-
-
-def _refuse_ephemeral_raft_ports(port: int, count: int) -> None:
-    """Raft ports inside the ephemeral range can be taken by any outgoing connection as its
-    source port while a node is down or starting; the node then cannot bind its Raft listener
-    and sits out of the quorum until the port frees (issue 27: 53 s; a closed connection's
-    TIME_WAIT holds it 60 s). Refuse such a layout unless the ports are reserved."""
-    span = ephemeral_port_range()
-    if span is None:
-        return
-    raft = range(port + RAFT_PORT_OFFSET, port + RAFT_PORT_OFFSET + count)
-    risky = [p for p in raft if span[0] <= p <= span[1] and p not in _reserved_ports()]
-    if risky:
-        below = span[0] - RAFT_PORT_OFFSET - count
-        raise ClusterError(
-            f"--port {port} puts Raft ports {risky[0]}-{risky[-1]} inside the kernel's ephemeral port range "
-            f"{span[0]}-{span[1]} (net.ipv4.ip_local_port_range): an outgoing connection can take one as its "
-            f"source port and keep that node out of the quorum. Use --port {below} or lower, or reserve "
-            f"them: sysctl -w net.ipv4.ip_local_reserved_ports={risky[0]}-{risky[-1]}")
-
-
 def parse_overrides(pairs: list[str] | tuple[str, ...], section: str) -> dict[str, str]:
     """``["k=v", ...]`` → ``{k: v}``, each checked against the known settings of ``section``
     (``broker`` / ``controller``) so a typo fails here, not in every node's log."""
@@ -206,7 +166,7 @@ def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file:
                                      ("controller", _DEFAULT_CONTROLLER, controller)):
         lines += ["", f"[{section}]"]
         lines += [f"{json.dumps(k)} = {json.dumps(str(v))}" for k, v in {**defaults, **(given or {})}.items()]
-    lines += security_lines or []  # [security] with --tls/--auth (security/local_cluster.py)
+    lines += security_lines or []  # [security] with --tls/--auth (rafka/local_security.py)
     return "\n".join(lines) + "\n"
 
 
@@ -239,7 +199,6 @@ def _create(data_dir: Path, count: int, host: str, port: int,
         raise ClusterError("--nodes must be at least 1")
     if port + RAFT_PORT_OFFSET + count - 1 > 65535:
         raise ClusterError(f"--port {port} is too high: Raft ports are PORT+{RAFT_PORT_OFFSET}+i")
-    _refuse_ephemeral_raft_ports(port, count)
     data_dir.mkdir(parents=True, exist_ok=True)
     secret_file = data_dir / SECRET_FILE
     fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -336,13 +295,16 @@ def start_missing(data_dir: Path, state: dict[str, Any], *, die_with_parent: boo
     hook = _death_signal_hook() if die_with_parent else None
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env.pop("RAFKA_PARENT_PID", None)
+    if die_with_parent:  # the node skips its controlled shutdown once we are gone (rafka/node.py)
+        env["RAFKA_PARENT_PID"] = str(os.getpid())
     for n in state["nodes"]:
         if is_running(n):
             continue
         n.data_dir.mkdir(parents=True, exist_ok=True)
         with open(n.data_dir / "stdout.log", "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "rafka.broker.node", "--config", str(n.config_path)],
+                [sys.executable, "-m", "rafka.node", "--config", str(n.config_path)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, env=env, cwd=str(data_dir), preexec_fn=hook)
         n.pid = proc.pid
@@ -470,7 +432,7 @@ def cluster_up(data_dir: Path, nodes: int, host: str, port: int, *,
     settings (``--broker-config k=v``); on an existing cluster, given overrides rewrite every
     node's ``node.toml`` (same ids, ports, secret) and apply to the nodes started now.
     ``die_with_parent``: the nodes started now die with this process (see ``start_missing``).
-    ``tls`` / ``auth``: every node also gets a secured listener (security/local_cluster.py);
+    ``tls`` / ``auth``: every node also gets a secured listener (rafka/local_security.py);
     recorded in the cluster, so a later plain ``up`` keeps them."""
     data_dir = data_dir.resolve()
     state = load_cluster(data_dir)
@@ -516,7 +478,7 @@ def _prepare_security(data_dir: Path, state: dict[str, Any]) -> None:
 
 
 def _secure_ready(data_dir: Path, state: dict[str, Any], timeout_s: float, echo: Any) -> None:
-    """With --auth, the admin's credentials written; then how to connect (security/local_cluster.py)."""
+    """With --auth, the admin's credentials written; then how to connect (rafka/local_security.py)."""
     settings = state.get("security")
     if settings and settings.get("auth"):
         async def admin() -> None:

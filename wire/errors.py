@@ -87,6 +87,7 @@ class ErrorCode(IntEnum):
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     FENCED_LEADER_EPOCH = 74
+    FENCED_INSTANCE_ID = 82  # KIP-345: a newer member joined with this group_instance_id
     UNKNOWN_LEADER_EPOCH = 75
     STALE_BROKER_EPOCH = 77
     OFFSET_NOT_AVAILABLE = 78

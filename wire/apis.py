@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 ``SCHEMAS`` maps each ``ApiKey`` to the structure its request body must have, and says in
 comments what the response body holds: it is the reference of the wire protocol
-(``broker/protocol.py`` frames and encodes; this module says what the bodies mean).  A spec is
+(``wire/protocol.py`` frames and encodes; this module says what the bodies mean).  A spec is
 a Python type (``int``, ``str``, ``bytes``, ``bool``...), a one-element list (a list of that
 spec), a dict (a map with these str keys), ``Opt(spec)`` (may be missing or None) or
 ``MapOf(key, value)`` (a free-form map).
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from rafka.broker.errors import ErrorCode, ProtocolError
+from rafka.wire.errors import ErrorCode, ProtocolError
 
 __all__ = ["ApiKey", "SCHEMAS", "Opt", "MapOf", "UnknownApiError", "validate_request"]
 
@@ -270,7 +270,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # -> {error, message, voters: [{id, raft, rpc, directory_id}]}
     ApiKey.ADD_RAFT_VOTER: {"voter_id": int, "address": str},
     ApiKey.REMOVE_RAFT_VOTER: {"voter_id": int},
-    # ---- consumer groups (kraft/groups; docs in kraft/groups/offsets.py and coordinator.py)
+    # ---- consumer groups (kraft/groups; docs in broker/groups/offsets.py and coordinator.py)
     # to the active controller (brokers forward it). member_epoch 0 = join (member_id "" → the
     # controller picks one), -1 = leave, > 0 = heartbeat. subscribed_topics None = unchanged.
     # owned_partitions: what the member holds now (acks revocations).
@@ -286,6 +286,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "rebalance_timeout_ms": Opt(int),
         "client_id": Opt(str),
         "client_host": Opt(str),
+        "instance_id": Opt(str),  # group_instance_id: static membership (kraft/groups/coordinator.py)
     },
     # to the leader of __consumer_offsets partition crc32(group_id) % partitions (the group's
     # coordinator). member_epoch -1 / member_id None: a commit from outside the group (only
@@ -319,7 +320,9 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # [{partition, error, message}]}]}
     ApiKey.ALTER_GROUP_OFFSETS: {
         "group_id": str,
-        "topics": [{"name": str, "partitions": [{"partition": int, "offset": int}]}],
+        # metadata: the application's string stored with the offset (OffsetAndMetadata)
+        "topics": [{"name": str, "partitions": [{"partition": int, "offset": int,
+                                                 "metadata": Opt(str)}]}],
         "force": Opt(bool),  # also with members (NON_EMPTY_GROUP otherwise)
     },
     # ---- transactions (docs/transactions.md). The coordinator of a transactional id is the

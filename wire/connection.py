@@ -7,7 +7,7 @@ responses to their waiters. ``request()`` writes a frame and waits for the respo
 requests in flight at once (bounded by ``max_in_flight``), so one connection carries a whole
 pipeline. A single reader task, started in the nursery of whoever opened the connection
 (``await nursery.start(conn.run)`` or the ``connect()`` context manager), reads frames
-(``broker.frame_reader.FrameReader``: a large fetch response is received straight into its own
+(``wire.frame_reader.FrameReader``: a large fetch response is received straight into its own
 buffer, whose views the consumer keeps) and wakes the waiters. When the stream breaks, every waiter gets ``NetworkExceptionError`` and the
 connection is marked closed; callers (usually ``ConnectionPool``) open a new one.
 
@@ -28,25 +28,38 @@ import contextlib
 import math
 import os
 import socket
+import ssl
 import struct
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
+from typing import Any, Protocol
 
 import msgpack
 import trio
-from rafka.broker.errors import ErrorCode, RafkaError, error_for
-from rafka.broker.frame_reader import FrameReader
-from rafka.broker.protocol import (
+from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.frame_reader import FrameReader
+from rafka.wire.protocol import (
     API_VERSION,
     DEFAULT_MAX_FRAME_BYTES,
     Response,
     decode_response,
 )
 
-if TYPE_CHECKING:
-    from rafka.security.client import ClientSecurity
 
-__all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_address", "parse_bootstrap"]
+class ClientSecurity(Protocol):
+    """What a connection needs of its security settings (``security.client.ClientSecurity`` is
+    the implementation): wrap the stream (TLS) before the reader starts, log in (SASL) after.
+    Structural, so the wire package does not import ``security``."""
+
+    @property
+    def uses_sasl(self) -> bool: ...
+
+    async def wrap(self, stream: trio.abc.Stream, host: str) -> trio.abc.Stream: ...
+
+    async def login(self, conn: Connection) -> str | None: ...
+
+__all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_address", "parse_bootstrap",
+           "ambient_setup_timeout", "setup_timeout_ms", "CONNECTION_SETUP_TIMEOUT_MS"]
 
 _LEN = struct.Struct(">I")
 _SPLIT_WRITE_BYTES = 64 * 1024  # smaller frames go out as one write (length prefix joined)
@@ -111,7 +124,8 @@ class Connection:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """The reader loop; returns when the connection closes."""
         task_status.started()
-        reader = FrameReader(self.stream, self._max_frame_bytes)
+        # the broker is trusted with memory: a large response gets one buffer of its size
+        reader = FrameReader(self.stream, self._max_frame_bytes, grow_min_bytes=self._max_frame_bytes)
         with self._cancel_scope:
             try:
                 while True:
@@ -128,7 +142,7 @@ class Connection:
                         waiter.response = resp
                         waiter.event.set()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self._fail_all(error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()}: {exc}"))
+                self._fail_all(transport_error(self._where(), exc))
             except RafkaError as exc:
                 self._fail_all(exc)
         if self._closed_error is None:
@@ -259,7 +273,7 @@ class Connection:
         return cid
 
     async def _send(self, api_key: int, cid: int, body: dict[str, Any]) -> None:
-        """Encode and write one request frame — the bytes of ``broker.protocol.encode_request``
+        """Encode and write one request frame — the bytes of ``wire.protocol.encode_request``
         — under the send lock, packed into this connection's reused ``Packer`` buffer: a
         large request (a produce payload) is copied once, into that buffer, and written from
         it, with no fresh megabyte-sized allocation (on this kind of VM, faulting those in
@@ -285,7 +299,7 @@ class Connection:
                 await self._closed_event.wait()
             if self._closed_error is not None:
                 raise self._closed_error from None
-            err = error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()}: {exc}")
+            err = transport_error(self._where(), exc)
             self._fail_all(err)
             self._cancel_scope.cancel()
             raise err from None
@@ -349,6 +363,51 @@ _NO_SUCH_NAME = frozenset(getattr(socket, n) for n in ("EAI_NONAME", "EAI_FAIL",
 # the next bootstrap address is tried.
 CONNECTION_SETUP_TIMEOUT_MS = 10_000
 
+# a setting the CLI's ``--timeout`` makes ambient for every client a command builds (as
+# security/client.py's ambient_security), read when a ``ClientCore`` is constructed
+_AMBIENT_SETUP_TIMEOUT_MS: ContextVar[int | None] = ContextVar("rafka_setup_timeout_ms", default=None)
+
+
+@contextlib.contextmanager
+def ambient_setup_timeout(timeout_ms: int | None) -> Iterator[None]:
+    """Within the block, a client built without ``connection_setup_timeout_ms`` uses ``timeout_ms``."""
+    token = _AMBIENT_SETUP_TIMEOUT_MS.set(timeout_ms)
+    try:
+        yield
+    finally:
+        _AMBIENT_SETUP_TIMEOUT_MS.reset(token)
+
+
+def setup_timeout_ms(given: int | None = None) -> int:
+    """``given``, else the ambient ``--timeout``, else ``CONNECTION_SETUP_TIMEOUT_MS``."""
+    if given is not None:
+        return given
+    ambient = _AMBIENT_SETUP_TIMEOUT_MS.get()
+    return CONNECTION_SETUP_TIMEOUT_MS if ambient is None else ambient
+
+
+# TLS alerts a server sends when it refuses this side's certificate. With TLS 1.3 the client's
+# handshake is over before the server checks the client certificate, so the refusal arrives
+# on the first read or write, not in the handshake.
+_CERTIFICATE_ALERTS = ("CERTIFICATE_REQUIRED", "BAD_CERTIFICATE", "UNKNOWN_CA",
+                       "CERTIFICATE_UNKNOWN", "CERTIFICATE_EXPIRED", "CERTIFICATE_REVOKED",
+                       "UNSUPPORTED_CERTIFICATE", "ACCESS_DENIED", "HANDSHAKE_FAILURE")
+
+
+def transport_error(where: str, exc: BaseException) -> RafkaError:
+    """The named error for a broken connection: TLS_HANDSHAKE_FAILED when the peer refused
+    our certificate (a TLS alert in the cause chain, issue 24), else NETWORK_EXCEPTION."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            reason = str(getattr(seen, "reason", "") or seen)
+            if any(alert in reason.upper() for alert in _CERTIFICATE_ALERTS):
+                return error_for(ErrorCode.TLS_HANDSHAKE_FAILED,
+                                 f"{where} refused this node's or client's TLS certificate ({reason}); "
+                                 "check that it is signed by the CA the peer trusts")
+        seen = seen.__cause__ or seen.__context__
+    return error_for(ErrorCode.NETWORK_EXCEPTION, f"{where}: {exc}")
+
 
 async def _open(host: str, port: int, *, security: ClientSecurity | None = None,
                 setup_timeout_ms: float = CONNECTION_SETUP_TIMEOUT_MS, **kw: Any) -> Connection:
@@ -373,7 +432,8 @@ async def _open_within(host: str, port: int, security: ClientSecurity | None,
                             unresolvable=host) from None
         raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"cannot connect to {host}:{port}: {exc}") from None
     except OSError as exc:
-        raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"cannot connect to {host}:{port}: {exc}") from None
+        raise error_for(ErrorCode.BROKER_NOT_AVAILABLE,
+                        f"cannot connect to {host}:{port}: {_connect_reason(exc)}") from None
     try:
         stream.setsockopt(6, 1, 1)  # TCP_NODELAY: requests are whole frames already
     except OSError:
@@ -385,6 +445,15 @@ async def _open_within(host: str, port: int, security: ClientSecurity | None,
             await trio.aclose_forcefully(stream)
             raise
     return Connection(stream, address=(host, port), **kw)
+
+
+def _connect_reason(exc: OSError) -> str:
+    """Why a connect failed: trio's "all attempts to connect … failed" keeps the per-address
+    errors (``Connection refused``…) in its cause; name those instead."""
+    cause = exc.__cause__
+    inner = list(cause.exceptions) if isinstance(cause, BaseExceptionGroup) else [cause] if cause else []
+    reasons = [os.strerror(e.errno) if e.errno else str(e) for e in inner if isinstance(e, OSError)]
+    return ", ".join(dict.fromkeys(reasons)) if reasons else str(exc)
 
 
 async def _start(nursery: trio.Nursery, conn: Connection, security: ClientSecurity | None) -> None:

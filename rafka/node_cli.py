@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rafka.broker.cluster import (
+
+from rafka.cluster import (
     ClusterError,
     bootstrap,
     cluster_down,
@@ -42,7 +43,7 @@ __all__ = ["server", "cluster"]
               help="the node's TOML config (docs/internals.md §3)")
 def server(config_path: str) -> None:
     """Run one node (roles, ids, addresses, data dir, quorum voters from the config)."""
-    from rafka.broker.node import main as node_main
+    from rafka.node import main as node_main
 
     sys.exit(node_main(["--config", config_path]))
 

@@ -9,7 +9,7 @@ msgpack ``[offset, metadata, commit_timestamp_ms, member_epoch]``, or ``None`` (
 group was deleted or its offsets expired).  Compaction keeps the last record per key.
 
 :class:`OffsetsCache` is the latest committed value per key of one partition, as the
-coordinator (``kraft/groups/offsets.py``) sees it in one leader epoch.  ``apply`` keeps the value
+coordinator (``broker/groups/offsets.py``) sees it in one leader epoch.  ``apply`` keeps the value
 with the highest log offset, so an append acknowledged late never overwrites a newer one.
 Offsets committed in a transaction stay in ``pending`` per producer id until that producer's
 marker: COMMIT applies them at the marker's offset, ABORT drops them.  ``load`` folds whole

@@ -16,12 +16,12 @@ A frame is a 4-byte big-endian length ``N`` followed by ``N`` payload bytes.
 Several requests may be in flight on one connection; responses carry the correlation id and may
 come back in any order. ``acks=0`` produce requests are never answered.
 
-``SCHEMAS`` (``broker/apis.py``, with ``ApiKey``) is the reference for every request body
+``SCHEMAS`` (``wire/apis.py``, with ``ApiKey``) is the reference for every request body
 (checked by ``validate_request``) and, in comments, the response body.
 
 Nothing here touches a socket: ``FrameDecoder`` buffers bytes and yields whole frames,
 ``encode_*`` / ``decode_*`` convert between frames and ``Request`` / ``Response`` objects. The trio
-edges live in ``broker/server.py`` and ``client/connection.py``.
+edges live in ``broker/server.py`` and ``wire/connection.py``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgpack
-from rafka.broker.apis import SCHEMAS, ApiKey, MapOf, Opt, UnknownApiError, validate_request
-from rafka.broker.errors import ErrorCode, ProtocolError, error_for
+from rafka.wire.apis import SCHEMAS, ApiKey, MapOf, Opt, UnknownApiError, validate_request
+from rafka.wire.errors import ErrorCode, ProtocolError, error_for
 
 __all__ = [
     "ApiKey",

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-``broker/cluster.py`` records the choice in ``cluster.json`` (``"security": {"tls": …,
+``rafka/cluster.py`` records the choice in ``cluster.json`` (``"security": {"tls": …,
 "auth": …}``) and asks this module for the rest:
 
 * ``prepare(data_dir, nodes, settings)`` — once per data dir: a throw-away CA and one

@@ -17,7 +17,7 @@ what was created since. Frozen objects are still freed by reference counting as 
 reference cycle among them that becomes garbage later is never collected, which bounds the cost
 by what existed at start-up.
 
-The broker node calls it once it is up (``broker/node.py``), a client when it opens its
+The broker node calls it once it is up (``rafka/node.py``), a client when it opens its
 connections (``ClientCore.open``). Once per process: later calls do nothing, so a program that
 opens clients again and again never freezes its own later garbage. ``RAFKA_GC_FREEZE=0`` in the
 environment turns it off (for a program that manages the collector itself).

@@ -11,7 +11,7 @@ offsets and the admin APIs. Finding it needs no extra API: it is the METADATA of
 ``__consumer_offsets`` (the client creates the topic when it is missing).
 
 Record format and the in-memory map key → value per offsets partition (:class:`OffsetsCache`):
-``kraft/groups/offsets_cache.py``. The coordinator keeps one cache per offsets partition it
+``broker/groups/offsets_cache.py``. The coordinator keeps one cache per offsets partition it
 leads. It is rebuilt lazily: the first request after this broker became
 leader in a new leader epoch reads the whole (compacted) partition, synchronously (no await in
 between, so no append can interleave). A commit is appended with ``acks=all`` and enters the map
@@ -72,11 +72,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
 import trio
-from rafka.broker.errors import ErrorCode, Handler, RafkaError, answer_errors, error_for
-from rafka.broker.protocol import ApiKey
-from rafka.broker.read_barrier import ReadBarrier
-from rafka.kraft.groups.coordinator import assignment_body
-from rafka.kraft.groups.offsets_cache import (
+from rafka.broker.groups.offsets_cache import (
     OFFSETS_TOPIC,
     Key,
     OffsetsCache,
@@ -86,9 +82,13 @@ from rafka.kraft.groups.offsets_cache import (
     offsets_partition,
     offsets_topic_spec,
 )
+from rafka.broker.read_barrier import ReadBarrier
+from rafka.kraft.groups.coordinator import assignment_body
 from rafka.log.batch import build_batch
 from rafka.metadata.groups import GroupImage
 from rafka.metadata.image import MetadataImage
+from rafka.wire.errors import ErrorCode, Handler, RafkaError, answer_errors, error_for
+from rafka.wire.protocol import ApiKey
 
 # The record format's names are re-exported: ``offsets`` is where the broker looks them up.
 __all__ = ["GroupOffsetsManager", "OFFSETS_TOPIC", "offsets_partition", "offsets_topic_spec"]
@@ -524,7 +524,8 @@ class GroupOffsetsManager:
                     continue
                 parts.append({"partition": pd["partition"], "error": 0, "message": ""})
                 entries.append(
-                    ((gid, t["name"], pd["partition"]), OffsetValue(pd["offset"], "", now, -1))
+                    ((gid, t["name"], pd["partition"]),
+                     OffsetValue(pd["offset"], pd.get("metadata") or "", now, -1))
                 )
         if entries:
             await self._append(gid, entries[:MAX_COMMIT_PARTITIONS])
@@ -594,6 +595,7 @@ def _member_body(m: Any) -> dict[str, Any]:
         "member_epoch": m.member_epoch,
         "client_id": m.client_id,
         "client_host": m.client_host,
+        "instance_id": m.instance_id or None,
         "subscribed_topics": list(m.subscribed_topics),
         "assignment": assignment_body(m.assigned),
         "target": assignment_body(m.target),

@@ -1,0 +1,5 @@
+"""``python -m rafka``: the ``rafka`` command (``rafka.cli``)."""
+
+from rafka.cli import main
+
+main()
