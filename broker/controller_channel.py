@@ -25,12 +25,21 @@ time (paused, hung, or not a rafka controller at all) is treated like an unreach
 its connection is dropped and the next voter is tried. Without it, a heartbeat sent to a
 paused controller would wait forever while another voter takes over, and the broker would be
 fenced by the new controller for silence.
+
+On a node that is also a voter, ``leader_view`` (its own Raft engine's current leader id) is
+fresher than any hint: requests start at that voter, and an attempt at a voter is abandoned as
+soon as the view moves from it to another voter (``_wait_deposed``). Without this a paused
+former active controller kept every request that had started towards it — a forwarded topic
+create, the broker's metadata long-poll that the create's answer then waits for — until the
+per-attempt timeout (5 s), long after a new controller was active (issue 27, measured: creates
+sent 4 s into such a pause took 4 s, the listener's 5.5 s long-poll). A broker-only node has
+no view and still relies on the per-attempt timeout and the voters' hints.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
@@ -50,11 +59,12 @@ FORWARDED_KEY = "_forwarded"
 # a controller failover is then visible to clients in ~election time, not election + 0.5 s.
 # 100 attempts ≈ 10 s in all.
 _MAX_BACKOFF_MS = 100
+_VIEW_POLL_S = 0.05  # how often an attempt re-reads the leader view
 
 
 class ControllerChannel:
     def __init__(self, pool: ConnectionPool, voters: Sequence[tuple[int, str, int]],
-                 *, max_attempts: int = 100) -> None:
+                 *, max_attempts: int = 100, leader_view: Callable[[], int | None] | None = None) -> None:
         if not voters:
             raise ValueError("no controller voters configured")
         self.pool = pool
@@ -62,6 +72,7 @@ class ControllerChannel:
         self.max_attempts = max_attempts
         self._next = 0
         self._leader: tuple[str, int] | None = None
+        self._leader_view = leader_view  # this node's own Raft leader id (a voter), else None
 
     def _rotate(self, avoid: tuple[str, int] | None = None) -> tuple[str, int]:
         """The next voter in turn — never ``avoid`` (the one that just failed) when there is
@@ -93,12 +104,53 @@ class ControllerChannel:
     def leader_hint(self) -> tuple[str, int] | None:
         return self._leader
 
+    def _viewed_leader(self) -> tuple[str, int] | None:
+        vid = self._leader_view() if self._leader_view is not None else None
+        for v, host, port in self.voters:
+            if v == vid:
+                return host, port
+        return None
+
+    def _first_target(self) -> tuple[str, int]:
+        return self._viewed_leader() or self._leader or self._rotate()
+
+    def _next_target(self, avoid: tuple[str, int]) -> tuple[str, int]:
+        viewed = self._viewed_leader()
+        return viewed if viewed is not None and viewed != avoid else self._rotate(avoid=avoid)
+
+    async def _wait_deposed(self, target: tuple[str, int]) -> None:
+        """Returns once the leader view, having named ``target``, names another voter."""
+        named = False
+        while True:
+            viewed = self._viewed_leader()
+            named = named or viewed == target
+            if named and viewed is not None and viewed != target:
+                return
+            await trio.sleep(_VIEW_POLL_S)
+
     async def _attempt(self, target: tuple[str, int], api_key: int, body: dict[str, Any],
                        timeout_s: float | None) -> Any:
-        if timeout_s is None:
-            return await self.pool.request(target[0], target[1], api_key, body)
-        with trio.move_on_after(timeout_s):
-            return await self.pool.request(target[0], target[1], api_key, body)
+        with trio.move_on_after(float("inf") if timeout_s is None else timeout_s):
+            if self._leader_view is None:
+                return await self.pool.request(target[0], target[1], api_key, body)
+            answer: list[Any] = []
+            failed: list[RafkaError] = []
+            async with trio.open_nursery() as nursery:
+                async def ask() -> None:
+                    try:  # raised here it would leave the nursery as an ExceptionGroup
+                        answer.append(await self.pool.request(target[0], target[1], api_key, body))
+                    except RafkaError as exc:
+                        failed.append(exc)
+                    nursery.cancel_scope.cancel()
+                nursery.start_soon(ask)
+                await self._wait_deposed(target)
+                nursery.cancel_scope.cancel()
+            if failed:
+                raise failed[0]
+            if answer:
+                return answer[0]
+            raise error_for(ErrorCode.NOT_CONTROLLER,
+                            f"{target[0]}:{target[1]} lost the Raft leadership while we waited")
         raise error_for(ErrorCode.REQUEST_TIMED_OUT,
                         f"{target[0]}:{target[1]} did not answer within {timeout_s:.1f} s")
 
@@ -106,7 +158,7 @@ class ControllerChannel:
                       attempt_timeout_s: float | None = None) -> dict[str, Any]:
         """The active controller's answer to ``body`` (errors other than NOT_CONTROLLER are
         returned in the body, not raised)."""
-        target = self._leader or self._rotate()
+        target = self._first_target()
         last: RafkaError = error_for(ErrorCode.NOT_CONTROLLER, "no active controller found")
         for attempt in range(self.max_attempts):
             try:
@@ -115,7 +167,7 @@ class ControllerChannel:
                 last = exc
                 self.pool.discard(*target)
                 self._leader = None
-                target = self._rotate(avoid=target)
+                target = self._next_target(avoid=target)
             else:
                 out = resp.body
                 if out.get("error") != ErrorCode.NOT_CONTROLLER:
@@ -125,9 +177,14 @@ class ControllerChannel:
                 self._leader = None
                 host, port = out.get("leader_host"), out.get("leader_port")
                 hinted = isinstance(host, str) and isinstance(port, int) and (host, port) != target
-                target = (host, port) if hinted else self._rotate(avoid=target)  # type: ignore[assignment]
-                if hinted:
+                viewed = self._viewed_leader()  # our own Raft view beats another voter's hint
+                if hinted and viewed in (None, (host, port)):
+                    target = (host, port)  # type: ignore[assignment]
                     continue  # a fresh hint is worth trying at once
+                # the viewed leader itself says NOT_CONTROLLER: elected, not active yet — ask it
+                # again after the backoff; rotating could land on the deposed voter for a whole
+                # attempt timeout (seen in the torture: an isolated former leader, 5 s)
+                target = viewed if viewed is not None else self._rotate(avoid=target)
             await trio.sleep(backoff_ms(attempt, 10, _MAX_BACKOFF_MS) / 1000)
         raise last
 
@@ -142,7 +199,7 @@ class ControllerChannel:
                                ) -> tuple[int | None, dict[str, Any]]:
         """``(id of the voter that answered, its answer)``, like ``request_any``."""
         last: RafkaError = error_for(ErrorCode.BROKER_NOT_AVAILABLE, "no controller reachable")
-        target = self._leader or self._rotate()
+        target = self._first_target()
         for attempt in range(self.max_attempts):
             try:
                 resp = await self._attempt(target, api_key, body, attempt_timeout_s)
@@ -152,6 +209,6 @@ class ControllerChannel:
                 self.pool.discard(*target)
                 if self._leader == target:
                     self._leader = None
-                target = self._rotate(avoid=target)
+                target = self._next_target(avoid=target)
             await trio.sleep(backoff_ms(attempt, 10, _MAX_BACKOFF_MS) / 1000)
         raise last

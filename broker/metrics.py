@@ -394,6 +394,7 @@ class _StateCollector:
         leader = q.leader_id()
         yield GaugeMetricFamily("rafka_raft_leader_id", "Raft leader known to this voter (-1: none)",
                                 -1 if leader is None else leader)
+        yield from _quorum_watchdog(stats)
 
     def _groups(self, image: MetadataImage) -> Iterator[Metric]:
         m = self.m
@@ -444,3 +445,30 @@ class _StateCollector:
         yield CounterMetricFamily("rafka_consumer_group_offsets_expired",
                                   "Committed offsets of empty groups expired by this node (offsets.retention)",
                                   value=m.groups.expired)
+
+
+_PEER_STATES = {"none": 0, "disconnected": 0, "connecting": 1, "connected": 2}
+
+
+def _quorum_watchdog(stats: dict[str, Any]) -> Iterator[Metric]:
+    """The liveness watchdog's view (kraft/raft_watchdog.py), when the engine has one."""
+    if "quorum_seconds_since_commit" not in stats:
+        return
+    yield GaugeMetricFamily("rafka_quorum_seconds_since_commit",
+                            "Seconds without Raft commit progress while work waits or no leader is known "
+                            "(0 when idle)", stats["quorum_seconds_since_commit"])
+    yield GaugeMetricFamily("rafka_quorum_stalled",
+                            "1 while no commit progress for the stall threshold with a quorum connected",
+                            int(bool(stats.get("quorum_stalled"))))
+    bound = stats.get("raft_listener_bound")
+    yield GaugeMetricFamily("rafka_raft_listener_bound", "1 when this voter's Raft listener is bound",
+                            int(bound is not False))
+    peers = GaugeMetricFamily("rafka_raft_peer_connection",
+                              "Raft link to each peer: 0 down, 1 connecting, 2 connected", labels=["peer"])
+    for addr, state in sorted((stats.get("raft_peers") or {}).items()):
+        peers.add_metric([addr], _PEER_STATES.get(state, 0))
+    yield peers
+    for key, name, doc in (("raft_prevote_rounds", "rafka_raft_prevote_rounds", "Pre-votes this voter started"),
+                           ("raft_votes_ignored_in_lease", "rafka_raft_votes_ignored_in_lease",
+                            "Higher-term vote requests ignored while a leader's lease held")):
+        yield CounterMetricFamily(name, doc, stats.get(key, 0))

@@ -184,20 +184,21 @@ def node_config(backend: Backend, node: int, *, data_dir: Path, secret_file: Pat
                 controller: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The TOML mapping of one combined node (module docstring, step 1)."""
     host = backend.node_host(node)
+    client_port, raft_port = backend.spec.node(node).client_port, backend.spec.node(node).raft_port
     voters = []
     for v in backend.spec.node_ids:
         if v == node:
-            raft, rpc = (host, RAFT_PORT), (host, CLIENT_PORT)
+            raft, rpc = (host, raft_port), (host, client_port)
         else:
-            raft = backend.peer_address(node, v, RAFT_PORT)
-            rpc = backend.peer_address(node, v, CLIENT_PORT)
+            raft = backend.peer_address(node, v, raft_port)
+            rpc = backend.peer_address(node, v, client_port)
         voters.append({"id": v, "raft": f"{raft[0]}:{raft[1]}", "rpc": f"{rpc[0]}:{rpc[1]}"})
     return {
         "node_id": node,
         "roles": ["broker", "controller"],
         "data_dir": str(data_dir),
-        "listener": f"{host}:{CLIENT_PORT}",
-        "raft_listener": f"{host}:{RAFT_PORT}",
+        "listener": f"{host}:{client_port}",
+        "raft_listener": f"{host}:{raft_port}",
         "cluster_id": cluster_id,
         "cluster_secret_file": str(secret_file),
         "voters": voters,
@@ -258,13 +259,15 @@ def data_dir_of(work_dir: Path, node: int) -> Path:
 def make_cluster(backend_name: str, work_dir: Path, nodes: int, *,
                  broker: Mapping[str, Any] | None = None,
                  controller: Mapping[str, Any] | None = None,
-                 faketime: bool = False, security: SecureCluster | None = None) -> Backend:
+                 faketime: bool = False, security: SecureCluster | None = None,
+                 client_port: int = CLIENT_PORT, raft_port: int = RAFT_PORT) -> Backend:
     """The backend with its spec, secret and node configs written under ``work_dir``
-    (with ``security``: each node's certificate and ``[security]`` table, secure.py)."""
+    (with ``security``: each node's certificate and ``[security]`` table, secure.py).
+    Other ports than the defaults let two harnesses share a machine (quorum_torture.py)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     ids = list(range(1, nodes + 1))
-    specs = tuple(rafka_node_spec(n, work_dir / f"node-{n}.toml", client_port=CLIENT_PORT,
-                                  raft_port=RAFT_PORT) for n in ids)
+    specs = tuple(rafka_node_spec(n, work_dir / f"node-{n}.toml", client_port=client_port,
+                                  raft_port=raft_port) for n in ids)
     backend = backend_class(backend_name)(ClusterSpec(specs, work_dir))
     backend.use_faketime = faketime
     secret_file = work_dir / "cluster.secret"

@@ -41,9 +41,10 @@ partition of all three voters, no leader for 30 s after the heal). :meth:`_aband
 connection that has been connecting longer than ``connectionTimeout`` (what pysyncobj itself
 does to a connect that completes that late), and pysyncobj's disconnect handler re-dials at
 once: a fresh SYN every ~``connectionTimeout``, so a healed link is re-made within about that.
-``_stall_watch_loop`` logs :meth:`raft_links` (listener bound? each peer's link state) while
-no leader or no connected peer lasts 5 s: the 271 s election stall of chaos seed 9
-(docs/chaos-results.md) is still unexplained (its partitions were too short for this trap).
+``_stall_watch_loop`` feeds :mod:`rafka.kraft.raft_watchdog` (no commit progress, an unbound
+Raft listener: logged with :meth:`raft_links`, exported as metrics): the 271 s election stall
+of chaos seed 9 (docs/chaos-results.md) is still unexplained (its partitions were too short
+for this trap). Elections go through pre-vote and a leader lease (:mod:`rafka.kraft.prevote`).
 
 Durability (see docs/internals.md §5.1): the Raft journal is a :mod:`rafka.kraft.durable_journal`
 (msync before acknowledging, fsynced term/vote), and the metadata log is fsynced before a
@@ -60,13 +61,14 @@ from typing import Any
 
 import msgpack
 import trio
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj import FAIL_REASON, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.node import TCPNode
 from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.tcp_server import SERVER_STATE
 from rafka.kraft.durable_journal import patched_create_journal
 from rafka.kraft.metadata_log import MetadataLog, decode_frames, encode_frame
+from rafka.kraft.prevote import PreVoteSyncObj
 from rafka.kraft.quorum import (
     Command,
     LeadershipEvent,
@@ -77,6 +79,7 @@ from rafka.kraft.quorum import (
     not_controller,
 )
 from rafka.kraft.raft_guard import GuardedTransport
+from rafka.kraft.raft_watchdog import RaftSample, RaftWatchdog, bind_error
 from rafka.kraft.voters import StaleIncarnationError, VoterRegistry
 from rafka.metadata import MetadataImage
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
@@ -87,8 +90,6 @@ log = logging.getLogger("rafka.kraft.engine")
 
 _EVENTS_BUFFER = 64
 _PROPOSE_ATTEMPTS = 3
-_STALL_LOG_AFTER_S = 5.0  # no known leader this long: log the Raft links (see raft_links())
-_STALL_LOG_EVERY_S = 10.0
 _CONN_STATES = {0: "disconnected", 1: "connecting", 2: "connected"}
 
 
@@ -128,7 +129,7 @@ def check_cluster_secret(voter_count: int, cluster_secret: str | None) -> None:
         )
 
 
-class _RaftNode(SyncObj):  # type: ignore[misc]
+class _RaftNode(PreVoteSyncObj):  # pre-vote + leader lease (kraft/prevote.py, issue 27)
     def __init__(self, engine: SyncObjQuorum, self_addr: str, others: list[str], conf: SyncObjConf) -> None:
         self._engine = engine
         super().__init__(self_addr, others, conf, transportClass=GuardedTransport)  # kraft/raft_guard.py
@@ -205,6 +206,7 @@ class SyncObjQuorum:
         self._connect_timeout_s = float(raft["connectionTimeout"])
         self.connects_abandoned = 0
         self._node.addOnTickCallback(self._abandon_unanswered_connects)
+        self.watchdog = RaftWatchdog()  # fed by _stall_watch_loop; read by statistics()
 
     # -- tick thread side ---------------------------------------------------------------
 
@@ -320,26 +322,31 @@ class SyncObjQuorum:
             await trio.sleep(0.05)
 
     async def _stall_watch_loop(self) -> None:
-        """Diagnostics only: while this voter knows no leader, or counts no peer connected
-        (pysyncobj then never starts an election, and a follower keeps naming its last
-        leader), for ``_STALL_LOG_AFTER_S``, log every ``_STALL_LOG_EVERY_S`` what pysyncobj's
-        transport holds (docs/chaos-results.md, seed 9: a 271 s election stall whose cause the
-        logs could not show)."""
-        since: float | None = None
-        last_log = 0.0
+        """The liveness watchdog (kraft/raft_watchdog.py): one sample of pysyncobj every 0.5 s;
+        it logs a stall (no commit progress), an unbound Raft listener, and feeds the metrics.
+        (docs/chaos-results.md, seed 9: a 271 s election stall whose cause the logs could not
+        show; issue 27: a voter whose Raft port was taken sat out silently.)"""
         while True:
             await trio.sleep(0.5)
-            now = trio.current_time()
-            peers = list(self._node.otherNodes)
-            lonely = bool(peers) and not any(self._node.isNodeConnected(p) for p in peers)
-            if self.leader_id() is not None and not lonely:
-                since = None
-                continue
-            since = now if since is None else since
-            if now - since >= _STALL_LOG_AFTER_S and now - last_log >= _STALL_LOG_EVERY_S:
-                last_log = now
-                log.warning("Raft stall? no leader or no connected peer for %.0f s (term %s): %s",
-                            now - since, self.epoch(), self.raft_links())
+            for level, msg in self.watchdog.observe(self._raft_sample(), trio.current_time()):
+                log.log(level, "node %s term %s: %s", self.node_id, self.epoch(), msg)
+
+    def _raft_sample(self) -> RaftSample:
+        links = self.raft_links()
+        bound = links["listener_bound"]
+        host, _, port = links["listen_address"].rpartition(":")
+        return RaftSample(
+            leader_known=self.leader_id() is not None,
+            commit_index=int(self._node.raftCommitIndex),
+            last_index=int(self._node._SyncObj__getCurrentLogIndex()),
+            listener_bound=bound,
+            bind_error=bind_error(host, int(port)) if bound is False else "",
+            listen_address=links["listen_address"],
+            peers={a: ("connected" if p["raft_connected"] else p["conn"]) for a, p in links["peers"].items()},
+            raft_connected=sum(1 for p in links["peers"].values() if p["raft_connected"]),
+            voters=len(links["peers"]) + 1,
+            links=links,
+        )
 
     def raft_links(self) -> dict[str, Any]:
         """pysyncobj's view of its peer links, read without a lock (a log line, not a decision):
@@ -360,6 +367,7 @@ class SyncObjQuorum:
         return {
             "state": {0: "follower", 1: "candidate", 2: "leader"}.get(node._SyncObj__raftState, "?"),
             "listener_bound": None if server is None else server._TcpServer__state == SERVER_STATE.BINDED,
+            "listen_address": self._node.conf.bindAddress or node.selfNode.address,
             "unidentified_incoming": len(getattr(transport, "_unknownConnections", ())),
             "peers": peers,
         }
@@ -549,6 +557,13 @@ class SyncObjQuorum:
             "metadata_fsyncs": self.metadata_log.fsyncs,
             "leader_changes": self.leader_changes,
             "raft_voters": len(self._node.otherNodes) + 1,
+            "raft_prevote_rounds": self._node.prevote_rounds,
+            "raft_prevotes_refused": self._node.prevotes_refused,
+            "raft_votes_ignored_in_lease": self._node.votes_ignored_in_lease,
+            "quorum_seconds_since_commit": self.watchdog.state.seconds_since_commit,
+            "quorum_stalled": self.watchdog.state.stalled,
+            "raft_listener_bound": self.watchdog.state.listener_bound,
+            "raft_peers": dict(self.watchdog.state.peers),
         }
 
 

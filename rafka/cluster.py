@@ -118,6 +118,47 @@ def free_port_block(n: int, host: str = "127.0.0.1") -> int:
     raise RuntimeError(f"no free block of {n} client + {n} raft ports on {host}")
 
 
+def ephemeral_port_range() -> tuple[int, int] | None:
+    """The kernel's range for outgoing connections' source ports (Linux), or None."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return None
+
+
+def _reserved_ports() -> set[int]:
+    """``net.ipv4.ip_local_reserved_ports``: never handed out as source ports."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_reserved_ports").read_text().strip()
+    except OSError:
+        return set()
+    out: set[int] = set()
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
+def _refuse_ephemeral_raft_ports(port: int, count: int) -> None:
+    """Raft ports inside the ephemeral range can be taken by any outgoing connection as its
+    source port while a node is down or starting; the node then cannot bind its Raft listener
+    and sits out of the quorum until the port frees (issue 27: 53 s; a closed connection's
+    TIME_WAIT holds it 60 s). Refuse such a layout unless the ports are reserved."""
+    span = ephemeral_port_range()
+    if span is None:
+        return
+    raft = range(port + RAFT_PORT_OFFSET, port + RAFT_PORT_OFFSET + count)
+    risky = [p for p in raft if span[0] <= p <= span[1] and p not in _reserved_ports()]
+    if risky:
+        below = span[0] - RAFT_PORT_OFFSET - count
+        raise ClusterError(
+            f"--port {port} puts Raft ports {risky[0]}-{risky[-1]} inside the kernel's ephemeral port range "
+            f"{span[0]}-{span[1]} (net.ipv4.ip_local_port_range): an outgoing connection can take one as its "
+            f"source port and keep that node out of the quorum. Use --port {below} or lower, or reserve "
+            f"them: sysctl -w net.ipv4.ip_local_reserved_ports={risky[0]}-{risky[-1]}")
+
+
 def parse_overrides(pairs: list[str] | tuple[str, ...], section: str) -> dict[str, str]:
     """``["k=v", ...]`` → ``{k: v}``, each checked against the known settings of ``section``
     (``broker`` / ``controller``) so a typo fails here, not in every node's log."""
@@ -199,6 +240,7 @@ def _create(data_dir: Path, count: int, host: str, port: int,
         raise ClusterError("--nodes must be at least 1")
     if port + RAFT_PORT_OFFSET + count - 1 > 65535:
         raise ClusterError(f"--port {port} is too high: Raft ports are PORT+{RAFT_PORT_OFFSET}+i")
+    _refuse_ephemeral_raft_ports(port, count)
     data_dir.mkdir(parents=True, exist_ok=True)
     secret_file = data_dir / SECRET_FILE
     fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

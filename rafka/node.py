@@ -129,13 +129,19 @@ class _Node:
                                      config.topic_defaults(), self.events)
             self.publisher.subscribe(self.rm.on_metadata)
 
+    def _raft_leader(self) -> int | None:
+        """This voter's Raft view of the leader (ControllerChannel's ``leader_view``)."""
+        q = self.controller.quorum if self.controller is not None else None
+        return q.leader_id() if q is not None else None
+
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         self.events.emit("start")
         try:
             async with trio.open_nursery() as nursery:
                 pool = self._peer_pool(nursery)
-                channel = ControllerChannel(pool, [(v.id, *v.rpc) for v in cfg.voters])
+                channel = ControllerChannel(pool, [(v.id, *v.rpc) for v in cfg.voters],
+                                            leader_view=self._raft_leader if self.controller else None)
                 api = NodeApi(cluster_id=cfg.cluster_id, replica_manager=self.rm,
                               publisher=self.publisher, channel=channel,
                               controller_handlers=self.controller.handlers if self.controller else None,

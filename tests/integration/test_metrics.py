@@ -41,6 +41,9 @@ def test_metrics_move_with_traffic_and_top_shows_them(cluster_factory: Any) -> N
     assert before.get("rafka_active_controller") == 1
     assert before.get("rafka_raft_leader_changes_total") >= 1
     assert before.get("rafka_raft_commit_index") >= 1
+    # the quorum watchdog (kraft/raft_watchdog.py): idle reads 0, listener bound, no stall
+    assert before.get("rafka_quorum_seconds_since_commit") == 0
+    assert before.get("rafka_quorum_stalled") == 0 and before.get("rafka_raft_listener_bound") == 1
     assert before.get("rafka_fenced_brokers") == 0 and before.get("rafka_offline_partitions") == 0
 
     with Admin(c.bootstrap) as admin:

@@ -1,0 +1,327 @@
+"""Quorum torture: one controller fault per round, then the time from heal to the next commit.
+
+Theory of operation
+-------------------
+A real 3- (or 5-) node cluster of combined nodes on the local backend (plain processes on
+loopback, node-to-node links through :mod:`chaos_tests.proxy`; ports of our own so it can run
+beside a chaos campaign). Each round:
+
+1. asks the quorum who leads (``DESCRIBE_QUORUM``) and picks the victims of the round's
+   pattern (:data:`PATTERNS`);
+2. applies the fault for ``fault_s`` (uniform in ``--fault-s``). When a quorum survives the
+   fault (one voter paused, killed or isolated), a topic create is sent 0.5 s in through a live
+   node other than the old leader; ``during_s`` is its time to acknowledgement (None: not within
+   the fault) — issue 27's shape 2, a write that waited for a paused former controller;
+3. heals (SIGCONT, restart, or the proxies back to pass) and measures ``heal_to_commit_s``: heal
+   → a topic create acknowledged through a node that was not the first victim (a fresh admin
+   client per attempt, each attempt bounded, retried until ``commit_timeout_s``; None means no
+   progress — a failed round);
+4. waits until every voter is reachable and caught up (bounded) so rounds stay independent.
+
+Every round is one JSONL line (``--out``): pattern, victims, leader and term before and after,
+the two durations, errors, and the watchdog's stall / bind lines that appeared in the node logs
+during the round (kraft/raft_watchdog.py logs every link's Raft state there). At the end it
+prints p50 / p99 / max per pattern and the worst rounds. ``python -m chaos_tests.quorum_torture
+--help``; chaos_tests/tests/test_quorum_torture.py runs a short slice in the default suite and
+a longer one under ``-m slow``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .backends.base import Backend
+from .campaign import make_cluster, wait_brokers
+
+__all__ = ["PATTERNS", "TortureOptions", "run_torture", "summarize", "main"]
+
+# name -> (victims: "leader" | "follower" | "all", action: "pause" | "kill" | "isolate", staggered)
+PATTERNS: dict[str, tuple[str, str, bool]] = {
+    "pause-leader": ("leader", "pause", False),
+    "pause-follower": ("follower", "pause", False),
+    "kill-leader": ("leader", "kill", False),
+    "kill-follower": ("follower", "kill", False),
+    "isolate-leader": ("leader", "isolate", False),
+    "pause-all": ("all", "pause", False),
+    "pause-all-staggered": ("all", "pause", True),
+    "kill-all": ("all", "kill", False),
+}
+_STAGGER_S = 0.7
+_ATTEMPT_S = 5.0
+
+
+@dataclass(frozen=True)
+class TortureOptions:
+    rounds: int = 10
+    nodes: int = 3
+    patterns: tuple[str, ...] = tuple(PATTERNS)
+    fault_s: tuple[float, float] = (2.0, 6.0)
+    seed: int = 1
+    work_dir: Path = Path("quorum-torture-work")
+    out: Path = Path("quorum-torture.jsonl")
+    commit_timeout_s: float = 30.0
+    settle_timeout_s: float = 30.0
+    time_limit_s: float | None = None  # stop starting rounds after this
+    client_port: int = 15092
+    raft_port: int = 25092
+
+
+@dataclass
+class Round:
+    round: int
+    pattern: str
+    victims: list[int] = field(default_factory=list)
+    fault_s: float = 0.0
+    leader_before: int | None = None
+    term_before: int | None = None
+    during_s: float | None = None
+    heal_to_commit_s: float | None = None
+    leader_after: int | None = None
+    term_after: int | None = None
+    committed_via: int | None = None
+    errors: list[str] = field(default_factory=list)
+    watchdog: list[str] = field(default_factory=list)
+
+
+def _addr(backend: Backend, node: int, port: int) -> str:
+    return "{}:{}".format(*backend.node_address(node, port))
+
+
+async def _describe(backend: Backend, nodes: Sequence[int], port: int) -> dict[str, Any] | None:
+    """The quorum as the first answering node of ``nodes`` sees it (None: nobody answered)."""
+    from rafka.client import AsyncAdmin
+
+    for n in nodes:
+        with trio.move_on_after(3.0):
+            try:
+                async with AsyncAdmin(bootstrap_servers=_addr(backend, n, port),
+                                      request_timeout_ms=3000) as admin:
+                    return await admin.describe_quorum()
+            except Exception:  # noqa: BLE001 - a node down or electing: ask the next
+                continue
+    return None
+
+
+async def _create_until(backend: Backend, via: int, port: int, name: str, timeout_s: float,
+                        errors: list[str]) -> float | None:
+    """Seconds until a create of ``name`` sent through node ``via`` is acknowledged (retried
+    with a fresh client per bounded attempt); None if not within ``timeout_s``."""
+    from rafka.client import AsyncAdmin
+
+    t0 = time.monotonic()
+    with trio.move_on_after(timeout_s):
+        while True:
+            with trio.move_on_after(_ATTEMPT_S) as attempt:
+                try:
+                    async with AsyncAdmin(bootstrap_servers=_addr(backend, via, port),
+                                          request_timeout_ms=int(_ATTEMPT_S * 1000)) as admin:
+                        await admin.create_topic(name, 1, 1, exist_ok=True)
+                    return time.monotonic() - t0
+                except Exception as exc:  # noqa: BLE001 - recorded, then retried
+                    if len(errors) < 5:
+                        errors.append(f"{time.monotonic() - t0:.1f}s via {via}: {type(exc).__name__}: {exc}"[:300])
+            if attempt.cancelled_caught and len(errors) < 5:
+                errors.append(f"{time.monotonic() - t0:.1f}s via {via}: no answer within {_ATTEMPT_S} s")
+            await trio.sleep(0.1)
+    return None
+
+
+def _victims(kind: str, leader: int, ids: list[int], rng: random.Random) -> list[int]:
+    if kind == "leader":
+        return [leader]
+    if kind == "follower":
+        return [rng.choice([n for n in ids if n != leader])]
+    order = list(ids)
+    rng.shuffle(order)
+    return order
+
+
+async def _apply(backend: Backend, action: str, victims: list[int], ids: list[int], staggered: bool) -> None:
+    for v in victims:
+        if action == "pause":
+            await backend.pause_node(v)
+        elif action == "kill":
+            await backend.kill_node(v)
+        else:  # isolate: every link of v to the other nodes (the harness still reaches it)
+            for o in ids:
+                if o != v:
+                    await backend.cut(v, o)
+        if staggered:
+            await trio.sleep(_STAGGER_S)
+
+
+async def _heal(backend: Backend, action: str, victims: list[int], staggered: bool) -> None:
+    for v in victims:
+        if action == "pause":
+            await backend.resume_node(v)
+        elif action == "kill":
+            await backend.start_node(v, wait_ready_s=None)
+        if staggered:
+            await trio.sleep(_STAGGER_S)
+    if action == "isolate":
+        await backend.heal_all()
+
+
+def _log_marks(backend: Backend, ids: list[int]) -> dict[int, int]:
+    return {n: backend.log_path(n).stat().st_size if backend.log_path(n).exists() else 0 for n in ids}
+
+
+def _watchdog_lines(backend: Backend, marks: dict[int, int]) -> list[str]:
+    out = []
+    for n, start in marks.items():
+        path = backend.log_path(n)
+        if not path.exists():
+            continue
+        with open(path, "rb") as f:
+            f.seek(start)
+            for line in f.read().decode(errors="replace").splitlines():
+                if "rafka.kraft.engine" in line and ("Raft stall" in line or "not bound" in line):
+                    out.append(f"node {n}: {line[:2000]}")
+    return out[:20]
+
+
+async def _settle(backend: Backend, ids: list[int], port: int, timeout_s: float) -> bool:
+    """Every voter reachable and caught up, as the leader sees it."""
+    with trio.move_on_after(timeout_s):
+        while True:
+            q = await _describe(backend, ids, port)
+            voters = (q or {}).get("voters") or []
+            if q and q.get("leader_id") in ids and voters and all(
+                    v.get("reachable") and v.get("lag") == 0 for v in voters):
+                return True
+            await trio.sleep(0.5)
+    return False
+
+
+async def one_round(backend: Backend, opts: TortureOptions, r: int, pattern: str, rng: random.Random) -> Round:
+    ids = backend.spec.node_ids
+    port = opts.client_port
+    kind, action, staggered = PATTERNS[pattern]
+    rec = Round(r, pattern, fault_s=round(rng.uniform(*opts.fault_s), 2))
+    q = await _describe(backend, ids, port) or {}
+    rec.leader_before, rec.term_before = q.get("leader_id"), q.get("epoch")
+    leader = rec.leader_before if rec.leader_before in ids else ids[0]
+    rec.victims = _victims(kind, leader, ids, rng)
+    marks = _log_marks(backend, ids)
+    t_fault = time.monotonic()
+    await _apply(backend, action, rec.victims, ids, staggered)
+    live = [n for n in ids if n not in rec.victims and n != leader]
+    if kind != "all" and live:  # a quorum survives: a write through a live node must commit
+        await trio.sleep(0.5)
+        rec.during_s = await _create_until(backend, live[0], port, f"tq-{r}-during",
+                                           max(0.1, rec.fault_s - (time.monotonic() - t_fault)), rec.errors)
+    await trio.sleep(max(0.0, rec.fault_s - (time.monotonic() - t_fault)))
+    await _heal(backend, action, rec.victims, staggered)
+    t_heal = time.monotonic()
+    via = next(n for n in ids if n != rec.victims[0])
+    rec.committed_via = via
+    done = await _create_until(backend, via, port, f"tq-{r}", opts.commit_timeout_s, rec.errors)
+    rec.heal_to_commit_s = None if done is None else round(time.monotonic() - t_heal, 3)
+    if rec.during_s is not None:
+        rec.during_s = round(rec.during_s, 3)
+    if not await _settle(backend, ids, port, opts.settle_timeout_s):
+        rec.errors.append("did not settle (every voter reachable, lag 0) within the settle timeout")
+    q = await _describe(backend, ids, port) or {}
+    rec.leader_after, rec.term_after = q.get("leader_id"), q.get("epoch")
+    rec.watchdog = _watchdog_lines(backend, marks)
+    return rec
+
+
+async def run_torture(opts: TortureOptions) -> list[Round]:
+    """Start the cluster, run the rounds (one JSONL line each to ``opts.out``), stop it."""
+    unknown = [p for p in opts.patterns if p not in PATTERNS]
+    if unknown:
+        raise ValueError(f"unknown patterns {unknown}; known: {', '.join(PATTERNS)}")
+    backend = make_cluster("local", opts.work_dir, opts.nodes, client_port=opts.client_port,
+                           raft_port=opts.raft_port)
+    patterns = list(opts.patterns)
+    if getattr(backend, "redirect_unsupported", None):
+        patterns = [p for p in patterns if PATTERNS[p][1] != "isolate"] or ["pause-leader"]
+    rng = random.Random(opts.seed)
+    rounds: list[Round] = []
+    t0 = time.monotonic()
+    async with backend:
+        for n in backend.spec.node_ids:
+            await backend.start_node(n, wait_ready_s=60)
+        bootstrap = ",".join(_addr(backend, n, opts.client_port) for n in backend.spec.node_ids)
+        await wait_brokers(bootstrap, opts.nodes, 90)
+        await _settle(backend, backend.spec.node_ids, opts.client_port, opts.settle_timeout_s)
+        with open(opts.out, "a") as out:
+            for r in range(opts.rounds):
+                if opts.time_limit_s is not None and time.monotonic() - t0 > opts.time_limit_s:
+                    break
+                rec = await one_round(backend, opts, r, patterns[r % len(patterns)], rng)
+                rounds.append(rec)
+                out.write(json.dumps(rec.__dict__) + "\n")
+                out.flush()
+                print(f"round {r} {rec.pattern} victims {rec.victims}: heal->commit {rec.heal_to_commit_s} s, "
+                      f"during {rec.during_s}, term {rec.term_before}->{rec.term_after}"
+                      + (f", errors {rec.errors[:2]}" if rec.errors else ""), file=sys.stderr, flush=True)
+        await backend.kill_all()
+    return rounds
+
+
+def _pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(p / 100 * len(s) + 0.5)) - 1))]
+
+
+def summarize(rounds: Sequence[dict[str, Any]], worst: int = 5) -> str:
+    """p50 / p99 / max of heal→commit (and of the write during the fault) per pattern, failed
+    rounds, and the ``worst`` slowest rounds with their errors and watchdog lines."""
+    lines = ["pattern               rounds  heal->commit p50 / p99 / max (s)   no-commit   during-fault p50 / max (s)  missed"]
+    for pattern in sorted({r["pattern"] for r in rounds}):
+        rs = [r for r in rounds if r["pattern"] == pattern]
+        heal = [r["heal_to_commit_s"] for r in rs if r["heal_to_commit_s"] is not None]
+        during = [r["during_s"] for r in rs if r["during_s"] is not None]
+        with_during = [r for r in rs if r["pattern"] in PATTERNS and PATTERNS[r["pattern"]][0] != "all"]
+        h = f"{_pct(heal, 50):6.2f} / {_pct(heal, 99):6.2f} / {max(heal):6.2f}" if heal else "   -"
+        d = f"{_pct(during, 50):6.2f} / {max(during):6.2f}" if during else "   -"
+        lines.append(f"{pattern:22s}{len(rs):6d}  {h:34s}{len(rs) - len(heal):9d}   {d:26s}"
+                     f"{len(with_during) - len(during):6d}")
+    slow = sorted(rounds, key=lambda r: -1e9 if r["heal_to_commit_s"] is None else -r["heal_to_commit_s"])
+    lines.append(f"worst {min(worst, len(slow))} rounds:")
+    for r in slow[:worst]:
+        lines.append(f"  round {r['round']} {r['pattern']} victims {r['victims']} fault {r['fault_s']} s: "
+                     f"heal->commit {r['heal_to_commit_s']} s, during {r['during_s']}, leader "
+                     f"{r['leader_before']}@{r['term_before']} -> {r['leader_after']}@{r['term_after']}")
+        lines += [f"    error: {e}" for e in r["errors"][:3]] + [f"    {w[:400]}" for w in r["watchdog"][:3]]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m chaos_tests.quorum_torture", description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--patterns", default=",".join(PATTERNS), help="comma-separated; default: all")
+    ap.add_argument("--fault-s", default="2,6", help="MIN,MAX seconds of each fault")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--time-limit", type=float, default=None, help="start no round after this many seconds")
+    ap.add_argument("--work-dir", type=Path, default=Path("quorum-torture-work"))
+    ap.add_argument("--out", type=Path, default=Path("quorum-torture.jsonl"))
+    ap.add_argument("--summary-only", action="store_true", help="print the summary of --out and exit")
+    a = ap.parse_args(argv)
+    if not a.summary_only:
+        lo, hi = (float(x) for x in a.fault_s.split(","))
+        opts = TortureOptions(rounds=a.rounds, nodes=a.nodes, patterns=tuple(a.patterns.split(",")),
+                              fault_s=(lo, hi), seed=a.seed, work_dir=a.work_dir, out=a.out,
+                              time_limit_s=a.time_limit)
+        trio.run(run_torture, opts)
+    rounds = [json.loads(line) for line in a.out.read_text().splitlines() if line.strip()]
+    print(summarize(rounds))
+    bad = [r for r in rounds if r["heal_to_commit_s"] is None]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

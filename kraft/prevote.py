@@ -1,0 +1,157 @@
+"""Pre-vote and leader stickiness for pysyncobj (Raft thesis §9.6 and §4.2.3; etcd raft's
+``PreVote`` and ``CheckQuorum``).
+
+Theory of operation
+-------------------
+pysyncobj 0.3.17 starts an election as soon as a follower's election deadline has passed
+while it counts any peer connected: it raises its term and sends ``request_vote``. Any voter —
+the healthy leader included — that receives a ``request_vote`` with a higher term adopts that
+term and becomes a follower. So a follower that was paused (SIGSTOP, a long GC, an overloaded
+box) deposes a healthy leader the moment it resumes: its first tick runs the election check
+before it reads the leader's heartbeats waiting in its socket (measured: term 5 → 8 and a
+leader change after a mere follower pause, issue 27).
+
+:class:`PreVoteSyncObj` changes two things, and nothing else:
+
+* **Pre-vote.** When the election deadline passes, the node first asks every peer
+  ``pre_vote`` (the term it *would* campaign in, its last log index and term) without changing
+  its own term or state, and pushes its deadline one election timeout further. A peer grants
+  if that term is above its own, the candidate's log is at least as up to date as its own, and
+  it is not in a leader's lease (below). Only when a majority (itself included) has granted
+  does the node let pysyncobj's own election run, at its next tick. A node whose peers still
+  hear from a leader therefore never raises its term.
+* **Lease (leader stickiness).** A voter that heard from a current leader within
+  ``raftMinTimeout``, or that is the leader, ignores ``request_vote`` messages of a higher term
+  and refuses pre-votes. Check-quorum proper — a leader that has not heard from a majority
+  steps down — is pysyncobj's ``leaderFallbackTimeout`` (rafka sets it near
+  ``raftMaxTimeout``, kraft/syncobj_engine.py), so a leader's lease is only as long as it can
+  prove it still leads.
+
+What is kept: a leadership transfer (pysyncobj's ``timeout_now``, not used by rafka) skips the
+pre-vote on the target, but the other voters' lease would still ignore its ``request_vote``
+while the old leader's heartbeats arrive (etcd marks such votes; we have no field for it).
+A lone voter campaigns at once. Peers running a pysyncobj without this class ignore
+``pre_vote`` messages (unknown type), so a mixed-version quorum elects only old-version
+leaders — upgrade all voters together.
+
+The override points are pysyncobj's tick (``_onTick``, run by its tick thread) and its message
+handler (``_SyncObj__onMessageReceived``, the callback its transport was given at
+construction); both run on the tick thread only, so the counters below need no lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pysyncobj import SyncObj
+from pysyncobj.monotonic import monotonic as raft_clock
+from pysyncobj.syncobj import _RAFT_STATE
+
+__all__ = ["PreVoteSyncObj"]
+
+_NEVER = float("-inf")
+
+
+class PreVoteSyncObj(SyncObj):  # type: ignore[misc]
+    """A ``SyncObj`` with pre-vote and a leader lease; see the module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # set before SyncObj.__init__: its tick thread may tick before it returns
+        self._pv_round = 0
+        self._pv_grants: set[Any] = set()
+        self._pv_passed_term: int | None = None  # term in which a pre-vote was won, until used
+        self._pv_leader_contact = _NEVER  # raft_clock() of the last heartbeat of a current leader
+        self.prevote_rounds = 0  # pre-votes this node started
+        self.prevotes_refused = 0  # pre-votes this node refused to another
+        self.votes_ignored_in_lease = 0  # higher-term request_vote messages dropped
+        super().__init__(*args, **kwargs)
+
+    # -- pysyncobj private state, read and written on the tick thread ----------------------
+
+    def _pv_term(self) -> int:
+        return int(self._SyncObj__raftCurrentTerm)
+
+    def _pv_others(self) -> Any:
+        return self._SyncObj__otherNodes
+
+    def in_leader_lease(self, now: float) -> bool:
+        """Leader, or heard from a current leader within ``raftMinTimeout``."""
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            return True
+        return (self._SyncObj__raftLeader is not None
+                and now - self._pv_leader_contact < self._SyncObj__conf.raftMinTimeout)
+
+    def _pv_log_ok(self, last_index: int, last_term: int) -> bool:
+        my_term = self._SyncObj__getCurrentLogTerm()
+        return bool(last_term > my_term or (last_term == my_term and last_index >= self._SyncObj__getCurrentLogIndex()))
+
+    # -- the tick: pre-vote before pysyncobj's election check ------------------------------
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802,N803 (pysyncobj's names)
+        self._prevote_before_tick()
+        super()._onTick(timeToWait)
+
+    def _prevote_before_tick(self) -> None:
+        if self._SyncObj__selfNode is None or self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            self._pv_passed_term = None
+            return
+        others = self._pv_others()
+        if not others or self._SyncObj__transferInProgress:
+            return  # a lone voter, or the leader asked us to campaign
+        if self._pv_passed_term is not None:
+            if self._pv_passed_term == self._pv_term():
+                return  # won: pysyncobj campaigns in this tick (deadline set to 0)
+            self._pv_passed_term = None  # it campaigned (or a new term came): pre-vote again
+        now = raft_clock()
+        if self._SyncObj__raftElectionDeadline >= now or not self._SyncObj__connectedToAnyone():
+            return
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        self._pv_round += 1
+        self._pv_grants = {self._SyncObj__selfNode}
+        self.prevote_rounds += 1
+        msg = {"type": "pre_vote", "term": self._pv_term(), "round": self._pv_round,
+               "next_term": self._pv_term() + 1,
+               "last_log_index": self._SyncObj__getCurrentLogIndex(),
+               "last_log_term": self._SyncObj__getCurrentLogTerm()}
+        transport = self._SyncObj__transport
+        for node in others:
+            transport.send(node, msg)
+
+    # -- messages ----------------------------------------------------------------------
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: dict[str, Any]) -> None:  # noqa: N802
+        kind = message.get("type")
+        if kind == "pre_vote":
+            self._on_pre_vote(node, message)
+            return
+        if kind == "pre_vote_response":
+            self._on_pre_vote_response(node, message)
+            return
+        now = raft_clock()
+        if (kind == "request_vote" and message.get("term", 0) > self._pv_term()
+                and self._SyncObj__selfNode is not None and self.in_leader_lease(now)):
+            self.votes_ignored_in_lease += 1
+            return
+        if kind == "append_entries" and message.get("term", -1) >= self._pv_term():
+            self._pv_leader_contact = now
+            self._pv_passed_term = None  # a won pre-vote not yet used is void: a leader is back
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _on_pre_vote(self, node: Any, message: dict[str, Any]) -> None:
+        granted = (self._SyncObj__selfNode is not None
+                   and int(message.get("next_term", 0)) > self._pv_term()
+                   and self._pv_log_ok(int(message.get("last_log_index", -1)), int(message.get("last_log_term", -1)))
+                   and not self.in_leader_lease(raft_clock()))
+        if not granted:
+            self.prevotes_refused += 1
+        self._SyncObj__transport.send(node, {"type": "pre_vote_response", "term": self._pv_term(),
+                                             "round": message.get("round"), "granted": granted})
+
+    def _on_pre_vote_response(self, node: Any, message: dict[str, Any]) -> None:
+        if (not message.get("granted") or message.get("round") != self._pv_round
+                or self._SyncObj__raftState == _RAFT_STATE.LEADER or self._pv_passed_term is not None):
+            return
+        self._pv_grants.add(node)
+        if len(self._pv_grants) > (len(self._pv_others()) + 1) / 2:
+            self._pv_passed_term = self._pv_term()
+            self._SyncObj__raftElectionDeadline = 0  # pysyncobj campaigns at its next tick
