@@ -27,13 +27,37 @@ paused controller would wait forever while another voter takes over, and the bro
 fenced by the new controller for silence.
 
 On a node that is also a voter, ``leader_view`` (its own Raft engine's current leader id) is
-fresher than any hint: requests start at that voter, and an attempt at a voter is abandoned as
-soon as the view moves from it to another voter (``_wait_deposed``). Without this a paused
-former active controller kept every request that had started towards it — a forwarded topic
-create, the broker's metadata long-poll that the create's answer then waits for — until the
-per-attempt timeout (5 s), long after a new controller was active (issue 27, measured: creates
-sent 4 s into such a pause took 4 s, the listener's 5.5 s long-poll). A broker-only node has
-no view and still relies on the per-attempt timeout and the voters' hints.
+usually fresher than any hint: requests start at that voter, and an attempt at a voter is
+abandoned as soon as the view moves from it to another voter (``_wait_deposed``). Without this a
+paused former active controller kept every request that had started towards it — a forwarded
+topic create, the broker's metadata long-poll that the create's answer then waits for — until
+the per-attempt timeout (5 s), long after a new controller was active (issue 27, measured:
+creates sent 4 s into such a pause took 4 s, the listener's 5.5 s long-poll). A broker-only
+node has no view and still relies on the per-attempt timeout and the voters' hints.
+
+Whom to ask next (``request``)
+------------------------------
+The view is a hint like the others, not an oracle: it can be stale (with pre-vote, a node that
+missed an election does not campaign and keeps naming its last leader until it hears from the
+new one), or name a leader that has not activated. So, after each answer:
+
+* ``NOT_CONTROLLER`` naming another voter that has not failed in this request → that voter,
+  at once (once in a row; then after the backoff) — even when the view names someone else.
+  Before this rule (4da361c..) the view beat every hint: a node whose view named a voter that
+  answered "not me, ask X" asked that voter again, 100 times (~10 s), and never X.
+* ``NOT_CONTROLLER`` without a usable hint from the viewed leader → elected, not active yet:
+  ask it again after the backoff (rotating could land on the deposed voter, silent for a whole
+  attempt timeout; found by the quorum torture). For ``_VIEW_GRACE_S`` only: after it, every
+  other attempt asks another voter, whose hint may name the controller the view does not see.
+* from another voter without a usable hint → back to the viewed leader, if any; else the next
+  voter in turn.
+* no answer (connection error, attempt timeout) → the viewed leader if it is another voter,
+  else the next voter in turn; a voter that failed is not asked again in this request (nor
+  followed in a hint) until every voter has failed once.
+
+Every attempt is bounded by ``attempt_timeout_s`` (the view-watching included: a view that
+never names the target does not extend it), the whole request by ``max_attempts`` and by the
+caller's own deadline.
 """
 
 from __future__ import annotations
@@ -60,6 +84,10 @@ FORWARDED_KEY = "_forwarded"
 # 100 attempts ≈ 10 s in all.
 _MAX_BACKOFF_MS = 100
 _VIEW_POLL_S = 0.05  # how often an attempt re-reads the leader view
+# How long the viewed leader may answer "not active yet" (NOT_CONTROLLER, no hint) before the
+# channel also asks the other voters: activation is one Raft commit (the LeaderChange), well
+# under this on a loaded box; a view that names a voter for longer may be stale.
+_VIEW_GRACE_S = 0.5
 
 
 class ControllerChannel:
@@ -157,9 +185,13 @@ class ControllerChannel:
     async def request(self, api_key: int, body: dict[str, Any], *,
                       attempt_timeout_s: float | None = None) -> dict[str, Any]:
         """The active controller's answer to ``body`` (errors other than NOT_CONTROLLER are
-        returned in the body, not raised)."""
+        returned in the body, not raised). Whom it asks: "Whom to ask next" in the module
+        docstring."""
         target = self._first_target()
         last: RafkaError = error_for(ErrorCode.NOT_CONTROLLER, "no active controller found")
+        failed: set[tuple[str, int]] = set()  # voters that did not answer in this request
+        view_waited_since: float | None = None  # the viewed leader first said "not active yet"
+        hopped = False  # the last step followed a hint at once, without a backoff
         for attempt in range(self.max_attempts):
             try:
                 resp = await self._attempt(target, api_key, body, attempt_timeout_s)
@@ -167,7 +199,14 @@ class ControllerChannel:
                 last = exc
                 self.pool.discard(*target)
                 self._leader = None
-                target = self._next_target(avoid=target)
+                failed = failed | {target}
+                if failed >= self._all_voters():
+                    failed = {target}  # every voter failed once: any of them may be back
+                viewed = self._viewed_leader()
+                if viewed is not None and viewed != target and viewed not in failed:
+                    target = viewed
+                else:
+                    target = self._rotate_among(avoid=failed) or self._rotate(avoid=target)
             else:
                 out = resp.body
                 if out.get("error") != ErrorCode.NOT_CONTROLLER:
@@ -176,17 +215,41 @@ class ControllerChannel:
                 last = error_for(ErrorCode.NOT_CONTROLLER, out.get("message") or "")
                 self._leader = None
                 host, port = out.get("leader_host"), out.get("leader_port")
-                hinted = isinstance(host, str) and isinstance(port, int) and (host, port) != target
-                viewed = self._viewed_leader()  # our own Raft view beats another voter's hint
-                if hinted and viewed in (None, (host, port)):
-                    target = (host, port)  # type: ignore[assignment]
-                    continue  # a fresh hint is worth trying at once
-                # the viewed leader itself says NOT_CONTROLLER: elected, not active yet — ask it
-                # again after the backoff; rotating could land on the deposed voter for a whole
-                # attempt timeout (seen in the torture: an isolated former leader, 5 s)
-                target = viewed if viewed is not None else self._rotate(avoid=target)
+                hint = (host, port) if isinstance(host, str) and isinstance(port, int) else None
+                viewed = self._viewed_leader()
+                if viewed in failed:
+                    viewed = None  # it did not answer in this request: no better than no view
+                if hint is not None and hint != target and hint not in failed:
+                    target = hint  # a live voter names the leader: believe it over the view
+                    if not hopped:
+                        hopped = True
+                        continue  # a fresh hint is worth trying at once (but no ping-pong)
+                elif viewed is not None and target == viewed:
+                    # the viewed leader says NOT_CONTROLLER without a hint: elected, not active
+                    # yet — ask it again; after the grace, every other attempt asks another voter
+                    now = trio.current_time()
+                    view_waited_since = now if view_waited_since is None else view_waited_since
+                    if now - view_waited_since >= _VIEW_GRACE_S:
+                        target = self._rotate_among(avoid=failed | {viewed}) or viewed
+                elif viewed is not None:
+                    target = viewed  # another voter knew no better: back to the view
+                else:
+                    target = self._rotate_among(avoid=failed | {target}) or self._rotate(avoid=target)
+            hopped = False
             await trio.sleep(backoff_ms(attempt, 10, _MAX_BACKOFF_MS) / 1000)
         raise last
+
+    def _all_voters(self) -> set[tuple[str, int]]:
+        return {(host, port) for _vid, host, port in self.voters}
+
+    def _rotate_among(self, avoid: set[tuple[str, int]]) -> tuple[str, int] | None:
+        """The next voter in turn that is not in ``avoid``, or None."""
+        for _ in range(len(self.voters)):
+            _vid, host, port = self.voters[self._next % len(self.voters)]
+            self._next += 1
+            if (host, port) not in avoid:
+                return host, port
+        return None
 
     async def request_any(self, api_key: int, body: dict[str, Any], *,
                           attempt_timeout_s: float | None = None) -> dict[str, Any]:

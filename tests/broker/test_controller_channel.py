@@ -147,3 +147,142 @@ async def test_a_leader_not_yet_active_is_asked_again_not_the_deposed_one() -> N
         assert out["error"] == 0 and paused_conns == 0
         assert trio.current_time() - t0 < 1.5
         nursery.cancel_scope.cancel()
+
+
+# -- the group-close hang that got issue 27 reverted (6afbbff) -------------------------------
+#
+# A voter node's Raft view can name a voter that is not the active controller for a while: a
+# stale view (this node has not heard from the new leader yet; with pre-vote it does not
+# campaign, so it keeps naming its last leader), or a leader that never activates. The view is
+# a hint like any other, not an oracle: when the viewed voter itself answers NOT_CONTROLLER and
+# names another voter, or another live voter does, that voter is asked — before issue 27 it
+# was, and a forwarded LeaveGroup found the active controller at once.
+
+
+async def _ok(req: Request) -> dict[str, Any]:
+    return {"error": 0, "message": "", "is_fenced": False, "should_shutdown": False}
+
+
+def _not_controller(hint: tuple[int, str, int] | None) -> dict[str, Any]:
+    vid, host, port = hint if hint is not None else (-1, None, None)
+    return {"error": int(ErrorCode.NOT_CONTROLLER), "message": "not the active controller",
+            "leader_id": vid, "leader_host": host, "leader_port": port}
+
+
+async def test_the_viewed_voter_naming_another_leader_is_believed() -> None:
+    """The node's view names voter 1; voter 1 answers NOT_CONTROLLER naming voter 2, which is
+    active. Before the fix the channel asked voter 1 again and again (its view beat every
+    hint) until its 100 attempts ran out (~10 s, then NOT_CONTROLLER) — a forwarded
+    LeaveGroup answered nothing useful within a client's 30 s of retries while the view stayed
+    stale."""
+    asked: list[int] = []
+
+    async def voter1(req: Request) -> dict[str, Any]:
+        asked.append(1)
+        return _not_controller((2, "127.0.0.1", port2))
+
+    async def voter2(req: Request) -> dict[str, Any]:
+        asked.append(2)
+        return await _ok(req)
+
+    async with trio.open_nursery() as nursery:
+        port2 = await nursery.start(Server(voter2, "127.0.0.1", 0).serve)
+        port1 = await nursery.start(Server(voter1, "127.0.0.1", 0).serve)
+        channel = ControllerChannel(ConnectionPool(nursery), [(1, "127.0.0.1", port1), (2, "127.0.0.1", port2)],
+                                    leader_view=lambda: 1)  # stale: it never moves
+        with trio.fail_after(5):  # the caller's deadline; the fix needs two answers
+            out = await channel.request(ApiKey.BROKER_HEARTBEAT, BODY, attempt_timeout_s=5.0)
+        assert out["error"] == 0
+        assert asked == [1, 2], asked
+        assert channel.leader_hint == ("127.0.0.1", port2)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_silent_viewed_voter_is_asked_once_and_the_hint_followed() -> None:
+    """The view names voter 3, which is paused (accepts, never answers) and stays named;
+    voter 1 answers NOT_CONTROLLER naming voter 2, the active controller. The request costs
+    one attempt timeout at voter 3, then voter 1's hint. Before the fix voter 1's hint was
+    dropped for the view, so voter 3 was asked again — another whole attempt timeout each
+    time round."""
+    paused_conns = 0
+    asked: list[int] = []
+
+    async def paused(stream: trio.SocketStream) -> None:
+        nonlocal paused_conns
+        paused_conns += 1
+        await trio.sleep_forever()
+
+    async def voter1(req: Request) -> dict[str, Any]:
+        asked.append(1)
+        return _not_controller((2, "127.0.0.1", port2))
+
+    async def voter2(req: Request) -> dict[str, Any]:
+        asked.append(2)
+        return await _ok(req)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, paused, 0, host="127.0.0.1"))
+        port3 = listeners[0].socket.getsockname()[1]
+        port2 = await nursery.start(Server(voter2, "127.0.0.1", 0).serve)
+        port1 = await nursery.start(Server(voter1, "127.0.0.1", 0).serve)
+        channel = ControllerChannel(ConnectionPool(nursery), [(3, "127.0.0.1", port3), (1, "127.0.0.1", port1),
+                                                              (2, "127.0.0.1", port2)],
+                                    leader_view=lambda: 3)
+        with trio.fail_after(5):
+            out = await channel.request(ApiKey.BROKER_HEARTBEAT, BODY, attempt_timeout_s=0.5)
+        assert out["error"] == 0
+        assert paused_conns == 1, "the silent viewed voter was asked again instead of the hinted one"
+        assert asked == [1, 2], asked
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_viewed_leader_that_never_activates_does_not_hold_the_request() -> None:
+    """The view names voter 1, which answers NOT_CONTROLLER without a hint for ever (elected
+    and never active, or deposed and not yet aware of it); voter 2 is the active controller.
+    Asking voter 1 again is right for a moment (activation is one commit), not for the whole
+    request: after a grace the channel asks the other voters too, and takes their hints.
+    Before the fix: voter 1 only, 100 times, then NOT_CONTROLLER."""
+    asked: list[int] = []
+
+    async def voter1(req: Request) -> dict[str, Any]:
+        asked.append(1)
+        return _not_controller(None)
+
+    async def voter2(req: Request) -> dict[str, Any]:
+        asked.append(2)
+        return await _ok(req)
+
+    async with trio.open_nursery() as nursery:
+        port2 = await nursery.start(Server(voter2, "127.0.0.1", 0).serve)
+        port1 = await nursery.start(Server(voter1, "127.0.0.1", 0).serve)
+        channel = ControllerChannel(ConnectionPool(nursery), [(1, "127.0.0.1", port1), (2, "127.0.0.1", port2)],
+                                    leader_view=lambda: 1)
+        with trio.fail_after(5):
+            out = await channel.request(ApiKey.BROKER_HEARTBEAT, BODY, attempt_timeout_s=5.0)
+        assert out["error"] == 0 and asked[-1] == 2 and 2 not in asked[:-1]
+        nursery.cancel_scope.cancel()
+
+
+async def test_every_attempt_is_bounded_when_the_view_never_names_the_target() -> None:
+    """``_attempt`` watches the view for the target's deposition; a view that is None, or names
+    another voter, must not leave the attempt waiting beyond its own timeout."""
+    paused_conns = 0
+
+    async def paused(stream: trio.SocketStream) -> None:
+        nonlocal paused_conns
+        paused_conns += 1
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, paused, 0, host="127.0.0.1"))
+        port3 = listeners[0].socket.getsockname()[1]
+        port2 = await nursery.start(Server(_ok, "127.0.0.1", 0).serve)
+        for view in (None, 2):
+            paused_conns = 0
+            channel = ControllerChannel(ConnectionPool(nursery), [(3, "127.0.0.1", port3), (2, "127.0.0.1", port2)],
+                                        leader_view=lambda v=view: v)  # type: ignore[misc]
+            channel.note_leader(3)  # the voter it last reached, paused since
+            with trio.fail_after(5):
+                out = await channel.request_any(ApiKey.BROKER_HEARTBEAT, BODY, attempt_timeout_s=0.5)
+            assert out["error"] == 0
+        nursery.cancel_scope.cancel()
