@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import time
@@ -43,6 +44,12 @@ def emit(**fields: object) -> None:
 
 
 def main() -> None:
+    # Ctrl-C (the test's interrupt()) must leave the group even when this process was started
+    # with SIGINT ignored: a suite run from a background job of a non-interactive shell
+    # (`script &`, nohup) passes SIG_IGN down, and Python then installs no KeyboardInterrupt
+    # handler — the consumer went on consuming and interrupt() timed out after 30 s (the
+    # fresh-clone failure that got issue 27 reverted).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     ap = argparse.ArgumentParser()
     ap.add_argument("bootstrap")
     ap.add_argument("group")
