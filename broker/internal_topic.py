@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
@@ -49,6 +50,7 @@ __all__ = [
     "READ_CHUNK_BYTES",
     "EpochState",
     "InternalTopic",
+    "InternalTopicStatistics",
     "LedLog",
     "LedPartition",
     "internal_topic_spec",
@@ -93,6 +95,15 @@ class EpochState(Protocol):
 
 
 S = TypeVar("S", bound=EpochState)
+
+
+@dataclass(frozen=True, slots=True)
+class InternalTopicStatistics:
+    """A snapshot of one coordinator's :class:`InternalTopic` (``statistics()``)."""
+
+    topic: str
+    partitions: int  # the topic's partitions in this broker's image (0: it does not exist yet)
+    loaded: tuple[int, ...]  # partitions with a state in memory (led when last looked up)
 
 
 def key_partition(key: str, num_partitions: int) -> int:
@@ -160,6 +171,9 @@ class InternalTopic(Generic[S]):
         """The state of partition ``index`` if it is of ``p``'s leader epoch; None: (re)load it."""
         st = self.states.get(index)
         return st if st is not None and st.leader_epoch == p.leader_epoch else None
+
+    def statistics(self) -> InternalTopicStatistics:
+        return InternalTopicStatistics(self.topic, self.num_partitions(), tuple(sorted(self.states)))
 
     def led(self) -> Iterator[tuple[int, LedPartition]]:
         """``(index, partition)`` of every partition this broker leads, each looked up when the

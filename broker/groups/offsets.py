@@ -70,6 +70,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import trio
@@ -83,8 +84,13 @@ from rafka.broker.groups.offsets_cache import (
     offsets_partition,
     offsets_topic_spec,
 )
-from rafka.broker.internal_topic import InternalTopic, LedPartition, replay_chunk
-from rafka.broker.read_barrier import ReadBarrier
+from rafka.broker.internal_topic import (
+    InternalTopic,
+    InternalTopicStatistics,
+    LedPartition,
+    replay_chunk,
+)
+from rafka.broker.read_barrier import ReadBarrier, ReadBarrierStatistics
 from rafka.kraft.groups.coordinator import assignment_body
 from rafka.log.batch import build_batch
 from rafka.metadata.groups import GroupImage
@@ -93,7 +99,8 @@ from rafka.wire.errors import ErrorCode, Handler, RafkaError, answer_errors, err
 from rafka.wire.protocol import ApiKey
 
 # The record format's names are re-exported: ``offsets`` is where the broker looks them up.
-__all__ = ["GroupOffsetsManager", "OFFSETS_TOPIC", "offsets_partition", "offsets_topic_spec"]
+__all__ = ["CommittedOffset", "GroupOffsetsManager", "GroupOffsetsStatistics", "OFFSETS_TOPIC",
+           "offsets_partition", "offsets_topic_spec"]
 
 log = logging.getLogger("rafka.groups.offsets")
 
@@ -114,6 +121,25 @@ class _ReplicaManager(Protocol):
 
 class _Publisher(Protocol):
     async def wait_for_offset(self, offset: int) -> MetadataImage: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffsetsStatistics:
+    """A snapshot of :class:`GroupOffsetsManager` (``statistics()``), for metrics and tests."""
+
+    offsets_topic: InternalTopicStatistics
+    committed: tuple[CommittedOffset, ...]  # of every group whose offsets partition it leads
+    commits_in_flight: int  # appended, not acknowledged yet
+    offsets_expired: int  # tombstoned by expiry since start
+    read_barrier: ReadBarrierStatistics
 
 
 class GroupOffsetsManager:
@@ -247,6 +273,23 @@ class GroupOffsetsManager:
             return
         raise error_for(
             ErrorCode.REQUEST_TIMED_OUT, "the offsets commit was not replicated in time"
+        )
+
+    def statistics(self) -> GroupOffsetsStatistics:
+        """What this coordinator holds now. ``committed`` covers every ``__consumer_offsets``
+        partition this broker leads, so a partition newly led is loaded first (one synchronous
+        replay, as its first request would do)."""
+        committed = tuple(
+            CommittedOffset(gid, topic, partition, value.offset)
+            for cache in self._led_caches()
+            for (gid, topic, partition), (value, _log_offset) in cache.values.items()
+        )
+        return GroupOffsetsStatistics(
+            offsets_topic=self.offsets_topic.statistics(),
+            committed=committed,
+            commits_in_flight=sum(self._inflight.values()),
+            offsets_expired=self.expired,
+            read_barrier=self.barrier.statistics(),
         )
 
     # -- expiry (offsets.retention.minutes) -------------------------------------------------

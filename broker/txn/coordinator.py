@@ -51,6 +51,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Final
 
 import trio
@@ -58,12 +59,13 @@ from rafka.broker.controller_channel import FORWARDED_KEY
 from rafka.broker.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from rafka.broker.internal_topic import (
     InternalTopic,
+    InternalTopicStatistics,
     LedPartition,
     internal_topic_spec,
     key_partition,
     replay_chunk,
 )
-from rafka.broker.read_barrier import ReadBarrier
+from rafka.broker.read_barrier import ReadBarrier, ReadBarrierStatistics
 from rafka.broker.txn import state as S
 from rafka.broker.txn.markers import LocalHandler, MarkerWriter
 from rafka.broker.txn.state import EndStep, TxnMetadata, TxnState
@@ -75,6 +77,7 @@ __all__ = [
     "TXN_STATE_PARTITIONS",
     "TXN_STATE_TOPIC",
     "TxnCoordinator",
+    "TxnCoordinatorStatistics",
     "TxnPartitionState",
     "txn_partition",
     "txn_state_topic_spec",
@@ -97,6 +100,17 @@ def txn_partition(transactional_id: str, num_partitions: int = TXN_STATE_PARTITI
 def txn_state_topic_spec(live_brokers: int) -> dict[str, Any]:
     """The CREATE_TOPICS entry for ``__transaction_state`` (as every internal topic's)."""
     return internal_topic_spec(TXN_STATE_TOPIC, live_brokers, TXN_STATE_PARTITIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCoordinatorStatistics:
+    """A snapshot of :class:`TxnCoordinator` (``statistics()``), for metrics and tests."""
+
+    state_topic: InternalTopicStatistics
+    transactional_ids: int  # in the loaded partitions
+    pending: int  # ids with a transition in flight (completions included)
+    completions_running: int  # decided transactions whose markers / Complete* are being written
+    read_barrier: ReadBarrierStatistics
 
 
 class TxnPartitionState:
@@ -169,6 +183,18 @@ class TxnCoordinator:
             ApiKey.DESCRIBE_TRANSACTIONS: answer_errors(self.describe_transactions),
             ApiKey.LIST_TRANSACTIONS: answer_errors(self.list_transactions),
         }
+
+    def statistics(self) -> TxnCoordinatorStatistics:
+        """What this coordinator holds now: the partitions it has loaded (none is loaded here,
+        that takes awaits; :meth:`tick` loads the newly led ones)."""
+        states = list(self.states.values())
+        return TxnCoordinatorStatistics(
+            state_topic=self.state_topic.statistics(),
+            transactional_ids=sum(len(st.txns) for st in states),
+            pending=sum(len(st.pending) for st in states),
+            completions_running=sum(len(st.done) for st in states),
+            read_barrier=self.barrier.statistics(),
+        )
 
     # -- background --------------------------------------------------------------------------
 
