@@ -24,8 +24,8 @@ deleted and re-created under the same name within one delta shows up in ``delete
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+from rafka.metadata._base import NestedMapDelta, apply_changes, sorted_map
 from rafka.metadata.groups import GROUP_RECORD_TYPES, GroupsDelta
 from rafka.metadata.image import (
     BrokerRegistration,
@@ -163,13 +163,7 @@ class ClusterDelta:
     def apply(self) -> ClusterImage:
         if not self.changed:
             return self.image
-        brokers = dict(self.image.brokers)
-        for bid, reg in self.changed.items():
-            if reg is None:
-                brokers.pop(bid, None)
-            else:
-                brokers[bid] = reg
-        return ClusterImage(brokers=frozen_map(dict(sorted(brokers.items()))))
+        return ClusterImage(brokers=apply_changes(self.image.brokers, self.changed))
 
 
 class _TopicDraft:
@@ -189,8 +183,8 @@ class _TopicDraft:
         return TopicImage(
             name=self.name,
             topic_id=self.topic_id,
-            partitions=frozen_map(dict(sorted(self.partitions.items()))),
-            configs=frozen_map(dict(sorted(self.configs.items()))),
+            partitions=sorted_map(self.partitions),
+            configs=sorted_map(self.configs),
         )
 
 
@@ -306,31 +300,15 @@ class TopicsDelta:
 class _ConfigsDelta:
     def __init__(self, image: ConfigsImage) -> None:
         self.image = image
-        self.changed: dict[str, dict[str, str]] = {}
+        self.brokers: NestedMapDelta[str, str, str] = NestedMapDelta(image.brokers)
 
     def replay(self, record: ConfigRecord) -> None:
-        if record.resource_type != "broker":
-            return
-        name = record.resource_name
-        cur = self.changed.get(name)
-        if cur is None:
-            cur = dict(self.image.brokers.get(name, {}))
-            self.changed[name] = cur
-        if record.value is None:
-            cur.pop(record.name, None)
-        else:
-            cur[record.name] = record.value
+        if record.resource_type == "broker":
+            self.brokers.set(record.resource_name, record.name, record.value)
 
     def apply(self) -> ConfigsImage:
-        if not self.changed:
-            return self.image
-        brokers: dict[str, Any] = dict(self.image.brokers)
-        for name, cfg in self.changed.items():
-            if cfg:
-                brokers[name] = frozen_map(dict(sorted(cfg.items())))
-            else:
-                brokers.pop(name, None)
-        return ConfigsImage(brokers=frozen_map(dict(sorted(brokers.items()))))
+        brokers = self.brokers.apply()
+        return self.image if brokers is None else ConfigsImage(brokers=brokers)
 
 
 class MetadataDelta:
