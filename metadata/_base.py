@@ -4,6 +4,10 @@ A record is a frozen, slotted dataclass with a ``record_type`` tag; ``to_dict`` 
 msgpack-able dict (tuples become lists) tagged with ``type``, ``from_dict`` reverses it and
 ignores unknown keys, so a newer writer's extra fields do not break an older reader.
 
+Records and images name the same facts the same way (``Partition`` / ``PartitionRegistration``,
+``GroupMember`` / ``GroupMemberImage``...): ``copy_fields(cls, src, **values)`` builds one from
+the other, so the fold (record → image) and the snapshot (image → record) cannot forget a field.
+
 Images hold read-only maps in key order (``sorted_map``: one shared ``EMPTY_MAP`` when empty),
 so two nodes that folded the same records hold equal images. A domain's delta collects what
 records changed and builds the next map with ``apply_changes`` (``None`` removes a key);
@@ -14,15 +18,17 @@ copying an inner map on its first change and dropping it once emptied.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Generic, TypeVar
 
-__all__ = ["EMPTY_MAP", "NestedMapDelta", "Record", "apply_changes", "from_wire", "sorted_map",
-           "to_wire"]
+__all__ = ["EMPTY_MAP", "NestedMapDelta", "Record", "apply_changes", "copy_fields", "from_wire",
+           "sorted_map", "to_wire"]
 
 K = TypeVar("K")
+T = TypeVar("T")
 N = TypeVar("N")
 V = TypeVar("V")
 
@@ -55,6 +61,18 @@ class Record:
     def from_dict(cls, d: dict[str, Any]) -> Any:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: from_wire(v) for k, v in d.items() if k in names})
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def copy_fields(cls: type[T], src: object, **values: Any) -> T:
+    """A ``cls`` (a dataclass) with ``values``; every other field that ``src`` has the same name
+    for is copied from ``src``, the rest keep their defaults."""
+    copied = {n: getattr(src, n) for n in _field_names(cls) if n not in values and hasattr(src, n)}
+    return cls(**copied, **values)
 
 
 def sorted_map(d: Mapping[K, V]) -> Mapping[K, V]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from rafka.metadata._base import NestedMapDelta, apply_changes, sorted_map
+from rafka.metadata._base import NestedMapDelta, apply_changes, copy_fields, sorted_map
 from rafka.metadata.groups import GROUP_RECORD_TYPES, GroupsDelta
 from rafka.metadata.image import (
     BrokerRegistration,
@@ -133,17 +133,8 @@ class ClusterDelta:
             epoch = offset if record.broker_epoch < 0 else record.broker_epoch
             cur = self._get(record.broker_id)  # a decommission outlives a re-registration
             decommissioning = record.decommissioning or (cur is not None and cur.decommissioning)
-            self.changed[record.broker_id] = BrokerRegistration(
-                broker_id=record.broker_id,
-                epoch=epoch,
-                incarnation_id=record.incarnation_id,
-                host=record.host,
-                port=record.port,
-                rack=record.rack,
-                fenced=record.fenced,
-                secure_listener=record.secure_listener,
-                decommissioning=decommissioning,
-            )
+            self.changed[record.broker_id] = copy_fields(
+                BrokerRegistration, record, epoch=epoch, decommissioning=decommissioning)
         elif isinstance(record, BrokerRegistrationChange):
             cur = self._get(record.broker_id)
             if (cur is not None and record.broker_epoch in (-1, cur.epoch)
@@ -232,16 +223,12 @@ class TopicsDelta:
             if d is None:
                 return
             replicas = tuple(record.replicas)
-            d.partitions[record.partition] = PartitionRegistration(
+            d.partitions[record.partition] = copy_fields(
+                PartitionRegistration, record,
                 replicas=replicas,
                 isr=tuple(record.isr),
-                leader=record.leader,
-                leader_epoch=record.leader_epoch,
-                partition_epoch=record.partition_epoch,
-                leader_recovery_state=record.leader_recovery_state,
                 adding_replicas=tuple(r for r in record.adding_replicas if r in replicas),
                 removing_replicas=tuple(r for r in record.removing_replicas if r in replicas),
-                throttle_bytes_per_s=record.throttle_bytes_per_s,
             )
             d.changed_partitions.add(record.partition)
         elif isinstance(record, PartitionChange):

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from rafka.metadata._base import EMPTY_MAP, Record, apply_changes, sorted_map
+from rafka.metadata._base import EMPTY_MAP, Record, apply_changes, copy_fields, sorted_map
 
 __all__ = [
     "GROUP_RECORD_TYPES",
@@ -235,20 +235,13 @@ class GroupsDelta:
             g = self._group(record.group_id, create=True)
             assert g is not None
             prev = g[1].get(record.member_id)
-            g[1][record.member_id] = GroupMemberImage(
-                member_id=record.member_id,
-                member_epoch=record.member_epoch,
-                previous_member_epoch=record.previous_member_epoch,
-                client_id=record.client_id,
-                client_host=record.client_host,
+            g[1][record.member_id] = copy_fields(
+                GroupMemberImage, record,
                 subscribed_topics=tuple(record.subscribed_topics),
-                session_timeout_ms=record.session_timeout_ms,
-                rebalance_timeout_ms=record.rebalance_timeout_ms,
                 assigned=_tps(record.assigned),
                 pending_revocation=_tps(record.pending_revocation),
                 target=prev.target if prev else (),
                 target_epoch=prev.target_epoch if prev else 0,
-                instance_id=record.instance_id,
             )
         elif isinstance(record, GroupAssignment):
             g = self._group(record.group_id, create=False)
@@ -292,17 +285,4 @@ def groups_to_records(image: GroupsImage) -> list[GroupRecord]:
 
 def member_record(group_id: str, m: GroupMemberImage) -> GroupMember:
     """The ``GroupMember`` record that sets ``m``'s current state."""
-    return GroupMember(
-        group_id=group_id,
-        member_id=m.member_id,
-        member_epoch=m.member_epoch,
-        previous_member_epoch=m.previous_member_epoch,
-        client_id=m.client_id,
-        client_host=m.client_host,
-        subscribed_topics=m.subscribed_topics,
-        session_timeout_ms=m.session_timeout_ms,
-        rebalance_timeout_ms=m.rebalance_timeout_ms,
-        assigned=m.assigned,
-        pending_revocation=m.pending_revocation,
-        instance_id=m.instance_id,
-    )
+    return copy_fields(GroupMember, m, group_id=group_id)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from rafka.metadata._base import EMPTY_MAP, NestedMapDelta, Record
+from rafka.metadata._base import EMPTY_MAP, NestedMapDelta, Record, copy_fields
 
 __all__ = [
     "ACL_RECORD_TYPES",
@@ -147,8 +147,7 @@ class _AclRecord(Record):
     host: str = "*"
 
     def entry(self) -> AclEntry:
-        return AclEntry(self.principal, self.resource_type, self.pattern_type, self.resource_name,
-                        self.operation, self.permission, self.host)
+        return copy_fields(AclEntry, self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,4 +193,4 @@ class AclsDelta:
 
 
 def acls_to_records(image: AclsImage) -> list[Record]:
-    return [AclCreated(*(getattr(e, f) for f in e.__slots__)) for e in sorted(image.entries)]
+    return [copy_fields(AclCreated, e) for e in sorted(image.entries)]
