@@ -47,7 +47,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True, slots=True)
 class UserScramCredential(Record):
     record_type: ClassVar[str] = "UserScramCredential"
