@@ -116,7 +116,7 @@ class TopView:
 def _rate(now: Scrape, before: Scrape | None, name: str, **labels: str) -> float:
     if before is None or before.error or now.at <= before.at:
         return 0.0
-    delta = now.get(name, **labels) - before.get(name, **labels)
+    delta = now.get(name, 0.0, **labels) - before.get(name, 0.0, **labels)
     return max(0.0, delta) / (now.at - before.at)
 
 
