@@ -3,10 +3,9 @@
 Theory of operation
 -------------------
 Each command opens one ``AsyncAdmin`` (``_common.run_admin``) and calls
-``rafka.client.aio.security_admin``. The connection itself may be secured
-with the options every client command takes (``client/connect_options.py``:
-``--security-protocol``, ``--user`` / ``--password``, ``--tls-ca``, ``--command-config FILE``,
-env vars).
+``rafka.client.aio.security_admin``. The connection itself may be secured with the options
+every client command takes (``client/connect_options.py``: ``--security-protocol``, ``--user`` /
+``--password``, ``--tls-ca``, ``--command-config FILE``, env vars).
 
 * ``rafka user create NAME`` asks for the new password (or ``--password-stdin``); the SCRAM
   credential is derived here, the password never leaves this process. ``user list``,
