@@ -72,6 +72,9 @@ def scrape_all(urls: Sequence[str]) -> list[Scrape]:
 
 @dataclass
 class TopicRow:
+    """One topic, summed over its leaders: bytes in / out per second and in total, and its
+    under-replicated partitions."""
+
     topic: str
     in_rate: float = 0.0
     out_rate: float = 0.0
@@ -82,6 +85,8 @@ class TopicRow:
 
 @dataclass
 class GroupRow:
+    """One consumer group as its coordinator reports it; ``lag`` sums its ``partitions``' lags."""
+
     group: str
     state: str = "?"
     members: int = 0
@@ -91,6 +96,8 @@ class GroupRow:
 
 @dataclass
 class NodeRow:
+    """One endpoint: ``error`` when it did not answer, else its requests per second and gauges."""
+
     url: str
     error: str | None = None
     active_controller: bool = False
@@ -102,6 +109,9 @@ class NodeRow:
 
 @dataclass
 class TopView:
+    """One frame: every node, topic and group, and the cluster-wide gauges (``raft_*`` from the
+    active controller, -1 when none answered); ``interval_s`` is the time the rates span."""
+
     nodes: list[NodeRow]
     topics: list[TopicRow]
     groups: list[GroupRow]
