@@ -72,7 +72,7 @@ def scrape_all(urls: Sequence[str]) -> list[Scrape]:
 
 @dataclass
 class TopicRow:
-    """One topic, summed over its leaders: bytes in / out per second and in total, and its
+    """One topic, summed over the nodes: bytes in / out per second and in total, and its
     under-replicated partitions."""
 
     topic: str
