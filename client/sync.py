@@ -38,9 +38,10 @@ from rafka.client.aio.admin import (
 from rafka.client.aio.batch_send import BatchFuture, HeadersList
 from rafka.client.aio.consumer import AsyncConsumer
 from rafka.client.aio.conveniences import ConsumerGroupListing
+from rafka.client.aio.enqueue import Headers
 from rafka.client.aio.fast_send import bind_send
 from rafka.client.aio.futures import FutureRecordMetadata
-from rafka.client.aio.producer import AsyncProducer, Headers
+from rafka.client.aio.producer import AsyncProducer
 from rafka.client.aio.reassign_admin import PartitionReassignment
 from rafka.client.columnar import ColumnBatch
 from rafka.client.errors import IllegalStateError, RafkaError

@@ -7,9 +7,9 @@ the open batch of the partition (creating it if needed), appends the record in i
 form — ``[offset_delta, timestamp_delta, key, value, headers]``, the items of the batch's
 msgpack array (``docs/internals.md`` §1), deltas against the batch's first record — and
 charges an estimated size to ``buffer_memory``. It is thread safe, so the sync facade appends
-from the user's thread without crossing into the event loop (``AsyncProducer.send_threadsafe``
-inlines the common case: the partition's batch is open and has room; ``client/_sendpath.c``
-does the same in C). A batch *closes* when its estimated size reaches ``batch_size``; the
+from the user's thread without crossing into the event loop (``AsyncProducer.send_threadsafe``,
+through ``client/aio/enqueue.py``; ``client/_sendpath.c`` does the common case — the
+partition's batch is open and has room — in C, a mirror of this method). A batch *closes* when its estimated size reaches ``batch_size``; the
 sender *drains* closed batches and open ones older than ``linger_ms``, give or take half a
 millisecond (``LINGER_TIMER_SLACK_S``), or all of them while flushing, and builds their bytes
 once (``log.batch.build_batch_rows``).
@@ -472,6 +472,11 @@ class RecordAccumulator:
         batch.records = []
         batch.payload = None
         return parts
+
+    def open_partitions(self) -> list[tuple[str, int]]:
+        """``(topic, partition)`` of every batch still open (lingering)."""
+        with self._lock:
+            return [(t, p) for t, by_part in self._open.items() for p in by_part]
 
     def has_closed(self) -> bool:
         return bool(self._closed)
