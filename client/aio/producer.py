@@ -138,7 +138,6 @@ class AsyncProducer:
         # AsyncProducer.send's C append (client/aio/fast_send.py), once started
         self._loop_send: Callable[..., FutureRecordMetadata | None] | None = None
         self._started = False
-        self._stack: contextlib.AsyncExitStack | None = None
         install_serializers(self, key_serializer, value_serializer)  # a no-op without them
 
     # ------------------------------------------------------------------ lifecycle
@@ -162,11 +161,7 @@ class AsyncProducer:
         from rafka.client.aio.fast_send import bind_loop_send  # fast_send imports this module
 
         self._loop_send = bind_loop_send(self)
-        stack = contextlib.AsyncExitStack()
-        nursery = await stack.enter_async_context(trio.open_nursery())
-        self._core.open(nursery)
-        self._stack = stack
-        self._sender.start(nursery)
+        self._sender.start(await self._core.start())
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -176,7 +171,7 @@ class AsyncProducer:
 
     async def close(self, *, flush: bool = True) -> None:
         """Flush (unless ``flush=False``: unsent records fail) and stop. Idempotent."""
-        if self._gate.closed or self._stack is None:
+        if self._gate.closed or self._sender is None:  # closed, or never started
             self._gate.closed = True
             return
         try:
@@ -185,11 +180,7 @@ class AsyncProducer:
                     await self.flush()
         finally:
             self._gate.closed = True
-            assert self._sender is not None and self._sender.nursery is not None
-            stack, self._stack = self._stack, None
-            await self._core.aclose()
-            self._sender.nursery.cancel_scope.cancel()
-            await stack.aclose()
+            await self._core.shutdown()
             self._sender.fail_everything(IllegalStateError("producer closed before the record was sent"))
 
     # ------------------------------------------------------------------ send: fronts of Enqueue
