@@ -85,7 +85,7 @@ typedef struct {
     long long ts;
     long long batch_size, buffer_memory, max_record_size;
     int murmur;             /* the default partitioner: keyed records hash in C */
-    int txn;                /* a transactional producer: _txn_sending must be True */
+    int txn;                /* a transactional producer: the Gate's txn_sending must be True */
 } SendPath;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))

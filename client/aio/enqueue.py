@@ -148,7 +148,11 @@ class Enqueue:
         if size > self.max_record_size:
             self.check_size(size)
         ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        return topic, self.choose(topic, key, partition, n), key, value, hdrs, ts, size, n
+        if partition is None:  # choose()'s common case without its frame
+            p = self.partitioner(key, n) if key is not None else -1
+        else:
+            p = self.choose(topic, key, partition, n)
+        return topic, p, key, value, hdrs, ts, size, n
 
     def _num_partitions_threadsafe(self, topic: str) -> int:
         n = self.core.metadata.num_partitions(topic)
@@ -201,12 +205,15 @@ class Enqueue:
     def send_threadsafe(self, topic: str, value: bytes | None, key: bytes | None, headers: Headers,
                         partition: int | None, timestamp_ms: int | None) -> FutureRecordMetadata:
         """Any thread but the loop's; blocks it for metadata and buffer room
-        (``AsyncProducer.send_threadsafe``, the C path's fallback)."""
-        txn = self.txn
-        if txn is not None and txn.resolving:
-            trio.from_thread.run(txn.suspicion_settled, trio_token=self.token)
-        acc = self.check_send()
-        n = self._num_partitions_threadsafe(topic)
+        (``AsyncProducer.send_threadsafe``, the C path's fallback, and without the C extension
+        the sync ``Producer.send``: so the open gate and cached metadata are tested inline)."""
+        acc, gate, txn = self.acc, self.gate, self.txn
+        if acc is None or gate.closed or gate.fatal is not None or txn is not None:
+            if txn is not None and txn.resolving:
+                trio.from_thread.run(txn.suspicion_settled, trio_token=self.token)
+            acc = self.check_send()
+        parts = self.core.metadata.topics.get(topic)
+        n = len(parts) if parts else self._num_partitions_threadsafe(topic)
         staged = self.stage(topic, value, key, headers, partition, timestamp_ms, n)
         fut = acc.append(*staged)
         if fut is not None:
