@@ -1,0 +1,190 @@
+"""The one API table (wire/api_table.py) is complete and is what the node actually serves:
+every ``ApiKey`` has a row with a request schema, a response type, a route and an ACL; the
+controller-routed keys are exactly a real controller's ``ControllerService.handlers``, the
+broker-routed keys exactly a real ``NodeApi``'s broker handlers, the coordinator-routed keys
+the coordinators' handlers; and real answers of a broker conform to their response types."""
+
+from __future__ import annotations
+
+import random
+import types
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
+
+import trio
+from rafka.broker.events import EventLog
+from rafka.broker.handlers import (
+    BROKER_APIS,
+    FORWARDED_APIS,
+    GROUP_BROKER_APIS,
+    QUORUM_APIS,
+    TXN_BROKER_APIS,
+    NodeApi,
+)
+from rafka.broker.metadata_listener import MetadataPublisher
+from rafka.broker.replica_manager import ReplicaManager
+from rafka.kraft.memory import MemoryQuorumCluster
+from rafka.kraft.service import ControllerService
+from rafka.security import authz
+from rafka.wire.api_table import API_TABLE, AclScope, Route, controller_keys, keys_routed, spec_of
+from rafka.wire.apis import SCHEMAS, ApiKey
+from rafka.wire.connection import connect
+from rafka.wire.responses import RESPONSES
+
+from tests.broker.harness import (
+    batch,
+    fetch_body,
+    list_offsets_body,
+    node_config,
+    produce_body,
+    running_broker,
+)
+
+
+def test_every_key_has_a_row_with_schemas_route_and_acl() -> None:
+    assert set(API_TABLE) == set(ApiKey)
+    for key, spec in API_TABLE.items():
+        assert spec.key is key
+        assert spec.request is SCHEMAS[key]
+        assert is_typeddict(spec.response) and spec.response is RESPONSES[key], key
+        assert isinstance(spec.route, Route), key
+        assert spec.acl.scope is AclScope.NONE or spec.acl.operation, f"{key.name}: no ACL operation"
+        assert spec.since, key
+    assert spec_of(ApiKey.PRODUCE) is API_TABLE[ApiKey.PRODUCE]
+    assert spec_of(9999) is None
+    # only API_VERSIONS goes unchecked: everything else names what the authorizer checks
+    assert {k for k, s in API_TABLE.items() if s.acl.scope is AclScope.NONE} == {ApiKey.API_VERSIONS}
+
+
+def test_node_api_sets_are_the_tables() -> None:
+    assert BROKER_APIS == keys_routed(Route.NODE, Route.BROKER)
+    assert FORWARDED_APIS == keys_routed(Route.FORWARDED)
+    assert QUORUM_APIS == keys_routed(Route.QUORUM)
+    assert GROUP_BROKER_APIS == keys_routed(Route.GROUP_COORDINATOR)
+    assert TXN_BROKER_APIS == keys_routed(Route.TXN_COORDINATOR)
+
+
+def test_authorizer_covers_every_dispatched_key() -> None:
+    """Each key the authorizer may see has a rule: a table entry or code for its scope."""
+    ruled = (set(authz.TOPIC_OPERATIONS) | set(authz._GROUP) | set(authz._TXN)
+             | set(authz._CLUSTER) | authz._UNCHECKED | authz._RULED)
+    assert ruled == set(ApiKey)
+
+
+async def test_controller_keys_are_a_real_controllers_handlers(tmp_path: Path) -> None:
+    cluster = MemoryQuorumCluster([1])
+    svc = ControllerService(1, [(1, "127.0.0.1:19001", "127.0.0.1:9001")], None, tmp_path / "ctl",
+                            None, {}, quorum=cluster.voters[1], rng=random.Random(7))
+    assert set(svc.handlers) == controller_keys()
+
+
+def _node_api(tmp_path: Path) -> tuple[NodeApi, ReplicaManager, EventLog]:
+    cfg = node_config(tmp_path)
+    events = EventLog(cfg.data_dir / "events.jsonl", 1)
+    rm = ReplicaManager(1, cfg.data_dir, dict(cfg.broker), cfg.topic_defaults(), events)
+    api = NodeApi(cluster_id="t", replica_manager=rm, publisher=MetadataPublisher(1), channel=None,
+                  topic_defaults=cfg.topic_defaults())
+    return api, rm, events
+
+
+def test_broker_and_coordinator_keys_are_a_real_nodes_handlers(tmp_path: Path) -> None:
+    api, rm, events = _node_api(tmp_path)
+    try:
+        assert set(api.broker_handlers) == keys_routed(Route.BROKER)
+        assert api.groups is not None and api.txn is not None
+        assert set(api.groups.handlers) == keys_routed(Route.GROUP_COORDINATOR, also=True)
+        assert set(api.txn.handlers) == keys_routed(Route.TXN_COORDINATOR, also=True)
+        # what API_VERSIONS advertises on a broker without a controller
+        assert set(api.api_keys()) == keys_routed(Route.NODE, Route.BROKER, Route.FORWARDED,
+                                                  Route.GROUP_COORDINATOR, Route.TXN_COORDINATOR)
+    finally:
+        rm.close()
+        events.close()
+
+
+# --------------------------------------------------------------------------- response types
+
+
+def conforms(tp: Any, value: Any, path: str) -> None:
+    """Assert ``value`` has the shape of the type ``tp`` (TypedDicts, lists, dicts, unions)."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return
+    if is_typeddict(tp):
+        assert isinstance(value, dict), f"{path}: expected a map, got {value!r}"
+        hints = get_type_hints(tp)
+        missing = tp.__required_keys__ - value.keys()
+        assert not missing, f"{path}: missing {sorted(missing)} in {sorted(value)}"
+        for k, v in value.items():
+            if k in hints:
+                conforms(hints[k], v, f"{path}.{k}")
+    elif origin is list:
+        assert isinstance(value, list), f"{path}: expected a list, got {value!r}"
+        for i, item in enumerate(value):
+            conforms(get_args(tp)[0], item, f"{path}[{i}]")
+    elif origin is dict:
+        assert isinstance(value, dict), f"{path}: expected a map, got {value!r}"
+        kt, vt = get_args(tp)
+        for k, v in value.items():
+            conforms(kt, k, f"{path} key")
+            conforms(vt, v, f"{path}[{k!r}]")
+    elif origin in (Union, types.UnionType):
+        errors = []
+        for alt in get_args(tp):
+            try:
+                conforms(alt, value, path)
+                return
+            except AssertionError as exc:
+                errors.append(str(exc))
+        raise AssertionError(" / ".join(errors))
+    elif tp is type(None):
+        assert value is None, f"{path}: expected None, got {value!r}"
+    elif tp is float:
+        assert isinstance(value, int | float) and not isinstance(value, bool), f"{path}: {value!r}"
+    elif tp is int:
+        assert isinstance(value, int) and not isinstance(value, bool), f"{path}: {value!r}"
+    else:
+        assert isinstance(value, tp), f"{path}: expected {tp}, got {value!r}"
+
+
+def test_conforms_rejects_a_wrong_shape() -> None:
+    good = {"topics": [{"name": "t", "partitions": [{"partition": 0, "error": 0, "base_offset": 3}]}]}
+    conforms(RESPONSES[ApiKey.PRODUCE], good, "produce")
+    for bad in ({"topics": [{"name": "t"}]},
+                {"topics": [{"name": "t", "partitions": [{"partition": "0", "error": 0}]}]}):
+        try:
+            conforms(RESPONSES[ApiKey.PRODUCE], bad, "produce")
+        except AssertionError:
+            continue
+        raise AssertionError(f"accepted {bad}")
+    conforms(RESPONSES[ApiKey.PRODUCE], {"error": 87, "message": "no"}, "error answer")
+
+
+async def test_real_answers_conform_to_their_response_types(tmp_path: Path) -> None:
+    async with running_broker(tmp_path, topics={"t": 2}) as b, connect("127.0.0.1", b.port) as conn:
+        requests: list[tuple[ApiKey, dict[str, Any]]] = [
+            (ApiKey.API_VERSIONS, {}),
+            (ApiKey.METADATA, {"topics": None}),
+            (ApiKey.METADATA, {"topics": ["t", "missing"]}),
+            (ApiKey.PRODUCE, produce_body("t", batch(b"a", b"b"))),
+            (ApiKey.PRODUCE, produce_body("t", batch(b"x"), partition=7)),
+            (ApiKey.FETCH, fetch_body("t", 0)),
+            (ApiKey.FETCH, {**fetch_body("t", 0), "isolation_level": 1}),
+            (ApiKey.LIST_OFFSETS, list_offsets_body("t", -1)),
+            (ApiKey.DESCRIBE_CONFIGS, {"topics": ["t"]}),
+            (ApiKey.DESCRIBE_PRODUCERS, {"topics": [{"name": "t", "partitions": [0]}]}),
+            (ApiKey.DESCRIBE_ACLS, {"filter": {}}),
+            (ApiKey.DESCRIBE_CLIENT_QUOTAS, {}),
+            (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {}),
+            (ApiKey.LIST_PARTITION_REASSIGNMENTS, {}),
+            (ApiKey.LIST_GROUPS, {}),
+            (ApiKey.LIST_TRANSACTIONS, {}),
+            (ApiKey.OFFSET_FETCH, {"group_id": "g"}),
+            (ApiKey.CREATE_TOPICS, {"topics": [], "timeout_ms": 1}),  # NOT_CONTROLLER here
+            (ApiKey.BROKER_HEARTBEAT, {"broker_id": 1, "broker_epoch": 1, "metadata_offset": 0,
+                                       "want_fence": False, "want_shutdown": False}),
+        ]
+        for key, body in requests:
+            with trio.fail_after(10):
+                resp = await conn.request(key, body)
+            conforms(API_TABLE[key].response, resp.body, key.name)
