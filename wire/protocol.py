@@ -21,7 +21,13 @@ come back in any order. ``acks=0`` produce requests are never answered.
 
 Nothing here touches a socket: ``FrameDecoder`` buffers bytes and yields whole frames,
 ``encode_*`` / ``decode_*`` convert between frames and ``Request`` / ``Response`` objects. The trio
-edges live in ``broker/server.py`` and ``wire/connection.py``.
+edges live in ``broker/server.py`` and ``wire/connection.py``, and they produce no byte of their
+own: a request frame is always ``RequestEncoder``'s (``encode_request`` for one-off frames, a
+connection's own encoder with its reused buffer on the hot path — the same bytes,
+``tests/protocol/test_codec_io.py`` compares them on a real loopback connection), a response
+head always ``encode_response_head``'s, and the I/O twin of ``FrameDecoder`` that cuts frames
+off a socket with fewer copies (``wire/frame_reader.py``) reads each length prefix with
+``read_frame_length``, the same check ``FrameDecoder`` applies.
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ __all__ = [
     "MalformedFrameError",
     "UnknownApiError",
     "encode_request",
+    "RequestEncoder",
+    "frame_prefix",
+    "read_frame_length",
     "decode_request",
     "encode_response",
     "encode_response_head",
@@ -72,6 +81,21 @@ class FrameTooLargeError(ProtocolError):
 
 class MalformedFrameError(ProtocolError):
     code = ErrorCode.MALFORMED_FRAME
+
+
+def frame_prefix(n: int) -> bytes:
+    """The 4-byte length prefix of an ``n``-byte frame payload."""
+    return _LEN.pack(n)
+
+
+def read_frame_length(buf: bytes | bytearray | memoryview, pos: int, max_frame_bytes: int) -> int:
+    """The payload length announced at ``buf[pos:pos + 4]``; ``FrameTooLargeError`` above
+    ``max_frame_bytes``, before any of the payload is buffered (a hostile length cannot make
+    the reader allocate)."""
+    (n,) = _LEN.unpack_from(buf, pos)
+    if n > max_frame_bytes:
+        raise FrameTooLargeError(f"frame of {n} bytes exceeds the limit of {max_frame_bytes} bytes")
+    return n  # type: ignore[no-any-return]
 
 
 class _NeedData:
@@ -106,10 +130,7 @@ class FrameDecoder:
     def check_length(self, n: int) -> None:
         """``FrameTooLargeError`` for an announced length above the limit, before any of it
         is buffered."""
-        if n > self.max_frame_bytes:
-            raise FrameTooLargeError(
-                f"frame of {n} bytes exceeds the limit of {self.max_frame_bytes} bytes"
-            )
+        read_frame_length(_LEN.pack(n), 0, self.max_frame_bytes)
 
     @property
     def buffered(self) -> int:
@@ -119,8 +140,7 @@ class FrameDecoder:
         avail = len(self._buf) - self._pos
         if avail < 4:
             return NEED_DATA
-        (n,) = _LEN.unpack_from(self._buf, self._pos)
-        self.check_length(n)
+        n = read_frame_length(self._buf, self._pos, self.max_frame_bytes)
         if avail < 4 + n:
             return NEED_DATA
         start = self._pos + 4
@@ -162,10 +182,53 @@ class Response:
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
 
+class RequestEncoder:
+    """Request frames from one reused msgpack buffer: the one request encoder of both sides.
+
+    ``pack(...)`` encodes a request payload into the buffer and returns its length; then
+    either ``frame()`` (prefix + payload as new bytes: one copy) or, for a large payload the
+    caller writes in two parts without a frame-sized copy, ``frame_prefix(n)`` and
+    ``payload()`` (a view of the buffer the caller releases before the next ``pack``). The
+    buffer is kept between requests: a large produce is copied once, into it, and written from
+    it (faulting in a fresh megabyte per request cost more than the copies themselves).
+    Not shared between tasks that may interleave a ``pack`` and its ``frame``/``payload``.
+    """
+
+    __slots__ = ("_packer", "client_id")
+
+    def __init__(self, client_id: str = "") -> None:
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+        self.client_id = client_id
+
+    def pack(self, api_key: int, correlation_id: int, body: dict[str, Any], *,
+             api_version: int = API_VERSION) -> int:
+        """Encode one request's payload into the buffer; its length in bytes."""
+        packer = self._packer
+        packer.reset()
+        packer.pack([int(api_key), api_version, correlation_id, self.client_id, body])
+        with packer.getbuffer() as view:
+            return len(view)
+
+    def frame(self) -> bytes:
+        """The whole frame (length prefix included) of the last ``pack``."""
+        with self._packer.getbuffer() as view:
+            return b"".join((_LEN.pack(len(view)), view))
+
+    def payload(self) -> memoryview:
+        """A view of the last ``pack``'s payload, valid until released (release it before the
+        next ``pack``)."""
+        return self._packer.getbuffer()  # type: ignore[no-any-return]
+
+    def encode(self, req: Request) -> bytes:
+        """``req``'s whole frame."""
+        self.client_id = req.client_id
+        self.pack(req.api_key, req.correlation_id, req.body, api_version=req.api_version)
+        return self.frame()
+
+
 def encode_request(req: Request) -> bytes:
-    """A whole frame (length prefix included) for ``req``."""
-    payload = _packb([req.api_key, req.api_version, req.correlation_id, req.client_id, req.body])
-    return _LEN.pack(len(payload)) + payload
+    """A whole frame (length prefix included) for ``req`` (``RequestEncoder.encode``)."""
+    return RequestEncoder(req.client_id).encode(req)
 
 
 def peek_correlation_id(payload: bytes) -> int:
@@ -236,20 +299,25 @@ def decode_response(payload: bytes) -> Response:
 class ClientProtocol:
     """Client side of one connection, sans I/O: numbers requests and matches responses."""
 
-    __slots__ = ("_decoder", "_next_cid", "client_id", "in_flight")
+    __slots__ = ("_decoder", "_encoder", "_next_cid", "in_flight")
 
     def __init__(self, client_id: str = "rafka-python", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
         self._decoder = FrameDecoder(max_frame_bytes)
+        self._encoder = RequestEncoder(client_id)
         self._next_cid = 0
-        self.client_id = client_id
         self.in_flight: set[int] = set()
+
+    @property
+    def client_id(self) -> str:
+        return self._encoder.client_id
 
     def send(self, api_key: int, body: dict[str, Any], *, expect_response: bool = True) -> tuple[int, bytes]:
         cid = self._next_cid
         self._next_cid = (cid + 1) & 0x7FFFFFFF
         if expect_response:
             self.in_flight.add(cid)
-        return cid, encode_request(Request(int(api_key), cid, body, API_VERSION, self.client_id))
+        self._encoder.pack(api_key, cid, body)
+        return cid, self._encoder.frame()
 
     def receive_data(self, data: bytes) -> None:
         self._decoder.receive_data(data)
