@@ -58,6 +58,7 @@ __all__ = [
     "RequestEncoder",
     "frame_prefix",
     "read_frame_length",
+    "check_frame_length",
     "decode_request",
     "encode_response",
     "encode_response_head",
@@ -93,9 +94,14 @@ def read_frame_length(buf: bytes | bytearray | memoryview, pos: int, max_frame_b
     ``max_frame_bytes``, before any of the payload is buffered (a hostile length cannot make
     the reader allocate)."""
     (n,) = _LEN.unpack_from(buf, pos)
+    check_frame_length(n, max_frame_bytes)
+    return n  # type: ignore[no-any-return]
+
+
+def check_frame_length(n: int, max_frame_bytes: int) -> None:
+    """``FrameTooLargeError`` for an announced length above ``max_frame_bytes``."""
     if n > max_frame_bytes:
         raise FrameTooLargeError(f"frame of {n} bytes exceeds the limit of {max_frame_bytes} bytes")
-    return n  # type: ignore[no-any-return]
 
 
 class _NeedData:
@@ -130,7 +136,7 @@ class FrameDecoder:
     def check_length(self, n: int) -> None:
         """``FrameTooLargeError`` for an announced length above the limit, before any of it
         is buffered."""
-        read_frame_length(_LEN.pack(n), 0, self.max_frame_bytes)
+        check_frame_length(n, self.max_frame_bytes)
 
     @property
     def buffered(self) -> int:
