@@ -318,7 +318,8 @@ class _QuorumVoter(TypedDict):
     id: int
     raft: NotRequired[str]
     rpc: NotRequired[str]
-    metadata_offset: NotRequired[int]
+    directory_id: NotRequired[str | None]
+    metadata_offset: NotRequired[int]  # DESCRIBE_QUORUM
     lag: NotRequired[int]
 
 
@@ -381,6 +382,17 @@ class ListGroupsResponse(ErrorFields, total=False):
     groups: list[_ListedGroup]
 
 
+class _GroupMember(TypedDict):
+    member_id: str
+    member_epoch: int
+    client_id: NotRequired[str]
+    client_host: NotRequired[str]
+    subscribed_topics: NotRequired[list[str]]
+    assignment: NotRequired[list[_TopicPartitions]]
+    target: NotRequired[list[_TopicPartitions]]
+    pending_revocation: NotRequired[list[_TopicPartitions]]
+
+
 class _DescribedGroup(TypedDict):
     group_id: str
     error: int
@@ -388,7 +400,7 @@ class _DescribedGroup(TypedDict):
     state: NotRequired[str]
     group_epoch: NotRequired[int]
     assignment_epoch: NotRequired[int]
-    members: NotRequired[list[dict[str, Any]]]
+    members: NotRequired[list[_GroupMember]]
     offsets: NotRequired[list[_FetchedOffsetsTopic]]
 
 

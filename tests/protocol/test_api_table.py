@@ -188,3 +188,70 @@ async def test_real_answers_conform_to_their_response_types(tmp_path: Path) -> N
             with trio.fail_after(10):
                 resp = await conn.request(key, body)
             conforms(API_TABLE[key].response, resp.body, key.name)
+
+
+async def test_controller_group_and_txn_answers_conform(tmp_path: Path) -> None:
+    """Through a broker whose controller runs in process (tests/groups/test_e2e_inprocess.py):
+    forwarded admin APIs, the group and transaction coordinators, the controller's own RPCs."""
+    from tests.groups.test_e2e_inprocess import cluster
+
+    async with cluster(tmp_path) as (bootstrap, svc, pub):
+        host, port = bootstrap.rsplit(":", 1)
+        async with connect(host, int(port)) as conn:
+            async def ask(key: ApiKey, body: dict[str, Any], *, until_ok: bool = False) -> dict[str, Any]:
+                with trio.fail_after(20):
+                    while True:
+                        resp = await conn.request(key, body)
+                        conforms(API_TABLE[key].response, resp.body, key.name)
+                        if not until_ok or not resp.body.get("error"):
+                            return resp.body
+                        await trio.sleep(0.1)
+
+            tps = [{"name": "t", "partitions": [0]}]
+            await ask(ApiKey.CREATE_TOPICS, {"topics": [
+                {"name": "u", "num_partitions": 1, "replication_factor": 1}], "timeout_ms": 5000})
+            await ask(ApiKey.ALTER_CONFIGS, {"topics": [{"name": "u", "configs": {"retention.ms": "1000"}}]})
+            await ask(ApiKey.CREATE_PARTITIONS, {"topics": [{"name": "u", "count": 2}], "timeout_ms": 5000})
+            await ask(ApiKey.ELECT_LEADERS, {"election_type": 0, "topics": None})
+            await ask(ApiKey.INIT_PRODUCER_ID, {})
+            await ask(ApiKey.DESCRIBE_QUORUM, {})
+            await ask(ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": ["g"]}, until_ok=True)
+            join = await ask(ApiKey.CONSUMER_GROUP_HEARTBEAT, {
+                "group_id": "g", "member_id": "", "member_epoch": 0, "subscribed_topics": ["t"]})
+            commit = {"group_id": "g", "member_id": None, "member_epoch": -1,
+                      "topics": [{"name": "t", "partitions": [{"partition": 0, "offset": 0}]}]}
+            await ask(ApiKey.OFFSET_COMMIT, {**commit, "member_id": join.get("member_id"),
+                                             "member_epoch": join.get("member_epoch")})
+            await ask(ApiKey.OFFSET_FETCH, {"group_id": "g", "topics": tps})
+            await ask(ApiKey.DESCRIBE_GROUPS, {"groups": ["g", "nope"]})
+            await ask(ApiKey.LIST_GROUPS, {})
+            await ask(ApiKey.DELETE_GROUPS, {"groups": ["g"]})
+            await ask(ApiKey.ALTER_GROUP_OFFSETS, {"group_id": "h", "topics": commit["topics"]})
+            await ask(ApiKey.FIND_COORDINATOR, {"key_type": 1, "keys": ["tx"]}, until_ok=True)
+            init = await ask(ApiKey.INIT_PRODUCER_ID, {"transactional_id": "tx",
+                                                       "transaction_timeout_ms": 60_000}, until_ok=True)
+            ids = {"transactional_id": "tx", "producer_id": init["producer_id"],
+                   "producer_epoch": init["producer_epoch"]}
+            await ask(ApiKey.ADD_PARTITIONS_TO_TXN, {**ids, "topics": tps})
+            await ask(ApiKey.ADD_OFFSETS_TO_TXN, {**ids, "group_id": "g"})
+            await ask(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": ["tx", "other"]})
+            await ask(ApiKey.LIST_TRANSACTIONS, {})
+            await ask(ApiKey.END_TXN, {**ids, "commit": False})
+            await ask(ApiKey.CREATE_ACLS, {"acls": [{
+                "principal": "User:a", "resource_type": "topic", "pattern_type": "literal",
+                "resource_name": "t", "operation": "read", "permission": "allow", "host": "*"}]})
+            await ask(ApiKey.DESCRIBE_ACLS, {"filter": {}})
+            await ask(ApiKey.DELETE_ACLS, {"filters": [{"principal": "User:a"}]})
+            await ask(ApiKey.ALTER_CLIENT_QUOTAS, {"entries": [
+                {"user": "User:a", "ops": [{"key": "producer_byte_rate", "value": 1e6}]}]})
+            await ask(ApiKey.DESCRIBE_CLIENT_QUOTAS, {})
+            await ask(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {"partitions": [
+                {"topic": "t", "partition": 0, "replicas": None}]})
+            await ask(ApiKey.DELETE_TOPICS, {"topics": ["u"], "timeout_ms": 5000})
+        # the controller's own RPCs, asked of it directly (brokers do)
+        fetched = await svc.handlers[ApiKey.METADATA_FETCH](
+            {"from_offset": 0, "max_records": 10, "max_wait_ms": 0})
+        conforms(API_TABLE[ApiKey.METADATA_FETCH].response, fetched, "METADATA_FETCH")
+        reg = await svc.handlers[ApiKey.BROKER_REGISTRATION](
+            {"broker_id": 2, "incarnation_id": "x", "host": "127.0.0.1", "port": 1})
+        conforms(API_TABLE[ApiKey.BROKER_REGISTRATION].response, reg, "BROKER_REGISTRATION")
