@@ -6,7 +6,7 @@ Theory of operation
 ``API_TABLE[key]`` is an ``ApiSpec(request, response, route, acl, since)``:
 
 * ``request`` — the schema ``wire.apis.validate_request`` checks (``SCHEMAS[key]``);
-* ``response`` — the ``TypedDict`` of its answer (``wire.responses.RESPONSES[key]``);
+* ``response`` — the ``TypedDict`` of its answer (``wire/responses.py``);
 * ``route`` — which part of a node answers it (``Route``); a broker's ``NodeApi.dispatch``
   (``broker/handlers/__init__.py``) derives its API sets from it, the controller's
   ``ControllerService.handlers`` must hold exactly the keys ``controller_keys()`` names;
@@ -23,9 +23,9 @@ issue 23) translates its own api keys onto these rows instead of growing a table
 Some rows need a word more than their columns say; the code that implements it names the row:
 an ``INIT_PRODUCER_ID`` with a ``transactional_id`` goes to that id's transaction coordinator,
 without one it is forwarded; ``DESCRIBE_CONFIGS`` is also answered by a controller-only node
-(``ApiSpec.also`` names such second routes); a follower FETCH (``replica_id >= 0``) needs cluster_action instead of
-read on its topics; a transactional PRODUCE also needs write on its transactional id, a
-TXN_OFFSET_COMMIT also read on its group.
+(``ApiSpec.also`` names such second routes); a follower FETCH (``replica_id >= 0``) needs
+cluster_action instead of read on its topics; a transactional PRODUCE also needs write on its
+transactional id, a TXN_OFFSET_COMMIT also read on its group.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
+from rafka.wire import responses as r
 from rafka.wire.apis import SCHEMAS, ApiKey
-from rafka.wire.responses import RESPONSES
 
 __all__ = ["Route", "AclScope", "Acl", "ApiSpec", "API_TABLE", "keys_routed", "keys_with_acl",
            "controller_keys", "spec_of"]
@@ -79,9 +79,12 @@ class Acl:
 
 @dataclass(frozen=True, slots=True)
 class ApiSpec:
+    """One API: what it asks (``request``, the schema ``validate_request`` checks), what it
+    answers (``response``), who answers (``route``), what it needs (``acl``), since when."""
+
     key: ApiKey
     request: Mapping[str, Any]
-    response: type
+    response: Any  # a TypedDict, or a TopicsResponse[entry] of one (wire/responses.py)
     route: Route
     acl: Acl
     since: str
@@ -91,7 +94,7 @@ class ApiSpec:
     also: frozenset[Route] = frozenset()
 
 
-NONE: Final = Acl(AclScope.NONE)
+_NO_ACL: Final = Acl(AclScope.NONE)
 
 
 def _cluster(op: str) -> Acl:
@@ -121,67 +124,71 @@ _VOTERS = "e1666fb (dynamic quorum, KIP-853)"
 
 _K = ApiKey
 _R = Route
-# key: (route, acl, since[, also])
+# key: (response, route, acl, since[, also])
 _ROWS: dict[ApiKey, tuple[Any, ...]] = {
-    _K.API_VERSIONS: (_R.NODE, NONE, _SKELETON),
-    _K.METADATA: (_R.BROKER, _topics("describe"), _SKELETON),
-    _K.PRODUCE: (_R.BROKER, _topics("write"), _SKELETON),
-    _K.FETCH: (_R.BROKER, _topics("read"), _SKELETON),
-    _K.LIST_OFFSETS: (_R.BROKER, _topics("describe"), _SKELETON),
-    _K.CREATE_TOPICS: (_R.FORWARDED, _topics("create"), _SKELETON),
-    _K.DELETE_TOPICS: (_R.FORWARDED, _topics("delete"), _SKELETON),
-    _K.DESCRIBE_CONFIGS: (_R.BROKER, _topics("describe_configs"), _SKELETON,
-                          frozenset({_R.CONTROLLER})),
-    _K.CREATE_PARTITIONS: (_R.FORWARDED, _topics("alter"), _SKELETON),
-    _K.INIT_PRODUCER_ID: (_R.FORWARDED, Acl(AclScope.PRODUCER_ID, "write"), _SKELETON,
-                          frozenset({_R.TXN_COORDINATOR})),
-    _K.ALTER_CONFIGS: (_R.FORWARDED, _topics("alter_configs"), _SKELETON),
-    _K.ELECT_LEADERS: (_R.FORWARDED, _cluster("alter"), _SKELETON),
-    _K.FIND_COORDINATOR: (_R.BROKER, Acl(AclScope.COORDINATOR_KEYS, "describe"),
+    _K.API_VERSIONS: (r.ApiVersionsResponse, _R.NODE, _NO_ACL, _SKELETON),
+    _K.METADATA: (r.MetadataResponse, _R.BROKER, _topics("describe"), _SKELETON),
+    _K.PRODUCE: (r.ProduceResponse, _R.BROKER, _topics("write"), _SKELETON),
+    _K.FETCH: (r.FetchResponse, _R.BROKER, _topics("read"), _SKELETON),
+    _K.LIST_OFFSETS: (r.ListOffsetsResponse, _R.BROKER, _topics("describe"), _SKELETON),
+    _K.CREATE_TOPICS: (r.CreateTopicsResponse, _R.FORWARDED, _topics("create"), _SKELETON),
+    _K.DELETE_TOPICS: (r.TopicErrorsResponse, _R.FORWARDED, _topics("delete"), _SKELETON),
+    _K.DESCRIBE_CONFIGS: (r.DescribeConfigsResponse, _R.BROKER, _topics("describe_configs"),
+                          _SKELETON, frozenset({_R.CONTROLLER})),
+    _K.CREATE_PARTITIONS: (r.TopicErrorsResponse, _R.FORWARDED, _topics("alter"), _SKELETON),
+    _K.INIT_PRODUCER_ID: (r.InitProducerIdResponse, _R.FORWARDED, Acl(AclScope.PRODUCER_ID, "write"),
+                          _SKELETON, frozenset({_R.TXN_COORDINATOR})),
+    _K.ALTER_CONFIGS: (r.TopicErrorsResponse, _R.FORWARDED, _topics("alter_configs"), _SKELETON),
+    _K.ELECT_LEADERS: (r.PartitionErrorsResponse, _R.FORWARDED, _cluster("alter"), _SKELETON),
+    _K.FIND_COORDINATOR: (r.FindCoordinatorResponse, _R.BROKER, Acl(AclScope.COORDINATOR_KEYS, "describe"),
                           "bec231f (issue 14: coordinator lookup)"),
-    _K.BROKER_REGISTRATION: (_R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
-    _K.BROKER_HEARTBEAT: (_R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
-    _K.METADATA_FETCH: (_R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
-    _K.ALTER_PARTITION: (_R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
-    _K.DESCRIBE_QUORUM: (_R.QUORUM, _cluster("describe"), _SKELETON),
+    _K.BROKER_REGISTRATION: (r.BrokerRegistrationResponse, _R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
+    _K.BROKER_HEARTBEAT: (r.BrokerHeartbeatResponse, _R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
+    _K.METADATA_FETCH: (r.MetadataFetchResponse, _R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
+    _K.ALTER_PARTITION: (r.AlterPartitionResponse, _R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
+    _K.DESCRIBE_QUORUM: (r.DescribeQuorumResponse, _R.QUORUM, _cluster("describe"), _SKELETON),
     # a voter change needs ALL on the cluster (super users): no narrower operation fits
-    _K.ADD_RAFT_VOTER: (_R.QUORUM, _cluster("all"), _VOTERS),
-    _K.REMOVE_RAFT_VOTER: (_R.QUORUM, _cluster("all"), _VOTERS),
-    _K.CONSUMER_GROUP_HEARTBEAT: (_R.FORWARDED, _group("read"), _SKELETON),
-    _K.OFFSET_COMMIT: (_R.GROUP_COORDINATOR, _group("read"), _SKELETON),
-    _K.OFFSET_FETCH: (_R.GROUP_COORDINATOR, _group("read"), _SKELETON),
-    _K.LIST_GROUPS: (_R.GROUP_COORDINATOR, _cluster("describe"), _SKELETON),
-    _K.DESCRIBE_GROUPS: (_R.GROUP_COORDINATOR, _group("describe"), _SKELETON),
-    _K.DELETE_GROUPS: (_R.GROUP_COORDINATOR, _group("delete"), _SKELETON),
-    _K.ALTER_GROUP_OFFSETS: (_R.GROUP_COORDINATOR, _group("read"), _SKELETON),
-    _K.ADD_PARTITIONS_TO_TXN: (_R.TXN_COORDINATOR, _txn("write"), _TXNS),
-    _K.ADD_OFFSETS_TO_TXN: (_R.TXN_COORDINATOR, _txn("write"), _TXNS),
-    _K.END_TXN: (_R.TXN_COORDINATOR, _txn("write"), _TXNS),
-    _K.WRITE_TXN_MARKERS: (_R.BROKER, _cluster("cluster_action"), _TXNS),
-    _K.TXN_OFFSET_COMMIT: (_R.GROUP_COORDINATOR, _txn("write"), _TXNS),  # + read on the group
-    _K.DESCRIBE_TRANSACTIONS: (_R.TXN_COORDINATOR, _txn("describe"), _TXNS),
-    _K.LIST_TRANSACTIONS: (_R.TXN_COORDINATOR, _cluster("describe"), _TXNS),
-    _K.DESCRIBE_PRODUCERS: (_R.BROKER, _topics("describe"), _TXNS),
+    _K.ADD_RAFT_VOTER: (r.RaftVoterResponse, _R.QUORUM, _cluster("all"), _VOTERS),
+    _K.REMOVE_RAFT_VOTER: (r.RaftVoterResponse, _R.QUORUM, _cluster("all"), _VOTERS),
+    _K.CONSUMER_GROUP_HEARTBEAT: (r.ConsumerGroupHeartbeatResponse, _R.FORWARDED, _group("read"), _SKELETON),
+    _K.OFFSET_COMMIT: (r.PartitionErrorsResponse, _R.GROUP_COORDINATOR, _group("read"), _SKELETON),
+    _K.OFFSET_FETCH: (r.OffsetFetchResponse, _R.GROUP_COORDINATOR, _group("read"), _SKELETON),
+    _K.LIST_GROUPS: (r.ListGroupsResponse, _R.GROUP_COORDINATOR, _cluster("describe"), _SKELETON),
+    _K.DESCRIBE_GROUPS: (r.DescribeGroupsResponse, _R.GROUP_COORDINATOR, _group("describe"), _SKELETON),
+    _K.DELETE_GROUPS: (r.DeleteGroupsResponse, _R.GROUP_COORDINATOR, _group("delete"), _SKELETON),
+    _K.ALTER_GROUP_OFFSETS: (r.PartitionErrorsResponse, _R.GROUP_COORDINATOR, _group("read"), _SKELETON),
+    _K.ADD_PARTITIONS_TO_TXN: (r.PartitionErrorsResponse, _R.TXN_COORDINATOR, _txn("write"), _TXNS),
+    _K.ADD_OFFSETS_TO_TXN: (r.ErrorFields, _R.TXN_COORDINATOR, _txn("write"), _TXNS),
+    _K.END_TXN: (r.ErrorFields, _R.TXN_COORDINATOR, _txn("write"), _TXNS),
+    _K.WRITE_TXN_MARKERS: (r.WriteTxnMarkersResponse, _R.BROKER, _cluster("cluster_action"), _TXNS),
+    # and read on its group (security/authz.py)
+    _K.TXN_OFFSET_COMMIT: (r.PartitionErrorsResponse, _R.GROUP_COORDINATOR, _txn("write"), _TXNS),
+    _K.DESCRIBE_TRANSACTIONS: (r.DescribeTransactionsResponse, _R.TXN_COORDINATOR, _txn("describe"), _TXNS),
+    _K.LIST_TRANSACTIONS: (r.ListTransactionsResponse, _R.TXN_COORDINATOR, _cluster("describe"), _TXNS),
+    _K.DESCRIBE_PRODUCERS: (r.DescribeProducersResponse, _R.BROKER, _topics("describe"), _TXNS),
     # never dispatched (the listener's SASL gate answers them); should one reach the
     # authorizer, only a super user passes, as for the voter changes
-    _K.SASL_HANDSHAKE: (_R.SASL, _cluster("all"), _SECURITY),
-    _K.SASL_AUTHENTICATE: (_R.SASL, _cluster("all"), _SECURITY),
-    _K.ALTER_USER_SCRAM_CREDENTIALS: (_R.FORWARDED, _cluster("alter"), _SECURITY),
-    _K.DESCRIBE_USER_SCRAM_CREDENTIALS: (_R.BROKER, _cluster("describe"), _SECURITY),
-    _K.CREATE_ACLS: (_R.FORWARDED, _cluster("alter"), _ACLS),
-    _K.DESCRIBE_ACLS: (_R.BROKER, _cluster("describe"), _ACLS),
-    _K.DELETE_ACLS: (_R.FORWARDED, _cluster("alter"), _ACLS),
+    _K.SASL_HANDSHAKE: (r.SaslHandshakeResponse, _R.SASL, _cluster("all"), _SECURITY),
+    _K.SASL_AUTHENTICATE: (r.SaslAuthenticateResponse, _R.SASL, _cluster("all"), _SECURITY),
+    _K.ALTER_USER_SCRAM_CREDENTIALS: (r.AlterUserScramCredentialsResponse, _R.FORWARDED, _cluster("alter"),
+                                      _SECURITY),
+    _K.DESCRIBE_USER_SCRAM_CREDENTIALS: (r.DescribeUserScramCredentialsResponse, _R.BROKER, _cluster("describe"),
+                                         _SECURITY),
+    _K.CREATE_ACLS: (r.ResultsResponse, _R.FORWARDED, _cluster("alter"), _ACLS),
+    _K.DESCRIBE_ACLS: (r.DescribeAclsResponse, _R.BROKER, _cluster("describe"), _ACLS),
+    _K.DELETE_ACLS: (r.DeleteAclsResponse, _R.FORWARDED, _cluster("alter"), _ACLS),
     # client quotas: alter_configs / describe_configs on the cluster, as Kafka
-    _K.ALTER_CLIENT_QUOTAS: (_R.FORWARDED, _cluster("alter_configs"), _QUOTAS),
-    _K.DESCRIBE_CLIENT_QUOTAS: (_R.BROKER, _cluster("describe_configs"), _QUOTAS),
-    _K.ALTER_PARTITION_REASSIGNMENTS: (_R.FORWARDED, _cluster("alter"), _REASSIGN),
-    _K.LIST_PARTITION_REASSIGNMENTS: (_R.BROKER, _cluster("describe"), _REASSIGN),
-    _K.DECOMMISSION_BROKER: (_R.FORWARDED, _cluster("alter"), _REASSIGN),
-    _K.UNREGISTER_BROKER: (_R.FORWARDED, _cluster("alter"), _REASSIGN),
+    _K.ALTER_CLIENT_QUOTAS: (r.ResultsResponse, _R.FORWARDED, _cluster("alter_configs"), _QUOTAS),
+    _K.DESCRIBE_CLIENT_QUOTAS: (r.DescribeClientQuotasResponse, _R.BROKER, _cluster("describe_configs"), _QUOTAS),
+    _K.ALTER_PARTITION_REASSIGNMENTS: (r.MetadataOffsetResponse, _R.FORWARDED, _cluster("alter"), _REASSIGN),
+    _K.LIST_PARTITION_REASSIGNMENTS: (r.ListPartitionReassignmentsResponse, _R.BROKER, _cluster("describe"),
+                                      _REASSIGN),
+    _K.DECOMMISSION_BROKER: (r.DecommissionBrokerResponse, _R.FORWARDED, _cluster("alter"), _REASSIGN),
+    _K.UNREGISTER_BROKER: (r.MetadataOffsetResponse, _R.FORWARDED, _cluster("alter"), _REASSIGN),
 }
 
 API_TABLE: Final[Mapping[ApiKey, ApiSpec]] = MappingProxyType({
-    key: ApiSpec(key, SCHEMAS[key], RESPONSES[key], *row) for key, row in _ROWS.items()})
+    key: ApiSpec(key, SCHEMAS[key], *row) for key, row in _ROWS.items()})
 del _K, _R
 
 

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 ``SCHEMAS`` maps each ``ApiKey`` to the structure its request body must have, and says in
 comments what the request means and which type its answer has (``-> XResponse``: the
-``TypedDict`` of ``wire/responses.py``, ``RESPONSES[key]``): with those it is the reference of
+``TypedDict`` of ``wire/responses.py``; the key's ``ApiSpec`` row names it): with those it is the reference of
 the wire protocol (``wire/protocol.py`` frames and encodes; ``wire/api_table.py`` puts the
 request schema, the response type, the route and the ACL of each key in one row).  A spec is
 a Python type (``int``, ``str``, ``bytes``, ``bool``...), a one-element list (a list of that
@@ -214,7 +214,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     ApiKey.ALTER_CONFIGS: {"topics": [{"name": str, "configs": MapOf(str, Opt(str))}],
                            "request_id": Opt(str)},
     # election_type 0 preferred, 1 unclean; topics None = all
-    # -> ElectLeadersResponse
+    # -> PartitionErrorsResponse
     ApiKey.ELECT_LEADERS: {"election_type": int, "topics": Opt(_TP_LIST)},
     # key_type 0 group, 1 transaction; any broker (broker/handlers/coordinator.py); each key is
     # authorized on its own (describe on the group / transactional id)
@@ -286,7 +286,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # coordinator). member_epoch -1 / member_id None: a commit from outside the group (only
     # while it has no members). min_metadata_offset: the metadata_offset of the member's last
     # heartbeat (the coordinator waits until its image has it before validating).
-    # -> OffsetCommitResponse
+    # -> PartitionErrorsResponse
     ApiKey.OFFSET_COMMIT: {
         "group_id": str,
         **_MEMBER_OFFSETS,
@@ -306,7 +306,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # -> DeleteGroupsResponse
     ApiKey.DELETE_GROUPS: {"groups": [str]},
     # to the group's coordinator; only without members. offset >= 0 (resolve earliest/latest/
-    # timestamp with LIST_OFFSETS first) -> OffsetCommitResponse
+    # timestamp with LIST_OFFSETS first) -> PartitionErrorsResponse
     ApiKey.ALTER_GROUP_OFFSETS: {
         "group_id": str,
         # metadata: the application's string stored with the offset (OffsetAndMetadata)
@@ -318,7 +318,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # leader of __transaction_state partition crc32(id) % partitions.
     # verify_only: a partition leader asks whether (producer_id, producer_epoch) is in an
     # ongoing transaction that holds these partitions; nothing changes.
-    # -> AddPartitionsToTxnResponse
+    # -> PartitionErrorsResponse
     ApiKey.ADD_PARTITIONS_TO_TXN: {
         "transactional_id": str,
         "producer_id": int,

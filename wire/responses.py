@@ -1,17 +1,18 @@
-"""The response body of every rafka API, as typed data (``RESPONSES``), beside the request
-schemas of ``wire/apis.py``.
+"""The response body of every rafka API, as typed data, beside the request schemas of
+``wire/apis.py``.
 
 Theory of operation
 -------------------
 A response body is a msgpack map decoded into a plain ``dict``; this module says, once, which
-keys it holds. Each API's answer is a ``TypedDict`` and ``RESPONSES`` maps its ``ApiKey`` to it
-(``wire/api_table.py`` puts it in the API's ``ApiSpec`` row next to the request schema).
+keys it holds. Each API's answer is a ``TypedDict`` (``TopicsResponse[entry]`` for the
+per-topic answers), and the API's ``ApiSpec`` row in ``wire/api_table.py`` names it, next to
+the request schema, its route and its ACL.
 
 Why ``TypedDict`` and not frozen dataclasses: a ``TypedDict`` *is* the ``dict`` msgpack hands
 out, so typing a body costs nothing at run time — no object built per answer, no copy, no
 conversion on the produce/fetch hot path (docs/performance.md), and the ~340 ``body["key"]``
 reads across the code base keep working unchanged while ``mypy`` checks the ones that say
-which schema they read (``cast(ProduceResponse, resp.body)`` or ``Response.typed``). The
+which schema they read (``cast(ProduceResponse, resp.body)``). The
 schemas stay introspectable (``__required_keys__``, ``__annotations__``), so a test can check
 real answers against them (``tests/protocol/test_api_table.py``).
 
@@ -24,27 +25,21 @@ leave out is ``NotRequired``.
 
 # no "from __future__ import annotations": TypedDict reads NotRequired from evaluated annotations
 
-from typing import Any, NotRequired, TypedDict
-
-from rafka.wire.apis import ApiKey
+from typing import Any, Generic, NotRequired, TypedDict, TypeVar
 
 __all__ = [
-    "RESPONSES",
     "ErrorFields",
     "MetadataOffsetResponse",
     "ResultsResponse",
+    "TopicsResponse",
     "ApiVersionsResponse",
     "MetadataResponse",
     "ProducePartition",
     "ProduceResponse",
     "FetchPartition",
     "FetchResponse",
-    "ListOffsetsResponse",
-    "CreateTopicsResponse",
-    "TopicErrorsResponse",
-    "DescribeConfigsResponse",
+    "CreatedTopic",
     "InitProducerIdResponse",
-    "ElectLeadersResponse",
     "FindCoordinatorResponse",
     "BrokerRegistrationResponse",
     "BrokerHeartbeatResponse",
@@ -54,27 +49,33 @@ __all__ = [
     "DescribeQuorumResponse",
     "RaftVoterResponse",
     "ConsumerGroupHeartbeatResponse",
-    "OffsetCommitResponse",
-    "OffsetFetchResponse",
     "ListGroupsResponse",
     "DescribeGroupsResponse",
     "DeleteGroupsResponse",
-    "AddPartitionsToTxnResponse",
     "WriteTxnMarkersResponse",
     "DescribeTransactionsResponse",
     "ListTransactionsResponse",
-    "DescribeProducersResponse",
     "SaslHandshakeResponse",
     "SaslAuthenticateResponse",
     "AlterUserScramCredentialsResponse",
     "DescribeUserScramCredentialsResponse",
-    "AclEntry",
     "DescribeAclsResponse",
     "DeleteAclsResponse",
     "DescribeClientQuotasResponse",
     "ListPartitionReassignmentsResponse",
     "DecommissionBrokerResponse",
+    "TopicErrorsResponse",
+    "PartitionErrorsResponse",
+    "ListOffsetsResponse",
+    "CreateTopicsResponse",
+    "DescribeConfigsResponse",
+    "OffsetFetchResponse",
+    "DescribeProducersResponse",
+    "AclEntry",
 ]
+
+
+T = TypeVar("T")
 
 
 class ErrorFields(TypedDict, total=False):
@@ -84,10 +85,15 @@ class ErrorFields(TypedDict, total=False):
     message: str | None
 
 
-class _PartitionError(TypedDict):
-    partition: int
+class _Outcome(TypedDict):
+    """An entry's own outcome (a topic's, a partition's, a group's…): 0 or an error code."""
+
     error: int
     message: NotRequired[str | None]
+
+
+class _PartitionError(_Outcome):
+    partition: int
 
 
 class _TopicPartitionErrors(TypedDict):
@@ -95,10 +101,8 @@ class _TopicPartitionErrors(TypedDict):
     partitions: list[_PartitionError]
 
 
-class _TopicError(TypedDict):
+class _TopicError(_Outcome):
     name: str
-    error: int
-    message: NotRequired[str | None]
 
 
 class _TopicPartitions(TypedDict):
@@ -116,13 +120,32 @@ class MetadataOffsetResponse(ErrorFields, total=False):
 
 
 class ResultsResponse(MetadataOffsetResponse, total=False):
+    """CREATE_ACLS, ALTER_CLIENT_QUOTAS (forwarded): one result per entry, in order."""
+
     results: list[ErrorFields]
+
+
+class TopicsResponse(MetadataOffsetResponse, Generic[T], total=False):
+    """An answer with one entry per topic of the request (``T``: that entry). The per-topic
+    answers share it: LIST_OFFSETS, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS,
+    ALTER_CONFIGS, DESCRIBE_CONFIGS, ELECT_LEADERS, the offset commits, OFFSET_FETCH,
+    ADD_PARTITIONS_TO_TXN, DESCRIBE_PRODUCERS (an alias below names each one); those
+    that change metadata also carry ``metadata_offset``."""
+
+    topics: list[T]
+
+
+TopicErrorsResponse = TopicsResponse[_TopicError]  # DELETE_TOPICS, CREATE_PARTITIONS, ALTER_CONFIGS
+# ELECT_LEADERS, OFFSET_COMMIT, ALTER_GROUP_OFFSETS, TXN_OFFSET_COMMIT, ADD_PARTITIONS_TO_TXN
+PartitionErrorsResponse = TopicsResponse[_TopicPartitionErrors]
 
 
 # --------------------------------------------------------------------------- data plane
 
 
 class ApiVersionsResponse(ErrorFields, total=False):
+    """API_VERSIONS: the api keys this node serves (its roles decide)."""
+
     apis: list[list[int]]  # [api_key, min_version, max_version]
 
 
@@ -152,16 +175,16 @@ class _MetadataTopic(TypedDict):
 
 
 class MetadataResponse(ErrorFields, total=False):
+    """METADATA: the brokers and the topics of the answering broker's image."""
+
     cluster_id: str
     controller_id: int
     brokers: list[_Broker]
     topics: list[_MetadataTopic]
 
 
-class ProducePartition(TypedDict):
+class ProducePartition(_Outcome):
     partition: int
-    error: int
-    message: NotRequired[str | None]
     base_offset: NotRequired[int]
     log_append_time: NotRequired[int]
     log_start_offset: NotRequired[int]
@@ -173,6 +196,8 @@ class _ProduceTopic(TypedDict):
 
 
 class ProduceResponse(ErrorFields, total=False):
+    """PRODUCE: per partition, the base offset of the appended batches or why not."""
+
     topics: list[_ProduceTopic]
     throttle_time_ms: int  # > 0: over a byte-rate quota (security/throttle.py)
 
@@ -182,13 +207,11 @@ class _DivergingEpoch(TypedDict):
     end_offset: int
 
 
-class FetchPartition(TypedDict):
+class FetchPartition(_Outcome):
     """One partition of a FETCH answer; its ``records_len`` bytes follow the head on the wire,
     in body order (``wire/protocol.py``)."""
 
     partition: int
-    error: int
-    message: NotRequired[str | None]
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -204,14 +227,14 @@ class _FetchTopic(TypedDict):
 
 
 class FetchResponse(ErrorFields, total=False):
+    """FETCH: per partition, its offsets and how many record bytes follow the head."""
+
     topics: list[_FetchTopic]
     throttle_time_ms: int
 
 
-class _ListOffsetsPartition(TypedDict):
+class _ListOffsetsPartition(_Outcome):
     partition: int
-    error: int
-    message: NotRequired[str | None]
     offset: NotRequired[int]
     timestamp: NotRequired[int]
     leader_epoch: NotRequired[int]
@@ -222,41 +245,30 @@ class _ListOffsetsTopic(TypedDict):
     partitions: list[_ListOffsetsPartition]
 
 
-class ListOffsetsResponse(ErrorFields, total=False):
-    topics: list[_ListOffsetsTopic]
+ListOffsetsResponse = TopicsResponse[_ListOffsetsTopic]
 
 
-class _CreatedTopic(_TopicError):
+class CreatedTopic(_TopicError):
     topic_id: NotRequired[str | None]
     num_partitions: NotRequired[int]
     replication_factor: NotRequired[int]
 
 
-class CreateTopicsResponse(MetadataOffsetResponse, total=False):
-    topics: list[_CreatedTopic]
-
-
-class TopicErrorsResponse(MetadataOffsetResponse, total=False):
-    """DELETE_TOPICS, CREATE_PARTITIONS, ALTER_CONFIGS."""
-
-    topics: list[_TopicError]
+CreateTopicsResponse = TopicsResponse[CreatedTopic]
 
 
 class _ConfigsTopic(_TopicError):
     configs: NotRequired[dict[str, str]]
 
 
-class DescribeConfigsResponse(ErrorFields, total=False):
-    topics: list[_ConfigsTopic]
+DescribeConfigsResponse = TopicsResponse[_ConfigsTopic]
 
 
 class InitProducerIdResponse(ErrorFields, total=False):
+    """INIT_PRODUCER_ID: the producer id and epoch to write with."""
+
     producer_id: int
     producer_epoch: int
-
-
-class ElectLeadersResponse(MetadataOffsetResponse, total=False):
-    topics: list[_TopicPartitionErrors]
 
 
 class _Coordinator(TypedDict):
@@ -269,6 +281,8 @@ class _Coordinator(TypedDict):
 
 
 class FindCoordinatorResponse(ErrorFields, total=False):
+    """FIND_COORDINATOR: per key, the broker that coordinates it."""
+
     coordinators: list[_Coordinator]
 
 
@@ -276,10 +290,14 @@ class FindCoordinatorResponse(ErrorFields, total=False):
 
 
 class BrokerRegistrationResponse(ErrorFields, total=False):
+    """BROKER_REGISTRATION: the epoch of this broker incarnation."""
+
     broker_epoch: int
 
 
 class BrokerHeartbeatResponse(ErrorFields, total=False):
+    """BROKER_HEARTBEAT: what the controller wants of the broker."""
+
     is_caught_up: bool
     is_fenced: bool
     should_shutdown: bool
@@ -292,6 +310,8 @@ class _Snapshot(TypedDict):
 
 
 class MetadataFetchResponse(ErrorFields, total=False):
+    """METADATA_FETCH: committed @metadata records from an offset, or a snapshot."""
+
     leader_id: int
     entries: list[list[Any]]  # [offset, epoch, record]
     committed_offset: int
@@ -300,6 +320,8 @@ class MetadataFetchResponse(ErrorFields, total=False):
 
 
 class AlterPartitionResponse(ErrorFields, total=False):
+    """ALTER_PARTITION: the partition's registration after the ISR change."""
+
     leader: int
     leader_epoch: int
     partition_epoch: int
@@ -324,6 +346,8 @@ class _QuorumVoter(TypedDict):
 
 
 class DescribeQuorumResponse(ErrorFields, total=False):
+    """DESCRIBE_QUORUM: the leader, and each voter's and observer's progress."""
+
     leader_id: int
     epoch: int
     high_watermark: int
@@ -341,17 +365,13 @@ class RaftVoterResponse(ErrorFields, total=False):
 
 
 class ConsumerGroupHeartbeatResponse(ErrorFields, total=False):
+    """CONSUMER_GROUP_HEARTBEAT (forwarded): the member's epoch and target assignment."""
+
     member_id: str
     member_epoch: int
     heartbeat_interval_ms: int
     assignment: list[_TopicPartitions] | None
     metadata_offset: int
-
-
-class OffsetCommitResponse(ErrorFields, total=False):
-    """OFFSET_COMMIT, ALTER_GROUP_OFFSETS, TXN_OFFSET_COMMIT."""
-
-    topics: list[_TopicPartitionErrors]
 
 
 class _FetchedOffset(TypedDict):
@@ -367,8 +387,7 @@ class _FetchedOffsetsTopic(TypedDict):
     partitions: list[_FetchedOffset]
 
 
-class OffsetFetchResponse(ErrorFields, total=False):
-    topics: list[_FetchedOffsetsTopic]
+OffsetFetchResponse = TopicsResponse[_FetchedOffsetsTopic]
 
 
 class _ListedGroup(TypedDict):
@@ -379,6 +398,8 @@ class _ListedGroup(TypedDict):
 
 
 class ListGroupsResponse(ErrorFields, total=False):
+    """LIST_GROUPS: the groups the answering broker knows or coordinates."""
+
     groups: list[_ListedGroup]
 
 
@@ -393,10 +414,8 @@ class _GroupMember(TypedDict):
     pending_revocation: NotRequired[list[_TopicPartitions]]
 
 
-class _DescribedGroup(TypedDict):
+class _DescribedGroup(_Outcome):
     group_id: str
-    error: int
-    message: NotRequired[str | None]
     state: NotRequired[str]
     group_epoch: NotRequired[int]
     assignment_epoch: NotRequired[int]
@@ -405,24 +424,22 @@ class _DescribedGroup(TypedDict):
 
 
 class DescribeGroupsResponse(ErrorFields, total=False):
+    """DESCRIBE_GROUPS: per group, its state, members and offsets."""
+
     groups: list[_DescribedGroup]
 
 
-class _GroupError(TypedDict):
+class _GroupError(_Outcome):
     group_id: str
-    error: int
-    message: NotRequired[str | None]
 
 
 class DeleteGroupsResponse(ErrorFields, total=False):
+    """DELETE_GROUPS: per group, deleted or why not (NON_EMPTY_GROUP...)."""
+
     groups: list[_GroupError]
 
 
 # --------------------------------------------------------------------------- transactions
-
-
-class AddPartitionsToTxnResponse(ErrorFields, total=False):
-    topics: list[_TopicPartitionErrors]
 
 
 class _MarkerResult(TypedDict):
@@ -431,13 +448,13 @@ class _MarkerResult(TypedDict):
 
 
 class WriteTxnMarkersResponse(ErrorFields, total=False):
+    """WRITE_TXN_MARKERS: per producer and partition, the marker's outcome."""
+
     markers: list[_MarkerResult]
 
 
-class _DescribedTransaction(TypedDict):
+class _DescribedTransaction(_Outcome):
     transactional_id: str
-    error: int
-    message: NotRequired[str | None]
     state: NotRequired[str]
     producer_id: NotRequired[int]
     producer_epoch: NotRequired[int]
@@ -448,6 +465,8 @@ class _DescribedTransaction(TypedDict):
 
 
 class DescribeTransactionsResponse(ErrorFields, total=False):
+    """DESCRIBE_TRANSACTIONS: per transactional id, its state and partitions."""
+
     transactions: list[_DescribedTransaction]
 
 
@@ -459,6 +478,8 @@ class _ListedTransaction(TypedDict):
 
 
 class ListTransactionsResponse(ErrorFields, total=False):
+    """LIST_TRANSACTIONS: the ids the answering broker coordinates."""
+
     transactions: list[_ListedTransaction]
 
 
@@ -479,29 +500,32 @@ class _ProducersTopic(TypedDict):
     partitions: list[_ProducersPartition]
 
 
-class DescribeProducersResponse(ErrorFields, total=False):
-    topics: list[_ProducersTopic]
+DescribeProducersResponse = TopicsResponse[_ProducersTopic]
 
 
 # --------------------------------------------------------------------------- security
 
 
 class SaslHandshakeResponse(ErrorFields, total=False):
+    """SASL_HANDSHAKE: the mechanisms the listener enables."""
+
     mechanisms: list[str]
 
 
 class SaslAuthenticateResponse(ErrorFields, total=False):
+    """SASL_AUTHENTICATE: the server's SCRAM message (server-first, then -final)."""
+
     auth_bytes: bytes
 
 
-class _ScramResult(TypedDict):
+class _ScramResult(_Outcome):
     user: str
     mechanism: str
-    error: int
-    message: NotRequired[str | None]
 
 
 class AlterUserScramCredentialsResponse(MetadataOffsetResponse, total=False):
+    """ALTER_USER_SCRAM_CREDENTIALS (forwarded): per user and mechanism, the outcome."""
+
     results: list[_ScramResult]
 
 
@@ -510,30 +534,26 @@ class _ScramCredential(TypedDict):
     iterations: int
 
 
-class _ScramUser(TypedDict):
+class _ScramUser(_Outcome):
     user: str
-    error: int
-    message: NotRequired[str | None]
     credentials: list[_ScramCredential]
 
 
 class DescribeUserScramCredentialsResponse(ErrorFields, total=False):
+    """DESCRIBE_USER_SCRAM_CREDENTIALS: per user, its mechanisms (never a secret)."""
+
     users: list[_ScramUser]
 
 
-class AclEntry(TypedDict):
-    """An access control entry (``security/acl.py``), as CREATE_ACLS sends it."""
-
-    principal: str
-    resource_type: str
-    pattern_type: str
-    resource_name: str
-    operation: str
-    permission: str
-    host: str
+# an access control entry (security/acl.py): the keys of the request schema's _ACL
+# (wire/apis.py), every value a str — a map, not a second TypedDict spelling the same seven
+# fields as _ACL and metadata.security.Acl already do
+AclEntry = dict[str, str]
 
 
 class DescribeAclsResponse(ErrorFields, total=False):
+    """DESCRIBE_ACLS: the entries of the image that match the filter."""
+
     acls: list[AclEntry]
 
 
@@ -542,6 +562,8 @@ class _DeleteAclsResult(ErrorFields, total=False):
 
 
 class DeleteAclsResponse(MetadataOffsetResponse, total=False):
+    """DELETE_ACLS (forwarded): per filter, the entries it removed."""
+
     results: list[_DeleteAclsResult]
 
 
@@ -561,6 +583,8 @@ class _QuotaUsage(TypedDict):
 
 
 class DescribeClientQuotasResponse(ErrorFields, total=False):
+    """DESCRIBE_CLIENT_QUOTAS: the quota entries, and what this broker measured."""
+
     entries: list[_QuotaEntry]
     usage: list[_QuotaUsage]  # what the answering broker measured
 
@@ -581,6 +605,8 @@ class _Reassignment(TypedDict):
 
 
 class ListPartitionReassignmentsResponse(ErrorFields, total=False):
+    """LIST_PARTITION_REASSIGNMENTS: the moves under way (log end offsets from leaders)."""
+
     reassignments: list[_Reassignment]
 
 
@@ -591,56 +617,6 @@ class _MovedPartition(TypedDict):
 
 
 class DecommissionBrokerResponse(MetadataOffsetResponse, total=False):
+    """DECOMMISSION_BROKER (forwarded): the partitions moved off the broker."""
+
     moved: list[_MovedPartition]
-
-
-RESPONSES: dict[ApiKey, type] = {
-    ApiKey.API_VERSIONS: ApiVersionsResponse,
-    ApiKey.METADATA: MetadataResponse,
-    ApiKey.PRODUCE: ProduceResponse,
-    ApiKey.FETCH: FetchResponse,
-    ApiKey.LIST_OFFSETS: ListOffsetsResponse,
-    ApiKey.CREATE_TOPICS: CreateTopicsResponse,
-    ApiKey.DELETE_TOPICS: TopicErrorsResponse,
-    ApiKey.DESCRIBE_CONFIGS: DescribeConfigsResponse,
-    ApiKey.CREATE_PARTITIONS: TopicErrorsResponse,
-    ApiKey.INIT_PRODUCER_ID: InitProducerIdResponse,
-    ApiKey.ALTER_CONFIGS: TopicErrorsResponse,
-    ApiKey.ELECT_LEADERS: ElectLeadersResponse,
-    ApiKey.FIND_COORDINATOR: FindCoordinatorResponse,
-    ApiKey.BROKER_REGISTRATION: BrokerRegistrationResponse,
-    ApiKey.BROKER_HEARTBEAT: BrokerHeartbeatResponse,
-    ApiKey.METADATA_FETCH: MetadataFetchResponse,
-    ApiKey.ALTER_PARTITION: AlterPartitionResponse,
-    ApiKey.DESCRIBE_QUORUM: DescribeQuorumResponse,
-    ApiKey.ADD_RAFT_VOTER: RaftVoterResponse,
-    ApiKey.REMOVE_RAFT_VOTER: RaftVoterResponse,
-    ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupHeartbeatResponse,
-    ApiKey.OFFSET_COMMIT: OffsetCommitResponse,
-    ApiKey.OFFSET_FETCH: OffsetFetchResponse,
-    ApiKey.LIST_GROUPS: ListGroupsResponse,
-    ApiKey.DESCRIBE_GROUPS: DescribeGroupsResponse,
-    ApiKey.DELETE_GROUPS: DeleteGroupsResponse,
-    ApiKey.ALTER_GROUP_OFFSETS: OffsetCommitResponse,
-    ApiKey.ADD_PARTITIONS_TO_TXN: AddPartitionsToTxnResponse,
-    ApiKey.ADD_OFFSETS_TO_TXN: ErrorFields,
-    ApiKey.END_TXN: ErrorFields,
-    ApiKey.WRITE_TXN_MARKERS: WriteTxnMarkersResponse,
-    ApiKey.TXN_OFFSET_COMMIT: OffsetCommitResponse,
-    ApiKey.DESCRIBE_TRANSACTIONS: DescribeTransactionsResponse,
-    ApiKey.LIST_TRANSACTIONS: ListTransactionsResponse,
-    ApiKey.DESCRIBE_PRODUCERS: DescribeProducersResponse,
-    ApiKey.SASL_HANDSHAKE: SaslHandshakeResponse,
-    ApiKey.SASL_AUTHENTICATE: SaslAuthenticateResponse,
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: AlterUserScramCredentialsResponse,
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: DescribeUserScramCredentialsResponse,
-    ApiKey.CREATE_ACLS: ResultsResponse,
-    ApiKey.DESCRIBE_ACLS: DescribeAclsResponse,
-    ApiKey.DELETE_ACLS: DeleteAclsResponse,
-    ApiKey.ALTER_CLIENT_QUOTAS: ResultsResponse,
-    ApiKey.DESCRIBE_CLIENT_QUOTAS: DescribeClientQuotasResponse,
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: MetadataOffsetResponse,
-    ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsResponse,
-    ApiKey.DECOMMISSION_BROKER: DecommissionBrokerResponse,
-    ApiKey.UNREGISTER_BROKER: MetadataOffsetResponse,
-}

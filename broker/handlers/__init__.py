@@ -64,7 +64,7 @@ from rafka.wire.api_table import Route, keys_routed
 from rafka.wire.connection import ConnectionPool
 from rafka.wire.errors import ErrorCode, error_for
 from rafka.wire.protocol import ApiKey, Request
-from rafka.wire.responses import CreateTopicsResponse
+from rafka.wire.responses import CreatedTopic, TopicsResponse
 
 __all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS", "QUORUM_APIS", "CONTROLLER_APIS",
            "GROUP_BROKER_APIS", "TXN_BROKER_APIS"]
@@ -238,7 +238,7 @@ class NodeApi:
             live = max(1, sum(1 for b in image.cluster.brokers.values() if not b.fenced))
             body = {"topics": [INTERNAL_TOPIC_SPECS[n](live) for n in missing],
                     "timeout_ms": INTERNAL_CREATE_TIMEOUT_MS}
-            answer = cast(CreateTopicsResponse,
+            answer = cast(TopicsResponse[CreatedTopic],
                           await admin.forward(self.channel, self.publisher, ApiKey.CREATE_TOPICS, body))
             errors = [t for t in answer.get("topics") or []
                       if t.get("error") not in (0, ErrorCode.TOPIC_ALREADY_EXISTS, None)]

@@ -29,7 +29,6 @@ from rafka.security import authz
 from rafka.wire.api_table import API_TABLE, AclScope, Route, controller_keys, keys_routed, spec_of
 from rafka.wire.apis import SCHEMAS, ApiKey
 from rafka.wire.connection import connect
-from rafka.wire.responses import RESPONSES
 
 from tests.broker.harness import (
     batch,
@@ -46,7 +45,7 @@ def test_every_key_has_a_row_with_schemas_route_and_acl() -> None:
     for key, spec in API_TABLE.items():
         assert spec.key is key
         assert spec.request is SCHEMAS[key]
-        assert is_typeddict(spec.response) and spec.response is RESPONSES[key], key
+        assert is_typeddict(get_origin(spec.response) or spec.response), key
         assert isinstance(spec.route, Route), key
         assert spec.acl.scope is AclScope.NONE or spec.acl.operation, f"{key.name}: no ACL operation"
         assert spec.since, key
@@ -110,14 +109,20 @@ def conforms(tp: Any, value: Any, path: str) -> None:
     origin = get_origin(tp)
     if tp is Any:
         return
-    if is_typeddict(tp):
+    if is_typeddict(tp) or is_typeddict(origin):  # a TypedDict, or a generic one's alias
+        td = origin if is_typeddict(origin) else tp
+        bound = dict(zip(getattr(td, "__parameters__", ()), get_args(tp), strict=False))
         assert isinstance(value, dict), f"{path}: expected a map, got {value!r}"
-        hints = get_type_hints(tp)
-        missing = tp.__required_keys__ - value.keys()
+        hints = get_type_hints(td)
+        missing = td.__required_keys__ - value.keys()
         assert not missing, f"{path}: missing {sorted(missing)} in {sorted(value)}"
         for k, v in value.items():
             if k in hints:
-                conforms(hints[k], v, f"{path}.{k}")
+                hint = hints[k]
+                params = getattr(hint, "__parameters__", ())
+                if params:  # list[T] of TopicsResponse[X] -> list[X]
+                    hint = hint[tuple(bound[p] for p in params)]
+                conforms(hint, v, f"{path}.{k}")
     elif origin is list:
         assert isinstance(value, list), f"{path}: expected a list, got {value!r}"
         for i, item in enumerate(value):
@@ -149,15 +154,23 @@ def conforms(tp: Any, value: Any, path: str) -> None:
 
 def test_conforms_rejects_a_wrong_shape() -> None:
     good = {"topics": [{"name": "t", "partitions": [{"partition": 0, "error": 0, "base_offset": 3}]}]}
-    conforms(RESPONSES[ApiKey.PRODUCE], good, "produce")
+    conforms(API_TABLE[ApiKey.OFFSET_COMMIT].response, good, "offset commit")  # a TopicsResponse[...]
+    conforms(API_TABLE[ApiKey.PRODUCE].response, good, "produce")
     for bad in ({"topics": [{"name": "t"}]},
                 {"topics": [{"name": "t", "partitions": [{"partition": "0", "error": 0}]}]}):
         try:
-            conforms(RESPONSES[ApiKey.PRODUCE], bad, "produce")
+            conforms(API_TABLE[ApiKey.PRODUCE].response, bad, "produce")
         except AssertionError:
             continue
         raise AssertionError(f"accepted {bad}")
-    conforms(RESPONSES[ApiKey.PRODUCE], {"error": 87, "message": "no"}, "error answer")
+    bad_commit = {"topics": [{"name": "t", "partitions": [{"partition": 0}]}]}  # no error
+    try:
+        conforms(API_TABLE[ApiKey.OFFSET_COMMIT].response, bad_commit, "offset commit")
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError(f"accepted {bad_commit}")
+    conforms(API_TABLE[ApiKey.PRODUCE].response, {"error": 87, "message": "no"}, "error answer")
 
 
 async def test_real_answers_conform_to_their_response_types(tmp_path: Path) -> None:
@@ -255,3 +268,10 @@ async def test_controller_group_and_txn_answers_conform(tmp_path: Path) -> None:
         reg = await svc.handlers[ApiKey.BROKER_REGISTRATION](
             {"broker_id": 2, "incarnation_id": "x", "host": "127.0.0.1", "port": 1})
         conforms(API_TABLE[ApiKey.BROKER_REGISTRATION].response, reg, "BROKER_REGISTRATION")
+
+
+def test_acl_entry_type_is_the_request_schemas() -> None:
+    from rafka.wire.apis import _ACL
+    from rafka.wire.responses import AclEntry
+
+    assert AclEntry == dict[str, str] and set(_ACL.values()) == {str}
