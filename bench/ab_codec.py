@@ -43,18 +43,28 @@ def produce(n):
             "topics": [{"name": "t", "partitions": [{"partition": 0, "records": b"r" * n}]}]}
 small, large = produce(16384), produce(1 << 20)
 
-def encode_small():
-    conn._small_frame(ApiKey.PRODUCE, 7, small)
+if hasattr(conn, "_encoder"):  # the codec's RequestEncoder, as Connection calls it
+    encoder = conn._encoder
 
-def encode_large():
-    assert conn._small_frame(ApiKey.PRODUCE, 7, large) is None
-    view = conn._encoder.payload() if hasattr(conn, "_encoder") else conn._packer.getbuffer()
-    len(view)
-    view.release()
+    def encode_small():
+        return encoder.frame(ApiKey.PRODUCE, 7, small, split_at=65536)
 
-encode_small()
-frame = conn._small_frame(ApiKey.PRODUCE, 7, small)
-payload = frame[4:]
+    def encode_large():
+        assert encoder.frame(ApiKey.PRODUCE, 7, large, split_at=65536) is None
+        view = encoder.payload()
+        len(view)
+        view.release()
+else:  # before: Connection packed frames itself
+    def encode_small():
+        return conn._small_frame(ApiKey.PRODUCE, 7, small)
+
+    def encode_large():
+        assert conn._small_frame(ApiKey.PRODUCE, 7, large) is None
+        view = conn._packer.getbuffer()
+        len(view)
+        view.release()
+
+payload = encode_small()[4:]
 fetch_body = {"topics": [{"name": "t", "partitions": [{
     "partition": 0, "error": 0, "message": None, "high_watermark": 1000, "log_start_offset": 0,
     "log_end_offset": 1000, "diverging_epoch": None, "records_len": 16384,

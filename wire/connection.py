@@ -218,7 +218,8 @@ class Connection:
         if fd < 0:
             return None
         cid = self._next_cid
-        frame = self._small_frame(api_key, cid, body)
+        # the codec's frame (RequestEncoder), or None from _SPLIT_WRITE_BYTES on
+        frame = self._encoder.frame(api_key, cid, body, split_at=_SPLIT_WRITE_BYTES)
         if frame is None:
             return None
         try:
@@ -234,13 +235,6 @@ class Connection:
             self._send_lock.acquire_nowait()  # no other frame may start before the rest
             pending._rest = memoryview(frame)[sent:]
         return pending
-
-    def _small_frame(self, api_key: int, cid: int, body: dict[str, Any]) -> bytes | None:
-        """Encode the request (``RequestEncoder``): its whole frame, or None from
-        ``_SPLIT_WRITE_BYTES`` on — the payload then waits in the encoder's buffer, written in
-        two parts by ``_send``. Used under the send lock or without a wait."""
-        n = self._encoder.pack(api_key, cid, body)
-        return self._encoder.frame() if n < _SPLIT_WRITE_BYTES else None
 
     async def _finish_send(self, rest: memoryview) -> None:
         """Write the rest of a frame ``send_request_nowait`` began (its send lock held); a
@@ -277,7 +271,7 @@ class Connection:
         cost more than the copies themselves)."""
         try:
             async with self._send_lock:
-                frame = self._small_frame(api_key, cid, body)
+                frame = self._encoder.frame(api_key, cid, body, split_at=_SPLIT_WRITE_BYTES)
                 if frame is not None:
                     await self.stream.send_all(frame)
                 else:  # the encoder's buffer holds the payload

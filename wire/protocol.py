@@ -191,13 +191,14 @@ _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 class RequestEncoder:
     """Request frames from one reused msgpack buffer: the one request encoder of both sides.
 
-    ``pack(...)`` encodes a request payload into the buffer and returns its length; then
-    either ``frame()`` (prefix + payload as new bytes: one copy) or, for a large payload the
-    caller writes in two parts without a frame-sized copy, ``frame_prefix(n)`` and
-    ``payload()`` (a view of the buffer the caller releases before the next ``pack``). The
-    buffer is kept between requests: a large produce is copied once, into it, and written from
-    it (faulting in a fresh megabyte per request cost more than the copies themselves).
-    Not shared between tasks that may interleave a ``pack`` and its ``frame``/``payload``.
+    ``frame(...)`` encodes a request and returns its whole frame (length prefix included, new
+    bytes); with ``split_at`` a payload of that many bytes or more is left in the buffer
+    instead (``None`` returned) for a caller that writes a large frame in two parts without a
+    frame-sized copy: ``frame_prefix(len(view))`` then the view ``payload()`` gives (released
+    before the next ``frame``). The buffer is kept between requests: a large produce is copied
+    once, into it, and written from it (faulting in a fresh megabyte per request cost more
+    than the copies themselves). Not shared between tasks that may interleave a ``frame`` and
+    its ``payload``.
     """
 
     __slots__ = ("_packer", "client_id")
@@ -206,30 +207,33 @@ class RequestEncoder:
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)
         self.client_id = client_id
 
-    def pack(self, api_key: int, correlation_id: int, body: dict[str, Any], *,
-             api_version: int = API_VERSION) -> int:
-        """Encode one request's payload into the buffer; its length in bytes."""
+    def frame(self, api_key: int, correlation_id: int, body: dict[str, Any], *,
+              api_version: int = API_VERSION, split_at: int | None = None) -> bytes | None:
+        """The request's whole frame; None (the payload left in the buffer) from ``split_at``
+        bytes of payload on."""
         packer = self._packer
         packer.reset()
         packer.pack([int(api_key), api_version, correlation_id, self.client_id, body])
-        with packer.getbuffer() as view:
-            return len(view)
-
-    def frame(self) -> bytes:
-        """The whole frame (length prefix included) of the last ``pack``."""
-        with self._packer.getbuffer() as view:
-            return b"".join((_LEN.pack(len(view)), view))
+        view = packer.getbuffer()  # one view, released at once: the hot path of every request
+        try:
+            n = len(view)
+            if split_at is not None and n >= split_at:
+                return None
+            return _LEN.pack(n) + bytes(view)
+        finally:
+            view.release()
 
     def payload(self) -> memoryview:
-        """A view of the last ``pack``'s payload, valid until released (release it before the
-        next ``pack``)."""
+        """A view of the last ``frame``'s payload, valid until released (release it before the
+        next ``frame``)."""
         return self._packer.getbuffer()  # type: ignore[no-any-return]
 
     def encode(self, req: Request) -> bytes:
         """``req``'s whole frame."""
         self.client_id = req.client_id
-        self.pack(req.api_key, req.correlation_id, req.body, api_version=req.api_version)
-        return self.frame()
+        frame = self.frame(req.api_key, req.correlation_id, req.body, api_version=req.api_version)
+        assert frame is not None
+        return frame
 
 
 def encode_request(req: Request) -> bytes:
@@ -322,8 +326,7 @@ class ClientProtocol:
         self._next_cid = (cid + 1) & 0x7FFFFFFF
         if expect_response:
             self.in_flight.add(cid)
-        self._encoder.pack(api_key, cid, body)
-        return cid, self._encoder.frame()
+        return cid, self._encoder.encode(Request(int(api_key), cid, body, API_VERSION, self.client_id))
 
     def receive_data(self, data: bytes) -> None:
         self._decoder.receive_data(data)
