@@ -33,6 +33,7 @@ off a socket with fewer copies (``wire/frame_reader.py``) reads each length pref
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -236,9 +237,16 @@ class RequestEncoder:
         return frame
 
 
+_local = threading.local()  # one RequestEncoder per thread for encode_request
+
+
 def encode_request(req: Request) -> bytes:
-    """A whole frame (length prefix included) for ``req`` (``RequestEncoder.encode``)."""
-    return RequestEncoder(req.client_id).encode(req)
+    """A whole frame (length prefix included) for ``req`` (``RequestEncoder.encode``, with this
+    thread's encoder: building a Packer per call would cost more than the encoding)."""
+    encoder = getattr(_local, "encoder", None)
+    if encoder is None:
+        encoder = _local.encoder = RequestEncoder()
+    return encoder.encode(req)
 
 
 def peek_correlation_id(payload: bytes) -> int:
