@@ -5,8 +5,9 @@ Theory of operation
 ``Connection`` wraps a trio stream: it numbers requests (correlation ids) and matches
 responses to their waiters; every byte it writes is the codec's (``wire.protocol``'s
 ``RequestEncoder``; ``tests/protocol/test_codec_io.py`` compares them on loopback) and every
-frame it reads is decoded by ``decode_response``. ``request()`` writes a frame and waits for the response with the same correlation id; any number of callers may have
-requests in flight at once (bounded by ``max_in_flight``), so one connection carries a whole
+frame it reads is decoded by ``decode_response``. ``request()`` writes a frame and waits for
+the response with the same correlation id; any number of callers may have requests in flight
+at once (bounded by ``max_in_flight``), so one connection carries a whole
 pipeline. A single reader task, started in the nursery of whoever opened the connection
 (``await nursery.start(conn.run)`` or the ``connect()`` context manager), reads frames
 (``wire.frame_reader.FrameReader``: a large fetch response is received straight into its own

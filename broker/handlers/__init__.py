@@ -12,12 +12,13 @@ off it, and ``NodeApi.broker_handlers`` holds one handler per ``Route.BROKER`` r
    DESCRIBE_CONFIGS, the partition leader's WRITE_TXN_MARKERS / DESCRIBE_PRODUCERS, the image's
    listings) → this broker's handlers (``data``, ``txn_data``, ``metadata_api``…), if it is a
    broker;
-2. admin APIs and CONSUMER_GROUP_HEARTBEAT (``Route.FORWARDED``) → forwarded to the active controller
-   (``admin.forward``), unless the body carries ``_forwarded`` and this node is a controller: then
-   its controller answers; the other group APIs (31–36: offsets, group admin) are answered here
-   by ``broker.groups.offsets.GroupOffsetsManager`` (this broker must lead the group's
+2. admin APIs and CONSUMER_GROUP_HEARTBEAT (``Route.FORWARDED``) → forwarded to the active
+   controller (``admin.forward``), unless the body carries ``_forwarded`` and this node is a
+   controller: then its controller answers; the other group APIs (``Route.GROUP_COORDINATOR``,
+   31–36: offsets, group admin) are answered here by ``broker.groups.offsets.GroupOffsetsManager`` (this broker must lead the group's
    ``__consumer_offsets`` partition, else ``NOT_COORDINATOR``), TXN_OFFSET_COMMIT (44) too;
-   the transaction APIs (40-42, 45, 46, and INIT_PRODUCER_ID with a ``transactional_id``) by
+   the transaction APIs (``Route.TXN_COORDINATOR``, 40-42, 45, 46, and INIT_PRODUCER_ID with a
+   ``transactional_id``) by
    ``broker.txn.coordinator.TxnCoordinator`` (this broker must lead the id's
    ``__transaction_state`` partition, else ``NOT_COORDINATOR``); its background tasks run in the
    node's nursery (``NodeApi.txn.run``);
@@ -28,8 +29,9 @@ off it, and ``NodeApi.broker_handlers`` holds one handler per ``Route.BROKER`` r
    (unsecured clusters, older brokers) then just finds them existing; FIND_COORDINATOR
    (``coordinator``: the broker leading a group's / transactional id's internal partition)
    first does the same for the internal topic of its key type;
-3. controller and quorum APIs (``Route.CONTROLLER`` / ``Route.QUORUM``, 20–26) → this node's ``ControllerService.handlers`` if it is a controller;
-   a broker-only node answers ``NOT_CONTROLLER`` with the leader it last saw.
+3. controller and quorum APIs (``Route.CONTROLLER`` / ``Route.QUORUM``, 20–26) → this node's
+   ``ControllerService.handlers`` if it is a controller; a broker-only node answers
+   ``NOT_CONTROLLER`` with the leader it last saw.
 
 Handlers are plain async functions of (request body, broker state); all I/O waits (long-poll,
 acks, forwarding) are awaited inside them and bounded by the request's own timeouts.
