@@ -124,7 +124,7 @@ _VOTERS = "e1666fb (dynamic quorum, KIP-853)"
 
 _K = ApiKey
 _R = Route
-# key: (response, route, acl, since[, also])
+# key: (response, route, acl, since[, also]) — one line per API
 _ROWS: dict[ApiKey, tuple[Any, ...]] = {
     _K.API_VERSIONS: (r.ApiVersionsResponse, _R.NODE, _NO_ACL, _SKELETON),
     _K.METADATA: (r.MetadataResponse, _R.BROKER, _topics("describe"), _SKELETON),
@@ -133,15 +133,12 @@ _ROWS: dict[ApiKey, tuple[Any, ...]] = {
     _K.LIST_OFFSETS: (r.ListOffsetsResponse, _R.BROKER, _topics("describe"), _SKELETON),
     _K.CREATE_TOPICS: (r.CreateTopicsResponse, _R.FORWARDED, _topics("create"), _SKELETON),
     _K.DELETE_TOPICS: (r.TopicErrorsResponse, _R.FORWARDED, _topics("delete"), _SKELETON),
-    _K.DESCRIBE_CONFIGS: (r.DescribeConfigsResponse, _R.BROKER, _topics("describe_configs"),
-                          _SKELETON, frozenset({_R.CONTROLLER})),
+    _K.DESCRIBE_CONFIGS: (r.DescribeConfigsResponse, _R.BROKER, _topics("describe_configs"), _SKELETON, frozenset({_R.CONTROLLER})),
     _K.CREATE_PARTITIONS: (r.TopicErrorsResponse, _R.FORWARDED, _topics("alter"), _SKELETON),
-    _K.INIT_PRODUCER_ID: (r.InitProducerIdResponse, _R.FORWARDED, Acl(AclScope.PRODUCER_ID, "write"),
-                          _SKELETON, frozenset({_R.TXN_COORDINATOR})),
+    _K.INIT_PRODUCER_ID: (r.InitProducerIdResponse, _R.FORWARDED, Acl(AclScope.PRODUCER_ID, "write"), _SKELETON, frozenset({_R.TXN_COORDINATOR})),
     _K.ALTER_CONFIGS: (r.TopicErrorsResponse, _R.FORWARDED, _topics("alter_configs"), _SKELETON),
     _K.ELECT_LEADERS: (r.PartitionErrorsResponse, _R.FORWARDED, _cluster("alter"), _SKELETON),
-    _K.FIND_COORDINATOR: (r.FindCoordinatorResponse, _R.BROKER, Acl(AclScope.COORDINATOR_KEYS, "describe"),
-                          "bec231f (issue 14: coordinator lookup)"),
+    _K.FIND_COORDINATOR: (r.FindCoordinatorResponse, _R.BROKER, Acl(AclScope.COORDINATOR_KEYS, "describe"), "bec231f (issue 14: coordinator lookup)"),
     _K.BROKER_REGISTRATION: (r.BrokerRegistrationResponse, _R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
     _K.BROKER_HEARTBEAT: (r.BrokerHeartbeatResponse, _R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
     _K.METADATA_FETCH: (r.MetadataFetchResponse, _R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
@@ -170,10 +167,8 @@ _ROWS: dict[ApiKey, tuple[Any, ...]] = {
     # authorizer, only a super user passes, as for the voter changes
     _K.SASL_HANDSHAKE: (r.SaslHandshakeResponse, _R.SASL, _cluster("all"), _SECURITY),
     _K.SASL_AUTHENTICATE: (r.SaslAuthenticateResponse, _R.SASL, _cluster("all"), _SECURITY),
-    _K.ALTER_USER_SCRAM_CREDENTIALS: (r.AlterUserScramCredentialsResponse, _R.FORWARDED, _cluster("alter"),
-                                      _SECURITY),
-    _K.DESCRIBE_USER_SCRAM_CREDENTIALS: (r.DescribeUserScramCredentialsResponse, _R.BROKER, _cluster("describe"),
-                                         _SECURITY),
+    _K.ALTER_USER_SCRAM_CREDENTIALS: (r.AlterUserScramCredentialsResponse, _R.FORWARDED, _cluster("alter"), _SECURITY),
+    _K.DESCRIBE_USER_SCRAM_CREDENTIALS: (r.DescribeUserScramCredentialsResponse, _R.BROKER, _cluster("describe"), _SECURITY),
     _K.CREATE_ACLS: (r.ResultsResponse, _R.FORWARDED, _cluster("alter"), _ACLS),
     _K.DESCRIBE_ACLS: (r.DescribeAclsResponse, _R.BROKER, _cluster("describe"), _ACLS),
     _K.DELETE_ACLS: (r.DeleteAclsResponse, _R.FORWARDED, _cluster("alter"), _ACLS),
@@ -181,8 +176,7 @@ _ROWS: dict[ApiKey, tuple[Any, ...]] = {
     _K.ALTER_CLIENT_QUOTAS: (r.ResultsResponse, _R.FORWARDED, _cluster("alter_configs"), _QUOTAS),
     _K.DESCRIBE_CLIENT_QUOTAS: (r.DescribeClientQuotasResponse, _R.BROKER, _cluster("describe_configs"), _QUOTAS),
     _K.ALTER_PARTITION_REASSIGNMENTS: (r.MetadataOffsetResponse, _R.FORWARDED, _cluster("alter"), _REASSIGN),
-    _K.LIST_PARTITION_REASSIGNMENTS: (r.ListPartitionReassignmentsResponse, _R.BROKER, _cluster("describe"),
-                                      _REASSIGN),
+    _K.LIST_PARTITION_REASSIGNMENTS: (r.ListPartitionReassignmentsResponse, _R.BROKER, _cluster("describe"), _REASSIGN),
     _K.DECOMMISSION_BROKER: (r.DecommissionBrokerResponse, _R.FORWARDED, _cluster("alter"), _REASSIGN),
     _K.UNREGISTER_BROKER: (r.MetadataOffsetResponse, _R.FORWARDED, _cluster("alter"), _REASSIGN),
 }
