@@ -66,6 +66,7 @@ from rafka.wire.connection import connect, parse_address
 from rafka.wire.protocol import ApiKey
 
 from bench.cluster import cluster
+from bench.pacing import send_latencies_ms
 from bench.peers import confluent_produce_cpu_us, nats_rates, raw_socket_to_file_mb_s
 
 N_RECORDS = 300_000
@@ -144,24 +145,8 @@ def _pure(fn: str, *args: Any, **kw: Any) -> tuple[float, float]:
 
 
 def _latencies_ms(bootstrap: str, topic: str, rate: int = 5000, seconds: float = 3.0) -> list[float]:
-    lat: list[float] = []
     with Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=0, enable_idempotence=False) as p:
-        p.send(topic, value=VALUE, key=KEYS[0]).result(timeout=30)
-        futs = []
-        t_start = time.perf_counter()
-        n = int(rate * seconds)
-        for i in range(n):
-            due = t_start + i / rate
-            while (now := time.perf_counter()) < due:
-                time.sleep(min(0.001, due - now))
-            sent = time.perf_counter()
-            f = p.send(topic, value=VALUE, key=KEYS[i & 1023])
-            f.add_done_callback(lambda _f, s=sent: lat.append((time.perf_counter() - s) * 1000))
-            futs.append(f)
-        p.flush()
-        for f in futs:
-            f.result(timeout=30)
-    return lat
+        return send_latencies_ms(p, topic, rate, seconds, VALUE, KEYS)
 
 
 async def _large_batch_mb_s(bootstrap: str, topic: str, total_mb: int = LARGE_MB, in_flight: int = 8) -> float:

@@ -52,6 +52,7 @@ from typing import Any
 from rafka.client import Admin, Consumer, Producer, TopicPartition
 
 from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
+from bench.pacing import send_latencies_ms
 from rafka.cluster import cluster_down, cluster_up, free_port_block, is_running
 
 N_RECORDS = 200_000
@@ -115,19 +116,11 @@ def _producer_rate(bootstrap: str, topic: str, n: int) -> float:
         return n / (time.perf_counter() - t0)
 
 
-def _paced(rate: int, seconds: float) -> Iterator[int]:
-    t_start = time.perf_counter()
-    for i in range(int(rate * seconds)):
-        due = t_start + i / rate
-        while (now := time.perf_counter()) < due:
-            time.sleep(min(0.001, due - now))
-        yield i
-
-
 def _paced_ticks(rate: int, seconds: float, tick_s: float = E2E_TICK_S) -> Iterator[int]:
-    """``_paced`` with a coarser clock: wake once per ``tick_s`` and yield every record due.
+    """``paced`` (bench/pacing.py) with a coarser clock: wake once per ``tick_s`` and yield
+    every record due.
 
-    At 10k records/s ``_paced`` sleeps once per record (~0.1 ms each). On 2 vCPUs shared with 3
+    At 10k records/s ``paced`` sleeps once per record (~0.1 ms each). On 2 vCPUs shared with 3
     brokers and a consumer, the producer process then used 1.28 CPU-seconds per 3 s run; with
     ticks, 0.98. That is about a tenth of a core handed back to the system under test. Records
     still go out at ``rate`` on average, at most ``tick_s`` later than their ideal time.
@@ -155,20 +148,9 @@ def _cpu_steal() -> tuple[int, int]:
 
 
 def _produce_latencies_ms(bootstrap: str, topic: str, seconds: float = 3.0) -> list[float]:
-    lat: list[float] = []
     with Producer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
                   linger_ms=0) as p:
-        p.send(topic, value=VALUE, key=KEYS[0], partition=0).result(timeout=30)
-        futs = []
-        for i in _paced(LATENCY_RATE, seconds):
-            sent = time.perf_counter()
-            f = p.send(topic, value=VALUE, key=KEYS[i & 1023], partition=0)
-            f.add_done_callback(lambda _f, s=sent: lat.append((time.perf_counter() - s) * 1000))
-            futs.append(f)
-        p.flush()
-        for f in futs:
-            f.result(timeout=30)
-    return lat
+        return send_latencies_ms(p, topic, LATENCY_RATE, seconds, VALUE, KEYS, partition=0)
 
 
 def _e2e_consumer(bootstrap: str, topic: str, n: int, seconds: float, out: Any, ready: Any) -> None:

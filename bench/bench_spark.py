@@ -41,6 +41,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rafka.spark_source.env import spark_env
+
 __all__ = ["run"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,17 +57,6 @@ BATCH_ROWS = 2_000          # records per produced batch
 CEILING_BATCH_ROWS = 64_000
 WARMUP_READS = 3
 SMALL_JOB_ROWS = 2_000      # the read that measures a job's fixed cost
-
-
-def _spark_env() -> None:
-    jvm = "/usr/lib/jvm/java-17-openjdk-amd64"
-    if not os.environ.get("JAVA_HOME") and Path(jvm).exists():
-        os.environ["JAVA_HOME"] = jvm
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
 
 
 def _ceiling_source() -> type:
@@ -206,7 +197,7 @@ def _bootstrap(given: str | None) -> Iterator[str]:
 
 
 def run(runs: int = 3, *, bootstrap: str | None = None, rows: int = ROWS) -> dict[str, Any]:
-    _spark_env()
+    spark_env(ROOT)
     from pyspark.sql import SparkSession
     from rafka.spark_source import RafkaDataSource
 

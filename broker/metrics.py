@@ -22,7 +22,9 @@ several nodes in one test process do not clash). Two kinds of metrics live in it
   is right), active controller 0/1, the Raft term, commit index and leader changes of this
   voter (``SyncObjQuorum.statistics()``), the metadata offset, open connections, and per
   consumer group that this broker coordinates (leads its ``__consumer_offsets`` partition):
-  state, members, epoch, committed offset and lag per partition.
+  state, members, epoch, committed offset and lag per partition (the committed offsets and the
+  expiry count from ``GroupOffsetsManager.statistics()``, a typed snapshot: nothing here reads
+  a coordinator's private attributes).
 
 Lag is ``high watermark − committed offset``, computed server-side on the group's coordinator.
 Its high watermarks need not be local, so ``render()`` first runs ``refresh()``: one
@@ -40,7 +42,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from prometheus_client import (
@@ -52,11 +54,15 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from rafka.broker.groups.offsets_cache import OFFSETS_TOPIC, offsets_partition
 from rafka.broker.server import Dispatch, Reply
 from rafka.metadata.image import MetadataImage, TopicPartition
 from rafka.wire.errors import RafkaError
 from rafka.wire.http_server import HttpResponse, serve_http
 from rafka.wire.protocol import ApiKey, Request
+
+if TYPE_CHECKING:
+    from rafka.broker.groups.offsets import GroupOffsetsManager, GroupOffsetsStatistics
 
 __all__ = ["NodeMetrics", "LAG_TIMEOUT_S", "REQUEST_BUCKETS_S"]
 
@@ -67,7 +73,6 @@ REQUEST_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                      2.5, 5.0, 10.0, 30.0, float("inf"))
 FLUSH_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                    0.25, 0.5, 1.0, float("inf"))
-_OFFSETS_TOPIC = "__consumer_offsets"
 _LATEST = -1
 
 
@@ -83,7 +88,8 @@ class NodeMetrics:
     controller-only node has no replica manager, a broker-only node no controller."""
 
     def __init__(self, node_id: int, *, publisher: Any, replica_manager: Any = None,
-                 controller: Any = None, groups: Any = None, pool: Any = None,
+                 controller: Any = None, groups: GroupOffsetsManager | None = None,
+                 pool: Any = None,
                  server: Any = None) -> None:
         self.node_id = node_id
         self.publisher = publisher
@@ -211,9 +217,7 @@ class NodeMetrics:
 
     def _coordinates(self, image: MetadataImage, group_id: str) -> bool:
         """This broker leads the group's ``__consumer_offsets`` partition."""
-        from rafka.broker.groups.offsets import offsets_partition
-
-        t = image.topics.get(_OFFSETS_TOPIC)
+        t = image.topics.get(OFFSETS_TOPIC)
         if t is None or not t.partitions:
             return False
         reg = t.partitions.get(offsets_partition(group_id, len(t.partitions)))
@@ -227,16 +231,17 @@ class NodeMetrics:
             return self.controller.quorum.image()
         return self.publisher.image
 
-    def committed_offsets(self) -> list[tuple[str, str, int, int]]:
+    def committed_offsets(
+        self, stats: GroupOffsetsStatistics | None = None
+    ) -> list[tuple[str, str, int, int]]:
         """``(group, topic, partition, committed offset)`` of every group this broker
-        coordinates (the offsets caches of the ``__consumer_offsets`` partitions it leads)."""
-        if self.groups is None:
-            return []
-        out = []
-        for cache in self.groups._led_caches():  # noqa: SLF001 - the coordinator's own view
-            for (gid, topic, partition), (value, _log_offset) in cache.values.items():
-                out.append((gid, topic, partition, value.offset))
-        return out
+        coordinates (the offsets caches of the ``__consumer_offsets`` partitions it leads), from
+        ``stats`` (default: a fresh ``groups.statistics()``)."""
+        if stats is None:
+            if self.groups is None:
+                return []
+            stats = self.groups.statistics()
+        return [(c.group_id, c.topic, c.partition, c.offset) for c in stats.committed]
 
     async def refresh(self) -> None:
         """High watermarks of the partitions the coordinated groups committed offsets for
@@ -400,7 +405,8 @@ class _StateCollector:
         m = self.m
         if m.groups is None:
             return
-        committed = m.committed_offsets()
+        stats = m.groups.statistics()
+        committed = m.committed_offsets(stats)
         ids = {gid for gid, *_ in committed}
         ids |= {gid for gid in image.groups.groups if m._coordinates(image, gid)}
         states = GaugeMetricFamily("rafka_consumer_group_state",
@@ -444,7 +450,7 @@ class _StateCollector:
         yield from (offsets, lag, total)
         yield CounterMetricFamily("rafka_consumer_group_offsets_expired",
                                   "Committed offsets of empty groups expired by this node (offsets.retention)",
-                                  value=m.groups.expired)
+                                  value=stats.offsets_expired)
 
 
 _PEER_STATES = {"none": 0, "disconnected": 0, "connecting": 1, "connected": 2}

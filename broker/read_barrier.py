@@ -70,6 +70,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import trio
@@ -77,13 +78,22 @@ from rafka.broker.error_map import wire_error
 from rafka.log.batch import build_batch
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
-__all__ = ["ReadBarrier"]
+__all__ = ["ReadBarrier", "ReadBarrierStatistics"]
 
 log = logging.getLogger("rafka.read_barrier")
 
 _ACKS_ALL: Final = -1
 
 Record = tuple[bytes, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBarrierStatistics:
+    """A snapshot of one :class:`ReadBarrier` (``statistics()``)."""
+
+    rounds: int  # barrier records appended since start
+    confirmed: int  # reads confirmed since start (by a barrier or by another append)
+    in_flight: int  # partitions with a barrier appended and not acknowledged yet
 
 
 class ReadBarrier:
@@ -164,8 +174,8 @@ class ReadBarrier:
         code = await p.wait_produce(offset, _ACKS_ALL, leader_epoch=epoch)
         return code, code.name
 
-    def statistics(self) -> dict[str, int]:
-        return {"rounds": self.rounds, "confirmed": self.confirmed}
+    def statistics(self) -> ReadBarrierStatistics:
+        return ReadBarrierStatistics(self.rounds, self.confirmed, len(self._running))
 
 
 def _not_coordinator(where: str, why: str) -> RafkaError:

@@ -28,7 +28,9 @@ connection runs in its own nursery (``_Connection.run``):
   and ``send_all``. The reader reads eagerly (``FrameReader(eager=True)``). Both spare trio's
   scheduler pass after a successful send or receive: ~30 µs of broker CPU per request on this
   VM (docs/performance.md);
-* a reply is a msgpack head plus optional raw parts: ``bytes`` or a ``FileSlice`` (an owned
+* a reply is a msgpack head (``wire.protocol.encode_response_head``: requests are decoded and
+  answers framed by the codec only, ``tests/protocol/test_codec_io.py`` compares the bytes)
+  plus optional raw parts: ``bytes`` or a ``FileSlice`` (an owned
   duplicate of a segment's fd + position + length), which is written with ``os.sendfile``
   from the page cache straight to the non-blocking socket (``wait_writable`` when it would
   block); streams that are not sockets fall back to ``os.pread`` + ``send_all``. A reply whose
@@ -104,7 +106,6 @@ __all__ = ["FileSlice", "Reply", "Dispatch", "ServerLimits", "ServerStats", "Ser
 
 log = logging.getLogger("rafka.server")
 
-_READ_CHUNK = 256 * 1024
 _SENDFILE_CHUNK = 4 * 1024 * 1024
 # A reply whose raw parts total at most this goes out in one send (head + pread slices); larger
 # ones stream the slices with sendfile. See _send_reply.

@@ -2,26 +2,38 @@
  *
  * Theory of operation
  * -------------------
- * SendPath(producer, fallback, future_type, batch_type, no_headers) holds what
- * AsyncProducer.send_threadsafe reads on every call (the producer's, its metadata's and its
+ * SendPath(enqueue, fallback, future_type, batch_type, no_headers) is bound over a started
+ * producer's Enqueue (client/aio/enqueue.py, the one path every send variant takes in) and
+ * holds what a send reads on every call (the Enqueue's Gate's, its metadata's and its
  * accumulator's __dict__, the accumulator's _open / _sticky dicts and its lock's bound
  * locked(), the slot offsets of ProducerBatch and FutureRecordMetadata). Its bound method
  * SendPath.send *is* the instance's Producer.send (client/aio/fast_send.py): one C call per
- * record, no Python frame. It does what send_threadsafe's inlined fast path does, in order:
+ * record, no Python frame. It does what Enqueue.send_threadsafe does when nothing is missing
+ * (Gate open, topic known, the partition's batch open with room), in order:
  *
- *   state checks (not closed, no fatal error; a transactional producer's _txn_sending is
+ *   Gate checks (not closed, no fatal error; a transactional producer's txn_sending is
  *   True, i.e. its TransactionManager is in IN_TRANSACTION) -> partition count from the
- *   cached metadata ->
+ *   cached metadata -> (Enqueue.stage:)
  *   estimated size (12 + key + value + headers, as record_size) -> the timestamp
  *   (time.time_ns() // 1e6, or the caller's) -> the partition (explicit; Kafka's murmur2 of
  *   the key, log/_murmur2.h, with the default partitioner; -1 = the topic's sticky one) ->
+ *   (RecordAccumulator.append, ProducerBatch.add:)
  *   the partition's open batch must exist, keep its records packed (ProducerBatch.packed),
  *   hold no send_batch segments, stay under batch_size with this record, and buffer_memory
  *   must have room -> pack the wire record [offset_delta, timestamp_delta, key, value,
  *   headers] at the end of the batch's packed bytes (log/_msgpack_put.h, the bytes msgpack
  *   would write), count it, raise the batch's max timestamp delta, add the size to the batch
  *   and to acc.used -> a lazy FutureRecordMetadata (tp_alloc and three slot stores, as
- *   object.__new__ in send_threadsafe: no Future.__init__).
+ *   object.__new__ would: no Future.__init__).
+ *
+ * Why a mirror and not a call into the Python path: that path is three Python frames
+ * (Enqueue.stage, RecordAccumulator.append, ProducerBatch.add) plus a lock round trip per
+ * record, and not paying them is the whole point of this file (it is the per-record cost
+ * of Producer.send()). So the steps above are written twice, and
+ * tests/client/test_sendpath_mirror.py checks that the two write identical batches (same
+ * partitions, record counts and encoded bytes) for the same records; a change to
+ * record_size, the partitioner, the batch's packed layout or the accumulator's rules for
+ * closing a batch must change both.
  *
  * No object per record is kept: closing the batch is framing only (log.batch.build_batch_rows
  * copies the packed bytes behind the array header), with no row tuple to build, scan for the
@@ -29,8 +41,10 @@
  *
  * Anything else — a topic without metadata, a new or full batch, a full buffer, the lock held,
  * a str key, a float timestamp, an out-of-range partition, a custom partitioner, an unknown
- * keyword — calls the Python send_threadsafe with the same arguments before anything was
- * changed, so its results and named errors are the Python path's.
+ * keyword — calls the fallback (AsyncProducer.send_threadsafe, i.e. Enqueue.send_threadsafe;
+ * in the loop, a function returning None so that AsyncProducer.send takes Enqueue.send) with
+ * the same arguments before anything was changed, so its results and named errors are the
+ * Python path's.
  *
  * Atomicity without taking the lock: the GIL is held for the whole C call, and the append
  * runs no Python code and makes no GC-tracked object (the future is made before; a GC-tracked
@@ -55,7 +69,7 @@ static PyObject *kw_names[6];
 typedef struct {
     PyObject_HEAD
     PyObject *fallback;     /* AsyncProducer.send_threadsafe, bound */
-    PyObject *pdict;        /* the producer's __dict__ */
+    PyObject *pdict;        /* the producer's Gate's __dict__ (closed, fatal, txn_sending) */
     PyObject *mdict;        /* its ClusterMetadata's __dict__ (``topics`` is replaced on refresh) */
     PyObject *adict;        /* its RecordAccumulator's __dict__ (``used``) */
     PyObject *open;         /* acc._open: topic -> {partition: ProducerBatch} */
@@ -71,7 +85,7 @@ typedef struct {
     long long ts;
     long long batch_size, buffer_memory, max_record_size;
     int murmur;             /* the default partitioner: keyed records hash in C */
-    int txn;                /* a transactional producer: _txn_sending must be True */
+    int txn;                /* a transactional producer: the Gate's txn_sending must be True */
 } SendPath;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
@@ -114,7 +128,7 @@ static int get_ll(PyObject *obj, const char *name, long long *out)
 
 static int sp_init(SendPath *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *producer, *fallback, *future_type, *batch_type, *no_headers;
+    PyObject *producer, *fallback, *future_type, *batch_type, *no_headers;  /* producer: its Enqueue */
     if (!PyArg_ParseTuple(args, "OOOOO:SendPath", &producer, &fallback, &future_type,
                           &batch_type, &no_headers))
         return -1;
@@ -122,22 +136,23 @@ static int sp_init(SendPath *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "future_type and batch_type must be classes");
         return -1;
     }
-    PyObject *acc = NULL, *core = NULL, *meta = NULL, *lock = NULL, *cache = NULL;
+    PyObject *acc = NULL, *core = NULL, *meta = NULL, *lock = NULL, *cache = NULL, *gate = NULL;
     int rc = -1;
-    if ((acc = PyObject_GetAttrString(producer, "_acc")) == NULL) goto done;
+    if ((acc = PyObject_GetAttrString(producer, "acc")) == NULL) goto done;
     if (acc == Py_None) {
         PyErr_SetString(PyExc_ValueError, "the producer is not started");
         goto done;
     }
-    if ((core = PyObject_GetAttrString(producer, "_core")) == NULL) goto done;
+    if ((core = PyObject_GetAttrString(producer, "core")) == NULL) goto done;
     if ((meta = PyObject_GetAttrString(core, "metadata")) == NULL) goto done;
     if ((lock = PyObject_GetAttrString(acc, "_lock")) == NULL) goto done;
-    if ((cache = PyObject_GetAttrString(producer, "_hash_cache")) == NULL) goto done;
-    PyObject *txn = PyObject_GetAttrString(producer, "_txn");
+    if ((cache = PyObject_GetAttrString(producer, "hash_cache")) == NULL) goto done;
+    if ((gate = PyObject_GetAttrString(producer, "gate")) == NULL) goto done;
+    PyObject *txn = PyObject_GetAttrString(producer, "txn");
     if (txn == NULL) goto done;
     Py_DECREF(txn);
     self->txn = txn != Py_None;  /* set once, in the producer's __init__ */
-    Py_XSETREF(self->pdict, get_attr_dict(producer));
+    Py_XSETREF(self->pdict, get_attr_dict(gate));
     Py_XSETREF(self->mdict, get_attr_dict(meta));
     Py_XSETREF(self->adict, get_attr_dict(acc));
     Py_XSETREF(self->open, PyObject_GetAttrString(acc, "_open"));
@@ -168,12 +183,13 @@ static int sp_init(SendPath *self, PyObject *args, PyObject *kwds)
         goto done;
     if (get_ll(acc, "batch_size", &self->batch_size) < 0
         || get_ll(acc, "buffer_memory", &self->buffer_memory) < 0
-        || get_ll(producer, "_max_record_size", &self->max_record_size) < 0)
+        || get_ll(producer, "max_record_size", &self->max_record_size) < 0)
         goto done;
     self->murmur = cache != Py_None;
     rc = 0;
 done:
     Py_XDECREF(acc); Py_XDECREF(core); Py_XDECREF(meta); Py_XDECREF(lock); Py_XDECREF(cache);
+    Py_XDECREF(gate);
     return rc;
 }
 
@@ -268,8 +284,8 @@ static PyObject *sp_send(SendPath *self, PyObject *const *args, Py_ssize_t nargs
     PyObject *topic = a[0], *value = a[1], *key = a[2], *headers = a[3];
     if (!PyUnicode_CheckExact(topic)) goto fallback;
 
-    /* the producer's state, as _check_send: open, no fatal error, and a transactional
-     * producer in a transaction (TransactionManager._to keeps _txn_sending equal to
+    /* the producer's Gate, as Enqueue.check_send: open, no fatal error, and a transactional
+     * producer in a transaction (TransactionManager._to keeps txn_sending equal to
      * "state is IN_TRANSACTION"; read under the GIL with the append, so no state change can
      * fall between the check and the record, as it can between send_threadsafe's check and
      * its append) */
@@ -425,7 +441,7 @@ static PyTypeObject SendPathType = {
     .tp_name = "rafka.client._sendpath.SendPath",
     .tp_basicsize = sizeof(SendPath),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "SendPath(producer, fallback, future_type, batch_type, no_headers): "
+    .tp_doc = "SendPath(enqueue, fallback, future_type, batch_type, no_headers): "
               "the C fast path of Producer.send (see the module doc)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)sp_init,
@@ -437,8 +453,8 @@ static PyTypeObject SendPathType = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "rafka.client._sendpath",
-    "C fast path of the sync Producer.send(); anything it does not handle goes to "
-    "AsyncProducer.send_threadsafe unchanged.", -1, NULL,
+    "C fast path of the sync Producer.send() over the producer's Enqueue; anything it does "
+    "not handle goes to its fallback (AsyncProducer.send_threadsafe) unchanged.", -1, NULL,
 };
 
 PyMODINIT_FUNC PyInit__sendpath(void)
@@ -446,9 +462,9 @@ PyMODINIT_FUNC PyInit__sendpath(void)
     static const char *names[6] = {"topic", "value", "key", "headers", "partition", "timestamp_ms"};
     for (int i = 0; i < 6; i++)
         if ((kw_names[i] = PyUnicode_InternFromString(names[i])) == NULL) return NULL;
-    if ((s_closed = PyUnicode_InternFromString("_closed")) == NULL
-        || (s_fatal = PyUnicode_InternFromString("_fatal")) == NULL
-        || (s_txn_sending = PyUnicode_InternFromString("_txn_sending")) == NULL
+    if ((s_closed = PyUnicode_InternFromString("closed")) == NULL
+        || (s_fatal = PyUnicode_InternFromString("fatal")) == NULL
+        || (s_txn_sending = PyUnicode_InternFromString("txn_sending")) == NULL
         || (s_topics = PyUnicode_InternFromString("topics")) == NULL
         || (s_used = PyUnicode_InternFromString("used")) == NULL)
         return NULL;

@@ -7,8 +7,8 @@ Theory of operation
 and the security options below to a command, and runs the command inside
 ``security.client.ambient_security(...)``, so every client the command builds (``Admin``,
 ``Producer``, ``Consumer``, ``ClientCore``…) connects with them — the command bodies do not
-change. ``client/cli.py`` (topic, produce, consume, quorum) and ``client/group_cli.py`` (group,
-transactions, user, acl) use it as their bootstrap option.
+change. Every command of ``client/cli/`` takes it (``_common.command_options``); so does
+``rafka console``.
 
 Where a setting comes from, strongest first: the command line, the environment, the
 ``--command-config FILE`` (a Java-style ``.properties`` file as Kafka's tools take, e.g. the

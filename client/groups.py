@@ -45,7 +45,7 @@ Commits go to the group's coordinator: the leader of ``__consumer_offsets`` part
 FIND_COORDINATOR (``client/aio/coordinator.py``; the broker creates the topic, as the node, when
 it is missing). On a secured cluster that needs describe on the group, and a principal without it
 gets ``GroupAuthorizationFailedError`` at once. The module also holds the small admin helpers
-used by ``client/group_cli.py`` (list, describe with lag, delete, reset offsets).
+used by ``client/cli/group.py`` (list, describe with lag, delete, reset offsets).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ the default, as Kafka's tool). This module is the pure part, tested without a br
   noting each clamp, so no strategy can leave a group pointing outside a log.
 
 The I/O (list offsets, fetch committed offsets, refuse a group with live members, alter the
-offsets) is ``client/group_cli.py``'s.
+offsets) is ``client/cli/group.py``'s.
 """
 
 from __future__ import annotations

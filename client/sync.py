@@ -7,8 +7,9 @@ entered as a context manager, parked on a stop event. Methods are forwarded with
 ``trio.from_thread.run`` (one thread hop per call) — there is no second implementation.
 
 The producer's hot path is the exception: ``Producer.send`` appends straight from the caller's
-thread into the (locked) record accumulator via ``AsyncProducer.send_threadsafe`` (or its C
-twin, ``client/aio/fast_send.py``) and only wakes the sender task; the first send to a topic
+thread into the (locked) record accumulator via ``AsyncProducer.send_threadsafe`` (a front of
+the producer's one enqueue path, ``client/aio/enqueue.py``; or its C twin,
+``client/aio/fast_send.py``) and only wakes the sender task; the first send to a topic
 hops once to fetch its metadata. ``send`` returns a ``concurrent.futures.Future``
 (``FutureRecordMetadata``).
 
@@ -38,9 +39,10 @@ from rafka.client.aio.admin import (
 from rafka.client.aio.batch_send import BatchFuture, HeadersList
 from rafka.client.aio.consumer import AsyncConsumer
 from rafka.client.aio.conveniences import ConsumerGroupListing
+from rafka.client.aio.enqueue import Headers
 from rafka.client.aio.fast_send import bind_send
 from rafka.client.aio.futures import FutureRecordMetadata
-from rafka.client.aio.producer import AsyncProducer, Headers
+from rafka.client.aio.producer import AsyncProducer
 from rafka.client.aio.reassign_admin import PartitionReassignment
 from rafka.client.columnar import ColumnBatch
 from rafka.client.errors import IllegalStateError, RafkaError

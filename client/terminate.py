@@ -5,8 +5,9 @@ commit as it does on Ctrl-C, instead of staying a member until its session times
 ``sigterm_as_interrupt()`` the first SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) in
 the main thread, so the same ``with`` blocks unwind — the blocking clients run their trio loop
 in a thread of their own, the main thread only waits on them; later SIGTERMs are ignored until
-the block is left, so the close they are waiting for is not cut short. ``rafka.client.cli`` turns
-``Terminated`` into exit status 143 (128 + SIGTERM), as a shell would report the signal.
+the block is left, so the close they are waiting for is not cut short. The CLI's error handling
+(``rafka.client.cli._common.handle_errors``) turns ``Terminated`` into exit status 143
+(128 + SIGTERM), as a shell would report the signal.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ the keys ``producer_byte_rate`` / ``consumer_byte_rate`` with a positive finite 
 valid entries' values that differ from the image (setting a value that is already there, or
 removing one that is not, writes nothing). An invalid entry is refused as a whole with
 ``INVALID_REQUEST`` naming the problem; the others are applied. ``validate_only`` decides and
-writes nothing. The handler runs under the service's decision lock (``ControllerService._guard``)
-and answers with ``metadata_offset`` so a forwarding broker waits for its own image
+writes nothing. The handler (``HANDLERS``, against the service's narrow
+:class:`~rafka.kraft.admin_context.AdminContext`) runs under its decision lock and answers
+with ``metadata_offset`` so a forwarding broker waits for its own image
 (``broker/handlers/admin.py``).
 """
 
@@ -18,17 +19,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rafka.kraft import controller as ctl
-from rafka.metadata import MetadataImage
+from rafka.kraft.admin_context import AdminContext, HandlerTable, answer_with_offset, decide_each
+from rafka.metadata import MetadataImage, MetadataRecord
 from rafka.metadata.quotas import DEFAULT, QUOTA_KEYS, ClientQuota, entity_key
 from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
-if TYPE_CHECKING:
-    from rafka.kraft.service import ControllerService
-
-__all__ = ["decide_alter_client_quotas", "alter_client_quotas", "entry_problem"]
+__all__ = ["HANDLERS", "alter_client_quotas", "decide_alter_client_quotas", "entry_problem"]
 
 _MAX_NAME = 255
 
@@ -60,29 +60,32 @@ def entry_problem(entry: Mapping[str, Any]) -> str | None:
 
 def decide_alter_client_quotas(image: MetadataImage, entries: Sequence[Mapping[str, Any]]
                                ) -> tuple[list[dict[str, Any]], ctl.Decision]:
-    results: list[dict[str, Any]] = []
-    decision = ctl.Decision()
-    pending: dict[tuple[tuple[str, ...], str], float | None] = {}
-    for entry in entries:
+    """Per entry: INVALID_REQUEST naming the problem, or success (its changed values written)."""
+    pending: dict[tuple[tuple[str, ...], str], float | None] = {}  # set by earlier entries
+
+    def one(entry: Mapping[str, Any]) -> tuple[dict[str, Any], list[MetadataRecord]]:
         problem = entry_problem(entry)
         if problem:
-            results.append({"error": int(ErrorCode.INVALID_REQUEST), "message": problem})
-            continue
+            return {"error": int(ErrorCode.INVALID_REQUEST), "message": problem}, []
         user, client_id = entry.get("user"), entry.get("client_id")
         ent = entity_key(user, client_id)
+        records: list[MetadataRecord] = []
         for op in entry["ops"]:
             key, value = op["key"], op.get("value")
             value = None if value is None else float(value)
             current = pending.get((ent, key), image.quotas.get(ent, key))
             if current != value:
                 pending[(ent, key)] = value
-                decision.records.append(ClientQuota(user, client_id, key, value))
-        results.append({"error": 0, "message": None})
-    return results, decision
+                records.append(ClientQuota(user, client_id, key, value))
+        return {"error": 0, "message": None}, records
+
+    return decide_each(entries, one)
 
 
-async def alter_client_quotas(service: ControllerService, body: dict[str, Any]) -> dict[str, Any]:
-    results, decision = decide_alter_client_quotas(service._q().image(), body["entries"])
-    if decision and not body.get("validate_only"):
-        await service._propose(decision)
-    return {"error": 0, "results": results, "metadata_offset": service._q().committed_offset()}
+async def alter_client_quotas(ctx: AdminContext, body: dict[str, Any]) -> dict[str, Any]:
+    results, decision = decide_alter_client_quotas(ctx.require_quorum().image(), body["entries"])
+    return await answer_with_offset(ctx, decision, {"error": 0, "results": results},
+                                    write=not body.get("validate_only"))
+
+
+HANDLERS: HandlerTable = {ApiKey.ALTER_CLIENT_QUOTAS: alter_client_quotas}

@@ -7,9 +7,10 @@ mechanism, iterations within SCRAM's bounds, keys as long as the mechanism's has
 of 1-256 printable characters and not a node's ``node-<int>``, no (user, mechanism) twice in one request, a deletion of an
 existing credential) and returns the per-entry results and the ``Decision`` holding
 ``UserScramCredential`` / ``UserScramCredentialRemoved`` records for the valid ones.
-``alter_user_scram_credentials(service, body)`` runs it on the active controller's image under
-the service's decision lock (``ControllerService._guard``) and proposes the records; the answer
-carries ``metadata_offset`` so the forwarding broker waits for its own image
+``alter_user_scram_credentials(ctx, body)`` (``HANDLERS``, against the service's narrow
+:class:`~rafka.kraft.admin_context.AdminContext`) runs it on the active controller's image
+under the service's decision lock and proposes the records; the answer carries
+``metadata_offset`` so the forwarding broker waits for its own image
 (``broker/handlers/admin.py``). The client derives the credential (``rafka.security.scram``): the
 password never leaves the client.
 """
@@ -18,19 +19,18 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rafka.kraft import controller as ctl
-from rafka.metadata import MetadataImage
+from rafka.kraft.admin_context import AdminContext, HandlerTable, answer_with_offset, decide_each
+from rafka.metadata import MetadataImage, MetadataRecord
 from rafka.metadata.security import UserScramCredential, UserScramCredentialRemoved
 from rafka.security.listener import NODE_USER
 from rafka.security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
 from rafka.wire.errors import ErrorCode
+from rafka.wire.protocol import ApiKey
 
-if TYPE_CHECKING:
-    from rafka.kraft.service import ControllerService
-
-__all__ = ["decide_scram", "alter_user_scram_credentials"]
+__all__ = ["HANDLERS", "alter_user_scram_credentials", "decide_scram"]
 
 _MAX_USER = 256
 
@@ -60,40 +60,37 @@ def _check_upsert(u: dict[str, Any]) -> str | None:
 
 def decide_scram(image: MetadataImage, upsertions: Sequence[dict[str, Any]],
                  deletions: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], ctl.Decision]:
-    results: list[dict[str, Any]] = []
-    decision = ctl.Decision()
-    seen: set[tuple[str, str]] = set()
-    for kind, entries in (("upsert", upsertions), ("delete", deletions)):
-        for e in entries:
-            key = (e["user"], e["mechanism"])
-            if key in seen:
-                results.append(_result(*key, ErrorCode.INVALID_REQUEST,
-                                       "the same user and mechanism twice in one request"))
-                continue
-            seen.add(key)
-            if kind == "upsert":
-                problem = _check_upsert(e)
-                if problem:
-                    results.append(_result(*key, ErrorCode.INVALID_REQUEST, problem))
-                    continue
-                decision.records.append(UserScramCredential(
-                    e["user"], e["mechanism"], bytes(e["salt"]), e["iterations"],
-                    bytes(e["stored_key"]), bytes(e["server_key"])))
-            else:
-                if image.scram.get(*key) is None:
-                    results.append(_result(*key, ErrorCode.RESOURCE_NOT_FOUND,
-                                           f"user {key[0]!r} has no {key[1]} credential"))
-                    continue
-                decision.records.append(UserScramCredentialRemoved(*key))
-            results.append(_result(*key))
-    return results, decision
+    """Per entry, upsertions first: INVALID_REQUEST / RESOURCE_NOT_FOUND naming the problem,
+    or success (its record written)."""
+    seen: set[tuple[str, str]] = set()  # (user, mechanism) of the earlier entries
+
+    def one(kind_entry: tuple[str, dict[str, Any]]) -> tuple[dict[str, Any], list[MetadataRecord]]:
+        kind, e = kind_entry
+        key = (e["user"], e["mechanism"])
+        if key in seen:
+            return _result(*key, ErrorCode.INVALID_REQUEST,
+                           "the same user and mechanism twice in one request"), []
+        seen.add(key)
+        if kind == "upsert":
+            problem = _check_upsert(e)
+            if problem:
+                return _result(*key, ErrorCode.INVALID_REQUEST, problem), []
+            return _result(*key), [UserScramCredential(
+                e["user"], e["mechanism"], bytes(e["salt"]), e["iterations"],
+                bytes(e["stored_key"]), bytes(e["server_key"]))]
+        if image.scram.get(*key) is None:
+            return _result(*key, ErrorCode.RESOURCE_NOT_FOUND,
+                           f"user {key[0]!r} has no {key[1]} credential"), []
+        return _result(*key), [UserScramCredentialRemoved(*key)]
+
+    return decide_each([("upsert", u) for u in upsertions] + [("delete", d) for d in deletions],
+                       one)
 
 
-async def alter_user_scram_credentials(service: ControllerService, body: dict[str, Any]
-                                       ) -> dict[str, Any]:
-    """The handler (wrapped by ``service._guard``: active controller, decision lock)."""
-    results, decision = decide_scram(service._q().image(), body.get("upsertions") or [],
+async def alter_user_scram_credentials(ctx: AdminContext, body: dict[str, Any]) -> dict[str, Any]:
+    results, decision = decide_scram(ctx.require_quorum().image(), body.get("upsertions") or [],
                                      body.get("deletions") or [])
-    if decision:
-        await service._propose(decision)
-    return {"results": results, "metadata_offset": service._q().committed_offset()}
+    return await answer_with_offset(ctx, decision, {"results": results})
+
+
+HANDLERS: HandlerTable = {ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials}

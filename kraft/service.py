@@ -8,7 +8,18 @@ default, built in ``run()`` on the trio main thread; tests pass ``quorum=`` a
 ``service.handlers[api_key](body) -> body`` serves the controller APIs and the admin APIs a
 broker forwards (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS,
 ALTER_CONFIGS, INIT_PRODUCER_ID, ELECT_LEADERS, BROKER_REGISTRATION, BROKER_HEARTBEAT,
-ALTER_PARTITION, DESCRIBE_QUORUM, METADATA_FETCH).
+ALTER_PARTITION, DESCRIBE_QUORUM, METADATA_FETCH, and the ACL, quota, SCRAM, reassignment
+and voter APIs).
+
+Admin modules: the service serves the broker-lifecycle APIs itself (registration, heartbeat,
+ALTER_PARTITION, producer ids, consumer-group heartbeats, the metadata log and DESCRIBE_QUORUM);
+every other API is a ``kraft/*_admin.py`` module's. Each such module exports pure ``decide_*``
+functions and a ``HANDLERS`` table ``{ApiKey: handler(ctx, body)}`` written against
+:class:`~rafka.kraft.admin_context.AdminContext` — the few public methods of this class they
+need (``require_quorum``, ``active_state``, ``in_doubt``, ``propose``, ``placement``,
+``setting``). ``handlers`` is this class's own table merged with ``ADMIN_MODULES``' tables,
+each handler bound to the service and wrapped in ``_guard``; a key served twice is a
+programming error (asserted at construction).
 
 Active controller: when the quorum reports this node leader of epoch E, the service proposes
 ``LeaderChange(node, E)`` and becomes *active* only when it has applied — every earlier record
@@ -79,18 +90,24 @@ import rafka.kraft.voter_admin as voter_admin  # (own line: shared import lines 
 import trio
 from rafka.kraft import acl_admin, quota_admin, reassign_admin, scram_admin, topic_admin
 from rafka.kraft import controller as ctl
+from rafka.kraft.admin_context import HandlerTable, VoterSpec
 from rafka.kraft.groups.service import GroupsController, group_config_from_settings
 from rafka.kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, ProposeResult
 from rafka.metadata import LeaderChange, MetadataImage
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
 from rafka.wire.protocol import ApiKey
 
-__all__ = ["ControllerService", "VoterSpec", "parse_voters"]
+__all__ = ["ADMIN_MODULES", "ControllerService", "VoterSpec", "parse_voters"]
 
 log = logging.getLogger("rafka.controller")
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-VoterSpec = tuple[int, tuple[str, int], tuple[str, int]]  # (id, raft addr, rpc addr)
+
+# the admin modules whose ``HANDLERS`` the service serves (module docstring)
+ADMIN_MODULES: tuple[HandlerTable, ...] = (
+    topic_admin.HANDLERS, acl_admin.HANDLERS, quota_admin.HANDLERS, scram_admin.HANDLERS,
+    reassign_admin.HANDLERS, voter_admin.HANDLERS,
+)
 
 MAX_FETCH_RECORDS = 10_000
 PROBE_TIMEOUT_S = 0.25  # a liveness probe's TCP connect (see the module docstring)
@@ -206,37 +223,24 @@ class ControllerService:
         self._active_changed = trio.Event()
         self.fresh_start_pending = False  # the empty-disk guard is asking the voters (kraft/voters.py)
         self._start: tuple[str, Any] = ("", None)  # (directory id, FreshStart | None)
-        self.handlers: dict[int, Handler] = {
-            ApiKey.ADD_RAFT_VOTER: self._guard(functools.partial(voter_admin.add_raft_voter, self)),
-            ApiKey.REMOVE_RAFT_VOTER: self._guard(functools.partial(voter_admin.remove_raft_voter, self)),
+        self.handlers: dict[ApiKey, Handler] = {
             ApiKey.BROKER_REGISTRATION: self._guard(self.broker_registration),
             ApiKey.BROKER_HEARTBEAT: self._guard(self.broker_heartbeat),
             ApiKey.METADATA_FETCH: self._errors(self.metadata_fetch),
-            ApiKey.CREATE_TOPICS: self._guard(functools.partial(topic_admin.create_topics, self)),
-            ApiKey.DELETE_TOPICS: self._guard(functools.partial(topic_admin.delete_topics, self)),
-            ApiKey.CREATE_PARTITIONS: self._guard(functools.partial(topic_admin.create_partitions, self)),
-            ApiKey.DESCRIBE_CONFIGS: self._guard(functools.partial(topic_admin.describe_configs, self)),
-            ApiKey.ALTER_CONFIGS: self._guard(functools.partial(topic_admin.alter_configs, self)),
             ApiKey.ALTER_PARTITION: self._guard(self.alter_partition),
             ApiKey.INIT_PRODUCER_ID: self._guard(self.init_producer_id),
-            ApiKey.ELECT_LEADERS: self._guard(functools.partial(topic_admin.elect_leaders, self)),
             ApiKey.DESCRIBE_QUORUM: self._errors(self.describe_quorum),
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self._guard(self.consumer_group_heartbeat),
-            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._guard(  # kraft/scram_admin.py
-                functools.partial(scram_admin.alter_user_scram_credentials, self)),
-            ApiKey.CREATE_ACLS: self._guard(functools.partial(acl_admin.create_acls, self)),
-            ApiKey.DELETE_ACLS: self._guard(functools.partial(acl_admin.delete_acls, self)),
-            ApiKey.ALTER_CLIENT_QUOTAS: self._guard(  # kraft/quota_admin.py
-                functools.partial(quota_admin.alter_client_quotas, self)),
-            **{key: self._guard(functools.partial(fn, self)) for key, fn in (  # kraft/reassign_admin.py
-                (ApiKey.ALTER_PARTITION_REASSIGNMENTS, reassign_admin.alter_partition_reassignments),
-                (ApiKey.DECOMMISSION_BROKER, reassign_admin.decommission_broker),
-                (ApiKey.UNREGISTER_BROKER, reassign_admin.unregister_broker))},
         }
+        for table in ADMIN_MODULES:  # kraft/*_admin.py, against kraft/admin_context.py
+            for key, fn in table.items():
+                assert key not in self.handlers, f"{key!r} is served twice"
+                self.handlers[key] = self._guard(functools.partial(fn, self))
 
     # -- settings ---------------------------------------------------------------------
 
     def setting(self, name: str, default: Any) -> Any:
+        """A setting by its Kafka-style name, as the type of ``default``."""
         v = self.settings.get(name, default)
         if isinstance(default, bool):
             return v if isinstance(v, bool) else str(v).lower() == "true"
@@ -354,22 +358,22 @@ class ControllerService:
     async def _periodic_once(self) -> None:
         active = self._require_active()
         now = self._now_ms()
-        q = self._q()
+        q = self.require_quorum()
         expired = ctl.expired_brokers(q.image(), active.state, now, self.session_timeout_ms)
         if expired:  # one decision for all of them (ctl.fence_brokers says why)
             log.info("fencing brokers %s: no heartbeat for %s ms", expired, self.session_timeout_ms)
-            await self._propose(ctl.fence_brokers(q.image(), expired, active.state))
+            await self.propose(ctl.fence_brokers(q.image(), expired, active.state))
         d = ctl.leaderless_elections(q.image(), active.state)
         if d:
-            await self._propose(d)
+            await self.propose(d)
         for records in active.groups.periodic(q.image(), now):  # group session timeouts
-            await self._propose(ctl.Decision(list(records)))
+            await self.propose(ctl.Decision(list(records)))
         interval = self.setting("leader.imbalance.check.interval.ms", 300_000)
         if self.setting("auto.leader.rebalance.enable", True) and now - active.last_rebalance_ms >= interval:
             active.last_rebalance_ms = now
             d = ctl.preferred_elections(q.image(), None, active.state)
             if d:
-                await self._propose(d)
+                await self.propose(d)
         await reassign_admin.complete_due(self)  # reassignments whose new replicas are in sync
 
     # -- liveness probes (see the module docstring) -----------------------------------
@@ -413,21 +417,16 @@ class ControllerService:
                 async with self._lock:
                     if self._active is not active:
                         return
-                    d = ctl.probe_fence(self._q().image(), active.state, bid, epoch, started_ms)
+                    d = ctl.probe_fence(self.require_quorum().image(), active.state, bid, epoch, started_ms)
                     if d:
                         log.info("fencing broker %s: listener refused connection (%s:%s)", bid, host, port)
-                        await self._propose(d)
+                        await self.propose(d)
         except RafkaError as exc:
             log.info("fencing broker %s after its probe failed: %s", bid, exc)
         finally:
             active.state.probing.discard(bid)
 
     # -- plumbing ---------------------------------------------------------------------
-
-    def _q(self) -> MetadataQuorum:
-        if self.quorum is None:  # run() has not started yet (e.g. the membership check waits)
-            raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"controller {self.node_id} is starting")
-        return self.quorum
 
     def _leader_hint(self) -> dict[str, Any]:
         leader = self.quorum.leader_id() if self.quorum is not None else None
@@ -442,6 +441,53 @@ class ControllerService:
         if self._active is None:
             raise error_for(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
         return self._active
+
+    # -- what the admin modules use (kraft/admin_context.py's AdminContext) --------------
+
+    def require_quorum(self) -> MetadataQuorum:
+        """The quorum engine; ``BROKER_NOT_AVAILABLE`` until ``run()`` has built it."""
+        if self.quorum is None:  # run() has not started yet (e.g. the membership check waits)
+            raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"controller {self.node_id} is starting")
+        return self.quorum
+
+    def active_state(self) -> ctl.ControllerState:
+        """The active term's in-memory state; ``NOT_CONTROLLER`` unless this node is active."""
+        return self._require_active().state
+
+    def in_doubt(self, request_id: str) -> bool:
+        """A proposal of this term under ``request_id`` whose wait was cut short (``propose``):
+        its command may still commit."""
+        return self._active is not None and request_id in self._active.undecided
+
+    async def propose(self, decision: ctl.Decision, request_id: str | None = None) -> ProposeResult:
+        """``decision`` as one guarded command of this term (the proposer's id, epoch and
+        clock inside it); returns once it is applied and fsynced, or raises the refusal. A
+        request id whose outcome becomes unknown here is remembered (``in_doubt``)."""
+        active = self._require_active()
+        cmd = Command(
+            request_id=request_id or f"c{self.node_id}-e{active.epoch}-{next(self._ids)}",
+            epoch=active.epoch,
+            timestamp_ms=self._wall_ms(),
+            records=tuple(decision.records),
+            guards=tuple(decision.guards),
+        )
+        try:
+            return await self.require_quorum().propose(cmd)
+        except RafkaError as exc:
+            if exc.code == ErrorCode.NOT_CONTROLLER and self._active is active:
+                self._set_active(None)  # deposed: the log says someone else leads
+            if request_id and exc.code == ErrorCode.UNKNOWN_SERVER_ERROR:
+                active.undecided.add(request_id)  # "command replayed, outcome unknown"
+            raise
+        except trio.Cancelled:
+            if request_id:
+                active.undecided.add(request_id)  # submitted; it may commit after we stop waiting
+            raise
+
+    def placement(self) -> tuple[int, int]:
+        """A random (start index, shift) over the registered brokers (``ctl.place_replicas``)."""
+        n = max(1, len(self.require_quorum().image().cluster.brokers))
+        return self._rng.randrange(n), self._rng.randrange(n)
 
     def _errors(self, fn: Handler) -> Handler:
         async def handler(body: dict[str, Any]) -> dict[str, Any]:
@@ -470,45 +516,15 @@ class ControllerService:
 
         return self._errors(guarded)
 
-    async def _propose(self, decision: ctl.Decision, request_id: str | None = None) -> ProposeResult:
-        active = self._require_active()
-        cmd = Command(
-            request_id=request_id or f"c{self.node_id}-e{active.epoch}-{next(self._ids)}",
-            epoch=active.epoch,
-            timestamp_ms=self._wall_ms(),
-            records=tuple(decision.records),
-            guards=tuple(decision.guards),
-        )
-        try:
-            return await self._q().propose(cmd)
-        except RafkaError as exc:
-            if exc.code == ErrorCode.NOT_CONTROLLER and self._active is active:
-                self._set_active(None)  # deposed: the log says someone else leads
-            if request_id and exc.code == ErrorCode.UNKNOWN_SERVER_ERROR:
-                active.undecided.add(request_id)  # "command replayed, outcome unknown"
-            raise
-        except trio.Cancelled:
-            if request_id:
-                active.undecided.add(request_id)  # submitted; it may commit after we stop waiting
-            raise
-
-    def _placement(self) -> tuple[int, int]:
-        n = max(1, len(self._q().image().cluster.brokers))
-        return self._rng.randrange(n), self._rng.randrange(n)
-
-    @staticmethod
-    def _per_item(name: str, exc: RafkaError) -> dict[str, Any]:
-        return {"name": name, "error": int(exc.code), "message": exc.message}
-
     # -- consumer groups (decisions in kraft/groups) -----------------------------------
 
     async def consumer_group_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
         active = self._require_active()
-        image = self._q().image()
+        image = self.require_quorum().image()
         resp, records = active.groups.heartbeat(image, body, self._now_ms())
         resp["metadata_offset"] = image.offset
         if records:
-            res = await self._propose(ctl.Decision(list(records)))
+            res = await self.propose(ctl.Decision(list(records)))
             resp["metadata_offset"] = res.last_offset
         return resp
 
@@ -518,25 +534,25 @@ class ControllerService:
         active = self._require_active()
         bid = body["broker_id"]
         d = ctl.register_broker(
-            self._q().image(), bid, body["incarnation_id"], body["host"], body["port"], body.get("rack"),
+            self.require_quorum().image(), bid, body["incarnation_id"], body["host"], body["port"], body.get("rack"),
             secure_listener=body.get("secure_listener"),
         )
         if d:
-            await self._propose(d)
+            await self.propose(d)
         active.state.last_contact_ms[bid] = self._now_ms()
         active.state.shutting_down.discard(bid)
         _note_heartbeat_interval(active, bid, body)
-        return {"broker_epoch": self._q().image().cluster.brokers[bid].epoch}
+        return {"broker_epoch": self.require_quorum().image().cluster.brokers[bid].epoch}
 
     async def broker_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
         active = self._require_active()
         _note_heartbeat_interval(active, body["broker_id"], body)
         out = ctl.heartbeat(
-            self._q().image(), active.state, body["broker_id"], body["broker_epoch"],
+            self.require_quorum().image(), active.state, body["broker_id"], body["broker_epoch"],
             body["metadata_offset"], body["want_fence"], body["want_shutdown"], self._now_ms(),
         )
         if out.decision:
-            await self._propose(out.decision)
+            await self.propose(out.decision)
         return {
             "is_caught_up": out.is_caught_up,
             "is_fenced": out.is_fenced,
@@ -546,12 +562,12 @@ class ControllerService:
     async def alter_partition(self, body: dict[str, Any]) -> dict[str, Any]:
         active = self._require_active()
         d, reg = ctl.alter_partition(
-            self._q().image(), body["broker_id"], body["broker_epoch"], body["topic"],
+            self.require_quorum().image(), body["broker_id"], body["broker_epoch"], body["topic"],
             body["partition"], body["leader_epoch"], body["partition_epoch"], body["new_isr"],
             active.state.shutting_down,
         )
         if d:
-            await self._propose(d)
+            await self.propose(d)
         return {
             "leader": reg.leader,
             "leader_epoch": reg.leader_epoch,
@@ -563,11 +579,11 @@ class ControllerService:
         active = self._require_active()
         pid, pepoch = body.get("producer_id"), body.get("producer_epoch")
         if pid is not None and pid >= 0 and pepoch is not None and 0 <= pepoch < 32766:
-            if pid < self._q().image().producer_ids.next_producer_id:
+            if pid < self.require_quorum().image().producer_ids.next_producer_id:
                 return {"producer_id": pid, "producer_epoch": pepoch + 1}
         if active.pid_next >= active.pid_end:
-            d, start = ctl.allocate_producer_ids(self._q().image(), self.node_id, active.epoch)
-            await self._propose(d)
+            d, start = ctl.allocate_producer_ids(self.require_quorum().image(), self.node_id, active.epoch)
+            await self.propose(d)
             active.pid_next, active.pid_end = start, start + ctl.PRODUCER_ID_BLOCK_SIZE
         pid = active.pid_next
         active.pid_next += 1
@@ -576,7 +592,7 @@ class ControllerService:
     # -- metadata log, quorum ---------------------------------------------------------
 
     async def metadata_fetch(self, body: dict[str, Any]) -> dict[str, Any]:
-        q = self._q()
+        q = self.require_quorum()
         from_offset = body["from_offset"]
         max_records = max(1, min(body["max_records"], MAX_FETCH_RECORDS))
         wait_s = max(0, min(body["max_wait_ms"], MAX_FETCH_WAIT_MS)) / 1000
@@ -629,7 +645,7 @@ class ControllerService:
                 out.update(proof_fields(self.cluster_secret, nonce, body.get("challenge"),
                                         body.get("caller_proof")))
             return out
-        q = self._q()
+        q = self.require_quorum()
         self._require_active()
         hw = q.committed_offset()
         states: dict[int, dict[str, Any]] = {self.node_id: self._local_quorum_state()}
@@ -647,7 +663,7 @@ class ControllerService:
                 except (OSError, RafkaError, trio.BrokenResourceError) as exc:
                     log.debug("describe quorum: voter %s unreachable: %s", vid, exc)
 
-        rows = voter_admin.voter_rows(self)  # the live voter set (add-voter / remove-voter)
+        rows = voter_admin.voter_rows(self.voters, self.quorum)  # the live voter set (add-voter / remove-voter)
         raft_lag = q.raft_lag() if hasattr(q, "raft_lag") else {}
         async with trio.open_nursery() as n:
             for vid, _raft, rpc in self.voters:

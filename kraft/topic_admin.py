@@ -1,12 +1,16 @@
 """The controller's topic admin APIs: CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS,
-DESCRIBE_CONFIGS, ALTER_CONFIGS and ELECT_LEADERS, as functions of the ``ControllerService``
-(``kraft/service.py`` registers them under its decision lock, as the other ``*_admin`` modules).
+DESCRIBE_CONFIGS, ALTER_CONFIGS and ELECT_LEADERS (``HANDLERS``, served by ``kraft/service.py``
+under its decision lock, as the other ``*_admin`` modules).
 
 Theory of operation
 -------------------
-Each handler decides with the pure functions of :mod:`rafka.kraft.controller` on the current
-image and proposes the records as one guarded command; answers carry ``metadata_offset`` (see
-``kraft/service.py``).
+The ``decide_*`` functions are pure: one topic of the request (or the whole body) and the
+current image in — plus, where they need one, a placement, a topic id and the defaults the
+caller drew — the ``Decision`` of :mod:`rafka.kraft.controller` and the topic's answer out, or
+the refusal raised. The handlers see the service through its narrow
+:class:`~rafka.kraft.admin_context.AdminContext`: ``_each_topic`` decides each topic on the
+image as it is then, proposes the records as one guarded command, and answers the topics
+together with ``metadata_offset`` (see ``kraft/service.py``).
 
 Idempotent admin requests: CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS and ALTER_CONFIGS
 may carry ``request_id`` — one id per *logical* client call, the same on every retry
@@ -48,24 +52,28 @@ from __future__ import annotations
 import functools
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from rafka.kraft import controller as ctl
+from rafka.kraft.admin_context import AdminContext, HandlerTable, per_item_error
 from rafka.kraft.quorum import OffsetOutOfRange, ProposeResult
 from rafka.kraft.state_machine import refusal_id
-from rafka.metadata import NoOp
+from rafka.metadata import MetadataImage, NoOp
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.protocol import ApiKey
 
-if TYPE_CHECKING:
-    from rafka.kraft.service import ControllerService
-
-__all__ = ["create_topics", "delete_topics", "create_partitions", "describe_configs",
-           "alter_configs", "elect_leaders"]
+__all__ = ["HANDLERS", "alter_configs", "create_partitions", "create_topics",
+           "decide_alter_configs", "decide_create_partitions", "decide_create_topic",
+           "decide_delete_topic", "decide_describe_configs", "decide_elect_leaders",
+           "delete_topics", "describe_configs", "elect_leaders", "elect_leaders_answer"]
 
 # client request ids (``request_id`` of the idempotent admin APIs): no ':' so that the
 # derived per-topic id ``<op>:<topic>:<request_id>`` is unambiguous (topic names have none)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+Item = TypeVar("Item")
+Answer = dict[str, Any]
 
 
 # -- idempotent admin requests (see the module docstring) --------------------------
@@ -86,19 +94,19 @@ def op_id(op: str, name: str, client_rid: str | None) -> str | None:
     return None if client_rid is None else f"{op}:{name}:{client_rid}"
 
 
-async def applied(service: ControllerService, request_id: str | None) -> ProposeResult | None:
+async def applied(ctx: AdminContext, request_id: str | None) -> ProposeResult | None:
     """The original result if a command with this id was applied, once it is durable."""
     if request_id is None:
         return None
-    hit = service._q().applied_request(request_id)
+    hit = ctx.require_quorum().applied_request(request_id)
     if hit is not None:
-        await service._q().wait_for_offset(hit.last_offset)
+        await ctx.require_quorum().wait_for_offset(hit.last_offset)
     return hit
 
 
-def created(service: ControllerService, name: str) -> dict[str, Any]:
+def created_answer(image: MetadataImage, name: str) -> Answer:
     """The success answer of a create, from the image (the topic as it is now)."""
-    t = service._q().image().topics.by_name.get(name)
+    t = image.topics.by_name.get(name)
     if t is None:  # created by this request, deleted since
         return {"name": name, "error": 0, "message": "created by this request, since deleted",
                 "topic_id": None, "num_partitions": -1, "replication_factor": -1}
@@ -108,15 +116,15 @@ def created(service: ControllerService, name: str) -> dict[str, Any]:
             "replication_factor": len(first.target_replicas) if first is not None else 0}
 
 
-def ok(name: str) -> dict[str, Any]:
+def ok(name: str) -> Answer:
     return {"name": name, "error": 0, "message": None}
 
 
 async def topic_once(
-    service: ControllerService, op: str, name: str, client_rid: str | None,
-    decide: Callable[[str | None], Awaitable[dict[str, Any]]],
-    replay: Callable[[str], dict[str, Any]],
-) -> dict[str, Any]:
+    ctx: AdminContext, op: str, name: str, client_rid: str | None,
+    decide: Callable[[str | None], Awaitable[Answer]],
+    replay: Callable[[str], Answer],
+) -> Answer:
     """One topic of an admin request: ``decide(rid)``'s answer (``rid``: the topic's
     proposal id, ``op_id``) — or the outcome of a command with that id applied already,
     found before deciding or after a refusal (applied meanwhile; see the module
@@ -124,182 +132,184 @@ async def topic_once(
     (``refuse``) before it is answered; NOT_CONTROLLER fails the whole request."""
     rid = op_id(op, name, client_rid)
     try:
-        hit = await applied(service, rid)
+        hit = await applied(ctx, rid)
         if hit is None:
             answer = await decide(rid)
             # decide's proposal may have been a duplicate of an earlier attempt's recorded
             # refusal (that attempt's commit was still pending when this one looked)
-            if rid is None or service._q().applied_request(refusal_id(rid)) is None:
+            if rid is None or ctx.require_quorum().applied_request(refusal_id(rid)) is None:
                 return answer
-            hit = await applied(service, rid)
+            hit = await applied(ctx, rid)
             if hit is None:
                 return answer
     except RafkaError as exc:
         if exc.code == ErrorCode.NOT_CONTROLLER:
             raise
-        hit = await applied(service, rid)
+        hit = await applied(ctx, rid)
         if hit is None:
-            if service._active is not None and rid in service._active.undecided:
+            if rid is not None and ctx.in_doubt(rid):
                 # an earlier attempt's command may still commit: a refusal now could be
                 # contradicted by it (txn chaos campaign seed 3: topic-created-after-fail)
                 exc = error_for(ErrorCode.REQUEST_TIMED_OUT,
                                 "an earlier attempt of this request is still being decided")
             if rid is None or exc.code == ErrorCode.REQUEST_TIMED_OUT:
-                return service._per_item(name, exc)
-            return await refuse(service, name, rid, exc, replay)
+                return per_item_error(name, exc)
+            return await refuse(ctx, name, rid, exc, replay)
     assert rid is not None
-    return outcome(service, name, rid, hit, replay)
+    return outcome(ctx, name, rid, hit, replay)
 
 
 async def refuse(
-    service: ControllerService, name: str, rid: str, exc: RafkaError, replay: Callable[[str], dict[str, Any]],
-) -> dict[str, Any]:
+    ctx: AdminContext, name: str, rid: str, exc: RafkaError, replay: Callable[[str], Answer],
+) -> Answer:
     """Answer ``exc`` for the topic once it is recorded under ``rid`` (a NoOp carrying it,
     see the module docstring), so that no other attempt of the request is decided
     otherwise. A failed commit answers its own error (NOT_CONTROLLER fails the request)."""
     marker = ctl.Decision([NoOp(error_code=int(exc.code), message=exc.message or "")])
     try:
-        res = await service._propose(marker, request_id=rid)
+        res = await ctx.propose(marker, request_id=rid)
     except RafkaError as err:
         if err.code == ErrorCode.NOT_CONTROLLER:
             raise
-        hit = await applied(service, rid)
+        hit = await applied(ctx, rid)
         if hit is not None:  # an attempt's command was applied meanwhile after all
-            return outcome(service, name, rid, hit, replay)
-        return service._per_item(name, error_for(
+            return outcome(ctx, name, rid, hit, replay)
+        return per_item_error(name, error_for(
             ErrorCode.REQUEST_TIMED_OUT,
             f"the refusal of this request could not be recorded ({err.message}); retry"))
     if res.duplicate:  # another attempt's command came first: its outcome is the answer
-        await service._q().wait_for_offset(res.last_offset)
-        return outcome(service, name, rid, res, replay)
-    return service._per_item(name, exc)
+        await ctx.require_quorum().wait_for_offset(res.last_offset)
+        return outcome(ctx, name, rid, res, replay)
+    return per_item_error(name, exc)
 
 
 def outcome(
-    service: ControllerService, name: str, rid: str, hit: ProposeResult, replay: Callable[[str], dict[str, Any]],
-) -> dict[str, Any]:
+    ctx: AdminContext, name: str, rid: str, hit: ProposeResult, replay: Callable[[str], Answer],
+) -> Answer:
     """The answer for a proposal id applied already (``hit``): ``replay(name)`` for an
     accepted command, the recorded refusal otherwise — read from the NoOp at the hit's
     offset, or named from the marker's code if that entry is below the log start."""
-    marker = service._q().applied_request(refusal_id(rid))
+    q = ctx.require_quorum()
+    marker = q.applied_request(refusal_id(rid))
     if marker is None:
         return replay(name)
     try:
-        entries = service._q().read(hit.base_offset, 1)
+        entries = q.read(hit.base_offset, 1)
     except OffsetOutOfRange:
         entries = []
     record = entries[0].record if entries else None
     if isinstance(record, NoOp) and record.error_code:
-        return service._per_item(name, error_for(record.error_code, record.message))
-    return service._per_item(name, error_for(
+        return per_item_error(name, error_for(record.error_code, record.message))
+    return per_item_error(name, error_for(
         marker.epoch,  # a marker's epoch slot holds the refusal's code (kraft/state_machine.py)
         "an earlier attempt of this request was refused (its message is no longer in the log)"))
 
 
-# -- topics -----------------------------------------------------------------------
+async def _each_topic(
+    ctx: AdminContext, op: str, body: Mapping[str, Any], items: Sequence[Item],
+    name_of: Callable[[Item], str],
+    decide: Callable[[MetadataImage, Item], tuple[ctl.Decision, Answer]],
+    replay: Callable[[str], Answer] = ok, *, write: bool = True,
+) -> Answer:
+    """The handlers' loop: each item (one topic) decided on the image as it is then
+    (``decide``) and its records proposed under the topic's proposal id, through
+    ``topic_once``; a proposal that turns out a duplicate of an earlier attempt answers
+    ``replay(name)``. ``write=False`` (validate only) decides, proposes nothing, and is
+    not idempotent."""
+    client_rid = client_request_id(body) if write else None
 
-
-async def create_topics(service: ControllerService, body: dict[str, Any]) -> dict[str, Any]:
-    validate_only = bool(body.get("validate_only"))
-    client_rid = None if validate_only else client_request_id(body)
-
-    async def create(t: dict[str, Any], rid: str | None) -> dict[str, Any]:
-        name = t["name"]
-        start, shift = service._placement()
-        d = ctl.create_topic(
-            service._q().image(), name, t["num_partitions"], t["replication_factor"],
-            t.get("configs") or {}, uuid.uuid4().hex, start, shift,
-            service.setting("num.partitions", 1), service.setting("default.replication.factor", 1),
-        )
-        if not validate_only:
-            res = await service._propose(d, request_id=rid)
+    async def one(item: Item, rid: str | None) -> Answer:
+        d, answer = decide(ctx.require_quorum().image(), item)
+        if d and write:
+            res = await ctx.propose(d, request_id=rid)
             if res.duplicate:  # an earlier attempt, still in flight above, won
-                return created(service, name)
-        parts = [r for r in d.records if r.record_type == "Partition"]
-        return {
-            "name": name, "error": 0, "message": None, "topic_id": d.records[0].topic_id,  # type: ignore[union-attr]
-            "num_partitions": len(parts),
-            "replication_factor": len(parts[0].replicas) if parts else 0,  # type: ignore[union-attr]
-        }
+                return replay(name_of(item))
+        return answer
 
-    results = [await topic_once(service, "create", t["name"], client_rid,
-                                functools.partial(create, t), functools.partial(created, service))
-               for t in body["topics"]]
-    return {"topics": results, "metadata_offset": service._q().committed_offset()}
+    results = [await topic_once(ctx, op, name_of(item), client_rid, functools.partial(one, item),
+                                replay)
+               for item in items]
+    return {"topics": results, "metadata_offset": ctx.require_quorum().committed_offset()}
 
 
-async def delete_topics(service: ControllerService, body: dict[str, Any]) -> dict[str, Any]:
-    client_rid = client_request_id(body)
-
-    async def delete(name: str, rid: str | None) -> dict[str, Any]:
-        await service._propose(ctl.delete_topic(service._q().image(), name), request_id=rid)
-        return ok(name)
-
-    results = [await topic_once(service, "delete", name, client_rid,
-                                functools.partial(delete, name), ok)
-               for name in body["topics"]]
-    return {"topics": results, "metadata_offset": service._q().committed_offset()}
+def _name(t: Mapping[str, Any]) -> str:
+    return t["name"]
 
 
-async def create_partitions(service: ControllerService, body: dict[str, Any]) -> dict[str, Any]:
-    client_rid = client_request_id(body)
-
-    async def grow(t: dict[str, Any], rid: str | None) -> dict[str, Any]:
-        start, shift = service._placement()
-        d = ctl.create_partitions(service._q().image(), t["name"], t["count"], start, shift)
-        await service._propose(d, request_id=rid)
-        return ok(t["name"])
-
-    results = [await topic_once(service, "partitions", t["name"], client_rid,
-                                functools.partial(grow, t), ok)
-               for t in body["topics"]]
-    return {"topics": results, "metadata_offset": service._q().committed_offset()}
+def _same(name: str) -> str:
+    return name
 
 
-async def describe_configs(service: ControllerService, body: dict[str, Any]) -> dict[str, Any]:
+# -- pure decisions ---------------------------------------------------------------
+
+
+def decide_create_topic(
+    image: MetadataImage, t: Mapping[str, Any], topic_id: str, start_index: int, shift: int,
+    default_partitions: int = 1, default_replication_factor: int = 1,
+) -> tuple[ctl.Decision, Answer]:
+    """CREATE_TOPICS, one topic (``{name, num_partitions, replication_factor, configs}``;
+    -1: the default): its records and answer."""
+    d = ctl.create_topic(
+        image, t["name"], t["num_partitions"], t["replication_factor"], t.get("configs") or {},
+        topic_id, start_index, shift, default_partitions, default_replication_factor,
+    )
+    parts = [r for r in d.records if r.record_type == "Partition"]
+    return d, {
+        "name": t["name"], "error": 0, "message": None,
+        "topic_id": d.records[0].topic_id,  # type: ignore[union-attr]
+        "num_partitions": len(parts),
+        "replication_factor": len(parts[0].replicas) if parts else 0,  # type: ignore[union-attr]
+    }
+
+
+def decide_delete_topic(image: MetadataImage, name: str) -> tuple[ctl.Decision, Answer]:
+    return ctl.delete_topic(image, name), ok(name)
+
+
+def decide_create_partitions(image: MetadataImage, t: Mapping[str, Any], start_index: int,
+                             shift: int) -> tuple[ctl.Decision, Answer]:
+    """CREATE_PARTITIONS, one topic (``{name, count}``: the new total)."""
+    return ctl.create_partitions(image, t["name"], t["count"], start_index, shift), ok(t["name"])
+
+
+def decide_alter_configs(image: MetadataImage, t: Mapping[str, Any]) -> tuple[ctl.Decision, Answer]:
+    """ALTER_CONFIGS, one topic (``{name, configs}``; a None value removes the key). The
+    decision may hold no record (nothing changes): then nothing is proposed."""
+    return ctl.alter_configs(image, t["name"], t["configs"]), ok(t["name"])
+
+
+def decide_describe_configs(image: MetadataImage, body: Mapping[str, Any]) -> Answer:
+    """DESCRIBE_CONFIGS: a read, answered per topic (nothing to propose)."""
     results = []
     for name in body["topics"]:
         try:
-            cfg = ctl.describe_configs(service._q().image(), name)
+            cfg = ctl.describe_configs(image, name)
             results.append({"name": name, "error": 0, "message": None, "configs": cfg})
         except RafkaError as exc:
-            results.append({**service._per_item(name, exc), "configs": {}})
+            results.append({**per_item_error(name, exc), "configs": {}})
     return {"topics": results}
 
 
-async def alter_configs(service: ControllerService, body: dict[str, Any]) -> dict[str, Any]:
-    client_rid = client_request_id(body)
-
-    async def alter(t: dict[str, Any], rid: str | None) -> dict[str, Any]:
-        d = ctl.alter_configs(service._q().image(), t["name"], t["configs"])
-        if d:
-            await service._propose(d, request_id=rid)
-        return ok(t["name"])
-
-    # deduped too: a retry must not undo a change someone made after the lost answer
-    results = [await topic_once(service, "configs", t["name"], client_rid,
-                                functools.partial(alter, t), ok)
-               for t in body["topics"]]
-    return {"topics": results, "metadata_offset": service._q().committed_offset()}
-
-
-async def elect_leaders(service: ControllerService, body: dict[str, Any]) -> dict[str, Any]:
-    active = service._require_active()
+def decide_elect_leaders(image: MetadataImage, body: Mapping[str, Any], state: ctl.ControllerState
+                         ) -> tuple[ctl.Decision, list[tuple[str, int]] | None]:
+    """ELECT_LEADERS: the decision and the partitions the body names (None: all of them)."""
     topics = body.get("topics")
     parts = None
     if topics is not None:
         parts = [(t["name"], p) for t in topics for p in t["partitions"]]
-    image = service._q().image()
-    d = ctl.elect_leaders(image, body["election_type"], parts, active.state)
-    if d:
-        await service._propose(d)
-    image = service._q().image()
+    return ctl.elect_leaders(image, body["election_type"], parts, state), parts
+
+
+def elect_leaders_answer(image: MetadataImage, parts: list[tuple[str, int]] | None) -> Answer:
+    """ELECT_LEADERS' answer from the image after the decision applied: per partition its
+    leader, or why it has none."""
     selected = parts if parts is not None else [
         (t.name, p) for t in image.topics.by_name.values() for p in t.partitions
     ]
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for name, p in selected:
         reg = image.topics.partition(name, p)
+        e: dict[str, Any]
         if reg is None:
             e = {"partition": p, "error": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), "message": None}
         elif reg.leader == -1:
@@ -307,5 +317,61 @@ async def elect_leaders(service: ControllerService, body: dict[str, Any]) -> dic
         else:
             e = {"partition": p, "error": 0, "message": None, "leader": reg.leader}
         by_topic.setdefault(name, []).append(e)
-    return {"topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
-            "metadata_offset": service._q().committed_offset()}
+    return {"topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+
+# -- handlers ---------------------------------------------------------------------
+
+
+async def create_topics(ctx: AdminContext, body: dict[str, Any]) -> Answer:
+    def decide(image: MetadataImage, t: Mapping[str, Any]) -> tuple[ctl.Decision, Answer]:
+        start, shift = ctx.placement()
+        return decide_create_topic(image, t, uuid.uuid4().hex, start, shift,
+                                   ctx.setting("num.partitions", 1),
+                                   ctx.setting("default.replication.factor", 1))
+
+    def replay(name: str) -> Answer:
+        return created_answer(ctx.require_quorum().image(), name)
+
+    return await _each_topic(ctx, "create", body, body["topics"], _name, decide, replay,
+                             write=not body.get("validate_only"))
+
+
+async def delete_topics(ctx: AdminContext, body: dict[str, Any]) -> Answer:
+    return await _each_topic(ctx, "delete", body, body["topics"], _same, decide_delete_topic)
+
+
+async def create_partitions(ctx: AdminContext, body: dict[str, Any]) -> Answer:
+    def decide(image: MetadataImage, t: Mapping[str, Any]) -> tuple[ctl.Decision, Answer]:
+        start, shift = ctx.placement()
+        return decide_create_partitions(image, t, start, shift)
+
+    return await _each_topic(ctx, "partitions", body, body["topics"], _name, decide)
+
+
+async def describe_configs(ctx: AdminContext, body: dict[str, Any]) -> Answer:
+    return decide_describe_configs(ctx.require_quorum().image(), body)
+
+
+async def alter_configs(ctx: AdminContext, body: dict[str, Any]) -> Answer:
+    # deduped too: a retry must not undo a change someone made after the lost answer
+    return await _each_topic(ctx, "configs", body, body["topics"], _name, decide_alter_configs)
+
+
+async def elect_leaders(ctx: AdminContext, body: dict[str, Any]) -> Answer:
+    state = ctx.active_state()
+    q = ctx.require_quorum()
+    d, parts = decide_elect_leaders(q.image(), body, state)
+    if d:
+        await ctx.propose(d)
+    return {**elect_leaders_answer(q.image(), parts), "metadata_offset": q.committed_offset()}
+
+
+HANDLERS: HandlerTable = {
+    ApiKey.CREATE_TOPICS: create_topics,
+    ApiKey.DELETE_TOPICS: delete_topics,
+    ApiKey.CREATE_PARTITIONS: create_partitions,
+    ApiKey.DESCRIBE_CONFIGS: describe_configs,
+    ApiKey.ALTER_CONFIGS: alter_configs,
+    ApiKey.ELECT_LEADERS: elect_leaders,
+}

@@ -18,6 +18,11 @@ by every voter when appended and persisted with the Raft log and its snapshots.
   directory, then pysyncobj adds the address. The new node catches up from the leader and
   registers its own directory id (``kraft/syncobj_engine.py``).
 
+The checks are pure (``decide_add_raft_voter`` / ``decide_remove_raft_voter``: the request, the
+engine's member set and registry in; a :class:`VoterChange` — what to write — out, or the
+named error); the handlers (``HANDLERS``, against the service's narrow
+:class:`~rafka.kraft.admin_context.AdminContext`) carry the change out in the order below.
+
 Order of the two steps: the registry entry is the guard's evidence, so it is written before a
 node can become a voter and erased only after it stopped being one. A step that fails halfway
 leaves the conservative state (the guard still refuses a wiped node; the command can be run
@@ -32,9 +37,12 @@ enough answer (``decide_fresh_start``), then gets a new directory id.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
+from rafka.kraft.admin_context import AdminContext, HandlerTable, VoterSpec
 from rafka.kraft.voters import (
     FreshStart,
     VoterRegistry,
@@ -45,25 +53,39 @@ from rafka.kraft.voters import (
     write_identity,
 )
 from rafka.wire.errors import ErrorCode, error_for
+from rafka.wire.protocol import ApiKey
 
 if TYPE_CHECKING:
     from rafka.kraft.service import ControllerService
 
-__all__ = ["add_raft_voter", "local_fields", "prepare_data_dir", "remove_raft_voter", "voter_rows"]
+__all__ = ["HANDLERS", "VoterChange", "add_raft_voter", "decide_add_raft_voter",
+           "decide_remove_raft_voter", "local_fields", "prepare_data_dir", "remove_raft_voter",
+           "voter_rows"]
 
 log = logging.getLogger("rafka.controller.voters")
 
 _ASK_MAX_INTERVAL_S = 2.0
 
 
-def _engine(svc: ControllerService) -> Any:
-    q = svc._q()
+@dataclass(frozen=True, slots=True)
+class VoterChange:
+    """What a membership request writes: ``address`` joins or leaves the Raft member set
+    (None: it is not a member, only the registry changes), after (add) or before (remove)
+    the registry entry of ``voter_id`` is written, when ``write_registry``."""
+
+    voter_id: int
+    address: str | None
+    write_registry: bool
+
+
+def _engine(ctx: AdminContext) -> Any:
+    q = ctx.require_quorum()
     if not hasattr(q, "change_membership"):
         raise error_for(ErrorCode.INVALID_REQUEST, "this quorum engine has a fixed voter set")
     return q
 
 
-def _address(body: dict[str, Any]) -> str:
+def _address(body: Mapping[str, Any]) -> str:
     addr = str(body.get("address") or "")
     host, sep, port = addr.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -71,51 +93,70 @@ def _address(body: dict[str, Any]) -> str:
     return addr
 
 
-async def add_raft_voter(svc: ControllerService, body: dict[str, Any]) -> dict[str, Any]:
-    q = _engine(svc)
+def decide_add_raft_voter(body: Mapping[str, Any], members: Mapping[str, int | None],
+                          registry: VoterRegistry) -> VoterChange | None:
+    """ADD_RAFT_VOTER ``{voter_id, address}``: None when it is done already (a retry)."""
     vid, addr = int(body["voter_id"]), _address(body)
-    members = q.members()
     if addr in members:
         if members[addr] == vid:
-            return {"voters": voter_rows(svc)}  # already done (a retry)
+            return None
         raise error_for(ErrorCode.DUPLICATE_VOTER, f"{addr} is already voter {members[addr]}")
     if vid in members.values():
         raise error_for(ErrorCode.DUPLICATE_VOTER, f"voter {vid} is already a member (at another "
                         "address): remove it first")
-    entry = q.registry.entries.get(vid)
-    if entry is None or entry.raft != addr or entry.directory_id:
-        await q.update_registry(VoterRegistry.add(vid, addr))
-    await q.change_membership("add", addr)
-    log.warning("added voter %s at %s to the controller quorum", vid, addr)
-    return {"voters": voter_rows(svc)}
+    entry = registry.entries.get(vid)
+    return VoterChange(vid, addr, entry is None or entry.raft != addr or bool(entry.directory_id))
 
 
-async def remove_raft_voter(svc: ControllerService, body: dict[str, Any]) -> dict[str, Any]:
-    q = _engine(svc)
+def decide_remove_raft_voter(body: Mapping[str, Any], members: Mapping[str, int | None],
+                             registry: VoterRegistry, active_id: int) -> VoterChange:
+    """REMOVE_RAFT_VOTER ``{voter_id}`` on the active controller ``active_id``."""
     vid = int(body["voter_id"])
-    members = q.members()
     addr = next((a for a, i in members.items() if i == vid), None)
-    if addr is None and vid not in q.registry.entries:
+    if addr is None and vid not in registry.entries:
         raise error_for(ErrorCode.VOTER_NOT_FOUND, f"voter {vid} is not in the controller quorum")
-    if vid == svc.node_id:
+    if vid == active_id:
         raise error_for(ErrorCode.INVALID_REQUEST, f"voter {vid} is the active controller: stop it "
                         "first (another voter takes over), then remove it")
-    if addr is not None:
-        if len(members) <= 1:
-            raise error_for(ErrorCode.INVALID_REQUEST, "cannot remove the last voter")
-        await q.change_membership("remove", addr)
-        log.warning("removed voter %s at %s from the controller quorum", vid, addr)
-    await q.update_registry(VoterRegistry.remove(vid))
-    return {"voters": voter_rows(svc)}
+    if addr is not None and len(members) <= 1:
+        raise error_for(ErrorCode.INVALID_REQUEST, "cannot remove the last voter")
+    return VoterChange(vid, addr, True)
 
 
-def voter_rows(svc: ControllerService) -> list[dict[str, Any]]:
-    """The current voters (id, raft, rpc, directory id), from the engine's member set."""
-    q = svc.quorum
-    rpc = {vid: r for vid, _raft, r in svc.voters}
+async def add_raft_voter(ctx: AdminContext, body: dict[str, Any]) -> dict[str, Any]:
+    q = _engine(ctx)
+    change = decide_add_raft_voter(body, q.members(), q.registry)
+    if change is not None:
+        assert change.address is not None
+        if change.write_registry:
+            await q.update_registry(VoterRegistry.add(change.voter_id, change.address))
+        await q.change_membership("add", change.address)
+        log.warning("added voter %s at %s to the controller quorum", change.voter_id, change.address)
+    return {"voters": voter_rows(ctx.voters, q)}
+
+
+async def remove_raft_voter(ctx: AdminContext, body: dict[str, Any]) -> dict[str, Any]:
+    q = _engine(ctx)
+    change = decide_remove_raft_voter(body, q.members(), q.registry, ctx.node_id)
+    if change.address is not None:
+        await q.change_membership("remove", change.address)
+        log.warning("removed voter %s at %s from the controller quorum", change.voter_id,
+                    change.address)
+    await q.update_registry(VoterRegistry.remove(change.voter_id))
+    return {"voters": voter_rows(ctx.voters, q)}
+
+
+HANDLERS: HandlerTable = {ApiKey.ADD_RAFT_VOTER: add_raft_voter,
+                          ApiKey.REMOVE_RAFT_VOTER: remove_raft_voter}
+
+
+def voter_rows(voters: Sequence[VoterSpec], q: Any) -> list[dict[str, Any]]:
+    """The current voters (id, raft, rpc, directory id), from the engine's member set (the
+    configured ``voters`` while there is no engine, or it has a fixed voter set)."""
+    rpc = {vid: r for vid, _raft, r in voters}
     if q is None or not hasattr(q, "members"):
         return [{"id": vid, "raft": f"{raft[0]}:{raft[1]}", "rpc": f"{r[0]}:{r[1]}", "directory_id": None}
-                for vid, raft, r in svc.voters]
+                for vid, raft, r in voters]
     reg = q.registry.entries
     rows = []
     for addr, vid in q.members().items():

@@ -27,7 +27,9 @@ import os
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 __all__ = ["OffsetIndex", "TimeIndex", "fsync_dir", "write_file_atomic"]
 
@@ -72,15 +74,45 @@ def write_file_atomic(path: Path, data: bytes, *, fsync: bool, sync_dir: bool = 
         fsync_dir(path.parent)
 
 
-class OffsetIndex:
-    """Offset → file position, sparse."""
+class _Index:
+    """What both indexes share: the file, the segment's base offset, the entry limit, and the
+    file as a run of fixed-size ``_ENTRY`` records."""
 
-    __slots__ = ("path", "base_offset", "max_entries", "offsets", "positions")
+    __slots__ = ("path", "base_offset", "max_entries")
+    _ENTRY: ClassVar[struct.Struct]
 
     def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_entries)
+
+    def to_bytes(self) -> bytes:
+        raise NotImplementedError
+
+    def write(self, *, fsync: bool = False) -> None:
+        write_file_atomic(self.path, self.to_bytes(), fsync=fsync)
+
+    def _read_entries(self) -> Iterator[tuple[int, int]] | None:
+        """The file's entries, or None when it is missing or not a whole number of at most
+        ``max_entries`` entries."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        count, rest = divmod(len(data), self._ENTRY.size)
+        if rest or count > self.max_entries:
+            return None
+        return self._ENTRY.iter_unpack(data)
+
+
+class OffsetIndex(_Index):
+    """Offset → file position, sparse."""
+
+    __slots__ = ("offsets", "positions")
+    _ENTRY = _OFFSET_ENTRY
+
+    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+        super().__init__(path, base_offset, max_entries)
         self.offsets = array("q")
         self.positions = array("q")
 
@@ -125,20 +157,14 @@ class OffsetIndex:
         return b"".join(_OFFSET_ENTRY.pack(o - base, p)
                         for o, p in zip(self.offsets, self.positions, strict=True))
 
-    def write(self, *, fsync: bool = False) -> None:
-        write_file_atomic(self.path, self.to_bytes(), fsync=fsync)
-
     def load(self, log_size: int) -> bool:
         """Load the file if it is sane for a ``.log`` of ``log_size`` bytes."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return False
-        if len(data) % _OFFSET_ENTRY.size or len(data) // _OFFSET_ENTRY.size > self.max_entries:
+        entries = self._read_entries()
+        if entries is None:
             return False
         offsets, positions = array("q"), array("q")
         last_o = last_p = -1
-        for rel, pos in _OFFSET_ENTRY.iter_unpack(data):
+        for rel, pos in entries:
             if rel <= last_o or pos <= last_p or pos >= log_size:
                 return False
             last_o, last_p = rel, pos
@@ -148,15 +174,14 @@ class OffsetIndex:
         return True
 
 
-class TimeIndex:
+class TimeIndex(_Index):
     """Max timestamp so far → base offset of the batch that reached it."""
 
-    __slots__ = ("path", "base_offset", "max_entries", "timestamps", "offsets")
+    __slots__ = ("timestamps", "offsets")
+    _ENTRY = _TIME_ENTRY
 
     def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
-        self.path = path
-        self.base_offset = base_offset
-        self.max_entries = max(1, max_entries)
+        super().__init__(path, base_offset, max_entries)
         self.timestamps = array("q")
         self.offsets = array("q")
 
@@ -195,20 +220,14 @@ class TimeIndex:
         return b"".join(_TIME_ENTRY.pack(t, o - base)
                         for t, o in zip(self.timestamps, self.offsets, strict=True))
 
-    def write(self, *, fsync: bool = False) -> None:
-        write_file_atomic(self.path, self.to_bytes(), fsync=fsync)
-
     def load(self, next_offset: int) -> bool:
         """Load the file if it is sane for a segment ending before ``next_offset``."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return False
-        if len(data) % _TIME_ENTRY.size or len(data) // _TIME_ENTRY.size > self.max_entries:
+        entries = self._read_entries()
+        if entries is None:
             return False
         timestamps, offsets = array("q"), array("q")
         last_t, last_o = -(2**63), -1
-        for ts, rel in _TIME_ENTRY.iter_unpack(data):
+        for ts, rel in entries:
             o = self.base_offset + rel
             if ts <= last_t or rel < last_o or o >= max(next_offset, self.base_offset + 1):
                 return False

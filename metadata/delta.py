@@ -24,8 +24,8 @@ deleted and re-created under the same name within one delta shows up in ``delete
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+from rafka.metadata._base import NestedMapDelta, apply_changes, copy_fields, sorted_map
 from rafka.metadata.groups import GROUP_RECORD_TYPES, GroupsDelta
 from rafka.metadata.image import (
     BrokerRegistration,
@@ -133,17 +133,8 @@ class ClusterDelta:
             epoch = offset if record.broker_epoch < 0 else record.broker_epoch
             cur = self._get(record.broker_id)  # a decommission outlives a re-registration
             decommissioning = record.decommissioning or (cur is not None and cur.decommissioning)
-            self.changed[record.broker_id] = BrokerRegistration(
-                broker_id=record.broker_id,
-                epoch=epoch,
-                incarnation_id=record.incarnation_id,
-                host=record.host,
-                port=record.port,
-                rack=record.rack,
-                fenced=record.fenced,
-                secure_listener=record.secure_listener,
-                decommissioning=decommissioning,
-            )
+            self.changed[record.broker_id] = copy_fields(
+                BrokerRegistration, record, epoch=epoch, decommissioning=decommissioning)
         elif isinstance(record, BrokerRegistrationChange):
             cur = self._get(record.broker_id)
             if (cur is not None and record.broker_epoch in (-1, cur.epoch)
@@ -163,13 +154,7 @@ class ClusterDelta:
     def apply(self) -> ClusterImage:
         if not self.changed:
             return self.image
-        brokers = dict(self.image.brokers)
-        for bid, reg in self.changed.items():
-            if reg is None:
-                brokers.pop(bid, None)
-            else:
-                brokers[bid] = reg
-        return ClusterImage(brokers=frozen_map(dict(sorted(brokers.items()))))
+        return ClusterImage(brokers=apply_changes(self.image.brokers, self.changed))
 
 
 class _TopicDraft:
@@ -189,8 +174,8 @@ class _TopicDraft:
         return TopicImage(
             name=self.name,
             topic_id=self.topic_id,
-            partitions=frozen_map(dict(sorted(self.partitions.items()))),
-            configs=frozen_map(dict(sorted(self.configs.items()))),
+            partitions=sorted_map(self.partitions),
+            configs=sorted_map(self.configs),
         )
 
 
@@ -238,16 +223,12 @@ class TopicsDelta:
             if d is None:
                 return
             replicas = tuple(record.replicas)
-            d.partitions[record.partition] = PartitionRegistration(
+            d.partitions[record.partition] = copy_fields(
+                PartitionRegistration, record,
                 replicas=replicas,
                 isr=tuple(record.isr),
-                leader=record.leader,
-                leader_epoch=record.leader_epoch,
-                partition_epoch=record.partition_epoch,
-                leader_recovery_state=record.leader_recovery_state,
                 adding_replicas=tuple(r for r in record.adding_replicas if r in replicas),
                 removing_replicas=tuple(r for r in record.removing_replicas if r in replicas),
-                throttle_bytes_per_s=record.throttle_bytes_per_s,
             )
             d.changed_partitions.add(record.partition)
         elif isinstance(record, PartitionChange):
@@ -306,31 +287,15 @@ class TopicsDelta:
 class _ConfigsDelta:
     def __init__(self, image: ConfigsImage) -> None:
         self.image = image
-        self.changed: dict[str, dict[str, str]] = {}
+        self.brokers: NestedMapDelta[str, str, str] = NestedMapDelta(image.brokers)
 
     def replay(self, record: ConfigRecord) -> None:
-        if record.resource_type != "broker":
-            return
-        name = record.resource_name
-        cur = self.changed.get(name)
-        if cur is None:
-            cur = dict(self.image.brokers.get(name, {}))
-            self.changed[name] = cur
-        if record.value is None:
-            cur.pop(record.name, None)
-        else:
-            cur[record.name] = record.value
+        if record.resource_type == "broker":
+            self.brokers.set(record.resource_name, record.name, record.value)
 
     def apply(self) -> ConfigsImage:
-        if not self.changed:
-            return self.image
-        brokers: dict[str, Any] = dict(self.image.brokers)
-        for name, cfg in self.changed.items():
-            if cfg:
-                brokers[name] = frozen_map(dict(sorted(cfg.items())))
-            else:
-                brokers.pop(name, None)
-        return ConfigsImage(brokers=frozen_map(dict(sorted(brokers.items()))))
+        brokers = self.brokers.apply()
+        return self.image if brokers is None else ConfigsImage(brokers=brokers)
 
 
 class MetadataDelta:

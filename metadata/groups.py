@@ -28,18 +28,18 @@ Invariant the coordinator keeps (tested there): the sets ``assigned ∪ pending_
 members of a group are pairwise disjoint, so no partition is ever owned by two members.
 
 ``groups_to_records(image)`` lists records whose fold onto ``GroupsImage.EMPTY`` gives back an
-equal image (snapshots). This module imports nothing from the rest of ``metadata`` so that
-``records.py``, ``image.py``, ``delta.py`` and ``snapshot.py`` can all import it.
+equal image (snapshots). This module imports nothing from the rest of ``metadata`` but
+``_base`` (the record base and the map helpers), so that ``records.py``, ``image.py``,
+``delta.py`` and ``snapshot.py`` can all import it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 from typing import Any, ClassVar
 
-from rafka.metadata._base import Record
+from rafka.metadata._base import EMPTY_MAP, Record, apply_changes, copy_fields, sorted_map
 
 __all__ = [
     "GROUP_RECORD_TYPES",
@@ -59,7 +59,6 @@ __all__ = [
 ]
 
 TP = tuple[str, int]
-_EMPTY: Mapping[Any, Any] = MappingProxyType({})
 
 
 _GroupRecord = Record  # the shared base: metadata/_base.py
@@ -156,7 +155,7 @@ class GroupImage:
     group_epoch: int = 0
     assignment_epoch: int = 0
     topic_partitions: tuple[tuple[str, int], ...] = ()
-    members: Mapping[str, GroupMemberImage] = field(default_factory=lambda: _EMPTY)
+    members: Mapping[str, GroupMemberImage] = field(default_factory=lambda: EMPTY_MAP)
 
     @property
     def state(self) -> str:
@@ -177,7 +176,7 @@ class GroupImage:
 
 @dataclass(frozen=True, slots=True)
 class GroupsImage:
-    groups: Mapping[str, GroupImage] = field(default_factory=lambda: _EMPTY)
+    groups: Mapping[str, GroupImage] = field(default_factory=lambda: EMPTY_MAP)
     EMPTY: ClassVar[GroupsImage]
 
     def get(self, group_id: str) -> GroupImage | None:
@@ -236,20 +235,13 @@ class GroupsDelta:
             g = self._group(record.group_id, create=True)
             assert g is not None
             prev = g[1].get(record.member_id)
-            g[1][record.member_id] = GroupMemberImage(
-                member_id=record.member_id,
-                member_epoch=record.member_epoch,
-                previous_member_epoch=record.previous_member_epoch,
-                client_id=record.client_id,
-                client_host=record.client_host,
+            g[1][record.member_id] = copy_fields(
+                GroupMemberImage, record,
                 subscribed_topics=tuple(record.subscribed_topics),
-                session_timeout_ms=record.session_timeout_ms,
-                rebalance_timeout_ms=record.rebalance_timeout_ms,
                 assigned=_tps(record.assigned),
                 pending_revocation=_tps(record.pending_revocation),
                 target=prev.target if prev else (),
                 target_epoch=prev.target_epoch if prev else 0,
-                instance_id=record.instance_id,
             )
         elif isinstance(record, GroupAssignment):
             g = self._group(record.group_id, create=False)
@@ -270,16 +262,9 @@ class GroupsDelta:
     def apply(self) -> GroupsImage:
         if not self.changed:
             return self.image
-        groups = dict(self.image.groups)
-        for gid, g in self.changed.items():
-            if g is None:
-                groups.pop(gid, None)
-            else:
-                members = MappingProxyType(dict(sorted(g[1].items()))) if g[1] else _EMPTY
-                groups[gid] = GroupImage(gid, members=members, **g[0])
-        return GroupsImage(
-            groups=MappingProxyType(dict(sorted(groups.items()))) if groups else _EMPTY
-        )
+        changes = {gid: None if g is None else GroupImage(gid, members=sorted_map(g[1]), **g[0])
+                   for gid, g in self.changed.items()}
+        return GroupsImage(groups=apply_changes(self.image.groups, changes))
 
 
 def _tps(value: Iterable[Any]) -> tuple[TP, ...]:
@@ -300,17 +285,4 @@ def groups_to_records(image: GroupsImage) -> list[GroupRecord]:
 
 def member_record(group_id: str, m: GroupMemberImage) -> GroupMember:
     """The ``GroupMember`` record that sets ``m``'s current state."""
-    return GroupMember(
-        group_id=group_id,
-        member_id=m.member_id,
-        member_epoch=m.member_epoch,
-        previous_member_epoch=m.previous_member_epoch,
-        client_id=m.client_id,
-        client_host=m.client_host,
-        subscribed_topics=m.subscribed_topics,
-        session_timeout_ms=m.session_timeout_ms,
-        rebalance_timeout_ms=m.rebalance_timeout_ms,
-        assigned=m.assigned,
-        pending_revocation=m.pending_revocation,
-        instance_id=m.instance_id,
-    )
+    return copy_fields(GroupMember, m, group_id=group_id)

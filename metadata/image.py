@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple
 
+from rafka.metadata._base import EMPTY_MAP
 from rafka.metadata.groups import GroupImage, GroupMemberImage, GroupsImage
 from rafka.metadata.quotas import QuotasImage
 from rafka.metadata.records import LEADER_RECOVERED, NO_LEADER
@@ -42,12 +43,10 @@ __all__ = [
     "frozen_map",
 ]
 
-_EMPTY_MAP: Mapping[Any, Any] = MappingProxyType({})
-
 
 def frozen_map(d: dict[Any, Any] | None = None) -> Mapping[Any, Any]:
     """A read-only view over ``d`` (the caller must not keep mutating ``d``)."""
-    return MappingProxyType(d) if d else _EMPTY_MAP
+    return MappingProxyType(d) if d else EMPTY_MAP
 
 
 class TopicPartition(NamedTuple):
@@ -113,14 +112,14 @@ class PartitionRegistration:
 class TopicImage:
     name: str
     topic_id: str
-    partitions: Mapping[int, PartitionRegistration] = field(default_factory=lambda: _EMPTY_MAP)
-    configs: Mapping[str, str] = field(default_factory=lambda: _EMPTY_MAP)
+    partitions: Mapping[int, PartitionRegistration] = field(default_factory=lambda: EMPTY_MAP)
+    configs: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
 
 
 @dataclass(frozen=True, slots=True)
 class TopicsImage:
-    by_id: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY_MAP)
-    by_name: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY_MAP)
+    by_id: Mapping[str, TopicImage] = field(default_factory=lambda: EMPTY_MAP)
+    by_name: Mapping[str, TopicImage] = field(default_factory=lambda: EMPTY_MAP)
     EMPTY: ClassVar[TopicsImage]
 
     def get(self, name: str) -> TopicImage | None:
@@ -133,7 +132,7 @@ class TopicsImage:
 
 @dataclass(frozen=True, slots=True)
 class ClusterImage:
-    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: _EMPTY_MAP)
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: EMPTY_MAP)
     EMPTY: ClassVar[ClusterImage]
 
     def unfenced_ids(self) -> list[int]:
@@ -148,7 +147,7 @@ class ConfigsImage:
     """Broker-level configs: ``brokers["<id>"]`` or ``brokers[""]`` (cluster default).
     Topic configs live in ``TopicImage.configs``."""
 
-    brokers: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY_MAP)
+    brokers: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: EMPTY_MAP)
     EMPTY: ClassVar[ConfigsImage]
 
 

@@ -17,17 +17,16 @@ same keys ``security.quota.QuotaBook`` asks its ``quota_of`` about. Keys are
 
 ``quotas_to_records(image)`` lists records whose fold onto the empty image gives back an equal
 image (snapshots). Like ``rafka.metadata.security`` this imports nothing from the rest of ``metadata``
-but the record base.
+but ``_base`` (the record base and the map helpers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from rafka.metadata._base import Record
+from rafka.metadata._base import EMPTY_MAP, NestedMapDelta, Record
 
 __all__ = [
     "DEFAULT",
@@ -45,7 +44,6 @@ __all__ = [
 DEFAULT = "<default>"
 QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate")
 QuotaEntityKey = tuple[str, ...]
-_EMPTY: Mapping[Any, Any] = MappingProxyType({})
 
 
 def entity_key(user: str | None, client_id: str | None) -> QuotaEntityKey:
@@ -81,11 +79,11 @@ QUOTA_RECORD_TYPES: tuple[type[Record], ...] = (ClientQuota,)
 class QuotasImage:
     """entity key -> {quota key: value}."""
 
-    entities: Mapping[QuotaEntityKey, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
+    entities: Mapping[QuotaEntityKey, Mapping[str, float]] = field(default_factory=lambda: EMPTY_MAP)
     EMPTY: ClassVar[QuotasImage]
 
     def get(self, entity: QuotaEntityKey, key: str) -> float | None:
-        return self.entities.get(entity, _EMPTY).get(key)
+        return self.entities.get(entity, EMPTY_MAP).get(key)
 
 
 QuotasImage.EMPTY = QuotasImage()
@@ -94,7 +92,7 @@ QuotasImage.EMPTY = QuotasImage()
 class QuotasDelta:
     def __init__(self, image: QuotasImage) -> None:
         self.image = image
-        self.changed: dict[QuotaEntityKey, dict[str, float]] = {}
+        self.entities: NestedMapDelta[QuotaEntityKey, str, float] = NestedMapDelta(image.entities)
 
     def replay(self, record: Record) -> None:
         if not isinstance(record, ClientQuota):
@@ -103,26 +101,13 @@ class QuotasDelta:
             ent = entity_key(record.user, record.client_id)
         except ValueError:
             return  # total: a record naming no entity changes nothing
-        cur = self.changed.get(ent)
-        if cur is None:
-            cur = self.changed[ent] = dict(self.image.entities.get(ent, {}))
-        if record.value is None:
-            cur.pop(record.key, None)
-        else:
-            cur[record.key] = float(record.value)
+        self.entities.set(ent, record.key, None if record.value is None else float(record.value))
 
     def apply(self) -> QuotasImage:
-        if not self.changed:
+        entities = self.entities.apply()
+        if entities is None:
             return self.image
-        entities: dict[QuotaEntityKey, Mapping[str, float]] = dict(self.image.entities)
-        for ent, values in self.changed.items():
-            if values:
-                entities[ent] = MappingProxyType(dict(sorted(values.items())))
-            else:
-                entities.pop(ent, None)
-        if not entities:
-            return QuotasImage.EMPTY
-        return QuotasImage(MappingProxyType(dict(sorted(entities.items()))))
+        return QuotasImage(entities) if entities else QuotasImage.EMPTY
 
 
 def quotas_to_records(image: QuotasImage) -> list[Record]:

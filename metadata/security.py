@@ -18,17 +18,16 @@ impersonate the *server* to a client, not a client to the server.
 
 ``scram_to_records(image)`` / ``acls_to_records(image)`` list records whose fold onto the empty
 image gives back an equal image (snapshots). Like ``rafka.metadata.groups`` this imports nothing from the rest of
-``metadata`` but the record base.
+``metadata`` but ``_base`` (the record base and the map helpers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from rafka.metadata._base import Record
+from rafka.metadata._base import EMPTY_MAP, NestedMapDelta, Record, copy_fields
 
 __all__ = [
     "ACL_RECORD_TYPES",
@@ -46,8 +45,6 @@ __all__ = [
     "UserScramCredentialRemoved",
     "scram_to_records",
 ]
-
-_EMPTY: Mapping[Any, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +80,11 @@ class ScramEntry:
 class ScramImage:
     """user -> mechanism -> ``ScramEntry``."""
 
-    users: Mapping[str, Mapping[str, ScramEntry]] = field(default_factory=lambda: _EMPTY)
+    users: Mapping[str, Mapping[str, ScramEntry]] = field(default_factory=lambda: EMPTY_MAP)
     EMPTY: ClassVar[ScramImage]
 
     def get(self, user: str, mechanism: str) -> ScramEntry | None:
-        return self.users.get(user, _EMPTY).get(mechanism)
+        return self.users.get(user, EMPTY_MAP).get(mechanism)
 
 
 ScramImage.EMPTY = ScramImage()
@@ -96,30 +93,19 @@ ScramImage.EMPTY = ScramImage()
 class ScramDelta:
     def __init__(self, image: ScramImage) -> None:
         self.image = image
-        self.changed: dict[str, dict[str, ScramEntry]] = {}
+        self.users: NestedMapDelta[str, str, ScramEntry] = NestedMapDelta(image.users)
 
     def replay(self, record: Record) -> None:
-        if isinstance(record, UserScramCredential | UserScramCredentialRemoved):
-            cur = self.changed.get(record.user)
-            if cur is None:
-                cur = dict(self.image.users.get(record.user, {}))
-                self.changed[record.user] = cur
-            if isinstance(record, UserScramCredential):
-                cur[record.mechanism] = ScramEntry(bytes(record.salt), record.iterations,
-                                                   bytes(record.stored_key), bytes(record.server_key))
-            else:
-                cur.pop(record.mechanism, None)
+        if isinstance(record, UserScramCredential):
+            self.users.set(record.user, record.mechanism, ScramEntry(
+                bytes(record.salt), record.iterations, bytes(record.stored_key),
+                bytes(record.server_key)))
+        elif isinstance(record, UserScramCredentialRemoved):
+            self.users.set(record.user, record.mechanism, None)
 
     def apply(self) -> ScramImage:
-        if not self.changed:
-            return self.image
-        users: dict[str, Mapping[str, ScramEntry]] = dict(self.image.users)
-        for user, mechs in self.changed.items():
-            if mechs:
-                users[user] = MappingProxyType(dict(sorted(mechs.items())))
-            else:
-                users.pop(user, None)
-        return ScramImage(MappingProxyType(dict(sorted(users.items()))) if users else _EMPTY)
+        users = self.users.apply()
+        return self.image if users is None else ScramImage(users)
 
 
 def scram_to_records(image: ScramImage) -> list[Record]:
@@ -160,8 +146,7 @@ class _AclRecord(Record):
     host: str = "*"
 
     def entry(self) -> AclEntry:
-        return AclEntry(self.principal, self.resource_type, self.pattern_type, self.resource_name,
-                        self.operation, self.permission, self.host)
+        return copy_fields(AclEntry, self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,4 +192,4 @@ class AclsDelta:
 
 
 def acls_to_records(image: AclsImage) -> list[Record]:
-    return [AclCreated(*(getattr(e, f) for f in e.__slots__)) for e in sorted(image.entries)]
+    return [copy_fields(AclCreated, e) for e in sorted(image.entries)]

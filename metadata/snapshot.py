@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rafka.metadata._base import copy_fields
 from rafka.metadata.delta import MetadataDelta
 from rafka.metadata.groups import groups_to_records
 from rafka.metadata.image import MetadataImage
@@ -35,19 +36,7 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
     if image.quorum.epoch >= 0:
         out.append(LeaderChange(leader_id=image.quorum.leader_id, epoch=image.quorum.epoch))
     for b in image.cluster.brokers.values():
-        out.append(
-            RegisterBroker(
-                broker_id=b.broker_id,
-                incarnation_id=b.incarnation_id,
-                host=b.host,
-                port=b.port,
-                rack=b.rack,
-                broker_epoch=b.epoch,
-                fenced=b.fenced,
-                secure_listener=b.secure_listener,
-                decommissioning=b.decommissioning,
-            )
-        )
+        out.append(copy_fields(RegisterBroker, b, broker_epoch=b.epoch))
     for name, cfg in image.configs.brokers.items():
         for k, v in cfg.items():
             out.append(ConfigRecord("broker", name, k, v))
@@ -56,21 +45,7 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
         for k, v in t.configs.items():
             out.append(ConfigRecord("topic", t.name, k, v))
         for p, reg in t.partitions.items():
-            out.append(
-                Partition(
-                    topic_id=t.topic_id,
-                    partition=p,
-                    replicas=reg.replicas,
-                    isr=reg.isr,
-                    leader=reg.leader,
-                    leader_epoch=reg.leader_epoch,
-                    partition_epoch=reg.partition_epoch,
-                    leader_recovery_state=reg.leader_recovery_state,
-                    adding_replicas=reg.adding_replicas,
-                    removing_replicas=reg.removing_replicas,
-                    throttle_bytes_per_s=reg.throttle_bytes_per_s,
-                )
-            )
+            out.append(copy_fields(Partition, reg, topic_id=t.topic_id, partition=p))
     if image.producer_ids.next_producer_id > 0:
         out.append(ProducerIds(-1, -1, image.producer_ids.next_producer_id))
     out.extend(groups_to_records(image.groups))

@@ -1,7 +1,7 @@
 """The node-side commands of the ``rafka`` CLI: ``rafka server`` and ``rafka cluster up/down``.
 
-``client/cli.py`` owns the ``rafka`` group and adds these with ``main.add_command(server)`` /
-``main.add_command(cluster)``. Errors users can fix (a bad config, a busy port, a cluster that
+``rafka/cli.py`` (the composition root) adds these to the client's ``rafka`` group with
+``main.add_command(server)`` / ``main.add_command(cluster)``. Errors users can fix (a bad config, a busy port, a cluster that
 does not come up) print one line naming the problem and exit non-zero; never a traceback.
 
 A foreground ``cluster up`` stops its nodes however it ends: SIGINT, SIGTERM or SIGHUP (while

@@ -27,8 +27,13 @@ principal and host (``Request.principal`` / ``Request.client_host``, set by the 
   idempotent INIT_PRODUCER_ID needs idempotent_write on the cluster or write on some topic;
   cluster APIs (listings and quorum: describe; leader election, users and ACLs: alter; client
   quotas: alter_configs / describe_configs, as Kafka;
-  inter-node APIs and follower fetches: cluster_action) → CLUSTER_AUTHORIZATION_FAILED. An API
-  not in these tables is refused (default deny).
+  inter-node APIs and follower fetches: cluster_action; voter changes: all) →
+  CLUSTER_AUTHORIZATION_FAILED. An API not in these tables is refused (default deny).
+
+The tables are not kept here: they are the ``acl`` column of the one API table
+(``wire/api_table.py``), read by scope (``keys_with_acl``); this module holds the code of the
+checks that need more than a row says (per topic, per coordinator key, INIT_PRODUCER_ID, a
+follower FETCH, a transactional PRODUCE, TXN_OFFSET_COMMIT's group).
 
 Every denial is logged on the ``rafka.audit`` logger (principal, host, operation, resource,
 api), the audit trail of docs/security.md.
@@ -42,6 +47,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rafka.security.acl import CLUSTER_NAME, Authorizer
+from rafka.wire.api_table import AclScope, keys_with_acl
 from rafka.wire.errors import ErrorCode
 from rafka.wire.protocol import ApiKey, Request
 
@@ -58,37 +64,18 @@ DENIED_CODE = {"topic": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                "cluster": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                "transactional_id": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 
-TOPIC_OPERATIONS: dict[int, str] = {
-    ApiKey.PRODUCE: "write", ApiKey.FETCH: "read", ApiKey.LIST_OFFSETS: "describe",
-    ApiKey.DESCRIBE_PRODUCERS: "describe", ApiKey.METADATA: "describe",
-    ApiKey.CREATE_TOPICS: "create", ApiKey.DELETE_TOPICS: "delete",
-    ApiKey.CREATE_PARTITIONS: "alter", ApiKey.ALTER_CONFIGS: "alter_configs",
-    ApiKey.DESCRIBE_CONFIGS: "describe_configs",
-}
-_GROUP = {ApiKey.CONSUMER_GROUP_HEARTBEAT: "read", ApiKey.OFFSET_COMMIT: "read",
-          ApiKey.OFFSET_FETCH: "read", ApiKey.ALTER_GROUP_OFFSETS: "read",
-          ApiKey.DESCRIBE_GROUPS: "describe", ApiKey.DELETE_GROUPS: "delete"}
-_TXN = {ApiKey.ADD_PARTITIONS_TO_TXN: "write", ApiKey.ADD_OFFSETS_TO_TXN: "write",
-        ApiKey.END_TXN: "write", ApiKey.TXN_OFFSET_COMMIT: "write",
-        ApiKey.DESCRIBE_TRANSACTIONS: "describe"}
-_CLUSTER = {ApiKey.LIST_GROUPS: "describe", ApiKey.LIST_TRANSACTIONS: "describe",
-            ApiKey.DESCRIBE_QUORUM: "describe", ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "describe",
-            ApiKey.ELECT_LEADERS: "alter", ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "alter",
-            ApiKey.BROKER_REGISTRATION: "cluster_action", ApiKey.BROKER_HEARTBEAT: "cluster_action",
-            ApiKey.METADATA_FETCH: "cluster_action", ApiKey.ALTER_PARTITION: "cluster_action",
-            ApiKey.WRITE_TXN_MARKERS: "cluster_action",
-            ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter",  # kraft/reassign.py, as Kafka
-            ApiKey.LIST_PARTITION_REASSIGNMENTS: "describe", ApiKey.DECOMMISSION_BROKER: "alter",
-            ApiKey.UNREGISTER_BROKER: "alter"}
+# the ACL column of the one API table (wire/api_table.py), by scope
+TOPIC_OPERATIONS: dict[int, str] = dict(keys_with_acl(AclScope.TOPICS))
+_GROUP: dict[int, str] = dict(keys_with_acl(AclScope.GROUP))
+_TXN: dict[int, str] = dict(keys_with_acl(AclScope.TRANSACTIONAL_ID))
+_CLUSTER: dict[int, str] = dict(keys_with_acl(AclScope.CLUSTER))
+# answered without a check (API_VERSIONS)
+_UNCHECKED = frozenset(keys_with_acl(AclScope.NONE))
+# rows whose check is code below: per key (FIND_COORDINATOR), per producer (INIT_PRODUCER_ID)
+_RULED = frozenset(TOPIC_OPERATIONS) | frozenset(keys_with_acl(AclScope.COORDINATOR_KEYS)) \
+    | frozenset(keys_with_acl(AclScope.PRODUCER_ID))
 # FIND_COORDINATOR's key types -> the resource each key names (describe needed on it)
 COORDINATOR_KEY_TYPES = {0: "group", 1: "transactional_id"}
-# api keys whose names live elsewhere in the body
-_OPTIONAL_CLUSTER_KEYS = ("CREATE_ACLS", "DELETE_ACLS", "DESCRIBE_ACLS", "ALTER_CLIENT_QUOTAS",
-                          "DESCRIBE_CLIENT_QUOTAS")  # quotas: as Kafka (alter/describe_configs)
-for _name, _op in zip(_OPTIONAL_CLUSTER_KEYS,
-                      ("alter", "alter", "describe", "alter_configs", "describe_configs"), strict=True):
-    if hasattr(ApiKey, _name):
-        _CLUSTER[getattr(ApiKey, _name)] = _op
 
 
 class _Check:
@@ -225,8 +212,7 @@ def _whole_request(check: _Check, req: Request) -> dict[str, Any] | None:
                                        CLUSTER_NAME)
                   or check.auth.has_any_allow(check.principal, check.host, "write", "topic")):
             needs.append(("idempotent_write", "cluster", CLUSTER_NAME))
-    ruled = api in TOPIC_OPERATIONS or api in (ApiKey.INIT_PRODUCER_ID, ApiKey.FIND_COORDINATOR)
-    if not needs and not ruled:
+    if not needs and api not in _RULED:
         needs.append(("all", "cluster", CLUSTER_NAME))  # an API without a rule: default deny
     for operation, rtype, name in needs:
         if not check.allowed(operation, rtype, name):
@@ -246,7 +232,7 @@ def authorizing_dispatch(dispatch: Dispatch, image_of: Callable[[], MetadataImag
         return cache["auth"]  # type: ignore[no-any-return]
 
     async def run(req: Request) -> Any:
-        if req.api_key == ApiKey.API_VERSIONS:
+        if req.api_key in _UNCHECKED:
             return await dispatch(req)
         check = _Check(authorizer(), req)
         denied = _whole_request(check, req)

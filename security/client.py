@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
-from rafka.security.listener import PROTOCOLS
+from rafka.security.listener import PROTOCOLS, ProtocolFlags
 from rafka.security.sasl import sasl_authenticate
 from rafka.security.scram import MECHANISMS
 from rafka.security.tls import BulkReceiveStream, client_context
@@ -67,20 +67,12 @@ def ambient_security(options: Mapping[str, Any]) -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class ClientSecurity:
+class ClientSecurity(ProtocolFlags):
     protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     username: str | None = None
     password: str | None = None
     ssl_context: ssl.SSLContext | None = None
-
-    @property
-    def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
-
-    @property
-    def uses_sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
     @classmethod
     def from_options(cls, *, security_protocol: str = "PLAINTEXT",

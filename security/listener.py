@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from rafka.metadata import MetadataImage
     from rafka.wire.dispatch import Dispatch
 
-__all__ = ["PROTOCOLS", "SecurityConfig", "ListenerSecurity", "parse_security", "advertised",
+__all__ = ["PROTOCOLS", "ProtocolFlags", "SecurityConfig", "ListenerSecurity", "parse_security", "advertised",
            "image_credentials", "secured_dispatch", "node_principal", "is_node_principal",
            "node_bypass", "anonymous_dispatch", "NODE_USER", "ANONYMOUS"]
 
@@ -98,8 +98,24 @@ def is_node_principal(principal: str | None) -> bool:
     return principal is not None and _NODE_PRINCIPAL.fullmatch(principal) is not None
 
 
+class ProtocolFlags:
+    """What a ``protocol`` (one of ``PROTOCOLS``) turns on, for the settings that name one: a
+    listener's ``SecurityConfig`` and a client's ``ClientSecurity``."""
+
+    __slots__ = ()
+    protocol: str
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+
 @dataclass(frozen=True, slots=True)
-class SecurityConfig:
+class SecurityConfig(ProtocolFlags):
     listener: tuple[str, int]
     advertised_listener: tuple[str, int] | None
     protocol: str
@@ -116,14 +132,6 @@ class SecurityConfig:
     inter_broker: bool = False  # peers connect here with mutual TLS as their node principal
     # the main (PLAINTEXT) listener runs as User:ANONYMOUS behind the ACLs too (anonymous_dispatch)
     main_listener_authorizer: bool = False
-
-    @property
-    def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
-
-    @property
-    def uses_sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
 
 @dataclass(frozen=True, slots=True)

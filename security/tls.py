@@ -102,11 +102,28 @@ def peer_host(stream: Any) -> str | None:
     return None
 
 
-class PrefixedStream(trio.abc.Stream):
+class _WrappedStream(trio.abc.Stream):
+    """A stream over ``inner`` that changes only how it receives: sending and closing go
+    straight to ``inner``."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class PrefixedStream(_WrappedStream):
     """A stream that first yields ``prefix`` (bytes already read from ``inner``)."""
 
     def __init__(self, inner: trio.abc.Stream, prefix: bytes) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.prefix = prefix
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
@@ -117,37 +134,19 @@ class PrefixedStream(trio.abc.Stream):
             return out
         return await self.inner.receive_some(max_bytes)
 
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
 
 TRANSPORT_RECEIVE_BYTES = 256 * 1024
 
 
-class BulkReceiveStream(trio.abc.Stream):
+class BulkReceiveStream(_WrappedStream):
     """``inner`` with ``receive_some()`` (no size) asking for ``TRANSPORT_RECEIVE_BYTES``."""
 
     def __init__(self, inner: trio.abc.Stream) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.socket = getattr(inner, "socket", None)
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         return await self.inner.receive_some(TRANSPORT_RECEIVE_BYTES if max_bytes is None else max_bytes)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 class PlaintextOnTlsPortError(Exception):

@@ -6,7 +6,8 @@ Theory of operation
 (``reader.py``) and writers (``sink.py``). Offsets are JSON maps kept only in Spark's checkpoint
 (``offsets.py``: building, admission control, range splitting — pure). Executors read offset
 ranges straight from partition leaders over a small blocking client (``wire.py``) and turn
-record batches into Arrow (``fetch.py``). ``demo.py`` is a runnable example.
+record batches into Arrow (``fetch.py``). ``demo.py`` is a runnable example; ``env.py`` sets the
+environment it and the Spark benchmark start Spark in.
 
 ``RafkaDataSource`` is imported lazily, so the pure modules work without PySpark installed::
 

@@ -33,22 +33,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from rafka.spark_source.env import spark_env
+
 __all__ = ["main", "run_demo"]
 
 TOPIC = "clicks"
 PAGES = ["/", "/pricing", "/docs", "/blog", "/signup", "/login"]
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _spark_env() -> None:
-    jvm = "/usr/lib/jvm/java-17-openjdk-amd64"
-    if not os.environ.get("JAVA_HOME") and Path(jvm).exists():
-        os.environ["JAVA_HOME"] = jvm
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
 
 
 @contextlib.contextmanager
@@ -115,7 +106,7 @@ class _ClickProducer(threading.Thread):
 
 
 def run_demo(bootstrap: str, seconds: float, rate_per_s: float, starting: str) -> int:
-    _spark_env()
+    spark_env(ROOT)
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
     from rafka.spark_source import RafkaDataSource

@@ -3,8 +3,10 @@
 Theory of operation
 -------------------
 ``SCHEMAS`` maps each ``ApiKey`` to the structure its request body must have, and says in
-comments what the response body holds: it is the reference of the wire protocol
-(``wire/protocol.py`` frames and encodes; this module says what the bodies mean).  A spec is
+comments what the request means and which type its answer has (``-> XResponse``: the
+``TypedDict`` of ``wire/responses.py``; the key's ``ApiSpec`` row names it): with those it is the reference of
+the wire protocol (``wire/protocol.py`` frames and encodes; ``wire/api_table.py`` puts the
+request schema, the response type, the route and the ACL of each key in one row).  A spec is
 a Python type (``int``, ``str``, ``bytes``, ``bool``...), a one-element list (a list of that
 spec), a dict (a map with these str keys), ``Opt(spec)`` (may be missing or None) or
 ``MapOf(key, value)`` (a free-form map).
@@ -120,14 +122,11 @@ _MEMBER_OFFSETS = {
 }
 
 SCHEMAS: dict[ApiKey, dict[str, Any]] = {
-    # -> {error, apis: [[api_key, min_version, max_version]]}
+    # -> ApiVersionsResponse
     ApiKey.API_VERSIONS: {},
-    # -> {cluster_id, controller_id, brokers: [{node_id, host, port, rack}],
-    #     topics: [{name, error, topic_id, is_internal, configs?,
-    #               partitions: [{partition, error, leader, leader_epoch, replicas, isr}]}]}
+    # -> MetadataResponse
     ApiKey.METADATA: {"topics": Opt([str])},
-    # -> {topics: [{name, partitions: [{partition, error, message, base_offset,
-    #                                   log_append_time, log_start_offset}]}]}
+    # -> ProduceResponse
     # transactional_id: set by transactional producers; a transactional batch that opens a
     # transaction on a partition is verified with that id's coordinator first (KIP-890).
     ApiKey.PRODUCE: {
@@ -137,9 +136,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "topics": [{"name": str, "partitions": [{"partition": int, "records": bytes}]}],
     },
     # replica_id -1 = consumer; >= 0 = follower broker id (then broker_epoch is required)
-    # -> {topics: [{name, partitions: [{partition, error, message, high_watermark,
-    #     log_start_offset, log_end_offset, diverging_epoch: {epoch, end_offset} | None,
-    #     records_len}]}]} + raw bytes (records_len of each partition, in order)
+    # -> FetchResponse + raw bytes (records_len of each partition, in order)
     # isolation_level: 0 read_uncommitted (default), 1 read_committed -> data only below the
     # last stable offset, and per partition also last_stable_offset and
     # aborted_transactions: [[producer_id, first_offset]] | None (docs/transactions.md)
@@ -166,7 +163,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         ],
     },
     # timestamp: -2 earliest, -1 latest (high watermark), >= 0 first offset with ts >= it
-    # -> {topics: [{name, partitions: [{partition, error, offset, timestamp, leader_epoch}]}]}
+    # -> ListOffsetsResponse
     # isolation_level 1: latest (-1) answers the last stable offset instead of the high watermark
     ApiKey.LIST_OFFSETS: {
         "replica_id": Opt(int),
@@ -184,7 +181,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # 1-128 chars of [A-Za-z0-9._-], one per logical admin call and the same on every retry;
     # the controller answers a topic whose change that id already made with the original
     # outcome (kraft/service.py). Absent: every attempt is decided afresh.
-    # -> {topics: [{name, error, message, topic_id, num_partitions, replication_factor}]}
+    # -> CreateTopicsResponse
     ApiKey.CREATE_TOPICS: {
         "topics": [
             {
@@ -198,33 +195,33 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "validate_only": Opt(bool),
         "request_id": Opt(str),
     },
-    # -> {topics: [{name, error, message}]}
+    # -> TopicErrorsResponse
     ApiKey.DELETE_TOPICS: {"topics": [str], "timeout_ms": int, "request_id": Opt(str)},
-    # -> {topics: [{name, error, message, configs: {name: value}}]}
+    # -> DescribeConfigsResponse
     ApiKey.DESCRIBE_CONFIGS: {"topics": [str]},
-    # count = the new total number of partitions -> {topics: [{name, error, message}]}
+    # count = the new total number of partitions -> TopicErrorsResponse
     ApiKey.CREATE_PARTITIONS: {"topics": [{"name": str, "count": int}], "timeout_ms": int,
                                "request_id": Opt(str)},
     # without transactional_id: to the controller (a fresh id for an idempotent producer);
     # with it: to that id's transaction coordinator, which bumps the epoch (fencing older
     # incarnations) and ends what they left open. producer_id/producer_epoch with it: a
     # producer re-initialising after TRANSACTION_TIMED_OUT (KIP-360).
-    # -> {error, message, producer_id, producer_epoch}
+    # -> InitProducerIdResponse
     ApiKey.INIT_PRODUCER_ID: {"producer_id": Opt(int), "producer_epoch": Opt(int),
                               "transactional_id": Opt(str),
                               "transaction_timeout_ms": Opt(int)},
-    # value None deletes the override -> {topics: [{name, error, message}]}
+    # value None deletes the override -> TopicErrorsResponse
     ApiKey.ALTER_CONFIGS: {"topics": [{"name": str, "configs": MapOf(str, Opt(str))}],
                            "request_id": Opt(str)},
     # election_type 0 preferred, 1 unclean; topics None = all
-    # -> {error, topics: [{name, partitions: [{partition, error, message}]}]}
+    # -> PartitionErrorsResponse
     ApiKey.ELECT_LEADERS: {"election_type": int, "topics": Opt(_TP_LIST)},
     # key_type 0 group, 1 transaction; any broker (broker/handlers/coordinator.py); each key is
     # authorized on its own (describe on the group / transactional id)
-    # -> {error, coordinators: [{key, node_id, host, port, error, message}]}
+    # -> FindCoordinatorResponse
     ApiKey.FIND_COORDINATOR: {"key_type": int, "keys": [str]},
     # ---- controller
-    # -> {error, message, broker_epoch}
+    # -> BrokerRegistrationResponse
     ApiKey.BROKER_REGISTRATION: {
         "broker_id": int,
         "incarnation_id": str,
@@ -234,7 +231,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "heartbeat_interval_ms": Opt(int),  # the controller probes a broker silent for 2x this
         "secure_listener": Opt(str),  # "host:port" of its secured listener (docs/security.md)
     },
-    # -> {error, message, is_caught_up, is_fenced, should_shutdown}
+    # -> BrokerHeartbeatResponse
     ApiKey.BROKER_HEARTBEAT: {
         "broker_id": int,
         "broker_epoch": int,
@@ -244,15 +241,14 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "heartbeat_interval_ms": Opt(int),  # repeated: a new active controller learns it too
     },
     # long-poll the @metadata log from from_offset
-    # -> {error, message, leader_id, entries: [[offset, epoch, record]], committed_offset,
-    #     log_start_offset, snapshot: {offset, epoch, records} | None}
+    # -> MetadataFetchResponse
     ApiKey.METADATA_FETCH: {
         "node_id": Opt(int),
         "from_offset": int,
         "max_records": int,
         "max_wait_ms": int,
     },
-    # -> {error, message, leader, leader_epoch, partition_epoch, isr}
+    # -> AlterPartitionResponse
     ApiKey.ALTER_PARTITION: {
         "broker_id": int,
         "broker_epoch": int,
@@ -262,20 +258,18 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "partition_epoch": int,
         "new_isr": [int],
     },
-    # -> {error, leader_id, epoch, high_watermark,
-    #     voters: [{id, raft, rpc, metadata_offset, lag}], observers: [{id, metadata_offset, lag}]}
+    # -> DescribeQuorumResponse
     # local_only: a voter answers with its own metadata offset only (the leader asks each voter)
     ApiKey.DESCRIBE_QUORUM: {"local_only": Opt(bool)},
     # to the active controller (any node forwards): one single-server change, committed
-    # -> {error, message, voters: [{id, raft, rpc, directory_id}]}
+    # -> RaftVoterResponse
     ApiKey.ADD_RAFT_VOTER: {"voter_id": int, "address": str},
     ApiKey.REMOVE_RAFT_VOTER: {"voter_id": int},
     # ---- consumer groups (kraft/groups; docs in broker/groups/offsets.py and coordinator.py)
     # to the active controller (brokers forward it). member_epoch 0 = join (member_id "" → the
     # controller picks one), -1 = leave, > 0 = heartbeat. subscribed_topics None = unchanged.
     # owned_partitions: what the member holds now (acks revocations).
-    # -> {error, message, member_id, member_epoch, heartbeat_interval_ms,
-    #     assignment: [{name, partitions}] | None, metadata_offset}
+    # -> ConsumerGroupHeartbeatResponse
     ApiKey.CONSUMER_GROUP_HEARTBEAT: {
         "group_id": str,
         "member_id": str,
@@ -292,32 +286,27 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # coordinator). member_epoch -1 / member_id None: a commit from outside the group (only
     # while it has no members). min_metadata_offset: the metadata_offset of the member's last
     # heartbeat (the coordinator waits until its image has it before validating).
-    # -> {error, message, topics: [{name, partitions: [{partition, error, message}]}]}
+    # -> PartitionErrorsResponse
     ApiKey.OFFSET_COMMIT: {
         "group_id": str,
         **_MEMBER_OFFSETS,
     },
     # topics None = every committed partition of the group
-    # -> {error, message, topics: [{name, partitions: [{partition, offset (-1: none),
-    #     metadata, commit_timestamp, error}]}]}
+    # -> OffsetFetchResponse
     # require_stable (KIP-447; read_committed consumers): a partition with offsets pending in
     # an open transaction answers UNSTABLE_OFFSET_COMMIT (retriable) instead of the older offset
     ApiKey.OFFSET_FETCH: {"group_id": str, "topics": Opt(_TP_LIST), "require_stable": Opt(bool)},
     # any broker: groups in its image + groups with offsets it coordinates
-    # -> {error, groups: [{group_id, state, members, group_epoch}]}
+    # -> ListGroupsResponse
     ApiKey.LIST_GROUPS: {},
     # to each group's coordinator
-    # -> {error, groups: [{group_id, error, message, state, group_epoch, assignment_epoch,
-    #     members: [{member_id, member_epoch, client_id, client_host, subscribed_topics,
-    #                assignment, target, pending_revocation}],   (assignment lists as _TP_LIST)
-    #     offsets: [{name, partitions: [{partition, offset, metadata, commit_timestamp}]}]}]}
+    # -> DescribeGroupsResponse
     ApiKey.DESCRIBE_GROUPS: {"groups": [str]},
     # to each group's coordinator; only groups without members (tombstones their offsets)
-    # -> {error, groups: [{group_id, error, message}]}
+    # -> DeleteGroupsResponse
     ApiKey.DELETE_GROUPS: {"groups": [str]},
     # to the group's coordinator; only without members. offset >= 0 (resolve earliest/latest/
-    # timestamp with LIST_OFFSETS first) -> {error, message, topics: [{name, partitions:
-    # [{partition, error, message}]}]}
+    # timestamp with LIST_OFFSETS first) -> PartitionErrorsResponse
     ApiKey.ALTER_GROUP_OFFSETS: {
         "group_id": str,
         # metadata: the application's string stored with the offset (OffsetAndMetadata)
@@ -329,7 +318,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # leader of __transaction_state partition crc32(id) % partitions.
     # verify_only: a partition leader asks whether (producer_id, producer_epoch) is in an
     # ongoing transaction that holds these partitions; nothing changes.
-    # -> {error, message, topics: [{name, partitions: [{partition, error}]}]}
+    # -> PartitionErrorsResponse
     ApiKey.ADD_PARTITIONS_TO_TXN: {
         "transactional_id": str,
         "producer_id": int,
@@ -337,14 +326,14 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "topics": _TP_LIST,
         "verify_only": Opt(bool),
     },
-    # adds the group's __consumer_offsets partition -> {error, message}
+    # adds the group's __consumer_offsets partition -> ErrorFields
     ApiKey.ADD_OFFSETS_TO_TXN: {
         "transactional_id": str,
         "producer_id": int,
         "producer_epoch": int,
         "group_id": str,
     },
-    # -> {error, message}; answered once the markers are written and the outcome is complete
+    # -> ErrorFields; answered once the markers are written and the outcome is complete
     ApiKey.END_TXN: {
         "transactional_id": str,
         "producer_id": int,
@@ -352,7 +341,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "commit": bool,
     },
     # coordinator -> partition leaders: append a control batch (acks=all) to each partition
-    # -> {error, markers: [{producer_id, topics: [{name, partitions: [{partition, error, message}]}]}]}
+    # -> WriteTxnMarkersResponse
     ApiKey.WRITE_TXN_MARKERS: {
         "markers": [{
             "producer_id": int,
@@ -372,71 +361,65 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "producer_epoch": int,
         **_MEMBER_OFFSETS,
     },
-    # -> {error, transactions: [{transactional_id, error, message, state, producer_id,
-    #     producer_epoch, timeout_ms, txn_start_ms, last_update_ms, partitions: _TP_LIST}]}
+    # -> DescribeTransactionsResponse
     ApiKey.DESCRIBE_TRANSACTIONS: {"transactional_ids": [str]},
     # any broker: the ids it coordinates (the client asks every broker and merges)
-    # -> {error, transactions: [{transactional_id, producer_id, producer_epoch, state}]}
+    # -> ListTransactionsResponse
     ApiKey.LIST_TRANSACTIONS: {"states": Opt([str])},
-    # partition leaders -> {error, topics: [{name, partitions: [{partition, error, message,
-    #     producers: [{producer_id, producer_epoch, last_sequence, last_timestamp,
-    #                  txn_first_offset}]}]}]}
+    # partition leaders -> DescribeProducersResponse
     ApiKey.DESCRIBE_PRODUCERS: {"topics": _TP_LIST},
     # ---- security (docs/security.md; security/sasl.py). On a SASL listener nothing but
     # API_VERSIONS and these two is served before authentication, in frames of at most
     # sasl.max.unauthenticated.frame.bytes; any error closes the connection.
-    # -> {error, message, mechanisms: [str]}  (the listener's enabled mechanisms)
+    # -> SaslHandshakeResponse  (the listener's enabled mechanisms)
     ApiKey.SASL_HANDSHAKE: {"mechanism": str},
     # one SCRAM message each way (client-first, then client-final)
-    # -> {error, message, auth_bytes: bytes}  (server-first, then server-final)
+    # -> SaslAuthenticateResponse  (server-first, then server-final)
     ApiKey.SASL_AUTHENTICATE: {"auth_bytes": bytes},
     # forwarded to the controller, which writes UserScramCredential records (never a password:
     # the client derives salt/iterations/stored_key/server_key, security/scram.py)
-    # -> {error, message, results: [{user, mechanism, error, message}], metadata_offset}
+    # -> AlterUserScramCredentialsResponse
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {
         "upsertions": Opt([{"user": str, "mechanism": str, "iterations": int, "salt": bytes,
                             "stored_key": bytes, "server_key": bytes}]),
         "deletions": Opt([{"user": str, "mechanism": str}]),
     },
     # any broker, from its image; users None = all
-    # -> {error, users: [{user, error, message, credentials: [{mechanism, iterations}]}]}
+    # -> DescribeUserScramCredentialsResponse
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": Opt([str])},
     # ACLs (security/acl.py): forwarded to the controller, which writes AclCreated / AclRemoved
-    # -> {error, message, results: [{error, message}]} (one per acl, in order), metadata_offset
+    # -> ResultsResponse (results: one per acl, in order)
     ApiKey.CREATE_ACLS: {"acls": [_ACL]},
-    # any broker, from its image; a None field matches anything -> {error, acls: [_ACL]}
+    # any broker, from its image; a None field matches anything -> DescribeAclsResponse
     ApiKey.DESCRIBE_ACLS: {"filter": _ACL_FILTER},
-    # forwarded -> {error, message, results: [{error, message, deleted: [_ACL]}]}, metadata_offset
+    # forwarded -> DeleteAclsResponse
     ApiKey.DELETE_ACLS: {"filters": [_ACL_FILTER]},
     # byte-rate quotas (metadata/quotas.py): user "User:<name>" and/or client_id, either may be
     # "<default>"; key producer_byte_rate | consumer_byte_rate; value None removes it.
     # Forwarded to the controller (kraft/quota_admin.py), which writes ClientQuota records
-    # -> {error, message, results: [{error, message}]} (one per entry, in order), metadata_offset
+    # -> ResultsResponse (results: one per entry, in order)
     ApiKey.ALTER_CLIENT_QUOTAS: {
         "entries": [{"user": Opt(str), "client_id": Opt(str),
                      "ops": [{"key": str, "value": Opt(float)}]}],
         "validate_only": Opt(bool),
     },
     # any broker, from its image; user / client_id (exact; None = any) filter the entities.
-    # -> {error, entries: [{user, client_id, values: {key: value}}],
-    #     usage: [{kind, entity: [str], quota, window_bytes: [[start_ms, bytes]],
-    #              throttle_count, throttle_time_ms_total}]}  (what THIS broker measured)
+    # -> DescribeClientQuotasResponse  (what THIS broker measured)
     ApiKey.DESCRIBE_CLIENT_QUOTAS: {"user": Opt(str), "client_id": Opt(str)},
     # reassignment (KIP-455, kraft/reassign.py): forwarded to the controller; replicas None
     # cancels; the whole plan is refused if one entry is bad
-    # -> {error, message, metadata_offset}
+    # -> MetadataOffsetResponse
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: {
         "partitions": [{"topic": str, "partition": int, "replicas": Opt([int])}],
         "throttle_bytes_per_s": Opt(int), "timeout_ms": Opt(int)},
     # any broker, from its image; topics None = all. A partition leader adds its followers'
-    # log end offsets -> {error, reassignments: [{topic, partition, replicas, adding_replicas,
-    #   removing_replicas, isr, leader, throttle_bytes_per_s, log_end_offsets: {id: offset} | None}]}
+    # log end offsets -> ListPartitionReassignmentsResponse
     ApiKey.LIST_PARTITION_REASSIGNMENTS: {"topics": Opt(_TP_LIST)},
     # forwarded; cancel=True puts it back in service (moved replicas stay moved)
-    # -> {error, message, moved: [{topic, partition, replicas}], metadata_offset}
+    # -> DecommissionBrokerResponse
     ApiKey.DECOMMISSION_BROKER: {"broker_id": int, "throttle_bytes_per_s": Opt(int),
                                  "cancel": Opt(bool), "timeout_ms": Opt(int)},
-    # forwarded; a stopped broker that holds no replica -> {error, message, metadata_offset}
+    # forwarded; a stopped broker that holds no replica -> MetadataOffsetResponse
     ApiKey.UNREGISTER_BROKER: {"broker_id": int, "timeout_ms": Opt(int)},
     # PRODUCE and FETCH answers carry throttle_time_ms (> 0: the client went over its byte-rate
     # quota; the broker held the answer that long, security/throttle.py)

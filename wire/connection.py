@@ -3,8 +3,11 @@
 Theory of operation
 -------------------
 ``Connection`` wraps a trio stream: it numbers requests (correlation ids) and matches
-responses to their waiters. ``request()`` writes a frame and waits for the response with the same correlation id; any number of callers may have
-requests in flight at once (bounded by ``max_in_flight``), so one connection carries a whole
+responses to their waiters; every byte it writes is the codec's (``wire.protocol``'s
+``RequestEncoder``; ``tests/protocol/test_codec_io.py`` compares them on loopback) and every
+frame it reads is decoded by ``decode_response``. ``request()`` writes a frame and waits for
+the response with the same correlation id; any number of callers may have requests in flight
+at once (bounded by ``max_in_flight``), so one connection carries a whole
 pipeline. A single reader task, started in the nursery of whoever opened the connection
 (``await nursery.start(conn.run)`` or the ``connect()`` context manager), reads frames
 (``wire.frame_reader.FrameReader``: a large fetch response is received straight into its own
@@ -29,21 +32,21 @@ import math
 import os
 import socket
 import ssl
-import struct
 from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-import msgpack
 import trio
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
 from rafka.wire.frame_reader import FrameReader
 from rafka.wire.protocol import (
-    API_VERSION,
     DEFAULT_MAX_FRAME_BYTES,
+    RequestEncoder,
     Response,
     decode_response,
+    frame_prefix,
 )
+from rafka.wire.responses import ErrorFields
 
 
 class ClientSecurity(Protocol):
@@ -61,7 +64,6 @@ class ClientSecurity(Protocol):
 __all__ = ["Connection", "ConnectionPool", "PendingResponse", "connect", "parse_address", "parse_bootstrap",
            "ambient_setup_timeout", "setup_timeout_ms", "CONNECTION_SETUP_TIMEOUT_MS"]
 
-_LEN = struct.Struct(">I")
 _SPLIT_WRITE_BYTES = 64 * 1024  # smaller frames go out as one write (length prefix joined)
 _REFUSAL_GRACE_S = 0.5  # how long a failed write waits for the reader's named refusal
 
@@ -105,10 +107,11 @@ class Connection:
     ) -> None:
         self.stream = stream
         self.address = address
-        self._client_id = client_id
         self._next_cid = 0
         self._max_frame_bytes = max_frame_bytes
-        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)  # used under _send_lock
+        # the codec's request encoder (one reused buffer): used under _send_lock, or by
+        # send_request_nowait, which does not yield between packing and writing
+        self._encoder = RequestEncoder(client_id)
         self._waiters: dict[int, _Waiter] = {}
         self._slots = trio.Semaphore(max_in_flight)
         # a Semaphore, not a Lock: a frame send_request_nowait began may be finished by another task
@@ -133,10 +136,12 @@ class Connection:
                     if payload is None:
                         raise error_for(ErrorCode.NETWORK_EXCEPTION, f"{self._where()} closed the connection")
                     resp = decode_response(payload)  # type: ignore[arg-type]  # any buffer
-                    if resp.correlation_id == -1 and resp.body.get("error"):
+                    if resp.correlation_id == -1:
                         # the broker refuses the connection itself: a named error for all
-                        raise error_for(resp.body["error"], f"{self._where()}: "
-                                        f"{resp.body.get('message') or ''}")
+                        refusal = cast(ErrorFields, resp.body)
+                        if refusal.get("error"):
+                            raise error_for(refusal["error"], f"{self._where()}: "
+                                            f"{refusal.get('message') or ''}")
                     waiter = self._waiters.pop(resp.correlation_id, None)
                     if waiter is not None:
                         waiter.response = resp
@@ -214,7 +219,8 @@ class Connection:
         if fd < 0:
             return None
         cid = self._next_cid
-        frame = self._small_frame(api_key, cid, body)
+        # the codec's frame (RequestEncoder), or None from _SPLIT_WRITE_BYTES on
+        frame = self._encoder.frame(api_key, cid, body, split_at=_SPLIT_WRITE_BYTES)
         if frame is None:
             return None
         try:
@@ -230,20 +236,6 @@ class Connection:
             self._send_lock.acquire_nowait()  # no other frame may start before the rest
             pending._rest = memoryview(frame)[sent:]
         return pending
-
-    def _small_frame(self, api_key: int, cid: int, body: dict[str, Any]) -> bytes | None:
-        """Pack the request into the reused packer: its whole frame (length prefix included),
-        or None from ``_SPLIT_WRITE_BYTES`` on — the payload is then in the packer's buffer,
-        written in two parts by ``_send``. Used under the send lock or without a wait."""
-        packer = self._packer
-        packer.reset()
-        packer.pack([int(api_key), API_VERSION, cid, self._client_id, body])
-        view = packer.getbuffer()
-        try:
-            n = len(view)
-            return _LEN.pack(n) + bytes(view) if n < _SPLIT_WRITE_BYTES else None
-        finally:
-            view.release()
 
     async def _finish_send(self, rest: memoryview) -> None:
         """Write the rest of a frame ``send_request_nowait`` began (its send lock held); a
@@ -273,23 +265,20 @@ class Connection:
         return cid
 
     async def _send(self, api_key: int, cid: int, body: dict[str, Any]) -> None:
-        """Encode and write one request frame — the bytes of ``wire.protocol.encode_request``
-        — under the send lock, packed into this connection's reused ``Packer`` buffer: a
-        large request (a produce payload) is copied once, into that buffer, and written from
-        it, with no fresh megabyte-sized allocation (on this kind of VM, faulting those in
+        """Encode and write one request frame — the codec's bytes (``RequestEncoder``, as
+        ``wire.protocol.encode_request``) — under the send lock: a large request (a produce
+        payload) is copied once, into the encoder's reused buffer, and written from it in two
+        parts, with no fresh megabyte-sized allocation (on this kind of VM, faulting those in
         cost more than the copies themselves)."""
         try:
             async with self._send_lock:
-                frame = self._small_frame(api_key, cid, body)
+                frame = self._encoder.frame(api_key, cid, body, split_at=_SPLIT_WRITE_BYTES)
                 if frame is not None:
                     await self.stream.send_all(frame)
-                else:  # the packer's buffer holds the payload
-                    view = self._packer.getbuffer()
-                    try:
-                        await self.stream.send_all(_LEN.pack(len(view)))
+                else:  # the encoder's buffer holds the payload
+                    with self._encoder.payload() as view:
+                        await self.stream.send_all(frame_prefix(len(view)))
                         await self.stream.send_all(view)
-                    finally:
-                        view.release()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             # A broker that refuses the connection (TOO_MANY_CONNECTIONS, TLS_REQUIRED, …)
             # writes one named error frame and closes; our write can fail before the reader has

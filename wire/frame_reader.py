@@ -2,7 +2,8 @@
 
 Theory of operation
 -------------------
-The framing is ``wire.protocol.FrameDecoder``'s (4-byte big-endian length, then the payload);
+The framing is ``wire.protocol.FrameDecoder``'s (4-byte big-endian length, then the payload),
+and so is the code that reads and checks each length (``wire.protocol.read_frame_length``);
 this is its I/O twin for the two hot readers, the broker's connection loop and the client's
 ``Connection``. Small frames are cut out of a shared receive buffer (one copy each). A frame
 of at least ``_DIRECT_MIN_BYTES`` that has not fully arrived gets its own buffer and the rest of
@@ -49,10 +50,9 @@ from __future__ import annotations
 
 import os
 import ssl
-import struct
 
 import trio
-from rafka.wire.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
+from rafka.wire.protocol import DEFAULT_MAX_FRAME_BYTES, read_frame_length
 
 __all__ = ["FrameReader", "FrameBudget"]
 
@@ -63,7 +63,6 @@ _REUSE_MAX_BYTES = 8 * 1024 * 1024  # with reuse, that buffer is kept for frames
 # Small: a peer that declares 100 MiB and trickles costs this much per connection
 # (bench/bench_preauth.py: 200 slowloris connections cost 50 MiB of RSS at 256 KiB).
 _GROW_MIN_BYTES = 16 * 1024
-_LEN = struct.Struct(">I")
 
 
 class FrameBudget:
@@ -169,9 +168,7 @@ class FrameReader:
             if not await self._fill():
                 return None
         buf, pos = self.buf, self.pos
-        (n,) = _LEN.unpack_from(buf, pos)
-        if n > self.max_frame_bytes:
-            raise FrameTooLargeError(f"frame of {n} bytes exceeds the limit of {self.max_frame_bytes} bytes")
+        n = read_frame_length(buf, pos, self.max_frame_bytes)  # the codec's framing rule
         have = len(buf) - pos - 4
         if have < n and n >= _DIRECT_MIN_BYTES:
             return await self._large_frame(n, have)

@@ -21,12 +21,19 @@ come back in any order. ``acks=0`` produce requests are never answered.
 
 Nothing here touches a socket: ``FrameDecoder`` buffers bytes and yields whole frames,
 ``encode_*`` / ``decode_*`` convert between frames and ``Request`` / ``Response`` objects. The trio
-edges live in ``broker/server.py`` and ``wire/connection.py``.
+edges live in ``broker/server.py`` and ``wire/connection.py``, and they produce no byte of their
+own: a request frame is always ``RequestEncoder``'s (``encode_request`` for one-off frames, a
+connection's own encoder with its reused buffer on the hot path — the same bytes,
+``tests/protocol/test_codec_io.py`` compares them on a real loopback connection), a response
+head always ``encode_response_head``'s, and the I/O twin of ``FrameDecoder`` that cuts frames
+off a socket with fewer copies (``wire/frame_reader.py``) reads each length prefix with
+``read_frame_length``, the same check ``FrameDecoder`` applies.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -49,6 +56,10 @@ __all__ = [
     "MalformedFrameError",
     "UnknownApiError",
     "encode_request",
+    "RequestEncoder",
+    "frame_prefix",
+    "read_frame_length",
+    "check_frame_length",
     "decode_request",
     "encode_response",
     "encode_response_head",
@@ -72,6 +83,26 @@ class FrameTooLargeError(ProtocolError):
 
 class MalformedFrameError(ProtocolError):
     code = ErrorCode.MALFORMED_FRAME
+
+
+def frame_prefix(n: int) -> bytes:
+    """The 4-byte length prefix of an ``n``-byte frame payload."""
+    return _LEN.pack(n)
+
+
+def read_frame_length(buf: bytes | bytearray | memoryview, pos: int, max_frame_bytes: int) -> int:
+    """The payload length announced at ``buf[pos:pos + 4]``; ``FrameTooLargeError`` above
+    ``max_frame_bytes``, before any of the payload is buffered (a hostile length cannot make
+    the reader allocate)."""
+    (n,) = _LEN.unpack_from(buf, pos)
+    check_frame_length(n, max_frame_bytes)
+    return n  # type: ignore[no-any-return]
+
+
+def check_frame_length(n: int, max_frame_bytes: int) -> None:
+    """``FrameTooLargeError`` for an announced length above ``max_frame_bytes``."""
+    if n > max_frame_bytes:
+        raise FrameTooLargeError(f"frame of {n} bytes exceeds the limit of {max_frame_bytes} bytes")
 
 
 class _NeedData:
@@ -106,10 +137,7 @@ class FrameDecoder:
     def check_length(self, n: int) -> None:
         """``FrameTooLargeError`` for an announced length above the limit, before any of it
         is buffered."""
-        if n > self.max_frame_bytes:
-            raise FrameTooLargeError(
-                f"frame of {n} bytes exceeds the limit of {self.max_frame_bytes} bytes"
-            )
+        check_frame_length(n, self.max_frame_bytes)
 
     @property
     def buffered(self) -> int:
@@ -119,8 +147,7 @@ class FrameDecoder:
         avail = len(self._buf) - self._pos
         if avail < 4:
             return NEED_DATA
-        (n,) = _LEN.unpack_from(self._buf, self._pos)
-        self.check_length(n)
+        n = read_frame_length(self._buf, self._pos, self.max_frame_bytes)
         if avail < 4 + n:
             return NEED_DATA
         start = self._pos + 4
@@ -162,10 +189,64 @@ class Response:
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
 
+class RequestEncoder:
+    """Request frames from one reused msgpack buffer: the one request encoder of both sides.
+
+    ``frame(...)`` encodes a request and returns its whole frame (length prefix included, new
+    bytes); with ``split_at`` a payload of that many bytes or more is left in the buffer
+    instead (``None`` returned) for a caller that writes a large frame in two parts without a
+    frame-sized copy: ``frame_prefix(len(view))`` then the view ``payload()`` gives (released
+    before the next ``frame``). The buffer is kept between requests: a large produce is copied
+    once, into it, and written from it (faulting in a fresh megabyte per request cost more
+    than the copies themselves). Not shared between tasks that may interleave a ``frame`` and
+    its ``payload``.
+    """
+
+    __slots__ = ("_packer", "client_id")
+
+    def __init__(self, client_id: str = "") -> None:
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+        self.client_id = client_id
+
+    def frame(self, api_key: int, correlation_id: int, body: dict[str, Any], *,
+              api_version: int = API_VERSION, split_at: int | None = None) -> bytes | None:
+        """The request's whole frame; None (the payload left in the buffer) from ``split_at``
+        bytes of payload on."""
+        packer = self._packer
+        packer.reset()
+        packer.pack([int(api_key), api_version, correlation_id, self.client_id, body])
+        view = packer.getbuffer()  # one view, released at once: the hot path of every request
+        try:
+            n = len(view)
+            if split_at is not None and n >= split_at:
+                return None
+            return _LEN.pack(n) + bytes(view)
+        finally:
+            view.release()
+
+    def payload(self) -> memoryview:
+        """A view of the last ``frame``'s payload, valid until released (release it before the
+        next ``frame``)."""
+        return self._packer.getbuffer()  # type: ignore[no-any-return]
+
+    def encode(self, req: Request) -> bytes:
+        """``req``'s whole frame."""
+        self.client_id = req.client_id
+        frame = self.frame(req.api_key, req.correlation_id, req.body, api_version=req.api_version)
+        assert frame is not None
+        return frame
+
+
+_local = threading.local()  # one RequestEncoder per thread for encode_request
+
+
 def encode_request(req: Request) -> bytes:
-    """A whole frame (length prefix included) for ``req``."""
-    payload = _packb([req.api_key, req.api_version, req.correlation_id, req.client_id, req.body])
-    return _LEN.pack(len(payload)) + payload
+    """A whole frame (length prefix included) for ``req`` (``RequestEncoder.encode``, with this
+    thread's encoder: building a Packer per call would cost more than the encoding)."""
+    encoder = getattr(_local, "encoder", None)
+    if encoder is None:
+        encoder = _local.encoder = RequestEncoder()
+    return encoder.encode(req)
 
 
 def peek_correlation_id(payload: bytes) -> int:
@@ -236,20 +317,24 @@ def decode_response(payload: bytes) -> Response:
 class ClientProtocol:
     """Client side of one connection, sans I/O: numbers requests and matches responses."""
 
-    __slots__ = ("_decoder", "_next_cid", "client_id", "in_flight")
+    __slots__ = ("_decoder", "_encoder", "_next_cid", "in_flight")
 
     def __init__(self, client_id: str = "rafka-python", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
         self._decoder = FrameDecoder(max_frame_bytes)
+        self._encoder = RequestEncoder(client_id)
         self._next_cid = 0
-        self.client_id = client_id
         self.in_flight: set[int] = set()
+
+    @property
+    def client_id(self) -> str:
+        return self._encoder.client_id
 
     def send(self, api_key: int, body: dict[str, Any], *, expect_response: bool = True) -> tuple[int, bytes]:
         cid = self._next_cid
         self._next_cid = (cid + 1) & 0x7FFFFFFF
         if expect_response:
             self.in_flight.add(cid)
-        return cid, encode_request(Request(int(api_key), cid, body, API_VERSION, self.client_id))
+        return cid, self._encoder.encode(Request(int(api_key), cid, body, API_VERSION, self.client_id))
 
     def receive_data(self, data: bytes) -> None:
         self._decoder.receive_data(data)

@@ -8,5 +8,7 @@
 
 Group membership and assignment are the controller's (:mod:`rafka.kraft.groups`); this package
 only stores and serves what members commit. It sits beside :mod:`rafka.broker.txn`, the other
-coordinator of an internal topic.
+coordinator of an internal topic; what the two share (placement, leadership, the per-epoch
+state table, the replay) is :mod:`rafka.broker.internal_topic`. Metrics read the manager through
+``GroupOffsetsManager.statistics()``.
 """

@@ -12,7 +12,8 @@ offsets and the admin APIs. Finding it needs no extra API: it is the METADATA of
 
 Record format and the in-memory map key → value per offsets partition (:class:`OffsetsCache`):
 ``broker/groups/offsets_cache.py``. The coordinator keeps one cache per offsets partition it
-leads. It is rebuilt lazily: the first request after this broker became
+leads (placement, leadership and the per-epoch state table as every internal topic's:
+``broker/internal_topic.py``). It is rebuilt lazily: the first request after this broker became
 leader in a new leader epoch reads the whole (compacted) partition, synchronously (no await in
 between, so no append can interleave). A commit is appended with ``acks=all`` and enters the map
 only once it is acknowledged, so OFFSET_FETCH never returns an offset that a leader failover could
@@ -69,6 +70,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import trio
@@ -82,7 +84,13 @@ from rafka.broker.groups.offsets_cache import (
     offsets_partition,
     offsets_topic_spec,
 )
-from rafka.broker.read_barrier import ReadBarrier
+from rafka.broker.internal_topic import (
+    InternalTopic,
+    InternalTopicStatistics,
+    LedPartition,
+    replay_chunk,
+)
+from rafka.broker.read_barrier import ReadBarrier, ReadBarrierStatistics
 from rafka.kraft.groups.coordinator import assignment_body
 from rafka.log.batch import build_batch
 from rafka.metadata.groups import GroupImage
@@ -91,34 +99,17 @@ from rafka.wire.errors import ErrorCode, Handler, RafkaError, answer_errors, err
 from rafka.wire.protocol import ApiKey
 
 # The record format's names are re-exported: ``offsets`` is where the broker looks them up.
-__all__ = ["GroupOffsetsManager", "OFFSETS_TOPIC", "offsets_partition", "offsets_topic_spec"]
+__all__ = ["CommittedOffset", "GroupOffsetsManager", "GroupOffsetsStatistics", "OFFSETS_TOPIC",
+           "offsets_partition", "offsets_topic_spec"]
 
 log = logging.getLogger("rafka.groups.offsets")
 
 MAX_METADATA_LEN: Final = 4096
 MAX_COMMIT_PARTITIONS: Final = 10_000
-_READ_CHUNK: Final = 1024 * 1024
 _ACKS_ALL: Final = -1
 DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000  # Kafka's offsets.retention.minutes: 10080
 
 # --------------------------------------------------------------------------- broker seam
-
-
-class _Log(Protocol):
-    log_start_offset: int
-    log_end_offset: int
-
-    def read_bytes(
-        self, fetch_offset: int, max_bytes: int, max_offset: int | None = None
-    ) -> bytes: ...
-
-
-class _Partition(Protocol):
-    leader_epoch: int
-    high_watermark: int
-    log: _Log
-
-    async def wait_produce(self, last_offset: int, acks: int) -> ErrorCode: ...
 
 
 class _ReplicaManager(Protocol):
@@ -132,10 +123,23 @@ class _Publisher(Protocol):
     async def wait_for_offset(self, offset: int) -> MetadataImage: ...
 
 
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
 
 
-def _err(code: ErrorCode, message: str = "") -> dict[str, Any]:
-    return {"error": int(code), "message": message or code.name}
+@dataclass(frozen=True, slots=True)
+class GroupOffsetsStatistics:
+    """A snapshot of :class:`GroupOffsetsManager` (``statistics()``), for metrics and tests."""
+
+    offsets_topic: InternalTopicStatistics
+    committed: tuple[CommittedOffset, ...]  # of every group whose offsets partition it leads
+    commits_in_flight: int  # appended, not acknowledged yet
+    offsets_expired: int  # tombstoned by expiry since start
+    read_barrier: ReadBarrierStatistics
 
 
 class GroupOffsetsManager:
@@ -159,7 +163,10 @@ class GroupOffsetsManager:
         self.append_timeout_ms = append_timeout_ms
         self.retention_ms = retention_ms
         self.retention_check_interval_ms = retention_check_interval_ms
-        self.caches: dict[int, OffsetsCache] = {}
+        # the led partitions of __consumer_offsets (broker/internal_topic.py); ``caches`` is
+        # its state table: partition index -> the cache of the leader epoch it was loaded in
+        self.offsets_topic: InternalTopic[OffsetsCache] = InternalTopic(replica_manager, OFFSETS_TOPIC)
+        self.caches = self.offsets_topic.states
         self._inflight: dict[str, int] = {}  # group -> commits appended, not yet acknowledged
         self._had_members: set[str] = set()  # groups seen with members at the last expiry pass
         self._empty_since: dict[str, int] = {}  # group -> wall ms its last member was seen gone
@@ -183,24 +190,17 @@ class GroupOffsetsManager:
     # -- coordinator lookup -----------------------------------------------------------------
 
     def _num_partitions(self) -> int:
-        t = self.rm.image.topics.by_name.get(OFFSETS_TOPIC)
-        if t is None or not t.partitions:
+        n = self.offsets_topic.num_partitions()
+        if not n:
             raise error_for(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet"
             )
-        return len(t.partitions)
+        return n
 
-    def _coordinator(self, group_id: str) -> tuple[_Partition, OffsetsCache]:
+    def _coordinator(self, group_id: str) -> tuple[LedPartition, OffsetsCache]:
         """The offsets partition of ``group_id`` (we must lead it) and its loaded cache."""
         n = offsets_partition(group_id, self._num_partitions())
-        try:
-            p: _Partition = self.rm.get_leader(OFFSETS_TOPIC, n)
-        except RafkaError as exc:
-            if exc.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                raise error_for(
-                    ErrorCode.NOT_COORDINATOR, f"not the coordinator of {group_id!r}: {exc.message}"
-                ) from None
-            raise
+        p = self.offsets_topic.leader(n, repr(group_id))
         return p, self._cache(n, p)
 
     async def _confirmed(self, group_id: str) -> OffsetsCache:
@@ -211,38 +211,21 @@ class GroupOffsetsManager:
         await self.barrier.confirm(p)
         return self._coordinator(group_id)[1]
 
-    def _cache(self, n: int, p: _Partition) -> OffsetsCache:
-        cache = self.caches.get(n)
-        if cache is None or cache.leader_epoch != p.leader_epoch:
+    def _cache(self, n: int, p: LedPartition) -> OffsetsCache:
+        cache = self.offsets_topic.current(n, p)
+        if cache is None:
             cache = self.caches[n] = self._load(p)
         return cache
 
     def _led_caches(self) -> list[OffsetsCache]:
         """The loaded caches of every ``__consumer_offsets`` partition this broker leads now."""
-        try:
-            n = self._num_partitions()
-        except RafkaError:
-            return []
-        out = []
-        for i in range(n):
-            try:
-                p = self.rm.get_leader(OFFSETS_TOPIC, i)
-            except RafkaError:
-                self.caches.pop(i, None)
-                continue
-            out.append(self._cache(i, p))
-        return out
+        return [self._cache(i, p) for i, p in self.offsets_topic.led()]
 
-    def _load(self, p: _Partition) -> OffsetsCache:
+    def _load(self, p: LedPartition) -> OffsetsCache:
+        """Replay ``p`` into a new cache, in one go: no await, so no append interleaves."""
         cache = OffsetsCache(p.leader_epoch)
-        off, end = p.log.log_start_offset, p.log.log_end_offset
-        while off < end:
-            buf = p.log.read_bytes(off, _READ_CHUNK)
-            if not buf:
-                break
-            nxt = cache.load(buf)
-            if nxt <= off:
-                break
+        off = p.log.log_start_offset
+        while (nxt := replay_chunk(p.log, off, cache.load)) is not None:
             off = nxt
         cache.loaded_to = off
         log.info(
@@ -274,7 +257,7 @@ class GroupOffsetsManager:
             if left:
                 self._inflight[group_id] = left
 
-    async def _acknowledged(self, group_id: str, p: _Partition, cache: OffsetsCache,
+    async def _acknowledged(self, group_id: str, p: LedPartition, cache: OffsetsCache,
                             entries: list[tuple[Key, OffsetValue | None]], info: Any,
                             producer: tuple[int, int] | None) -> None:
         with trio.move_on_after(self.append_timeout_ms / 1000):
@@ -290,6 +273,23 @@ class GroupOffsetsManager:
             return
         raise error_for(
             ErrorCode.REQUEST_TIMED_OUT, "the offsets commit was not replicated in time"
+        )
+
+    def statistics(self) -> GroupOffsetsStatistics:
+        """What this coordinator holds now. ``committed`` covers every ``__consumer_offsets``
+        partition this broker leads, so a partition newly led is loaded first (one synchronous
+        replay, as its first request would do)."""
+        committed = tuple(
+            CommittedOffset(gid, topic, partition, value.offset)
+            for cache in self._led_caches()
+            for (gid, topic, partition), (value, _log_offset) in cache.values.items()
+        )
+        return GroupOffsetsStatistics(
+            offsets_topic=self.offsets_topic.statistics(),
+            committed=committed,
+            commits_in_flight=sum(self._inflight.values()),
+            offsets_expired=self.expired,
+            read_barrier=self.barrier.statistics(),
         )
 
     # -- expiry (offsets.retention.minutes) -------------------------------------------------

@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 A group's offsets all live in partition ``crc32(group_id) % partitions`` of the compacted
 internal topic ``__consumer_offsets`` (:func:`offsets_partition`; :func:`offsets_topic_spec` is
-its CREATE_TOPICS entry).  Record format: key = msgpack ``[group, topic, partition]``; value =
+its CREATE_TOPICS entry; both as for every internal topic, ``broker/internal_topic.py``).
+Record format: key = msgpack ``[group, topic, partition]``; value =
 msgpack ``[offset, metadata, commit_timestamp_ms, member_epoch]``, or ``None`` (a tombstone: the
 group was deleted or its offsets expired).  Compaction keeps the last record per key.
 
@@ -20,12 +21,12 @@ failover equals the one its predecessor held.
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import msgpack
+from rafka.broker.internal_topic import internal_topic_spec, key_partition
 from rafka.log.batch import CONTROL_COMMIT, control_type, decode_records, iter_batches
 
 __all__ = [
@@ -55,22 +56,14 @@ Key = tuple[str, str, int]
 
 def offsets_partition(group_id: str, num_partitions: int) -> int:
     """The ``__consumer_offsets`` partition holding ``group_id``'s offsets (stable everywhere)."""
-    return zlib.crc32(group_id.encode()) % num_partitions
+    return key_partition(group_id, num_partitions)
 
 
 def offsets_topic_spec(
     live_brokers: int, num_partitions: int = DEFAULT_OFFSETS_PARTITIONS
 ) -> dict[str, Any]:
     """The CREATE_TOPICS entry for ``__consumer_offsets``."""
-    return {
-        "name": OFFSETS_TOPIC,
-        "num_partitions": num_partitions,
-        "replication_factor": max(1, min(3, live_brokers)),
-        "configs": {
-            "cleanup.policy": "compact",
-            "min.insync.replicas": "1" if live_brokers < 3 else "2",
-        },
-    }
+    return internal_topic_spec(OFFSETS_TOPIC, live_brokers, num_partitions)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,17 +2,23 @@
 
 Theory of operation
 -------------------
-``NodeApi.dispatch(request)`` is the ``Dispatch`` the server calls. The rule, per api key:
+``NodeApi.dispatch(request)`` is the ``Dispatch`` the server calls. Which part answers an api
+key is its ``Route`` in the one API table (``wire/api_table.py``); the API sets below are read
+off it, and ``NodeApi.broker_handlers`` holds one handler per ``Route.BROKER`` row
+(``tests/protocol/test_api_table.py`` checks both). The rule, per route:
 
-1. data plane and metadata (PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS,
-   DESCRIBE_CONFIGS, and the partition leader's WRITE_TXN_MARKERS / DESCRIBE_PRODUCERS) → this
-   broker's handlers (``data``, ``txn_data``, ``metadata_api``), if it is a broker;
-2. admin APIs and CONSUMER_GROUP_HEARTBEAT → forwarded to the active controller
-   (``admin.forward``), unless the body carries ``_forwarded`` and this node is a controller: then
-   its controller answers; the other group APIs (31–36: offsets, group admin) are answered here
-   by ``broker.groups.offsets.GroupOffsetsManager`` (this broker must lead the group's
+0. API_VERSIONS (``Route.NODE``) → answered here, on any node;
+1. data plane and metadata (``Route.BROKER``: PRODUCE, FETCH, LIST_OFFSETS, METADATA,
+   DESCRIBE_CONFIGS, the partition leader's WRITE_TXN_MARKERS / DESCRIBE_PRODUCERS, the image's
+   listings) → this broker's handlers (``data``, ``txn_data``, ``metadata_api``…), if it is a
+   broker;
+2. admin APIs and CONSUMER_GROUP_HEARTBEAT (``Route.FORWARDED``) → forwarded to the active
+   controller (``admin.forward``), unless the body carries ``_forwarded`` and this node is a
+   controller: then its controller answers; the other group APIs (``Route.GROUP_COORDINATOR``,
+   31–36: offsets, group admin) are answered here by ``broker.groups.offsets.GroupOffsetsManager`` (this broker must lead the group's
    ``__consumer_offsets`` partition, else ``NOT_COORDINATOR``), TXN_OFFSET_COMMIT (44) too;
-   the transaction APIs (40-42, 45, 46, and INIT_PRODUCER_ID with a ``transactional_id``) by
+   the transaction APIs (``Route.TXN_COORDINATOR``, 40-42, 45, 46, and INIT_PRODUCER_ID with a
+   ``transactional_id``) by
    ``broker.txn.coordinator.TxnCoordinator`` (this broker must lead the id's
    ``__transaction_state`` partition, else ``NOT_COORDINATOR``); its background tasks run in the
    node's nursery (``NodeApi.txn.run``);
@@ -23,8 +29,9 @@ Theory of operation
    (unsecured clusters, older brokers) then just finds them existing; FIND_COORDINATOR
    (``coordinator``: the broker leading a group's / transactional id's internal partition)
    first does the same for the internal topic of its key type;
-3. controller APIs (20–29) → this node's ``ControllerService.handlers`` if it is a controller;
-   a broker-only node answers ``NOT_CONTROLLER`` with the leader it last saw.
+3. controller and quorum APIs (``Route.CONTROLLER`` / ``Route.QUORUM``, 20–26) → this node's
+   ``ControllerService.handlers`` if it is a controller; a broker-only node answers
+   ``NOT_CONTROLLER`` with the leader it last saw.
 
 Handlers are plain async functions of (request body, broker state); all I/O waits (long-poll,
 acks, forwarding) are awaited inside them and bounded by the request's own timeouts.
@@ -34,24 +41,35 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import trio
 from rafka.broker.config import offsets_retention_ms
 from rafka.broker.controller_channel import FORWARDED_KEY, ControllerChannel
 from rafka.broker.groups.offsets import OFFSETS_TOPIC, GroupOffsetsManager, offsets_topic_spec
-from rafka.broker.handlers import admin, coordinator, data, metadata_api, security_api, txn_data
+from rafka.broker.handlers import (
+    admin,
+    coordinator,
+    data,
+    metadata_api,
+    reassign_api,
+    security_api,
+    txn_data,
+)
 from rafka.broker.metadata_listener import MetadataPublisher
 from rafka.broker.replica_manager import ReplicaManager
 from rafka.broker.server import Reply
 from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, TxnCoordinator, txn_state_topic_spec
 from rafka.broker.txn.verify import CoordinatorVerifier
 from rafka.security.throttle import ClientQuotas
+from rafka.wire.api_table import Route, keys_routed
 from rafka.wire.connection import ConnectionPool
 from rafka.wire.errors import ErrorCode, error_for
 from rafka.wire.protocol import ApiKey, Request
+from rafka.wire.responses import CreatedTopic, TopicsResponse
 
-__all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS", "GROUP_BROKER_APIS", "TXN_BROKER_APIS"]
+__all__ = ["NodeApi", "BROKER_APIS", "FORWARDED_APIS", "QUORUM_APIS", "CONTROLLER_APIS",
+           "GROUP_BROKER_APIS", "TXN_BROKER_APIS"]
 
 log = logging.getLogger("rafka.handlers")
 
@@ -61,33 +79,28 @@ INTERNAL_TOPIC_SPECS: dict[str, Callable[[int], dict[str, Any]]] = {
 INTERNAL_CREATE_TIMEOUT_MS = 10_000
 
 ControllerHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+# a broker handler: request body -> the awaitable answer (a Reply, a body, None: no answer)
+BrokerHandler = Callable[[dict[str, Any]], Awaitable[Reply | dict[str, Any] | None]]
 
-BROKER_APIS = frozenset({
-    ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS,
-    ApiKey.DESCRIBE_CONFIGS, ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_PRODUCERS,
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_ACLS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
-    ApiKey.LIST_PARTITION_REASSIGNMENTS,
-    ApiKey.FIND_COORDINATOR,
-})
-FORWARDED_APIS = frozenset({
-    ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
-    ApiKey.INIT_PRODUCER_ID, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
-    ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
-    ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_CLIENT_QUOTAS,
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.DECOMMISSION_BROKER, ApiKey.UNREGISTER_BROKER,
-})
+
+def _answer(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> BrokerHandler:
+    """A broker handler of a synchronous answer (it reads the image or the logs, no wait)."""
+    async def handler(body: dict[str, Any]) -> dict[str, Any]:
+        return fn(body)
+
+    return handler
+
+# the node's API sets, read off the one API table (wire/api_table.py: a new API is a row there)
+BROKER_APIS = keys_routed(Route.NODE, Route.BROKER)
+FORWARDED_APIS = keys_routed(Route.FORWARDED)
 # the controller quorum itself: asked of the active controller, found for the client by any node
-QUORUM_APIS = frozenset({ApiKey.DESCRIBE_QUORUM, ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER})
+QUORUM_APIS = keys_routed(Route.QUORUM)
+# a controller's own APIs and the quorum's: a node without a controller answers NOT_CONTROLLER
+CONTROLLER_APIS = keys_routed(Route.CONTROLLER, Route.QUORUM)
 # committed offsets and group admin: served by the group's coordinator broker (broker/groups/offsets.py)
-GROUP_BROKER_APIS = frozenset({
-    ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS,
-    ApiKey.DELETE_GROUPS, ApiKey.ALTER_GROUP_OFFSETS, ApiKey.TXN_OFFSET_COMMIT,
-})
+GROUP_BROKER_APIS = keys_routed(Route.GROUP_COORDINATOR)
 # transactions: served by the id's coordinator broker (broker/txn/coordinator.py)
-TXN_BROKER_APIS = frozenset({
-    ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
-    ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS,
-})
+TXN_BROKER_APIS = keys_routed(Route.TXN_COORDINATOR)
 
 
 class NodeApi:
@@ -120,6 +133,9 @@ class NodeApi:
                                       local_markers=self._local_markers,
                                       settings=replica_manager.settings)
             self.txn_verifier = CoordinatorVerifier(self.txn, pool)
+        # api key -> this broker's handler (the Route.BROKER rows of the API table)
+        self.broker_handlers: dict[int, BrokerHandler] = (
+            self._broker_handlers(replica_manager) if replica_manager is not None else {})
 
     async def _local_markers(self, body: dict[str, Any]) -> dict[str, Any]:
         """WRITE_TXN_MARKERS to this broker's own partitions, without a connection."""
@@ -136,8 +152,9 @@ class NodeApi:
         key, body = req.api_key, req.body
         if key == ApiKey.API_VERSIONS:
             return metadata_api.api_versions(self.api_keys())
-        if self.rm is not None and key in BROKER_APIS:
-            return await self._broker(key, body)
+        broker_handler = self.broker_handlers.get(key)
+        if broker_handler is not None:
+            return await broker_handler(body)
         if self.groups is not None and key in GROUP_BROKER_APIS:
             return await self.groups.handlers[key](body)
         if self.txn is not None and (key in TXN_BROKER_APIS or (
@@ -157,7 +174,7 @@ class NodeApi:
             return await self.controller[key](body)
         if key in FORWARDED_APIS and self.channel is not None and self.rm is not None:
             return await admin.forward(self.channel, self.publisher, key, body)
-        if ApiKey.BROKER_REGISTRATION <= key < ApiKey.CONSUMER_GROUP_HEARTBEAT or key in FORWARDED_APIS:
+        if key in CONTROLLER_APIS or key in FORWARDED_APIS:
             hint = self.channel.leader_hint if self.channel is not None else None
             return {"error": int(ErrorCode.NOT_CONTROLLER),
                     "message": "this node is not a controller",
@@ -166,42 +183,43 @@ class NodeApi:
                     "leader_port": hint[1] if hint else None}
         raise error_for(ErrorCode.UNKNOWN_API, f"api {ApiKey(key).name} is not served by this node")
 
-    async def _broker(self, key: int, body: dict[str, Any]) -> Reply | dict[str, Any] | None:
-        assert self.rm is not None
-        image = self.publisher.image
-        if key == ApiKey.METADATA:
-            if isinstance(body.get("topics"), list) and self._missing_internal(body["topics"]):
-                await self._create_internal_topics(body["topics"])
-                image = self.publisher.image
-            return metadata_api.metadata(body, image, self.cluster_id)
-        if key == ApiKey.FIND_COORDINATOR:  # the missing internal topic made as the node first
-            topic = coordinator.coordinator_topic(body)
-            if self._missing_internal([topic]):
-                await self._create_internal_topics([topic])
-            return coordinator.find_coordinator(body, self.publisher.image)
-        if key == ApiKey.DESCRIBE_CONFIGS:
-            return metadata_api.describe_configs(body, image, self.topic_defaults)
-        if key == ApiKey.PRODUCE:
-            return await data.produce(self.rm, body, self.txn_verifier)
-        if key == ApiKey.FETCH:
-            return await data.fetch(self.rm, body)
-        if key == ApiKey.LIST_OFFSETS:
-            return data.list_offsets(self.rm, body)
-        if key == ApiKey.WRITE_TXN_MARKERS:
-            return await txn_data.write_txn_markers(self.rm, body)
-        if key == ApiKey.DESCRIBE_PRODUCERS:
-            return txn_data.describe_producers(self.rm, body)
-        if key == ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS:
-            return security_api.describe_user_scram_credentials(body, image)
-        if key == ApiKey.DESCRIBE_ACLS:
-            return security_api.describe_acls(body, image)
-        if key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
-            return security_api.describe_client_quotas(body, image, self.quotas.usage())
-        if key == ApiKey.LIST_PARTITION_REASSIGNMENTS:  # kraft/reassign.py
-            from rafka.broker.handlers.reassign_api import list_partition_reassignments
+    def _broker_handlers(self, rm: ReplicaManager) -> dict[int, BrokerHandler]:
+        """api key → this broker's handler: the rows of ``Route.BROKER``
+        (``tests/protocol/test_api_table.py`` holds them equal; ``Route.NODE``, API_VERSIONS,
+        is answered by ``dispatch`` itself, on any node). PRODUCE and FETCH return the
+        handler's coroutine itself: no frame between the dispatch and the data plane."""
+        image = lambda: self.publisher.image  # noqa: E731 - read at call time
+        return {
+            ApiKey.METADATA: self._metadata,
+            ApiKey.FIND_COORDINATOR: self._find_coordinator,
+            ApiKey.DESCRIBE_CONFIGS: _answer(
+                lambda body: metadata_api.describe_configs(body, image(), self.topic_defaults)),
+            ApiKey.PRODUCE: lambda body: data.produce(rm, body, self.txn_verifier),
+            ApiKey.FETCH: lambda body: data.fetch(rm, body),
+            ApiKey.LIST_OFFSETS: _answer(lambda body: data.list_offsets(rm, body)),
+            ApiKey.WRITE_TXN_MARKERS: lambda body: txn_data.write_txn_markers(rm, body),
+            ApiKey.DESCRIBE_PRODUCERS: _answer(lambda body: txn_data.describe_producers(rm, body)),
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _answer(
+                lambda body: security_api.describe_user_scram_credentials(body, image())),
+            ApiKey.DESCRIBE_ACLS: _answer(lambda body: security_api.describe_acls(body, image())),
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: _answer(
+                lambda body: security_api.describe_client_quotas(body, image(), self.quotas.usage())),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: _answer(  # kraft/reassign.py
+                lambda body: reassign_api.list_partition_reassignments(body, image(), rm)),
+        }
 
-            return list_partition_reassignments(body, image, self.rm)
-        raise error_for(ErrorCode.UNKNOWN_API, f"api {key} has no broker handler")
+    async def _metadata(self, body: dict[str, Any]) -> dict[str, Any]:
+        """METADATA; a missing internal topic it names is created as the node first."""
+        if isinstance(body.get("topics"), list) and self._missing_internal(body["topics"]):
+            await self._create_internal_topics(body["topics"])
+        return metadata_api.metadata(body, self.publisher.image, self.cluster_id)
+
+    async def _find_coordinator(self, body: dict[str, Any]) -> dict[str, Any]:
+        """FIND_COORDINATOR; the missing internal topic of its key type made as the node first."""
+        topic = coordinator.coordinator_topic(body)
+        if self._missing_internal([topic]):
+            await self._create_internal_topics([topic])
+        return coordinator.find_coordinator(body, self.publisher.image)
 
     def _missing_internal(self, names: list[Any]) -> list[str]:
         by_name = self.publisher.image.topics.by_name
@@ -222,7 +240,8 @@ class NodeApi:
             live = max(1, sum(1 for b in image.cluster.brokers.values() if not b.fenced))
             body = {"topics": [INTERNAL_TOPIC_SPECS[n](live) for n in missing],
                     "timeout_ms": INTERNAL_CREATE_TIMEOUT_MS}
-            answer = await admin.forward(self.channel, self.publisher, ApiKey.CREATE_TOPICS, body)
+            answer = cast(TopicsResponse[CreatedTopic],
+                          await admin.forward(self.channel, self.publisher, ApiKey.CREATE_TOPICS, body))
             errors = [t for t in answer.get("topics") or []
                       if t.get("error") not in (0, ErrorCode.TOPIC_ALREADY_EXISTS, None)]
             if answer.get("error") or errors:

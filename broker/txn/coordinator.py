@@ -4,9 +4,10 @@ partition answers its INIT_PRODUCER_ID, ADD_PARTITIONS/OFFSETS_TO_TXN, END_TXN a
 Theory of operation
 -------------------
 The same leader-of-an-internal-partition pattern as committed offsets
-(``broker/groups/offsets.py``): an id lives in partition ``crc32(id) % 5`` of the compacted topic
-``__transaction_state`` (:func:`txn_state_topic_spec`); the leader of that partition is the id's
-coordinator; anyone else answers ``NOT_COORDINATOR``. The state of every id of a partition is
+(``broker/groups/offsets.py``), shared with it in ``broker/internal_topic.py``: an id lives in
+partition ``crc32(id) % 5`` of the compacted topic ``__transaction_state``
+(:func:`txn_state_topic_spec`); the leader of that partition is the id's coordinator; anyone
+else answers ``NOT_COORDINATOR``. The state of every id of a partition is
 rebuilt from the partition (:class:`TxnPartitionState`) the first time it is needed after this
 broker became its leader in a new leader epoch; the read yields to other tasks between chunks,
 and a request arriving meanwhile gets ``COORDINATOR_LOAD_IN_PROGRESS`` (retriable).
@@ -49,14 +50,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Final
 
 import trio
 from rafka.broker.controller_channel import FORWARDED_KEY
-from rafka.broker.groups.offsets import OFFSETS_TOPIC, offsets_partition, offsets_topic_spec
-from rafka.broker.read_barrier import ReadBarrier
+from rafka.broker.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from rafka.broker.internal_topic import (
+    InternalTopic,
+    InternalTopicStatistics,
+    LedPartition,
+    internal_topic_spec,
+    key_partition,
+    replay_chunk,
+)
+from rafka.broker.read_barrier import ReadBarrier, ReadBarrierStatistics
 from rafka.broker.txn import state as S
 from rafka.broker.txn.markers import LocalHandler, MarkerWriter
 from rafka.broker.txn.state import EndStep, TxnMetadata, TxnState
@@ -68,6 +77,7 @@ __all__ = [
     "TXN_STATE_PARTITIONS",
     "TXN_STATE_TOPIC",
     "TxnCoordinator",
+    "TxnCoordinatorStatistics",
     "TxnPartitionState",
     "txn_partition",
     "txn_state_topic_spec",
@@ -78,20 +88,29 @@ log = logging.getLogger("rafka.txn.coordinator")
 TXN_STATE_TOPIC: Final = "__transaction_state"
 TXN_STATE_PARTITIONS: Final = 5
 MAX_TXN_PARTITIONS: Final = 10_000
-_READ_CHUNK: Final = 1024 * 1024
-_ACKS_ALL: Final = -1
 
 TP = tuple[str, int]
 
 
 def txn_partition(transactional_id: str, num_partitions: int = TXN_STATE_PARTITIONS) -> int:
     """The ``__transaction_state`` partition of ``transactional_id`` (stable everywhere)."""
-    return zlib.crc32(transactional_id.encode()) % num_partitions
+    return key_partition(transactional_id, num_partitions)
 
 
 def txn_state_topic_spec(live_brokers: int) -> dict[str, Any]:
-    """The CREATE_TOPICS entry for ``__transaction_state`` (same settings as the offsets topic)."""
-    return {**offsets_topic_spec(live_brokers, TXN_STATE_PARTITIONS), "name": TXN_STATE_TOPIC}
+    """The CREATE_TOPICS entry for ``__transaction_state`` (as every internal topic's)."""
+    return internal_topic_spec(TXN_STATE_TOPIC, live_brokers, TXN_STATE_PARTITIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCoordinatorStatistics:
+    """A snapshot of :class:`TxnCoordinator` (``statistics()``), for metrics and tests."""
+
+    state_topic: InternalTopicStatistics
+    transactional_ids: int  # in the loaded partitions
+    pending: int  # ids with a transition in flight (completions included)
+    completions_running: int  # decided transactions whose markers / Complete* are being written
+    read_barrier: ReadBarrierStatistics
 
 
 class TxnPartitionState:
@@ -147,7 +166,11 @@ class TxnCoordinator:
         self.append_timeout_ms: int = settings.get("transaction.append.timeout.ms", 10_000)
         self.markers = MarkerWriter(replica_manager.broker_id, lambda: self.rm.image, pool,
                                     local_markers)
-        self.states: dict[int, TxnPartitionState] = {}
+        # the led partitions of __transaction_state (broker/internal_topic.py); ``states`` is
+        # its state table: partition index -> the ids of the leader epoch it was loaded in
+        self.state_topic: InternalTopic[TxnPartitionState] = InternalTopic(replica_manager,
+                                                                           TXN_STATE_TOPIC)
+        self.states = self.state_topic.states
         # the barrier's tombstone: "" is no transactional id (refused), the load pops nothing
         self.barrier = ReadBarrier(replica_manager, S.encode_key(""), timeout_s=self.append_timeout_ms / 1000,
                                    wall_clock_ms=lambda: self.wall_clock_ms())
@@ -160,6 +183,18 @@ class TxnCoordinator:
             ApiKey.DESCRIBE_TRANSACTIONS: answer_errors(self.describe_transactions),
             ApiKey.LIST_TRANSACTIONS: answer_errors(self.list_transactions),
         }
+
+    def statistics(self) -> TxnCoordinatorStatistics:
+        """What this coordinator holds now: the partitions it has loaded (none is loaded here,
+        that takes awaits; :meth:`tick` loads the newly led ones)."""
+        states = list(self.states.values())
+        return TxnCoordinatorStatistics(
+            state_topic=self.state_topic.statistics(),
+            transactional_ids=sum(len(st.txns) for st in states),
+            pending=sum(len(st.pending) for st in states),
+            completions_running=sum(len(st.done) for st in states),
+            read_barrier=self.barrier.statistics(),
+        )
 
     # -- background --------------------------------------------------------------------------
 
@@ -189,14 +224,13 @@ class TxnCoordinator:
                         await self._prepare(st, tid, S.timeout_abort(md, now))
 
     def _num_partitions(self) -> int:
-        t = self.rm.image.topics.by_name.get(TXN_STATE_TOPIC)
-        return len(t.partitions) if t is not None else 0
+        return self.state_topic.num_partitions()
 
     async def _led_states(self) -> list[TxnPartitionState]:
         out = []
-        for i in range(self._num_partitions()):
+        for i, p in self.state_topic.led():
             try:
-                out.append(await self._state_of(i))
+                out.append(await self._state_of(i, p))
             except RafkaError:
                 continue
         return out
@@ -213,16 +247,8 @@ class TxnCoordinator:
                             f"{TXN_STATE_TOPIC} does not exist yet (being created)")
         return await self._state_of(txn_partition(transactional_id, n))
 
-    def _leader(self, index: int) -> Any:
-        try:
-            return self.rm.get_leader(TXN_STATE_TOPIC, index)
-        except RafkaError as exc:
-            if exc.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                self.states.pop(index, None)
-                raise error_for(ErrorCode.NOT_COORDINATOR,
-                                f"not the coordinator of {TXN_STATE_TOPIC}/{index}: {exc.message}"
-                                ) from None
-            raise
+    def _leader(self, index: int) -> LedPartition:
+        return self.state_topic.leader(index)
 
     def leads(self, transactional_id: str) -> bool:
         """True when this broker leads ``transactional_id``'s partition (loaded or not)."""
@@ -235,10 +261,14 @@ class TxnCoordinator:
             return False
         return True
 
-    async def _state_of(self, index: int) -> TxnPartitionState:
-        p = self._leader(index)
-        st = self.states.get(index)
-        if st is not None and st.leader_epoch == p.leader_epoch:
+    async def _state_of(self, index: int, p: LedPartition | None = None) -> TxnPartitionState:
+        """Partition ``index``'s state in the current leader epoch of ``p`` (looked up if None),
+        loaded by a replay that yields between chunks (``COORDINATOR_LOAD_IN_PROGRESS`` to the
+        requests arriving meanwhile)."""
+        if p is None:
+            p = self._leader(index)
+        st = self.state_topic.current(index, p)
+        if st is not None:
             if not st.loaded.is_set():
                 raise error_for(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                                 f"loading {TXN_STATE_TOPIC}/{index}")
@@ -246,10 +276,8 @@ class TxnCoordinator:
         st = self.states[index] = TxnPartitionState(index, p.leader_epoch)
         off = p.log.log_start_offset
         try:
-            while off < p.log.log_end_offset and self.states.get(index) is st:
-                nxt = st.fold(p.log.read_bytes(off, _READ_CHUNK))
-                if nxt <= off:
-                    break
+            while self.states.get(index) is st and (
+                    nxt := replay_chunk(p.log, off, st.fold)) is not None:
                 off = nxt
                 await trio.lowlevel.checkpoint()  # a big partition must not stall the event loop
         except Exception as exc:  # a corrupt or closed log: the next request loads again

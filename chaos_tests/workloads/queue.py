@@ -31,7 +31,7 @@ deadline, client start/close by ``CLIENT_START_TIMEOUT_S``.
 Which node answered (the ``node`` of an op, read from the client, so the same on every
 backend; issue 28).  A ``send`` invoke carries the partition's leader as the producer knew it
 then (None before its first metadata answer: a new producer's first send); its completion
-carries the broker its PRODUCE went to (the sender's ``_sent_to``, cleared before each send,
+carries the broker its PRODUCE went to (the sender's ``sent_to``, cleared before each send,
 so with ``retries=0`` it is this record's one attempt), else the invoke's.  A ``commit``
 completion carries the group coordinator the client used (``coordinator_node``'s cache: the
 node that answered an ``ok``).  ``poll`` and ``final-read`` completions carry the partition
@@ -153,7 +153,8 @@ def _leader_of(client: Any, topic: str, partition: int) -> int | None:
 
 
 def _sent_to(producer: Any) -> dict[Any, int] | None:
-    sent = getattr(producer, "_sent_to", None)  # client/aio/sender.py: node of the last attempt
+    # client/aio/sender.py: Sender.sent_to, the node of each partition's last attempt
+    sent = getattr(getattr(producer, "_sender", None), "sent_to", None)
     return sent if isinstance(sent, dict) else None
 
 

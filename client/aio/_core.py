@@ -26,6 +26,7 @@ on demand; the grace covers a topic created a moment ago that some broker has no
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Iterable
@@ -189,6 +190,8 @@ class ClientCore:
         self.metadata_max_age_ms = metadata_max_age_ms
         self.metadata = ClusterMetadata()
         self.pool: ConnectionPool | None = None
+        self._stack: contextlib.AsyncExitStack | None = None  # start() .. shutdown()
+        self._nursery: trio.Nursery | None = None
         self.wanted_topics: set[str] = set()
         self._refreshing: trio.Event | None = None
         self._last_refresh = -1e9
@@ -198,7 +201,31 @@ class ClientCore:
         # the cluster (None: it has, or has not tried yet); see ``request_any``
         self._unreachable_since: float | None = None
 
+    async def start(self) -> trio.Nursery:
+        """Open the owning client's nursery — its background tasks and this core's connection
+        readers run there — and the connection pool in it; ``shutdown`` leaves it. Call both
+        from the same task (``__aenter__`` / ``close``)."""
+        stack = contextlib.AsyncExitStack()
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        self.open(nursery)
+        self._stack, self._nursery = stack, nursery
+        return nursery
+
+    async def shutdown(self) -> None:
+        """Close every connection, cancel the client's tasks and leave its nursery. Idempotent;
+        nothing to do when ``start`` never ran."""
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return
+        assert self._nursery is not None
+        try:
+            await self.aclose()
+        finally:
+            self._nursery.cancel_scope.cancel()
+            await stack.aclose()
+
     def open(self, nursery: trio.Nursery) -> None:
+        """The connection pool, its readers in ``nursery`` (``start`` does this for a client)."""
         freeze_startup_objects()  # the first client of the process: short full GC passes later
         self.pool = ConnectionPool(nursery, client_id=self.client_id, security=self.security,
                                    setup_timeout_ms=self.connection_setup_timeout_ms)

@@ -7,9 +7,9 @@ the open batch of the partition (creating it if needed), appends the record in i
 form — ``[offset_delta, timestamp_delta, key, value, headers]``, the items of the batch's
 msgpack array (``docs/internals.md`` §1), deltas against the batch's first record — and
 charges an estimated size to ``buffer_memory``. It is thread safe, so the sync facade appends
-from the user's thread without crossing into the event loop (``AsyncProducer.send_threadsafe``
-inlines the common case: the partition's batch is open and has room; ``client/_sendpath.c``
-does the same in C). A batch *closes* when its estimated size reaches ``batch_size``; the
+from the user's thread without crossing into the event loop (``AsyncProducer.send_threadsafe``,
+through ``client/aio/enqueue.py``; ``client/_sendpath.c`` does the common case — the
+partition's batch is open and has room — in C, a mirror of this method). A batch *closes* when its estimated size reaches ``batch_size``; the
 sender *drains* closed batches and open ones older than ``linger_ms``, give or take half a
 millisecond (``LINGER_TIMER_SLACK_S``), or all of them while flushing, and builds their bytes
 once (``log.batch.build_batch_rows``).
@@ -97,6 +97,7 @@ SEQ_MASK = 0x7FFFFFFF
 Row = tuple[int, int, bytes | None, bytes | None, Any]
 _NO_DT = -(2**63)  # max_dt of a batch with no packed record
 _FRAME_KW = frozenset({"producer_id", "producer_epoch", "base_sequence", "transactional"})
+_new_future = object.__new__  # a FutureRecordMetadata without an __init__ frame (futures.py)
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> int:
@@ -278,38 +279,33 @@ class RecordAccumulator:
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
                headers: list[tuple[str, bytes]], timestamp_ms: int, size: int,
                num_partitions: int) -> FutureRecordMetadata | None:
-        """Append one record; ``partition=-1`` = sticky. ``None`` when the buffer is full."""
-        wake = False
+        """Append one record; ``partition=-1`` = sticky. ``None`` when the buffer is full.
+        (Every single-record send ends here, or in its C mirror: ``client/_sendpath.c``.)"""
         with self._lock:
             if self.used + size > self.buffer_memory and self.used:
                 return None
-            if partition < 0:
-                partition = self._sticky.get(topic, -1)
-                if partition < 0 or partition >= num_partitions:
-                    partition = self._sticky[topic] = random.randrange(num_partitions)
             by_part = self._open.get(topic)
             if by_part is None:
                 by_part = self._open[topic] = {}
-            batch = by_part.get(partition)
-            if batch is None:
-                batch = ProducerBatch(topic, partition, time.monotonic(), self._loop_thread,
-                                      timestamp_ms)
-                by_part[partition] = batch
-                self.incomplete.add(batch.result)
-                wake = True
+            p = partition if partition >= 0 else self._sticky.get(topic, -1)
+            batch = by_part.get(p) if p < num_partitions else None
+            wake = batch is None
+            if batch is None:  # none open, or a sticky pick to make
+                batch = self._batch_for(topic, by_part, partition, num_partitions, timestamp_ms)
             index = batch.add(timestamp_ms - batch.ts0, key, value, headers)
             batch.size += size
             self.used += size
             if batch.size >= self.batch_size:
-                del by_part[partition]
-                self._closed.append(batch)
-                if self._sticky.get(topic) == partition:
-                    del self._sticky[topic]
+                self._close(topic, by_part, batch.partition, batch)
                 wake = True
         if wake and self.wake_armed:
             self.wake_armed = False
             self._wakeup()
-        return FutureRecordMetadata(batch.result, index, timestamp_ms)
+        fut = _new_future(FutureRecordMetadata)  # no __init__ frame (see futures.py)
+        fut._batch = batch.result
+        fut._index = index
+        fut._ts = timestamp_ms
+        return fut
 
     def append_many(self, topic: str, groups: list[RowGroup], timestamp_ms: int,
                     num_partitions: int, max_batch_bytes: int) -> bool:
@@ -351,17 +347,10 @@ class RecordAccumulator:
                             complete = False
                             break
                         mem_k = a + 1  # an empty buffer takes any record (as ``append``)
-                    p = g.partition
-                    if p < 0:
-                        p = self._sticky.get(topic, -1)
-                        if p < 0 or p >= num_partitions:
-                            p = self._sticky[topic] = random.randrange(num_partitions)
-                    batch = open_batches.get(p)
-                    if batch is None:
-                        batch = ProducerBatch(topic, p, time.monotonic(), self._loop_thread,
-                                              timestamp_ms)
-                        open_batches[p] = batch
-                        self.incomplete.add(batch.result)
+                    batch = self._batch_for(topic, open_batches, g.partition, num_partitions,
+                                            timestamp_ms)
+                    p = batch.partition
+                    if not batch.size:  # new
                         wake = True
                     max_k = bisect_right(cum, base + max_batch_bytes - batch.size, a) - 1
                     if max_k <= a:
@@ -397,6 +386,21 @@ class RecordAccumulator:
             self.wake_armed = False
             self._wakeup()
         return complete
+
+    def _batch_for(self, topic: str, open_batches: dict[int, ProducerBatch], partition: int,
+                   num_partitions: int, timestamp_ms: int) -> ProducerBatch:
+        """The open batch of ``partition`` — ``-1``: the topic's sticky partition, picked at
+        random when it has none (or it is out of range) — made when there is none (lock held)."""
+        if partition < 0:
+            partition = self._sticky.get(topic, -1)
+            if partition < 0 or partition >= num_partitions:
+                partition = self._sticky[topic] = random.randrange(num_partitions)
+        batch = open_batches.get(partition)
+        if batch is None:
+            batch = open_batches[partition] = ProducerBatch(topic, partition, time.monotonic(),
+                                                            self._loop_thread, timestamp_ms)
+            self.incomplete.add(batch.result)
+        return batch
 
     def _close(self, topic: str, open_batches: dict[int, ProducerBatch], partition: int,
                batch: ProducerBatch) -> None:
@@ -472,6 +476,11 @@ class RecordAccumulator:
         batch.records = []
         batch.payload = None
         return parts
+
+    def open_partitions(self) -> list[tuple[str, int]]:
+        """``(topic, partition)`` of every batch still open (lingering)."""
+        with self._lock:
+            return [(t, p) for t, by_part in self._open.items() for p in by_part]
 
     def has_closed(self) -> bool:
         return bool(self._closed)

@@ -98,17 +98,13 @@ class AsyncAdmin(GroupAdminApi):
                                 request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
                                 connection_setup_timeout_ms=connection_setup_timeout_ms,
                                 security=ClientSecurity.from_kwargs(security))
-        self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
         self._closed = False
 
     async def __aenter__(self) -> AsyncAdmin:
-        if self._stack is not None or self._closed:
+        if self._nursery is not None or self._closed:
             raise IllegalStateError("an admin client can be started once; create a new one")
-        stack = contextlib.AsyncExitStack()
-        self._nursery = await stack.enter_async_context(trio.open_nursery())
-        self._core.open(self._nursery)
-        self._stack = stack
+        self._nursery = await self._core.start()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -117,20 +113,12 @@ class AsyncAdmin(GroupAdminApi):
         return None
 
     async def close(self) -> None:
-        if self._closed or self._stack is None:
-            self._closed = True
-            return
+        """Close connections and stop. Idempotent."""
         self._closed = True
-        stack, self._stack = self._stack, None
-        assert self._nursery is not None
-        try:
-            await self._core.aclose()
-        finally:
-            self._nursery.cancel_scope.cancel()
-            await stack.aclose()
+        await self._core.shutdown()
 
     def _check_open(self) -> None:
-        if self._stack is None or self._closed:
+        if self._nursery is None or self._closed:
             raise IllegalStateError("admin client is not open (use `async with AsyncAdmin(...)`)")
 
     # ------------------------------------------------------------------ plumbing

@@ -7,7 +7,7 @@ A caller that already holds many records hands them over in one call and gets on
 (a lazy ``RecordMetadataList``: the objects are built on first access). The work
 per call, not per record, is what makes it fast:
 
-1. *plan* (``_plan``, caller's thread, no lock): estimated sizes as C-level ``map(len, …)`` and
+1. *plan* (``plan_batch``, caller's thread, no lock): estimated sizes as C-level ``map(len, …)`` and
    their prefix sums; every record checked against ``max_request_size`` / ``buffer_memory``
    before anything is queued (``RecordTooLargeError`` names the first offender). Records are
    partitioned as ``send`` does — the given ``partition``; else murmur2 of the key (the
@@ -41,8 +41,10 @@ Partial failure: if any record failed, the future fails with ``BatchSendError`` 
 exception for each one that was not (``.errors`` maps input positions to exceptions).
 
 ``send_batch`` (async, loop thread) and ``send_batch_threadsafe`` (the sync ``Producer``'s path,
-any other thread: the first use of a topic hops into the loop once for its metadata) differ only
-in how they wait. A transactional producer must be inside a transaction, as for ``send``.
+any other thread: the first use of a topic hops into the loop once for its metadata) are fronts
+of the producer's one enqueue path (``client/aio/enqueue.py``: ``Enqueue.send_batch*``), which
+plans with ``plan_batch`` and appends with ``append_many``; they differ only in how they wait.
+A transactional producer must be inside a transaction, as for ``send``.
 """
 
 from __future__ import annotations
@@ -57,18 +59,17 @@ from itertools import accumulate
 from operator import add
 from typing import TYPE_CHECKING, Any
 
-import trio
 from rafka.client.aio.accumulator import RowGroup, record_size
 from rafka.client.aio.futures import BatchResult, FutureRecordMetadata
-from rafka.client.errors import BufferExhaustedError, ClientError, RecordTooLargeError
+from rafka.client.errors import ClientError, RecordTooLargeError
 from rafka.client.types import RecordMetadata
 from rafka.log.speedups import Unsupported
 from rafka.log.speedups import codec as _c
 
 if TYPE_CHECKING:
-    from rafka.client.aio.producer import AsyncProducer
+    from rafka.client.aio.enqueue import Enqueue
 
-__all__ = ["BatchFuture", "BatchSendError", "BatchSendApi", "RecordMetadataList"]
+__all__ = ["BatchFuture", "BatchSendError", "HeadersList", "RecordMetadataList", "plan_batch"]
 
 _new = tuple.__new__
 HeadersList = Sequence[Sequence[tuple[str, bytes]] | None] | None
@@ -220,78 +221,7 @@ def _settled(fut: FutureRecordMetadata) -> RecordMetadata | BaseException:
     return err if err is not None else fut._metadata()
 
 
-class BatchSendApi:
-    """``send_batch`` / ``send_batch_threadsafe``, mixed into ``AsyncProducer``."""
-
-    async def send_batch(self: AsyncProducer, topic: str, values: Sequence[bytes | None],
-                         keys: Sequence[bytes | None] | None = None, headers: HeadersList = None,
-                         partition: int | None = None,
-                         timestamp_ms: int | None = None) -> BatchFuture:
-        """Queue ``values`` (with the aligned ``keys`` / ``headers``) as ``send`` would each of
-        them; returns one ``BatchFuture`` (``await fut`` → a ``Sequence`` of ``RecordMetadata``,
-        input order, built on access). Waits up to ``max_block_ms`` for metadata and buffer room."""
-        acc = self._check_send()
-        n = self._core.metadata.num_partitions(topic)
-        if n is None:
-            n = await self._core.wait_for_topic(topic, self.max_block_ms)
-        fut, groups = _plan(self, topic, values, keys, headers, partition, timestamp_ms, n)
-        deadline = time.monotonic() + self.max_block_ms / 1000
-        while not acc.append_many(topic, groups, fut._ts, n, self.max_request_size):
-            with trio.move_on_after(max(0.0, deadline - time.monotonic())):
-                await acc.wait_for_memory(_next_size(groups))
-            if _wait_failed(self, fut, groups, deadline):
-                break
-        fut._watch()
-        return fut
-
-    def send_batch_threadsafe(self: AsyncProducer, topic: str, values: Sequence[bytes | None],
-                              keys: Sequence[bytes | None] | None = None,
-                              headers: HeadersList = None, partition: int | None = None,
-                              timestamp_ms: int | None = None) -> BatchFuture:
-        """``send_batch`` from a thread other than the loop's (the sync ``Producer``)."""
-        acc = self._check_send()
-        parts = self._core.metadata.topics.get(topic)
-        if not parts:
-            trio.from_thread.run(self.wait_for_topic, topic, trio_token=self._token)
-            parts = self._core.metadata.topics[topic]
-        n = len(parts)
-        fut, groups = _plan(self, topic, values, keys, headers, partition, timestamp_ms, n)
-        deadline = time.monotonic() + self.max_block_ms / 1000
-        while not acc.append_many(topic, groups, fut._ts, n, self.max_request_size):
-            acc.wait_for_memory_sync(_next_size(groups), max(0.0, deadline - time.monotonic()))
-            if _wait_failed(self, fut, groups, deadline):
-                break
-        fut._watch()
-        return fut
-
-
-def _wait_failed(producer: AsyncProducer, fut: BatchFuture, groups: list[RowGroup],
-                 deadline: float) -> bool:
-    """Between two appends of one call (buffer full): is it over? Still open, and before
-    the deadline: ``False`` (append the rest). After it: ``BufferExhaustedError`` if no
-    record was queued; otherwise the records not queued fail in the future's results
-    (the queued ones are on their way) and ``True``."""
-    producer._check_open()
-    if time.monotonic() < deadline:
-        return False
-    queued = sum(g.done for g in groups)
-    err = BufferExhaustedError(
-        f"buffer_memory={producer.buffer_memory} bytes stayed full for "
-        f"max_block_ms={producer.max_block_ms:.0f} ({queued} of {fut._count} records queued)")
-    if not queued:
-        raise err
-    fut._unqueued = err
-    return True
-
-
-def _next_size(groups: list[RowGroup]) -> int:
-    for g in groups:
-        if g.done < len(g.cum) - 1:
-            return g.cum[g.done + 1] - g.cum[g.done]
-    return 0
-
-
-def _plan(producer: AsyncProducer, topic: str, values: Sequence[bytes | None],
+def plan_batch(enq: Enqueue, topic: str, values: Sequence[bytes | None],
           keys: Sequence[bytes | None] | None, headers: HeadersList, partition: int | None,
           timestamp_ms: int | None, n: int) -> tuple[BatchFuture, list[RowGroup]]:
     """Sizes, checks and per-partition groups (see the module docstring, step 1)."""
@@ -314,37 +244,37 @@ def _plan(producer: AsyncProducer, topic: str, values: Sequence[bytes | None],
             hdrs = None
     ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
     one_group = partition is not None or keys is None
-    planned = _plan_c(producer, keys, values, hdrs, n, one_group)
+    planned = _plan_c(enq, keys, values, hdrs, n, one_group)
     if planned is not None:
         big_size, big, groups = planned
     else:
         sizes = _sizes(keys, values, hdrs)
         big = max(range(count), key=sizes.__getitem__) if sizes else -1
         big_size = sizes[big] if sizes else -1
-    if big_size > producer._max_record_size:
+    if big_size > enq.max_record_size:
         try:
-            producer._check_size(big_size)
+            enq.check_size(big_size)
         except RecordTooLargeError as exc:
             raise RecordTooLargeError(f"send_batch: record {big}: {exc.message}") from None
     if planned is None:
         if one_group or keys is None:
             groups = [RowGroup(-1, keys, values, hdrs, [0, *accumulate(sizes)])]
         else:
-            groups = _by_partition(producer, keys, values, hdrs, sizes, n)
+            groups = _by_partition(enq, keys, values, hdrs, sizes, n)
     if one_group and partition is not None:
-        groups[0].partition = producer._choose(topic, None, partition, n)
-    loop_thread = producer._loop_thread
+        groups[0].partition = enq.choose(topic, None, partition, n)
+    loop_thread = enq.loop_thread
     return BatchFuture(topic, count, ts, groups, loop_thread), groups
 
 
-def _plan_c(producer: AsyncProducer, keys: list[Any] | None, values: list[Any],
+def _plan_c(enq: Enqueue, keys: list[Any] | None, values: list[Any],
             hdrs: list[Any] | None, n: int, one_group: bool) -> tuple[int, int, list[RowGroup]] | None:
     """Step 1 in one C call (``_codec.plan``: sizes, their prefix sums, the largest record
     and, for keyed records under the default partitioner, murmur2 partitions and the stable
     grouping; ``cum`` and ``index`` as int64 memoryviews, not lists of ints): ``(largest
     size, its position, groups)``, or ``None`` for the Python path (no
     extension, headers, a custom partitioner, keys or values that are not ``bytes``)."""
-    if _c is None or hdrs is not None or not (one_group or producer._hash_cache is not None):
+    if _c is None or hdrs is not None or not (one_group or enq.hash_cache is not None):
         return None
     try:
         if one_group:
@@ -373,7 +303,7 @@ def _sizes(keys: list[Any] | None, values: list[Any], hdrs: list[Any] | None) ->
     return sizes
 
 
-def _by_partition(producer: AsyncProducer, keys: list[Any], values: list[Any],
+def _by_partition(enq: Enqueue, keys: list[Any], values: list[Any],
                   hdrs: list[Any] | None, sizes: list[int], n: int) -> list[RowGroup]:
     """Keyed records grouped by their partition, each group in input order with its input
     positions. Keyless records among them go to one random partition for the whole call (the
@@ -382,7 +312,7 @@ def _by_partition(producer: AsyncProducer, keys: list[Any], values: list[Any],
     C-level maps (a miss is hashed once, which fills the cache); the grouping is a stable sort
     of the input positions by partition."""
     sticky = random.randrange(n)
-    cache = producer._hash_cache
+    cache = enq.hash_cache
     if cache is not None:
         hashes: list[Any] = list(map(cache.get, keys))
         if None in hashes:
@@ -392,11 +322,11 @@ def _by_partition(producer: AsyncProducer, keys: list[Any], values: list[Any],
                     if k is None:
                         hashes[i] = sticky
                     else:
-                        producer._partitioner(k, n)  # a miss: hashes the key into the cache
+                        enq.partitioner(k, n)  # a miss: hashes the key into the cache
                         hashes[i] = cache[k]
         parts: list[int] = list(map(n.__rmod__, hashes))
     else:
-        part = producer._partitioner
+        part = enq.partitioner
         parts = [part(k, n) if k is not None else sticky for k in keys]
     order = sorted(range(len(keys)), key=parts.__getitem__)  # stable: input order per partition
     groups = []

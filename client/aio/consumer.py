@@ -161,7 +161,6 @@ class AsyncConsumer(Fetcher, GetManyApi):
         self._iter_buf: deque[ConsumerRecord] = deque()
         self._coordinator: Coordinator | None = None
         self._nursery: trio.Nursery | None = None
-        self._stack: contextlib.AsyncExitStack | None = None
         self._started = False
         self._closed = False
         # set when the ``async with`` block (or the sync facade's ``with``) exits by an exception:
@@ -177,10 +176,7 @@ class AsyncConsumer(Fetcher, GetManyApi):
         if self._started:
             raise IllegalStateError("a consumer can be started once; create a new one")
         self._started = True
-        stack = contextlib.AsyncExitStack()
-        self._nursery = await stack.enter_async_context(trio.open_nursery())
-        self._stack = stack
-        self._core.open(self._nursery)
+        self._nursery = await self._core.start()
         try:
             if self.group_id is not None:
                 factory = type(self).coordinator_factory
@@ -204,20 +200,16 @@ class AsyncConsumer(Fetcher, GetManyApi):
 
     async def close(self) -> None:
         """Stop fetching and close connections. Idempotent."""
-        if self._closed or self._stack is None:
+        if self._closed or self._nursery is None:  # closed, or never started
             self._closed = True
             return
         self._closed = True
-        stack, self._stack = self._stack, None
-        assert self._nursery is not None
         try:
             if self._coordinator is not None:
                 with contextlib.suppress(RafkaError):
                     await self._coordinator.close()
-            await self._core.aclose()
         finally:
-            self._nursery.cancel_scope.cancel()
-            await stack.aclose()
+            await self._core.shutdown()
 
     def fail(self, exc: BaseException) -> None:
         """A background task (the group membership) met ``exc``, which ends the consumer:

@@ -16,8 +16,7 @@ builds each ``ConsumerRecord`` with the deserialized key and value, ``None`` pas
 Without deserializers the consumer keeps ``CompletedFetch.take`` itself — no call per record.
 ``poll_batch`` (columns) returns the raw bytes either way: it exists for bulk and Arrow use.
 
-*Shortcuts*: ``AsyncProducer.send_and_wait`` (send, then wait for the acknowledgement: its
-``RecordMetadata``), ``AsyncConsumer.getmany`` (aiokafka's name for ``poll``; optionally only
+*Shortcuts*: ``AsyncConsumer.getmany`` (aiokafka's name for ``poll``; optionally only
 some partitions) and the admin's consumer-group methods (``GroupAdminApi``), which wrap the
 helpers of ``rafka.client.groups`` — the same code ``rafka group`` runs.
 """
@@ -27,16 +26,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rafka.client.types import ConsumerRecord, RecordMetadata, TopicPartition
+from rafka.client.types import ConsumerRecord, TopicPartition
 
 if TYPE_CHECKING:
     from rafka.client.aio.admin import AsyncAdmin
     from rafka.client.aio.consumer import AsyncConsumer
+    from rafka.client.aio.enqueue import Headers
     from rafka.client.aio.fetch import CompletedFetch
-    from rafka.client.aio.producer import AsyncProducer, Headers
+    from rafka.client.aio.producer import AsyncProducer
     from rafka.wire.errors import RafkaError
 
-__all__ = ["ConsumerGroupListing", "GetManyApi", "GroupAdminApi", "SendAndWaitApi", "deserializing_take",
+__all__ = ["ConsumerGroupListing", "GetManyApi", "GroupAdminApi", "deserializing_take",
            "install_serializers"]
 
 Serializer = Callable[[Any], bytes]
@@ -96,18 +96,6 @@ def install_serializers(producer: AsyncProducer, key_serializer: Serializer | No
     p.send_threadsafe = sync_send(cls.send_threadsafe)
     p.send_batch = send_batch
     p.send_batch_threadsafe = send_batch_threadsafe
-
-
-class SendAndWaitApi:
-    """``send_and_wait``, mixed into ``AsyncProducer``."""
-
-    async def send_and_wait(self: AsyncProducer, topic: str, value: Any = None, key: Any = None,
-                            headers: Headers = None, partition: int | None = None,
-                            timestamp_ms: int | None = None) -> RecordMetadata:
-        """``send`` and wait for the acknowledgement: the record's ``RecordMetadata``, or its
-        error raised (aiokafka's name; ``await (await p.send(...))`` does the same)."""
-        fut = await self.send(topic, value, key, headers, partition, timestamp_ms)
-        return await fut
 
 
 # ---------------------------------------------------------------------- consumer

@@ -3,9 +3,10 @@ C fast path of ``AsyncProducer.send``.
 
 Theory of operation: ``bind_send(producer)`` is called once per sync ``Producer``, after its
 ``AsyncProducer`` started (the accumulator exists). It returns the bound ``send`` of a
-``rafka.client._sendpath.SendPath`` (``client/_sendpath.c``: the common case of
-``AsyncProducer.send_threadsafe`` — topic known, open batch with room, bytes/None key and
-value — in one C call, and everything else handed to ``send_threadsafe`` unchanged) when:
+``rafka.client._sendpath.SendPath`` over the producer's ``Enqueue`` (``client/_sendpath.c``:
+the common case of ``Enqueue.send_threadsafe`` — topic known, open batch with room, bytes/None
+key and value — in one C call, and everything else handed to ``send_threadsafe`` unchanged;
+why it mirrors the Python steps rather than calling them: its header comment) when:
 
 * the extension was built (``make install``; setup.py's optional ``ext_modules``) and
   ``RAFKA_NO_SPEEDUPS`` is unset, empty or ``0`` (the rule of ``rafka.log.speedups``);
@@ -22,7 +23,7 @@ takes its Python path (which may wait for metadata or buffer room), so the C cal
 the loop. ``None`` when the extension is not there.
 
 A transactional producer takes the C path too: it appends only while the producer's
-``_txn_sending`` is true, which ``TransactionManager._to`` keeps equal to "state is
+``Gate.txn_sending`` is true, which ``TransactionManager._to`` keeps equal to "state is
 IN_TRANSACTION" — ``check_send``'s test. Everything a transaction adds beyond that happens after
 the append, in the sender (a partition's batches wait for its ADD_PARTITIONS_TO_TXN; abort and
 fencing drop or fail whatever was appended), so a record appended in C is aborted, fenced or
@@ -37,8 +38,9 @@ from types import ModuleType
 from typing import Any
 
 from rafka.client.aio.accumulator import ProducerBatch
+from rafka.client.aio.enqueue import NO_HEADERS
 from rafka.client.aio.futures import FutureRecordMetadata
-from rafka.client.aio.producer import _NO_HEADERS, AsyncProducer
+from rafka.client.aio.producer import AsyncProducer
 from rafka.log.speedups import DISABLED_BY_ENV
 
 __all__ = ["bind_send", "bind_loop_send", "ENABLED"]
@@ -60,8 +62,8 @@ def _send_path(producer: AsyncProducer, fallback: Callable[..., Any], *,
     """The bound ``send`` of a ``SendPath`` over ``producer`` (None if the classes changed)."""
     assert sendpath is not None
     try:
-        path = sendpath.SendPath(producer, fallback, FutureRecordMetadata, ProducerBatch,
-                                 _NO_HEADERS)
+        path = sendpath.SendPath(producer._enqueue, fallback, FutureRecordMetadata,
+                                 ProducerBatch, NO_HEADERS)
     except (TypeError, ValueError, AttributeError) as exc:  # the classes changed shape
         if warn:
             warnings.warn(f"rafka: C send path not used ({exc}); send() runs in Python",

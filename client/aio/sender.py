@@ -2,9 +2,14 @@
 
 Theory of operation
 -------------------
-``SenderLoop`` is mixed into ``AsyncProducer`` (``client/aio/producer.py``, which holds the
-configuration, the lifecycle and the ``send`` family); its ``_sender`` task runs in the
-producer's nursery and loops:
+``AsyncProducer`` (``client/aio/producer.py``) composes three collaborators: the enqueue path
+(``client/aio/enqueue.py``: every ``send`` variant appends through it to the
+``RecordAccumulator``), the ``TransactionManager`` (``client/aio/transactions.py``, only with a
+``transactional_id``) and this ``Sender``, built when the producer starts as
+``Sender(accumulator, core, txn, config=..., gate=..., wakeup=...)``. The sender owns the state
+it uses — per-partition queues (``PartitionState``), requests in flight per broker, the producer
+id and epoch — and reads only its constructor's arguments. Its ``run`` task, in the producer's
+nursery, loops:
 
 1. drain closed and lingered batches from the accumulator into per-partition ``PartitionState``
    queues;
@@ -46,8 +51,10 @@ last attempt went to is retried at once (as Kafka's KIP-951). Without it a produ
 met a dead leader for a while learned of the new one only at its next attempt, up to a second
 after the failover, and then still waited out one more backoff.
 
-Everything here runs in the producer's trio loop; ``_wakeup`` is the one entry other threads
-use (``send_threadsafe`` and the C send path wake the sender through it).
+Everything here runs in the producer's trio loop; ``Wakeup`` is the one entry other threads
+use (the accumulator calls it when a ``send_threadsafe`` or a C ``send`` creates or closes a
+batch). The ``Gate`` (``client/aio/enqueue.py``) is the state the sender shares with the
+enqueue path: ``closed`` (drain everything) and ``fatal`` (the producer id was refused).
 """
 
 from __future__ import annotations
@@ -56,8 +63,8 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import trio
 from rafka.client.aio._core import REFRESH_CODES, ClientCore
@@ -67,6 +74,7 @@ from rafka.client.aio.accumulator import (
     RecordAccumulator,
     record_size,
 )
+from rafka.client.aio.producer_config import ProducerConfig
 from rafka.client.aio.transactions import TransactionManager
 from rafka.client.errors import KafkaTimeoutError
 from rafka.client.throttle_stats import ThrottleMeter
@@ -75,114 +83,207 @@ from rafka.wire.connection import PendingResponse, backoff_ms
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
 from rafka.wire.protocol import ApiKey, Response
 
-__all__ = ["SenderLoop"]
+if TYPE_CHECKING:
+    from rafka.client.aio.enqueue import Gate
+
+__all__ = ["Sender", "Wakeup"]
 
 
-class SenderLoop:
-    """The sender task and the answer handling of ``AsyncProducer`` (mixed in; the attributes
-    below are the producer's, set in its ``__init__``)."""
+class Wakeup:
+    """Wakes the sender task from any thread: the accumulator calls it when a batch closes
+    or is created (``RecordAccumulator(wakeup=...)``), answers and the transaction manager
+    when a partition may go. ``start`` tells it the loop's thread and token."""
 
-    acks: int
-    enable_idempotence: bool
-    compression: str
-    max_request_size: int
-    retries: int
-    retry_backoff_ms: int
-    delivery_timeout_ms: int
-    request_timeout_ms: int
-    max_in_flight: int
-    _core: ClientCore
-    _txn: TransactionManager | None
-    _acc: RecordAccumulator | None
-    _parts: dict[TopicPartition, PartitionState]
-    _node_inflight: dict[int, int]
-    _sent_to: dict[TopicPartition, int]
-    _backoff_refresh_at: float
-    _producer_id: int
-    _producer_epoch: int
-    _wake: trio.Event
-    _flushing: int
-    _closed: bool
-    _nursery: trio.Nursery | None
-    _token: trio.lowlevel.TrioToken | None
-    _loop_thread: int
-    _fatal: BaseException | None
-    _batches_split: int
-    _throttle: ThrottleMeter
-    _fail_everything: Callable[[BaseException], None]
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.loop_thread = 0
+        self.token: trio.lowlevel.TrioToken | None = None
 
-    def _wakeup(self) -> None:
-        if threading.get_ident() == self._loop_thread:
-            self._wake.set()
-        elif self._token is not None:
+    def start(self, loop_thread: int, token: trio.lowlevel.TrioToken) -> None:
+        self.loop_thread = loop_thread
+        self.token = token
+
+    def __call__(self) -> None:
+        if threading.get_ident() == self.loop_thread:
+            self.event.set()
+        elif self.token is not None:
             with contextlib.suppress(trio.RunFinishedError):
-                self._token.run_sync_soon(self._wake.set)
+                self.token.run_sync_soon(self.event.set)
 
-    @staticmethod
-    def _open_partitions(acc: RecordAccumulator) -> list[TopicPartition]:
+    def rearm(self) -> trio.Event:
+        """A fresh event for the sender's next sleep."""
+        self.event = trio.Event()
+        return self.event
+
+
+class Sender:
+    """The producer's sender (module docstring): owns the per-partition send state, the
+    requests in flight, the producer id / epoch; reads the accumulator, the client core, the
+    transaction manager (``None`` without a ``transactional_id``) and the producer's ``Gate``.
+    Also what ``TransactionManager`` calls back (``transactions.ProducerHooks``)."""
+
+    def __init__(self, acc: RecordAccumulator, core: ClientCore, txn: TransactionManager | None,
+                 *, config: ProducerConfig, gate: Gate, wakeup: Wakeup) -> None:
+        self.acc = acc
+        self.core = core
+        self.txn = txn
+        self.config = config
+        self.gate = gate
+        self.wakeup = wakeup
+        self.parts: dict[TopicPartition, PartitionState] = {}
+        self.node_inflight: dict[int, int] = {}
+        self.sent_to: dict[TopicPartition, int] = {}  # node of a partition's last attempt
+        self.backoff_refresh_at = 0.0
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.flushing = 0  # flush() calls waiting: drain every batch, lingering or not
+        self.batches_split = 0  # batches split after MESSAGE_TOO_LARGE (statistics)
+        self.throttle = ThrottleMeter()  # the brokers' throttle_time_ms (byte-rate quotas)
+        self.nursery: trio.Nursery | None = None
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Run the sender task (and later its request tasks) in ``nursery``."""
+        self.nursery = nursery
+        nursery.start_soon(self.run)
+
+    def start_soon(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fn`` in the producer's nursery (the transaction manager's fence check)."""
+        assert self.nursery is not None
+        self.nursery.start_soon(fn)
+
+    def _wake(self) -> None:
+        self.wakeup.event.set()
+
+    def _open_partitions(self) -> list[TopicPartition]:
         """The partitions with a batch still open (lingering) in the accumulator."""
-        with acc._lock:
-            return [TopicPartition(t, p) for t, by_part in acc._open.items() for p in by_part]
+        return [TopicPartition(t, p) for t, p in self.acc.open_partitions()]
 
-    async def _sender(self) -> None:
-        assert self._acc is not None and self._nursery is not None
-        acc = self._acc
-        if self.enable_idempotence and self._txn is None:  # transactions: init_transactions()
+    # ------------------------------------------------------------------ what the producer asks
+
+    async def flush(self) -> None:
+        """Wait until every record appended before this call is acknowledged or has failed;
+        a fenced transactional producer's flush raises ``ProducerFencedError``."""
+        self.gate.check_open()
+        pending = list(self.acc.incomplete)
+        if pending:
+            self.flushing += 1
+            self.wakeup()
+            try:
+                for res in pending:
+                    await res.wait_async()
+            finally:
+                self.flushing -= 1
+        if self.txn is not None:
+            await self.txn.suspicion_settled()
+            self.txn.raise_if_fenced()
+
+    def statistics(self) -> dict[str, Any]:
+        acc = self.acc
+        return {
+            "buffer_used_bytes": acc.used,
+            "incomplete_batches": len(acc.incomplete),
+            "requests_in_flight": sum(self.node_inflight.values()),
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "batches_split": self.batches_split,
+            **self.throttle.statistics(),
+            **(self.txn.statistics() if self.txn is not None else {}),
+        }
+
+    def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        """A new producer id / epoch (transactions): every partition's sequences restart at 0."""
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        for st in self.parts.values():
+            st.next_seq = 0
+
+    def set_fatal(self, err: BaseException) -> None:
+        """Fenced (or no producer id): every later call raises ``err``; batches not sent yet
+        fail with it."""
+        self.gate.fatal = err
+        self.drop_unsent(err)
+
+    def drop_unsent(self, err: BaseException) -> None:
+        """Fail every batch not in flight: still in the accumulator, queued, or to retry."""
+        for batch in self.acc.drain(0, force=True):
+            self._settle(batch, error=err)
+        for st in self.parts.values():
+            for b in [*st.pending, *st.retry]:
+                self._settle(b, error=err)
+            st.pending.clear()
+            st.retry.clear()
+
+    def fail_everything(self, err: BaseException) -> None:
+        """The producer closed: every batch, in flight or not, fails with ``err``."""
+        self.drop_unsent(err)
+        for st in self.parts.values():
+            for b in st.inflight:
+                b.result.complete(error=err)
+                self.acc.release(b)
+            st.inflight.clear()
+
+    # ------------------------------------------------------------------ the task
+
+    async def run(self) -> None:
+        """The sender task: loops until the producer's nursery is cancelled."""
+        assert self.nursery is not None
+        acc = self.acc
+        cfg = self.config
+        if cfg.enable_idempotence and self.txn is None:  # transactions: init_transactions()
             await self._init_producer_id()
-            if self._fatal is not None:
+            if self.gate.fatal is not None:
                 return
         while True:
-            self._wake = trio.Event()
+            wake = self.wakeup.rearm()
             now = time.monotonic()
-            for batch in acc.drain(now, force=self._flushing > 0 or self._closed, hold=self._hold):
+            for batch in acc.drain(now, force=self.flushing > 0 or self.gate.closed, hold=self._hold):
                 tp = TopicPartition(batch.topic, batch.partition)
-                st = self._parts.get(tp)
+                st = self.parts.get(tp)
                 if st is None:
-                    st = self._parts[tp] = PartitionState()
+                    st = self.parts[tp] = PartitionState()
                 st.pending.append(batch)
-            if self._txn is not None:
-                self._txn.want_open(self._open_partitions(acc))
+            if self.txn is not None:
+                self.txn.want_open(self._open_partitions())
             self._expire(now)
             need_meta = await self._dispatch(now)
             if need_meta:
-                self._nursery.start_soon(self._refresh_for_sender)
+                self.nursery.start_soon(self._refresh_for_sender)
             deadline = self._next_deadline()
             timeout = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
             if need_meta:
-                timeout = min(timeout, self.retry_backoff_ms / 1000)
+                timeout = min(timeout, cfg.retry_backoff_ms / 1000)
             elif self._waiting_out_backoff(now):  # has its leader changed meanwhile?
-                if now >= self._backoff_refresh_at:
-                    self._backoff_refresh_at = now + _BACKOFF_REFRESH_S
-                    self._nursery.start_soon(self._refresh_for_sender)
-                timeout = min(timeout, max(0.0, self._backoff_refresh_at - now))
+                if now >= self.backoff_refresh_at:
+                    self.backoff_refresh_at = now + _BACKOFF_REFRESH_S
+                    self.nursery.start_soon(self._refresh_for_sender)
+                timeout = min(timeout, max(0.0, self.backoff_refresh_at - now))
             acc.wake_armed = True
             if acc.has_closed():
                 acc.wake_armed = False
                 continue
             with trio.move_on_after(timeout):
-                await self._wake.wait()
+                await wake.wait()
             acc.wake_armed = False
 
     def _waiting_out_backoff(self, now: float) -> bool:
         """Does a batch wait for a retry more than ``_BACKOFF_REFRESH_S`` from now?"""
         return any((t := st.next_ready_time()) is not None and t - now > _BACKOFF_REFRESH_S
-                   for st in self._parts.values())
+                   for st in self.parts.values())
 
     def _hold(self, topic: str, partition: int) -> bool:
         """Keep this partition's open batch filling: it could not be sent now anyway (earlier
         batches of the partition are queued, or its leader has ``max_in_flight`` requests out).
         Draining it would queue a small batch; holding it lets the backlog travel in big ones
         (as Kafka's accumulator drains only partitions whose node is ready)."""
-        st = self._parts.get(TopicPartition(topic, partition))
+        st = self.parts.get(TopicPartition(topic, partition))
         if st is not None and (st.pending or st.retry):
             return True
-        leader = self._core.metadata.leader(TopicPartition(topic, partition))
-        return leader >= 0 and self._node_inflight.get(leader, 0) >= self.max_in_flight
+        leader = self.core.metadata.leader(TopicPartition(topic, partition))
+        return leader >= 0 and self.node_inflight.get(leader, 0) >= self.config.max_in_flight
 
     def _next_deadline(self) -> float | None:
-        assert self._acc is not None
-        candidates = [d for d in (self._acc.next_deadline(self._hold),) if d is not None]
-        for st in self._parts.values():
+        candidates = [d for d in (self.acc.next_deadline(self._hold),) if d is not None]
+        for st in self.parts.values():
             t = st.next_ready_time()
             if t is not None:
                 candidates.append(t)
@@ -190,30 +291,30 @@ class SenderLoop:
 
     async def _refresh_for_sender(self) -> None:
         with contextlib.suppress(RafkaError):
-            await self._core.refresh_metadata()
-        self._wake.set()
+            await self.core.refresh_metadata()
+        self._wake()
 
     async def _init_producer_id(self) -> None:
         attempt = 0
         while True:
             try:
-                resp = await self._core.request_any(ApiKey.INIT_PRODUCER_ID, {})
+                resp = await self.core.request_any(ApiKey.INIT_PRODUCER_ID, {})
                 resp.raise_for_error()
-                self._producer_id = int(resp.body["producer_id"])
-                self._producer_epoch = int(resp.body["producer_epoch"])
+                self.producer_id = int(resp.body["producer_id"])
+                self.producer_epoch = int(resp.body["producer_epoch"])
                 return
             except RafkaError as exc:
                 if not exc.retriable and not isinstance(exc, KafkaTimeoutError) and exc.code not in REFRESH_CODES:
-                    self._fatal = exc  # later sends raise it; the sender stops
-                    self._fail_everything(exc)
+                    self.gate.fatal = exc  # later sends raise it; the sender stops
+                    self.fail_everything(exc)
                     return
                 attempt += 1
-                await trio.sleep(backoff_ms(attempt, self.retry_backoff_ms, 1000) / 1000)
+                await trio.sleep(backoff_ms(attempt, self.config.retry_backoff_ms, 1000) / 1000)
 
     def _expire(self, now: float) -> None:
         """Fail batches older than delivery_timeout_ms that are not in flight."""
-        limit = now - self.delivery_timeout_ms / 1000
-        for tp, st in self._parts.items():
+        limit = now - self.config.delivery_timeout_ms / 1000
+        for tp, st in self.parts.items():
             expired = [b for b in (*st.pending, *st.retry) if b.created < limit]
             for b in expired:
                 if b in st.retry:
@@ -222,7 +323,7 @@ class SenderLoop:
                     st.pending.remove(b)
                 self._settle(b, error=KafkaTimeoutError(
                     f"{tp.topic}-{tp.partition}: {b.record_count} records expired after "
-                    f"delivery_timeout_ms={self.delivery_timeout_ms} ({b.attempts} attempts)"))
+                    f"delivery_timeout_ms={self.config.delivery_timeout_ms} ({b.attempts} attempts)"))
 
     async def _dispatch(self, now: float) -> bool:
         """Start produce requests for every sendable batch; True if some leader is unknown.
@@ -232,13 +333,13 @@ class SenderLoop:
         in order (so a partition's batches reach its leader in sequence order), and their
         responses awaited by one task per request.
         """
-        assert self._nursery is not None
-        meta = self._core.metadata
+        assert self.nursery is not None
+        meta = self.core.metadata
         need_meta = False
-        txn = self._txn
+        txn = self.txn
         while True:
             by_node: dict[int, list[tuple[PartitionState, ProducerBatch]]] = {}
-            for tp, st in self._parts.items():
+            for tp, st in self.parts.items():
                 if not (st.pending or st.retry):
                     continue
                 if txn is not None and tp not in txn.partitions:  # not in the transaction yet
@@ -253,22 +354,22 @@ class SenderLoop:
                 if leader < 0:
                     need_meta = True
                     continue
-                if self._node_inflight.get(leader, 0) >= self.max_in_flight:
+                if self.node_inflight.get(leader, 0) >= self.config.max_in_flight:
                     continue
-                if st.retry and self._sent_to.get(tp, leader) != leader:
+                if st.retry and self.sent_to.get(tp, leader) != leader:
                     for b in st.retry:  # a new leader: no backoff for it (Kafka's KIP-951)
                         b.retry_at = min(b.retry_at, now)
-                batch = st.next_to_send(now, self.max_in_flight)
+                batch = st.next_to_send(now, self.config.max_in_flight)
                 if batch is not None:
-                    self._sent_to[tp] = leader
+                    self.sent_to[tp] = leader
                     by_node.setdefault(leader, []).append((st, batch))
             if txn is not None and (adds := txn.take_wanted()):  # one ADD_PARTITIONS for them all
-                self._nursery.start_soon(txn.add_partitions, adds)
+                self.nursery.start_soon(txn.add_partitions, adds)
             if not by_node:
                 return need_meta
             for node, items in by_node.items():
                 while items:
-                    if self._node_inflight.get(node, 0) >= self.max_in_flight:
+                    if self.node_inflight.get(node, 0) >= self.config.max_in_flight:
                         for st, batch in reversed(items):  # not prepared yet: put back in front
                             if batch.attempts:
                                 st.retry.insert(0, batch)
@@ -277,12 +378,12 @@ class SenderLoop:
                         break
                     group: list[tuple[PartitionState, ProducerBatch]] = []
                     size = 0
-                    while items and (not group or size + items[0][1].size <= self.max_request_size):
+                    while items and (not group or size + items[0][1].size <= self.config.max_request_size):
                         st, batch = items.pop(0)
                         self._prepare(st, batch)
                         size += len(batch.payload or b"")
                         group.append((st, batch))
-                    self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
+                    self.node_inflight[node] = self.node_inflight.get(node, 0) + 1
                     for st, batch in group:
                         batch.after_earlier = bool(st.inflight)
                         st.sent(batch)
@@ -290,74 +391,74 @@ class SenderLoop:
 
     def _prepare(self, st: PartitionState, batch: ProducerBatch) -> None:
         if batch.payload is None:
-            if self.enable_idempotence:
+            if self.config.enable_idempotence:
                 st.assign_sequence(batch)
-                batch.producer_epoch = self._producer_epoch
+                batch.producer_epoch = self.producer_epoch
             batch.payload = batch.encode(
-                compression=self.compression,
-                producer_id=self._producer_id if self.enable_idempotence else -1,
-                producer_epoch=self._producer_epoch if self.enable_idempotence else -1,
-                base_sequence=batch.base_sequence, transactional=self._txn is not None)
+                compression=self.config.compression,
+                producer_id=self.producer_id if self.config.enable_idempotence else -1,
+                producer_epoch=self.producer_epoch if self.config.enable_idempotence else -1,
+                base_sequence=batch.base_sequence, transactional=self.txn is not None)
         batch.attempts += 1
 
     async def _produce(self, node: int, group: list[tuple[PartitionState, ProducerBatch]]) -> None:
         """Write one PRODUCE request (in the sender task); a child task awaits the answer."""
-        assert self._nursery is not None and self._core.pool is not None
+        assert self.nursery is not None and self.core.pool is not None
         topics: dict[str, list[dict[str, Any]]] = {}
         for _, b in group:
             topics.setdefault(b.topic, []).append({"partition": b.partition, "records": b.payload})
-        body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
+        body = {"acks": self.config.acks, "timeout_ms": self.config.request_timeout_ms,
                 "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
-        if self._txn is not None:
-            body["transactional_id"] = self._txn.transactional_id
+        if self.txn is not None:
+            body["transactional_id"] = self.txn.transactional_id
         try:
-            host, port = self._core.send_only_node(node)
-            with trio.fail_after(self.request_timeout_ms / 1000):
-                conn = await self._core.pool.get(host, port)
-                if self.acks == 0:
+            host, port = self.core.send_only_node(node)
+            with trio.fail_after(self.config.request_timeout_ms / 1000):
+                conn = await self.core.pool.get(host, port)
+                if self.config.acks == 0:
                     await conn.send_only(int(ApiKey.PRODUCE), body)
                 else:
                     pending = await conn.send_request(int(ApiKey.PRODUCE), body)
         except (RafkaError, KeyError, trio.TooSlowError) as exc:
             err = exc if isinstance(exc, RafkaError) else error_for(
                 ErrorCode.NETWORK_EXCEPTION, f"cannot send to broker {node}: {exc!r}")
-            self._node_inflight[node] -= 1
+            self.node_inflight[node] -= 1
             for st, b in group:
                 self._failed(st, b, err)
             return
-        if self.acks == 0:
-            self._node_inflight[node] -= 1
+        if self.config.acks == 0:
+            self.node_inflight[node] -= 1
             for st, b in group:
                 st.done(b)
                 self._settle(b, base_offset=-1)
             return
-        self._nursery.start_soon(self._await_response, node, (host, port), group, pending)
+        self.nursery.start_soon(self._await_response, node, (host, port), group, pending)
 
     async def _await_response(self, node: int, addr: tuple[str, int],
                               group: list[tuple[PartitionState, ProducerBatch]], pending: PendingResponse) -> None:
         resp: Response | None = None
         try:
-            with trio.move_on_after(self.request_timeout_ms / 1000):
+            with trio.move_on_after(self.config.request_timeout_ms / 1000):
                 resp = await pending.wait()
             if resp is not None:
                 resp.raise_for_error()
             else:
                 pending.abandon()
-                assert self._core.pool is not None
-                self._core.pool.discard(*addr)
+                assert self.core.pool is not None
+                self.core.pool.discard(*addr)
                 raise error_for(ErrorCode.REQUEST_TIMED_OUT,
-                                f"PRODUCE to broker {node} got no answer within {self.request_timeout_ms} ms")
+                                f"PRODUCE to broker {node} got no answer within {self.config.request_timeout_ms} ms")
         except RafkaError as exc:
             if exc.code in REFRESH_CODES:
-                self._core.invalidate()
+                self.core.invalidate()
             for st, b in group:
                 self._failed(st, b, exc)
             return
         finally:
-            self._node_inflight[node] -= 1
-            self._wake.set()
+            self.node_inflight[node] -= 1
+            self._wake()
         assert resp is not None
-        self._throttle.observe(resp.body)
+        self.throttle.observe(resp.body)
         results = {(t["name"], p["partition"]): p for t in resp.body.get("topics") or []
                    for p in t.get("partitions") or []}
         for st, b in group:
@@ -382,14 +483,14 @@ class SenderLoop:
             # probably failed first, so go again in sequence order; otherwise it is fatal
             retriable = b.after_earlier or st.has_earlier(b)
         if exc.code in REFRESH_CODES:
-            self._core.metadata.invalidate_leader(tp)
-            self._core.invalidate()
-        expired = now - b.created > self.delivery_timeout_ms / 1000
+            self.core.metadata.invalidate_leader(tp)
+            self.core.invalidate()
+        expired = now - b.created > self.config.delivery_timeout_ms / 1000
         if exc.code == ErrorCode.MESSAGE_TOO_LARGE and b.record_count > 1 and not expired:
             self._split(st, b, exc, now)
             return
-        if retriable and b.attempts <= self.retries and not expired:
-            st.requeue(b, now + backoff_ms(b.attempts - 1, self.retry_backoff_ms, 1000) / 1000)
+        if retriable and b.attempts <= self.config.retries and not expired:
+            st.requeue(b, now + backoff_ms(b.attempts - 1, self.config.retry_backoff_ms, 1000) / 1000)
             return
         st.done(b)
         if exc.code in _NOT_APPENDED:
@@ -404,23 +505,21 @@ class SenderLoop:
     def _split(self, st: PartitionState, b: ProducerBatch, exc: RafkaError, now: float) -> None:
         """Split a batch the broker refused as too large (nothing appended) and queue the parts
         ahead of the partition's later batches; see the module docstring."""
-        assert self._acc is not None
         st.done(b)
         starts = _split_points(b, exc.message or "")
-        parts = self._acc.split(b, starts)
-        self._batches_split += 1
+        parts = self.acc.split(b, starts)
+        self.batches_split += 1
         st.requeue_split(parts, now)
-        self._wake.set()
+        self._wake()
 
     def _settle(self, b: ProducerBatch, *, base_offset: int = -1, log_append_time: int = -1,
                 error: BaseException | None = None) -> None:
-        assert self._acc is not None
-        if error is not None and self._txn is not None:
-            if self._txn.batch_failed(error, b.base_sequence >= 0, b.result):
-                self._acc.release(b)  # completed once the coordinator says whether we are fenced
+        if error is not None and self.txn is not None:
+            if self.txn.batch_failed(error, b.base_sequence >= 0, b.result):
+                self.acc.release(b)  # completed once the coordinator says whether we are fenced
                 return
         b.result.complete(base_offset, log_append_time, error)
-        self._acc.release(b)
+        self.acc.release(b)
 
 
 # while a batch waits out a longer retry backoff, refresh the metadata this often (seconds)

@@ -61,7 +61,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import trio
@@ -73,13 +73,11 @@ from rafka.client.aio.coordinator import (
     forget_coordinator,
 )
 from rafka.client.errors import (
-    IllegalStateError,
     IllegalTxnStateError,
     KafkaTimeoutError,
     TransactionAbortedError,
 )
 from rafka.client.types import (
-    CommitOffsets,
     GroupMetadata,
     OffsetAndMetadata,
     TopicPartition,
@@ -89,7 +87,7 @@ from rafka.wire.connection import backoff_ms
 from rafka.wire.errors import ErrorCode, RafkaError, error_class, error_for
 from rafka.wire.protocol import ApiKey
 
-__all__ = ["ErrorKind", "TransactionManager", "TransactionalApi", "TxnState", "classify"]
+__all__ = ["ErrorKind", "ProducerHooks", "TransactionManager", "TxnState", "classify"]
 
 ProducerFencedError = error_class(ErrorCode.PRODUCER_FENCED)
 TransactionTimedOutError = error_class(ErrorCode.TRANSACTION_TIMED_OUT)
@@ -159,23 +157,28 @@ def _fresh(exc: RafkaError) -> RafkaError:
     return type(exc)(exc.message, **exc.details)
 
 
-class ProducerHooks(Protocol):
-    """What the manager needs of its producer (``AsyncProducer`` implements it)."""
+class SendGate(Protocol):
+    txn_sending: bool  # state is IN_TRANSACTION: what the C send path reads (client/_sendpath.c)
 
-    _core: ClientCore
-    _txn_sending: bool  # state is IN_TRANSACTION: what the C send path reads (client/_sendpath.c)
+
+class ProducerHooks(Protocol):
+    """What the manager needs of its producer: the producer's ``Sender`` implements it
+    (``client/aio/sender.py``); the pure tests record the calls."""
+
+    core: ClientCore
+    gate: SendGate
 
     async def flush(self) -> None: ...
 
-    def _set_producer_id(self, producer_id: int, producer_epoch: int) -> None: ...
+    def set_producer_id(self, producer_id: int, producer_epoch: int) -> None: ...
 
-    def _drop_unsent(self, err: RafkaError) -> None: ...
+    def drop_unsent(self, err: BaseException) -> None: ...
 
-    def _set_fatal(self, err: RafkaError) -> None: ...
+    def set_fatal(self, err: BaseException) -> None: ...
 
-    def _wakeup(self) -> None: ...
+    def wakeup(self) -> None: ...
 
-    def _start_soon(self, fn: Callable[[], Awaitable[None]]) -> None: ...
+    def start_soon(self, fn: Callable[[], Awaitable[None]]) -> None: ...
 
 
 class TransactionManager:
@@ -211,7 +214,7 @@ class TransactionManager:
 
     def bind(self, producer: ProducerHooks) -> None:
         self._producer = producer
-        producer._txn_sending = self.state is TxnState.IN_TRANSACTION
+        producer.gate.txn_sending = self.state is TxnState.IN_TRANSACTION
 
     # ------------------------------------------------------------------ pure state
 
@@ -221,7 +224,7 @@ class TransactionManager:
                                        f"{self.state.value} to {state.value}")
         self.state = state
         if self._producer is not None:  # the C send path's copy of check_send's test
-            self._producer._txn_sending = state is TxnState.IN_TRANSACTION
+            self._producer.gate.txn_sending = state is TxnState.IN_TRANSACTION
 
     def _refuse(self, what: str) -> RafkaError:
         """The error for calling ``what`` in the current state."""
@@ -291,7 +294,7 @@ class TransactionManager:
         self._held.append((result, exc))
         if self._resolved is None:
             self._resolved = trio.Event()
-            self._producer._start_soon(self._resolve_in_background)
+            self._producer.start_soon(self._resolve_in_background)
         return True
 
     async def _resolve_in_background(self) -> None:
@@ -336,7 +339,7 @@ class TransactionManager:
             self.error = exc
             self._to(TxnState.FATAL_ERROR)
             if self._producer is not None:
-                self._producer._set_fatal(exc)
+                self._producer.set_fatal(exc)
             return _fresh(exc)
         if kind is ErrorKind.BUMP:
             self.epoch_bump = True
@@ -367,7 +370,7 @@ class TransactionManager:
 
     async def _call(self, api: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` to the coordinator, retried on retriable answers up to ``call_bound_ms``."""
-        core = self._hooks._core
+        core = self._hooks.core
         deadline = time.monotonic() + self.call_bound_ms / 1000
         attempt = 0
         while True:
@@ -401,7 +404,7 @@ class TransactionManager:
         self.producer_id = int(answer["producer_id"])
         self.producer_epoch = int(answer["producer_epoch"])
         self.epoch_bump = False
-        self._hooks._set_producer_id(self.producer_id, self.producer_epoch)
+        self._hooks.set_producer_id(self.producer_id, self.producer_epoch)
 
     async def init(self) -> None:
         """INIT_PRODUCER_ID: fences older incarnations of the id and ends what they left open."""
@@ -441,7 +444,7 @@ class TransactionManager:
             self._adding_tps = frozenset()
             if ev is not None:
                 ev.set()
-            self._hooks._wakeup()
+            self._hooks.wakeup()
 
     async def _adds_settled(self) -> None:
         while self._adding is not None:
@@ -458,7 +461,7 @@ class TransactionManager:
         gm = GroupMetadata(group_metadata) if isinstance(group_metadata, str) else group_metadata
         if not gm.group_id:
             raise error_for(ErrorCode.INVALID_REQUEST, "send_offsets_to_transaction needs a group id")
-        core = self._hooks._core
+        core = self._hooks.core
         try:
             try:  # has __consumer_offsets made if missing; refused if we may not describe the group
                 await coordinator_node(core, KEY_TYPE_GROUP, gm.group_id)
@@ -539,7 +542,7 @@ class TransactionManager:
         elif self.state is not TxnState.ABORTING:  # ABORTING: an earlier call timed out
             raise self._refuse("abort_transaction")
         hooks = self._hooks
-        hooks._drop_unsent(TransactionAbortedError(
+        hooks.drop_unsent(TransactionAbortedError(
             f"transactional id {self.transactional_id!r}: the transaction was aborted before the batch was sent"))
         await hooks.flush()
         await self._adds_settled()
@@ -567,62 +570,3 @@ class TransactionManager:
             if self.state is TxnState.ABORTABLE_ERROR:
                 await self.abort()
             raise
-
-
-class TransactionalApi:
-    """The transactional methods of ``AsyncProducer`` (mixed in; its ``_txn`` is the manager,
-    ``None`` without a ``transactional_id``)."""
-
-    _txn: TransactionManager | None
-    _acc: Any
-    _closed: bool
-
-    def _transactional(self) -> TransactionManager:
-        if self._txn is None:
-            raise IllegalStateError("transactions need a producer with a transactional_id")
-        if self._acc is None or self._closed:
-            raise IllegalStateError("producer is not open (use `async with AsyncProducer(...)`)")
-        return self._txn
-
-    async def init_transactions(self) -> None:
-        """Get the transactional id's producer id and epoch from its coordinator — fencing older
-        producers with the same id, and ending what they left open. Once, before anything else."""
-        await self._transactional().init()
-
-    async def begin_transaction(self) -> None:
-        """Start a transaction: the records sent until commit/abort belong to it."""
-        self._transactional().begin()
-
-    async def send_offsets_to_transaction(
-            self, offsets: CommitOffsets, group_metadata: GroupMetadata | str) -> None:
-        """Commit a consumer group's ``offsets`` (the next offset to read, per partition; an int
-        or an ``OffsetAndMetadata``) as part of the transaction: visible when it commits,
-        dropped if it aborts."""
-        await self._transactional().send_offsets(commit_offsets(offsets), group_metadata)
-
-    async def commit_transaction(self) -> None:
-        """Flush, then commit. A batch that failed fails the commit with its error (then
-        ``abort_transaction()``); a ``KafkaTimeoutError`` can be retried by calling again."""
-        await self._transactional().commit()
-
-    async def abort_transaction(self) -> None:
-        """Drop the records not sent yet and abort the transaction (its records stay invisible
-        to read_committed consumers)."""
-        await self._transactional().abort()
-
-    @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        """``async with producer.transaction():`` — begin; commit on normal exit, abort when the
-        block raises (the exception propagates). A commit that fails is aborted, then raised."""
-        self._transactional().begin()
-        try:
-            yield
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await self._end_block(True)
-            raise
-        await self._end_block(False)
-
-    async def _end_block(self, failed: bool) -> None:
-        """The end of a ``transaction()`` block (also the sync facade's)."""
-        await self._transactional().end_block(failed)

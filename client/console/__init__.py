@@ -6,9 +6,8 @@ Theory of operation
 endpoints built from the admin API and the nodes' Prometheus scrapes; ``snapshot`` shapes those
 answers (pure functions, tested without a cluster); ``page`` is the single HTML document, inline
 CSS and JavaScript, that polls the endpoints and draws the tables and SVG charts — no build step,
-no network access beyond the console itself. ``command`` is the click command.
+no network access beyond the console itself. The ``rafka console`` command that starts it is
+``client/cli/console.py``.
 """
 
-from rafka.client.console.command import console
-
-__all__ = ["console"]
+__all__: list[str] = []

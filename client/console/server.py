@@ -6,8 +6,8 @@ Theory of operation
 ``rafka.client.groups``) in its nursery, then starts two tasks there: ``broker.http_server.serve_http``
 with ``Console.handle`` (the same tiny HTTP server as the nodes' ``/metrics``: one request per
 connection, GET/HEAD only, bounded connections), and ``Console.sample_forever``, which scrapes
-every node's ``/metrics`` each ``interval_s`` (``client.top.scrape_all`` in a worker thread) into
-a bounded ``Throughput`` history. Nothing outlives the nursery; Ctrl-C cancels it all.
+every node's ``/metrics`` each ``interval_s`` (``client.metrics_view.scrape_all`` in a worker
+thread) into a bounded ``Throughput`` history. Nothing outlives the nursery; Ctrl-C cancels it all.
 
 Routes: ``/`` the page (``rafka.client.console.page``: one HTML document with inline CSS and JS, no
 build step, no CDN), ``/api/cluster`` (brokers, controller, quorum), ``/api/quorum``,
@@ -46,7 +46,7 @@ from rafka.client.console.snapshot import (
 )
 from rafka.client.errors import RafkaError
 from rafka.client.groups import describe_group, list_groups
-from rafka.client.top import scrape_all
+from rafka.client.metrics_view import scrape_all
 from rafka.security.client import ClientSecurity
 from rafka.wire.http_server import HttpResponse, serve_http
 from rafka.wire.ports import METRICS_PORT_OFFSET

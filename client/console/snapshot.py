@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 The console's server (``rafka.client.console.server``) asks the cluster (AsyncAdmin and the group
-helpers of ``rafka.client.groups``) and the nodes' ``/metrics`` (``client.top.scrape_all``); this
+helpers of ``rafka.client.groups``) and the nodes' ``/metrics`` (``client.metrics_view.scrape_all``); this
 module only shapes what came back, so it is tested without a cluster:
 
 - ``cluster_json(cluster, quorum, nodes)``: brokers (with each one's metrics row, when its
@@ -14,7 +14,7 @@ module only shapes what came back, so it is tested without a cluster:
 - ``group_json(listing, described)``: state, members with their assignment, and the lag per
   partition (high watermark − committed, as ``rafka group describe`` computes it);
 - ``Throughput``: a bounded history (``HISTORY_SAMPLES``) of throughput samples, each made by
-  ``client.top.build_view`` from two successive scrapes (rates are counter deltas over the time
+  ``client.metrics_view.build_view`` from two successive scrapes (rates are counter deltas over the time
   between them) — the live charts read it.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rafka.client.aio.admin import ClusterDescription, TopicDescription
-from rafka.client.top import NodeRow, Scrape, TopView, build_view
+from rafka.client.metrics_view import NodeRow, Scrape, TopView, build_view
 
 __all__ = ["cluster_json", "topics_json", "group_json", "nodes_json", "Throughput",
            "HISTORY_SAMPLES", "MAX_TOPICS_PER_SAMPLE"]

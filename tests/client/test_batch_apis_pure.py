@@ -17,7 +17,8 @@ import time
 import msgpack
 import pytest
 from rafka.client.aio.accumulator import RecordAccumulator, RowGroup
-from rafka.client.aio.batch_send import BatchSendError, _plan
+from rafka.client.aio.batch_send import BatchSendError, plan_batch
+from rafka.client.aio.enqueue import Enqueue
 from rafka.client.aio.fetch import CompletedFetch
 from rafka.client.aio.producer import AsyncProducer
 from rafka.client.columnar import ColumnBatch
@@ -99,17 +100,17 @@ def test_append_many_closes_before_max_batch_bytes_and_fills_the_sticky_partitio
 # ---------------------------------------------------------------- BatchFuture
 
 
-def _producer(**kw: object) -> AsyncProducer:
-    p = AsyncProducer("127.0.0.1:1", **kw)  # never started: only its planning is used
-    p._loop_thread = -1
-    return p
+def _producer(**kw: object) -> Enqueue:
+    p = AsyncProducer("127.0.0.1:1", **kw)  # never started: only its enqueue path's planning is used
+    p._enqueue.loop_thread = -1
+    return p._enqueue
 
 
 def test_batch_future_orders_results_and_reports_partial_failure() -> None:
     producer = _producer()
     keys = [b"key-%d" % (i % 5) for i in range(40)]
     values = [b"%d" % i for i in range(40)]
-    fut, groups = _plan(producer, "t", values, keys, None, None, TS, 3)
+    fut, groups = plan_batch(producer, "t", values, keys, None, None, TS, 3)
     part = Murmur2Partitioner()
     acc = _acc()
     assert acc.append_many("t", groups, TS, 3, 1 << 20)
@@ -141,7 +142,7 @@ def test_batch_future_orders_results_and_reports_partial_failure() -> None:
 
 def test_batch_future_succeeds_with_every_offset_and_checks_its_input() -> None:
     producer = _producer()
-    fut, groups = _plan(producer, "t", [b"a", None, b"c"], None, [None, [("h", b"1")], ()], 1, TS, 2)
+    fut, groups = plan_batch(producer, "t", [b"a", None, b"c"], None, [None, [("h", b"1")], ()], 1, TS, 2)
     acc = _acc()
     assert acc.append_many("t", groups, TS, 2, 1 << 20)
     fut._watch()
@@ -149,16 +150,16 @@ def test_batch_future_succeeds_with_every_offset_and_checks_its_input() -> None:
     assert [r[2:] for r in b.records] == [(None, b"a", ()), (None, None, [("h", b"1")]), (None, b"c", ())]
     b.result.complete(base_offset=7, log_append_time=TS + 5)
     assert fut.result(0) == [RecordMetadata("t", 1, o, TS + 5) for o in (7, 8, 9)]
-    empty, _ = _plan(producer, "t", [], None, None, None, None, 2)
+    empty, _ = plan_batch(producer, "t", [], None, None, None, None, 2)
     empty._watch()
     assert empty.result(0) == []
     with pytest.raises(ValueError, match="2 keys for 3 values"):
-        _plan(producer, "t", [b"a", b"b", b"c"], [b"k", b"l"], None, None, None, 2)
+        plan_batch(producer, "t", [b"a", b"b", b"c"], [b"k", b"l"], None, None, None, 2)
     with pytest.raises(UnknownTopicOrPartitionError):
-        _plan(producer, "t", [b"a"], None, None, 5, None, 2)
+        plan_batch(producer, "t", [b"a"], None, None, 5, None, 2)
     small = _producer(max_request_size=1000)
     with pytest.raises(RecordTooLargeError, match="record 1"):
-        _plan(small, "t", [b"a", b"x" * 2000], None, None, None, None, 2)
+        plan_batch(small, "t", [b"a", b"x" * 2000], None, None, None, None, 2)
 
 
 # ---------------------------------------------------------------- columnar read

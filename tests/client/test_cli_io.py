@@ -1,4 +1,4 @@
-"""``rafka produce`` / ``rafka consume`` options of issue 15 (``client/io_cli.py``): pure checks
+"""``rafka produce`` / ``rafka consume`` options of issue 15 (``client/cli/io.py``): pure checks
 of the kcat-style offset and format parsing and of the progress line, then the commands as a
 user runs them (click's CliRunner, in process) against a real one-node cluster
 (``conftest.bootstrap``).
@@ -15,7 +15,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 from rafka.client import Admin, Consumer, Producer, TopicPartition
-from rafka.client.io_cli import (
+from rafka.client.cli.io import (
     EARLIEST,
     LATEST,
     OffsetSpec,

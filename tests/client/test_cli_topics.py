@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from rafka.client.topic_cli import effective_configs, format_configs
+from rafka.client.cli.topic import effective_configs, format_configs
 
 from .conftest import rafka
 

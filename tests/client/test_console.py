@@ -19,7 +19,7 @@ from rafka.client.aio.admin import (
 from rafka.client.console.page import PAGE_HTML
 from rafka.client.console.server import Console, metrics_url
 from rafka.client.console.snapshot import Throughput, cluster_json, group_json, topics_json
-from rafka.client.top import parse_metrics
+from rafka.client.metrics_view import parse_metrics
 from rafka.client.types import BrokerMetadata
 from rafka.wire.http_server import serve_http
 
@@ -59,7 +59,7 @@ def test_throughput_history_rates_and_bound() -> None:
 
 
 def test_throughput_marks_a_node_that_does_not_answer() -> None:
-    from rafka.client.top import Scrape
+    from rafka.client.metrics_view import Scrape
 
     tp = Throughput()
     tp.add([parse_metrics(N1, 1.0, T0), Scrape("http://dead/metrics", 1.0, error="URLError: refused")])

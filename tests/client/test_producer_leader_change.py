@@ -2,7 +2,8 @@
 backoff (Kafka's KIP-951), and refreshes metadata while it waits out a long backoff — so a
 failover is noticed within ~100 ms instead of at the next (up to 1 s later) attempt.
 
-Socket-free: the sender's ``_dispatch`` runs with ``_produce`` replaced by a recorder.
+Socket-free: the producer's ``Sender`` is built on its own and its ``_dispatch`` runs with
+``_produce`` replaced by a recorder.
 """
 
 from __future__ import annotations
@@ -10,17 +11,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rafka.client.aio._core import ClientCore
 from rafka.client.aio.accumulator import PartitionState, RecordAccumulator
-from rafka.client.aio.producer import AsyncProducer
-from rafka.client.aio.sender import _BACKOFF_REFRESH_S
+from rafka.client.aio.enqueue import Gate
+from rafka.client.aio.producer_config import ProducerConfig
+from rafka.client.aio.sender import _BACKOFF_REFRESH_S, Sender, Wakeup
 from rafka.client.types import TopicPartition
 
 TP = TopicPartition("t", 0)
 
 
-def _producer(leader: int) -> tuple[AsyncProducer, list[int], PartitionState]:
-    p = AsyncProducer("127.0.0.1:1", acks=1, enable_idempotence=False, retry_backoff_ms=20)
-    p._core.metadata.update({
+def _producer(leader: int) -> tuple[Sender, list[int], PartitionState]:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=10_000, linger_ms=0,
+                            wakeup=lambda: None, loop_thread=-1)
+    config = ProducerConfig(acks=1, enable_idempotence=False, retry_backoff_ms=20)
+    p = Sender(acc, ClientCore("127.0.0.1:1", client_id="t"), None, config=config, gate=Gate(), wakeup=Wakeup())
+    p.core.metadata.update({
         "brokers": [{"node_id": n, "host": "127.0.0.1", "port": n} for n in (1, 2, 3)],
         "topics": [{"name": "t", "error": 0, "partitions": [
             {"partition": 0, "leader": leader, "leader_epoch": 1, "replicas": [1, 2, 3],
@@ -34,15 +40,13 @@ def _producer(leader: int) -> tuple[AsyncProducer, list[int], PartitionState]:
 
     p._produce = produce  # type: ignore[method-assign]
     p._prepare = lambda st, b: None  # type: ignore[method-assign]
-    p._nursery = object()  # type: ignore[assignment]
-    acc = RecordAccumulator(batch_size=1000, buffer_memory=10_000, linger_ms=0,
-                            wakeup=lambda: None, loop_thread=-1)
+    p.nursery = object()  # type: ignore[assignment]
     acc.append("t", 0, None, b"v", [], 0, 1, 1)
     (b,) = acc.drain(time.monotonic(), force=True)
-    st = p._parts[TP] = PartitionState()
+    st = p.parts[TP] = PartitionState()
     b.attempts = 7
     st.requeue(b, retry_at=time.monotonic() + 1.0)  # the 1 s backoff after attempts at node 1
-    p._sent_to[TP] = 1
+    p.sent_to[TP] = 1
     return p, sent, st
 
 
@@ -59,4 +63,4 @@ async def test_new_leader_gets_the_batch_without_backoff() -> None:
     p, sent, st = _producer(leader=2)
     await p._dispatch(time.monotonic())
     assert sent == [2] and not st.retry
-    assert p._sent_to[TP] == 2
+    assert p.sent_to[TP] == 2

@@ -1,10 +1,12 @@
-"""client/top.py: the frame built from two scrapes (pure: hand-written exposition text)."""
+"""``rafka top``: the frame built from two scrapes (client/metrics_view.py) and its rendering
+(client/cli/top.py); pure: hand-written exposition text."""
 
 from __future__ import annotations
 
 import io
 
-from rafka.client.top import build_view, parse_metrics, render
+from rafka.client.cli.top import render
+from rafka.client.metrics_view import build_view, parse_metrics
 from rich.console import Console
 
 NODE1_T0 = """
@@ -65,7 +67,7 @@ rafka_topic_bytes_in_total{topic="orders"} 200
 
 def test_render_shows_a_down_node_and_the_lag() -> None:
     up = parse_metrics("http://n1:1/metrics", 1.0, NODE1_T0)
-    from rafka.client.top import Scrape
+    from rafka.client.metrics_view import Scrape
 
     down = Scrape("http://n2:2/metrics", 1.0, error="ConnectionRefusedError")
     out = io.StringIO()

@@ -15,8 +15,8 @@ import trio
 from rafka.client.aio.consumer import AsyncConsumer
 from rafka.client.aio.fetch import CompletedFetch, split_fetch_response
 from rafka.client.aio.txn_admin import ProducerState
+from rafka.client.cli.txn import choose_aborts
 from rafka.client.errors import CorruptRecordError, IllegalStateError
-from rafka.client.txn_cli import choose_aborts
 from rafka.client.txn_filter import isolation_level_code
 from rafka.client.types import GroupMetadata, TopicPartition
 from rafka.log.batch import build_batch, build_control_batch, stamp

@@ -2,7 +2,7 @@
 real single-node broker (tests/client/conftest.py); issue 12.
 
 A transactional producer's record goes through C when its partition has an open batch and the
-producer is in a transaction (``_txn_sending``, kept by ``TransactionManager._to``). Each test
+producer is in a transaction (``Gate.txn_sending``, kept by ``TransactionManager._to``). Each test
 runs with ``path="c"`` and ``path="python"`` (the sync ``send_threadsafe``, or ``AsyncProducer``
 without its ``_loop_send``) and checks the same outcome: which calls went through Python, what
 commits, what an abort leaves (nothing for read_committed, the flushed records for
@@ -20,6 +20,7 @@ import pytest
 import trio
 from rafka.client import AsyncProducer, Producer
 from rafka.client.aio import fast_send
+from rafka.client.aio.enqueue import Enqueue
 from rafka.client.errors import (
     IllegalTxnStateError,
     MessageTooLargeError,
@@ -46,21 +47,21 @@ def _tid() -> str:
 
 @pytest.fixture
 def python_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Counts the sends that reached Python: ``send_threadsafe`` (sync) and ``_check_send``
+    """Counts the sends that reached Python: ``send_threadsafe`` (sync) and ``Enqueue.send``
     (``AsyncProducer.send``'s Python path); patched before any producer binds its path."""
     calls: list[str] = []
-    sync, check = AsyncProducer.send_threadsafe, AsyncProducer._check_send
+    sync, loop_send = AsyncProducer.send_threadsafe, Enqueue.send
 
     def send_threadsafe(self: AsyncProducer, *args: Any, **kwargs: Any) -> Any:
         calls.append("sync")
         return sync(self, *args, **kwargs)
 
-    def check_send(self: AsyncProducer) -> Any:
+    async def enqueue_send(self: Enqueue, *args: Any) -> Any:
         calls.append("async")
-        return check(self)
+        return await loop_send(self, *args)
 
     monkeypatch.setattr(AsyncProducer, "send_threadsafe", send_threadsafe)
-    monkeypatch.setattr(AsyncProducer, "_check_send", check_send)
+    monkeypatch.setattr(Enqueue, "send", enqueue_send)
     return calls
 
 
@@ -134,11 +135,11 @@ def test_a_send_after_the_transaction_failed_is_refused_as_in_python(
         p.begin_transaction()
         p.send(ok, b"opens", partition=0)
         p.send(ok, b"appended", partition=0)
-        batch = p._async._acc._open[ok][0]  # ok's batch stays open: linger 60 s, room left
+        batch = p._async._enqueue.acc._open[ok][0]  # ok's batch stays open: linger 60 s, room left
         with pytest.raises(MessageTooLargeError):
             p.send(small, b"x" * 2000, partition=0).result(timeout=30)
         assert p._async._txn.state.value == "AbortableError"
-        assert p._async._acc._open[ok][0] is batch and batch.record_count == 2
+        assert p._async._enqueue.acc._open[ok][0] is batch and batch.record_count == 2
         calls = python_calls.count("sync")
         with pytest.raises(MessageTooLargeError):  # the transaction's error, as check_send
             p.send(ok, b"refused", partition=0)
@@ -191,13 +192,13 @@ def test_async_send_in_a_transaction_as_in_python(bootstrap: str, make_topic: An
             calls = python_calls.count("async")
             futs = [await p.send(ok, b"r%d" % i, partition=0) for i in range(20)]
             assert python_calls.count("async") - calls == (1 if path == "c" else 20)
-            batch = p._acc._open[ok][0]
+            batch = p._enqueue.acc._open[ok][0]
             too_big = await p.send(small, b"x" * 2000, partition=0)
             with pytest.raises(MessageTooLargeError):
                 await too_big
             with pytest.raises(MessageTooLargeError):
                 await p.send(ok, b"refused", partition=0)
-            assert p._acc._open[ok][0] is batch and batch.record_count == 20
+            assert p._enqueue.acc._open[ok][0] is batch and batch.record_count == 20
             await p.abort_transaction()
             for f in futs:
                 with pytest.raises(TransactionAbortedError):

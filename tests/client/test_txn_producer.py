@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 from rafka.client.aio import AsyncProducer
+from rafka.client.aio.enqueue import Gate
 from rafka.client.aio.transactions import ErrorKind, TransactionManager, TxnState, classify
 from rafka.client.errors import (
     IllegalStateError,
@@ -28,14 +29,15 @@ class Hooks:
     def __init__(self) -> None:
         self.fatal: BaseException | None = None
         self.ids: list[tuple[int, int]] = []
+        self.gate = Gate()
 
-    def _set_fatal(self, err: BaseException) -> None:
+    def set_fatal(self, err: BaseException) -> None:
         self.fatal = err
 
-    def _set_producer_id(self, pid: int, epoch: int) -> None:
+    def set_producer_id(self, pid: int, epoch: int) -> None:
         self.ids.append((pid, epoch))
 
-    def _wakeup(self) -> None:
+    def wakeup(self) -> None:
         pass
 
 

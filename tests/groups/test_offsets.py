@@ -266,3 +266,27 @@ async def test_expiry_of_empty_groups_offsets(tmp_path):
         assert fetched(await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": g, "topics": None})) == {}
     assert mgr.expired == 4
     plog.close()
+
+
+async def test_statistics_is_a_typed_snapshot(setup):
+    """``statistics()``: what metrics read (committed offsets of the led partitions, expiries),
+    as a frozen snapshot rather than the manager's private caches."""
+    import dataclasses
+
+    from rafka.broker.groups.offsets import CommittedOffset
+
+    rm, mgr = setup
+    s0 = mgr.statistics()
+    assert s0.committed == () and s0.offsets_expired == 0 and s0.commits_in_flight == 0
+    assert s0.offsets_topic.loaded == (0,)  # the led partition is loaded by the snapshot
+    await call(mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): 5, ("t", 1): 7}))
+    await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "g", "topics": None})
+    s = mgr.statistics()
+    assert sorted(s.committed, key=lambda c: c.partition) == [
+        CommittedOffset("g", "t", 0, 5), CommittedOffset("g", "t", 1, 7)]
+    assert s.read_barrier.confirmed == 1 and s.read_barrier.in_flight == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.offsets_expired = 1  # type: ignore[misc]
+    rm.p.leader = False  # no longer led: nothing to report, the cache is dropped
+    s = mgr.statistics()
+    assert s.committed == () and s.offsets_topic.loaded == ()

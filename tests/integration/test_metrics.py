@@ -15,8 +15,8 @@ import urllib.request
 from typing import Any
 
 import pytest
+from rafka.client.metrics_view import Scrape, parse_metrics
 from rafka.client.sync import Admin, Consumer, Producer
-from rafka.client.top import Scrape, parse_metrics
 
 from rafka.cluster import METRICS_PORT_OFFSET
 

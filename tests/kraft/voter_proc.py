@@ -41,7 +41,7 @@ async def _serve_conn(stream: trio.SocketStream, svc: ControllerService) -> None
             req = decode_request(payload, validate=False)
             try:
                 if req.api_key == RAW_PROPOSE:
-                    r = await svc._q().propose(Command.from_bytes(req.body["cmd"]))
+                    r = await svc.require_quorum().propose(Command.from_bytes(req.body["cmd"]))
                     body: dict[str, Any] = {"error": 0, "base_offset": r.base_offset,
                                             "last_offset": r.last_offset, "duplicate": r.duplicate}
                 else:

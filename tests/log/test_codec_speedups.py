@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from rafka.client.aio import accumulator as accumulator_mod
 from rafka.client.aio import batch_send
 from rafka.client.aio.accumulator import RecordAccumulator
-from rafka.client.aio.batch_send import RecordMetadataList, _plan
+from rafka.client.aio.batch_send import RecordMetadataList, plan_batch
+from rafka.client.aio.enqueue import Enqueue
 from rafka.client.aio.fetch import CompletedFetch
 from rafka.client.aio.producer import AsyncProducer
 from rafka.client.errors import CorruptRecordError
@@ -306,10 +307,10 @@ def test_c_murmur2_is_the_python_one(key: bytes) -> None:
     assert speedups.codec.murmur2(key) == murmur2(key)
 
 
-def _producer() -> AsyncProducer:
-    p = AsyncProducer("127.0.0.1:1")  # never started: only its planning is used
-    p._loop_thread = -1
-    return p
+def _producer() -> Enqueue:
+    p = AsyncProducer("127.0.0.1:1")  # never started: only its enqueue path's planning is used
+    p._enqueue.loop_thread = -1
+    return p._enqueue
 
 
 @SETTINGS
@@ -326,7 +327,7 @@ def test_send_batch_plan_same_either_path(keys: list, n: int, partition: int | N
         mp = _use(p)
         try:
             random.seed(seed)
-            fut, groups = _plan(_producer(), "t", values, keys, None, partition, TS, n)
+            fut, groups = plan_batch(_producer(), "t", values, keys, None, partition, TS, n)
             out.append([(g.partition, g.keys, g.values, g.headers, list(g.cum),
                          None if g.index is None else list(g.index)) for g in groups])
         finally:
@@ -348,13 +349,13 @@ def test_append_many_same_rows_either_path(keys: list, with_headers: bool, batch
         mp = _use(p)
         try:
             random.seed(seed)
-            fut, groups = _plan(_producer(), "t", values, keys, hdrs, None, TS, 4)
+            fut, groups = plan_batch(_producer(), "t", values, keys, hdrs, None, TS, 4)
             acc = RecordAccumulator(batch_size=batch_size, buffer_memory=1 << 24, linger_ms=5,
                                     wakeup=lambda: None, loop_thread=-1)
             assert acc.append_many("t", groups, TS, 4, 1 << 20)
             for part in range(4):  # a ``send`` after it: into the open batches, after them
                 assert acc.append("t", part, b"late", b"row", (), TS + 1, 19, 4) is not None
-            _, again = _plan(_producer(), "t", values, keys, hdrs, None, TS + 2, 4)
+            _, again = plan_batch(_producer(), "t", values, keys, hdrs, None, TS + 2, 4)
             assert acc.append_many("t", again, TS + 2, 4, 1 << 20)  # segments after rows
             drained = acc.drain(time.monotonic(), force=True)
             encoded = [b.encode() for b in drained]  # before .records turns segments into rows
@@ -371,7 +372,7 @@ def test_send_batch_sends_what_the_lists_held_at_the_call(path: str) -> None:
     call does not change what is sent."""
     values, keys = [b"a", b"b", b"c"], [b"k1", None, b"k1"]
     for partition in (None, 1):
-        fut, groups = _plan(_producer(), "t", values, keys, None, partition, TS, 2)
+        fut, groups = plan_batch(_producer(), "t", values, keys, None, partition, TS, 2)
         acc = RecordAccumulator(batch_size=1 << 20, buffer_memory=1 << 24, linger_ms=5,
                                 wakeup=lambda: None, loop_thread=-1)
         assert acc.append_many("t", groups, TS, 2, 1 << 20)
@@ -386,7 +387,7 @@ def test_send_batch_sends_what_the_lists_held_at_the_call(path: str) -> None:
 def test_send_batch_result_is_lazy_and_equal_to_the_list(path: str) -> None:
     keys = [b"key-%d" % (i % 5) if i % 4 else None for i in range(30)]
     values = [b"%d" % i for i in range(30)]
-    fut, groups = _plan(_producer(), "t", values, keys, None, None, TS, 3)
+    fut, groups = plan_batch(_producer(), "t", values, keys, None, None, TS, 3)
     acc = RecordAccumulator(batch_size=1 << 20, buffer_memory=1 << 24, linger_ms=5,
                             wakeup=lambda: None, loop_thread=-1)
     assert acc.append_many("t", groups, TS, 3, 1 << 20)

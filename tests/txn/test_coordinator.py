@@ -281,6 +281,20 @@ async def test_timeout_abort_and_kip360_reinit(tmp_path: Any) -> None:
         assert await env.init(timeout_ms=1000, producer_id=pid, producer_epoch=epoch) == (pid, epoch + 1)
 
 
+async def test_statistics_is_a_typed_snapshot(tmp_path: Any) -> None:
+    async with txn_env(tmp_path) as env:
+        s0 = env.api.txn.statistics()
+        pid, epoch = await env.init()
+        await env.add(pid, epoch, [1])
+        assert (await env.describe())["state"] == "Ongoing"
+        s = env.api.txn.statistics()
+        assert s.state_topic.topic == TXN_STATE_TOPIC and s.state_topic.partitions == 5
+        assert txn_partition("tx") in s.state_topic.loaded
+        assert s.transactional_ids == s0.transactional_ids + 1
+        assert s.pending == 0 and s.completions_running == 0
+        assert s.read_barrier.confirmed > s0.read_barrier.confirmed  # DESCRIBE passed one
+
+
 async def test_a_new_leader_epoch_finishes_a_decided_transaction(tmp_path: Any) -> None:
     async with txn_env(tmp_path) as env:
         pid, epoch = await env.init(tid="ty")

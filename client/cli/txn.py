@@ -1,13 +1,14 @@
 """``rafka transactions …``: list, describe, producers, abort (click commands).
 
-``client/cli.py`` adds the exported ``transactions`` click group to ``rafka``. Each command opens
-a blocking :class:`~client.sync.Admin` and calls its transaction methods
-(``rafka.client.aio.txn_admin`` explains the requests). ``abort`` is the operator's tool for a
+Theory of operation
+-------------------
+Each command opens a blocking :class:`~client.sync.Admin` (``_common.sync_admin``) and calls
+its transaction methods (``rafka.client.aio.txn_admin`` explains the requests). ``abort`` is the operator's tool for a
 *hanging* transaction — one that holds a partition's last stable offset back and that no
 coordinator will end: it writes an ABORT marker on that partition for the producer's open
 transaction (``--producer-id``; without it, the one open transaction, or every one with
-``--all``), and says what it did. Options, ``--json`` and error lines follow
-``client/group_cli.py`` (whose option and error decorators are reused).
+``--all``), and says what it did; which transactions it ends is decided first, by the pure
+``choose_aborts``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import click
-from rafka.client.group_cli import _bootstrap, _errors, _json
+from rafka.client.cli._common import command_options, sync_admin
 
 __all__ = ["transactions", "choose_aborts", "AbortPlan"]
 
@@ -37,22 +38,14 @@ def _age(start_ms: int, now_ms: int) -> str:
         f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
 
 
-def _admin(bootstrap: str) -> Any:
-    from rafka.client.sync import Admin
-
-    return Admin(bootstrap)
-
-
 @transactions.command("list")
 @click.option("--state", "states", multiple=True, metavar="STATE",
               help="Only these states (Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, "
                    "CompleteAbort, Empty; repeatable).")
-@_bootstrap
-@_json
-@_errors
+@command_options(json=True)
 def txn_list(states: tuple[str, ...], bootstrap: str, as_json: bool) -> None:
     """Every transactional id the coordinators know."""
-    with _admin(bootstrap) as admin:
+    with sync_admin(bootstrap) as admin:
         found = admin.list_transactions(states or None)
     if as_json:
         click.echo(json.dumps([t._asdict() for t in found]))
@@ -65,12 +58,10 @@ def txn_list(states: tuple[str, ...], bootstrap: str, as_json: bool) -> None:
 
 @transactions.command("describe")
 @click.argument("transactional_id", metavar="ID")
-@_bootstrap
-@_json
-@_errors
+@command_options(json=True)
 def txn_describe(transactional_id: str, bootstrap: str, as_json: bool) -> None:
     """State, producer id/epoch, partitions and age of transaction ID."""
-    with _admin(bootstrap) as admin:
+    with sync_admin(bootstrap) as admin:
         d = admin.describe_transactions([transactional_id])[transactional_id]
     now_ms = int(time.time() * 1000)
     if as_json:
@@ -92,12 +83,10 @@ def _producer_rows(producers: Sequence[Any]) -> list[dict[str, Any]]:
 @transactions.command("producers")
 @click.option("--topic", required=True)
 @click.option("--partition", type=int, required=True)
-@_bootstrap
-@_json
-@_errors
+@command_options(json=True)
 def txn_producers(topic: str, partition: int, bootstrap: str, as_json: bool) -> None:
     """The producers a partition's leader tracks; OPEN_TXN_AT is where an open transaction began."""
-    with _admin(bootstrap) as admin:
+    with sync_admin(bootstrap) as admin:
         producers = admin.describe_producers(topic, partition)
     if as_json:
         click.echo(json.dumps(_producer_rows(producers)))
@@ -141,16 +130,14 @@ def choose_aborts(producers: Sequence[Any], producer_id: int | None, all_open: b
 @click.option("--producer-epoch", type=int, default=None,
               help="Its epoch (default: the one the leader reports).")
 @click.option("--all", "all_open", is_flag=True, help="Abort every open transaction of the partition.")
-@_bootstrap
-@_json
-@_errors
+@command_options(json=True)
 def txn_abort(topic: str, partition: int, producer_id: int | None, producer_epoch: int | None,
               all_open: bool, bootstrap: str, as_json: bool) -> None:
     """Abort the open (hanging) transaction(s) of one partition with an ABORT marker: the one
     of --producer-id; without it the only open one, or every one with --all."""
     if producer_epoch is not None and producer_id is None:
         raise click.UsageError("--producer-epoch needs --producer-id")
-    with _admin(bootstrap) as admin:
+    with sync_admin(bootstrap) as admin:
         plan = choose_aborts(admin.describe_producers(topic, partition), producer_id, all_open)
         done = [admin.abort_transaction(topic, partition, p.producer_id,
                                         p.producer_epoch if producer_epoch is None else producer_epoch)

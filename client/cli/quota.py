@@ -1,8 +1,11 @@
 """``rafka quota set|list`` — client byte-rate quotas (click commands; docs/security.md, "Quotas").
 
-``client/cli.py`` adds the exported ``quota`` group to ``rafka``. The connection takes the
-options of every client command (``client/connect_options.py``) — which is why the quota's user
-is ``--principal`` (``--user`` is the SASL login, as for ``rafka acl``).
+Theory of operation
+-------------------
+Each command opens one ``AsyncAdmin`` (``_common.run_admin``) and calls
+``rafka.client.aio.quota_admin``. The connection takes the options of every client command
+(``client/connect_options.py``) — which is why the quota's user is ``--principal`` (``--user``
+is the SASL login, as for ``rafka acl``).
 
 * ``rafka quota set --client-id etl --producer-byte-rate 1048576`` — the entity is
   ``--principal USER`` (``alice`` or ``User:alice``) or ``--default-principal``, and/or
@@ -20,8 +23,7 @@ import json
 from typing import Any
 
 import click
-from rafka.client.group_cli import _bootstrap, _errors, _json
-from rafka.client.security_cli import _run
+from rafka.client.cli._common import command_options, run_admin
 
 __all__ = ["quota"]
 
@@ -72,8 +74,7 @@ def quota() -> None:
               help="The default for every client id.")
 @click.option("--producer-byte-rate", type=_Rate(), help="Bytes/s produced, or 'none' to remove.")
 @click.option("--consumer-byte-rate", type=_Rate(), help="Bytes/s fetched, or 'none' to remove.")
-@_bootstrap
-@_errors
+@command_options()
 def quota_set(principal: str | None, default_principal: bool, client_id: str | None,
               default_client_id: bool, producer_byte_rate: float | str | None,
               consumer_byte_rate: float | str | None, bootstrap: str) -> None:
@@ -90,7 +91,7 @@ def quota_set(principal: str | None, default_principal: bool, client_id: str | N
 
         await alter_client_quotas(admin, [{"user": user, "client_id": client, "values": values}])
 
-    _run(bootstrap, go)
+    run_admin(bootstrap, go)
     click.echo(_line({"user": user, "client_id": client, "values": values}))
 
 
@@ -104,9 +105,7 @@ def _line(entry: dict[str, Any]) -> str:
 @click.option("--principal", help="Only this user (exact; alice or User:alice).")
 @click.option("--client-id", help="Only this client id (exact).")
 @click.option("--usage", is_flag=True, help="Also what each broker measured.")
-@_bootstrap
-@_json
-@_errors
+@command_options(json=True)
 def quota_list(principal: str | None, client_id: str | None, usage: bool, bootstrap: str,
                as_json: bool) -> None:
     """The configured quotas (and, with --usage, each broker's measurements)."""
@@ -117,7 +116,7 @@ def quota_list(principal: str | None, client_id: str | None, usage: bool, bootst
         entries = await describe_client_quotas(admin, user=principal, client_id=client_id)
         return entries, (await client_quota_usage(admin) if usage else {})
 
-    entries, measured = _run(bootstrap, go)
+    entries, measured = run_admin(bootstrap, go)
     if as_json:
         click.echo(json.dumps({"entries": entries, **({"usage": measured} if usage else {})}))
         return

@@ -1,16 +1,22 @@
-"""The ``rafka console`` click command (``client/cli.py`` registers it); trio and the server load
-only when it runs."""
+"""``rafka console``: serve the web console (``client/console/``) until Ctrl-C.
+
+Theory of operation
+-------------------
+The command takes the connection options of every client command and runs
+``client.console.server.run_console`` in a fresh trio run, with one-line errors
+(``_common.handle_errors``); trio and the server load only when it runs.
+"""
 
 from __future__ import annotations
 
 import click
-from rafka.client.connect_options import connection_options
+from rafka.client.cli._common import bootstrap_option, handle_errors
 
 __all__ = ["console"]
 
 
 @click.command("console")
-@connection_options
+@bootstrap_option
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
               help="HTTP port of the console (0: any free port, printed).")
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -23,7 +29,6 @@ __all__ = ["console"]
 def console(bootstrap: str, port: int, host: str, metrics: str | None, interval_s: float) -> None:
     """Web console: cluster and quorum, topics, consumer groups with lag, live throughput."""
     import trio
-    from rafka.client.cli import handle_errors
     from rafka.client.console.server import run_console
 
     urls = [u.strip() for u in metrics.split(",") if u.strip()] if metrics else None

@@ -1,8 +1,10 @@
-"""``rafka group …``: list, describe, reset-offsets, delete (click commands).
+"""``rafka group …``: list, lag, describe, reset-offsets, delete (click commands).
 
-``client/cli.py`` adds the exported ``group`` click group to ``rafka``. Each command opens one
-``ClientCore`` in a trio nursery and uses the helpers of :mod:`rafka.client.groups`. Lag is computed
-here, client side, as Kafka's tooling does: high watermark (LIST_OFFSETS latest) − committed.
+Theory of operation
+-------------------
+Each command opens one ``ClientCore`` (``_common.run_core``) and uses the helpers of
+:mod:`rafka.client.groups`, which find each group's coordinator. Lag is computed client side,
+as Kafka's tooling does: high watermark (LIST_OFFSETS latest) − committed.
 
 ``reset-offsets`` behaves as Kafka's ``kafka-consumer-groups --reset-offsets``: a dry run that
 prints the plan (old → new per partition) unless ``--execute``; the strategies and partition
@@ -15,18 +17,15 @@ commit over the reset).
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 import click
-import trio
 from rafka.client.aio._core import ClientCore
 from rafka.client.aio.offsets import EARLIEST, LATEST, list_offsets
-from rafka.client.connect_options import connection_options
+from rafka.client.cli._common import command_options, run_core
 from rafka.client.errors import ErrorCode, RafkaError, error_for
 from rafka.client.groups import (
     alter_group_offsets,
@@ -46,40 +45,8 @@ from rafka.client.reset_plan import (
     read_plan_file,
 )
 from rafka.client.types import OffsetAndMetadata, TopicPartition
-from rafka.security.client import ClientSecurity
 
 __all__ = ["group"]
-
-T = TypeVar("T")
-_bootstrap = connection_options  # --bootstrap + the security options (client/connect_options.py)
-_json = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-
-
-def _run(bootstrap: str, fn: Callable[[ClientCore], Awaitable[T]]) -> T:
-    async def main() -> T:
-        async with trio.open_nursery() as nursery:
-            core = ClientCore(bootstrap, client_id="rafka-cli",
-                              security=ClientSecurity.from_kwargs({}))  # the CLI's options
-            core.open(nursery)
-            try:
-                return await fn(core)
-            finally:
-                await core.aclose()
-                nursery.cancel_scope.cancel()
-
-    return trio.run(main)
-
-
-def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``client.cli.handle_errors`` (one line ``error: CODE: message``, exit 1), imported lazily:
-    ``rafka.client.cli`` imports this module."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from rafka.client.cli import handle_errors
-
-        return handle_errors(fn)(*args, **kwargs)
-
-    return wrapper
 
 
 @click.group()
@@ -88,12 +55,10 @@ def group() -> None:
 
 
 @group.command("list")
-@_bootstrap
-@_json
-@_errors
+@command_options(json=True)
 def group_list(bootstrap: str, as_json: bool) -> None:
     """List consumer groups (state, members)."""
-    groups = _run(bootstrap, list_groups)
+    groups = run_core(bootstrap, list_groups)
     if as_json:
         click.echo(json.dumps(groups))
         return
@@ -102,9 +67,7 @@ def group_list(bootstrap: str, as_json: bool) -> None:
 
 
 @group.command("lag")
-@_bootstrap
-@_json
-@_errors
+@command_options(json=True)
 def group_lag(bootstrap: str, as_json: bool) -> None:
     """Lag of every group, cluster-wide, in one table (kafka-consumer-groups --describe --all-groups).
 
@@ -125,7 +88,7 @@ def group_lag(bootstrap: str, as_json: bool) -> None:
                         "lag": sum(lags) if lags else None, "partitions": len(d.get("partitions", []))})
         return out
 
-    rows = _run(bootstrap, work)
+    rows = run_core(bootstrap, work)
     if as_json:
         click.echo(json.dumps(rows))
         return
@@ -138,12 +101,10 @@ def group_lag(bootstrap: str, as_json: bool) -> None:
 
 @group.command("describe")
 @click.argument("group_id", metavar="G")
-@_bootstrap
-@_json
-@_errors
+@command_options(json=True)
 def group_describe(group_id: str, bootstrap: str, as_json: bool) -> None:
     """Members, assignment, committed offsets and lag of group G."""
-    d = _run(bootstrap, lambda core: describe_group(core, group_id))
+    d = run_core(bootstrap, lambda core: describe_group(core, group_id))
     if as_json:
         click.echo(json.dumps(d))
         return
@@ -188,9 +149,7 @@ def group_describe(group_id: str, bootstrap: str, as_json: bool) -> None:
               help="Reset even while G has members (they keep their positions and may commit over it).")
 @click.option("--metadata", default="", metavar="TEXT",
               help="Store TEXT with each new offset (OffsetAndMetadata; group describe shows it).")
-@_bootstrap
-@_json
-@_errors
+@command_options(json=True)
 def group_reset_offsets(group_id: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bool,
                         to_latest: bool, to_current: bool, to_offset: int | None, shift_by: int | None,
                         to_datetime: str | None, by_duration: str | None, from_file: IO[str] | None,
@@ -237,7 +196,7 @@ def group_reset_offsets(group_id: str, topics: tuple[str, ...], all_topics: bool
                                       force=force)
         return rows
 
-    rows = _run(bootstrap, work)
+    rows = run_core(bootstrap, work)
     for note in notes:
         click.echo(note, err=True)
     if as_json:
@@ -322,11 +281,10 @@ async def _refuse_active(core: ClientCore, group_id: str) -> None:
 
 @group.command("delete")
 @click.argument("group_ids", metavar="G", nargs=-1, required=True)
-@_bootstrap
-@_errors
+@command_options()
 def group_delete(group_ids: tuple[str, ...], bootstrap: str) -> None:
     """Delete groups with no members (their committed offsets are tombstoned)."""
-    results = _run(bootstrap, lambda core: delete_groups(core, group_ids))
+    results = run_core(bootstrap, lambda core: delete_groups(core, group_ids))
     failed = False
     for gid, err in results.items():
         if err is None:

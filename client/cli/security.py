@@ -1,10 +1,11 @@
 """``rafka user …`` and ``rafka acl …`` (click commands; docs/security.md).
 
-``client/cli.py`` adds the exported ``user`` and ``acl`` groups to ``rafka``. Each command opens
-an ``AsyncAdmin`` and calls ``rafka.client.aio.security_admin``. The connection itself may be secured
-with the options every client command takes (``client/connect_options.py``:
-``--security-protocol``, ``--user`` / ``--password``, ``--tls-ca``, ``--command-config FILE``,
-env vars).
+Theory of operation
+-------------------
+Each command opens one ``AsyncAdmin`` (``_common.run_admin``) and calls
+``rafka.client.aio.security_admin``. The connection itself may be secured with the options
+every client command takes (``client/connect_options.py``: ``--security-protocol``, ``--user`` /
+``--password``, ``--tls-ca``, ``--command-config FILE``, env vars).
 
 * ``rafka user create NAME`` asks for the new password (or ``--password-stdin``); the SCRAM
   credential is derived here, the password never leaves this process. ``user list``,
@@ -19,32 +20,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import click
-import trio
-from rafka.client.group_cli import _bootstrap, _errors, _json
+from rafka.client.cli._common import command_options, run_admin
 from rafka.security.acl import CLUSTER_NAME, OPERATIONS
 
 __all__ = ["user", "acl"]
-
-T = TypeVar("T")
-
-
-def _run(bootstrap: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    from rafka.client.aio import AsyncAdmin
-
-    try:  # the security options are ambient (client/connect_options.py)
-        admin = AsyncAdmin(bootstrap, client_id="rafka-cli")
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-
-    async def main() -> T:
-        async with admin:
-            return await fn(admin)
-
-    return trio.run(main)
 
 
 @click.group()
@@ -58,8 +41,7 @@ def user() -> None:
               type=click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512", "both"]))
 @click.option("--iterations", default=4096, show_default=True, type=click.IntRange(4096, 16384))
 @click.option("--password-stdin", is_flag=True, help="Read the new password from stdin.")
-@_bootstrap
-@_errors
+@command_options()
 def user_create(name: str, mechanism: str, iterations: int, password_stdin: bool, bootstrap: str) -> None:
     """Create (or change the password of) a user."""
     if password_stdin:
@@ -74,17 +56,15 @@ def user_create(name: str, mechanism: str, iterations: int, password_stdin: bool
         for m in mechs:
             await admin.upsert_scram_credential(name, password, mechanism=m, iterations=iterations)
 
-    _run(bootstrap, go)
+    run_admin(bootstrap, go)
     click.echo(f"user {name}: {', '.join(mechs)}")
 
 
 @user.command("list")
-@_bootstrap
-@_json
-@_errors
+@command_options(json=True)
 def user_list(bootstrap: str, as_json: bool) -> None:
     """Users and their mechanisms (never salts or keys)."""
-    found = _run(bootstrap, lambda a: a.describe_scram_credentials())
+    found = run_admin(bootstrap, lambda a: a.describe_scram_credentials())
     if as_json:
         click.echo(json.dumps(found))
         return
@@ -96,8 +76,7 @@ def user_list(bootstrap: str, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--mechanism", default="both", show_default=True,
               type=click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512", "both"]))
-@_bootstrap
-@_errors
+@command_options()
 def user_delete(name: str, mechanism: str, bootstrap: str) -> None:
     """Delete a user's credentials."""
 
@@ -108,7 +87,7 @@ def user_delete(name: str, mechanism: str, bootstrap: str) -> None:
             await admin.delete_scram_credential(name, mechanism=m)
         return mechs
 
-    mechs = _run(bootstrap, go)
+    mechs = run_admin(bootstrap, go)
     click.echo(f"deleted {name}: {', '.join(mechs)}")
 
 
@@ -160,8 +139,7 @@ def _print_acls(acls: list[dict[str, str]], as_json: bool) -> None:
               help="Allow PRINCIPAL (as --principal; Kafka's --allow-principal).")
 @click.option("--deny", "deny", is_flag=False, flag_value="", default=None, metavar="[PRINCIPAL]",
               help="A deny entry (deny wins over allow); may name the principal.")
-@_bootstrap
-@_errors
+@command_options()
 def acl_add(principal: str | None, topic: str | None, group: str | None, txn: str | None,
             cluster: bool, prefixed: bool, host: str | None, operations: tuple[str, ...],
             allow: str | None, deny: str | None, bootstrap: str) -> None:
@@ -186,7 +164,7 @@ def acl_add(principal: str | None, topic: str | None, group: str | None, txn: st
 
         await create_acls(admin, acls)
 
-    _run(bootstrap, go)
+    run_admin(bootstrap, go)
     _print_acls(acls, False)  # type: ignore[arg-type]
 
 
@@ -202,9 +180,7 @@ def _filter(principal: str | None, topic: str | None, group: str | None, txn: st
 
 @acl.command("list")
 @_resource_options
-@_bootstrap
-@_json
-@_errors
+@command_options(json=True)
 def acl_list(principal: str | None, topic: str | None, group: str | None, txn: str | None,
              cluster: bool, prefixed: bool, host: str | None, bootstrap: str, as_json: bool) -> None:
     """Entries matching the filters (none: all)."""
@@ -215,14 +191,13 @@ def acl_list(principal: str | None, topic: str | None, group: str | None, txn: s
 
         return await describe_acls(admin, **flt)
 
-    _print_acls(_run(bootstrap, go), as_json)
+    _print_acls(run_admin(bootstrap, go), as_json)
 
 
 @acl.command("remove")
 @_resource_options
 @click.option("--operation", type=click.Choice(list(OPERATIONS)))
-@_bootstrap
-@_errors
+@command_options()
 def acl_remove(principal: str | None, topic: str | None, group: str | None, txn: str | None,
                cluster: bool, prefixed: bool, host: str | None, operation: str | None,
                bootstrap: str) -> None:
@@ -235,6 +210,6 @@ def acl_remove(principal: str | None, topic: str | None, group: str | None, txn:
 
         return await delete_acls(admin, **flt)
 
-    gone = _run(bootstrap, go)
+    gone = run_admin(bootstrap, go)
     _print_acls(gone, False)
     click.echo(f"removed {len(gone)} entr{'y' if len(gone) == 1 else 'ies'}")

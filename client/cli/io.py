@@ -1,9 +1,10 @@
-"""``rafka produce`` / ``rafka consume`` options as kcat and rpk users expect them (issue 15).
+"""``rafka produce`` / ``rafka consume``, with options as kcat and rpk users expect them (issue 15).
 
 Theory of operation
 -------------------
-``client/cli.py`` declares the two commands; the option handling lives here, as pure functions
-where it can (tested without a broker):
+The two commands are at the end of this module: each builds one blocking ``Producer`` or
+``Consumer`` and hands it to the option handling above them — pure functions where it can be
+(tested without a broker):
 
 * produce: ``parse_headers`` (``-H key=value``, repeatable: every record gets them),
   ``produce_lines`` (one record per stdin line, sent ``CHUNK_LINES`` lines at a time with
@@ -35,6 +36,7 @@ from itertools import islice
 from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
 
 import click
+from rafka.client.cli._common import command_options, key_value, plural
 from rafka.client.errors import ErrorCode, error_for
 from rafka.client.types import ConsumerRecord, TopicPartition
 
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNK_LINES", "EARLIEST", "LATEST", "OffsetSpec", "ProduceProgress", "compile_format", "parse_headers",
            "parse_offset", "produce_lines", "resolve_partitions", "seek_to_spec", "write_records",
-           "Clamped", "records_until_end"]
+           "Clamped", "records_until_end", "produce", "consume"]
 
 CHUNK_LINES = 10_000  # lines per send_batch (the whole-batch fast path)
 _IN_FLIGHT_CHUNKS = 10  # wait for the acknowledgements of this many chunks, then go on
@@ -53,13 +55,7 @@ _IN_FLIGHT_CHUNKS = 10  # wait for the acknowledgements of this many chunks, the
 
 def parse_headers(items: Iterable[str]) -> list[tuple[str, bytes]]:
     """``-H key=value`` options → record headers (order kept; a key may repeat)."""
-    out = []
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="-H/--header")
-        out.append((k, v.encode()))
-    return out
+    return [(k, v.encode()) for k, v in (key_value(item, "-H/--header") for item in items)]
 
 
 class ProduceProgress:
@@ -376,3 +372,147 @@ def write_records(records: Iterable[ConsumerRecord], out: IO[bytes], *, formatte
         if n % 1000 == 0:
             out.flush()
     return n
+
+
+# ---------------------------------------------------------------------- the commands
+
+
+CONSUME_HELP = """Print the records of TOPIC, one per line: each value by default, or as --format says.
+
+\b
+Without --group: every partition of TOPIC (or those of --partition), from --offset.
+With --group G: the partitions come from the group and each starts at G's committed offset
+(--offset earliest|latest only says where to start in a partition without one).
+
+\b
+A TOPIC that does not exist is an error at once (exit 1). An --offset past the end (or before
+the start) of a partition is reported on stderr and consume starts at the end (start); with
+--exit-at-end (-e) it is an error (exit 1), and -e otherwise stops once every partition is
+read to the end it had at the start, as kcat -e.
+
+\b
+Auto-commit (with --group): every 5 s, the offsets of the records printed by earlier polls.
+When consume ends - --max-messages reached, --timeout-ms without records, Ctrl-C or SIGTERM -
+it commits every record it printed, then leaves the group at once. An error exit commits only
+what earlier polls returned (the record in hand comes again); SIGKILL commits nothing more and
+the member stays in the group until its session times out.
+"""
+
+
+@click.command()
+@click.argument("topic_name", metavar="TOPIC")
+@click.option("--key-separator", default=None, help="Split each line into KEY<SEP>VALUE.")
+@click.option("--key", default=None, help="This key for every record.")
+@click.option("-H", "--header", "headers", multiple=True, metavar="KEY=VALUE",
+              help="A header on every record (repeatable).")
+@click.option("--partition", type=click.IntRange(0), default=None, metavar="N",
+              help="Send every record to partition N (default: by key, or sticky).")
+@click.option("--value-file", type=click.File("rb"), default=None, metavar="PATH",
+              help="Send the whole file as ONE record's value ('-': all of stdin).")
+@click.option("--progress/--no-progress", default=None,
+              help="A progress line on stderr for large inputs (default: when stderr is a terminal).")
+@click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="all", show_default=True)
+@click.option("--compression", type=click.Choice(["none", "lz4"]), default="none", show_default=True)
+@click.option("--linger-ms", type=float, default=5, show_default=True)
+@command_options()
+def produce(topic_name: str, key_separator: str | None, key: str | None, headers: tuple[str, ...],
+            partition: int | None, value_file: Any, progress: bool | None, acks: str, compression: str,
+            linger_ms: float, bootstrap: str) -> None:
+    """Send one record per stdin line to TOPIC (or one record: --value-file)."""
+    from rafka.client.sync import Producer
+
+    if key is not None and key_separator is not None:
+        raise click.UsageError("--key and --key-separator exclude each other")
+    if value_file is not None and key_separator is not None:
+        raise click.UsageError("--key-separator splits lines: not with --value-file")
+    hdrs = parse_headers(headers)
+    with Producer(bootstrap, acks=acks if acks == "all" else int(acks),
+                  compression_type=None if compression == "none" else compression,
+                  linger_ms=linger_ms) as producer:
+        if value_file is not None:
+            producer.send_and_wait(topic_name, value_file.read(), key.encode() if key is not None else None,
+                                   hdrs or None, partition)
+            n = 1
+        else:
+            with ProduceProgress.for_input(progress, sys.stdin.buffer) as bar:
+                n = produce_lines(producer, topic_name, sys.stdin.buffer,
+                                  key_separator=key_separator.encode() if key_separator else None,
+                                  key=key.encode() if key is not None else None, headers=hdrs,
+                                  partition=partition, progress=bar)
+    click.echo(f"produced {plural(n, 'record')} to {topic_name}", err=True)
+
+
+@click.command(help=CONSUME_HELP)
+@click.argument("topic_name", metavar="TOPIC")
+@click.option("--group", default=None, help="Consumer group (see auto-commit below).")
+@click.option("--instance-id", default=None, metavar="ID",
+              help="Static group membership (Kafka's group.instance.id): a restart with the same "
+                   "ID takes its partitions back without a rebalance; no leave on exit.")
+@click.option("--partition", "partitions", type=click.IntRange(0), multiple=True, metavar="N",
+              help="Only partition N (repeatable; not with --group).")
+@click.option("--offset", "offset", default=None, metavar="SPEC",
+              help="Where to start: earliest | latest (default) | N | -N (N before the end) | "
+                   "@TIMESTAMP_MS (first record at or after it), as kcat's -o.")
+@click.option("--from-beginning", is_flag=True, help="Same as --offset earliest.")
+@click.option("--max-messages", type=int, default=None, help="Exit after N records.")
+@click.option("--timeout-ms", type=int, default=None, help="Exit when no record came for T ms.")
+@click.option("--exit-at-end", "-e", is_flag=True,
+              help="Exit once every partition is read to the end it had at the start (kcat -e); "
+                   "an --offset outside a partition's log is then an error (exit 1).")
+@click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
+@click.option("--format", "-f", "fmt", default=None, metavar="FMT",
+              help="As kcat's -f: %t topic, %p partition, %o offset, %k key, %v value, %T timestamp (ms), "
+                   "%h headers (k=v,...), %K/%S key/value length, \\n \\t escapes. Example: '%k=%v\\n'.")
+@click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]),
+              default="read_uncommitted", show_default=True,
+              help="read_committed: only records of committed transactions (docs/transactions.md).")
+@command_options()
+def consume(topic_name: str, group: str | None, instance_id: str | None, partitions: tuple[int, ...],
+            offset: str | None,
+            from_beginning: bool, max_messages: int | None, timeout_ms: int | None, exit_at_end: bool,
+            print_key: bool,
+            fmt: str | None, isolation_level: str, bootstrap: str) -> None:
+    from rafka.client.sync import Consumer
+    from rafka.client.terminate import sigterm_as_interrupt
+
+    spec = parse_offset(offset) if offset is not None else None
+    if from_beginning:
+        if spec not in (None, EARLIEST):
+            raise click.UsageError("--from-beginning is --offset earliest: not with another --offset")
+        spec = EARLIEST
+    if instance_id is not None and group is None:
+        raise click.UsageError("--instance-id is a group member's identity: it needs --group")
+    if group is not None and partitions:
+        raise click.UsageError("--partition and --group exclude each other: the group assigns partitions")
+    if group is not None and spec is not None and spec.kind not in ("earliest", "latest"):
+        raise click.UsageError("with --group, --offset is earliest or latest (where to start without a "
+                               "committed offset); to move the group, use 'rafka group reset-offsets'")
+    if print_key and fmt is not None:
+        raise click.UsageError("--print-key is --format '%k\\t%v\\n': give one of them")
+    formatter = compile_format(fmt) if fmt is not None else None
+    if max_messages is not None and max_messages <= 0:
+        return
+    out = sys.stdout.buffer
+    stopped: KeyboardInterrupt | None = None
+    reset = "earliest" if spec is not None and spec.kind == "earliest" else "latest"
+    with sigterm_as_interrupt(), Consumer(*((topic_name,) if group is not None else ()), bootstrap_servers=bootstrap,
+                                          group_id=group, auto_offset_reset=reset,
+                                          consumer_timeout_ms=timeout_ms, isolation_level=isolation_level,
+                                          **({"group_instance_id": instance_id} if instance_id else {})) as consumer:
+        # a missing topic is an error at once, with or without a group (a member would wait)
+        tps = resolve_partitions(consumer, topic_name, partitions)
+        if group is None:
+            consumer.assign(tps)
+            clamped: list[Clamped] = []
+            seek_to_spec(consumer, tps, spec or LATEST, clamped)
+            for c in clamped:
+                if exit_at_end:
+                    raise error_for(ErrorCode.OFFSET_OUT_OF_RANGE, c.message().split("; ")[0])
+                click.echo(f"consume: {c.message()}", err=True)
+        try:
+            write_records(records_until_end(consumer) if exit_at_end else consumer, out, formatter=formatter, print_key=print_key, max_messages=max_messages)
+        except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM is a stop, not a failure: the close
+            stopped = exc                 # commits what was printed and leaves the group
+        out.flush()
+    if stopped is not None:
+        raise stopped

@@ -1,8 +1,10 @@
 """``rafka partition reassign`` and ``rafka broker decommission|unregister`` (click commands;
 docs/operations.md, "Scale out" / "Remove a broker").
 
-``client/cli.py`` adds the exported ``partition`` and ``broker`` groups to ``rafka``. Each
-command opens one ``AsyncAdmin`` (``client/aio/reassign_admin.py``):
+Theory of operation
+-------------------
+Each command opens one ``AsyncAdmin`` (``_common.run_admin``; the requests are
+``client/aio/reassign_admin.py``'s):
 
 * ``rafka partition reassign --topic T --partition P --replicas 2,3,4 [--throttle BYTES/S]
   [--wait]`` — or ``--plan plan.json`` in kafka-reassign-partitions' format
@@ -32,9 +34,8 @@ from rafka.client.aio.reassign_admin import (
     wait_decommissioned,
     wait_reassignments,
 )
+from rafka.client.cli._common import command_options, run_admin
 from rafka.client.errors import ErrorCode, error_for
-from rafka.client.group_cli import _bootstrap, _errors, _json
-from rafka.client.security_cli import _run
 from rafka.client.types import TopicPartition
 
 __all__ = ["broker", "partition", "read_plan"]
@@ -49,7 +50,7 @@ _wait_timeout = click.option("--wait-timeout-s", type=click.FloatRange(min=0), d
 
 def _move_options(fn: Any) -> Any:
     """--throttle, --wait, --wait-timeout-s, the connection options, --json, named errors."""
-    for deco in (_errors, _json, _bootstrap, _wait_timeout, _wait, _throttle):
+    for deco in (command_options(json=True), _wait_timeout, _wait, _throttle):
         fn = deco(fn)
     return fn
 
@@ -153,7 +154,7 @@ def reassign(topic: str | None, partition_: int | None, replicas: str | None, pl
             await _bounded("the reassignment", wait_timeout_s, wait_reassignments(admin, moves))
         return await admin.list_partition_reassignments(list(moves))
 
-    pending = _run(bootstrap, go)
+    pending = run_admin(bootstrap, go)
     if as_json:
         click.echo(json.dumps({"partitions": [
             {"topic": tp.topic, "partition": tp.partition, "replicas": r,
@@ -169,7 +170,7 @@ def _status(bootstrap: str, topic: str | None, partition_: int | None, as_json: 
     async def go(admin: Any) -> dict[TopicPartition, PartitionReassignment]:
         return await admin.list_partition_reassignments()
 
-    found = {tp: r for tp, r in _run(bootstrap, go).items()
+    found = {tp: r for tp, r in run_admin(bootstrap, go).items()
              if (topic is None or tp.topic == topic) and (partition_ is None or tp.partition == partition_)}
     if as_json:
         click.echo(json.dumps({"reassignments": [_status_json(tp, r) for tp, r in found.items()]}))
@@ -200,7 +201,7 @@ def decommission(broker_id: int, cancel: bool, throttle: int, wait: bool, wait_t
                            wait_decommissioned(admin, broker_id))
         return moved, await broker_replicas(admin, broker_id)
 
-    moved, held = _run(bootstrap, go)
+    moved, held = run_admin(bootstrap, go)
     if as_json:
         click.echo(json.dumps({"broker_id": broker_id, "decommissioning": not cancel,
                                "moved": [{"topic": tp.topic, "partition": tp.partition, "replicas": list(r)}
@@ -220,13 +221,12 @@ def decommission(broker_id: int, cancel: bool, throttle: int, wait: bool, wait_t
 
 @broker.command("unregister")
 @click.argument("broker_id", type=int)
-@_bootstrap
-@_errors
+@command_options()
 def unregister(broker_id: int, bootstrap: str) -> None:
     """Remove a stopped broker that holds no replica from the cluster metadata."""
 
     async def go(admin: Any) -> None:
         await admin.unregister_broker(broker_id)
 
-    _run(bootstrap, go)
+    run_admin(bootstrap, go)
     click.echo(f"broker {broker_id}: unregistered")
