@@ -6,6 +6,7 @@ inside Linux's default 32768-60999) was accepted silently."""
 from __future__ import annotations
 
 import pytest
+
 from rafka import cluster
 from rafka.cluster import ClusterError, _create
 
