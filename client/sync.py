@@ -98,18 +98,17 @@ class _LoopThread(Generic[C]):
             await self._stop.wait()
 
     def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        if self._closed or self._token is None:
-            raise IllegalStateError("client is closed")
-        try:
-            return trio.from_thread.run(fn, *args, trio_token=self._token)
-        except trio.RunFinishedError:
-            raise IllegalStateError("client is closed") from None
+        return self._enter(trio.from_thread.run, fn, *args)
 
     def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        return self._enter(trio.from_thread.run_sync, fn, *args)
+
+    def _enter(self, runner: Callable[..., T], fn: Callable[..., Any], *args: Any) -> T:
+        """``runner(fn, *args)`` on the client's trio thread; a closed client is a named error."""
         if self._closed or self._token is None:
             raise IllegalStateError("client is closed")
         try:
-            return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
+            return runner(fn, *args, trio_token=self._token)
         except trio.RunFinishedError:
             raise IllegalStateError("client is closed") from None
 

@@ -129,3 +129,17 @@ def _write(tmp_path: Path, text: str) -> Path:
     p = tmp_path / "m.py"
     p.write_text(text)
     return p
+
+
+def test_the_package_map_in_the_docs_is_this_table() -> None:
+    """docs/internals.md §0 states what each package may import; it must say what is enforced."""
+    doc = (ROOT / "docs" / "internals.md").read_text()
+    rows: dict[str, set[str]] = {}
+    for line in doc.split("## The contracts between packages")[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].rstrip("`").endswith("/"):
+            pkg = cells[0].strip("`").rstrip("/")
+            if pkg in ALLOWED:
+                allowed = cells[2]
+                rows[pkg] = {p for p in PACKAGES if f"`{p}`" in allowed}
+    assert rows == ALLOWED
