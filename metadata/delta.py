@@ -143,6 +143,7 @@ class ClusterDelta:
                 fenced=record.fenced,
                 secure_listener=record.secure_listener,
                 decommissioning=decommissioning,
+                kafka_listener=record.kafka_listener,
             )
         elif isinstance(record, BrokerRegistrationChange):
             cur = self._get(record.broker_id)

@@ -46,6 +46,7 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
                 fenced=b.fenced,
                 secure_listener=b.secure_listener,
                 decommissioning=b.decommissioning,
+                kafka_listener=b.kafka_listener,
             )
         )
     for name, cfg in image.configs.brokers.items():
