@@ -119,9 +119,8 @@ def decode_request(payload: bytes, supported: Mapping[int, tuple[int, int]]) -> 
     except Exception as exc:  # kio's DecodeError, BufferUnderflow, ValueError of phantom types
         raise KafkaDecodeError(f"cannot read api key {api_key} v{version}: "
                                f"{type(exc).__name__}: {exc}") from exc
-    if pos + used != len(payload):
-        raise KafkaDecodeError(f"api key {api_key} v{version}: {len(payload) - pos - used} "
-                               "bytes after the request")
+    # Bytes after the payload are ignored, as Kafka's own parser does: librdkafka 2.16 sends
+    # Metadata v12 with three trailing bytes when it asks for all topics.
     return KafkaRequest(api_key, version, cid, header.client_id, body)
 
 

@@ -1,0 +1,272 @@
+"""Unmodified Kafka clients against rafka's Kafka listener (broker/kafka/, issue 23): kcat,
+kafka-python and confluent-kafka (librdkafka), on real ``rafka cluster up`` nodes over
+loopback, and records crossing between the Kafka and the native protocol both ways."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from rafka.broker.kafka import codec
+from rafka.broker.kafka import records as kr
+from rafka.client import Admin, Consumer, Producer, TopicPartition
+
+from tests.integration.conftest import LocalCluster
+
+kcat_missing = pytest.mark.skipif(shutil.which("kcat") is None,
+                                  reason="kcat not installed (Debian package kcat: make os-deps)")
+
+
+def kafka_bootstrap(c: LocalCluster) -> str:
+    return ",".join(n["kafka"] for n in c.info()["nodes"])
+
+
+def create(c: LocalCluster, topic: str, partitions: int = 1, rf: int = 1) -> None:
+    """Create with the native admin, then wait until every broker's Kafka listener names a
+    leader for every partition (clients would retry meanwhile; tests should not depend on it)."""
+    with Admin(bootstrap_servers=c.bootstrap) as a:
+        a.create_topic(topic, partitions=partitions, replication_factor=rf)
+    req = codec.build(codec.request_schema(3, 12), {
+        "topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False})
+    for addr in kafka_bootstrap(c).split(","):
+        host, port = addr.split(":")
+        deadline = time.monotonic() + 30
+        while True:
+            _, md = codec.decode_response(_roundtrip((host, int(port)), codec.encode_request(req, 1)),
+                                          3, 12)
+            t = md.topics[0]
+            if (int(t.error_code) == 0 and len(t.partitions) == partitions
+                    and all(p.leader_id >= 0 for p in t.partitions)):
+                break
+            assert time.monotonic() < deadline, f"{topic} has no leaders at {addr}: {t}"
+            time.sleep(0.05)
+
+
+def native_records(c: LocalCluster, topic: str, n: int, partitions: int = 1) -> list[Any]:
+    out: list[Any] = []
+    with Consumer(bootstrap_servers=c.bootstrap) as cons:
+        cons.assign([TopicPartition(topic, p) for p in range(partitions)])
+        cons.seek_to_beginning()
+        deadline = time.monotonic() + 30
+        while len(out) < n and time.monotonic() < deadline:
+            for recs in cons.poll(timeout_ms=500).values():
+                out += recs
+    return sorted(out, key=lambda r: (r.partition, r.offset))
+
+
+# --------------------------------------------------------------------------- kcat
+
+
+@kcat_missing
+def test_kcat_metadata_produce_consume(cluster1: LocalCluster) -> None:
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "kc", partitions=2)
+    meta = json.loads(subprocess.run(["kcat", "-b", kb, "-L", "-J"], capture_output=True,
+                                     text=True, timeout=30, check=True).stdout)
+    host, port = kb.split(":")
+    assert [(b["id"], b["name"]) for b in meta["brokers"]] == [(1, f"{host}:{port}")]
+    topic = next(t for t in meta["topics"] if t["topic"] == "kc")
+    assert sorted(p["partition"] for p in topic["partitions"]) == [0, 1]
+    assert all(p["leader"] == 1 for p in topic["partitions"])
+
+    r = subprocess.run(["kcat", "-b", kb, "-P", "-t", "kc", "-p", "1", "-K", ":",
+                        "-H", "trace=abc", "-H", "n=1"],
+                       input="k1:v1\nk2:v2\nk3:v3\n", capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run(["kcat", "-b", kb, "-C", "-t", "kc", "-o", "beginning", "-e",
+                          "-f", "%p|%o|%k|%s|%h\n"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [f"1|{i}|k{i + 1}|v{i + 1}|trace=abc,n=1" for i in range(3)]
+    # the native client reads the same records
+    recs = native_records(cluster1, "kc", 3, partitions=2)
+    assert [(r.partition, r.offset, r.key, r.value, list(map(tuple, r.headers))) for r in recs] == [
+        (1, i, f"k{i + 1}".encode(), f"v{i + 1}".encode(), [("trace", b"abc"), ("n", b"1")])
+        for i in range(3)]
+
+
+# --------------------------------------------------------------------------- kafka-python
+
+
+def test_kafka_python_and_native_interop(cluster1: LocalCluster) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "kp")
+    ts0 = 1_700_000_000_000
+    with_kafka = [(b"a", b"1", [("h", b"x")], ts0), (None, b"2", [], ts0 + 5),
+                  (b"c", None, [("h", b"y"), ("i", b"")], ts0 + 9)]
+    prod = KafkaProducer(bootstrap_servers=kb, acks="all", compression_type="gzip", linger_ms=20)
+    futs = [prod.send("kp", key=k, value=v, headers=h, timestamp_ms=t, partition=0)
+            for k, v, h, t in with_kafka]
+    offsets = [f.get(timeout=30).offset for f in futs]
+    prod.close()
+    assert offsets == [0, 1, 2]
+    # Kafka -> native: same offset, timestamp, key, value, headers
+    recs = native_records(cluster1, "kp", 3)
+    assert [(r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers])
+            for r in recs] == [(i, t, k, v, h) for i, (k, v, h, t) in enumerate(with_kafka)]
+
+    # native -> Kafka
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all",
+                  compression_type="lz4") as p:
+        metas = [p.send("kp", value=b"n%d" % i, key=b"nk%d" % i, headers=[("src", b"native")],
+                        partition=0, timestamp_ms=ts0 + 100 + i) for i in range(4)]
+        p.flush()
+        assert [m.result(timeout=30).offset for m in metas] == [3, 4, 5, 6]
+    cons = KafkaConsumer(bootstrap_servers=kb, auto_offset_reset="earliest",
+                         consumer_timeout_ms=5000, enable_auto_commit=False)
+    cons.assign([KTP("kp", 0)])
+    cons.seek_to_beginning()
+    got = []
+    for r in cons:
+        got.append((r.offset, r.timestamp, r.key, r.value, list(r.headers)))
+        if len(got) == 7:
+            break
+    cons.close()
+    assert got[:3] == [(i, t, k, v, h) for i, (k, v, h, t) in enumerate(with_kafka)]
+    assert got[3:] == [(3 + i, ts0 + 100 + i, b"nk%d" % i, b"n%d" % i, [("src", b"native")])
+                       for i in range(4)]
+
+
+# --------------------------------------------------------------------------- confluent-kafka
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_confluent_idempotent_compressed_produce_and_consume(cluster1: LocalCluster,
+                                                             compression: str) -> None:
+    from confluent_kafka import OFFSET_BEGINNING
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import Producer as CProducer
+    from confluent_kafka import TopicPartition as CTP
+
+    kb = kafka_bootstrap(cluster1)
+    topic = f"cf-{compression}"
+    create(cluster1, topic)
+    n = 500
+    errors: list[Any] = []
+    prod = CProducer({"bootstrap.servers": kb, "enable.idempotence": True, "acks": "all",
+                      "compression.type": compression, "linger.ms": 5})
+    for i in range(n):
+        prod.produce(topic, key=b"k%d" % i, value=b"v%d" % i * 10, headers=[("i", str(i))],
+                     partition=0, on_delivery=lambda err, msg: errors.append(err) if err else None)
+    assert prod.flush(30) == 0
+    assert errors == []
+    cons = CConsumer({"bootstrap.servers": kb, "group.id": "unused", "enable.auto.commit": False})
+    cons.assign([CTP(topic, 0, OFFSET_BEGINNING)])
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < n and time.monotonic() < deadline:
+        for m in cons.consume(num_messages=1000, timeout=1):
+            assert m.error() is None, m.error()
+            got.append((m.offset(), m.key(), m.value(), m.headers()))
+    cons.close()
+    assert got == [(i, b"k%d" % i, b"v%d" % i * 10, [("i", str(i).encode())]) for i in range(n)]
+    # the idempotent producer's batches carry its producer id into the native log
+    recs = native_records(cluster1, topic, n)
+    assert [(r.offset, r.key) for r in recs] == [(i, b"k%d" % i) for i in range(n)]
+
+
+def test_confluent_three_brokers_acks_all(cluster3: LocalCluster) -> None:
+    from confluent_kafka import Producer as CProducer
+    from confluent_kafka.admin import AdminClient
+
+    kb = kafka_bootstrap(cluster3)
+    create(cluster3, "rf3", partitions=3, rf=3)
+    md = AdminClient({"bootstrap.servers": kb}).list_topics(timeout=20)
+    assert sorted(f"{b.host}:{b.port}" for b in md.brokers.values()) == sorted(kb.split(","))
+    assert {p.id: len(p.replicas) for p in md.topics["rf3"].partitions.values()} == {0: 3, 1: 3, 2: 3}
+    prod = CProducer({"bootstrap.servers": kb, "enable.idempotence": True, "acks": "all"})
+    delivered: list[Any] = []
+    for i in range(90):
+        prod.produce("rf3", key=b"k%d" % i, value=b"v%d" % i,
+                     on_delivery=lambda err, msg: delivered.append((err, msg.partition())))
+    assert prod.flush(30) == 0
+    assert all(err is None for err, _ in delivered) and len(delivered) == 90
+    assert len({p for _, p in delivered}) > 1  # the partitions are led by different brokers
+    recs = native_records(cluster3, "rf3", 90, partitions=3)
+    assert sorted(r.key for r in recs) == sorted(b"k%d" % i for i in range(90))
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _roundtrip(addr: tuple[str, int], frame: bytes, *, hang_up: bool = False) -> bytes:
+    """Send one frame (``hang_up``: then close our side); the answer frame's payload, or b""
+    when the broker closed the connection."""
+    with socket.create_connection(addr, timeout=10) as s:
+        s.sendall(frame)
+        if hang_up:
+            s.shutdown(socket.SHUT_WR)
+        head = b""
+        while len(head) < 4:
+            chunk = s.recv(4 - len(head))
+            if not chunk:
+                return b""
+            head += chunk
+        (n,) = struct.unpack(">i", head)
+        body = b""
+        while len(body) < n:
+            chunk = s.recv(n - len(body))
+            assert chunk, "closed mid-answer"
+            body += chunk
+        return body
+
+
+def _api_versions_ok(addr: tuple[str, int]) -> bool:
+    req = codec.build(codec.request_schema(18, 3), {"client_software_name": "t",
+                                                   "client_software_version": "1"})
+    payload = _roundtrip(addr, codec.encode_request(req, 5))
+    cid, body = codec.decode_response(payload, 18, 3)
+    return cid == 5 and int(body.error_code) == 0
+
+
+def test_bad_input_is_answered_or_closed_and_the_broker_stays_up(cluster1: LocalCluster) -> None:
+    host, port = kafka_bootstrap(cluster1).split(":")
+    addr = (host, int(port))
+    create(cluster1, "bad")
+    assert _api_versions_ok(addr)
+    # oversized and negative frame lengths, garbage, unknown api key, Produce v2: closed
+    for frame in (struct.pack(">i", 2**31 - 1), struct.pack(">i", -5),
+                  struct.pack(">i", 8) + b"\xff" * 8,
+                  codec.frame([struct.pack(">hhih", 99, 0, 1, -1)]),
+                  codec.frame([struct.pack(">hhih", 0, 2, 1, -1) + b"\x00" * 16])):
+        assert _roundtrip(addr, frame) == b""
+    # a frame cut short by a client that hangs up: the broker closes too
+    assert _roundtrip(addr, struct.pack(">i", 100) + b"\x00" * 10, hang_up=True) == b""
+    # a produce whose batch fails its CRC: CORRUPT_MESSAGE for that partition, nothing stored
+    batch = bytearray(kr.encode_batch([kr.KafkaRow(0, 0, b"k", b"v", [])], first_timestamp=1))
+    batch[-1] ^= 0xFF
+    req = codec.build(codec.request_schema(0, 9), {
+        "transactional_id": None, "acks": -1, "timeout": 5000,
+        "topic_data": [{"name": "bad", "partition_data": [{"index": 0, "records": bytes(batch)}]}]})
+    cid, resp = codec.decode_response(_roundtrip(addr, codec.encode_request(req, 11)), 0, 9)
+    part = resp.responses[0].partition_responses[0]
+    assert cid == 11 and int(part.error_code) == 2  # CORRUPT_MESSAGE
+    # unsupported compression (codec 5, good CRC): UNSUPPORTED_COMPRESSION_TYPE
+    from crc32c import crc32c
+    odd = bytearray(kr.encode_batch([kr.KafkaRow(0, 0, b"k", b"v", [])], first_timestamp=1))
+    struct.pack_into(">h", odd, 21, 5)
+    struct.pack_into(">I", odd, 17, crc32c(bytes(odd[21:])))
+    req = codec.build(codec.request_schema(0, 9), {
+        "transactional_id": None, "acks": 1, "timeout": 5000,
+        "topic_data": [{"name": "bad", "partition_data": [{"index": 0, "records": bytes(odd)}]}]})
+    _, resp = codec.decode_response(_roundtrip(addr, codec.encode_request(req, 12)), 0, 9)
+    assert int(resp.responses[0].partition_responses[0].error_code) == 76
+    # still up, on both listeners, and nothing was appended
+    assert _api_versions_ok(addr)
+    with Admin(bootstrap_servers=cluster1.bootstrap) as a:
+        assert "bad" in a.list_topics()
+    req = codec.build(codec.request_schema(2, 7), {"replica_id": -1, "isolation_level": 0,
+                                                   "topics": [{"name": "bad", "partitions": [
+                                                       {"partition_index": 0, "timestamp": -1}]}]})
+    _, resp = codec.decode_response(_roundtrip(addr, codec.encode_request(req, 13)), 2, 7)
+    latest = resp.topics[0].partitions[0]
+    assert (int(latest.error_code), latest.offset) == (0, 0)  # nothing was appended
