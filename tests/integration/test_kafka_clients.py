@@ -270,3 +270,32 @@ def test_bad_input_is_answered_or_closed_and_the_broker_stays_up(cluster1: Local
     _, resp = codec.decode_response(_roundtrip(addr, codec.encode_request(req, 13)), 2, 7)
     latest = resp.topics[0].partitions[0]
     assert (int(latest.error_code), latest.offset) == (0, 0)  # nothing was appended
+
+
+def test_idempotent_sequence_checks_answer_kafka_error_codes(cluster1: LocalCluster) -> None:
+    host, port = kafka_bootstrap(cluster1).split(":")
+    addr = (host, int(port))
+    create(cluster1, "seq")
+    init = codec.build(codec.request_schema(22, 4), {"transactional_id": None,
+                                                   "transaction_timeout": -1})
+    _, pid = codec.decode_response(_roundtrip(addr, codec.encode_request(init, 1)), 22, 4)
+    assert int(pid.error_code) == 0 and pid.producer_id >= 0
+
+    def produce(seq: int, n: int = 2) -> tuple[int, int]:
+        batch = kr.encode_batch([kr.KafkaRow(i, i, b"k", b"v%d" % (seq + i), []) for i in range(n)],
+                                first_timestamp=1_700_000_000_000, producer_id=pid.producer_id,
+                                producer_epoch=pid.producer_epoch, base_sequence=seq)
+        req = codec.build(codec.request_schema(0, 9), {
+            "transactional_id": None, "acks": -1, "timeout": 5000,
+            "topic_data": [{"name": "seq", "partition_data": [{"index": 0, "records": batch}]}]})
+        _, resp = codec.decode_response(_roundtrip(addr, codec.encode_request(req, 2)), 0, 9)
+        part = resp.responses[0].partition_responses[0]
+        return int(part.error_code), part.base_offset
+
+    assert produce(0) == (0, 0)
+    assert produce(2) == (0, 2)
+    assert produce(2) == (0, 2)  # a retried batch: its original offsets, nothing appended
+    assert produce(9)[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert produce(4) == (0, 4)
+    assert [r.value for r in native_records(cluster1, "seq", 6)] == [
+        b"v0", b"v1", b"v2", b"v3", b"v4", b"v5"]
