@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rafka.broker.errors import RafkaError
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.records import (
     KafkaBatchError,
@@ -76,7 +77,13 @@ def _ms(td: datetime.timedelta | int) -> int:
 
 
 async def _native(ctx: KafkaContext, req: KafkaRequest, key: ApiKey, body: dict[str, Any]) -> Any:
-    return await ctx.dispatch(Request(int(key), req.correlation_id, body, 0, req.client_id or ""))
+    """The native answer; an error the handler raised becomes ``{"error", "message"}`` (as
+    the msgpack listener puts it on the wire), so every adapter reads errors one way."""
+    try:
+        return await ctx.dispatch(Request(int(key), req.correlation_id, body, 0,
+                                          req.client_id or ""))
+    except RafkaError as exc:
+        return {"error": int(exc.code), "message": exc.message}
 
 
 def kafka_address(image: MetadataImage, broker_id: int) -> tuple[str, int] | None:
@@ -347,6 +354,54 @@ async def init_producer_id(ctx: KafkaContext, req: KafkaRequest) -> dict[str, An
             "producer_epoch": native.get("producer_epoch", -1)}
 
 
+# --------------------------------------------------------------------------- group offsets
+
+
+async def offset_commit(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
+    """Commits of a consumer outside any group generation (``generation_id`` -1: assign()
+    consumers, kcat, admin tools) map onto rafka's commit from outside the group; a member of
+    a classic generation is not served yet (docs/kafka-compat.md)."""
+    b = req.body
+    generation = getattr(b, "generation_id_or_member_epoch", -1)
+    body: dict[str, Any] = {
+        "group_id": b.group_id, "member_epoch": generation if generation >= 0 else -1,
+        "topics": [{"name": t.name, "partitions": [
+            {"partition": p.partition_index, "offset": p.committed_offset,
+             "metadata": p.committed_metadata} for p in t.partitions]} for t in b.topics]}
+    if generation >= 0:
+        body["member_id"] = b.member_id
+    native = await _native(ctx, req, ApiKey.OFFSET_COMMIT, body)
+    answers = {(t["name"], p["partition"]): p for t in native.get("topics") or []
+               for p in t["partitions"]}
+    top = native.get("error") or 0
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": kafka_error(
+                answers.get((t.name, p.partition_index), {}).get("error", top))}
+            for p in t.partitions]} for t in b.topics]}
+
+
+async def offset_fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
+    b = req.body
+    body: dict[str, Any] = {"group_id": b.group_id,
+                            "require_stable": bool(getattr(b, "require_stable", False))}
+    if b.topics is not None:
+        body["topics"] = [{"name": t.name, "partitions": list(t.partition_indexes)}
+                          for t in b.topics]
+    native = await _native(ctx, req, ApiKey.OFFSET_FETCH, body)
+    top = kafka_error(native.get("error"))
+    topics = [{"name": t["name"], "partitions": [
+        {"partition_index": p["partition"], "committed_offset": p.get("offset", -1),
+         "committed_leader_epoch": -1, "metadata": p.get("metadata") or "",
+         "error_code": kafka_error(p.get("error"))} for p in t["partitions"]]}
+        for t in native.get("topics") or []]
+    if top and b.topics is not None and req.api_version < 2:  # no top-level error before v2
+        topics = [{"name": t.name, "partitions": [
+            {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1,
+             "metadata": "", "error_code": top} for i in t.partition_indexes]} for t in b.topics]
+    return {"throttle_time": 0, "topics": topics, "error_code": top}
+
+
 Adapter = Callable[[KafkaContext, KafkaRequest], Awaitable[dict[str, Any] | None]]
 
 # api key -> (lowest served version, highest served version, adapter)
@@ -355,6 +410,8 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     1: (4, 12, fetch),              # v13+ names topics by id
     2: (1, 7, list_offsets),
     3: (0, 12, metadata),
+    8: (2, 8, offset_commit),        # v9+: KIP-848 member epochs
+    9: (1, 7, offset_fetch),         # v8+ batches groups
     10: (0, 4, find_coordinator),
     18: (0, 3, api_versions),
     19: (2, 7, create_topics),

@@ -299,3 +299,50 @@ def test_idempotent_sequence_checks_answer_kafka_error_codes(cluster1: LocalClus
     assert produce(4) == (0, 4)
     assert [r.value for r in native_records(cluster1, "seq", 6)] == [
         b"v0", b"v1", b"v2", b"v3", b"v4", b"v5"]
+
+
+def test_offsets_committed_outside_a_generation(cluster1: LocalCluster) -> None:
+    """assign() consumers commit and fetch offsets (generation -1) through the Kafka listener;
+    the native client reads the same committed offsets, and the reverse."""
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import TopicPartition as CTP
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "off", partitions=2)
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        for i in range(10):
+            p.send("off", value=b"%d" % i, partition=i % 2)
+        p.flush()
+    cons = CConsumer({"bootstrap.servers": kb, "group.id": "cg", "enable.auto.commit": False})
+    cons.commit(offsets=[CTP("off", 0, 3), CTP("off", 1, 5)], asynchronous=False)
+    got = cons.committed([CTP("off", 0), CTP("off", 1)], timeout=20)
+    assert [(t.partition, t.offset, t.error) for t in got] == [(0, 3, None), (1, 5, None)]
+    cons.assign([CTP("off", 0)])  # no offset given: it starts at the committed one
+    first = None
+    deadline = time.monotonic() + 20
+    while first is None and time.monotonic() < deadline:
+        m = cons.poll(1)
+        if m is not None and m.error() is None:
+            first = (m.partition(), m.offset())
+    cons.close()
+    assert first == (0, 3)
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="cg") as native:
+        assert native.committed(TopicPartition("off", 0)) == 3
+        assert native.committed(TopicPartition("off", 1)) == 5
+
+    kc = KafkaConsumer(bootstrap_servers=kb, group_id="kg", enable_auto_commit=False)
+    kc.assign([KTP("off", 0)])
+    kc.commit({KTP("off", 0): OffsetAndMetadata(4, "m", -1)})
+    assert kc.committed(KTP("off", 0)) == 4
+    assert kc.committed(KTP("off", 1)) is None
+    kc.close()
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="ng",
+                  enable_auto_commit=False) as native:
+        native.assign([TopicPartition("off", 1)])
+        native.commit({TopicPartition("off", 1): 7})
+    cons = CConsumer({"bootstrap.servers": kb, "group.id": "ng"})
+    assert [t.offset for t in cons.committed([CTP("off", 1)], timeout=20)] == [7]
+    cons.close()
