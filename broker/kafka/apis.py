@@ -29,11 +29,13 @@ import datetime
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rafka.broker.errors import RafkaError
+from rafka.broker.kafka import groups
 from rafka.broker.kafka.codec import KafkaRequest
+from rafka.broker.kafka.groups import ClassicGroups
 from rafka.broker.kafka.records import (
     KafkaBatchError,
     UnsupportedCompressionError,
@@ -64,6 +66,7 @@ class KafkaContext:
     node_id: int
     cluster_id: str
     settings: Mapping[str, Any]
+    groups: ClassicGroups = field(default_factory=ClassicGroups)  # classic members (groups.py)
 
 
 def kafka_error(code: int | None) -> int:
@@ -368,17 +371,30 @@ async def offset_commit(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
         "topics": [{"name": t.name, "partitions": [
             {"partition": p.partition_index, "offset": p.committed_offset,
              "metadata": p.committed_metadata} for p in t.partitions]} for t in b.topics]}
-    if generation >= 0:
+    if generation >= 0:  # a classic member: its current epoch (groups.py), may be newer
+        member = groups.commit_member(ctx, b.group_id, b.member_id)
         body["member_id"] = b.member_id
+        if member is not None:
+            body["member_epoch"] = member.epoch
+            if member.metadata_offset is not None:
+                body["min_metadata_offset"] = member.metadata_offset
     native = await _native(ctx, req, ApiKey.OFFSET_COMMIT, body)
     answers = {(t["name"], p["partition"]): p for t in native.get("topics") or []
                for p in t["partitions"]}
     top = native.get("error") or 0
     return {"throttle_time": 0, "topics": [
         {"name": t.name, "partitions": [
-            {"partition_index": p.partition_index, "error_code": kafka_error(
+            {"partition_index": p.partition_index, "error_code": _commit_error(
                 answers.get((t.name, p.partition_index), {}).get("error", top))}
             for p in t.partitions]} for t in b.topics]}
+
+
+def _commit_error(code: int | None) -> int:
+    """Member-epoch errors as the classic ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID."""
+    code = int(code or 0)
+    if code in (110, 113, 1007):  # FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH, STALE_MEMBER
+        return 22
+    return kafka_error(code)
 
 
 async def offset_fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
@@ -413,6 +429,10 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     8: (2, 8, offset_commit),        # v9+: KIP-848 member epochs
     9: (1, 7, offset_fetch),         # v8+ batches groups
     10: (0, 4, find_coordinator),
+    11: (0, 7, groups.join_group),   # the classic protocol on controller-assigned groups
+    12: (0, 4, groups.heartbeat),
+    13: (0, 4, groups.leave_group),
+    14: (0, 5, groups.sync_group),
     18: (0, 3, api_versions),
     19: (2, 7, create_topics),
     20: (1, 5, delete_topics),      # v6+ names topics by id

@@ -346,3 +346,128 @@ def test_offsets_committed_outside_a_generation(cluster1: LocalCluster) -> None:
     cons = CConsumer({"bootstrap.servers": kb, "group.id": "ng"})
     assert [t.offset for t in cons.committed([CTP("off", 1)], timeout=20)] == [7]
     cons.close()
+
+
+# --------------------------------------------------------------------------- classic groups
+
+
+@kcat_missing
+def test_kcat_group_mode_consumes_and_commits(cluster1: LocalCluster) -> None:
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "kg", partitions=2)
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        for i in range(20):
+            p.send("kg", value=b"v%d" % i, key=b"k%d" % i, partition=i % 2)
+        p.flush()
+    fmt = ["-f", "%p %o %k %s\n"]
+    first = subprocess.run(["kcat", "-b", kb, "-G", "kgroup", "kg", "-o", "beginning", "-e", *fmt],
+                           capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    assert "assigned: kg [0], kg [1]" in first.stderr
+    assert sorted(first.stdout.splitlines()) == sorted(
+        f"{i % 2} {i // 2} k{i} v{i}" for i in range(20))
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="kgroup") as native:
+        assert [native.committed(TopicPartition("kg", p)) for p in (0, 1)] == [10, 10]
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        p.send("kg", value=b"late", key=b"x", partition=1)
+        p.flush()
+    again = subprocess.run(["kcat", "-b", kb, "-G", "kgroup", "kg", "-e", *fmt],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == ["1 10 x late"]  # from the committed offsets on
+
+
+_GROUP_MEMBER = r"""
+import sys
+from confluent_kafka import Consumer
+bootstrap, group, topic, out = sys.argv[1:5]
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+              "heartbeat.interval.ms": 500})
+c.subscribe([topic])
+with open(out, "a") as f:
+    while True:
+        m = c.poll(0.2)
+        if m is None or m.error():
+            continue
+        f.write(f"{m.partition()} {m.offset()}\n")
+        f.flush()
+        c.commit(message=m, asynchronous=False)
+"""
+
+
+def test_confluent_group_of_three_with_a_member_killed(cluster1: LocalCluster, tmp_path: Any) -> None:
+    import signal
+    import sys
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "g3", partitions=3)
+    outs = [tmp_path / f"member-{i}.txt" for i in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-c", _GROUP_MEMBER, kb, "grp3", "g3", str(o)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for o in outs]
+
+    def consumed(files: list[Any]) -> dict[Any, set[tuple[int, int]]]:
+        got: dict[Any, set[tuple[int, int]]] = {}
+        for f in files:
+            lines = f.read_text().split("\n") if f.exists() else []
+            got[f] = {tuple(map(int, ln.split())) for ln in lines if ln.strip()}  # type: ignore[misc]
+        return got
+
+    def produce(start: int, n: int) -> set[tuple[int, int]]:
+        with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+            futs = [p.send("g3", value=b"%d" % i, partition=i % 3) for i in range(start, start + n)]
+            p.flush()
+            return {(m.partition, m.offset) for m in (f.result(timeout=30) for f in futs)}
+
+    try:
+        want = produce(0, 150)
+        deadline = time.monotonic() + 60
+        while True:  # each member gets one partition and reads it
+            got = consumed(outs)
+            if set().union(*got.values()) >= want and all(got.values()):
+                break
+            assert time.monotonic() < deadline, {str(k): len(v) for k, v in got.items()}
+            time.sleep(0.2)
+        assert all(len({p for p, _ in v}) == 1 for v in got.values())  # one partition each
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(10)
+        want |= produce(150, 150)
+        deadline = time.monotonic() + 90
+        while True:  # the two left take over the killed member's partition
+            got = consumed(outs[1:])
+            if set().union(*got.values()) >= want - consumed(outs[:1])[outs[0]]:
+                break
+            assert time.monotonic() < deadline, sorted(want - set().union(*got.values()))[:10]
+            time.sleep(0.2)
+        all_got = set().union(*consumed(outs).values())
+        assert all_got >= want  # at least once, every record
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+
+
+def test_kafka_python_group_subscribe_and_commit(cluster1: LocalCluster) -> None:
+    from kafka import KafkaConsumer
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "kpg", partitions=2)
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        for i in range(10):
+            p.send("kpg", value=b"%d" % i, partition=i % 2)
+        p.flush()
+    c = KafkaConsumer("kpg", bootstrap_servers=kb, group_id="kpgroup",
+                      auto_offset_reset="earliest", enable_auto_commit=False,
+                      consumer_timeout_ms=15000)
+    got = []
+    for r in c:
+        got.append((r.partition, r.offset))
+        if len(got) == 10:
+            break
+    assert sorted(got) == sorted((i % 2, i // 2) for i in range(10))
+    assert {tp.partition for tp in c.assignment()} == {0, 1}
+    c.commit()
+    c.close()
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="kpgroup") as native:
+        assert [native.committed(TopicPartition("kpg", p)) for p in (0, 1)] == [5, 5]
