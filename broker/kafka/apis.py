@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rafka.broker.errors import RafkaError
-from rafka.broker.kafka import groups
+from rafka.broker.kafka import groups, txn
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.groups import ClassicGroups
 from rafka.broker.kafka.records import (
@@ -437,6 +437,10 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     19: (2, 7, create_topics),
     20: (1, 5, delete_topics),      # v6+ names topics by id
     22: (0, 4, init_producer_id),
+    24: (0, 3, txn.add_partitions_to_txn),  # v4+ is the brokers' batched verification form
+    25: (0, 3, txn.add_offsets_to_txn),
+    26: (0, 3, txn.end_txn),
+    28: (0, 3, txn.txn_offset_commit),
 }
 # advertised but answered as unsupported: (api key, lowest version actually read)
 READABLE_FROM: dict[int, int] = {0: 3}

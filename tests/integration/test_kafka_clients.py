@@ -471,3 +471,73 @@ def test_kafka_python_group_subscribe_and_commit(cluster1: LocalCluster) -> None
     c.close()
     with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="kpgroup") as native:
         assert [native.committed(TopicPartition("kpg", p)) for p in (0, 1)] == [5, 5]
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+def _read_all(kb: str, topic: str, isolation: str, expect_at_least: int) -> list[bytes]:
+    from confluent_kafka import OFFSET_BEGINNING
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import TopicPartition as CTP
+
+    c = CConsumer({"bootstrap.servers": kb, "group.id": "reader", "enable.auto.commit": False,
+                   "isolation.level": isolation, "enable.partition.eof": True})
+    c.assign([CTP(topic, 0, OFFSET_BEGINNING)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    eof = False
+    while time.monotonic() < deadline and not (eof and len(got) >= expect_at_least):
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            eof = True  # _PARTITION_EOF: caught up to what this isolation level may read
+            continue
+        got.append(m.value())
+    c.close()
+    return got
+
+
+def test_confluent_transactional_consume_transform_produce(cluster1: LocalCluster) -> None:
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import Producer as CProducer
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "tin")
+    create(cluster1, "tout")
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        for i in range(10):
+            p.send("tin", value=b"in-%d" % i, partition=0)
+        p.flush()
+    cons = CConsumer({"bootstrap.servers": kb, "group.id": "ctp", "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    cons.subscribe(["tin"])
+    prod = CProducer({"bootstrap.servers": kb, "transactional.id": "ctp-tx"})
+    prod.init_transactions(30)
+    seen = []
+    deadline = time.monotonic() + 45
+    while len(seen) < 10 and time.monotonic() < deadline:
+        m = cons.poll(0.5)
+        if m is not None and m.error() is None:
+            seen.append(m)
+    assert [m.value() for m in seen] == [b"in-%d" % i for i in range(10)]
+    prod.begin_transaction()
+    for m in seen:
+        prod.produce("tout", value=m.value().replace(b"in", b"out"), partition=0)
+    prod.send_offsets_to_transaction(cons.position(cons.assignment()),
+                                     cons.consumer_group_metadata(), 30)
+    prod.commit_transaction(30)
+    prod.begin_transaction()
+    for i in range(3):
+        prod.produce("tout", value=b"aborted-%d" % i, partition=0)
+    prod.flush(30)
+    prod.abort_transaction(30)
+    cons.close()
+
+    committed = _read_all(kb, "tout", "read_committed", 10)
+    assert committed == [b"out-%d" % i for i in range(10)]
+    everything = _read_all(kb, "tout", "read_uncommitted", 13)
+    assert everything == committed + [b"aborted-%d" % i for i in range(3)]
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="ctp") as native:
+        assert native.committed(TopicPartition("tin", 0)) == 10  # the transaction's offsets
