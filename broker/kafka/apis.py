@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rafka.broker.errors import RafkaError
-from rafka.broker.kafka import groups, txn
+from rafka.broker.kafka import admin, groups, txn
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.groups import ClassicGroups
 from rafka.broker.kafka.records import (
@@ -433,6 +433,8 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     12: (0, 4, groups.heartbeat),
     13: (0, 4, groups.leave_group),
     14: (0, 5, groups.sync_group),
+    15: (0, 5, admin.describe_groups),
+    16: (0, 4, admin.list_groups),
     18: (0, 3, api_versions),
     19: (2, 7, create_topics),
     20: (1, 5, delete_topics),      # v6+ names topics by id
@@ -441,6 +443,12 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     25: (0, 3, txn.add_offsets_to_txn),
     26: (0, 3, txn.end_txn),
     28: (0, 3, txn.txn_offset_commit),
+    32: (1, 4, admin.describe_configs),
+    33: (0, 2, admin.alter_configs),
+    37: (0, 3, admin.create_partitions),
+    42: (0, 2, admin.delete_groups),
+    44: (0, 1, admin.incremental_alter_configs),
+    60: (0, 1, admin.describe_cluster),
 }
 # advertised but answered as unsupported: (api key, lowest version actually read)
 READABLE_FROM: dict[int, int] = {0: 3}

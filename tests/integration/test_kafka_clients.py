@@ -31,7 +31,7 @@ def create(c: LocalCluster, topic: str, partitions: int = 1, rf: int = 1) -> Non
     """Create with the native admin, then wait until every broker's Kafka listener names a
     leader for every partition (clients would retry meanwhile; tests should not depend on it)."""
     with Admin(bootstrap_servers=c.bootstrap) as a:
-        a.create_topic(topic, partitions=partitions, replication_factor=rf)
+        a.create_topic(topic, partitions=partitions, replication_factor=rf, exist_ok=True)
     req = codec.build(codec.request_schema(3, 12), {
         "topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
         "include_topic_authorized_operations": False})
@@ -442,6 +442,19 @@ def test_confluent_group_of_three_with_a_member_killed(cluster1: LocalCluster, t
             time.sleep(0.2)
         all_got = set().union(*consumed(outs).values())
         assert all_got >= want  # at least once, every record
+        # AdminClient sees the two members left and who holds what
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": kb})
+        deadline = time.monotonic() + 30
+        while True:
+            desc = admin.describe_consumer_groups(["grp3"])["grp3"].result(30)
+            held = sorted(tp.partition for m in desc.members
+                          for tp in m.assignment.topic_partitions)
+            if len(desc.members) == 2 and held == [0, 1, 2]:
+                break
+            assert time.monotonic() < deadline, (desc.members, held)
+            time.sleep(0.2)
     finally:
         for p in procs:
             p.kill()
@@ -541,3 +554,69 @@ def test_confluent_transactional_consume_transform_produce(cluster1: LocalCluste
     assert everything == committed + [b"aborted-%d" % i for i in range(3)]
     with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="ctp") as native:
         assert native.committed(TopicPartition("tin", 0)) == 10  # the transaction's offsets
+
+
+# --------------------------------------------------------------------------- AdminClient
+
+
+def test_confluent_admin_client(cluster1: LocalCluster) -> None:
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        NewTopic,
+        ResourceType,
+    )
+
+    kb = kafka_bootstrap(cluster1)
+    admin = AdminClient({"bootstrap.servers": kb})
+    for f in admin.create_topics([NewTopic("adm", num_partitions=2, replication_factor=1,
+                                           config={"retention.ms": "3600000"})]).values():
+        f.result(30)
+    bad = admin.create_topics([NewTopic("adm", num_partitions=1, replication_factor=1)])
+    with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS|already exists"):
+        bad["adm"].result(30)
+    create(cluster1, "adm", partitions=2)  # (exists: waits for the leaders)
+
+    res = ConfigResource(ResourceType.TOPIC, "adm")
+    configs = admin.describe_configs([res])[res].result(30)
+    assert configs["retention.ms"].value == "3600000"
+    assert not configs["retention.ms"].is_default and configs["segment.bytes"].is_default
+    inc = ConfigResource(ResourceType.TOPIC, "adm", incremental_configs=[
+        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([inc])[inc].result(30)
+    deadline = time.monotonic() + 20
+    while admin.describe_configs([res])[res].result(30)["retention.ms"].value != "7200000":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+    for f in admin.create_partitions([NewPartitions("adm", 4)]).values():
+        f.result(30)
+    deadline = time.monotonic() + 20
+    while len(admin.list_topics(timeout=10).topics["adm"].partitions) != 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+    # a group with committed offsets: listed and described (Empty: no members)
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="adm-g",
+                  enable_auto_commit=False) as native:
+        native.assign([TopicPartition("adm", 0)])
+        native.commit({TopicPartition("adm", 0): 0})
+    listed = admin.list_consumer_groups().result(30)
+    assert "adm-g" in {g.group_id for g in listed.valid}
+    desc = admin.describe_consumer_groups(["adm-g"])["adm-g"].result(30)
+    assert desc.group_id == "adm-g" and desc.state == ConsumerGroupState.EMPTY
+    admin.delete_consumer_groups(["adm-g"])["adm-g"].result(30)
+
+    cluster = admin.describe_cluster().result(30)
+    assert [f"{n.host}:{n.port}" for n in cluster.nodes] == [kb]
+
+    for f in admin.delete_topics(["adm"]).values():
+        f.result(30)
+    deadline = time.monotonic() + 20
+    while "adm" in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
