@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 ``KafkaListener.serve`` binds ``kafka.listener`` (``task_status.started(port)`` once bound)
 and runs one task per connection inside its nursery, at most ``max_connections`` at a time
-(past that a new connection is closed at once). A connection reads a 4-byte length, refuses
+(past that a new connection is closed at once) and closed when idle for
+``connections.max.idle.ms`` (no whole request within it). A connection reads a 4-byte length, refuses
 a negative one or one above ``max_frame_bytes`` by closing (as Kafka does, before reading
 the frame), reads the frame, decodes it (``codec.decode_request`` against ``apis.SERVED``),
 awaits the adapter and writes the answer. Requests of one connection are answered one at a
@@ -66,8 +67,9 @@ class _Reader:
 class KafkaListener:
     def __init__(self, ctx: KafkaContext, host: str, port: int, *,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 max_connections: int = 1000) -> None:
+                 max_connections: int = 1000, idle_timeout_s: float = 600.0) -> None:
         self.ctx = ctx
+        self.idle_timeout_s = idle_timeout_s
         self.host, self.port = host, port
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
@@ -80,7 +82,8 @@ class KafkaListener:
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         port = listeners[0].socket.getsockname()[1]
-        log.info("node %d: Kafka listener on %s:%d", self.ctx.node_id, self.host, port)
+        log.info("node %s: Kafka listener on %s:%d", getattr(self.ctx, "node_id", "?"),
+                 self.host, port)
         task_status.started(port)
         await trio.serve_listeners(self._connection, listeners)
 
@@ -94,12 +97,18 @@ class KafkaListener:
             async with stream:
                 reader = _Reader(stream)
                 while True:
-                    (n,) = _LEN.unpack(await reader.read_exactly(4))
-                    if n < 0 or n > self.max_frame_bytes:
-                        log.info("kafka %s: frame of %d bytes (limit %d): closing", peer, n,
-                                 self.max_frame_bytes)
+                    payload: bytes | None = None
+                    with trio.move_on_after(self.idle_timeout_s):  # connections.max.idle.ms
+                        (n,) = _LEN.unpack(await reader.read_exactly(4))
+                        if n < 0 or n > self.max_frame_bytes:
+                            log.info("kafka %s: frame of %d bytes (limit %d): closing", peer, n,
+                                     self.max_frame_bytes)
+                            return
+                        payload = await reader.read_exactly(n)
+                    if payload is None:
+                        log.info("kafka %s: idle for %.0f s: closing", peer, self.idle_timeout_s)
                         return
-                    out = await self.handle(await reader.read_exactly(n), peer)
+                    out = await self.handle(payload, peer)
                     if out is _CLOSE:
                         return
                     if out:
@@ -157,7 +166,8 @@ async def start_kafka_listener(nursery: trio.Nursery, config: Any, dispatch: Any
                        cluster_id=config.cluster_id, settings=dict(config.broker))
     listener = KafkaListener(ctx, host, port,
                              max_frame_bytes=config.broker["socket.request.max.bytes"],
-                             max_connections=config.broker["max.connections"])
+                             max_connections=config.broker["max.connections"],
+                             idle_timeout_s=config.broker["connections.max.idle.ms"] / 1000)
     bound = await nursery.start(listener.serve)
     adv = config.advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
     return f"{adv}:{bound}"
