@@ -120,6 +120,9 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "offsets.retention.check.interval.ms": (_int(100), 600_000),
     "num.partitions": (_int(1, 10_000), 1),
     "default.replication.factor": (_int(1, 100), 1),
+    # Kafka listener only (docs/kafka-compat.md): a Kafka client's METADATA naming a missing
+    # topic creates it with num.partitions / default.replication.factor, as Kafka's default
+    "auto.create.topics.enable": (_bool, True),
     "min.insync.replicas": (_int(1, 100), 1),
     "replica.lag.time.max.ms": (_int(100), 30_000),
     "replica.fetch.max.bytes": (_int(1024, 2**31 - 1), 1024 * 1024),

@@ -125,6 +125,15 @@ async def metadata(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     topics = req.body.topics
     body = {} if topics is None else {"topics": [t.name for t in topics if t.name is not None]}
     native = await _native(ctx, req, ApiKey.METADATA, body)
+    if _auto_create(ctx, req):
+        missing = [t["name"] for t in native.get("topics") or []
+                   if t.get("error") == UNKNOWN_TOPIC_OR_PARTITION and not t["name"].startswith("__")]
+        if missing:  # Kafka's auto.create.topics.enable: created now, leaders come later
+            await _native(ctx, req, ApiKey.CREATE_TOPICS, {"topics": [
+                {"name": n, "num_partitions": ctx.settings.get("num.partitions", 1),
+                 "replication_factor": ctx.settings.get("default.replication.factor", 1)}
+                for n in missing], "timeout_ms": 10_000})
+            native = await _native(ctx, req, ApiKey.METADATA, body)
     image = ctx.image()
     brokers = []
     for b in native.get("brokers") or []:
@@ -146,6 +155,14 @@ async def metadata(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     return {"throttle_time": 0, "brokers": brokers, "cluster_id": native.get("cluster_id"),
             "controller_id": ctx.node_id, "topics": out_topics,
             "cluster_authorized_operations": _NO_AUTH_OPS}
+
+
+def _auto_create(ctx: KafkaContext, req: KafkaRequest) -> bool:
+    """Whether this METADATA may create the missing topics it names (Kafka: the broker's
+    auto.create.topics.enable and, from v4, the request's allow_auto_topic_creation)."""
+    if not ctx.settings.get("auto.create.topics.enable", True) or req.body.topics is None:
+        return False
+    return bool(getattr(req.body, "allow_auto_topic_creation", True))
 
 
 # --------------------------------------------------------------------------- Produce

@@ -23,6 +23,8 @@ from rafka.broker.protocol import ApiKey
 
 __all__ = ["add_partitions_to_txn", "add_offsets_to_txn", "end_txn", "txn_offset_commit"]
 
+COORDINATOR_NOT_AVAILABLE = 15
+
 
 async def add_partitions_to_txn(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     from rafka.broker.kafka.apis import _native, kafka_error
@@ -47,9 +49,14 @@ async def add_offsets_to_txn(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     from rafka.broker.kafka.apis import _native, kafka_error
 
     b = req.body
-    native = await _native(ctx, req, ApiKey.ADD_OFFSETS_TO_TXN, {
-        "transactional_id": b.transactional_id, "producer_id": b.producer_id,
-        "producer_epoch": b.producer_epoch, "group_id": b.group_id})
+    body = {"transactional_id": b.transactional_id, "producer_id": b.producer_id,
+            "producer_epoch": b.producer_epoch, "group_id": b.group_id}
+    native = await _native(ctx, req, ApiKey.ADD_OFFSETS_TO_TXN, body)
+    if native.get("error") == COORDINATOR_NOT_AVAILABLE:
+        # no __consumer_offsets yet: Kafka adds the group's partition without it; rafka's
+        # FIND_COORDINATOR of the group creates it (as the node), then the add is retried once
+        await _native(ctx, req, ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": [b.group_id]})
+        native = await _native(ctx, req, ApiKey.ADD_OFFSETS_TO_TXN, body)
     return {"throttle_time": 0, "error_code": kafka_error(native.get("error"))}
 
 

@@ -620,3 +620,26 @@ def test_confluent_admin_client(cluster1: LocalCluster) -> None:
     while "adm" in admin.list_topics(timeout=10).topics:
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_kafka_python_auto_created_topic_and_offsets_in_a_transaction(cluster1: LocalCluster) -> None:
+    """A producer's METADATA creates a missing topic (auto.create.topics.enable, Kafka's
+    default); send_offsets_to_transaction on a cluster with no __consumer_offsets yet."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    kb = kafka_bootstrap(cluster1)
+    prod = KafkaProducer(bootstrap_servers=kb, transactional_id="auto-tx")
+    prod.init_transactions()
+    prod.begin_transaction()
+    assert prod.send("auto-made", value=b"x").get(timeout=30).offset == 0
+    prod.send_offsets_to_transaction({KTP("auto-made", 0): OffsetAndMetadata(1, "", -1)}, "auto-g")
+    prod.commit_transaction()
+    prod.close()
+    with Admin(bootstrap_servers=cluster1.bootstrap) as a:
+        assert "auto-made" in a.list_topics()
+    admin = KafkaAdminClient(bootstrap_servers=kb)
+    offsets = admin.list_group_offsets("auto-g")["auto-g"]
+    admin.close()
+    assert {tp: o.offset for tp, o in offsets.items()} == {KTP("auto-made", 0): 1}
