@@ -59,12 +59,14 @@ install-spark: $(VENV)/.spark
 # deploy/install-chaos-deps.sh. Root only; without root the netns backend and the root-only
 # fault tests are skipped and the local (proxy) backend is used.
 # Also Debian's chromium for the web console's headless screenshot test
-# (deploy/install-browser-deps.sh; skipped without it).
+# (deploy/install-browser-deps.sh; skipped without it), and kcat for the Kafka-listener tests
+# (deploy/install-kafka-test-deps.sh; skipped without it).
 os-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  { command -v gcc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc python3-dev; } && \
 	  { [ ! -x $(PY) ] || ls log/_codec*.so >/dev/null 2>&1 || $(PY) setup.py -q build_ext --inplace; } && \
 	  sh deploy/install-chaos-deps.sh && \
+	  sh deploy/install-kafka-test-deps.sh && \
 	sh deploy/install-browser-deps.sh; \
 	else echo "os-deps: not root or no apt-get: netns chaos tests and the console screenshot test will be skipped"; fi
 
