@@ -17,8 +17,8 @@ import timeit
 from rafka.broker.kafka import codec
 from rafka.broker.kafka import records as kr
 from rafka.broker.kafka.apis import SERVED
-from rafka.wire.protocol import ApiKey, Request, decode_request, encode_request
 from rafka.log import batch as nb
+from rafka.wire.protocol import ApiKey, Request, decode_request, encode_request
 
 
 def main(n: int = 100, size: int = 200) -> None:

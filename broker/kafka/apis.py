@@ -7,7 +7,7 @@ version, adapter). ApiVersions answers from it, the codec checks versions agains
 listener dispatches through it; docs/kafka-compat.md lists the same rows.
 
 An adapter is ``async (ctx, request) -> dict | None``: it reads the ``kio`` request entity,
-builds the body of the *native* request that means the same (``broker/apis.py`` SCHEMAS),
+builds the body of the *native* request that means the same (``wire/apis.py`` SCHEMAS),
 awaits ``ctx.dispatch`` — the node's own dispatch, so forwarding to the controller, the
 coordinators, quotas and the data plane are exactly those of the msgpack listener — and
 turns the native answer into nested dicts that ``codec.build`` shapes into the response
@@ -32,7 +32,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rafka.wire.errors import RafkaError
 from rafka.broker.kafka import admin, groups, txn
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.groups import ClassicGroups
@@ -42,9 +41,10 @@ from rafka.broker.kafka.records import (
     kafka_to_native,
     native_to_kafka,
 )
-from rafka.wire.protocol import ApiKey, Request
 from rafka.broker.server import Reply
 from rafka.metadata.image import MetadataImage
+from rafka.wire.errors import RafkaError
+from rafka.wire.protocol import ApiKey, Request
 
 __all__ = ["KafkaContext", "SERVED", "served_versions", "kafka_error"]
 
