@@ -5,8 +5,9 @@ rafka's controller-assigned groups, shown as classic ``consumer`` groups: KIP-84
 to the classic names a Kafka tool knows (Empty, Assigning → PreparingRebalance, Reconciling →
 CompletingRebalance, Stable), a member's subscription and assignment are encoded as the
 ConsumerProtocolSubscription v0 / ConsumerProtocolAssignment v0 bytes Kafka tools decode.
-Configs: topics only (resource type 2); a broker resource (4) is answered with no entries, as
-rafka's broker settings are read-only files. AlterConfigs replaces a topic's overrides (the
+Configs: topics (resource type 2) are described and altered; a broker (4) describes its own
+settings (node.toml, read-only: STATIC_BROKER_CONFIG) and its Kafka listener as
+``listeners`` / ``advertised.listeners``. AlterConfigs replaces a topic's overrides (the
 ones it does not name are removed, as Kafka does); IncrementalAlterConfigs SETs and DELETEs
 (APPEND/SUBTRACT, list-valued configs, are ``INVALID_REQUEST``).
 """
@@ -126,7 +127,7 @@ async def describe_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     for r in resources:
         base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
         if r.resource_type == BROKER:
-            out.append({**base, "error_code": 0, "error_message": None, "configs": ()})
+            out.append({**base, **_broker_configs(ctx, r)})
             continue
         if r.resource_type != TOPIC:
             out.append({**base, "error_code": INVALID_REQUEST, "error_message":
@@ -138,13 +139,52 @@ async def describe_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
         overrides = set(t.get("overrides") or ())
         configs = [{"name": k, "value": _text(v), "read_only": False,
                     "config_source": 1 if k in overrides else 5, "is_sensitive": False,
-                    "synonyms": (), "config_type": 0, "documentation": None,
+                    "synonyms": (), "config_type": _config_type(v), "documentation": None,
                     "is_default": k not in overrides}
                    for k, v in sorted((t.get("configs") or {}).items())
                    if keys is None or k in keys]
         out.append({**base, "error_code": err, "error_message": t.get("message") if err else None,
                     "configs": configs if not err else ()})
     return {"throttle_time": 0, "results": out}
+
+
+def _config_type(v: Any) -> int:
+    """Kafka's ConfigType of a value by its Python type (or its text): BOOLEAN 1, STRING 2,
+    LONG 5, DOUBLE 6, LIST 7 (UNKNOWN 0 otherwise)."""
+    if isinstance(v, bool):
+        return 1
+    if isinstance(v, int):
+        return 5
+    if isinstance(v, float):
+        return 6
+    if isinstance(v, str):  # rafka keeps some settings as their text
+        if v in ("true", "false"):
+            return 1
+        return 5 if v.lstrip("-").isdigit() else 2
+    if isinstance(v, (list, tuple)):
+        return 7
+    return 0
+
+
+def _broker_configs(ctx: Any, r: Any) -> dict[str, Any]:
+    """This broker's settings (node.toml: read-only here, STATIC_BROKER_CONFIG) and its
+    listener addresses; another broker's id is that broker's to answer (INVALID_REQUEST)."""
+    from rafka.broker.kafka.apis import kafka_address
+
+    if r.resource_name not in ("", str(ctx.node_id)):
+        return {"error_code": INVALID_REQUEST, "error_message":
+                f"broker {ctx.node_id} answers for itself only, not {r.resource_name!r}",
+                "configs": ()}
+    settings = dict(ctx.settings)
+    addr = kafka_address(ctx.image(), ctx.node_id)
+    if addr is not None:
+        settings["listeners"] = settings["advertised.listeners"] = f"PLAINTEXT://{addr[0]}:{addr[1]}"
+    keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+    return {"error_code": 0, "error_message": None, "configs": [
+        {"name": k, "value": _text(v), "read_only": True, "config_source": 4,
+         "is_sensitive": False, "synonyms": (), "config_type": _config_type(v),
+         "documentation": None, "is_default": False}
+        for k, v in sorted(settings.items()) if keys is None or k in keys]}
 
 
 async def _alter(ctx: Any, req: KafkaRequest, changes: dict[str, dict[str, str | None]]
