@@ -21,6 +21,7 @@ from typing import Any
 from kio.serial import entity_writer
 from rafka.broker.kafka import groups
 from rafka.broker.kafka.codec import KafkaRequest, build
+from rafka.broker.kafka.context import call_native, kafka_address, kafka_error, ms
 from rafka.broker.protocol import ApiKey
 
 __all__ = ["describe_groups", "list_groups", "delete_groups", "create_partitions",
@@ -40,10 +41,9 @@ def _subscription(topics: list[str]) -> bytes:
 
 
 async def describe_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native, kafka_error
 
     names = list(req.body.groups)
-    native = await _native(ctx, req, ApiKey.DESCRIBE_GROUPS, {"groups": names})
+    native = await call_native(ctx, req, ApiKey.DESCRIBE_GROUPS, {"groups": names})
     by_id = {g["group_id"]: g for g in native.get("groups") or []}
     out = []
     for name in names:
@@ -63,9 +63,8 @@ async def describe_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
 
 
 async def list_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native, kafka_error
 
-    native = await _native(ctx, req, ApiKey.LIST_GROUPS, {})
+    native = await call_native(ctx, req, ApiKey.LIST_GROUPS, {})
     wanted = {s for s in getattr(req.body, "states_filter", ())}
     out = [{"group_id": g["group_id"], "protocol_type": "consumer",
             "group_state": _STATES.get(g.get("state") or "", "Dead")}
@@ -76,10 +75,9 @@ async def list_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
 
 
 async def delete_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native, kafka_error
 
     names = list(req.body.groups_names)
-    native = await _native(ctx, req, ApiKey.DELETE_GROUPS, {"groups": names})
+    native = await call_native(ctx, req, ApiKey.DELETE_GROUPS, {"groups": names})
     by_id = {g["group_id"]: g for g in native.get("groups") or []}
     return {"throttle_time": 0, "results": [
         {"group_id": n, "error_code": kafka_error(by_id.get(n, native).get("error"))}
@@ -87,7 +85,6 @@ async def delete_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
 
 
 async def create_partitions(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _ms, _native, kafka_error
 
     b = req.body
     if b.validate_only:
@@ -95,9 +92,9 @@ async def create_partitions(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
             {"name": t.name, "error_code": INVALID_REQUEST,
              "error_message": "validate_only is not supported for CreatePartitions"}
             for t in b.topics]}
-    native = await _native(ctx, req, ApiKey.CREATE_PARTITIONS, {
+    native = await call_native(ctx, req, ApiKey.CREATE_PARTITIONS, {
         "topics": [{"name": t.name, "count": t.count} for t in b.topics],
-        "timeout_ms": _ms(b.timeout)})
+        "timeout_ms": ms(b.timeout)})
     by_name = {t["name"]: t for t in native.get("topics") or []}
     out = []
     for t in b.topics:
@@ -117,11 +114,10 @@ def _text(v: Any) -> str | None:
 
 
 async def describe_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native, kafka_error
 
     resources = list(req.body.resources)
     names = [r.resource_name for r in resources if r.resource_type == TOPIC]
-    native = await _native(ctx, req, ApiKey.DESCRIBE_CONFIGS, {"topics": names}) if names else {}
+    native = await call_native(ctx, req, ApiKey.DESCRIBE_CONFIGS, {"topics": names}) if names else {}
     by_name = {t["name"]: t for t in native.get("topics") or []}
     out = []
     for r in resources:
@@ -169,7 +165,6 @@ def _config_type(v: Any) -> int:
 def _broker_configs(ctx: Any, r: Any) -> dict[str, Any]:
     """This broker's settings (node.toml: read-only here, STATIC_BROKER_CONFIG) and its
     listener addresses; another broker's id is that broker's to answer (INVALID_REQUEST)."""
-    from rafka.broker.kafka.apis import kafka_address
 
     if r.resource_name not in ("", str(ctx.node_id)):
         return {"error_code": INVALID_REQUEST, "error_message":
@@ -189,18 +184,16 @@ def _broker_configs(ctx: Any, r: Any) -> dict[str, Any]:
 
 async def _alter(ctx: Any, req: KafkaRequest, changes: dict[str, dict[str, str | None]]
                  ) -> dict[str, dict[str, Any]]:
-    from rafka.broker.kafka.apis import _native
 
     if not changes:
         return {}
-    native = await _native(ctx, req, ApiKey.ALTER_CONFIGS, {
+    native = await call_native(ctx, req, ApiKey.ALTER_CONFIGS, {
         "topics": [{"name": n, "configs": c} for n, c in changes.items()]})
     by_name = {t["name"]: t for t in native.get("topics") or []}
     return {n: by_name.get(n, native) for n in changes}
 
 
 async def alter_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import kafka_error
 
     image = ctx.image()
     changes: dict[str, dict[str, str | None]] = {}
@@ -230,7 +223,6 @@ def _alter_answer(r: Any, refused: dict[str, tuple[int, str]], answers: dict[str
 
 
 async def incremental_alter_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import kafka_error
 
     changes: dict[str, dict[str, str | None]] = {}
     refused: dict[str, tuple[int, str]] = {}
@@ -255,7 +247,6 @@ async def incremental_alter_configs(ctx: Any, req: KafkaRequest) -> dict[str, An
 
 
 async def describe_cluster(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import kafka_address
 
     image = ctx.image()
     brokers = []

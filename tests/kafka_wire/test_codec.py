@@ -26,7 +26,7 @@ def _ids(case: tuple[int, int]) -> str:
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_request_round_trip(case: tuple[int, int], data: st.DataObject) -> None:
     key, version = case
@@ -44,7 +44,7 @@ def test_request_round_trip(case: tuple[int, int], data: st.DataObject) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_response_round_trip(case: tuple[int, int], data: st.DataObject) -> None:
     key, version = case

@@ -31,9 +31,14 @@ def _api_versions(cid: int) -> bytes:
 
 async def test_pipelined_requests_are_answered_in_order_and_bad_ones_close() -> None:
     listener = KafkaListener(ctx=None, host="127.0.0.1", port=0,  # type: ignore[arg-type]
-                             max_frame_bytes=1024, idle_timeout_s=0.3)
+                             max_frame_bytes=1024, idle_timeout_s=60)
+    # a second listener to watch the idle close (a short timeout on the first would make the
+    # test depend on how fast a loaded machine schedules it)
+    idler = KafkaListener(ctx=None, host="127.0.0.1", port=0,  # type: ignore[arg-type]
+                          idle_timeout_s=0.3)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(listener.serve)
+        idle_port = await nursery.start(idler.serve)
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         await stream.send_all(b"".join(_api_versions(c) for c in (1, 2, 3)))
         cids = [codec.decode_response(await _read_frame(stream), 18, 3)[0] for _ in range(3)]
@@ -42,7 +47,7 @@ async def test_pipelined_requests_are_answered_in_order_and_bad_ones_close() -> 
         await stream.send_all(struct.pack(">i", 4096))
         assert await _read_frame(stream) == b""
         # idle: closed after idle_timeout_s
-        idle = await trio.open_tcp_stream("127.0.0.1", port)
+        idle = await trio.open_tcp_stream("127.0.0.1", idle_port)
         with trio.fail_after(10):
             assert await _read_frame(idle) == b""
         # still serving
