@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rafka.broker.kafka import admin, groups, txn
+from rafka.broker.kafka import acls, admin, groups, txn
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.context import (
     CORRUPT_MESSAGE,
@@ -417,6 +417,9 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     25: (0, 3, txn.add_offsets_to_txn),
     26: (0, 3, txn.end_txn),
     28: (0, 3, txn.txn_offset_commit),
+    29: (1, 3, acls.describe_acls),
+    30: (1, 3, acls.create_acls),
+    31: (1, 3, acls.delete_acls),
     32: (1, 4, admin.describe_configs),
     33: (0, 2, admin.alter_configs),
     37: (0, 3, admin.create_partitions),

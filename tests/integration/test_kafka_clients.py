@@ -9,7 +9,9 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -643,3 +645,48 @@ def test_kafka_python_auto_created_topic_and_offsets_in_a_transaction(cluster1: 
     offsets = admin.list_group_offsets("auto-g")["auto-g"]
     admin.close()
     assert {tp: o.offset for tp, o in offsets.items()} == {KTP("auto-made", 0): 1}
+
+
+def test_confluent_admin_acls(cluster1: LocalCluster) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster1)})
+    read = AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:alice",
+                      "*", AclOperation.READ, AclPermissionType.ALLOW)
+    write = AclBinding(ResourceType.TOPIC, "ord", ResourcePatternType.PREFIXED, "User:bob",
+                       "*", AclOperation.WRITE, AclPermissionType.DENY)
+    for f in admin.create_acls([read, write]).values():
+        f.result(30)
+    any_topic = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,
+                                 AclOperation.ANY, AclPermissionType.ANY)
+    deadline = time.monotonic() + 20
+    while True:  # the controller's records reach this broker's image
+        got = admin.describe_acls(any_topic).result(30)
+        if len(got) == 2:
+            break
+        assert time.monotonic() < deadline, got
+        time.sleep(0.1)
+    assert sorted(got, key=str) == sorted([read, write], key=str)
+    listed = subprocess.run(  # the same ACLs, natively (rafka acl list)
+        [str(Path(sys.executable).with_name("rafka")), "acl", "list", "--json",
+         "--bootstrap", cluster1.bootstrap], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert {(a["principal"], a["operation"], a["pattern_type"], a["permission"])
+            for a in json.loads(listed.stdout)} == {("User:alice", "read", "literal", "allow"),
+                                                    ("User:bob", "write", "prefixed", "deny")}
+    bob = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None,
+                           AclOperation.ANY, AclPermissionType.ANY)
+    deleted = list(admin.delete_acls([bob]).values())[0].result(30)
+    assert deleted == [write]
+    deadline = time.monotonic() + 20
+    while admin.describe_acls(any_topic).result(30) != [read]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
