@@ -386,8 +386,19 @@ bootstrap, group, topic, out = sys.argv[1:5]
 c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
               "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
               "heartbeat.interval.ms": 500})
-c.subscribe([topic])
-with open(out, "a") as f:
+f = open(out, "a")
+
+
+def seen(kind):
+    def cb(consumer, partitions):
+        parts = [] if kind == "R" else [p.partition for p in partitions]
+        f.write("A " + " ".join(map(str, parts)) + "\n")  # its assignment now
+        f.flush()
+    return cb
+
+
+c.subscribe([topic], on_assign=seen("A"), on_revoke=seen("R"))
+with f:
     while True:
         m = c.poll(0.2)
         if m is None or m.error():
@@ -413,8 +424,14 @@ def test_confluent_group_of_three_with_a_member_killed(cluster1: LocalCluster, t
         got: dict[Any, set[tuple[int, int]]] = {}
         for f in files:
             lines = f.read_text().split("\n") if f.exists() else []
-            got[f] = {tuple(map(int, ln.split())) for ln in lines if ln.strip()}  # type: ignore[misc]
+            got[f] = {tuple(map(int, ln.split())) for ln in lines  # type: ignore[misc]
+                      if ln[:1].isdigit()}
         return got
+
+    def assigned(f: Any) -> list[int] | None:
+        """The member's assignment as its own rebalance callbacks last saw it."""
+        lines = [ln for ln in f.read_text().splitlines() if ln.startswith("A")] if f.exists() else []
+        return sorted(int(x) for x in lines[-1][1:].split()) if lines else None
 
     def produce(start: int, n: int) -> set[tuple[int, int]]:
         with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
@@ -423,15 +440,23 @@ def test_confluent_group_of_three_with_a_member_killed(cluster1: LocalCluster, t
             return {(m.partition, m.offset) for m in (f.result(timeout=30) for f in futs)}
 
     try:
+        deadline = time.monotonic() + 60
+        while True:  # the three members settle on one partition each (records come after:
+            views = [assigned(o) for o in outs]  # else the first member reads them all)
+            if all(v is not None and len(v) == 1 for v in views) and sorted(
+                    v[0] for v in views if v) == [0, 1, 2]:
+                break
+            assert time.monotonic() < deadline, views
+            time.sleep(0.2)
         want = produce(0, 150)
         deadline = time.monotonic() + 60
-        while True:  # each member gets one partition and reads it
+        while True:  # each member reads its partition
             got = consumed(outs)
-            if set().union(*got.values()) >= want and all(got.values()):
+            if set().union(*got.values()) >= want:
                 break
             assert time.monotonic() < deadline, {str(k): len(v) for k, v in got.items()}
             time.sleep(0.2)
-        assert all(len({p for p, _ in v}) == 1 for v in got.values())  # one partition each
+        assert [{p for p, _ in got[o]} for o in outs] == [set(assigned(o) or ()) for o in outs]
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(10)
         want |= produce(150, 150)
