@@ -5,8 +5,9 @@ rafka's controller-assigned groups, shown as classic ``consumer`` groups: KIP-84
 to the classic names a Kafka tool knows (Empty, Assigning → PreparingRebalance, Reconciling →
 CompletingRebalance, Stable), a member's subscription and assignment are encoded as the
 ConsumerProtocolSubscription v0 / ConsumerProtocolAssignment v0 bytes Kafka tools decode.
-Configs: topics only (resource type 2); a broker resource (4) is answered with no entries, as
-rafka's broker settings are read-only files. AlterConfigs replaces a topic's overrides (the
+Configs: topics (resource type 2) are described and altered; a broker (4) describes its own
+settings (node.toml, read-only: STATIC_BROKER_CONFIG) and its Kafka listener as
+``listeners`` / ``advertised.listeners``. AlterConfigs replaces a topic's overrides (the
 ones it does not name are removed, as Kafka does); IncrementalAlterConfigs SETs and DELETEs
 (APPEND/SUBTRACT, list-valued configs, are ``INVALID_REQUEST``).
 """
@@ -20,6 +21,7 @@ from typing import Any
 from kio.serial import entity_writer
 from rafka.broker.kafka import groups
 from rafka.broker.kafka.codec import KafkaRequest, build
+from rafka.broker.kafka.context import call_native, kafka_address, kafka_error, ms
 from rafka.wire.protocol import ApiKey
 
 __all__ = ["describe_groups", "list_groups", "delete_groups", "create_partitions",
@@ -39,10 +41,9 @@ def _subscription(topics: list[str]) -> bytes:
 
 
 async def describe_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native, kafka_error
 
     names = list(req.body.groups)
-    native = await _native(ctx, req, ApiKey.DESCRIBE_GROUPS, {"groups": names})
+    native = await call_native(ctx, req, ApiKey.DESCRIBE_GROUPS, {"groups": names})
     by_id = {g["group_id"]: g for g in native.get("groups") or []}
     out = []
     for name in names:
@@ -62,9 +63,8 @@ async def describe_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
 
 
 async def list_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native, kafka_error
 
-    native = await _native(ctx, req, ApiKey.LIST_GROUPS, {})
+    native = await call_native(ctx, req, ApiKey.LIST_GROUPS, {})
     wanted = {s for s in getattr(req.body, "states_filter", ())}
     out = [{"group_id": g["group_id"], "protocol_type": "consumer",
             "group_state": _STATES.get(g.get("state") or "", "Dead")}
@@ -75,10 +75,9 @@ async def list_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
 
 
 async def delete_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native, kafka_error
 
     names = list(req.body.groups_names)
-    native = await _native(ctx, req, ApiKey.DELETE_GROUPS, {"groups": names})
+    native = await call_native(ctx, req, ApiKey.DELETE_GROUPS, {"groups": names})
     by_id = {g["group_id"]: g for g in native.get("groups") or []}
     return {"throttle_time": 0, "results": [
         {"group_id": n, "error_code": kafka_error(by_id.get(n, native).get("error"))}
@@ -86,7 +85,6 @@ async def delete_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
 
 
 async def create_partitions(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _ms, _native, kafka_error
 
     b = req.body
     if b.validate_only:
@@ -94,9 +92,9 @@ async def create_partitions(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
             {"name": t.name, "error_code": INVALID_REQUEST,
              "error_message": "validate_only is not supported for CreatePartitions"}
             for t in b.topics]}
-    native = await _native(ctx, req, ApiKey.CREATE_PARTITIONS, {
+    native = await call_native(ctx, req, ApiKey.CREATE_PARTITIONS, {
         "topics": [{"name": t.name, "count": t.count} for t in b.topics],
-        "timeout_ms": _ms(b.timeout)})
+        "timeout_ms": ms(b.timeout)})
     by_name = {t["name"]: t for t in native.get("topics") or []}
     out = []
     for t in b.topics:
@@ -116,17 +114,16 @@ def _text(v: Any) -> str | None:
 
 
 async def describe_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native, kafka_error
 
     resources = list(req.body.resources)
     names = [r.resource_name for r in resources if r.resource_type == TOPIC]
-    native = await _native(ctx, req, ApiKey.DESCRIBE_CONFIGS, {"topics": names}) if names else {}
+    native = await call_native(ctx, req, ApiKey.DESCRIBE_CONFIGS, {"topics": names}) if names else {}
     by_name = {t["name"]: t for t in native.get("topics") or []}
     out = []
     for r in resources:
         base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
         if r.resource_type == BROKER:
-            out.append({**base, "error_code": 0, "error_message": None, "configs": ()})
+            out.append({**base, **_broker_configs(ctx, r)})
             continue
         if r.resource_type != TOPIC:
             out.append({**base, "error_code": INVALID_REQUEST, "error_message":
@@ -138,7 +135,7 @@ async def describe_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
         overrides = set(t.get("overrides") or ())
         configs = [{"name": k, "value": _text(v), "read_only": False,
                     "config_source": 1 if k in overrides else 5, "is_sensitive": False,
-                    "synonyms": (), "config_type": 0, "documentation": None,
+                    "synonyms": (), "config_type": _config_type(v), "documentation": None,
                     "is_default": k not in overrides}
                    for k, v in sorted((t.get("configs") or {}).items())
                    if keys is None or k in keys]
@@ -147,20 +144,56 @@ async def describe_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     return {"throttle_time": 0, "results": out}
 
 
+def _config_type(v: Any) -> int:
+    """Kafka's ConfigType of a value by its Python type (or its text): BOOLEAN 1, STRING 2,
+    LONG 5, DOUBLE 6, LIST 7 (UNKNOWN 0 otherwise)."""
+    if isinstance(v, bool):
+        return 1
+    if isinstance(v, int):
+        return 5
+    if isinstance(v, float):
+        return 6
+    if isinstance(v, str):  # rafka keeps some settings as their text
+        if v in ("true", "false"):
+            return 1
+        return 5 if v.lstrip("-").isdigit() else 2
+    if isinstance(v, (list, tuple)):
+        return 7
+    return 0
+
+
+def _broker_configs(ctx: Any, r: Any) -> dict[str, Any]:
+    """This broker's settings (node.toml: read-only here, STATIC_BROKER_CONFIG) and its
+    listener addresses; another broker's id is that broker's to answer (INVALID_REQUEST)."""
+
+    if r.resource_name not in ("", str(ctx.node_id)):
+        return {"error_code": INVALID_REQUEST, "error_message":
+                f"broker {ctx.node_id} answers for itself only, not {r.resource_name!r}",
+                "configs": ()}
+    settings = dict(ctx.settings)
+    addr = kafka_address(ctx.image(), ctx.node_id)
+    if addr is not None:
+        settings["listeners"] = settings["advertised.listeners"] = f"PLAINTEXT://{addr[0]}:{addr[1]}"
+    keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+    return {"error_code": 0, "error_message": None, "configs": [
+        {"name": k, "value": _text(v), "read_only": True, "config_source": 4,
+         "is_sensitive": False, "synonyms": (), "config_type": _config_type(v),
+         "documentation": None, "is_default": False}
+        for k, v in sorted(settings.items()) if keys is None or k in keys]}
+
+
 async def _alter(ctx: Any, req: KafkaRequest, changes: dict[str, dict[str, str | None]]
                  ) -> dict[str, dict[str, Any]]:
-    from rafka.broker.kafka.apis import _native
 
     if not changes:
         return {}
-    native = await _native(ctx, req, ApiKey.ALTER_CONFIGS, {
+    native = await call_native(ctx, req, ApiKey.ALTER_CONFIGS, {
         "topics": [{"name": n, "configs": c} for n, c in changes.items()]})
     by_name = {t["name"]: t for t in native.get("topics") or []}
     return {n: by_name.get(n, native) for n in changes}
 
 
 async def alter_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import kafka_error
 
     image = ctx.image()
     changes: dict[str, dict[str, str | None]] = {}
@@ -190,7 +223,6 @@ def _alter_answer(r: Any, refused: dict[str, tuple[int, str]], answers: dict[str
 
 
 async def incremental_alter_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import kafka_error
 
     changes: dict[str, dict[str, str | None]] = {}
     refused: dict[str, tuple[int, str]] = {}
@@ -215,7 +247,6 @@ async def incremental_alter_configs(ctx: Any, req: KafkaRequest) -> dict[str, An
 
 
 async def describe_cluster(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import kafka_address
 
     image = ctx.image()
     brokers = []

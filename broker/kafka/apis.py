@@ -8,10 +8,13 @@ listener dispatches through it; docs/kafka-compat.md lists the same rows.
 
 An adapter is ``async (ctx, request) -> dict | None``: it reads the ``kio`` request entity,
 builds the body of the *native* request that means the same (``wire/apis.py`` SCHEMAS),
-awaits ``ctx.dispatch`` — the node's own dispatch, so forwarding to the controller, the
-coordinators, quotas and the data plane are exactly those of the msgpack listener — and
+awaits it through ``context.call_native`` — the node's own dispatch, so forwarding to the
+controller, the coordinators, quotas and the data plane are exactly those of the msgpack
+listener — and
 turns the native answer into nested dicts that ``codec.build`` shapes into the response
-entity of the request's version (``None``: no response, produce with acks=0).
+entity of the request's version (``None``: no response, produce with acks=0). The data
+plane, topics and offsets are here; the classic group protocol in ``groups.py``,
+transactions in ``txn.py``, the other admin APIs in ``admin.py``.
 
 Error codes: rafka numbers its errors after Kafka's below 1000 (``wire/errors.py``), so
 they pass through; rafka-only codes (>= 1000) answer ``UNKNOWN_SERVER_ERROR`` with the
@@ -28,13 +31,24 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rafka.broker.kafka import admin, groups, txn
+from rafka.broker.kafka import acls, admin, groups, txn
 from rafka.broker.kafka.codec import KafkaRequest
-from rafka.broker.kafka.groups import ClassicGroups
+from rafka.broker.kafka.context import (
+    CORRUPT_MESSAGE,
+    NO_AUTH_OPS,
+    UNKNOWN_SERVER_ERROR,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_COMPRESSION_TYPE,
+    KafkaContext,
+    call_native,
+    commit_error,
+    kafka_address,
+    kafka_error,
+    ms,
+)
 from rafka.broker.kafka.records import (
     KafkaBatchError,
     UnsupportedCompressionError,
@@ -42,60 +56,11 @@ from rafka.broker.kafka.records import (
     native_to_kafka,
 )
 from rafka.broker.server import Reply
-from rafka.metadata.image import MetadataImage
-from rafka.wire.errors import RafkaError
-from rafka.wire.protocol import ApiKey, Request
+from rafka.wire.protocol import ApiKey
 
 __all__ = ["KafkaContext", "SERVED", "served_versions", "kafka_error"]
 
 log = logging.getLogger("rafka.kafka")
-
-UNKNOWN_SERVER_ERROR = -1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNSUPPORTED_COMPRESSION_TYPE = 76
-_NO_AUTH_OPS = -(2**31)
-
-
-@dataclass
-class KafkaContext:
-    """What an adapter may use: the node's dispatch, its metadata and its own identity."""
-
-    dispatch: Callable[[Request], Awaitable[Any]]
-    image: Callable[[], MetadataImage]
-    node_id: int
-    cluster_id: str
-    settings: Mapping[str, Any]
-    groups: ClassicGroups = field(default_factory=ClassicGroups)  # classic members (groups.py)
-
-
-def kafka_error(code: int | None) -> int:
-    """A native error code as Kafka's (the same number below 1000)."""
-    code = int(code or 0)
-    return code if code < 1000 else UNKNOWN_SERVER_ERROR
-
-
-def _ms(td: datetime.timedelta | int) -> int:
-    return td if isinstance(td, int) else int(td.total_seconds() * 1000)
-
-
-async def _native(ctx: KafkaContext, req: KafkaRequest, key: ApiKey, body: dict[str, Any]) -> Any:
-    """The native answer; an error the handler raised becomes ``{"error", "message"}`` (as
-    the msgpack listener puts it on the wire), so every adapter reads errors one way."""
-    try:
-        return await ctx.dispatch(Request(int(key), req.correlation_id, body, 0,
-                                          req.client_id or ""))
-    except RafkaError as exc:
-        return {"error": int(exc.code), "message": exc.message}
-
-
-def kafka_address(image: MetadataImage, broker_id: int) -> tuple[str, int] | None:
-    reg = image.cluster.brokers.get(broker_id)
-    if reg is None or not reg.kafka_listener:
-        return None
-    host, _, port = reg.kafka_listener.rpartition(":")
-    return host, int(port)
-
 
 # --------------------------------------------------------------------------- ApiVersions
 
@@ -124,16 +89,16 @@ def _topic_id(raw: Any) -> uuid.UUID:
 async def metadata(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     topics = req.body.topics
     body = {} if topics is None else {"topics": [t.name for t in topics if t.name is not None]}
-    native = await _native(ctx, req, ApiKey.METADATA, body)
+    native = await call_native(ctx, req, ApiKey.METADATA, body)
     if _auto_create(ctx, req):
         missing = [t["name"] for t in native.get("topics") or []
                    if t.get("error") == UNKNOWN_TOPIC_OR_PARTITION and not t["name"].startswith("__")]
         if missing:  # Kafka's auto.create.topics.enable: created now, leaders come later
-            await _native(ctx, req, ApiKey.CREATE_TOPICS, {"topics": [
+            await call_native(ctx, req, ApiKey.CREATE_TOPICS, {"topics": [
                 {"name": n, "num_partitions": ctx.settings.get("num.partitions", 1),
                  "replication_factor": ctx.settings.get("default.replication.factor", 1)}
                 for n in missing], "timeout_ms": 10_000})
-            native = await _native(ctx, req, ApiKey.METADATA, body)
+            native = await call_native(ctx, req, ApiKey.METADATA, body)
     image = ctx.image()
     brokers = []
     for b in native.get("brokers") or []:
@@ -150,11 +115,11 @@ async def metadata(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
         out_topics.append({"error_code": kafka_error(t.get("error")), "name": t["name"],
                            "topic_id": _topic_id(t.get("topic_id")),
                            "is_internal": bool(t.get("is_internal")), "partitions": parts,
-                           "topic_authorized_operations": _NO_AUTH_OPS})
+                           "topic_authorized_operations": NO_AUTH_OPS})
     # admin requests go to the controller; any broker forwards them to rafka's controller
     return {"throttle_time": 0, "brokers": brokers, "cluster_id": native.get("cluster_id"),
             "controller_id": ctx.node_id, "topics": out_topics,
-            "cluster_authorized_operations": _NO_AUTH_OPS}
+            "cluster_authorized_operations": NO_AUTH_OPS}
 
 
 def _auto_create(ctx: KafkaContext, req: KafkaRequest) -> bool:
@@ -188,10 +153,10 @@ async def produce(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any] | None
             topics.append({"name": t.name, "partitions": parts})
     native: Any = {"topics": []}
     if topics:
-        body = {"acks": b.acks, "timeout_ms": _ms(b.timeout), "topics": topics}
+        body = {"acks": b.acks, "timeout_ms": ms(b.timeout), "topics": topics}
         if b.transactional_id:
             body["transactional_id"] = b.transactional_id
-        native = await _native(ctx, req, ApiKey.PRODUCE, body)
+        native = await call_native(ctx, req, ApiKey.PRODUCE, body)
     if b.acks == 0:
         return None
     answers: dict[tuple[str, int], dict[str, Any]] = {}
@@ -234,7 +199,7 @@ async def fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     b = req.body
     body = {
         "replica_id": -1, "isolation_level": getattr(b, "isolation_level", 0),
-        "max_wait_ms": _ms(b.max_wait), "min_bytes": b.min_bytes,
+        "max_wait_ms": ms(b.max_wait), "min_bytes": b.min_bytes,
         "max_bytes": getattr(b, "max_bytes", 0x7FFFFFFF),
         "topics": [{"name": t.topic, "partitions": [
             {"partition": p.partition, "fetch_offset": p.fetch_offset,
@@ -243,7 +208,7 @@ async def fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
                 if getattr(p, "current_leader_epoch", -1) >= 0 else {})}
             for p in t.partitions]} for t in b.topics],
     }
-    reply = await _native(ctx, req, ApiKey.FETCH, body)
+    reply = await call_native(ctx, req, ApiKey.FETCH, body)
     native, raw = (reply.body, list(reply.raw)) if isinstance(reply, Reply) else (reply, [])
     try:
         responses = []
@@ -283,7 +248,7 @@ async def list_offsets(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
                  **({"current_leader_epoch": p.current_leader_epoch}
                     if getattr(p, "current_leader_epoch", -1) >= 0 else {})}
                 for p in t.partitions]} for t in b.topics]}
-    native = await _native(ctx, req, ApiKey.LIST_OFFSETS, body)
+    native = await call_native(ctx, req, ApiKey.LIST_OFFSETS, body)
     return {"throttle_time": 0, "topics": [
         {"name": t["name"], "partitions": [
             {"partition_index": p["partition"], "error_code": kafka_error(p["error"]),
@@ -304,8 +269,8 @@ async def create_topics(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
               else ctx.settings.get("default.replication.factor", 1))
         topics.append({"name": t.name, "num_partitions": parts, "replication_factor": rf,
                        "configs": {c.name: c.value for c in t.configs if c.value is not None}})
-    native = await _native(ctx, req, ApiKey.CREATE_TOPICS, {
-        "topics": topics, "timeout_ms": _ms(b.timeout),
+    native = await call_native(ctx, req, ApiKey.CREATE_TOPICS, {
+        "topics": topics, "timeout_ms": ms(b.timeout),
         "validate_only": bool(getattr(b, "validate_only", False))})
     by_name = {t["name"]: t for t in native.get("topics") or []}
     out = []
@@ -323,8 +288,8 @@ async def create_topics(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
 
 async def delete_topics(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     names = list(req.body.topic_names)
-    native = await _native(ctx, req, ApiKey.DELETE_TOPICS,
-                           {"topics": names, "timeout_ms": _ms(req.body.timeout)})
+    native = await call_native(ctx, req, ApiKey.DELETE_TOPICS,
+                           {"topics": names, "timeout_ms": ms(req.body.timeout)})
     by_name = {t["name"]: t for t in native.get("topics") or []}
     out = []
     for n in names:
@@ -339,7 +304,7 @@ async def find_coordinator(ctx: KafkaContext, req: KafkaRequest) -> dict[str, An
     b = req.body
     key_type = getattr(b, "key_type", 0)
     keys = list(b.coordinator_keys) if req.api_version >= 4 else [b.key]
-    native = await _native(ctx, req, ApiKey.FIND_COORDINATOR, {"key_type": key_type, "keys": keys})
+    native = await call_native(ctx, req, ApiKey.FIND_COORDINATOR, {"key_type": key_type, "keys": keys})
     image = ctx.image()
     coords = []
     for c in native.get("coordinators") or [{"key": k, "error": native.get("error"),
@@ -365,10 +330,10 @@ async def init_producer_id(ctx: KafkaContext, req: KafkaRequest) -> dict[str, An
     body: dict[str, Any] = {}
     if b.transactional_id:
         body["transactional_id"] = b.transactional_id
-        body["transaction_timeout_ms"] = _ms(b.transaction_timeout)
+        body["transaction_timeout_ms"] = ms(b.transaction_timeout)
     if getattr(b, "producer_id", -1) >= 0:
         body.update(producer_id=b.producer_id, producer_epoch=b.producer_epoch)
-    native = await _native(ctx, req, ApiKey.INIT_PRODUCER_ID, body)
+    native = await call_native(ctx, req, ApiKey.INIT_PRODUCER_ID, body)
     return {"throttle_time": 0, "error_code": kafka_error(native.get("error")),
             "producer_id": native.get("producer_id", -1),
             "producer_epoch": native.get("producer_epoch", -1)}
@@ -395,23 +360,15 @@ async def offset_commit(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
             body["member_epoch"] = member.epoch
             if member.metadata_offset is not None:
                 body["min_metadata_offset"] = member.metadata_offset
-    native = await _native(ctx, req, ApiKey.OFFSET_COMMIT, body)
+    native = await call_native(ctx, req, ApiKey.OFFSET_COMMIT, body)
     answers = {(t["name"], p["partition"]): p for t in native.get("topics") or []
                for p in t["partitions"]}
     top = native.get("error") or 0
     return {"throttle_time": 0, "topics": [
         {"name": t.name, "partitions": [
-            {"partition_index": p.partition_index, "error_code": _commit_error(
+            {"partition_index": p.partition_index, "error_code": commit_error(
                 answers.get((t.name, p.partition_index), {}).get("error", top))}
             for p in t.partitions]} for t in b.topics]}
-
-
-def _commit_error(code: int | None) -> int:
-    """Member-epoch errors as the classic ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID."""
-    code = int(code or 0)
-    if code in (110, 113, 1007):  # FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH, STALE_MEMBER
-        return 22
-    return kafka_error(code)
 
 
 async def offset_fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
@@ -421,7 +378,7 @@ async def offset_fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     if b.topics is not None:
         body["topics"] = [{"name": t.name, "partitions": list(t.partition_indexes)}
                           for t in b.topics]
-    native = await _native(ctx, req, ApiKey.OFFSET_FETCH, body)
+    native = await call_native(ctx, req, ApiKey.OFFSET_FETCH, body)
     top = kafka_error(native.get("error"))
     topics = [{"name": t["name"], "partitions": [
         {"partition_index": p["partition"], "committed_offset": p.get("offset", -1),
@@ -460,6 +417,9 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     25: (0, 3, txn.add_offsets_to_txn),
     26: (0, 3, txn.end_txn),
     28: (0, 3, txn.txn_offset_commit),
+    29: (1, 3, acls.describe_acls),
+    30: (1, 3, acls.create_acls),
+    31: (1, 3, acls.delete_acls),
     32: (1, 4, admin.describe_configs),
     33: (0, 2, admin.alter_configs),
     37: (0, 3, admin.create_partitions),

@@ -36,58 +36,24 @@ from __future__ import annotations
 
 import io
 import struct
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
 from kio.index import load_entity_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
-from rafka.broker.kafka.codec import KafkaRequest
+from rafka.broker.kafka.codec import KafkaRequest, build
+from rafka.broker.kafka.context import call_native, kafka_error, ms
+from rafka.broker.kafka.members import MAX_MEMBERS, ClassicGroups, Member
 from rafka.wire.protocol import ApiKey
 
 __all__ = ["ClassicGroups", "MAX_MEMBERS", "join_group", "sync_group", "heartbeat", "leave_group"]
 
-MAX_MEMBERS = 10_000
 NONE, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS = 0, 25, 22, 27
 INCONSISTENT_GROUP_PROTOCOL = 23
 _FENCED_MEMBER_EPOCH, _STALE_MEMBER = 110, 1007
 _VERSION = struct.Struct(">h")
 _Subscription = load_entity_schema("consumer_protocol_subscription", 0, EntityType.data)
 _Assignment = load_entity_schema("consumer_protocol_assignment", 0, EntityType.data)
-
-
-@dataclass
-class Member:
-    epoch: int
-    topics: list[str]
-    session_timeout_ms: int
-    given: frozenset[tuple[str, int]] = frozenset()
-    metadata_offset: int | None = None
-    latest: frozenset[tuple[str, int]] = field(default=frozenset())
-
-
-class ClassicGroups:
-    """The classic members this broker coordinates: (group, member id) → ``Member``."""
-
-    def __init__(self, max_members: int = MAX_MEMBERS) -> None:
-        self.members: OrderedDict[tuple[str, str], Member] = OrderedDict()
-        self.max_members = max_members
-
-    def get(self, group: str, member_id: str) -> Member | None:
-        m = self.members.get((group, member_id))
-        if m is not None:
-            self.members.move_to_end((group, member_id))
-        return m
-
-    def put(self, group: str, member_id: str, m: Member) -> None:
-        self.members[(group, member_id)] = m
-        self.members.move_to_end((group, member_id))
-        while len(self.members) > self.max_members:
-            self.members.popitem(last=False)
-
-    def drop(self, group: str, member_id: str) -> None:
-        self.members.pop((group, member_id), None)
 
 
 def decode_subscription(metadata: bytes) -> list[str]:
@@ -102,8 +68,6 @@ def encode_assignment(parts: frozenset[tuple[str, int]]) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for t, p in sorted(parts):
         by_topic.setdefault(t, []).append(p)
-    from rafka.broker.kafka.codec import build
-
     entity = build(_Assignment, {"assigned_partitions": [
         {"topic": t, "partitions": ps} for t, ps in by_topic.items()], "user_data": None})
     buf = io.BytesIO()
@@ -122,14 +86,8 @@ def _parts(assignment: Any) -> frozenset[tuple[str, int]]:
     return frozenset((a["name"], p) for a in assignment or () for p in a["partitions"])
 
 
-def _ms(td: Any) -> int:
-    return td if isinstance(td, int) else int(td.total_seconds() * 1000)
-
-
 async def _beat(ctx: Any, req: KafkaRequest, group: str, member_id: str, epoch: int,
                 owned: frozenset[tuple[str, int]] | None, m: Member | None) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native
-
     body: dict[str, Any] = {"group_id": group, "member_id": member_id, "member_epoch": epoch,
                             "client_id": req.client_id or ""}
     if owned is not None:
@@ -137,14 +95,12 @@ async def _beat(ctx: Any, req: KafkaRequest, group: str, member_id: str, epoch: 
     if m is not None and epoch >= 0:
         body["subscribed_topics"] = m.topics
         body["session_timeout_ms"] = m.session_timeout_ms
-    return await _native(ctx, req, ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
+    return await call_native(ctx, req, ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
 
 
 def _member_error(code: int) -> int:
     if code in (UNKNOWN_MEMBER_ID, _FENCED_MEMBER_EPOCH, _STALE_MEMBER):
         return UNKNOWN_MEMBER_ID
-    from rafka.broker.kafka.apis import kafka_error
-
     return kafka_error(code)
 
 
@@ -164,7 +120,7 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     if b.member_id and m is None:
         return {**out, "error_code": UNKNOWN_MEMBER_ID, "member_id": ""}
     new = Member(epoch=0 if m is None else m.epoch, topics=topics,
-                 session_timeout_ms=_ms(b.session_timeout))
+                 session_timeout_ms=ms(b.session_timeout))
     native = await _beat(ctx, req, b.group_id, b.member_id if m else "", new.epoch,
                          frozenset(), new)
     if native.get("error"):

@@ -29,7 +29,8 @@ from typing import Any
 
 import trio
 from rafka.broker.kafka import codec
-from rafka.broker.kafka.apis import READABLE_FROM, SERVED, KafkaContext, served_versions
+from rafka.broker.kafka.apis import READABLE_FROM, SERVED, served_versions
+from rafka.broker.kafka.context import KafkaContext
 
 __all__ = ["KafkaListener", "DEFAULT_MAX_FRAME_BYTES"]
 

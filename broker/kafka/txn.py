@@ -19,6 +19,7 @@ from typing import Any
 
 from rafka.broker.kafka import groups
 from rafka.broker.kafka.codec import KafkaRequest
+from rafka.broker.kafka.context import call_native, commit_error, kafka_error
 from rafka.wire.protocol import ApiKey
 
 __all__ = ["add_partitions_to_txn", "add_offsets_to_txn", "end_txn", "txn_offset_commit"]
@@ -27,11 +28,10 @@ COORDINATOR_NOT_AVAILABLE = 15
 
 
 async def add_partitions_to_txn(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native, kafka_error
 
     b = req.body
     topics = [{"name": t.name, "partitions": list(t.partitions)} for t in b.v3_and_below_topics]
-    native = await _native(ctx, req, ApiKey.ADD_PARTITIONS_TO_TXN, {
+    native = await call_native(ctx, req, ApiKey.ADD_PARTITIONS_TO_TXN, {
         "transactional_id": b.v3_and_below_transactional_id,
         "producer_id": b.v3_and_below_producer_id,
         "producer_epoch": b.v3_and_below_producer_epoch, "topics": topics})
@@ -46,32 +46,29 @@ async def add_partitions_to_txn(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
 
 
 async def add_offsets_to_txn(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native, kafka_error
 
     b = req.body
     body = {"transactional_id": b.transactional_id, "producer_id": b.producer_id,
             "producer_epoch": b.producer_epoch, "group_id": b.group_id}
-    native = await _native(ctx, req, ApiKey.ADD_OFFSETS_TO_TXN, body)
+    native = await call_native(ctx, req, ApiKey.ADD_OFFSETS_TO_TXN, body)
     if native.get("error") == COORDINATOR_NOT_AVAILABLE:
         # no __consumer_offsets yet: Kafka adds the group's partition without it; rafka's
         # FIND_COORDINATOR of the group creates it (as the node), then the add is retried once
-        await _native(ctx, req, ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": [b.group_id]})
-        native = await _native(ctx, req, ApiKey.ADD_OFFSETS_TO_TXN, body)
+        await call_native(ctx, req, ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": [b.group_id]})
+        native = await call_native(ctx, req, ApiKey.ADD_OFFSETS_TO_TXN, body)
     return {"throttle_time": 0, "error_code": kafka_error(native.get("error"))}
 
 
 async def end_txn(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _native, kafka_error
 
     b = req.body
-    native = await _native(ctx, req, ApiKey.END_TXN, {
+    native = await call_native(ctx, req, ApiKey.END_TXN, {
         "transactional_id": b.transactional_id, "producer_id": b.producer_id,
         "producer_epoch": b.producer_epoch, "commit": bool(b.committed)})
     return {"throttle_time": 0, "error_code": kafka_error(native.get("error"))}
 
 
 async def txn_offset_commit(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-    from rafka.broker.kafka.apis import _commit_error, _native
 
     b = req.body
     body: dict[str, Any] = {
@@ -88,12 +85,12 @@ async def txn_offset_commit(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
             body["member_epoch"] = member.epoch
             if member.metadata_offset is not None:
                 body["min_metadata_offset"] = member.metadata_offset
-    native = await _native(ctx, req, ApiKey.TXN_OFFSET_COMMIT, body)
+    native = await call_native(ctx, req, ApiKey.TXN_OFFSET_COMMIT, body)
     answers = {(t["name"], p["partition"]): p.get("error") for t in native.get("topics") or []
                for p in t["partitions"]}
     top = native.get("error") or 0
     return {"throttle_time": 0, "topics": [
         {"name": t.name, "partitions": [
-            {"partition_index": p.partition_index, "error_code": _commit_error(
+            {"partition_index": p.partition_index, "error_code": commit_error(
                 answers.get((t.name, p.partition_index), top) or top)} for p in t.partitions]}
         for t in b.topics]}

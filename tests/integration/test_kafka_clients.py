@@ -9,7 +9,9 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -384,8 +386,19 @@ bootstrap, group, topic, out = sys.argv[1:5]
 c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
               "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
               "heartbeat.interval.ms": 500})
-c.subscribe([topic])
-with open(out, "a") as f:
+f = open(out, "a")
+
+
+def seen(kind):
+    def cb(consumer, partitions):
+        parts = [] if kind == "R" else [p.partition for p in partitions]
+        f.write("A " + " ".join(map(str, parts)) + "\n")  # its assignment now
+        f.flush()
+    return cb
+
+
+c.subscribe([topic], on_assign=seen("A"), on_revoke=seen("R"))
+with f:
     while True:
         m = c.poll(0.2)
         if m is None or m.error():
@@ -411,8 +424,14 @@ def test_confluent_group_of_three_with_a_member_killed(cluster1: LocalCluster, t
         got: dict[Any, set[tuple[int, int]]] = {}
         for f in files:
             lines = f.read_text().split("\n") if f.exists() else []
-            got[f] = {tuple(map(int, ln.split())) for ln in lines if ln.strip()}  # type: ignore[misc]
+            got[f] = {tuple(map(int, ln.split())) for ln in lines  # type: ignore[misc]
+                      if ln[:1].isdigit()}
         return got
+
+    def assigned(f: Any) -> list[int] | None:
+        """The member's assignment as its own rebalance callbacks last saw it."""
+        lines = [ln for ln in f.read_text().splitlines() if ln.startswith("A")] if f.exists() else []
+        return sorted(int(x) for x in lines[-1][1:].split()) if lines else None
 
     def produce(start: int, n: int) -> set[tuple[int, int]]:
         with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
@@ -421,15 +440,23 @@ def test_confluent_group_of_three_with_a_member_killed(cluster1: LocalCluster, t
             return {(m.partition, m.offset) for m in (f.result(timeout=30) for f in futs)}
 
     try:
+        deadline = time.monotonic() + 60
+        while True:  # the three members settle on one partition each (records come after:
+            views = [assigned(o) for o in outs]  # else the first member reads them all)
+            if all(v is not None and len(v) == 1 for v in views) and sorted(
+                    v[0] for v in views if v) == [0, 1, 2]:
+                break
+            assert time.monotonic() < deadline, views
+            time.sleep(0.2)
         want = produce(0, 150)
         deadline = time.monotonic() + 60
-        while True:  # each member gets one partition and reads it
+        while True:  # each member reads its partition
             got = consumed(outs)
-            if set().union(*got.values()) >= want and all(got.values()):
+            if set().union(*got.values()) >= want:
                 break
             assert time.monotonic() < deadline, {str(k): len(v) for k, v in got.items()}
             time.sleep(0.2)
-        assert all(len({p for p, _ in v}) == 1 for v in got.values())  # one partition each
+        assert [{p for p, _ in got[o]} for o in outs] == [set(assigned(o) or ()) for o in outs]
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(10)
         want |= produce(150, 150)
@@ -643,3 +670,48 @@ def test_kafka_python_auto_created_topic_and_offsets_in_a_transaction(cluster1: 
     offsets = admin.list_group_offsets("auto-g")["auto-g"]
     admin.close()
     assert {tp: o.offset for tp, o in offsets.items()} == {KTP("auto-made", 0): 1}
+
+
+def test_confluent_admin_acls(cluster1: LocalCluster) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster1)})
+    read = AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:alice",
+                      "*", AclOperation.READ, AclPermissionType.ALLOW)
+    write = AclBinding(ResourceType.TOPIC, "ord", ResourcePatternType.PREFIXED, "User:bob",
+                       "*", AclOperation.WRITE, AclPermissionType.DENY)
+    for f in admin.create_acls([read, write]).values():
+        f.result(30)
+    any_topic = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,
+                                 AclOperation.ANY, AclPermissionType.ANY)
+    deadline = time.monotonic() + 20
+    while True:  # the controller's records reach this broker's image
+        got = admin.describe_acls(any_topic).result(30)
+        if len(got) == 2:
+            break
+        assert time.monotonic() < deadline, got
+        time.sleep(0.1)
+    assert sorted(got, key=str) == sorted([read, write], key=str)
+    listed = subprocess.run(  # the same ACLs, natively (rafka acl list)
+        [str(Path(sys.executable).with_name("rafka")), "acl", "list", "--json",
+         "--bootstrap", cluster1.bootstrap], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert {(a["principal"], a["operation"], a["pattern_type"], a["permission"])
+            for a in json.loads(listed.stdout)} == {("User:alice", "read", "literal", "allow"),
+                                                    ("User:bob", "write", "prefixed", "deny")}
+    bob = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None,
+                           AclOperation.ANY, AclPermissionType.ANY)
+    deleted = list(admin.delete_acls([bob]).values())[0].result(30)
+    assert deleted == [write]
+    deadline = time.monotonic() + 20
+    while admin.describe_acls(any_topic).result(30) != [read]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)

@@ -4,17 +4,23 @@ answer to an ApiVersions request of a version it does not serve — no sockets."
 
 from __future__ import annotations
 
+import datetime
 import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.static.primitive import Records
+from kio.static.primitive import Records, i64Timedelta
 from rafka.broker.kafka import codec
 from rafka.broker.kafka.apis import READABLE_FROM, SERVED
 from rafka.broker.kafka.listener import KafkaListener
 
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
+# kio's own i64Timedelta strategy reaches int64 milliseconds that it writes but cannot read
+# back (Python's timedelta ends at 999999999 days): such a request is closed as unreadable.
+# Clients send -1 or small durations (retention_time, ...); the round trips stay in that range.
+st.register_type_strategy(i64Timedelta, st.integers(-(2**47), 2**47).map(
+    lambda ms: datetime.timedelta(milliseconds=ms)))
 
 CASES = [(k, v) for k, (lo, hi, _) in sorted(SERVED.items())
          for v in range(READABLE_FROM.get(k, lo), hi + 1)]
@@ -26,7 +32,7 @@ def _ids(case: tuple[int, int]) -> str:
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_request_round_trip(case: tuple[int, int], data: st.DataObject) -> None:
     key, version = case
@@ -44,7 +50,7 @@ def test_request_round_trip(case: tuple[int, int], data: st.DataObject) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_response_round_trip(case: tuple[int, int], data: st.DataObject) -> None:
     key, version = case
