@@ -29,7 +29,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON = $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON = $(abspath $(PY))
 
-.PHONY: help install install-spark os-deps run test test-all bench fuzz lint chaos chaos-docker spark-demo clean
+.PHONY: help install install-spark os-deps run test test-all test-kafka-compat bench fuzz lint chaos chaos-docker spark-demo clean
 
 help:
 	@sed -n '2,10p' Makefile
@@ -59,12 +59,14 @@ install-spark: $(VENV)/.spark
 # deploy/install-chaos-deps.sh. Root only; without root the netns backend and the root-only
 # fault tests are skipped and the local (proxy) backend is used.
 # Also Debian's chromium for the web console's headless screenshot test
-# (deploy/install-browser-deps.sh; skipped without it).
+# (deploy/install-browser-deps.sh; skipped without it), and kcat for the Kafka-listener tests
+# (deploy/install-kafka-test-deps.sh; skipped without it).
 os-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  { command -v gcc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc python3-dev; } && \
 	  { [ ! -x $(PY) ] || ls log/_codec*.so >/dev/null 2>&1 || $(PY) setup.py -q build_ext --inplace; } && \
 	  sh deploy/install-chaos-deps.sh && \
+	  sh deploy/install-kafka-test-deps.sh && \
 	sh deploy/install-browser-deps.sh; \
 	else echo "os-deps: not root or no apt-get: netns chaos tests and the console screenshot test will be skipped"; fi
 
@@ -76,6 +78,11 @@ test: install install-spark os-deps
 
 test-all: install install-spark os-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# kafka-python's own integration suite (from its sdist) against a rafka cluster's Kafka listener;
+# fails only on a failure not listed in tests/kafka_compat/known_failures.txt (docs/kafka-compat.md)
+test-kafka-compat: install
+	$(PY) tests/kafka_compat/run_kafka_python_suite.py
 
 bench: install install-spark
 	$(PY) -m bench

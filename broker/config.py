@@ -112,6 +112,9 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "offsets.retention.check.interval.ms": (_int(100), 600_000),
     "num.partitions": (_int(1, 10_000), 1),
     "default.replication.factor": (_int(1, 100), 1),
+    # Kafka listener only (docs/kafka-compat.md): a Kafka client's METADATA naming a missing
+    # topic creates it with num.partitions / default.replication.factor, as Kafka's default
+    "auto.create.topics.enable": (_bool, True),
     "min.insync.replicas": (_int(1, 100), 1),
     "replica.lag.time.max.ms": (_int(100), 30_000),
     "replica.fetch.max.bytes": (_int(1024, 2**31 - 1), 1024 * 1024),
@@ -193,6 +196,9 @@ class NodeConfig:
     metrics_listener: tuple[str, int] | None = None
     # a secured client listener (security/listener.py SecurityConfig; docs/security.md)
     security: Any = None
+    # the Kafka wire-protocol listener (``kafka.listener = "HOST:PORT"``; broker/kafka/,
+    # docs/kafka-compat.md); None = off
+    kafka_listener: tuple[str, int] | None = None
 
     @property
     def is_broker(self) -> bool:
@@ -292,7 +298,7 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
     base = base_dir or Path.cwd()
     known = {"node_id", "roles", "data_dir", "listener", "raft_listener", "cluster_id",
              "cluster_secret", "cluster_secret_file", "voters", "broker", "controller",
-             "advertised_host", "metrics_listener", "security"}
+             "advertised_host", "metrics_listener", "security", "kafka"}
     for key in raw:
         if key not in known:
             raise ConfigError(source, key, "unknown setting")
@@ -321,6 +327,9 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
         raise ConfigError(source, "voters", f"node {node_id} has the controller role but is not a voter")
     advertised = raw.get("advertised_host")
     metrics = raw.get("metrics_listener")
+    kafka = raw.get("kafka") or {}
+    if not isinstance(kafka, dict) or set(kafka) - {"listener"}:
+        raise ConfigError(source, "kafka", f"expected only kafka.listener = \"HOST:PORT\", got {kafka!r}")
     from rafka.security.listener import parse_security  # (it imports this module)
 
     security = parse_security(raw.get("security"), source, base)
@@ -346,6 +355,7 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
         advertised_host=str(advertised) if advertised else None,
         metrics_listener=_addr(metrics, "metrics_listener", source) if metrics else None,
         security=security,
+        kafka_listener=_addr(kafka["listener"], "kafka.listener", source) if kafka.get("listener") else None,
     )
 
 

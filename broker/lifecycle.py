@@ -37,8 +37,10 @@ log = logging.getLogger("rafka.lifecycle")
 class BrokerLifecycle:
     def __init__(self, broker_id: int, advertised: tuple[str, int], channel: ControllerChannel,
                  publisher: MetadataPublisher, *, heartbeat_interval_ms: int = 500,
-                 rack: str | None = None, secure_listener: str | None = None) -> None:
+                 rack: str | None = None, secure_listener: str | None = None,
+                 kafka_listener: str | None = None) -> None:
         self.broker_id = broker_id
+        self.kafka_listener = kafka_listener  # "host:port" advertised to Kafka clients
         self.secure_listener = secure_listener  # "host:port" advertised to secured clients
         self.host, self.port = advertised
         self.channel = channel
@@ -76,7 +78,7 @@ class BrokerLifecycle:
                 "broker_id": self.broker_id, "incarnation_id": self.incarnation_id,
                 "host": self.host, "port": self.port, "rack": self.rack,
                 "heartbeat_interval_ms": round(self.interval_s * 1000),
-                "secure_listener": self.secure_listener},
+                "secure_listener": self.secure_listener, "kafka_listener": self.kafka_listener},
                 attempt_timeout_s=self.attempt_timeout_s)
         except RafkaError as exc:
             log.info("registration failed: %s", exc)

@@ -206,6 +206,7 @@ def register_broker(
     rack: str | None = None,
     *,
     secure_listener: str | None = None,
+    kafka_listener: str | None = None,
 ) -> Decision:
     """Empty decision if this very incarnation is already registered (idempotent).
     ``secure_listener``: "host:port" of the broker's secured client listener (docs/security.md)."""
@@ -213,7 +214,8 @@ def register_broker(
     if cur is not None and cur.incarnation_id == incarnation_id:
         return Decision()
     records: list[MetadataRecord] = [RegisterBroker(broker_id, incarnation_id, host, port, rack,
-                                                    secure_listener=secure_listener)]
+                                                    secure_listener=secure_listener,
+                                                    kafka_listener=kafka_listener)]
     if cur is not None:
         # a new incarnation: the old one is gone; move its leaderships away now
         live = _live(image) - {broker_id}

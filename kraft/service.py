@@ -536,6 +536,7 @@ class ControllerService:
         d = ctl.register_broker(
             self.require_quorum().image(), bid, body["incarnation_id"], body["host"], body["port"], body.get("rack"),
             secure_listener=body.get("secure_listener"),
+            kafka_listener=body.get("kafka_listener"),
         )
         if d:
             await self.propose(d)

@@ -65,6 +65,7 @@ class BrokerRegistration:
     fenced: bool = True
     secure_listener: str | None = None  # "host:port" (docs/security.md)
     decommissioning: bool = False  # no new replicas; its replicas move away (kraft/reassign.py)
+    kafka_listener: str | None = None  # "host:port" of its Kafka listener (docs/kafka-compat.md)
 
     @property
     def id(self) -> int:

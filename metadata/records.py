@@ -109,6 +109,7 @@ class RegisterBroker(_Record):
     fenced: bool = True
     secure_listener: str | None = None  # "host:port" of its secured listener (docs/security.md)
     decommissioning: bool = False  # snapshots: see BrokerRegistrationChange
+    kafka_listener: str | None = None  # "host:port" of its Kafka-protocol listener (docs/kafka-compat.md)
 
 
 @dataclass(frozen=True, slots=True)

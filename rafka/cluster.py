@@ -48,7 +48,7 @@ import trio
 from rafka import local_security
 from rafka.wire.connection import connect
 from rafka.wire.errors import RafkaError
-from rafka.wire.ports import METRICS_PORT_OFFSET, RAFT_PORT_OFFSET
+from rafka.wire.ports import KAFKA_PORT_OFFSET, METRICS_PORT_OFFSET, RAFT_PORT_OFFSET
 from rafka.wire.protocol import ApiKey
 
 __all__ = ["ClusterError", "NodeSpec", "cluster_up", "cluster_down", "load_cluster", "parse_overrides",
@@ -85,10 +85,19 @@ class NodeSpec:
     def controller(self) -> str:
         return f"{self.host}:{self.raft_port}"
 
+    @property
+    def kafka(self) -> str | None:
+        """Its Kafka-protocol listener, ``None`` when PORT+KAFKA_PORT_OFFSET is past 65535."""
+        port = self.port + KAFKA_PORT_OFFSET
+        return f"{self.host}:{port}" if port <= 65535 else None
+
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "roles": ["broker", "controller"], "client": self.client,
-                "controller": self.controller, "rpc": self.client, "pid": self.pid,
-                "config": str(self.config_path), "data_dir": str(self.data_dir)}
+        out = {"id": self.id, "roles": ["broker", "controller"], "client": self.client,
+               "controller": self.controller, "rpc": self.client, "pid": self.pid,
+               "config": str(self.config_path), "data_dir": str(self.data_dir)}
+        if self.kafka:
+            out["kafka"] = self.kafka
+        return out
 
 
 # --------------------------------------------------------------------------- layout
@@ -107,7 +116,8 @@ def free_port_block(n: int, host: str = "127.0.0.1") -> int:
 
     for _ in range(200):
         base = random.randrange(12000, 22000 - n)
-        wanted = [base + off + i for off in (0, RAFT_PORT_OFFSET, METRICS_PORT_OFFSET) for i in range(n)]
+        wanted = [base + off + i for off in (0, RAFT_PORT_OFFSET, METRICS_PORT_OFFSET, KAFKA_PORT_OFFSET)
+                  for i in range(n)]
         try:
             for p in wanted:
                 with socket.socket() as t:
@@ -200,6 +210,8 @@ def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file:
     ]
     if n.port + METRICS_PORT_OFFSET <= 65535:
         lines.append(f'metrics_listener = "{n.host}:{n.port + METRICS_PORT_OFFSET}"')
+    if n.kafka:
+        lines.append(f'kafka.listener = "{n.kafka}"')
     for v in nodes:
         lines += ["", "[[voters]]", f"id = {v.id}", f'raft = "{v.controller}"', f'rpc = "{v.client}"']
         lines += local_security.voter_toml(v, security)  # secure_rpc with --tls
@@ -255,6 +267,11 @@ def _create(data_dir: Path, count: int, host: str, port: int,
     _write_configs(data_dir, state, broker_config, controller_config)
     _save(data_dir, state)
     return state
+
+
+def kafka_bootstrap(state: dict[str, Any]) -> str:
+    """The Kafka clients' bootstrap string of the cluster ("" without Kafka listeners)."""
+    return ",".join(n.kafka for n in state["nodes"] if n.kafka)
 
 
 def _save(data_dir: Path, state: dict[str, Any]) -> None:
@@ -508,6 +525,9 @@ def cluster_up(data_dir: Path, nodes: int, host: str, port: int, *,
     urls = metrics_urls(state)
     if urls:
         echo(f"metrics: {' '.join(urls)}")
+    kafka = kafka_bootstrap(state)
+    if kafka:
+        echo(f"kafka: {kafka}")
     _secure_ready(data_dir, state, ready_timeout_s, echo)
     return state
 

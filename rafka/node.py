@@ -172,6 +172,12 @@ class _Node:
                 secured = None
                 if cfg.security is not None:  # docs/security.md
                     secured = await nursery.start(self._serve_secured, dispatch, limits, connections)
+                kafka_advertised = None  # the Kafka listener (broker/kafka/, docs/kafka-compat.md)
+                if cfg.kafka_listener is not None and self.rm is not None:
+                    from rafka.broker.kafka.listener import start_kafka_listener
+
+                    kafka_advertised = await start_kafka_listener(
+                        nursery, cfg, main_dispatch, lambda: self.publisher.image)
                 if cfg.metrics_listener is not None:
                     metrics.server, metrics.secured_server = server, secured
                     mport = await nursery.start(metrics.serve, *cfg.metrics_listener)
@@ -189,7 +195,8 @@ class _Node:
                         cfg.node_id, cfg.advertised, channel, self.publisher,
                         heartbeat_interval_ms=cfg.broker["broker.heartbeat.interval.ms"],
                         rack=cfg.broker["rack"],
-                        secure_listener=advertised(cfg.security) if cfg.security else None)
+                        secure_listener=advertised(cfg.security) if cfg.security else None,
+                        kafka_listener=kafka_advertised)
                     self._attach_replication(pool, channel)
                     await nursery.start(self.rm.run)
                     if api.txn is not None:  # transaction completions and timeouts

@@ -230,6 +230,7 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
         "rack": Opt(str),
         "heartbeat_interval_ms": Opt(int),  # the controller probes a broker silent for 2x this
         "secure_listener": Opt(str),  # "host:port" of its secured listener (docs/security.md)
+        "kafka_listener": Opt(str),  # "host:port" of its Kafka listener (docs/kafka-compat.md)
     },
     # -> BrokerHeartbeatResponse
     ApiKey.BROKER_HEARTBEAT: {

@@ -1,0 +1,174 @@
+"""The Kafka listener: a trio TCP server speaking Kafka's wire protocol beside rafka's own.
+
+Theory of operation
+-------------------
+``KafkaListener.serve`` binds ``kafka.listener`` (``task_status.started(port)`` once bound)
+and runs one task per connection inside its nursery, at most ``max_connections`` at a time
+(past that a new connection is closed at once) and closed when idle for
+``connections.max.idle.ms`` (no whole request within it). A connection reads a 4-byte length, refuses
+a negative one or one above ``max_frame_bytes`` by closing (as Kafka does, before reading
+the frame), reads the frame, decodes it (``codec.decode_request`` against ``apis.SERVED``),
+awaits the adapter and writes the answer. Requests of one connection are answered one at a
+time, in order — Kafka clients match answers to requests by order as well as by
+correlation id, and a Kafka broker also reads the next request of a connection only once it
+answered the last. (Pipelining across a connection's requests is a later optimisation.)
+
+Bad input, as Kafka answers it: ApiVersions of a version not served → an ApiVersions v0
+answer with ``UNSUPPORTED_VERSION`` and the served ranges (KIP-511); any other unknown api key
+or version, a payload that does not parse, or an adapter failure → the connection is closed
+with a logged reason. A bad batch in a produce is answered per partition
+(``CORRUPT_MESSAGE`` / ``UNSUPPORTED_COMPRESSION_TYPE``) by the produce adapter. Nothing of
+this reaches the node's other tasks: the listener and the broker stay up.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Any
+
+import trio
+from rafka.broker.kafka import codec
+from rafka.broker.kafka.apis import READABLE_FROM, SERVED, served_versions
+from rafka.broker.kafka.context import KafkaContext
+
+__all__ = ["KafkaListener", "DEFAULT_MAX_FRAME_BYTES"]
+
+log = logging.getLogger("rafka.kafka")
+
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+UNSUPPORTED_VERSION = 35
+_LEN = struct.Struct(">i")
+_RECV_BYTES = 256 * 1024
+
+
+class _Closed(Exception):
+    pass
+
+
+class _Reader:
+    """Exact-size reads over a trio stream (one buffer, no unbounded growth: frames are
+    bounded by ``max_frame_bytes`` before they are read)."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self.stream = stream
+        self.buf = bytearray()
+
+    async def read_exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            chunk = await self.stream.receive_some(max(_RECV_BYTES, n - len(self.buf)))
+            if not chunk:
+                raise _Closed
+            self.buf += chunk
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+
+class KafkaListener:
+    def __init__(self, ctx: KafkaContext, host: str, port: int, *,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 max_connections: int = 1000, idle_timeout_s: float = 600.0) -> None:
+        self.ctx = ctx
+        self.idle_timeout_s = idle_timeout_s
+        self.host, self.port = host, port
+        self.max_frame_bytes = max_frame_bytes
+        self.max_connections = max_connections
+        self.connections = 0
+        self.supported = {k: (READABLE_FROM.get(k, lo), hi) for k, (lo, hi, _) in SERVED.items()}
+
+    def statistics(self) -> dict[str, int]:
+        return {"connections": self.connections}
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        port = listeners[0].socket.getsockname()[1]
+        log.info("node %s: Kafka listener on %s:%d", getattr(self.ctx, "node_id", "?"),
+                 self.host, port)
+        task_status.started(port)
+        await trio.serve_listeners(self._connection, listeners)
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        if self.connections >= self.max_connections:
+            await stream.aclose()
+            return
+        self.connections += 1
+        peer = _peer(stream)
+        try:
+            async with stream:
+                reader = _Reader(stream)
+                while True:
+                    payload: bytes | None = None
+                    with trio.move_on_after(self.idle_timeout_s):  # connections.max.idle.ms
+                        (n,) = _LEN.unpack(await reader.read_exactly(4))
+                        if n < 0 or n > self.max_frame_bytes:
+                            log.info("kafka %s: frame of %d bytes (limit %d): closing", peer, n,
+                                     self.max_frame_bytes)
+                            return
+                        payload = await reader.read_exactly(n)
+                    if payload is None:
+                        log.info("kafka %s: idle for %.0f s: closing", peer, self.idle_timeout_s)
+                        return
+                    out = await self.handle(payload, peer)
+                    if out is _CLOSE:
+                        return
+                    if out:
+                        await stream.send_all(out)
+        except (_Closed, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.connections -= 1
+
+    async def handle(self, payload: bytes, peer: str = "?") -> bytes | object | None:
+        """The answer frame to one request payload, ``None`` (no answer) or ``_CLOSE``."""
+        try:
+            req = codec.decode_request(payload, self.supported)
+        except codec.UnsupportedVersion as exc:
+            if exc.api_key == codec.API_VERSIONS_KEY:  # KIP-511: v0 answer with the ranges
+                entity = codec.build(codec.response_schema(codec.API_VERSIONS_KEY, 0), {
+                    "error_code": UNSUPPORTED_VERSION, "api_keys": served_versions()})
+                return codec.encode_response(codec.API_VERSIONS_KEY, 0, exc.correlation_id, entity)
+            log.info("kafka %s: %s (served: %s): closing", peer, exc,
+                     self.supported.get(exc.api_key, "none"))
+            return _CLOSE
+        except codec.KafkaDecodeError as exc:
+            log.info("kafka %s: %s: closing", peer, exc)
+            return _CLOSE
+        adapter = SERVED[req.api_key][2]
+        try:
+            answer = await adapter(self.ctx, req)
+            if answer is None:
+                return None
+            entity = codec.build(codec.response_schema(req.api_key, req.api_version), answer)
+            return codec.encode_response(req.api_key, req.api_version, req.correlation_id, entity)
+        except Exception:
+            log.exception("kafka %s: api key %d v%d failed: closing", peer, req.api_key,
+                          req.api_version)
+            return _CLOSE
+
+
+_CLOSE = object()
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "?"
+
+
+async def start_kafka_listener(nursery: trio.Nursery, config: Any, dispatch: Any,
+                               image: Any) -> str:
+    """Start the Kafka listener of a node (``rafka/node.py``) in ``nursery``; returns the
+    ``host:port`` to advertise (``advertised_host`` or the bound host, 0.0.0.0 → 127.0.0.1)."""
+    host, port = config.kafka_listener
+    ctx = KafkaContext(dispatch=dispatch, image=image, node_id=config.node_id,
+                       cluster_id=config.cluster_id, settings=dict(config.broker))
+    listener = KafkaListener(ctx, host, port,
+                             max_frame_bytes=config.broker["socket.request.max.bytes"],
+                             max_connections=config.broker["max.connections"],
+                             idle_timeout_s=config.broker["connections.max.idle.ms"] / 1000)
+    bound = await nursery.start(listener.serve)
+    adv = config.advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+    return f"{adv}:{bound}"

@@ -1,0 +1,717 @@
+"""Unmodified Kafka clients against rafka's Kafka listener (broker/kafka/, issue 23): kcat,
+kafka-python and confluent-kafka (librdkafka), on real ``rafka cluster up`` nodes over
+loopback, and records crossing between the Kafka and the native protocol both ways."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rafka.broker.kafka import codec
+from rafka.broker.kafka import records as kr
+from rafka.client import Admin, Consumer, Producer, TopicPartition
+
+from tests.integration.conftest import LocalCluster
+
+kcat_missing = pytest.mark.skipif(shutil.which("kcat") is None,
+                                  reason="kcat not installed (Debian package kcat: make os-deps)")
+
+
+def kafka_bootstrap(c: LocalCluster) -> str:
+    return ",".join(n["kafka"] for n in c.info()["nodes"])
+
+
+def create(c: LocalCluster, topic: str, partitions: int = 1, rf: int = 1) -> None:
+    """Create with the native admin, then wait until every broker's Kafka listener names a
+    leader for every partition (clients would retry meanwhile; tests should not depend on it)."""
+    with Admin(bootstrap_servers=c.bootstrap) as a:
+        a.create_topic(topic, partitions=partitions, replication_factor=rf, exist_ok=True)
+    req = codec.build(codec.request_schema(3, 12), {
+        "topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False})
+    for addr in kafka_bootstrap(c).split(","):
+        host, port = addr.split(":")
+        deadline = time.monotonic() + 30
+        while True:
+            _, md = codec.decode_response(_roundtrip((host, int(port)), codec.encode_request(req, 1)),
+                                          3, 12)
+            t = md.topics[0]
+            if (int(t.error_code) == 0 and len(t.partitions) == partitions
+                    and all(p.leader_id >= 0 for p in t.partitions)):
+                break
+            assert time.monotonic() < deadline, f"{topic} has no leaders at {addr}: {t}"
+            time.sleep(0.05)
+
+
+def native_records(c: LocalCluster, topic: str, n: int, partitions: int = 1) -> list[Any]:
+    out: list[Any] = []
+    with Consumer(bootstrap_servers=c.bootstrap) as cons:
+        cons.assign([TopicPartition(topic, p) for p in range(partitions)])
+        cons.seek_to_beginning()
+        deadline = time.monotonic() + 30
+        while len(out) < n and time.monotonic() < deadline:
+            for recs in cons.poll(timeout_ms=500).values():
+                out += recs
+    return sorted(out, key=lambda r: (r.partition, r.offset))
+
+
+# --------------------------------------------------------------------------- kcat
+
+
+@kcat_missing
+def test_kcat_metadata_produce_consume(cluster1: LocalCluster) -> None:
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "kc", partitions=2)
+    meta = json.loads(subprocess.run(["kcat", "-b", kb, "-L", "-J"], capture_output=True,
+                                     text=True, timeout=30, check=True).stdout)
+    host, port = kb.split(":")
+    assert [(b["id"], b["name"]) for b in meta["brokers"]] == [(1, f"{host}:{port}")]
+    topic = next(t for t in meta["topics"] if t["topic"] == "kc")
+    assert sorted(p["partition"] for p in topic["partitions"]) == [0, 1]
+    assert all(p["leader"] == 1 for p in topic["partitions"])
+
+    r = subprocess.run(["kcat", "-b", kb, "-P", "-t", "kc", "-p", "1", "-K", ":",
+                        "-H", "trace=abc", "-H", "n=1"],
+                       input="k1:v1\nk2:v2\nk3:v3\n", capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run(["kcat", "-b", kb, "-C", "-t", "kc", "-o", "beginning", "-e",
+                          "-f", "%p|%o|%k|%s|%h\n"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [f"1|{i}|k{i + 1}|v{i + 1}|trace=abc,n=1" for i in range(3)]
+    # the native client reads the same records
+    recs = native_records(cluster1, "kc", 3, partitions=2)
+    assert [(r.partition, r.offset, r.key, r.value, list(map(tuple, r.headers))) for r in recs] == [
+        (1, i, f"k{i + 1}".encode(), f"v{i + 1}".encode(), [("trace", b"abc"), ("n", b"1")])
+        for i in range(3)]
+
+
+# --------------------------------------------------------------------------- kafka-python
+
+
+def test_kafka_python_and_native_interop(cluster1: LocalCluster) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "kp")
+    ts0 = 1_700_000_000_000
+    with_kafka = [(b"a", b"1", [("h", b"x")], ts0), (None, b"2", [], ts0 + 5),
+                  (b"c", None, [("h", b"y"), ("i", b"")], ts0 + 9)]
+    prod = KafkaProducer(bootstrap_servers=kb, acks="all", compression_type="gzip", linger_ms=20)
+    futs = [prod.send("kp", key=k, value=v, headers=h, timestamp_ms=t, partition=0)
+            for k, v, h, t in with_kafka]
+    offsets = [f.get(timeout=30).offset for f in futs]
+    prod.close()
+    assert offsets == [0, 1, 2]
+    # Kafka -> native: same offset, timestamp, key, value, headers
+    recs = native_records(cluster1, "kp", 3)
+    assert [(r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers])
+            for r in recs] == [(i, t, k, v, h) for i, (k, v, h, t) in enumerate(with_kafka)]
+
+    # native -> Kafka
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all",
+                  compression_type="lz4") as p:
+        metas = [p.send("kp", value=b"n%d" % i, key=b"nk%d" % i, headers=[("src", b"native")],
+                        partition=0, timestamp_ms=ts0 + 100 + i) for i in range(4)]
+        p.flush()
+        assert [m.result(timeout=30).offset for m in metas] == [3, 4, 5, 6]
+    cons = KafkaConsumer(bootstrap_servers=kb, auto_offset_reset="earliest",
+                         consumer_timeout_ms=5000, enable_auto_commit=False)
+    cons.assign([KTP("kp", 0)])
+    cons.seek_to_beginning()
+    got = []
+    for r in cons:
+        got.append((r.offset, r.timestamp, r.key, r.value, list(r.headers)))
+        if len(got) == 7:
+            break
+    cons.close()
+    assert got[:3] == [(i, t, k, v, h) for i, (k, v, h, t) in enumerate(with_kafka)]
+    assert got[3:] == [(3 + i, ts0 + 100 + i, b"nk%d" % i, b"n%d" % i, [("src", b"native")])
+                       for i in range(4)]
+
+
+# --------------------------------------------------------------------------- confluent-kafka
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_confluent_idempotent_compressed_produce_and_consume(cluster1: LocalCluster,
+                                                             compression: str) -> None:
+    from confluent_kafka import OFFSET_BEGINNING
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import Producer as CProducer
+    from confluent_kafka import TopicPartition as CTP
+
+    kb = kafka_bootstrap(cluster1)
+    topic = f"cf-{compression}"
+    create(cluster1, topic)
+    n = 500
+    errors: list[Any] = []
+    prod = CProducer({"bootstrap.servers": kb, "enable.idempotence": True, "acks": "all",
+                      "compression.type": compression, "linger.ms": 5})
+    for i in range(n):
+        prod.produce(topic, key=b"k%d" % i, value=b"v%d" % i * 10, headers=[("i", str(i))],
+                     partition=0, on_delivery=lambda err, msg: errors.append(err) if err else None)
+    assert prod.flush(30) == 0
+    assert errors == []
+    cons = CConsumer({"bootstrap.servers": kb, "group.id": "unused", "enable.auto.commit": False})
+    cons.assign([CTP(topic, 0, OFFSET_BEGINNING)])
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < n and time.monotonic() < deadline:
+        for m in cons.consume(num_messages=1000, timeout=1):
+            assert m.error() is None, m.error()
+            got.append((m.offset(), m.key(), m.value(), m.headers()))
+    cons.close()
+    assert got == [(i, b"k%d" % i, b"v%d" % i * 10, [("i", str(i).encode())]) for i in range(n)]
+    # the idempotent producer's batches carry its producer id into the native log
+    recs = native_records(cluster1, topic, n)
+    assert [(r.offset, r.key) for r in recs] == [(i, b"k%d" % i) for i in range(n)]
+
+
+def test_confluent_three_brokers_acks_all(cluster3: LocalCluster) -> None:
+    from confluent_kafka import Producer as CProducer
+    from confluent_kafka.admin import AdminClient
+
+    kb = kafka_bootstrap(cluster3)
+    create(cluster3, "rf3", partitions=3, rf=3)
+    md = AdminClient({"bootstrap.servers": kb}).list_topics(timeout=20)
+    assert sorted(f"{b.host}:{b.port}" for b in md.brokers.values()) == sorted(kb.split(","))
+    assert {p.id: len(p.replicas) for p in md.topics["rf3"].partitions.values()} == {0: 3, 1: 3, 2: 3}
+    prod = CProducer({"bootstrap.servers": kb, "enable.idempotence": True, "acks": "all"})
+    delivered: list[Any] = []
+    for i in range(90):
+        prod.produce("rf3", key=b"k%d" % i, value=b"v%d" % i,
+                     on_delivery=lambda err, msg: delivered.append((err, msg.partition())))
+    assert prod.flush(30) == 0
+    assert all(err is None for err, _ in delivered) and len(delivered) == 90
+    assert len({p for _, p in delivered}) > 1  # the partitions are led by different brokers
+    recs = native_records(cluster3, "rf3", 90, partitions=3)
+    assert sorted(r.key for r in recs) == sorted(b"k%d" % i for i in range(90))
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _roundtrip(addr: tuple[str, int], frame: bytes, *, hang_up: bool = False) -> bytes:
+    """Send one frame (``hang_up``: then close our side); the answer frame's payload, or b""
+    when the broker closed the connection."""
+    with socket.create_connection(addr, timeout=10) as s:
+        s.sendall(frame)
+        if hang_up:
+            s.shutdown(socket.SHUT_WR)
+        head = b""
+        while len(head) < 4:
+            chunk = s.recv(4 - len(head))
+            if not chunk:
+                return b""
+            head += chunk
+        (n,) = struct.unpack(">i", head)
+        body = b""
+        while len(body) < n:
+            chunk = s.recv(n - len(body))
+            assert chunk, "closed mid-answer"
+            body += chunk
+        return body
+
+
+def _api_versions_ok(addr: tuple[str, int]) -> bool:
+    req = codec.build(codec.request_schema(18, 3), {"client_software_name": "t",
+                                                   "client_software_version": "1"})
+    payload = _roundtrip(addr, codec.encode_request(req, 5))
+    cid, body = codec.decode_response(payload, 18, 3)
+    return cid == 5 and int(body.error_code) == 0
+
+
+def test_bad_input_is_answered_or_closed_and_the_broker_stays_up(cluster1: LocalCluster) -> None:
+    host, port = kafka_bootstrap(cluster1).split(":")
+    addr = (host, int(port))
+    create(cluster1, "bad")
+    assert _api_versions_ok(addr)
+    # oversized and negative frame lengths, garbage, unknown api key, Produce v2: closed
+    for frame in (struct.pack(">i", 2**31 - 1), struct.pack(">i", -5),
+                  struct.pack(">i", 8) + b"\xff" * 8,
+                  codec.frame([struct.pack(">hhih", 99, 0, 1, -1)]),
+                  codec.frame([struct.pack(">hhih", 0, 2, 1, -1) + b"\x00" * 16])):
+        assert _roundtrip(addr, frame) == b""
+    # a frame cut short by a client that hangs up: the broker closes too
+    assert _roundtrip(addr, struct.pack(">i", 100) + b"\x00" * 10, hang_up=True) == b""
+    # a produce whose batch fails its CRC: CORRUPT_MESSAGE for that partition, nothing stored
+    batch = bytearray(kr.encode_batch([kr.KafkaRow(0, 0, b"k", b"v", [])], first_timestamp=1))
+    batch[-1] ^= 0xFF
+    req = codec.build(codec.request_schema(0, 9), {
+        "transactional_id": None, "acks": -1, "timeout": 5000,
+        "topic_data": [{"name": "bad", "partition_data": [{"index": 0, "records": bytes(batch)}]}]})
+    cid, resp = codec.decode_response(_roundtrip(addr, codec.encode_request(req, 11)), 0, 9)
+    part = resp.responses[0].partition_responses[0]
+    assert cid == 11 and int(part.error_code) == 2  # CORRUPT_MESSAGE
+    # unsupported compression (codec 5, good CRC): UNSUPPORTED_COMPRESSION_TYPE
+    from crc32c import crc32c
+    odd = bytearray(kr.encode_batch([kr.KafkaRow(0, 0, b"k", b"v", [])], first_timestamp=1))
+    struct.pack_into(">h", odd, 21, 5)
+    struct.pack_into(">I", odd, 17, crc32c(bytes(odd[21:])))
+    req = codec.build(codec.request_schema(0, 9), {
+        "transactional_id": None, "acks": 1, "timeout": 5000,
+        "topic_data": [{"name": "bad", "partition_data": [{"index": 0, "records": bytes(odd)}]}]})
+    _, resp = codec.decode_response(_roundtrip(addr, codec.encode_request(req, 12)), 0, 9)
+    assert int(resp.responses[0].partition_responses[0].error_code) == 76
+    # still up, on both listeners, and nothing was appended
+    assert _api_versions_ok(addr)
+    with Admin(bootstrap_servers=cluster1.bootstrap) as a:
+        assert "bad" in a.list_topics()
+    req = codec.build(codec.request_schema(2, 7), {"replica_id": -1, "isolation_level": 0,
+                                                   "topics": [{"name": "bad", "partitions": [
+                                                       {"partition_index": 0, "timestamp": -1}]}]})
+    _, resp = codec.decode_response(_roundtrip(addr, codec.encode_request(req, 13)), 2, 7)
+    latest = resp.topics[0].partitions[0]
+    assert (int(latest.error_code), latest.offset) == (0, 0)  # nothing was appended
+
+
+def test_idempotent_sequence_checks_answer_kafka_error_codes(cluster1: LocalCluster) -> None:
+    host, port = kafka_bootstrap(cluster1).split(":")
+    addr = (host, int(port))
+    create(cluster1, "seq")
+    init = codec.build(codec.request_schema(22, 4), {"transactional_id": None,
+                                                   "transaction_timeout": -1})
+    _, pid = codec.decode_response(_roundtrip(addr, codec.encode_request(init, 1)), 22, 4)
+    assert int(pid.error_code) == 0 and pid.producer_id >= 0
+
+    def produce(seq: int, n: int = 2) -> tuple[int, int]:
+        batch = kr.encode_batch([kr.KafkaRow(i, i, b"k", b"v%d" % (seq + i), []) for i in range(n)],
+                                first_timestamp=1_700_000_000_000, producer_id=pid.producer_id,
+                                producer_epoch=pid.producer_epoch, base_sequence=seq)
+        req = codec.build(codec.request_schema(0, 9), {
+            "transactional_id": None, "acks": -1, "timeout": 5000,
+            "topic_data": [{"name": "seq", "partition_data": [{"index": 0, "records": batch}]}]})
+        _, resp = codec.decode_response(_roundtrip(addr, codec.encode_request(req, 2)), 0, 9)
+        part = resp.responses[0].partition_responses[0]
+        return int(part.error_code), part.base_offset
+
+    assert produce(0) == (0, 0)
+    assert produce(2) == (0, 2)
+    assert produce(2) == (0, 2)  # a retried batch: its original offsets, nothing appended
+    assert produce(9)[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert produce(4) == (0, 4)
+    assert [r.value for r in native_records(cluster1, "seq", 6)] == [
+        b"v0", b"v1", b"v2", b"v3", b"v4", b"v5"]
+
+
+def test_offsets_committed_outside_a_generation(cluster1: LocalCluster) -> None:
+    """assign() consumers commit and fetch offsets (generation -1) through the Kafka listener;
+    the native client reads the same committed offsets, and the reverse."""
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import TopicPartition as CTP
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "off", partitions=2)
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        for i in range(10):
+            p.send("off", value=b"%d" % i, partition=i % 2)
+        p.flush()
+    cons = CConsumer({"bootstrap.servers": kb, "group.id": "cg", "enable.auto.commit": False})
+    cons.commit(offsets=[CTP("off", 0, 3), CTP("off", 1, 5)], asynchronous=False)
+    got = cons.committed([CTP("off", 0), CTP("off", 1)], timeout=20)
+    assert [(t.partition, t.offset, t.error) for t in got] == [(0, 3, None), (1, 5, None)]
+    cons.assign([CTP("off", 0)])  # no offset given: it starts at the committed one
+    first = None
+    deadline = time.monotonic() + 20
+    while first is None and time.monotonic() < deadline:
+        m = cons.poll(1)
+        if m is not None and m.error() is None:
+            first = (m.partition(), m.offset())
+    cons.close()
+    assert first == (0, 3)
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="cg") as native:
+        assert native.committed(TopicPartition("off", 0)) == 3
+        assert native.committed(TopicPartition("off", 1)) == 5
+
+    kc = KafkaConsumer(bootstrap_servers=kb, group_id="kg", enable_auto_commit=False)
+    kc.assign([KTP("off", 0)])
+    kc.commit({KTP("off", 0): OffsetAndMetadata(4, "m", -1)})
+    assert kc.committed(KTP("off", 0)) == 4
+    assert kc.committed(KTP("off", 1)) is None
+    kc.close()
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="ng",
+                  enable_auto_commit=False) as native:
+        native.assign([TopicPartition("off", 1)])
+        native.commit({TopicPartition("off", 1): 7})
+    cons = CConsumer({"bootstrap.servers": kb, "group.id": "ng"})
+    assert [t.offset for t in cons.committed([CTP("off", 1)], timeout=20)] == [7]
+    cons.close()
+
+
+# --------------------------------------------------------------------------- classic groups
+
+
+@kcat_missing
+def test_kcat_group_mode_consumes_and_commits(cluster1: LocalCluster) -> None:
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "kg", partitions=2)
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        for i in range(20):
+            p.send("kg", value=b"v%d" % i, key=b"k%d" % i, partition=i % 2)
+        p.flush()
+    fmt = ["-f", "%p %o %k %s\n"]
+    first = subprocess.run(["kcat", "-b", kb, "-G", "kgroup", "kg", "-o", "beginning", "-e", *fmt],
+                           capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    assert "assigned: kg [0], kg [1]" in first.stderr
+    assert sorted(first.stdout.splitlines()) == sorted(
+        f"{i % 2} {i // 2} k{i} v{i}" for i in range(20))
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="kgroup") as native:
+        assert [native.committed(TopicPartition("kg", p)) for p in (0, 1)] == [10, 10]
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        p.send("kg", value=b"late", key=b"x", partition=1)
+        p.flush()
+    again = subprocess.run(["kcat", "-b", kb, "-G", "kgroup", "kg", "-e", *fmt],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == ["1 10 x late"]  # from the committed offsets on
+
+
+_GROUP_MEMBER = r"""
+import sys
+from confluent_kafka import Consumer
+bootstrap, group, topic, out = sys.argv[1:5]
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+              "heartbeat.interval.ms": 500})
+f = open(out, "a")
+
+
+def seen(kind):
+    def cb(consumer, partitions):
+        parts = [] if kind == "R" else [p.partition for p in partitions]
+        f.write("A " + " ".join(map(str, parts)) + "\n")  # its assignment now
+        f.flush()
+    return cb
+
+
+c.subscribe([topic], on_assign=seen("A"), on_revoke=seen("R"))
+with f:
+    while True:
+        m = c.poll(0.2)
+        if m is None or m.error():
+            continue
+        f.write(f"{m.partition()} {m.offset()}\n")
+        f.flush()
+        c.commit(message=m, asynchronous=False)
+"""
+
+
+def test_confluent_group_of_three_with_a_member_killed(cluster1: LocalCluster, tmp_path: Any) -> None:
+    import signal
+    import sys
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "g3", partitions=3)
+    outs = [tmp_path / f"member-{i}.txt" for i in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-c", _GROUP_MEMBER, kb, "grp3", "g3", str(o)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for o in outs]
+
+    def consumed(files: list[Any]) -> dict[Any, set[tuple[int, int]]]:
+        got: dict[Any, set[tuple[int, int]]] = {}
+        for f in files:
+            lines = f.read_text().split("\n") if f.exists() else []
+            got[f] = {tuple(map(int, ln.split())) for ln in lines  # type: ignore[misc]
+                      if ln[:1].isdigit()}
+        return got
+
+    def assigned(f: Any) -> list[int] | None:
+        """The member's assignment as its own rebalance callbacks last saw it."""
+        lines = [ln for ln in f.read_text().splitlines() if ln.startswith("A")] if f.exists() else []
+        return sorted(int(x) for x in lines[-1][1:].split()) if lines else None
+
+    def produce(start: int, n: int) -> set[tuple[int, int]]:
+        with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+            futs = [p.send("g3", value=b"%d" % i, partition=i % 3) for i in range(start, start + n)]
+            p.flush()
+            return {(m.partition, m.offset) for m in (f.result(timeout=30) for f in futs)}
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the three members settle on one partition each (records come after:
+            views = [assigned(o) for o in outs]  # else the first member reads them all)
+            if all(v is not None and len(v) == 1 for v in views) and sorted(
+                    v[0] for v in views if v) == [0, 1, 2]:
+                break
+            assert time.monotonic() < deadline, views
+            time.sleep(0.2)
+        want = produce(0, 150)
+        deadline = time.monotonic() + 60
+        while True:  # each member reads its partition
+            got = consumed(outs)
+            if set().union(*got.values()) >= want:
+                break
+            assert time.monotonic() < deadline, {str(k): len(v) for k, v in got.items()}
+            time.sleep(0.2)
+        assert [{p for p, _ in got[o]} for o in outs] == [set(assigned(o) or ()) for o in outs]
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(10)
+        want |= produce(150, 150)
+        deadline = time.monotonic() + 90
+        while True:  # the two left take over the killed member's partition
+            got = consumed(outs[1:])
+            if set().union(*got.values()) >= want - consumed(outs[:1])[outs[0]]:
+                break
+            assert time.monotonic() < deadline, sorted(want - set().union(*got.values()))[:10]
+            time.sleep(0.2)
+        all_got = set().union(*consumed(outs).values())
+        assert all_got >= want  # at least once, every record
+        # AdminClient sees the two members left and who holds what
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": kb})
+        deadline = time.monotonic() + 30
+        while True:
+            desc = admin.describe_consumer_groups(["grp3"])["grp3"].result(30)
+            held = sorted(tp.partition for m in desc.members
+                          for tp in m.assignment.topic_partitions)
+            if len(desc.members) == 2 and held == [0, 1, 2]:
+                break
+            assert time.monotonic() < deadline, (desc.members, held)
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+
+
+def test_kafka_python_group_subscribe_and_commit(cluster1: LocalCluster) -> None:
+    from kafka import KafkaConsumer
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "kpg", partitions=2)
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        for i in range(10):
+            p.send("kpg", value=b"%d" % i, partition=i % 2)
+        p.flush()
+    c = KafkaConsumer("kpg", bootstrap_servers=kb, group_id="kpgroup",
+                      auto_offset_reset="earliest", enable_auto_commit=False,
+                      consumer_timeout_ms=15000)
+    got = []
+    for r in c:
+        got.append((r.partition, r.offset))
+        if len(got) == 10:
+            break
+    assert sorted(got) == sorted((i % 2, i // 2) for i in range(10))
+    assert {tp.partition for tp in c.assignment()} == {0, 1}
+    c.commit()
+    c.close()
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="kpgroup") as native:
+        assert [native.committed(TopicPartition("kpg", p)) for p in (0, 1)] == [5, 5]
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+def _read_all(kb: str, topic: str, isolation: str, expect_at_least: int) -> list[bytes]:
+    from confluent_kafka import OFFSET_BEGINNING
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import TopicPartition as CTP
+
+    c = CConsumer({"bootstrap.servers": kb, "group.id": "reader", "enable.auto.commit": False,
+                   "isolation.level": isolation, "enable.partition.eof": True})
+    c.assign([CTP(topic, 0, OFFSET_BEGINNING)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    eof = False
+    while time.monotonic() < deadline and not (eof and len(got) >= expect_at_least):
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            eof = True  # _PARTITION_EOF: caught up to what this isolation level may read
+            continue
+        got.append(m.value())
+    c.close()
+    return got
+
+
+def test_confluent_transactional_consume_transform_produce(cluster1: LocalCluster) -> None:
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import Producer as CProducer
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "tin")
+    create(cluster1, "tout")
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        for i in range(10):
+            p.send("tin", value=b"in-%d" % i, partition=0)
+        p.flush()
+    cons = CConsumer({"bootstrap.servers": kb, "group.id": "ctp", "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    cons.subscribe(["tin"])
+    prod = CProducer({"bootstrap.servers": kb, "transactional.id": "ctp-tx"})
+    prod.init_transactions(30)
+    seen = []
+    deadline = time.monotonic() + 45
+    while len(seen) < 10 and time.monotonic() < deadline:
+        m = cons.poll(0.5)
+        if m is not None and m.error() is None:
+            seen.append(m)
+    assert [m.value() for m in seen] == [b"in-%d" % i for i in range(10)]
+    prod.begin_transaction()
+    for m in seen:
+        prod.produce("tout", value=m.value().replace(b"in", b"out"), partition=0)
+    prod.send_offsets_to_transaction(cons.position(cons.assignment()),
+                                     cons.consumer_group_metadata(), 30)
+    prod.commit_transaction(30)
+    prod.begin_transaction()
+    for i in range(3):
+        prod.produce("tout", value=b"aborted-%d" % i, partition=0)
+    prod.flush(30)
+    prod.abort_transaction(30)
+    cons.close()
+
+    committed = _read_all(kb, "tout", "read_committed", 10)
+    assert committed == [b"out-%d" % i for i in range(10)]
+    everything = _read_all(kb, "tout", "read_uncommitted", 13)
+    assert everything == committed + [b"aborted-%d" % i for i in range(3)]
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="ctp") as native:
+        assert native.committed(TopicPartition("tin", 0)) == 10  # the transaction's offsets
+
+
+# --------------------------------------------------------------------------- AdminClient
+
+
+def test_confluent_admin_client(cluster1: LocalCluster) -> None:
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        NewTopic,
+        ResourceType,
+    )
+
+    kb = kafka_bootstrap(cluster1)
+    admin = AdminClient({"bootstrap.servers": kb})
+    for f in admin.create_topics([NewTopic("adm", num_partitions=2, replication_factor=1,
+                                           config={"retention.ms": "3600000"})]).values():
+        f.result(30)
+    bad = admin.create_topics([NewTopic("adm", num_partitions=1, replication_factor=1)])
+    with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS|already exists"):
+        bad["adm"].result(30)
+    create(cluster1, "adm", partitions=2)  # (exists: waits for the leaders)
+
+    res = ConfigResource(ResourceType.TOPIC, "adm")
+    configs = admin.describe_configs([res])[res].result(30)
+    assert configs["retention.ms"].value == "3600000"
+    assert not configs["retention.ms"].is_default and configs["segment.bytes"].is_default
+    inc = ConfigResource(ResourceType.TOPIC, "adm", incremental_configs=[
+        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([inc])[inc].result(30)
+    deadline = time.monotonic() + 20
+    while admin.describe_configs([res])[res].result(30)["retention.ms"].value != "7200000":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+    for f in admin.create_partitions([NewPartitions("adm", 4)]).values():
+        f.result(30)
+    deadline = time.monotonic() + 20
+    while len(admin.list_topics(timeout=10).topics["adm"].partitions) != 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+    # a group with committed offsets: listed and described (Empty: no members)
+    with Consumer(bootstrap_servers=cluster1.bootstrap, group_id="adm-g",
+                  enable_auto_commit=False) as native:
+        native.assign([TopicPartition("adm", 0)])
+        native.commit({TopicPartition("adm", 0): 0})
+    listed = admin.list_consumer_groups().result(30)
+    assert "adm-g" in {g.group_id for g in listed.valid}
+    desc = admin.describe_consumer_groups(["adm-g"])["adm-g"].result(30)
+    assert desc.group_id == "adm-g" and desc.state == ConsumerGroupState.EMPTY
+    admin.delete_consumer_groups(["adm-g"])["adm-g"].result(30)
+
+    cluster = admin.describe_cluster().result(30)
+    assert [f"{n.host}:{n.port}" for n in cluster.nodes] == [kb]
+
+    for f in admin.delete_topics(["adm"]).values():
+        f.result(30)
+    deadline = time.monotonic() + 20
+    while "adm" in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_kafka_python_auto_created_topic_and_offsets_in_a_transaction(cluster1: LocalCluster) -> None:
+    """A producer's METADATA creates a missing topic (auto.create.topics.enable, Kafka's
+    default); send_offsets_to_transaction on a cluster with no __consumer_offsets yet."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    kb = kafka_bootstrap(cluster1)
+    prod = KafkaProducer(bootstrap_servers=kb, transactional_id="auto-tx")
+    prod.init_transactions()
+    prod.begin_transaction()
+    assert prod.send("auto-made", value=b"x").get(timeout=30).offset == 0
+    prod.send_offsets_to_transaction({KTP("auto-made", 0): OffsetAndMetadata(1, "", -1)}, "auto-g")
+    prod.commit_transaction()
+    prod.close()
+    with Admin(bootstrap_servers=cluster1.bootstrap) as a:
+        assert "auto-made" in a.list_topics()
+    admin = KafkaAdminClient(bootstrap_servers=kb)
+    offsets = admin.list_group_offsets("auto-g")["auto-g"]
+    admin.close()
+    assert {tp: o.offset for tp, o in offsets.items()} == {KTP("auto-made", 0): 1}
+
+
+def test_confluent_admin_acls(cluster1: LocalCluster) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster1)})
+    read = AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:alice",
+                      "*", AclOperation.READ, AclPermissionType.ALLOW)
+    write = AclBinding(ResourceType.TOPIC, "ord", ResourcePatternType.PREFIXED, "User:bob",
+                       "*", AclOperation.WRITE, AclPermissionType.DENY)
+    for f in admin.create_acls([read, write]).values():
+        f.result(30)
+    any_topic = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,
+                                 AclOperation.ANY, AclPermissionType.ANY)
+    deadline = time.monotonic() + 20
+    while True:  # the controller's records reach this broker's image
+        got = admin.describe_acls(any_topic).result(30)
+        if len(got) == 2:
+            break
+        assert time.monotonic() < deadline, got
+        time.sleep(0.1)
+    assert sorted(got, key=str) == sorted([read, write], key=str)
+    listed = subprocess.run(  # the same ACLs, natively (rafka acl list)
+        [str(Path(sys.executable).with_name("rafka")), "acl", "list", "--json",
+         "--bootstrap", cluster1.bootstrap], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert {(a["principal"], a["operation"], a["pattern_type"], a["permission"])
+            for a in json.loads(listed.stdout)} == {("User:alice", "read", "literal", "allow"),
+                                                    ("User:bob", "write", "prefixed", "deny")}
+    bob = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None,
+                           AclOperation.ANY, AclPermissionType.ANY)
+    deleted = list(admin.delete_acls([bob]).values())[0].result(30)
+    assert deleted == [write]
+    deadline = time.monotonic() + 20
+    while admin.describe_acls(any_topic).result(30) != [read]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)

@@ -1,0 +1,49 @@
+"""The classic group adapter's pure parts (broker/kafka/groups.py): subscriptions of every
+ConsumerProtocolSubscription version are read, assignments are written as Kafka clients
+read them, and the member table stays bounded."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.index import load_entity_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+from rafka.broker.kafka.codec import build
+from rafka.broker.kafka.groups import ClassicGroups, Member, decode_subscription, encode_assignment
+
+names = st.text(st.characters(min_codepoint=97, max_codepoint=122), min_size=1, max_size=8)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 3), st.lists(names, max_size=5))
+def test_subscription_of_any_version(version: int, topics: list[str]) -> None:
+    cls = load_entity_schema("consumer_protocol_subscription", version, EntityType.data)
+    data = {"topics": topics, "user_data": b"u", "owned_partitions": [
+        {"topic": "x", "partitions": [1]}], "generation_id": 4, "rack_id": "r"}
+    buf = io.BytesIO()
+    entity_writer(cls)(buf, build(cls, data))
+    assert decode_subscription(struct.pack(">h", version) + buf.getvalue()) == topics
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.frozensets(st.tuples(names, st.integers(0, 100)), max_size=10))
+def test_assignment_reads_back(parts: frozenset[tuple[str, int]]) -> None:
+    raw = encode_assignment(parts)
+    assert struct.unpack_from(">h", raw)[0] == 0
+    cls = load_entity_schema("consumer_protocol_assignment", 0, EntityType.data)
+    entity, used = entity_reader(cls)(raw, 2)
+    assert used == len(raw) - 2
+    assert {(t.topic, p) for t in entity.assigned_partitions for p in t.partitions} == parts
+
+
+def test_member_table_is_bounded_least_recently_used_out() -> None:
+    groups = ClassicGroups(max_members=3)
+    for i in range(3):
+        groups.put("g", f"m{i}", Member(epoch=i, topics=["t"], session_timeout_ms=10_000))
+    assert groups.get("g", "m0") is not None  # m0 used: m1 is now the oldest
+    groups.put("g", "m3", Member(epoch=3, topics=["t"], session_timeout_ms=10_000))
+    assert sorted(m for _, m in groups.members) == ["m0", "m2", "m3"]

@@ -1,0 +1,126 @@
+"""Kafka v2 record batches (broker/kafka/records.py): round trips under every compression,
+CRC and framing errors as named errors, and the conversion to rafka's native batches and
+back keeping offsets, timestamps, keys, values, headers and the producer fields."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rafka.broker.kafka import records as kr
+from rafka.log import batch as nb
+
+keys = st.one_of(st.none(), st.binary(max_size=40))
+headers = st.lists(st.tuples(st.text(max_size=10), st.one_of(st.none(), st.binary(max_size=20))),
+                   max_size=3)
+rows = st.lists(st.tuples(keys, keys, headers, st.integers(-10**6, 10**6)), min_size=1,
+                max_size=20).map(lambda rs: [kr.KafkaRow(i, td, k, v, h)
+                                             for i, (k, v, h, td) in enumerate(rs)])
+codecs = st.sampled_from([kr.COMPRESSION_NONE, kr.COMPRESSION_GZIP, kr.COMPRESSION_SNAPPY,
+                          kr.COMPRESSION_LZ4, kr.COMPRESSION_ZSTD])
+ids = st.fixed_dictionaries({
+    "producer_id": st.integers(-1, 2**40), "producer_epoch": st.integers(-1, 2**15 - 1),
+    "base_sequence": st.integers(-1, 2**31 - 1), "base_offset": st.integers(0, 2**40),
+    "first_timestamp": st.integers(0, 2**42)})
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows, codecs, ids, st.booleans())
+def test_batch_round_trip(rs: list[kr.KafkaRow], codec: int, fields: dict, txn: bool) -> None:
+    data = kr.encode_batch(rs, compression=codec, attributes=0x10 if txn else 0, **fields)
+    h, back = kr.decode_batch(data)
+    assert back == rs
+    assert h.size == len(data) and h.record_count == len(rs)
+    assert h.attributes & 7 == codec and bool(h.attributes & 0x10) == txn
+    assert (h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset,
+            h.first_timestamp) == (fields["producer_id"], fields["producer_epoch"],
+                                   fields["base_sequence"], fields["base_offset"],
+                                   fields["first_timestamp"])
+    assert h.max_timestamp == fields["first_timestamp"] + max(r.timestamp_delta for r in rs)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows, codecs, st.data())
+def test_a_flipped_bit_is_a_crc_error(rs: list[kr.KafkaRow], codec: int, data: st.DataObject) -> None:
+    buf = bytearray(kr.encode_batch(rs, compression=codec, first_timestamp=1000))
+    i = data.draw(st.integers(21, len(buf) - 1))  # attributes .. end: the CRC's range
+    buf[i] ^= 1 << data.draw(st.integers(0, 7))
+    with pytest.raises(kr.KafkaCrcError):
+        kr.decode_batch(bytes(buf))
+
+
+def test_named_errors() -> None:
+    good = kr.encode_batch([kr.KafkaRow(0, 0, b"k", b"v", [])], first_timestamp=1)
+    with pytest.raises(kr.KafkaBatchError):
+        kr.decode_batch(good[:-1])  # truncated
+    with pytest.raises(kr.KafkaBatchError):
+        kr.decode_batch(good[:20])
+    magic1 = bytearray(good)
+    magic1[16] = 1
+    with pytest.raises(kr.KafkaBatchError, match="magic"):
+        kr.decode_batch(bytes(magic1))
+    # compression codec 5 with a valid CRC: unsupported, not corrupt
+    bad = bytearray(good)
+    struct.pack_into(">h", bad, 21, 5)
+    from crc32c import crc32c
+    struct.pack_into(">I", bad, 17, crc32c(bytes(bad[21:])))
+    with pytest.raises(kr.UnsupportedCompressionError):
+        kr.decode_batch(bytes(bad))
+    assert issubclass(kr.KafkaCrcError, nb.CorruptBatchError)
+
+
+def test_xerial_snappy_is_read() -> None:
+    import cramjam
+
+    section = kr.encode_records([kr.KafkaRow(0, 0, b"k", b"v" * 100, [("h", b"x")])])
+    blocks = [section[:50], section[50:]]
+    framed = kr._XERIAL_MAGIC + struct.pack(">ii", 1, 1) + b"".join(
+        struct.pack(">i", len(c)) + c for c in (bytes(cramjam.snappy.compress_raw(b)) for b in blocks))
+    assert kr.decompress(kr.COMPRESSION_SNAPPY, framed) == section
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(rows, codecs, ids, st.booleans()), min_size=1, max_size=3))
+def test_kafka_to_native_and_back(batches: list) -> None:
+    payload = b"".join(kr.encode_batch(rs, compression=c, attributes=0x10 if t else 0, **f)
+                       for rs, c, f, t in batches)
+    native = kr.kafka_to_native(payload)
+    positions = list(nb.iter_batches(native))
+    assert len(positions) == len(batches)
+    for (pos, h), (rs, c, f, t) in zip(positions, batches, strict=True):
+        assert nb.crc_ok(native, pos)
+        assert h.compression == ("lz4" if c else "none") and h.is_transactional == t
+        assert (h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset) == (
+            f["producer_id"], f["producer_epoch"], f["base_sequence"], f["base_offset"])
+        recs = nb.decode_records(native, pos)
+        assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in recs] == [
+            (f["base_offset"] + r.offset_delta, f["first_timestamp"] + r.timestamp_delta,
+             r.key, r.value, list(r.headers)) for r in rs]
+    back = kr.native_to_kafka(native)
+    pos = 0
+    for rs, _c, f, t in batches:
+        h, got = kr.decode_batch(back, pos)
+        assert got == rs and h.attributes & 7 == 0 and bool(h.attributes & 0x10) == t
+        assert (h.producer_id, h.base_sequence, h.base_offset) == (
+            f["producer_id"], f["base_sequence"], f["base_offset"])
+        pos += h.size
+    assert pos == len(back)
+
+
+def test_native_batches_and_markers_as_kafka() -> None:
+    native = nb.build_batch([(b"k", b"v", [("a", b"b")], 5000), (None, b"w", [], 5007)],
+                            compression="lz4", producer_id=7, producer_epoch=1, base_sequence=3)
+    marker = bytearray(nb.build_control_batch(7, 1, True, 4, 6000))
+    nb.stamp(marker, 0, 2, 0)
+    h, got = kr.decode_batch(kr.native_to_kafka(native))
+    assert got == [kr.KafkaRow(0, 0, b"k", b"v", [("a", b"b")]),
+                   kr.KafkaRow(1, 7, None, b"w", [])]
+    assert (h.producer_id, h.producer_epoch, h.base_sequence, h.max_timestamp) == (7, 1, 3, 5007)
+    h, got = kr.decode_batch(kr.native_to_kafka(bytes(marker)))
+    assert h.attributes & 0x30 == 0x30 and h.base_offset == 2
+    assert got[0].key == struct.pack(">hh", 0, 1)  # version 0, COMMIT
+    assert got[0].value == struct.pack(">hi", 0, 4)  # version 0, coordinator epoch
+    # a partial trailing batch (a fetch cut at max bytes) is dropped
+    assert kr.native_to_kafka(native + native[:30]) == kr.native_to_kafka(native)
