@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kio.serial import entity_writer
@@ -193,22 +194,35 @@ async def _alter(ctx: Any, req: KafkaRequest, changes: dict[str, dict[str, str |
     return {n: by_name.get(n, native) for n in changes}
 
 
-async def alter_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
-
-    image = ctx.image()
+async def _alter_topics(ctx: Any, req: KafkaRequest,
+                        changes_of: Callable[[Any], dict[str, str | None] | str]) -> dict[str, Any]:
+    """AlterConfigs and IncrementalAlterConfigs: ``changes_of(resource)`` gives a topic's
+    changes (a value of None deletes the override) or the reason it is refused; other
+    resource types are refused; then one forwarded ALTER_CONFIGS for them all."""
     changes: dict[str, dict[str, str | None]] = {}
     refused: dict[str, tuple[int, str]] = {}
     for r in req.body.resources:
-        if r.resource_type != TOPIC:
-            refused[r.resource_name] = (INVALID_REQUEST, "only topic configs can be altered")
-            continue
-        topic = image.topics.by_name.get(r.resource_name)
-        given = {c.name: c.value for c in r.configs}
-        old = dict(topic.configs) if topic is not None else {}
-        changes[r.resource_name] = {**{k: None for k in old if k not in given}, **given}
+        got = (changes_of(r) if r.resource_type == TOPIC
+               else "only topic configs can be altered")
+        if isinstance(got, str):
+            refused[r.resource_name] = (INVALID_REQUEST, got)
+        else:
+            changes[r.resource_name] = got
     answers = {} if req.body.validate_only else await _alter(ctx, req, changes)
     return {"throttle_time": 0, "responses": [_alter_answer(r, refused, answers, kafka_error)
                                               for r in req.body.resources]}
+
+
+async def alter_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
+    image = ctx.image()
+
+    def replace(r: Any) -> dict[str, str | None]:  # Kafka's AlterConfigs replaces all overrides
+        topic = image.topics.by_name.get(r.resource_name)
+        given = {c.name: c.value for c in r.configs}
+        old = dict(topic.configs) if topic is not None else {}
+        return {**{k: None for k in old if k not in given}, **given}
+
+    return await _alter_topics(ctx, req, replace)
 
 
 def _alter_answer(r: Any, refused: dict[str, tuple[int, str]], answers: dict[str, Any],
@@ -224,26 +238,15 @@ def _alter_answer(r: Any, refused: dict[str, tuple[int, str]], answers: dict[str
 
 async def incremental_alter_configs(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
 
-    changes: dict[str, dict[str, str | None]] = {}
-    refused: dict[str, tuple[int, str]] = {}
-    for r in req.body.resources:
-        if r.resource_type != TOPIC:
-            refused[r.resource_name] = (INVALID_REQUEST, "only topic configs can be altered")
-            continue
+    def apply(r: Any) -> dict[str, str | None] | str:  # SET (0) and DELETE (1) only
         ops: dict[str, str | None] = {}
         for c in r.configs:
-            if c.config_operation == 0:
-                ops[c.name] = c.value
-            elif c.config_operation == 1:
-                ops[c.name] = None
-            else:
-                refused[r.resource_name] = (INVALID_REQUEST, f"{c.name}: APPEND/SUBTRACT "
-                                            "(list-valued configs) are not supported")
-        if r.resource_name not in refused:
-            changes[r.resource_name] = ops
-    answers = {} if req.body.validate_only else await _alter(ctx, req, changes)
-    return {"throttle_time": 0, "responses": [_alter_answer(r, refused, answers, kafka_error)
-                                              for r in req.body.resources]}
+            if c.config_operation not in (0, 1):
+                return f"{c.name}: APPEND/SUBTRACT (list-valued configs) are not supported"
+            ops[c.name] = c.value if c.config_operation == 0 else None
+        return ops
+
+    return await _alter_topics(ctx, req, apply)
 
 
 async def describe_cluster(ctx: Any, req: KafkaRequest) -> dict[str, Any]:

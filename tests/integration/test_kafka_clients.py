@@ -619,6 +619,12 @@ def test_confluent_admin_client(cluster1: LocalCluster) -> None:
     while admin.describe_configs([res])[res].result(30)["retention.ms"].value != "7200000":
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    # list-valued operations are refused by name, and change nothing
+    append = ConfigResource(ResourceType.TOPIC, "adm", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+    with pytest.raises(Exception, match="INVALID_REQUEST|APPEND"):
+        admin.incremental_alter_configs([append])[append].result(30)
+    assert admin.describe_configs([res])[res].result(30)["retention.ms"].value == "7200000"
 
     for f in admin.create_partitions([NewPartitions("adm", 4)]).values():
         f.result(30)
