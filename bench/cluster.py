@@ -54,8 +54,8 @@ def cluster_dir(nodes: int = 1, broker_config: dict[str, str] | None = None,
 
 def add_broker_node(data_dir: Path, node_id: int, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     """Start a broker-only node ``node_id`` for the local cluster in ``data_dir`` (the scale-out
-    of docs/operations.md: node 1's config with its own id, roles, listener and data dir, no
-    raft or metrics listener). Returns the process (the caller stops it) and its address."""
+    of docs/operations.md: node 1's config with its own id, roles, listener, Kafka listener and
+    data dir, no raft or metrics listener). Returns the process (the caller stops it) and its address."""
     import tomllib
 
     from rafka.chaos_tests.campaign import toml_dumps
@@ -65,6 +65,8 @@ def add_broker_node(data_dir: Path, node_id: int, log_path: Path) -> tuple[subpr
     cfg.update(node_id=node_id, roles=["broker"], listener=addr, data_dir=str(data_dir / f"node-{node_id}"))
     for key in ("raft_listener", "metrics_listener"):
         cfg.pop(key, None)
+    if "kafka" in cfg:  # node 1's Kafka listener is node 1's: the new broker gets its own port
+        cfg["kafka"] = {**cfg["kafka"], "listener": f"127.0.0.1:{free_port_block(1)}"}
     path = data_dir / f"node-{node_id}.toml"
     path.write_text(toml_dumps(cfg))
     with open(log_path, "wb") as out:  # the child keeps its own copy of the descriptor

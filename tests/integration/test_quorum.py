@@ -232,7 +232,9 @@ async def test_node_started_after_the_log_was_trimmed_catches_up_from_a_snapshot
 def _toml(cfg: dict[str, Any]) -> str:
     lines = []
     for k, v in cfg.items():
-        if k not in ("voters", "broker", "controller"):
+        if isinstance(v, dict) and k not in ("broker", "controller"):  # kafka.listener = ...
+            lines += [f"{k}.{kk} = {json.dumps(x)}" for kk, x in v.items()]
+        elif k not in ("voters", "broker", "controller"):
             lines.append(f"{k} = {json.dumps(v)}")
     for v in cfg.get("voters", []):
         lines += ["", "[[voters]]"] + [f"{k} = {json.dumps(x)}" for k, x in v.items()]
