@@ -104,20 +104,27 @@ class NodeSpec:
 
 
 def free_port_block(n: int, host: str = "127.0.0.1") -> int:
-    """A base port P such that P..P+n-1 (clients) and their Raft ports P+RAFT_PORT_OFFSET..
-    are all free, for tests and benchmarks that start throwaway clusters.
+    """A base port P such that P..P+n-1 (clients) and their Raft, Kafka and metrics ports
+    (P+RAFT_PORT_OFFSET.., P+KAFKA_PORT_OFFSET.., P+METRICS_PORT_OFFSET..) are all free, for
+    tests and benchmarks that start throwaway clusters.
 
-    Both ranges lie below the kernel's ephemeral range (32768+), so outgoing connections of
-    other processes cannot take a port between this probe and the node's bind; an arbitrary
-    free port would not do, since its Raft port may overflow 65535 or be taken.
+    Every one of those ports lies below the kernel's ephemeral range (32768+ here), so no
+    outgoing connection of any process can take one as its source port — between this probe
+    and the node's bind, or while a killed node is down and about to restart. (The metrics
+    ports used to reach into that range: a node restarted by a test once failed to bind its
+    metrics listener, EADDRINUSE, in the twenty-leader-kills test.)
     """
     import random
     import socket
 
+    offsets = (0, RAFT_PORT_OFFSET, METRICS_PORT_OFFSET, KAFKA_PORT_OFFSET)
+    eph = ephemeral_port_range()
+    top = min(eph[0] if eph else 32768, 32768) - max(offsets) - n
+    if top <= 5000:  # an unusually low ephemeral range: no block fits below it, take any
+        top = 22000 - n
     for _ in range(200):
-        base = random.randrange(12000, 22000 - n)
-        wanted = [base + off + i for off in (0, RAFT_PORT_OFFSET, METRICS_PORT_OFFSET, KAFKA_PORT_OFFSET)
-                  for i in range(n)]
+        base = random.randrange(4000, top)
+        wanted = [base + off + i for off in offsets for i in range(n)]
         try:
             for p in wanted:
                 with socket.socket() as t:
