@@ -5,9 +5,10 @@ Theory of operation
 ``KafkaListener.serve`` binds ``kafka.listener`` (``task_status.started(port)`` once bound)
 and runs one task per connection inside its nursery, at most ``max_connections`` at a time
 (past that a new connection is closed at once) and closed when idle for
-``connections.max.idle.ms`` (no whole request within it). A connection reads a 4-byte length, refuses
-a negative one or one above ``max_frame_bytes`` by closing (as Kafka does, before reading
-the frame), reads the frame, decodes it (``codec.decode_request`` against ``apis.SERVED``),
+``connections.max.idle.ms`` (no whole request within it). A connection cuts frames with the
+native ``wire.frame_reader.FrameReader`` (Kafka's framing is rafka's), which refuses a
+negative length (read unsigned) or one above ``max_frame_bytes`` before buffering any of it —
+the connection is then closed, as Kafka does — then decodes each frame (``codec.decode_request`` against ``apis.SERVED``),
 awaits the adapter and writes the answer. Requests of one connection are answered one at a
 time, in order — Kafka clients match answers to requests by order as well as by
 correlation id, and a Kafka broker also reads the next request of a connection only once it
@@ -24,45 +25,20 @@ this reaches the node's other tasks: the listener and the broker stay up.
 from __future__ import annotations
 
 import logging
-import struct
 from typing import Any
 
 import trio
 from rafka.broker.kafka import codec
 from rafka.broker.kafka.apis import READABLE_FROM, SERVED, served_versions
 from rafka.broker.kafka.context import KafkaContext
+from rafka.wire.frame_reader import FrameReader
+from rafka.wire.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
 
 __all__ = ["KafkaListener", "DEFAULT_MAX_FRAME_BYTES"]
 
 log = logging.getLogger("rafka.kafka")
 
-DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 UNSUPPORTED_VERSION = 35
-_LEN = struct.Struct(">i")
-_RECV_BYTES = 256 * 1024
-
-
-class _Closed(Exception):
-    pass
-
-
-class _Reader:
-    """Exact-size reads over a trio stream (one buffer, no unbounded growth: frames are
-    bounded by ``max_frame_bytes`` before they are read)."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self.stream = stream
-        self.buf = bytearray()
-
-    async def read_exactly(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            chunk = await self.stream.receive_some(max(_RECV_BYTES, n - len(self.buf)))
-            if not chunk:
-                raise _Closed
-            self.buf += chunk
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
 
 
 class KafkaListener:
@@ -96,25 +72,32 @@ class KafkaListener:
         peer = _peer(stream)
         try:
             async with stream:
-                reader = _Reader(stream)
+                # Kafka's framing is rafka's (a 4-byte big-endian length, then the payload), so
+                # the native reader serves: memory follows the bytes that arrived, not the
+                # length a peer declares, and a length above the limit — a negative int32 read
+                # unsigned included — is refused before anything of it is buffered
+                reader = FrameReader(stream, self.max_frame_bytes)
                 while True:
-                    payload: bytes | None = None
+                    payload: bytes | memoryview | None = None
+                    idle = True
                     with trio.move_on_after(self.idle_timeout_s):  # connections.max.idle.ms
-                        (n,) = _LEN.unpack(await reader.read_exactly(4))
-                        if n < 0 or n > self.max_frame_bytes:
-                            log.info("kafka %s: frame of %d bytes (limit %d): closing", peer, n,
-                                     self.max_frame_bytes)
+                        try:
+                            payload = await reader.next_frame()
+                        except FrameTooLargeError as exc:
+                            log.info("kafka %s: %s: closing", peer, exc)
                             return
-                        payload = await reader.read_exactly(n)
-                    if payload is None:
+                        idle = False
+                    if idle:
                         log.info("kafka %s: idle for %.0f s: closing", peer, self.idle_timeout_s)
                         return
-                    out = await self.handle(payload, peer)
+                    if payload is None:  # the peer closed
+                        return
+                    out = await self.handle(bytes(payload), peer)
                     if out is _CLOSE:
                         return
                     if out:
                         await stream.send_all(out)
-        except (_Closed, trio.BrokenResourceError, trio.ClosedResourceError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             self.connections -= 1
