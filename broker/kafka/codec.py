@@ -48,6 +48,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
+from rafka.wire.protocol import frame_prefix
 
 __all__ = [
     "API_VERSIONS_KEY", "KafkaRequest", "KafkaDecodeError", "UnsupportedVersion", "UnknownApi",
@@ -56,7 +57,6 @@ __all__ = [
 ]
 
 API_VERSIONS_KEY = 18
-_LEN = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
 
 
@@ -126,7 +126,7 @@ def decode_request(payload: bytes, supported: Mapping[int, tuple[int, int]]) -> 
 
 def frame(parts: list[bytes]) -> bytes:
     n = sum(len(p) for p in parts)
-    return b"".join([_LEN.pack(n), *parts])
+    return b"".join([frame_prefix(n), *parts])
 
 
 def _write(entity: Any) -> bytes:
