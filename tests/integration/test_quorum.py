@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import trio
+from rafka.chaos_tests.campaign import toml_dumps
 from rafka.wire.errors import ErrorCode, RafkaError
 from rafka.wire.protocol import ApiKey
 
@@ -229,21 +230,6 @@ async def test_node_started_after_the_log_was_trimmed_catches_up_from_a_snapshot
 # ---------------------------------------------------------------------- bad configurations
 
 
-def _toml(cfg: dict[str, Any]) -> str:
-    lines = []
-    for k, v in cfg.items():
-        if isinstance(v, dict) and k not in ("broker", "controller"):  # kafka.listener = ...
-            lines += [f"{k}.{kk} = {json.dumps(x)}" for kk, x in v.items()]
-        elif k not in ("voters", "broker", "controller"):
-            lines.append(f"{k} = {json.dumps(v)}")
-    for v in cfg.get("voters", []):
-        lines += ["", "[[voters]]"] + [f"{k} = {json.dumps(x)}" for k, x in v.items()]
-    for section in ("broker", "controller"):
-        if cfg.get(section):
-            lines += ["", f"[{section}]"] + [f"{json.dumps(k)} = {json.dumps(x)}" for k, x in cfg[section].items()]
-    return "\n".join(lines) + "\n"
-
-
 def _server(path: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     return rafka_cli("server", "--config", str(path), timeout=timeout)
 
@@ -276,7 +262,7 @@ def test_bad_config_is_a_named_error_and_a_nonzero_exit(tmp_path, mutate, named)
     cfg = _node_cfg(tmp_path, 1, free_port_block(3), ["broker", "controller"])
     mutate(cfg)
     path = tmp_path / "node.toml"
-    path.write_text(_toml(cfg))
+    path.write_text(toml_dumps(cfg))
     r = _server(path)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert named in r.stderr and "config error" in r.stderr
@@ -297,7 +283,7 @@ def _disagreeing_node(cluster: Any, tmp: Path, how: str) -> Path:
     elif how == "extra-voter":
         cfg["voters"].append({"id": 4, "raft": "127.0.0.1:9", "rpc": "127.0.0.1:9"})
     path = tmp / f"{how}.toml"
-    path.write_text(_toml(cfg))
+    path.write_text(toml_dumps(cfg))
     return path
 
 
@@ -334,7 +320,7 @@ async def test_controller_only_and_broker_only_nodes(tmp_path):
     try:
         for cfg in cfgs:
             path = tmp_path / f"node-{cfg['node_id']}.toml"
-            path.write_text(_toml(cfg))
+            path.write_text(toml_dumps(cfg))
             out = open(tmp_path / f"node-{cfg['node_id']}.out", "wb")
             procs.append(subprocess.Popen([sys.executable, "-m", "rafka.cli", "server", "--config", str(path)],
                                           stdout=out, stderr=subprocess.STDOUT, env=env,
