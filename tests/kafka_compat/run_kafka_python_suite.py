@@ -84,7 +84,11 @@ def known_failures() -> dict[str, str]:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the suite, or the part of it ``argv`` selects (extra pytest arguments: test files
+    under ``test/integration`` or a ``-k`` expression — ``make test`` runs a slice this way)."""
+    argv = sys.argv[1:] if argv is None else argv
+    selection = argv or ["test/integration"]
     sys.path.insert(0, str(ROOT))
     from rafka.cluster import free_port_block
 
@@ -102,8 +106,8 @@ def main() -> int:
             r = subprocess.run(
                 [PY, "-m", "pytest", "-q", "-rA", "--tb=line", "-p", "no:randomly",
                  "-p", "no:cacheprovider", "--rootdir", str(src), "-c", os.devnull,
-                 "-o", "addopts=", "--timeout", "60", "-k", "not sasl and not ssl",
-                 "test/integration"],
+                 "-o", "addopts=", "--timeout", "60", "--durations", "15",
+                 "-k", "not sasl and not ssl", *selection],
                 cwd=src, env=env, capture_output=True, text=True)
         finally:
             subprocess.run([RAFKA, "cluster", "down", "--data-dir", str(data)], check=False)
@@ -124,6 +128,8 @@ def main() -> int:
     new = sorted(failed - set(known))
     for t in new:
         print(f"  NEW     {t}")
+    if os.environ.get("RAFKA_COMPAT_DURATIONS"):
+        print(r.stdout[r.stdout.find("slowest"):][:3000])
     if new or not results:
         print(r.stdout[-5000:], r.stderr[-2000:], sep="\n")
         return 1
