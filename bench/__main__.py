@@ -81,11 +81,20 @@ def main(argv: list[str] | None = None) -> int:
             base = results.get(f"{mod}.{other}") or results.get(other)
             if base and base.get("median"):
                 fig["ratio"] = fig["median"] / base["median"]
+    # issue 26: every CPU-per-operation figure also as a multiple of the same run's echo floor
+    floor = results.get("floor.echo_cpu_us_per_message", {}).get("median")
+    if floor:
+        for key, fig in results.items():
+            if "cpu_us" in key and not key.startswith("floor.") and fig.get("median") is not None:
+                fig["x_echo_floor"] = fig["median"] / floor
     print()
     print(f"{'metric':58} {'median':>14} {'unit':<10} {'ratio':>8}  vs")
     for key, fig in results.items():
         ratio = f"{fig['ratio']:.2f}x" if "ratio" in fig else ""
-        print(f"{key:58} {_fmt(fig['median']):>14} {fig.get('unit',''):<10} {ratio:>8}  {fig.get('ratio_of','')}")
+        vs = fig.get("ratio_of", "")
+        if "x_echo_floor" in fig:
+            vs = f"{vs}  [{fig['x_echo_floor']:.1f}x echo floor]".strip()
+        print(f"{key:58} {_fmt(fig['median']):>14} {fig.get('unit',''):<10} {ratio:>8}  {vs}")
     RESULTS.mkdir(exist_ok=True)
     doc = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -372,6 +372,8 @@ def run(runs: int = 3) -> dict[str, Any]:
         "broker_cpu_us_per_produce": _fig(
             [c["cpu_us"] for c in cpu], "µs", ratio_of="broker_cpu_target_us_per_produce",
             requests=[c["requests"] for c in cpu], produces_per_s=[c["ops_per_s"] for c in cpu],
+            wakeups=[c["wakeups"] for c in cpu], syscalls=[c["syscalls"] for c in cpu],
+            idle_cpu_ms_per_s=[c["idle_cpu_ms_per_s"] for c in cpu],
             **common),
         "broker_cpu_busiest_node_us_per_produce": _fig([c["busiest_node_us"] for c in cpu], "µs",
                                                        **common),
@@ -379,6 +381,8 @@ def run(runs: int = 3) -> dict[str, Any]:
             [c["cpu_us"] for c in cpu_conc], "µs", ratio_of="broker_cpu_target_us_per_produce",
             requests=[c["requests"] for c in cpu_conc],
             produces_per_s=[c["ops_per_s"] for c in cpu_conc],
+            wakeups=[c["wakeups"] for c in cpu_conc], syscalls=[c["syscalls"] for c in cpu_conc],
+            idle_cpu_ms_per_s=[c["idle_cpu_ms_per_s"] for c in cpu_conc],
             producers=CONCURRENT_PRODUCERS, **common),
         "broker_cpu_target_us_per_produce": _fig([CPU_TARGET_US], "µs",
                                                  note="issue 13's target, not a measurement"),

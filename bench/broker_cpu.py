@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import signal
+import subprocess
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -23,7 +26,7 @@ from typing import Any
 
 from rafka.cluster import load_cluster, metrics_urls
 
-__all__ = ["CpuMeter", "cluster_pids_and_metrics", "cpu_seconds", "request_counts"]
+__all__ = ["CpuMeter", "SyscallCounter", "cluster_pids_and_metrics", "cpu_seconds", "request_counts", "voluntary_switches"]
 
 _COUNT = re.compile(r'rafka_request_duration_seconds_count\{api="(\w+)"\} (\S+)')
 
@@ -35,6 +38,61 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def voluntary_switches(pid: int) -> int:
+    """Voluntary context switches of every thread of ``pid`` so far: each is a blocking wait
+    (epoll, a lock, a queue) that returned — the process's wake-ups (0 if unreadable)."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+class SyscallCounter:
+    """System calls of ``pids`` (all threads) between ``start()`` and ``stop()``, counted by
+    ``perf stat -e raw_syscalls:sys_enter`` (a kernel tracepoint: no ptrace, the processes run
+    at full speed). ``stop()`` is ``None`` where perf is missing or not allowed (non-root with
+    a strict ``perf_event_paranoid``): the figure is then left out, not guessed."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self.pids = list(pids)
+        self._proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        perf = shutil.which("perf")
+        if perf is None or not self.pids:
+            return
+        self._proc = subprocess.Popen(
+            [perf, "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", ",".join(map(str, self.pids))],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.2)  # perf attaches before the measured window starts
+
+    def stop(self) -> int | None:
+        if self._proc is None:
+            return None
+        self._proc.send_signal(signal.SIGINT)
+        try:
+            _, err = self._proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            return None
+        finally:
+            self._proc = None
+        for line in err.splitlines():
+            fields = line.split(",")
+            if len(fields) > 2 and fields[2] == "raw_syscalls:sys_enter" and fields[0].isdigit():
+                return int(fields[0])
+        return None
 
 
 def request_counts(urls: Sequence[str]) -> dict[str, float]:
@@ -66,32 +124,50 @@ class CpuMeter:
         self.urls = list(urls)
         self.idle_rate = 0.0  # CPU seconds per second of the nodes doing nothing for us
         self.idle_requests: dict[str, float] = {}  # requests per second, idle (per api)
+        self.idle_wakeups = 0.0  # voluntary context switches per second, idle, all nodes
+        self.idle_syscalls: float | None = None  # per second, idle, all nodes (perf; None without)
+        self._syscalls = SyscallCounter(self.pids)
         self._cpu0: list[float] = []
+        self._wake0 = 0
         self._t0 = 0.0
         self._req0: dict[str, float] = {}
 
     def _cpu(self) -> list[float]:
         return [cpu_seconds(p) for p in self.pids]
 
+    def _wakeups(self) -> int:
+        return sum(voluntary_switches(p) for p in self.pids)
+
     def idle(self, seconds: float) -> float:
         """Measure the idle CPU (and request) rate over ``seconds`` of sleep; returns the CPU."""
         r0, c0, t0 = request_counts(self.urls), sum(self._cpu()), time.perf_counter()
+        w0 = self._wakeups()
+        self._syscalls.start()
         time.sleep(seconds)
-        c1, r1 = sum(self._cpu()), request_counts(self.urls)
+        n_sys = self._syscalls.stop()
+        c1, r1, w1 = sum(self._cpu()), request_counts(self.urls), self._wakeups()
         took = time.perf_counter() - t0
+        self.idle_syscalls = None if n_sys is None else n_sys / took
         self.idle_rate = max(0.0, (c1 - c0) / took)
+        self.idle_wakeups = max(0.0, (w1 - w0) / took)
         self.idle_requests = {k: (v - r0.get(k, 0.0)) / took for k, v in r1.items()}
         return self.idle_rate
 
     def start(self) -> None:
         self._req0 = request_counts(self.urls)
+        self._syscalls.start()
+        self._wake0 = self._wakeups()
         self._cpu0, self._t0 = self._cpu(), time.perf_counter()
 
     def stop(self, ops: int = 0, *, per_api: str | None = None) -> dict[str, Any]:
         """Per operation: ``cpu_us`` (all nodes, idle rate subtracted), ``busiest_node_us``
-        (the node that spent most — the leader, usually), ``requests`` (api → count, the idle
+        (the node that spent most — the leader, usually), ``wakeups`` (voluntary context
+        switches of all the nodes' threads, idle rate subtracted), ``syscalls`` (the same, from
+        perf; ``None`` without it), ``requests`` (api → count, the idle
         rate subtracted). ``per_api``: the operations are that api's requests (e.g. "fetch")."""
         cpu1, elapsed = self._cpu(), time.perf_counter() - self._t0
+        wake1 = self._wakeups()
+        n_sys = self._syscalls.stop()
         per_node = [b - a for a, b in zip(self._cpu0, cpu1, strict=True)]
         req = request_counts(self.urls)
         caused = {k: v - self._req0.get(k, 0.0) - self.idle_requests.get(k, 0.0) * elapsed
@@ -103,7 +179,11 @@ class CpuMeter:
         return {
             "cpu_us": max(0.0, sum(per_node) - self.idle_rate * elapsed) / ops * 1e6,
             "busiest_node_us": max(0.0, max(per_node, default=0.0) - idle_share) / ops * 1e6,
+            "wakeups": max(0.0, wake1 - self._wake0 - self.idle_wakeups * elapsed) / ops,
+            "syscalls": (None if n_sys is None or self.idle_syscalls is None
+                         else max(0.0, n_sys - self.idle_syscalls * elapsed) / ops),
             "requests": {k: round(v / ops, 2) for k, v in caused.items() if v / ops >= 0.01},
             "ops": ops,
             "ops_per_s": ops / elapsed,
+            "idle_cpu_ms_per_s": self.idle_rate * 1e3,
         }

@@ -1,0 +1,133 @@
+"""The machine's floor, measured in the same ``make bench`` run as every broker figure (issue 26).
+
+Theory of operation: a broker figure ("CPU µs per single-record acks=all produce") means little
+on a shared 2-core VM unless it is put beside what the same machine charges for the least a
+server can do. This module runs first (modules run in name order; ``floor`` sorts before the
+broker modules) and measures, each in a process of its own (``bench/floor_peers.py``):
+
+* ``echo_cpu_us_per_message`` — a trio server that reads, frames and writes back one 100-byte
+  request at a time from a blocking client: the server's CPU per request/response. This is the
+  *echo floor*; ``bench/__main__.py`` divides every broker ``…cpu_us…`` figure of the run by it
+  and prints the multiple beside it (``x_echo_floor``);
+* ``echo_cpu_us_per_message_window32`` — the same with 32 requests in flight (what batching of
+  wake-ups buys);
+* ``raw_echo_cpu_us_per_message`` — a blocking-socket server (a thread per connection): what the
+  kernel and the interpreter cost without an event loop;
+* ``thread_hop_cpu_us``, ``channel_hop_cpu_us``, ``checkpoint_cpu_us`` — ``trio.to_thread``
+  round trip, one memory-channel hand-off, one checkpoint (CPU of all threads);
+* ``idle_cluster_cpu_ms_per_s`` — a 3-node ``cluster up`` with no client, after it settled: CPU
+  of the three node processes per wall second, with ``wakeups_per_s`` (voluntary context
+  switches of all their threads: each is a blocking wait that returned) beside it. Issue 26's
+  target is ≤ 20 ms/s.
+
+Figures are medians of ``runs``; the load average is recorded beside each by the runner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.broker_cpu import cpu_seconds, voluntary_switches
+from rafka.cluster import cluster_down, cluster_up, free_port_block
+
+ECHO_MESSAGES = 20_000
+ECHO_WINDOW_MESSAGES = 100_000
+ECHO_SIZE = 100
+HOPS = 20_000
+IDLE_SETTLE_S = 5.0
+IDLE_S = 10.0
+
+
+def _fig(values: list[float], unit: str, **extra: Any) -> dict[str, Any]:
+    return {"median": statistics.median(values), "unit": unit, "runs": values, **extra}
+
+
+def _wait_port(port: int, deadline_s: float = 10.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"echo server on {port} never listened")
+
+
+@contextlib.contextmanager
+def _server(role: str) -> Iterator[tuple[int, int]]:
+    port = free_port_block(1)
+    proc = subprocess.Popen([sys.executable, "-m", "bench.floor_peers", role, str(port)])
+    try:
+        _wait_port(port)
+        yield proc.pid, port
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _echo_cpu_us(role: str, n: int, window: int) -> float:
+    """Server CPU µs per message: ``n`` messages, ``window`` in flight (one connection)."""
+    with _server(role) as (pid, port):
+        c0 = cpu_seconds(pid)
+        subprocess.run([sys.executable, "-m", "bench.floor_peers", "client", str(port), str(n),
+                        str(window), str(ECHO_SIZE)], check=True, capture_output=True)
+        return (cpu_seconds(pid) - c0) / n * 1e6
+
+
+def _hops() -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-m", "bench.floor_peers", "hops", str(HOPS)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def _idle_cluster() -> tuple[float, float]:
+    """(CPU ms per second, wake-ups per second) of an idle 3-node cluster, all processes."""
+    data = Path(tempfile.mkdtemp(prefix="rafka-bench-floor-"))
+    try:
+        state = cluster_up(data, 3, "127.0.0.1", free_port_block(3), echo=lambda _m: None)
+        pids = [n.pid for n in state["nodes"] if n.pid]
+        time.sleep(IDLE_SETTLE_S)
+        c0, w0, t0 = sum(map(cpu_seconds, pids)), sum(map(voluntary_switches, pids)), time.perf_counter()
+        time.sleep(IDLE_S)
+        c1, w1 = sum(map(cpu_seconds, pids)), sum(map(voluntary_switches, pids))
+        took = time.perf_counter() - t0
+        return (c1 - c0) / took * 1e3, (w1 - w0) / took
+    finally:
+        with contextlib.suppress(Exception):
+            cluster_down(data)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def run(runs: int) -> dict[str, Any]:
+    got: dict[str, list[float]] = {}
+
+    def add(name: str, v: float) -> None:
+        got.setdefault(name, []).append(v)
+
+    for _ in range(runs):
+        add("echo_cpu_us_per_message", _echo_cpu_us("trio-echo", ECHO_MESSAGES, 1))
+        add("echo_cpu_us_per_message_window32", _echo_cpu_us("trio-echo", ECHO_WINDOW_MESSAGES, 32))
+        add("raw_echo_cpu_us_per_message", _echo_cpu_us("raw-echo", ECHO_MESSAGES, 1))
+        for k, v in _hops().items():
+            add(k, v)
+        cpu, wakeups = _idle_cluster()
+        add("idle_cluster_cpu_ms_per_s", cpu)
+        add("idle_cluster_wakeups_per_s", wakeups)
+    out: dict[str, Any] = {}
+    for name, values in got.items():
+        unit = "ms/s" if name.endswith("ms_per_s") else "/s" if name.endswith("_per_s") else "µs"
+        extra: dict[str, Any] = {}
+        if name not in ("echo_cpu_us_per_message", "idle_cluster_cpu_ms_per_s", "idle_cluster_wakeups_per_s"):
+            extra["ratio_of"] = "echo_cpu_us_per_message"
+        out[name] = _fig(values, unit, **extra)
+    out["idle_cluster_cpu_ms_per_s"]["target"] = "<= 20 ms/s (issue 26)"
+    return out

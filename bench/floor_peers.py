@@ -1,0 +1,143 @@
+"""The processes of the machine-floor bench (``bench/bench_floor.py``; issue 26).
+
+Theory of operation: ``python -m bench.floor_peers ROLE ...`` runs one role in a process of its
+own, so ``/proc/<pid>/stat`` of that process is exactly the CPU the role spent:
+
+* ``trio-echo PORT`` / ``raw-echo PORT``: a server that cuts 4-byte-length-prefixed frames out of
+  what it reads and writes each frame back — what a broker does per request at the least (read,
+  frame, answer), with trio's event loop or with a blocking socket per connection (a thread
+  each);
+* ``client PORT N WINDOW SIZE``: sends ``N`` frames of ``SIZE`` bytes with at most ``WINDOW``
+  unanswered, reads every answer, prints the seconds it took;
+* ``hops N``: in one trio process, ``N`` of each of ``trio.to_thread.run_sync`` (a thread hop),
+  a memory-channel round trip between two tasks (two hand-offs) and ``trio.lowlevel.checkpoint``;
+  prints the CPU microseconds (``time.process_time``, all threads) per operation as JSON.
+
+Nothing here imports rafka: the floor is trio's and the kernel's, not ours.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+
+import trio
+
+_LEN = struct.Struct(">i")
+
+
+def _cut(buf: bytearray) -> list[bytes]:
+    """Whole frames at the front of ``buf`` (removed from it), each with its length prefix."""
+    frames, pos = [], 0
+    while len(buf) - pos >= 4:
+        (n,) = _LEN.unpack_from(buf, pos)
+        if len(buf) - pos - 4 < n:
+            break
+        frames.append(bytes(buf[pos:pos + 4 + n]))
+        pos += 4 + n
+    del buf[:pos]
+    return frames
+
+
+async def _trio_conn(stream: trio.SocketStream) -> None:
+    buf = bytearray()
+    while True:
+        data = await stream.receive_some(65536)
+        if not data:
+            return
+        buf += data
+        frames = _cut(buf)
+        if frames:
+            await stream.send_all(b"".join(frames))
+
+
+def trio_echo(port: int) -> None:
+    async def main() -> None:
+        await trio.serve_tcp(_trio_conn, port, host="127.0.0.1")
+    trio.run(main)
+
+
+def raw_echo(port: int) -> None:
+    srv = socket.create_server(("127.0.0.1", port))
+
+    def conn(s: socket.socket) -> None:
+        buf = bytearray()
+        while data := s.recv(65536):
+            buf += data
+            frames = _cut(buf)
+            if frames:
+                s.sendall(b"".join(frames))
+
+    while True:
+        s, _ = srv.accept()
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=conn, args=(s,), daemon=True).start()
+
+
+def client(port: int, n: int, window: int, size: int) -> None:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    frame = _LEN.pack(size) + b"x" * size
+    t0 = time.perf_counter()
+    sent = got = 0
+    buf = bytearray()
+    while got < n:
+        burst = min(window - (sent - got), n - sent)
+        if burst > 0:
+            s.sendall(frame * burst)
+            sent += burst
+        buf += s.recv(65536)
+        got += len(_cut(buf))
+    print(time.perf_counter() - t0, flush=True)
+
+
+def hops(n: int) -> None:
+    async def main() -> dict[str, float]:
+        out: dict[str, float] = {}
+        c0 = time.process_time()
+        for _ in range(n):
+            await trio.to_thread.run_sync(int)
+        out["thread_hop_cpu_us"] = (time.process_time() - c0) / n * 1e6
+
+        ping_s, ping_r = trio.open_memory_channel[int](1)
+        pong_s, pong_r = trio.open_memory_channel[int](1)
+
+        async def echo() -> None:
+            async for v in ping_r:
+                await pong_s.send(v)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(echo)
+            c0 = time.process_time()
+            for i in range(n):
+                await ping_s.send(i)
+                await pong_r.receive()
+            # a round trip is two hand-offs
+            out["channel_hop_cpu_us"] = (time.process_time() - c0) / n / 2 * 1e6
+            nursery.cancel_scope.cancel()
+
+        c0 = time.process_time()
+        for _ in range(n):
+            await trio.lowlevel.checkpoint()
+        out["checkpoint_cpu_us"] = (time.process_time() - c0) / n * 1e6
+        return out
+
+    print(json.dumps(trio.run(main)), flush=True)
+
+
+if __name__ == "__main__":
+    role, *args = sys.argv[1:]
+    if role == "trio-echo":
+        trio_echo(int(args[0]))
+    elif role == "raw-echo":
+        raw_echo(int(args[0]))
+    elif role == "client":
+        client(*(int(a) for a in args))
+    elif role == "hops":
+        hops(int(args[0]))
+    else:
+        raise SystemExit(f"unknown role {role!r}")
