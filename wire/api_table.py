@@ -138,6 +138,7 @@ _ROWS: dict[ApiKey, tuple[Any, ...]] = {
     _K.INIT_PRODUCER_ID: (r.InitProducerIdResponse, _R.FORWARDED, Acl(AclScope.PRODUCER_ID, "write"), _SKELETON, frozenset({_R.TXN_COORDINATOR})),
     _K.ALTER_CONFIGS: (r.TopicErrorsResponse, _R.FORWARDED, _topics("alter_configs"), _SKELETON),
     _K.ELECT_LEADERS: (r.PartitionErrorsResponse, _R.FORWARDED, _cluster("alter"), _SKELETON),
+    _K.DELETE_RECORDS: (r.DeleteRecordsResponse, _R.BROKER, _topics("delete"), "issue 23 (DeleteRecords)"),
     _K.FIND_COORDINATOR: (r.FindCoordinatorResponse, _R.BROKER, Acl(AclScope.COORDINATOR_KEYS, "describe"), "bec231f (issue 14: coordinator lookup)"),
     _K.BROKER_REGISTRATION: (r.BrokerRegistrationResponse, _R.CONTROLLER, _cluster("cluster_action"), _SKELETON),
     _K.BROKER_HEARTBEAT: (r.BrokerHeartbeatResponse, _R.CONTROLLER, _cluster("cluster_action"), _SKELETON),

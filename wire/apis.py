@@ -47,6 +47,7 @@ class ApiKey(IntEnum):
     ALTER_CONFIGS = 10
     ELECT_LEADERS = 11
     FIND_COORDINATOR = 12  # Kafka's 10 (rafka's 10 is ALTER_CONFIGS)
+    DELETE_RECORDS = 13  # Kafka's DeleteRecords (21): the partition leader moves its log start
     # controller quorum
     BROKER_REGISTRATION = 20
     BROKER_HEARTBEAT = 21
@@ -216,6 +217,11 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # election_type 0 preferred, 1 unclean; topics None = all
     # -> PartitionErrorsResponse
     ApiKey.ELECT_LEADERS: {"election_type": int, "topics": Opt(_TP_LIST)},
+    # to each partition's leader (broker/handlers/delete_records.py): records below ``offset``
+    # (-1: the high watermark) are deleted -> DeleteRecordsResponse (low_watermark per partition)
+    ApiKey.DELETE_RECORDS: {
+        "topics": [{"name": str, "partitions": [{"partition": int, "offset": int}]}],
+        "timeout_ms": Opt(int)},
     # key_type 0 group, 1 transaction; any broker (broker/handlers/coordinator.py); each key is
     # authorized on its own (describe on the group / transactional id)
     # -> FindCoordinatorResponse

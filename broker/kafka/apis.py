@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rafka.broker.kafka import acls, admin, groups, txn
+from rafka.broker.kafka import acls, admin, admin_more, groups, txn
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.context import (
     CORRUPT_MESSAGE,
@@ -412,7 +412,9 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     18: (0, 3, api_versions),
     19: (2, 7, create_topics),
     20: (1, 5, delete_topics),      # v6+ names topics by id
+    21: (0, 2, admin_more.delete_records),
     22: (0, 4, init_producer_id),
+    23: (2, 4, admin_more.offset_for_leader_epoch),
     24: (0, 3, txn.add_partitions_to_txn),  # v4+ is the brokers' batched verification form
     25: (0, 3, txn.add_offsets_to_txn),
     26: (0, 3, txn.end_txn),
@@ -422,10 +424,17 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     31: (1, 3, acls.delete_acls),
     32: (1, 4, admin.describe_configs),
     33: (0, 2, admin.alter_configs),
+    34: (1, 2, admin_more.alter_replica_log_dirs),
+    35: (1, 4, admin_more.describe_log_dirs),
     37: (0, 3, admin.create_partitions),
     42: (0, 2, admin.delete_groups),
+    43: (0, 2, admin_more.elect_leaders),
     44: (0, 1, admin.incremental_alter_configs),
+    45: (0, 1, admin_more.alter_partition_reassignments),
+    46: (0, 0, admin_more.list_partition_reassignments),
+    55: (0, 2, admin_more.describe_quorum),
     60: (0, 1, admin.describe_cluster),
+    75: (0, 0, admin_more.describe_topic_partitions),
 }
 # advertised but answered as unsupported: (api key, lowest version actually read)
 READABLE_FROM: dict[int, int] = {0: 3}

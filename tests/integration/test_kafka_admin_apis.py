@@ -1,0 +1,206 @@
+"""The Kafka admin APIs beyond topics and groups, through unmodified clients against real
+``rafka cluster up`` nodes (broker/kafka/admin_more.py, docs/kafka-compat.md): DeleteRecords
+(native and Kafka, replicated to followers), OffsetForLeaderEpoch, ElectLeaders,
+DescribeQuorum, Alter/ListPartitionReassignments, DescribeTopicPartitions, DescribeLogDirs and
+AlterReplicaLogDirs."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rafka.broker.kafka import codec
+from rafka.client import Admin, Consumer, Producer, TopicPartition
+from rafka.client.errors import OffsetOutOfRangeError
+
+from tests.integration.conftest import LocalCluster, wait_until
+from tests.integration.test_kafka_clients import create, kafka_bootstrap
+
+
+def _roundtrip(addr: str, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    host, port = addr.split(":")
+    req = codec.build(codec.request_schema(api_key, version), body)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(codec.encode_request(req, 7))
+        head = _recv(s, 4)
+        payload = _recv(s, struct.unpack(">i", head)[0])
+    cid, resp = codec.decode_response(payload, api_key, version)
+    assert cid == 7
+    return resp
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        assert chunk, "connection closed"
+        buf += chunk
+    return buf
+
+
+def _produce(c: LocalCluster, topic: str, n: int, partition: int = 0) -> None:
+    with Producer(bootstrap_servers=c.bootstrap, acks="all", linger_ms=0) as p:
+        for i in range(n):  # one batch each: several segments at segment.bytes 1024
+            p.send(topic, value=b"v%03d" % i + b"x" * 100, partition=partition).result(timeout=30)
+
+
+def _log_starts(c: LocalCluster, topic: str) -> list[int]:
+    """Each replica's checkpointed log start offset of ``topic``-0 (0: none written)."""
+    out = []
+    for d in sorted(Path(c.data_dir).rglob(f"{topic}-0")):
+        f = d / "log-start-offset-checkpoint"
+        out.append(int(f.read_text()) if f.exists() else 0)
+    return out
+
+
+def test_delete_records_native_then_kafka_reaches_followers(cluster3: LocalCluster) -> None:
+    from confluent_kafka import TopicPartition as CTP
+    from confluent_kafka.admin import AdminClient
+
+    with Admin(bootstrap_servers=cluster3.bootstrap) as a:
+        a.create_topic("dr", partitions=1, replication_factor=3, config={"segment.bytes": "1024"})
+    create(cluster3, "dr", partitions=1, rf=3)
+    _produce(cluster3, "dr", 60)
+    tp = TopicPartition("dr", 0)
+    with Admin(bootstrap_servers=cluster3.bootstrap) as a:
+        assert a.delete_records({tp: 25}) == {tp: 25}
+        assert a.list_offsets({tp: -2})[tp][0] == 25
+        with pytest.raises(OffsetOutOfRangeError):
+            a.delete_records({tp: 61})  # above the high watermark
+        assert a.delete_records({tp: 10}) == {tp: 25}  # never moves back
+    with Consumer(bootstrap_servers=cluster3.bootstrap) as cons:
+        cons.assign([tp])
+        cons.seek_to_beginning()
+        got: list[Any] = []
+        while len(got) < 35:
+            for recs in cons.poll(timeout_ms=500).values():
+                got += recs
+        assert got[0].offset == 25 and got[0].value.startswith(b"v025")
+
+    # Kafka's DeleteRecords through confluent-kafka's AdminClient, then every replica moves
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster3)})
+    fut = admin.delete_records([CTP("dr", 0, 40)])[CTP("dr", 0, 40)]
+    assert fut.result(timeout=30).low_watermark == 40
+    _produce(cluster3, "dr", 1)  # a fetch round that carries the new log start to followers
+    wait_until(lambda: _log_starts(cluster3, "dr") == [40, 40, 40],
+               "every replica's log start moved to 40", timeout_s=30)
+    # whole segments below it are gone on every replica (the rest: one segment per ~batch)
+    for d in Path(cluster3.data_dir).rglob("dr-0"):
+        bases = sorted(int(f.stem) for f in d.glob("*.log"))
+        assert bases and bases[0] <= 40 and all(b > 25 for b in bases), (d, bases)
+
+
+def test_kafka_python_delete_records_and_out_of_range_fetch(cluster1: LocalCluster) -> None:
+    from kafka import KafkaAdminClient, KafkaConsumer
+    from kafka import TopicPartition as KTP
+    from kafka.errors import OffsetOutOfRangeError as KOffsetOutOfRange
+    from kafka.errors import UnknownTopicOrPartitionError
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "drk", partitions=2)
+    _produce(cluster1, "drk", 20, partition=0)
+    admin = KafkaAdminClient(bootstrap_servers=kb)
+    try:
+        res = admin.delete_records({KTP("drk", 0): 12, KTP("drk", 1): -1})
+        assert res[KTP("drk", 0)]["low_watermark"] == 12
+        assert res[KTP("drk", 1)]["low_watermark"] == 0
+        with pytest.raises(KOffsetOutOfRange):
+            admin.delete_records({KTP("drk", 0): 1000})
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.delete_records({KTP("drk", 99): -1})
+    finally:
+        admin.close()
+    # ListOffsets earliest answers the new start; a fetch below it is OFFSET_OUT_OF_RANGE
+    lo = _roundtrip(kb, 2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": "drk", "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                        "timestamp": -2}]}]})
+    assert lo.topics[0].partitions[0].offset == 12
+    fetch = _roundtrip(kb, 1, 12, {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+        "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
+            {"topic": "drk", "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                             "fetch_offset": 3, "last_fetched_epoch": -1,
+                                             "log_start_offset": -1,
+                                             "partition_max_bytes": 1 << 20}]}],
+        "forgotten_topics_data": (), "rack_id": ""})
+    p = fetch.responses[0].partitions[0]
+    assert int(p.error_code) == 1 and p.log_start_offset == 12  # OFFSET_OUT_OF_RANGE
+    cons = KafkaConsumer(bootstrap_servers=kb, auto_offset_reset="earliest",
+                         consumer_timeout_ms=5000, enable_auto_commit=False)
+    cons.assign([KTP("drk", 0)])
+    cons.seek_to_beginning()
+    offsets = [r.offset for r in cons]
+    cons.close()
+    assert offsets == list(range(12, 20))
+
+
+def test_offset_for_leader_epoch(cluster1: LocalCluster) -> None:
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "ole")
+    _produce(cluster1, "ole", 5)
+    md = _roundtrip(kb, 3, 12, {"topics": [{"name": "ole", "topic_id": None}],
+                                "allow_auto_topic_creation": False,
+                                "include_topic_authorized_operations": False})
+    epoch = md.topics[0].partitions[0].leader_epoch
+    for version in (2, 3, 4):
+        body: dict[str, Any] = {"replica_id": -1, "topics": [{"topic": "ole", "partitions": [
+            {"partition": 0, "current_leader_epoch": epoch, "leader_epoch": epoch},
+            {"partition": 7, "current_leader_epoch": -1, "leader_epoch": 0}]}]}
+        resp = _roundtrip(kb, 23, version, body)
+        ours, missing = resp.topics[0].partitions
+        assert (int(ours.error_code), ours.leader_epoch, ours.end_offset) == (0, epoch, 5)
+        assert int(missing.error_code) == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    # a current_leader_epoch newer than the leader's is UNKNOWN_LEADER_EPOCH (75)
+    resp = _roundtrip(kb, 23, 4, {"replica_id": -1, "topics": [{"topic": "ole", "partitions": [
+        {"partition": 0, "current_leader_epoch": epoch + 5, "leader_epoch": epoch}]}]})
+    assert int(resp.topics[0].partitions[0].error_code) == 75
+
+
+def test_kafka_python_admin_elections_quorum_reassignments_log_dirs(cluster1: LocalCluster) -> None:
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTP
+    from kafka.errors import ElectionNotNeededError
+    from kafka.structs import TopicPartitionReplica
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "adm", partitions=3)
+    admin = KafkaAdminClient(bootstrap_servers=kb)
+    try:
+        res = admin.elect_leaders(0, {"adm": [0, 1, 2]})
+        (topic, parts), = res.replica_election_results
+        assert topic == "adm" and sorted(p[0] for p in parts) == [0, 1, 2]
+        assert {p[1] for p in parts} == {ElectionNotNeededError.errno}
+
+        q = admin.describe_metadata_quorum()
+        p = q["topics"][0]["partitions"][0]
+        assert q["topics"][0]["topic_name"] == "__cluster_metadata"
+        assert p["leader_id"] == 1 and p["leader_epoch"] >= 0 and p["high_watermark"] > 0
+        assert [v["replica_id"] for v in p["current_voters"]] == [1]
+
+        assert admin.list_partition_reassignments() == {}
+        tp = KTP("adm", 0)
+        assert admin.alter_partition_reassignments({tp: [1]}) == {tp: None}
+
+        page = admin.describe_topic_partitions(["adm"], response_partition_limit=2)
+        assert [x["partition_index"] for x in page["topics"][0]["partitions"]] == [0, 1]
+        assert page["next_cursor"] == {"topic_name": "adm", "partition_index": 2}
+        rest = admin.describe_topic_partitions(["adm"], response_partition_limit=10,
+                                               cursor=page["next_cursor"])
+        assert [x["partition_index"] for x in rest["topics"][0]["partitions"]] == [2]
+        assert rest["next_cursor"] is None
+
+        dirs = admin.describe_log_dirs()
+        (one,) = dirs
+        (d,) = one["log_dirs"]
+        assert one["broker"] == 1 and d["error_code"] == 0 and Path(d["log_dir"]).is_dir()
+        hosted = {(t["name"], p["partition_index"]) for t in d["topics"] for p in t["partitions"]}
+        assert {("adm", 0), ("adm", 1), ("adm", 2)} <= hosted
+        moved = admin.alter_replica_log_dirs({TopicPartitionReplica("adm", 0, 1): d["log_dir"]})
+        assert list(moved.values())[0].errno == 0
+        other = admin.alter_replica_log_dirs({TopicPartitionReplica("adm", 1, 1): "/elsewhere"})
+        assert list(other.values())[0].errno == 57  # LOG_DIR_NOT_FOUND
+    finally:
+        admin.close()
