@@ -119,7 +119,9 @@ _MEMBER_OFFSETS = {
     "member_epoch": Opt(int),
     "min_metadata_offset": Opt(int),
     "topics": [{"name": str,
-                "partitions": [{"partition": int, "offset": int, "metadata": Opt(str)}]}],
+                # leader_epoch: of the record before ``offset`` (Kafka's committed_leader_epoch)
+                "partitions": [{"partition": int, "offset": int, "metadata": Opt(str),
+                                "leader_epoch": Opt(int)}]}],
 }
 
 SCHEMAS: dict[ApiKey, dict[str, Any]] = {

@@ -392,6 +392,7 @@ class _FetchedOffset(TypedDict):
     offset: int  # -1: none committed
     metadata: NotRequired[str | None]
     commit_timestamp: NotRequired[int]
+    leader_epoch: NotRequired[int]  # -1: not known
     error: NotRequired[int]
 
 

@@ -409,7 +409,8 @@ class GroupOffsetsManager:
                     entries.append(
                         (
                             (group_id, t["name"], pd["partition"]),
-                            OffsetValue(pd["offset"], meta, now, epoch),
+                            OffsetValue(pd["offset"], meta, now, epoch,
+                                        _leader_epoch(pd)),
                         )
                     )
         if entries:
@@ -525,7 +526,8 @@ class GroupOffsetsManager:
                 parts.append({"partition": pd["partition"], "error": 0, "message": ""})
                 entries.append(
                     ((gid, t["name"], pd["partition"]),
-                     OffsetValue(pd["offset"], pd.get("metadata") or "", now, -1))
+                     OffsetValue(pd["offset"], pd.get("metadata") or "", now, -1,
+                                 _leader_epoch(pd)))
                 )
         if entries:
             await self._append(gid, entries[:MAX_COMMIT_PARTITIONS])
@@ -568,6 +570,11 @@ def _validate_member(
     return m.owns
 
 
+def _leader_epoch(pd: Mapping[str, Any]) -> int:
+    epoch = pd.get("leader_epoch")
+    return epoch if isinstance(epoch, int) and epoch >= 0 else -1
+
+
 def _offsets_body(
     committed: Mapping[tuple[str, int], OffsetValue],
     keys: Iterable[tuple[str, int]],
@@ -582,6 +589,7 @@ def _offsets_body(
             "offset": -1 if v is None else v.offset,
             "metadata": "" if v is None else v.metadata,
             "commit_timestamp": -1 if v is None else v.commit_timestamp,
+            "leader_epoch": -1 if v is None else v.leader_epoch,
         }
         if with_error:
             entry["error"] = 0

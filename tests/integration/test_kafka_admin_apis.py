@@ -204,3 +204,76 @@ def test_kafka_python_admin_elections_quorum_reassignments_log_dirs(cluster1: Lo
         assert list(other.values())[0].errno == 57  # LOG_DIR_NOT_FOUND
     finally:
         admin.close()
+
+
+def test_committed_leader_epoch_batched_offset_fetch_and_delete_by_id(cluster1: LocalCluster) -> None:
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "ce", partitions=2)
+    def commit() -> bool:  # as a client: find the coordinator (creates __consumer_offsets)
+        found = _roundtrip(kb, 10, 4, {"key_type": 0, "coordinator_keys": ["g-ce"]})
+        if int(found.coordinators[0].error_code):
+            return False
+        resp = _roundtrip(kb, 8, 8, {
+            "group_id": "g-ce", "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None, "topics": [{"name": "ce", "partitions": [
+                {"partition_index": 0, "committed_offset": 7, "committed_leader_epoch": 3,
+                 "committed_metadata": "m"},
+                {"partition_index": 1, "committed_offset": 2, "committed_leader_epoch": -1,
+                 "committed_metadata": None}]}]})
+        codes = [int(p.error_code) for p in resp.topics[0].partitions]
+        assert set(codes) <= {0, 14, 15}, codes  # retriable: loading, not available
+        return codes == [0, 0]
+
+    wait_until(commit, "the commit is accepted", timeout_s=30)
+    one = _roundtrip(kb, 9, 7, {"group_id": "g-ce", "require_stable": False, "topics": [
+        {"name": "ce", "partition_indexes": [0, 1]}]})
+    got = {p.partition_index: (p.committed_offset, p.committed_leader_epoch)
+           for p in one.topics[0].partitions}
+    assert got == {0: (7, 3), 1: (2, -1)}
+    # v8: several groups in one request, each answered on its own
+    many = _roundtrip(kb, 9, 8, {"require_stable": False, "groups": [
+        {"group_id": "g-ce", "topics": None}, {"group_id": "g-none", "topics": [
+            {"name": "ce", "partition_indexes": [0]}]}]})
+    g1, g2 = many.groups
+    assert g1.group_id == "g-ce" and int(g1.error_code) == 0
+    assert {p.partition_index: (p.committed_offset, p.committed_leader_epoch)
+            for t in g1.topics for p in t.partitions} == {0: (7, 3), 1: (2, -1)}
+    assert g2.group_id == "g-none"
+    assert [p.committed_offset for t in g2.topics for p in t.partitions] in ([], [-1])
+
+    # ListOffsets -3 (max timestamp, v7+) and the served v10
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        for i, ts in enumerate([1000, 5000, 3000]):
+            p.send("ce", value=b"%d" % i, partition=0, timestamp_ms=ts).result(timeout=30)
+    for version in (7, 10):
+        body: dict[str, Any] = {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "ce", "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                           "timestamp": -3}]}], "timeout": 1000}
+        p0 = _roundtrip(kb, 2, version, body).topics[0].partitions[0]
+        assert (int(p0.error_code), p0.offset, p0.timestamp) == (0, 1, 5000)
+
+    # DeleteTopics v6 by topic id, and an unknown id
+    md = _roundtrip(kb, 3, 12, {"topics": [{"name": "ce", "topic_id": None}],
+                                "allow_auto_topic_creation": False,
+                                "include_topic_authorized_operations": False})
+    tid = md.topics[0].topic_id
+    import uuid
+    stranger = uuid.uuid4()
+    resp = _roundtrip(kb, 20, 6, {"topics": [{"name": None, "topic_id": tid},
+                                             {"name": None, "topic_id": stranger}],
+                                  "timeout": 10_000})
+    ok, unknown = resp.responses
+    assert (ok.name, int(ok.error_code)) == ("ce", 0)
+    assert unknown.topic_id == stranger and int(unknown.error_code) == 100  # UNKNOWN_TOPIC_ID
+    with Admin(bootstrap_servers=cluster1.bootstrap) as a:
+        wait_until(lambda: "ce" not in a.list_topics(), "topic ce deleted", timeout_s=30)
+
+
+def test_kafka_python_infers_kafka_4_0(cluster1: LocalCluster) -> None:
+    from kafka import KafkaConsumer
+
+    cons = KafkaConsumer(bootstrap_servers=kafka_bootstrap(cluster1), api_version=None)
+    try:
+        assert cons.config["api_version"] == (4, 0)
+    finally:
+        cons.close()
