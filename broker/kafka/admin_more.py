@@ -231,13 +231,14 @@ async def alter_partition_reassignments(ctx: KafkaContext, req: KafkaRequest) ->
         err, msg = kafka_error(native.get("error")), native.get("message")
     elif moves:
         err, msg = 39, "another partition of this request was refused"  # INVALID_REPLICA_ASSIGNMENT
+    def outcome(topic: str, index: int) -> dict[str, Any]:
+        code, text = refused.get((topic, index), (err, msg))
+        return {"partition_index": index, "error_code": code,
+                "error_message": text if code else None}
+
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "responses": [
-        {"name": t.name, "partitions": [
-            {"partition_index": p.partition_index,
-             "error_code": refused.get((t.name, p.partition_index), (err, msg))[0],
-             "error_message": refused.get((t.name, p.partition_index), (err, msg))[1]
-             if refused.get((t.name, p.partition_index), (err, msg))[0] else None}
-            for p in t.partitions]} for t in b.topics]}
+        {"name": t.name, "partitions": [outcome(t.name, p.partition_index) for p in t.partitions]}
+        for t in b.topics]}
 
 
 async def list_partition_reassignments(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
