@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from rafka.broker.kafka import codec
 from rafka.client import Admin, Consumer, Producer, TopicPartition
 from rafka.client.errors import OffsetOutOfRangeError
 
-from tests.integration.conftest import LocalCluster, rafka_cli, wait_until
+from tests.integration.conftest import LocalCluster, wait_until
 from tests.integration.test_kafka_clients import create, kafka_bootstrap
 
 
@@ -81,8 +83,10 @@ def test_delete_records_native_then_kafka_reaches_followers(cluster3: LocalClust
                 got += recs
         assert got[0].offset == 25 and got[0].value.startswith(b"v025")
 
-    r = rafka_cli("partition", "delete-records", "--topic", "dr", "--partition", "0",
-                  "--before", "30", "--bootstrap", cluster3.bootstrap, "--json")
+    r = subprocess.run([sys.executable, "-m", "rafka.cli", "partition", "delete-records",
+                        "--topic", "dr", "--partition", "0", "--before", "30",
+                        "--bootstrap", cluster3.bootstrap, "--json"],
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["low_watermark"] == 30
 
