@@ -287,3 +287,40 @@ def test_kafka_python_infers_kafka_4_0(cluster1: LocalCluster) -> None:
         assert cons.config["api_version"] == (4, 0)
     finally:
         cons.close()
+
+
+def _leader(kb: str, topic: str) -> tuple[int, int]:
+    md = _roundtrip(kb, 3, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                "allow_auto_topic_creation": False,
+                                "include_topic_authorized_operations": False})
+    p = md.topics[0].partitions[0]
+    return p.leader_id, p.leader_epoch
+
+
+def test_offset_for_leader_epoch_across_a_leader_change(cluster3: LocalCluster) -> None:
+    """The end offset of an older epoch is where the next epoch started, on the new leader."""
+    create(cluster3, "olf", partitions=1, rf=3)
+    _produce(cluster3, "olf", 5)
+    addrs = dict(zip(range(1, 4), kafka_bootstrap(cluster3).split(","), strict=True))
+    old_leader, old_epoch = _leader(addrs[1], "olf")
+    cluster3.kill(old_leader)
+    alive = next(a for n, a in addrs.items() if n != old_leader)
+    new_leader, new_epoch = wait_until(
+        lambda: (lambda le: le if le[0] not in (-1, old_leader) else None)(_leader(alive, "olf")),
+        "a new leader", timeout_s=60)
+    _produce(cluster3, "olf", 3)
+    resp = _roundtrip(addrs[new_leader], 23, 4, {"replica_id": -1, "topics": [
+        {"topic": "olf", "partitions": [
+            {"partition": 0, "current_leader_epoch": new_epoch, "leader_epoch": old_epoch}]}]})
+    p = resp.topics[0].partitions[0]
+    assert (int(p.error_code), p.leader_epoch, p.end_offset) == (0, old_epoch, 5)
+    resp = _roundtrip(addrs[new_leader], 23, 4, {"replica_id": -1, "topics": [
+        {"topic": "olf", "partitions": [
+            {"partition": 0, "current_leader_epoch": new_epoch, "leader_epoch": new_epoch}]}]})
+    p = resp.topics[0].partitions[0]
+    assert (int(p.error_code), p.leader_epoch, p.end_offset) == (0, new_epoch, 8)
+    # the old epoch asked with a stale current epoch: FENCED_LEADER_EPOCH (74)
+    resp = _roundtrip(addrs[new_leader], 23, 4, {"replica_id": -1, "topics": [
+        {"topic": "olf", "partitions": [
+            {"partition": 0, "current_leader_epoch": old_epoch, "leader_epoch": old_epoch}]}]})
+    assert int(resp.topics[0].partitions[0].error_code) == 74
