@@ -24,6 +24,11 @@ know — reads its ``ReplicaManager`` (``KafkaContext.replicas``), never writing
   directory (its ``data_dir``), so it describes that one log dir (sizes from its logs, disk
   totals from the file system) and "moves" a replica only into the dir it is already in (a
   no-op, no error); any other path is LOG_DIR_NOT_FOUND.
+
+ACLs: what is read from the replicas does not pass the dispatch, so its authorizer is asked
+first with a native request needing the same right — a METADATA of the topics (describe on
+each: OffsetForLeaderEpoch) or a LIST_PARTITION_REASSIGNMENTS of no topic (describe on the
+cluster: DescribeLogDirs). AlterReplicaLogDirs changes nothing, and is not checked.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ __all__ = ["delete_records", "offset_for_leader_epoch", "elect_leaders", "descri
            "describe_topic_partitions", "describe_log_dirs", "alter_replica_log_dirs"]
 
 REPLICA_NOT_AVAILABLE = 9
+TOPIC_AUTHORIZATION_FAILED = 29
+CLUSTER_AUTHORIZATION_FAILED = 31
 INVALID_REPLICATION_FACTOR = 38
 LOG_DIR_NOT_FOUND = 57
 PREFERRED_LEADER_NOT_AVAILABLE = 80
@@ -108,9 +115,30 @@ def _epoch_end(ctx: KafkaContext, replica_id: int, topic: str, p: Any) -> dict[s
 async def offset_for_leader_epoch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     b = req.body
     replica_id = getattr(b, "replica_id", -1)
+    denied = await _denied_topics(ctx, req, [t.topic for t in b.topics])
     return {"throttle_time": 0, "topics": [
-        {"topic": t.topic, "partitions": [_epoch_end(ctx, replica_id, t.topic, p)
-                                          for p in t.partitions]} for t in b.topics]}
+        {"topic": t.topic, "partitions": [
+            {"partition": p.partition, "error_code": TOPIC_AUTHORIZATION_FAILED,
+             "leader_epoch": UNDEFINED_EPOCH, "end_offset": UNDEFINED_EPOCH_OFFSET}
+            if t.topic in denied else _epoch_end(ctx, replica_id, t.topic, p)
+            for p in t.partitions]} for t in b.topics]}
+
+
+async def _denied_topics(ctx: KafkaContext, req: KafkaRequest, names: list[str]) -> set[str]:
+    """The topics this client may not describe: the answer is read from the broker's replicas,
+    not through the dispatch, so the dispatch's authorizer is asked with a METADATA of them."""
+    if not names:
+        return set()
+    native = await call_native(ctx, req, ApiKey.METADATA, {"topics": sorted(set(names))})
+    return {t["name"] for t in native.get("topics") or []
+            if t.get("error") == TOPIC_AUTHORIZATION_FAILED}
+
+
+async def _cluster_describe_denied(ctx: KafkaContext, req: KafkaRequest) -> bool:
+    """Whether this client lacks describe on the cluster (asked through the dispatch's
+    authorizer with a LIST_PARTITION_REASSIGNMENTS of no topic, which reads the image only)."""
+    native = await call_native(ctx, req, ApiKey.LIST_PARTITION_REASSIGNMENTS, {"topics": []})
+    return native.get("error") == CLUSTER_AUTHORIZATION_FAILED
 
 
 # --------------------------------------------------------------------------- ElectLeaders
@@ -316,6 +344,8 @@ def _log_dir(ctx: KafkaContext) -> str | None:
 
 async def describe_log_dirs(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     rm, path = ctx.replicas, _log_dir(ctx)
+    if await _cluster_describe_denied(ctx, req):  # Kafka: describe on the cluster
+        return {"throttle_time": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED, "results": []}
     if rm is None or path is None:
         return {"throttle_time": 0, "error_code": 0, "results": []}
     wanted = None if req.body.topics is None else {
