@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rafka.broker.kafka import acls, admin, admin_more, groups, txn
+from rafka.broker.kafka import acls, admin, admin_more, groups, txn, txn_admin
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.context import (
     CORRUPT_MESSAGE,
@@ -465,6 +465,9 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     46: (0, 0, admin_more.list_partition_reassignments),
     55: (0, 2, admin_more.describe_quorum),
     60: (0, 1, admin.describe_cluster),
+    61: (0, 0, txn_admin.describe_producers),
+    65: (0, 0, txn_admin.describe_transactions),
+    66: (0, 0, txn_admin.list_transactions),   # v1+: duration / transactional id filters
     75: (0, 0, admin_more.describe_topic_partitions),
 }
 # advertised but answered as unsupported: (api key, lowest version actually read)

@@ -324,3 +324,38 @@ def test_offset_for_leader_epoch_across_a_leader_change(cluster3: LocalCluster) 
         {"topic": "olf", "partitions": [
             {"partition": 0, "current_leader_epoch": old_epoch, "leader_epoch": old_epoch}]}]})
     assert int(resp.topics[0].partitions[0].error_code) == 74
+
+
+def test_kafka_python_transaction_admin_on_an_open_transaction(cluster1: LocalCluster) -> None:
+    """DescribeProducers, ListTransactions and DescribeTransactions while a confluent-kafka
+    transaction is open, then after its commit."""
+    from confluent_kafka import Producer as CProducer
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTP
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "txa")
+    prod = CProducer({"bootstrap.servers": kb, "transactional.id": "tx-admin"})
+    prod.init_transactions(30)
+    prod.begin_transaction()
+    prod.produce("txa", value=b"open", partition=0)
+    prod.flush(30)
+    admin = KafkaAdminClient(bootstrap_servers=kb)
+    try:
+        listed = admin.list_transactions()
+        (mine,) = [t for ts in listed.values() for t in ts if t.transactional_id == "tx-admin"]
+        assert str(mine.state.value) == "Ongoing"
+        assert admin.list_transactions(producer_id_filters=[mine.producer_id + 1]) == {1: []}
+        desc = admin.describe_transactions(["tx-admin"])["tx-admin"]
+        assert desc.producer_id == mine.producer_id and desc.topic_partitions == {KTP("txa", 0)}
+        prods = admin.describe_producers([KTP("txa", 0)])[KTP("txa", 0)].active_producers
+        assert [(p.producer_id, p.current_transaction_start_offset) for p in prods] == [
+            (mine.producer_id, 0)]
+        prod.commit_transaction(30)
+        prods = admin.describe_producers([KTP("txa", 0)])[KTP("txa", 0)].active_producers
+        assert [(p.producer_id, p.current_transaction_start_offset) for p in prods] == [
+            (mine.producer_id, -1)]
+        wait_until(lambda: admin.describe_transactions(["tx-admin"])["tx-admin"].state.value
+                   in ("CompleteCommit", "Empty"), "the transaction completed", timeout_s=30)
+    finally:
+        admin.close()
