@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rafka.broker.kafka import acls, admin, admin_more, groups, txn, txn_admin
+from rafka.broker.kafka import acls, admin, admin_more, groups, quotas, txn, txn_admin
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.context import (
     CORRUPT_MESSAGE,
@@ -463,6 +463,8 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     44: (0, 1, admin.incremental_alter_configs),
     45: (0, 1, admin_more.alter_partition_reassignments),
     46: (0, 0, admin_more.list_partition_reassignments),
+    48: (0, 1, quotas.describe_client_quotas),
+    49: (0, 1, quotas.alter_client_quotas),
     55: (0, 2, admin_more.describe_quorum),
     60: (0, 1, admin.describe_cluster),
     61: (0, 0, txn_admin.describe_producers),

@@ -359,3 +359,50 @@ def test_kafka_python_transaction_admin_on_an_open_transaction(cluster1: LocalCl
                    in ("CompleteCommit", "Empty"), "the transaction completed", timeout_s=30)
     finally:
         admin.close()
+
+
+def test_client_quotas_through_kafka_and_native(cluster1: LocalCluster) -> None:
+    """AlterClientQuotas / DescribeClientQuotas (raw kio: neither client library has them)
+    on rafka's quotas, read back natively too."""
+    import trio
+    from rafka.client.aio import AsyncAdmin
+    from rafka.client.aio.quota_admin import describe_client_quotas
+
+    kb = kafka_bootstrap(cluster1)
+
+    def entry(entity: list[tuple[str, str | None]], ops: list[tuple[str, float, bool]]) -> dict:
+        return {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                "ops": [{"key": k, "value": v, "remove": r} for k, v, r in ops]}
+
+    resp = _roundtrip(kb, 49, 1, {"validate_only": False, "entries": [
+        entry([("user", "alice")], [("producer_byte_rate", 1024.0, False)]),
+        entry([("client-id", None)], [("consumer_byte_rate", 2048.0, False)]),
+        entry([("ip", "10.0.0.1")], [("producer_byte_rate", 1.0, False)]),
+        entry([("user", "bob")], [("request_percentage", 50.0, False)])]})
+    assert [int(e.error_code) for e in resp.entries] == [0, 0, 42, 42]  # INVALID_REQUEST
+
+    def describe(components: list[tuple[str, int, str | None]], strict: bool) -> dict:
+        r = _roundtrip(kb, 48, 1, {"strict": strict, "components": [
+            {"entity_type": t, "match_type": m, "match": n} for t, m, n in components]})
+        assert int(r.error_code) == 0
+        return {tuple((x.entity_type, x.entity_name) for x in e.entity):
+                {v.key: v.value for v in e.values} for e in r.entries}
+
+    def until(components: list[tuple[str, int, str | None]], want: dict) -> None:
+        wait_until(lambda: describe(components, False) == want, f"quotas {want}", timeout_s=30)
+
+    until([("user", 0, "alice")], {(("user", "alice"),): {"producer_byte_rate": 1024.0}})
+    until([("client-id", 1, None)], {(("client-id", None),): {"consumer_byte_rate": 2048.0}})
+    assert describe([("user", 2, None)], True) == {(("user", "alice"),): {"producer_byte_rate": 1024.0}}
+    assert describe([("ip", 2, None)], False) == {}
+
+    async def native() -> list:
+        async with AsyncAdmin(cluster1.bootstrap) as a:
+            return await describe_client_quotas(a, user="User:alice")
+    assert [(e["user"], e["values"]) for e in trio.run(native)] == [
+        ("User:alice", {"producer_byte_rate": 1024.0})]
+
+    resp = _roundtrip(kb, 49, 1, {"validate_only": False, "entries": [
+        entry([("user", "alice")], [("producer_byte_rate", 0.0, True)])]})
+    assert int(resp.entries[0].error_code) == 0
+    until([("user", 0, "alice")], {})
