@@ -154,6 +154,7 @@ _ROWS: dict[ApiKey, tuple[Any, ...]] = {
     _K.LIST_GROUPS: (r.ListGroupsResponse, _R.GROUP_COORDINATOR, _cluster("describe"), _SKELETON),
     _K.DESCRIBE_GROUPS: (r.DescribeGroupsResponse, _R.GROUP_COORDINATOR, _group("describe"), _SKELETON),
     _K.DELETE_GROUPS: (r.DeleteGroupsResponse, _R.GROUP_COORDINATOR, _group("delete"), _SKELETON),
+    _K.OFFSET_DELETE: (r.PartitionErrorsResponse, _R.GROUP_COORDINATOR, _group("delete"), "issue 23 (OffsetDelete)"),
     _K.ALTER_GROUP_OFFSETS: (r.PartitionErrorsResponse, _R.GROUP_COORDINATOR, _group("read"), _SKELETON),
     _K.ADD_PARTITIONS_TO_TXN: (r.PartitionErrorsResponse, _R.TXN_COORDINATOR, _txn("write"), _TXNS),
     _K.ADD_OFFSETS_TO_TXN: (r.ErrorFields, _R.TXN_COORDINATOR, _txn("write"), _TXNS),

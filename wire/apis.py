@@ -64,6 +64,7 @@ class ApiKey(IntEnum):
     DESCRIBE_GROUPS = 34
     DELETE_GROUPS = 35
     ALTER_GROUP_OFFSETS = 36
+    OFFSET_DELETE = 37  # Kafka's OffsetDelete (47): some partitions' committed offsets
     # transactions (docs/transactions.md)
     ADD_PARTITIONS_TO_TXN = 40
     ADD_OFFSETS_TO_TXN = 41
@@ -316,6 +317,9 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     ApiKey.DELETE_GROUPS: {"groups": [str]},
     # to the group's coordinator; only without members. offset >= 0 (resolve earliest/latest/
     # timestamp with LIST_OFFSETS first) -> PartitionErrorsResponse
+    # to the group's coordinator: tombstones the named partitions' committed offsets; a topic a
+    # member of the group subscribes to is refused (GROUP_SUBSCRIBED_TO_TOPIC) -> PartitionErrorsResponse
+    ApiKey.OFFSET_DELETE: {"group_id": str, "topics": _TP_LIST},
     ApiKey.ALTER_GROUP_OFFSETS: {
         "group_id": str,
         # metadata: the application's string stored with the offset (OffsetAndMetadata)

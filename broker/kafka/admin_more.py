@@ -6,6 +6,8 @@ know — reads its ``ReplicaManager`` (``KafkaContext.replicas``), never writing
 
 * DeleteRecords (21) → native DELETE_RECORDS on this broker, which must lead each partition
   (clients send each partition to its leader; elsewhere NOT_LEADER_OR_FOLLOWER, as Kafka).
+* OffsetDelete (47) → native OFFSET_DELETE on the group's coordinator: the partitions'
+  committed offsets are tombstoned; a topic a member subscribes to is GROUP_SUBSCRIBED_TO_TOPIC.
 * OffsetForLeaderEpoch (23) → the partition's leader-epoch cache (``log/epoch_cache.py``):
   the largest epoch ≤ the asked one and its end offset (KIP-101/279). Replica id −2 (Kafka's
   debugging replica) may ask any replica, everyone else the leader.
@@ -52,7 +54,7 @@ from rafka.metadata import TopicPartition
 from rafka.wire.errors import RafkaError
 from rafka.wire.protocol import ApiKey
 
-__all__ = ["delete_records", "offset_for_leader_epoch", "elect_leaders", "describe_quorum",
+__all__ = ["delete_records", "offset_delete", "offset_for_leader_epoch", "elect_leaders", "describe_quorum",
            "alter_partition_reassignments", "list_partition_reassignments",
            "describe_topic_partitions", "describe_log_dirs", "alter_replica_log_dirs"]
 
@@ -85,6 +87,25 @@ async def delete_records(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]
              "low_watermark": answers.get((t.name, p.partition_index), {}).get("low_watermark", -1),
              "error_code": kafka_error(answers.get((t.name, p.partition_index), {"error": top})
                                       .get("error"))}
+            for p in t.partitions]} for t in b.topics]}
+
+
+# --------------------------------------------------------------------------- OffsetDelete
+
+
+async def offset_delete(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
+    b = req.body
+    native = await call_native(ctx, req, ApiKey.OFFSET_DELETE, {
+        "group_id": b.group_id, "topics": [
+            {"name": t.name, "partitions": [p.partition_index for p in t.partitions]}
+            for t in b.topics]})
+    top = kafka_error(native.get("error"))
+    answers = {(t["name"], p["partition"]): p for t in native.get("topics") or []
+               for p in t["partitions"]}
+    return {"throttle_time": 0, "error_code": top, "topics": [
+        {"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": 0 if top else kafka_error(
+                answers.get((t.name, p.partition_index), {"error": -1}).get("error"))}
             for p in t.partitions]} for t in b.topics]}
 
 

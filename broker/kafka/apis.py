@@ -463,6 +463,7 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     44: (0, 1, admin.incremental_alter_configs),
     45: (0, 1, admin_more.alter_partition_reassignments),
     46: (0, 0, admin_more.list_partition_reassignments),
+    47: (0, 0, admin_more.offset_delete),
     48: (0, 1, quotas.describe_client_quotas),
     49: (0, 1, quotas.alter_client_quotas),
     55: (0, 2, admin_more.describe_quorum),

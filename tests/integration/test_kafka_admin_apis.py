@@ -406,3 +406,37 @@ def test_client_quotas_through_kafka_and_native(cluster1: LocalCluster) -> None:
         entry([("user", "alice")], [("producer_byte_rate", 0.0, True)])]})
     assert int(resp.entries[0].error_code) == 0
     until([("user", 0, "alice")], {})
+
+
+def test_kafka_python_delete_group_offsets(cluster1: LocalCluster) -> None:
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import TopicPartition as CTP
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTP
+    from kafka.errors import GroupSubscribedToTopicError, NoError
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "odx", partitions=2)
+    create(cluster1, "ody")
+    _produce(cluster1, "ody", 3)
+    cons = CConsumer({"bootstrap.servers": kb, "group.id": "od", "enable.auto.commit": False})
+    cons.commit(offsets=[CTP("odx", 0, 3), CTP("odx", 1, 5), CTP("ody", 0, 1)], asynchronous=False)
+    cons.close()
+    admin = KafkaAdminClient(bootstrap_servers=kb)
+    member = CConsumer({"bootstrap.servers": kb, "group.id": "od-live", "enable.auto.commit": False,
+                        "auto.offset.reset": "earliest"})
+    try:
+        res = admin.delete_group_offsets("od", [KTP("odx", 0), KTP("ody", 0)])
+        assert res == {KTP("odx", 0): NoError, KTP("ody", 0): NoError}
+        left = admin.list_group_offsets({"od": None})["od"]
+        assert {tp: o.offset for tp, o in left.items() if o.offset >= 0} == {KTP("odx", 1): 5}
+
+        member.subscribe(["ody"])
+        wait_until(lambda: member.poll(0.2) is not None or member.assignment(),
+                   "the member is assigned ody", timeout_s=60)
+        member.commit(offsets=[CTP("ody", 0, 2)], asynchronous=False)
+        res = admin.delete_group_offsets("od-live", [KTP("ody", 0)])
+        assert res == {KTP("ody", 0): GroupSubscribedToTopicError}
+    finally:
+        member.close()
+        admin.close()
