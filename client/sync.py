@@ -423,6 +423,9 @@ class Admin(_Facade[AsyncAdmin]):
                      isolation_level: int = 0) -> dict[TopicPartition, tuple[int, int]]:
         return self._loop.run(_kw(self._async.list_offsets, isolation_level=isolation_level), dict(timestamps))
 
+    def delete_records(self, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        return self._loop.run(self._async.delete_records, dict(before))
+
     # consumer groups (client.aio.conveniences.GroupAdminApi)
 
     def list_consumer_groups(self) -> list[ConsumerGroupListing]:

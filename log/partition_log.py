@@ -630,6 +630,9 @@ class PartitionLog(LogReader):
                 self._recovery_point = min(self._recovery_point, self.log_end_offset)
             self._try_write_recovery_checkpoint(self._recovery_point)
         leo = self.log_end_offset
+        if self._log_start_offset > leo:  # truncated below a deleted-records start
+            self._log_start_offset = leo
+            retention.write_log_start(self, leo)
         logger.info("%s: truncated to offset %d (log end offset now %d)", self.directory,
                     offset, leo)
         self.epochs.truncate_from_end(leo)
@@ -649,6 +652,7 @@ class PartitionLog(LogReader):
                 self._log_start_offset = offset
                 self._recovery_point = offset
                 self._fsync_dir()
+            retention.write_log_start(self, None)  # the new first segment's base rules
             self._try_write_recovery_checkpoint(offset)
         logger.info("%s: truncated fully, log now starts at %d", self.directory, offset)
         self.epochs.clear()
@@ -662,6 +666,11 @@ class PartitionLog(LogReader):
 
         Never moves the log start past the first unstable offset."""
         return retention.enforce_retention(self, now_ms)
+
+    def delete_records_before(self, offset: int) -> int:
+        """Kafka's DeleteRecords: the log now starts at ``offset`` (at most the log end; never
+        moves back); whole segments below it are deleted. Returns the new log start offset."""
+        return retention.advance_log_start(self, offset)
 
     def _purge_deleted(self, now: int | None) -> None:
         retention.purge_deleted(self, now)

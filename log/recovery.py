@@ -40,6 +40,7 @@ import re
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
+from . import retention
 from .batch import (
     HEADER_SIZE,
     CorruptBatchError,
@@ -140,6 +141,9 @@ def recover(log: PartitionLog) -> None:
     log._recovery_point = 0
     log.flush()  # fsyncs the validated segments, checkpoints recovery point = log end
     leo = log.log_end_offset
+    deleted_to = retention.read_log_start(log)  # DeleteRecords moved it mid-segment
+    if deleted_to is not None and deleted_to > log._log_start_offset:
+        log._log_start_offset = min(deleted_to, leo)
     log.epochs.truncate_from_end(leo)
     log.epochs.truncate_from_start(log.log_start_offset)
     rebuild_producer_state(log, rebuild_from)

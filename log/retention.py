@@ -13,6 +13,13 @@ Deleting is renaming: each file of a doomed segment (``.log`` and its indexes) b
 ``<name>.deleted`` under both log locks and is unlinked ``file.delete.delay.ms`` later (a reader
 holding a dup'ed fd keeps reading meanwhile); recovery removes leftovers.  The pending list is
 bounded (``_MAX_PENDING_DELETES``, oldest purged early).
+
+Deleting records (``advance_log_start``, Kafka's DeleteRecords): the log start offset moves to
+an offset inside the log, possibly mid-segment.  It is written to ``LOG_START_FILE`` (fsynced)
+*before* anything is deleted, so recovery, which otherwise starts the log at its first
+segment's base, restarts it there; then the whole segments below it are deleted as retention
+deletes them.  Readers below the new start get OFFSET_OUT_OF_RANGE (``log_reader.py``), and a
+fetch from the start gets the whole batch holding it, older records included, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -21,12 +28,17 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from .errors import StorageError
+from .index import write_file_atomic
+
 if TYPE_CHECKING:
     from .partition_log import PartitionLog
 
-__all__ = ["enforce_retention", "purge_deleted", "DELETED_SUFFIX"]
+__all__ = ["enforce_retention", "purge_deleted", "advance_log_start", "DELETED_SUFFIX",
+           "LOG_START_FILE"]
 
 DELETED_SUFFIX = ".deleted"
+LOG_START_FILE = "log-start-offset-checkpoint"
 _MAX_PENDING_DELETES = 1024
 logger = logging.getLogger("rafka.log")
 
@@ -61,6 +73,49 @@ def enforce_retention(log: PartitionLog, now_ms: int | None = None) -> list[int]
     if k == 0:
         return []
     return _delete_oldest(log, k, now, "retention")
+
+
+def advance_log_start(log: PartitionLog, offset: int, now_ms: int | None = None) -> int:
+    """Move the log start offset up to ``offset`` (at most the log end), delete the whole
+    segments below it; returns the log start offset after (never lower than before)."""
+    log._check_usable()
+    offset = min(offset, log.log_end_offset)
+    if offset <= log._log_start_offset:
+        return log._log_start_offset
+    write_log_start(log, offset)
+    with log._lock:
+        log._log_start_offset = offset
+    segments = log._segments
+    k = 0
+    while k < len(segments) - 1 and segments[k + 1].base_offset <= offset:
+        k += 1
+    now = log._now_ms() if now_ms is None else now_ms
+    if k:
+        _delete_oldest(log, k, now, "delete records")
+    else:
+        log.epochs.truncate_from_start(offset)
+        logger.info("%s: delete records: log start offset now %d", log.directory, offset)
+    return log._log_start_offset
+
+
+def write_log_start(log: PartitionLog, offset: int | None) -> None:
+    """Checkpoint the log start offset (None: remove it, the first segment's base rules)."""
+    path = log.directory / LOG_START_FILE
+    try:
+        if offset is None:
+            path.unlink(missing_ok=True)
+        else:
+            write_file_atomic(path, f"{offset}\n".encode(), fsync=True)
+    except OSError as exc:
+        raise StorageError("cannot write the log start offset checkpoint", exc) from exc
+
+
+def read_log_start(log: PartitionLog) -> int | None:
+    """The checkpointed log start offset, or None (missing or unreadable: ignored)."""
+    try:
+        return int((log.directory / LOG_START_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _delete_oldest(log: PartitionLog, k: int, now: int, why: str) -> list[int]:

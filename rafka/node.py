@@ -177,7 +177,7 @@ class _Node:
                     from rafka.broker.kafka.listener import start_kafka_listener
 
                     kafka_advertised = await start_kafka_listener(
-                        nursery, cfg, main_dispatch, lambda: self.publisher.image)
+                        nursery, cfg, main_dispatch, lambda: self.publisher.image, self.rm)
                 if cfg.metrics_listener is not None:
                     metrics.server, metrics.secured_server = server, secured
                     mport = await nursery.start(metrics.serve, *cfg.metrics_listener)

@@ -47,6 +47,7 @@ class ApiKey(IntEnum):
     ALTER_CONFIGS = 10
     ELECT_LEADERS = 11
     FIND_COORDINATOR = 12  # Kafka's 10 (rafka's 10 is ALTER_CONFIGS)
+    DELETE_RECORDS = 13  # Kafka's DeleteRecords (21): the partition leader moves its log start
     # controller quorum
     BROKER_REGISTRATION = 20
     BROKER_HEARTBEAT = 21
@@ -63,6 +64,7 @@ class ApiKey(IntEnum):
     DESCRIBE_GROUPS = 34
     DELETE_GROUPS = 35
     ALTER_GROUP_OFFSETS = 36
+    OFFSET_DELETE = 37  # Kafka's OffsetDelete (47): some partitions' committed offsets
     # transactions (docs/transactions.md)
     ADD_PARTITIONS_TO_TXN = 40
     ADD_OFFSETS_TO_TXN = 41
@@ -118,7 +120,9 @@ _MEMBER_OFFSETS = {
     "member_epoch": Opt(int),
     "min_metadata_offset": Opt(int),
     "topics": [{"name": str,
-                "partitions": [{"partition": int, "offset": int, "metadata": Opt(str)}]}],
+                # leader_epoch: of the record before ``offset`` (Kafka's committed_leader_epoch)
+                "partitions": [{"partition": int, "offset": int, "metadata": Opt(str),
+                                "leader_epoch": Opt(int)}]}],
 }
 
 SCHEMAS: dict[ApiKey, dict[str, Any]] = {
@@ -216,6 +220,11 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # election_type 0 preferred, 1 unclean; topics None = all
     # -> PartitionErrorsResponse
     ApiKey.ELECT_LEADERS: {"election_type": int, "topics": Opt(_TP_LIST)},
+    # to each partition's leader (broker/handlers/delete_records.py): records below ``offset``
+    # (-1: the high watermark) are deleted -> DeleteRecordsResponse (low_watermark per partition)
+    ApiKey.DELETE_RECORDS: {
+        "topics": [{"name": str, "partitions": [{"partition": int, "offset": int}]}],
+        "timeout_ms": Opt(int)},
     # key_type 0 group, 1 transaction; any broker (broker/handlers/coordinator.py); each key is
     # authorized on its own (describe on the group / transactional id)
     # -> FindCoordinatorResponse
@@ -308,6 +317,9 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     ApiKey.DELETE_GROUPS: {"groups": [str]},
     # to the group's coordinator; only without members. offset >= 0 (resolve earliest/latest/
     # timestamp with LIST_OFFSETS first) -> PartitionErrorsResponse
+    # to the group's coordinator: tombstones the named partitions' committed offsets; a topic a
+    # member of the group subscribes to is refused (GROUP_SUBSCRIBED_TO_TOPIC) -> PartitionErrorsResponse
+    ApiKey.OFFSET_DELETE: {"group_id": str, "topics": _TP_LIST},
     ApiKey.ALTER_GROUP_OFFSETS: {
         "group_id": str,
         # metadata: the application's string stored with the offset (OffsetAndMetadata)

@@ -92,6 +92,7 @@ class ErrorCode(IntEnum):
     STALE_BROKER_EPOCH = 77
     OFFSET_NOT_AVAILABLE = 78
     INVALID_RECORD = 87
+    GROUP_SUBSCRIBED_TO_TOPIC = 86  # OFFSET_DELETE of a topic the group's members subscribe to
     NO_REASSIGNMENT_IN_PROGRESS = 85  # a cancel named a partition that is not moving (kraft/reassign.py)
     UNSTABLE_OFFSET_COMMIT = 88  # KIP-447: a transaction holding offsets of this partition is open
     PRODUCER_FENCED = 90

@@ -66,6 +66,7 @@ __all__ = [
     "DecommissionBrokerResponse",
     "TopicErrorsResponse",
     "PartitionErrorsResponse",
+    "DeleteRecordsResponse",
     "ListOffsetsResponse",
     "CreateTopicsResponse",
     "DescribeConfigsResponse",
@@ -138,6 +139,18 @@ class TopicsResponse(MetadataOffsetResponse, Generic[T], total=False):
 TopicErrorsResponse = TopicsResponse[_TopicError]  # DELETE_TOPICS, CREATE_PARTITIONS, ALTER_CONFIGS
 # ELECT_LEADERS, OFFSET_COMMIT, ALTER_GROUP_OFFSETS, TXN_OFFSET_COMMIT, ADD_PARTITIONS_TO_TXN
 PartitionErrorsResponse = TopicsResponse[_TopicPartitionErrors]
+
+
+class _LowWatermark(_PartitionError):
+    low_watermark: int  # the partition's log start offset after the deletion (-1: error)
+
+
+class _TopicLowWatermarks(TypedDict):
+    name: str
+    partitions: list[_LowWatermark]
+
+
+DeleteRecordsResponse = TopicsResponse[_TopicLowWatermarks]
 
 
 # --------------------------------------------------------------------------- data plane
@@ -379,6 +392,7 @@ class _FetchedOffset(TypedDict):
     offset: int  # -1: none committed
     metadata: NotRequired[str | None]
     commit_timestamp: NotRequired[int]
+    leader_epoch: NotRequired[int]  # -1: not known
     error: NotRequired[int]
 
 

@@ -181,6 +181,7 @@ class GroupOffsetsManager:
             ApiKey.DESCRIBE_GROUPS: answer_errors(self.describe_groups),
             ApiKey.DELETE_GROUPS: answer_errors(self.delete_groups),
             ApiKey.ALTER_GROUP_OFFSETS: answer_errors(self.alter_group_offsets),
+            ApiKey.OFFSET_DELETE: answer_errors(self.offset_delete),
             ApiKey.TXN_OFFSET_COMMIT: answer_errors(self.txn_offset_commit),
         }
         listeners = getattr(replica_manager, "marker_listeners", None)
@@ -409,7 +410,8 @@ class GroupOffsetsManager:
                     entries.append(
                         (
                             (group_id, t["name"], pd["partition"]),
-                            OffsetValue(pd["offset"], meta, now, epoch),
+                            OffsetValue(pd["offset"], meta, now, epoch,
+                                        _leader_epoch(pd)),
                         )
                     )
         if entries:
@@ -525,10 +527,38 @@ class GroupOffsetsManager:
                 parts.append({"partition": pd["partition"], "error": 0, "message": ""})
                 entries.append(
                     ((gid, t["name"], pd["partition"]),
-                     OffsetValue(pd["offset"], pd.get("metadata") or "", now, -1))
+                     OffsetValue(pd["offset"], pd.get("metadata") or "", now, -1,
+                                 _leader_epoch(pd)))
                 )
         if entries:
             await self._append(gid, entries[:MAX_COMMIT_PARTITIONS])
+        return {"topics": out}
+
+    async def offset_delete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """OFFSET_DELETE (Kafka's OffsetDelete): tombstone the named partitions' committed
+        offsets; a topic some member of the group subscribes to is GROUP_SUBSCRIBED_TO_TOPIC,
+        a partition without a committed offset is no error (as Kafka)."""
+        gid = body["group_id"]
+        _, cache = self._coordinator(gid)
+        g = self.rm.image.groups.get(gid)
+        committed = cache.group(gid)
+        if g is None and not committed:
+            raise error_for(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {gid!r}")
+        subscribed = {t for m in (g.members.values() if g else ()) for t in m.subscribed_topics}
+        out, doomed = [], []
+        for t in body["topics"]:
+            parts: list[dict[str, Any]] = []
+            out.append({"name": t["name"], "partitions": parts})
+            for p in t["partitions"]:
+                if t["name"] in subscribed:
+                    parts.append({"partition": p, "error": int(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC),
+                                  "message": f"members of {gid!r} subscribe to {t['name']!r}"})
+                    continue
+                parts.append({"partition": p, "error": 0, "message": ""})
+                if (t["name"], p) in committed:
+                    doomed.append(((gid, t["name"], p), None))
+        if doomed:
+            await self._append(gid, doomed[:MAX_COMMIT_PARTITIONS])
         return {"topics": out}
 
     def _check_empty(self, group_id: str) -> None:
@@ -568,6 +598,11 @@ def _validate_member(
     return m.owns
 
 
+def _leader_epoch(pd: Mapping[str, Any]) -> int:
+    epoch = pd.get("leader_epoch")
+    return epoch if isinstance(epoch, int) and epoch >= 0 else -1
+
+
 def _offsets_body(
     committed: Mapping[tuple[str, int], OffsetValue],
     keys: Iterable[tuple[str, int]],
@@ -582,6 +617,7 @@ def _offsets_body(
             "offset": -1 if v is None else v.offset,
             "metadata": "" if v is None else v.metadata,
             "commit_timestamp": -1 if v is None else v.commit_timestamp,
+            "leader_epoch": -1 if v is None else v.leader_epoch,
         }
         if with_error:
             entry["error"] = 0

@@ -72,6 +72,7 @@ class OffsetValue:
     metadata: str = ""
     commit_timestamp: int = -1
     member_epoch: int = -1
+    leader_epoch: int = -1  # the committed record's leader epoch (Kafka's committed_leader_epoch)
 
 
 def encode_key(group_id: str, topic: str, partition: int) -> bytes:
@@ -86,16 +87,18 @@ def decode_key(data: bytes) -> Key:
 def encode_value(v: OffsetValue | None) -> bytes | None:
     if v is None:
         return None
-    return msgpack.packb(
-        [v.offset, v.metadata, v.commit_timestamp, v.member_epoch], use_bin_type=True
-    )
+    fields = [v.offset, v.metadata, v.commit_timestamp, v.member_epoch]
+    if v.leader_epoch >= 0:  # a fifth field only when known: older values stay four long
+        fields.append(v.leader_epoch)
+    return msgpack.packb(fields, use_bin_type=True)
 
 
 def decode_value(data: bytes | None) -> OffsetValue | None:
     if data is None:
         return None
-    off, meta, ts, epoch = msgpack.unpackb(data, raw=False)
-    return OffsetValue(int(off), str(meta or ""), int(ts), int(epoch))
+    off, meta, ts, epoch, *rest = msgpack.unpackb(data, raw=False)
+    return OffsetValue(int(off), str(meta or ""), int(ts), int(epoch),
+                       int(rest[0]) if rest else -1)
 
 
 # --------------------------------------------------------------------------- cache

@@ -50,7 +50,9 @@ first_offset]`` of the aborted transactions overlapping the served range — for
 filter (see docs/transactions.md for why the broker does not). Every consumer answer carries
 ``last_stable_offset``.
 
-LIST_OFFSETS: ``-2`` earliest (log start), ``-1`` latest (high watermark; log end for
+LIST_OFFSETS: ``-3`` max timestamp (the first record with the log's largest timestamp, below
+the high watermark), ``-4`` earliest local (= earliest: nothing is tiered), ``-5`` latest
+tiered (offset -1: nothing is tiered), ``-2`` earliest (log start), ``-1`` latest (high watermark; log end for
 followers; the LSO with ``isolation_level`` 1), ``>= 0`` the first offset whose timestamp is at
 least that (below the HW, or the LSO with ``isolation_level`` 1).
 """
@@ -470,6 +472,17 @@ def list_offsets(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any]:
                     found = p.log.offset_for_timestamp(ts, bound)
                     if found is not None:
                         entry["offset"], entry["timestamp"] = found
+                elif ts == -3:  # max timestamp (KIP-734): the first record carrying it
+                    bound = (None if replica else
+                             p.last_stable_offset if committed else p.high_watermark)
+                    top = max((seg.max_timestamp for seg in p.log.segments), default=-1)
+                    found = p.log.offset_for_timestamp(top, bound) if top >= 0 else None
+                    if found is not None:
+                        entry["offset"], entry["timestamp"] = found
+                elif ts == -4:  # earliest local (KIP-405): no tiered storage, the log start
+                    entry["offset"] = p.log.log_start_offset
+                elif ts == -5:  # latest tiered (KIP-1005): nothing is tiered, none
+                    pass
                 else:
                     entry.update(error=int(ErrorCode.INVALID_REQUEST), message=f"bad timestamp {ts}")
             except Exception as exc:  # noqa: BLE001 - mapped per partition

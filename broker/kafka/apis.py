@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rafka.broker.kafka import acls, admin, groups, txn
+from rafka.broker.kafka import acls, admin, admin_more, groups, quotas, txn, txn_admin
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.context import (
     CORRUPT_MESSAGE,
@@ -287,16 +287,34 @@ async def create_topics(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
 
 
 async def delete_topics(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
-    names = list(req.body.topic_names)
+    """By name (v1-5) or by name or topic id (v6+: an id not in the image is UNKNOWN_TOPIC_ID)."""
+    if req.api_version >= 6:
+        image = ctx.image()
+        ids = {_topic_id(t.topic_id): t for t in image.topics.by_id.values()}
+        asked = []  # (name or None, topic id or None)
+        for t in req.body.topics:
+            if t.name is not None:
+                asked.append((t.name, t.topic_id))
+            else:
+                found = ids.get(t.topic_id)
+                asked.append((None if found is None else found.name, t.topic_id))
+    else:
+        asked = [(n, None) for n in req.body.topic_names]
+    names = [n for n, _ in asked if n is not None]
     native = await call_native(ctx, req, ApiKey.DELETE_TOPICS,
-                           {"topics": names, "timeout_ms": ms(req.body.timeout)})
+                               {"topics": names, "timeout_ms": ms(req.body.timeout)}) if names else {}
     by_name = {t["name"]: t for t in native.get("topics") or []}
     out = []
-    for n in names:
+    for n, tid in asked:
+        if n is None:
+            out.append({"name": None, "topic_id": tid, "error_code": 100,  # UNKNOWN_TOPIC_ID
+                        "error_message": f"no topic has id {tid}"})
+            continue
         a = by_name.get(n, {"error": native.get("error") or UNKNOWN_SERVER_ERROR,
                             "message": native.get("message")})
         err = kafka_error(a.get("error"))
-        out.append({"name": n, "error_code": err, "error_message": a.get("message") if err else None})
+        out.append({"name": n, "topic_id": tid or uuid.UUID(int=0), "error_code": err,
+                    "error_message": a.get("message") if err else None})
     return {"throttle_time": 0, "responses": out}
 
 
@@ -352,7 +370,9 @@ async def offset_commit(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
         "group_id": b.group_id, "member_epoch": generation if generation >= 0 else -1,
         "topics": [{"name": t.name, "partitions": [
             {"partition": p.partition_index, "offset": p.committed_offset,
-             "metadata": p.committed_metadata} for p in t.partitions]} for t in b.topics]}
+             "metadata": p.committed_metadata,
+             "leader_epoch": getattr(p, "committed_leader_epoch", -1)}
+            for p in t.partitions]} for t in b.topics]}
     if generation >= 0:  # a classic member: its current epoch (groups.py), may be newer
         member = groups.commit_member(ctx, b.group_id, b.member_id)
         body["member_id"] = b.member_id
@@ -372,24 +392,35 @@ async def offset_commit(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
 
 
 async def offset_fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
+    """One group (v1-7) or several (v8+, KIP-709: each group one native OFFSET_FETCH)."""
     b = req.body
-    body: dict[str, Any] = {"group_id": b.group_id,
-                            "require_stable": bool(getattr(b, "require_stable", False))}
-    if b.topics is not None:
-        body["topics"] = [{"name": t.name, "partitions": list(t.partition_indexes)}
-                          for t in b.topics]
-    native = await call_native(ctx, req, ApiKey.OFFSET_FETCH, body)
-    top = kafka_error(native.get("error"))
-    topics = [{"name": t["name"], "partitions": [
-        {"partition_index": p["partition"], "committed_offset": p.get("offset", -1),
-         "committed_leader_epoch": -1, "metadata": p.get("metadata") or "",
-         "error_code": kafka_error(p.get("error"))} for p in t["partitions"]]}
-        for t in native.get("topics") or []]
+    stable = bool(getattr(b, "require_stable", False))
+    if req.api_version >= 8:
+        groups = []
+        for g in b.groups:
+            topics, top = await _fetch_group(ctx, req, g.group_id, g.topics, stable)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": top})
+        return {"throttle_time": 0, "groups": groups}
+    topics, top = await _fetch_group(ctx, req, b.group_id, b.topics, stable)
     if top and b.topics is not None and req.api_version < 2:  # no top-level error before v2
         topics = [{"name": t.name, "partitions": [
             {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1,
              "metadata": "", "error_code": top} for i in t.partition_indexes]} for t in b.topics]
     return {"throttle_time": 0, "topics": topics, "error_code": top}
+
+
+async def _fetch_group(ctx: KafkaContext, req: KafkaRequest, group_id: str, asked: Any,
+                       require_stable: bool) -> tuple[list[dict[str, Any]], int]:
+    body: dict[str, Any] = {"group_id": group_id, "require_stable": require_stable}
+    if asked is not None:
+        body["topics"] = [{"name": t.name, "partitions": list(t.partition_indexes)}
+                          for t in asked]
+    native = await call_native(ctx, req, ApiKey.OFFSET_FETCH, body)
+    return [{"name": t["name"], "partitions": [
+        {"partition_index": p["partition"], "committed_offset": p.get("offset", -1),
+         "committed_leader_epoch": p.get("leader_epoch", -1), "metadata": p.get("metadata") or "",
+         "error_code": kafka_error(p.get("error"))} for p in t["partitions"]]}
+        for t in native.get("topics") or []], kafka_error(native.get("error"))
 
 
 Adapter = Callable[[KafkaContext, KafkaRequest], Awaitable[dict[str, Any] | None]]
@@ -398,10 +429,10 @@ Adapter = Callable[[KafkaContext, KafkaRequest], Awaitable[dict[str, Any] | None
 SERVED: dict[int, tuple[int, int, Adapter]] = {
     0: (0, 9, produce),             # v0-2 advertised, refused (see the module docstring)
     1: (4, 12, fetch),              # v13+ names topics by id
-    2: (1, 7, list_offsets),
+    2: (1, 10, list_offsets),       # -3 max timestamp, -4 earliest local, -5 latest tiered
     3: (0, 12, metadata),
     8: (2, 8, offset_commit),        # v9+: KIP-848 member epochs
-    9: (1, 7, offset_fetch),         # v8+ batches groups
+    9: (1, 8, offset_fetch),         # v8 batches groups; v9+: KIP-848 member epochs
     10: (0, 4, find_coordinator),
     11: (0, 7, groups.join_group),   # the classic protocol on controller-assigned groups
     12: (0, 4, groups.heartbeat),
@@ -411,8 +442,10 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     16: (0, 4, admin.list_groups),
     18: (0, 3, api_versions),
     19: (2, 7, create_topics),
-    20: (1, 5, delete_topics),      # v6+ names topics by id
+    20: (1, 6, delete_topics),      # v6 names topics by name or id
+    21: (0, 2, admin_more.delete_records),
     22: (0, 4, init_producer_id),
+    23: (2, 4, admin_more.offset_for_leader_epoch),
     24: (0, 3, txn.add_partitions_to_txn),  # v4+ is the brokers' batched verification form
     25: (0, 3, txn.add_offsets_to_txn),
     26: (0, 3, txn.end_txn),
@@ -422,10 +455,23 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     31: (1, 3, acls.delete_acls),
     32: (1, 4, admin.describe_configs),
     33: (0, 2, admin.alter_configs),
+    34: (1, 2, admin_more.alter_replica_log_dirs),
+    35: (1, 4, admin_more.describe_log_dirs),
     37: (0, 3, admin.create_partitions),
     42: (0, 2, admin.delete_groups),
+    43: (0, 2, admin_more.elect_leaders),
     44: (0, 1, admin.incremental_alter_configs),
+    45: (0, 1, admin_more.alter_partition_reassignments),
+    46: (0, 0, admin_more.list_partition_reassignments),
+    47: (0, 0, admin_more.offset_delete),
+    48: (0, 1, quotas.describe_client_quotas),
+    49: (0, 1, quotas.alter_client_quotas),
+    55: (0, 2, admin_more.describe_quorum),
     60: (0, 1, admin.describe_cluster),
+    61: (0, 0, txn_admin.describe_producers),
+    65: (0, 0, txn_admin.describe_transactions),
+    66: (0, 0, txn_admin.list_transactions),   # v1+: duration / transactional id filters
+    75: (0, 0, admin_more.describe_topic_partitions),
 }
 # advertised but answered as unsupported: (api key, lowest version actually read)
 READABLE_FROM: dict[int, int] = {0: 3}

@@ -43,6 +43,9 @@ class KafkaContext:
     cluster_id: str
     settings: Mapping[str, Any]
     groups: ClassicGroups = field(default_factory=ClassicGroups)  # classic members (groups.py)
+    # the broker's ReplicaManager, read-only: what only its replicas know (admin_more.py:
+    # leader-epoch end offsets, log dirs); None on a node without replicas
+    replicas: Any = None
 
 
 def kafka_error(code: int | None) -> int:

@@ -142,12 +142,13 @@ def _peer(stream: trio.SocketStream) -> str:
 
 
 async def start_kafka_listener(nursery: trio.Nursery, config: Any, dispatch: Any,
-                               image: Any) -> str:
+                               image: Any, replicas: Any = None) -> str:
     """Start the Kafka listener of a node (``rafka/node.py``) in ``nursery``; returns the
     ``host:port`` to advertise (``advertised_host`` or the bound host, 0.0.0.0 → 127.0.0.1)."""
     host, port = config.kafka_listener
     ctx = KafkaContext(dispatch=dispatch, image=image, node_id=config.node_id,
-                       cluster_id=config.cluster_id, settings=dict(config.broker))
+                       cluster_id=config.cluster_id, settings=dict(config.broker),
+                       replicas=replicas)
     listener = KafkaListener(ctx, host, port,
                              max_frame_bytes=config.broker["socket.request.max.bytes"],
                              max_connections=config.broker["max.connections"],

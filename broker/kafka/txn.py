@@ -76,7 +76,9 @@ async def txn_offset_commit(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
         "producer_id": b.producer_id, "producer_epoch": b.producer_epoch, "member_epoch": -1,
         "topics": [{"name": t.name, "partitions": [
             {"partition": p.partition_index, "offset": p.committed_offset,
-             "metadata": p.committed_metadata} for p in t.partitions]} for t in b.topics]}
+             "metadata": p.committed_metadata,
+             "leader_epoch": getattr(p, "committed_leader_epoch", -1)}
+            for p in t.partitions]} for t in b.topics]}
     generation = getattr(b, "generation_id", -1)
     if generation >= 0:  # a classic member's consume-transform-produce (KIP-447)
         member = groups.commit_member(ctx, b.group_id, b.member_id)

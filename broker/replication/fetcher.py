@@ -119,6 +119,8 @@ class FollowerLog(Protocol):
 
     def truncate_fully_and_start_at(self, offset: int) -> None: ...
 
+    def delete_records_before(self, offset: int) -> int: ...
+
 
 @dataclass(slots=True)
 class FollowerPartition:
@@ -465,6 +467,9 @@ class ReplicaFetcherManager:
             leader_hw = int(entry.get("high_watermark", -1))
             if leader_hw >= 0:
                 self._set_hw(p, min(leader_hw, plog.log_end_offset))
+            leader_start = int(entry.get("log_start_offset", -1))
+            if leader_start > plog.log_start_offset:  # the leader deleted records (DeleteRecords)
+                plog.delete_records_before(min(leader_start, plog.log_end_offset))
             return
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             leader_start = int(entry.get("log_start_offset", -1))

@@ -326,6 +326,27 @@ class AsyncAdmin(GroupAdminApi):
         self._check_open()
         return await list_offsets(self._core, dict(timestamps), isolation_level=isolation_level)
 
+    async def delete_records(self, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """DELETE_RECORDS: ``{tp: offset}`` (-1: the high watermark) → ``{tp: low watermark}``,
+        the partition's log start offset after. Each partition's leader deletes the records
+        below ``offset``; raises e.g. ``OffsetOutOfRangeError`` (offset above the high
+        watermark) for the first partition that failed."""
+        self._check_open()
+        out: dict[TopicPartition, int] = {}
+        for tp, offset in before.items():
+            tp = TopicPartition(*tp)
+
+            async def ask(tp: TopicPartition = tp, offset: int = offset) -> int:
+                body = await txn_admin._leader_request(self._core, tp, ApiKey.DELETE_RECORDS, {
+                    "topics": [{"name": tp.topic, "partitions": [
+                        {"partition": tp.partition, "offset": offset}]}]})
+                p = txn_admin._partition_entry(body.get("topics"), tp)
+                txn_admin._check(p.get("error"), p.get("message"), f"{tp.topic}-{tp.partition}")
+                return int(p["low_watermark"])
+
+            out[tp] = await txn_admin._retrying(self._core, ask)
+        return out
+
     # ------------------------------------------------------------------ transactions
 
     async def list_transactions(self, states: Iterable[str] | None = None) -> list[TransactionListing]:

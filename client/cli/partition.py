@@ -12,6 +12,9 @@ Each command opens one ``AsyncAdmin`` (``_common.run_admin``; the requests are
   the same selection reverts to the original replicas; ``--status [--topic T]`` lists the
   reassignments in progress (adding / removing replicas, catch-up lag). A bad plan is refused
   as a whole with its named error (exit 1) and changes nothing.
+* ``rafka partition delete-records --topic T --partition P --before OFFSET`` — Kafka's
+  DeleteRecords (``Admin.delete_records``): the records below OFFSET (-1: all) are deleted,
+  the new low watermark printed.
 * ``rafka broker decommission ID [--throttle BYTES/S] [--wait] [--cancel]`` — move every replica
   off the broker, place no new ones there; ``--wait`` returns once it holds none (then stop it
   and ``rafka broker unregister ID``).
@@ -117,7 +120,7 @@ def _status_line(tp: TopicPartition, r: PartitionReassignment) -> str:
 
 @click.group()
 def partition() -> None:
-    """Partition replicas: reassign (move, cancel, status)."""
+    """Partition replicas: reassign (move, cancel, status); delete records."""
 
 
 @partition.command("reassign")
@@ -164,6 +167,27 @@ def reassign(topic: str | None, partition_: int | None, replicas: str | None, pl
         what = "cancelled" if r is None else f"-> {_ids(r)}"
         state = "in progress" if tp in pending else "done"
         click.echo(f"{tp.topic}/{tp.partition}\t{what}\t{state}")
+
+
+@partition.command("delete-records")
+@click.option("--topic", required=True, help="The topic.")
+@click.option("--partition", "partition_", type=int, required=True, help="The partition.")
+@click.option("--before", type=int, required=True,
+              help="Delete the records below this offset (-1: the high watermark, all of them).")
+@command_options(json=True)
+def delete_records(topic: str, partition_: int, before: int, bootstrap: str, as_json: bool) -> None:
+    """Delete a partition's records below an offset (Kafka's DeleteRecords): its log start
+    moves there on every replica; prints the new low watermark."""
+    tp = TopicPartition(topic, partition_)
+
+    async def go(admin: Any) -> dict[TopicPartition, int]:
+        return await admin.delete_records({tp: before})
+
+    low = run_admin(bootstrap, go)[tp]
+    if as_json:
+        click.echo(json.dumps({"topic": topic, "partition": partition_, "low_watermark": low}))
+    else:
+        click.echo(f"{topic}/{partition_}\tlow watermark {low}")
 
 
 def _status(bootstrap: str, topic: str | None, partition_: int | None, as_json: bool) -> None:

@@ -27,7 +27,7 @@ CLIENT_TREE = {
     "console": set(),
     "consume": set(),
     "group": {"delete", "describe", "lag", "list", "reset-offsets"},
-    "partition": {"reassign"},
+    "partition": {"delete-records", "reassign"},
     "produce": set(),
     "quorum": {"add-voter", "describe", "remove-voter"},
     "quota": {"list", "set"},
@@ -44,7 +44,8 @@ JSON_COMMANDS = {("topic", "list"), ("topic", "describe"), ("group", "list"), ("
                  ("group", "describe"), ("group", "reset-offsets"), ("transactions", "list"),
                  ("transactions", "describe"), ("transactions", "producers"),
                  ("transactions", "abort"), ("user", "list"), ("acl", "list"), ("quota", "list"),
-                 ("quorum", "describe"), ("partition", "reassign"), ("broker", "decommission")}
+                 ("quorum", "describe"), ("partition", "reassign"), ("partition", "delete-records"),
+                 ("broker", "decommission")}
 CONNECTION_OPTIONS = {"--bootstrap", "--command-config", "--timeout", "--security-protocol",
                       "--user", "--password-file", "--password", "--sasl-mechanism", "--tls-ca",
                       "--tls-cert", "--tls-key"}

@@ -290,3 +290,13 @@ async def test_statistics_is_a_typed_snapshot(setup):
     rm.p.leader = False  # no longer led: nothing to report, the cache is dropped
     s = mgr.statistics()
     assert s.committed == () and s.offsets_topic.loaded == ()
+
+
+def test_committed_leader_epoch_is_kept_and_old_values_still_read() -> None:
+    import msgpack
+
+    v = OffsetValue(7, "m", 123, 2, leader_epoch=5)
+    assert decode_value(encode_value(v)) == v
+    old = msgpack.packb([7, "m", 123, 2])  # written before the leader epoch was kept
+    assert decode_value(old) == OffsetValue(7, "m", 123, 2, -1)
+    assert len(msgpack.unpackb(encode_value(OffsetValue(7, "m", 123, 2)))) == 4

@@ -14,6 +14,7 @@ import sys
 import pytest
 import trio
 from rafka.client.aio import AsyncAdmin, AsyncConsumer
+from rafka.client.types import TopicPartition
 from rafka.wire.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
 
 from tests.security.test_secured_broker import (
@@ -59,6 +60,12 @@ async def test_acls_on_a_real_node(node):
         with pytest.raises(TopicAuthorizationFailedError):
             await produce(secure, "b", b"forbidden", **alice)
         assert (await end_offset(plain, "a"), await end_offset(plain, "b")) == (1, 0)
+        # DELETE_RECORDS needs delete on the topic: write is not enough
+        async with AsyncAdmin(secure, request_timeout_ms=60_000, **alice) as a:
+            with pytest.raises(TopicAuthorizationFailedError):
+                await a.delete_records({TopicPartition("a", 0): -1})
+        async with AsyncAdmin(plain, request_timeout_ms=60_000) as a:
+            assert (await a.list_offsets({TopicPartition("a", 0): -2}))[TopicPartition("a", 0)][0] == 0
 
         with pytest.raises(GroupAuthorizationFailedError):
             try:

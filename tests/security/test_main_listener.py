@@ -111,6 +111,20 @@ async def test_plaintext_client_on_a_tls_auth_cluster_gets_nothing(tmp_path):
                     raise AssertionError(f"read {got}")
             await _refused((TopicAuthorizationFailedError,), consume)
 
+            # the Kafka listener runs behind the same ACLs, the APIs read from the replicas too
+            kafka = cluster.info()["nodes"][0]["kafka"]
+            olfe = await trio.to_thread.run_sync(lambda: _kafka_roundtrip(kafka, 23, 4, {
+                "replica_id": -1, "topics": [{"topic": "a", "partitions": [
+                    {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}))
+            assert int(olfe.topics[0].partitions[0].error_code) == 29  # TOPIC_AUTHORIZATION_FAILED
+            dirs = await trio.to_thread.run_sync(lambda: _kafka_roundtrip(kafka, 35, 4, {
+                "topics": None}))
+            assert int(dirs.error_code) == 31 and dirs.results == ()  # CLUSTER_AUTHORIZATION_FAILED
+            deleted = await trio.to_thread.run_sync(lambda: _kafka_roundtrip(kafka, 21, 2, {
+                "topics": [{"name": "a", "partitions": [{"partition_index": 0, "offset": -1}]}],
+                "timeout": 1000}))
+            assert int(deleted.topics[0].partitions[0].error_code) == 29
+
             async with AsyncAdmin(secure, **admin) as a:  # nothing the anonymous client sent
                 assert await a.list_topics() == ["a"]
                 assert "mallory" not in await a.describe_scram_credentials()
@@ -119,3 +133,21 @@ async def test_plaintext_client_on_a_tls_auth_cluster_gets_nothing(tmp_path):
                 assert (await c.end_offsets([tp]))[tp] == 1
     finally:
         cluster.stop()
+
+
+def _kafka_roundtrip(addr: str, api_key: int, version: int, body: dict) -> object:
+    import socket
+    import struct
+
+    from rafka.broker.kafka import codec
+
+    host, port = addr.split(":")
+    req = codec.build(codec.request_schema(api_key, version), body)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(codec.encode_request(req, 1))
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">i", buf[:4])[0]:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed"
+            buf += chunk
+    return codec.decode_response(buf[4:], api_key, version)[1]
