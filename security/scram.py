@@ -56,6 +56,7 @@ __all__ = [
     "ScramServer",
     "derive_credential",
     "salted_password",
+    "verify_password",
 ]
 
 # mechanism -> hashlib name
@@ -121,6 +122,18 @@ def derive_credential(mechanism: str, password: str, *, salt: bytes | None = Non
     salt = os.urandom(32) if salt is None else salt
     _ck, stored, server = _keys(mechanism, salted_password(mechanism, password, salt, iterations))
     return ScramCredential(mechanism, salt, iterations, stored, server)
+
+
+def verify_password(credential: ScramCredential, password: str) -> bool:
+    """Whether ``password`` is the one ``credential`` was derived from: its StoredKey is
+    recomputed (PBKDF2 with the credential's salt and iterations) and compared in constant
+    time. For SASL/PLAIN (the Kafka listener over TLS), which sends the password itself and
+    is checked against the same stored SCRAM credential; nothing else is kept."""
+    if not password:
+        return False
+    _ck, stored, _server = _keys(credential.mechanism, salted_password(
+        credential.mechanism, password, credential.salt, credential.iterations))
+    return hmac.compare_digest(stored, credential.stored_key)
 
 
 # -- message syntax --------------------------------------------------------------------
