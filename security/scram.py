@@ -287,6 +287,7 @@ class ScramServer:
         self._known = False
         self._auth_prefix = ""
         self._full_nonce = ""
+        self._client_nonce = ""
 
     @property
     def authenticated(self) -> bool:
@@ -318,6 +319,7 @@ class ScramServer:
         assert cred is not None
         self.username, self._credential = user, cred
         self._full_nonce = client_nonce + self._nonce
+        self._client_nonce = client_nonce
         first = (f"r={self._full_nonce},s={base64.b64encode(cred.salt).decode()},"
                  f"i={cred.iterations}")
         self._auth_prefix = f"{bare},{first}"
@@ -334,7 +336,11 @@ class ScramServer:
         a = _attrs(without_proof, "client-final message")
         if a.get("c") not in ("biws", "eSws"):  # base64 of "n,," / "y,,"
             raise ScramError("channel binding data does not match the gs2 header")
-        if a.get("r") != self._full_nonce:
+        # librdkafka before 2.6.1 (kcat 1.7.1's 2.0.2, confluent-kafka < 2.6.1) sends its own
+        # nonce again in front of the server's r= (librdkafka PR 4895); Kafka 3.8.1-3.9 took it
+        # with endsWith. Exactly that form is taken: it still holds the server's fresh nonce, and
+        # the proof covers the message as sent
+        if a.get("r") not in (self._full_nonce, self._client_nonce + self._full_nonce):
             raise ScramError("the nonce changed during the exchange")
         proof = _b64(proof_part, "client proof")
         cred = self._credential
