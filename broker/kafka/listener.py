@@ -194,9 +194,9 @@ class KafkaListener:
             if payload is None:  # the peer closed
                 return
             if login:
-                out, close = self._login_step(bytes(payload), conn)
-                if out:
-                    await stream.send_all(out)
+                answer, close = self._login_step(bytes(payload), conn)
+                if answer:
+                    await stream.send_all(answer)
                 if close:
                     self.auth_failures += 1
                     return
@@ -298,11 +298,11 @@ class KafkaListener:
 _CLOSE = object()
 
 
-def _peer(stream: trio.SocketStream) -> str:
+def _peer(stream: trio.abc.Stream) -> str:
     try:
-        host, port = stream.socket.getpeername()[:2]
+        host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
         return f"{host}:{port}"
-    except OSError:
+    except (OSError, AttributeError):
         return "?"
 
 

@@ -13,13 +13,10 @@ what a client that misbehaves before logging in gets.
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
 import socket
 import struct
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,14 +26,11 @@ from typing import Any
 
 import pytest
 from rafka.broker.kafka import codec
-from rafka.cluster import free_port_block
-from rafka.local_security import SECURE_PORT_OFFSET
 from rafka.security.scram import ScramClient
-from rafka.wire.ports import KAFKA_PORT_OFFSET
 
-from tests.integration.conftest import PROJECT_ROOT
+from tests.kafka_compat import secured_cluster
+from tests.kafka_compat.secured_cluster import SecuredCluster
 
-RAFKA = str(Path(sys.executable).with_name("rafka"))
 ALICE_PW = "alice-" + uuid.uuid4().hex[:12]
 kcat_missing = pytest.mark.skipif(shutil.which("kcat") is None,
                                   reason="kcat not installed (Debian package kcat: make os-deps)")
@@ -49,74 +43,23 @@ class Secured:
     listeners: dict[str, str]  # Kafka listener name -> HOST:PORT
     ca: str
     admin_pw: str
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _base_port() -> int:
-    for _ in range(50):
-        base = free_port_block(1)
-        try:
-            for p in (base + SECURE_PORT_OFFSET, base + KAFKA_PORT_OFFSET + SECURE_PORT_OFFSET):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port block with secured ports")
-
-
-def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFKA_")}
-    return subprocess.run([RAFKA, *args], capture_output=True, text=True, timeout=120,
-                          input=stdin, env=env, cwd=str(PROJECT_ROOT))
-
-
-def _ok(r: subprocess.CompletedProcess[str]) -> str:
-    assert r.returncode == 0, f"{r.args}: {r.stdout}\n{r.stderr}"
-    return r.stdout + r.stderr
+    cluster: SecuredCluster
 
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     data = tmp_path_factory.mktemp("kafka-sec") / "cluster"
-    port = _base_port()
-    up = _ok(_run("cluster", "up", "--nodes", "1", "--tls", "--auth", "--detach",
-                  "--data-dir", str(data), "--port", str(port)))
+    c = secured_cluster.start(data)
     try:
-        ssl_port, sasl_port = _free_port(), _free_port()
-        cfg = data / "node-1" / "node.toml"
-        text = cfg.read_text()
-        line = re.search(r'^kafka\.sasl_ssl_listener = .*$', text, re.M)
-        assert line, text
-        cfg.write_text(text.replace(line.group(0), line.group(0) + "\n"
-                                    f'kafka.ssl_listener = "127.0.0.1:{ssl_port}"\n'
-                                    f'kafka.sasl_plaintext_listener = "127.0.0.1:{sasl_port}"'))
-        _ok(_run("cluster", "down", "--data-dir", str(data)))
-        _ok(_run("cluster", "up", "--detach", "--data-dir", str(data)))
-        cc = ["--command-config", str(data / "admin.properties")]
         for t in ("ok", "denied"):
-            _ok(_run("topic", "create", t, *cc))
-        _ok(_run("user", "create", "alice", "--mechanism", "both", "--password-stdin", *cc,
-                 stdin=ALICE_PW + "\n"))
-        _ok(_run("acl", "add", "--allow", "User:alice", "--topic", "ok", "--operation", "read",
-                 "--operation", "write", "--operation", "describe", *cc))
-        admin_pw = re.search(r"^sasl.password=(.*)$", (data / "admin.properties").read_text(),
-                             re.M).group(1)  # type: ignore[union-attr]
-        kafka_port = port + KAFKA_PORT_OFFSET
-        s = Secured(data, up, {"PLAINTEXT": f"127.0.0.1:{kafka_port}",
-                               "SASL_SSL": f"127.0.0.1:{kafka_port + SECURE_PORT_OFFSET}",
-                               "SSL": f"127.0.0.1:{ssl_port}",
-                               "SASL_PLAINTEXT": f"127.0.0.1:{sasl_port}"},
-                    str(data / "tls" / "ca.pem"), admin_pw)
+            secured_cluster.run("topic", "create", t, *c.admin_config)
+        c.add_user("alice", ALICE_PW)
+        c.allow("User:alice", ["--topic", "ok"], ["read", "write", "describe"])
+        s = Secured(data, c.up_output, c.listeners, c.ca, c.admin_password, c)
         _wait_leader(s)
         yield s
     finally:
-        _run("cluster", "down", "--data-dir", str(data))
+        secured_cluster.stop(data)
 
 
 def _wait_leader(s: Secured) -> None:
@@ -206,9 +149,7 @@ def test_confluent_kafka_produces_and_consumes(secured: Secured, listener: str,
     conf = _conf(secured, listener, mechanism)
     if mechanism is None:  # SSL: ANONYMOUS may do nothing; the super user logs in elsewhere
         conf = _conf(secured, "SSL")
-        _run("acl", "add", "--allow", "User:ANONYMOUS", "--topic", "ok", "--operation", "read",
-             "--operation", "write", "--operation", "describe",
-             "--command-config", str(secured.data / "admin.properties"))
+        secured.cluster.allow("User:ANONYMOUS", ["--topic", "ok"], ["read", "write", "describe"])
     value = f"{listener}-{mechanism}-{uuid.uuid4().hex}".encode()
     reports: list[Any] = []
     p = Producer({**conf, "acks": "all"})

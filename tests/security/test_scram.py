@@ -171,7 +171,7 @@ def test_librdkafka_before_2_6_1_client_final_nonce_is_taken():
     salted = salted_password("SCRAM-SHA-256", PASSWORD, SALT, 4096)
     client_key = hmac.new(salted, b"Client Key", "sha256").digest()
     sig = hmac.new(hashlib.sha256(client_key).digest(), auth, "sha256").digest()
-    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, sig)))
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, sig, strict=True)))
     assert s.receive_client_final(without_proof.encode() + b",p=" + proof).startswith(b"v=")
     # the client nonce three times, or the server's nonce alone, are still refused
     for nonce in (CLIENT_NONCE * 3 + SERVER_NONCE, SERVER_NONCE):
