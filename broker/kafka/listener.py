@@ -128,7 +128,9 @@ class KafkaListener:
             await stream.aclose()
             return
         self.connections += 1
-        conn = _Conn(peer=_peer(stream), client_host=peer_host(stream))
+        # the peer's host goes to the ACLs on secured listeners (as the native server does)
+        conn = _Conn(peer=_peer(stream),
+                     client_host=peer_host(stream) if self.security is not None else None)
         try:
             async with stream:
                 if self.ssl_context is not None:

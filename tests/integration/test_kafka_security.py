@@ -172,6 +172,26 @@ def test_confluent_kafka_produces_and_consumes(secured: Secured, listener: str,
         c.close()
 
 
+@pytest.mark.parametrize("listener,mechanism", [("SASL_SSL", "PLAIN"),
+                                               ("SASL_PLAINTEXT", "SCRAM-SHA-512")])
+def test_kafka_python_logs_in_and_produces(secured: Secured, listener: str, mechanism: str) -> None:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    opts: dict[str, Any] = {"bootstrap_servers": secured.listeners[listener],
+                            "security_protocol": listener, "sasl_mechanism": mechanism,
+                            "sasl_plain_username": "alice", "sasl_plain_password": ALICE_PW}
+    if listener == "SASL_SSL":
+        opts["ssl_cafile"] = secured.ca
+    value = f"kp-{listener}-{uuid.uuid4().hex}".encode()
+    with KafkaProducer(acks="all", **opts) as p:
+        md = p.send("ok", value).get(timeout=30)
+    with KafkaConsumer(consumer_timeout_ms=10000, **opts) as c:
+        tp = TopicPartition("ok", 0)
+        c.assign([tp])
+        c.seek(tp, md.offset)
+        assert next(iter(c)).value == value
+
+
 def test_wrong_password_is_a_named_auth_error_and_the_broker_stays_up(secured: Secured) -> None:
     from confluent_kafka import KafkaError, Producer
 
