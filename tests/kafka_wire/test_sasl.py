@@ -92,3 +92,26 @@ def test_handshake_v0_means_bare_tokens() -> None:
     s2 = KafkaSasl(ALL, lookup, tls=False)
     s2.handshake("SCRAM-SHA-512", 0)
     assert s2.raw_token(b"garbage") is None  # a failure there just closes
+
+
+def test_advertised_addresses_are_keyed_by_listener_name() -> None:
+    """A broker registers its Kafka listeners as Kafka's advertised.listeners string (a lone
+    PLAINTEXT one as HOST:PORT); each listener answers the brokers' address of its own name."""
+    from types import SimpleNamespace
+
+    from rafka.broker.kafka.context import kafka_address, kafka_listeners
+
+    assert kafka_listeners("h:1") == {"PLAINTEXT": "h:1"}
+    assert kafka_listeners("PLAINTEXT://h:1,sasl_ssl://h:3") == {"PLAINTEXT": "h:1", "SASL_SSL": "h:3"}
+    assert kafka_listeners(None) == {}
+    regs = {1: SimpleNamespace(kafka_listener="PLAINTEXT://a:1,SSL://a:2,SASL_SSL://a:3"),
+            2: SimpleNamespace(kafka_listener="b:1"),
+            3: SimpleNamespace(kafka_listener=None)}
+    image = SimpleNamespace(cluster=SimpleNamespace(brokers=regs))
+    assert kafka_address(image, 1) == ("a", 1)  # type: ignore[arg-type]
+    assert kafka_address(image, 1, "SASL_SSL") == ("a", 3)  # type: ignore[arg-type]
+    assert kafka_address(image, 2, "PLAINTEXT") == ("b", 1)  # type: ignore[arg-type]
+    # a broker without a listener of that name is left out (None), never given another kind
+    assert kafka_address(image, 2, "SASL_SSL") is None  # type: ignore[arg-type]
+    assert kafka_address(image, 1, "SASL_PLAINTEXT") is None  # type: ignore[arg-type]
+    assert kafka_address(image, 3) is None and kafka_address(image, 4) is None  # type: ignore[arg-type]
