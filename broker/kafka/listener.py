@@ -201,6 +201,8 @@ class KafkaListener:
                     await stream.send_all(answer)
                 if close:
                     self.auth_failures += 1
+                    if answer:
+                        await _linger(stream)
                     return
                 assert conn.sasl is not None
                 if conn.sasl.authenticated:
@@ -298,6 +300,23 @@ class KafkaListener:
 
 
 _CLOSE = object()
+LINGER_S = 1.0  # how long a refused login's answer waits for the peer to read it
+
+
+async def _linger(stream: trio.abc.Stream) -> None:
+    """After a login's failure answer: half-close and read (discarding) until the peer closes,
+    at most ``LINGER_S``. Closing at once with bytes of the peer still unread (a pipelined next
+    request) makes the kernel send a reset, which can discard the answer before the client
+    read it; Kafka also sends the failure response before it closes."""
+    with trio.move_on_after(LINGER_S):
+        try:
+            send_eof = getattr(stream, "send_eof", None)  # TCP only; a TLS stream has none
+            if send_eof is not None:
+                await send_eof()
+            while await stream.receive_some(4096):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
 
 
 def _peer(stream: trio.abc.Stream) -> str:

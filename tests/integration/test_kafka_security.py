@@ -326,3 +326,17 @@ def test_sasl_on_a_plaintext_listener_is_illegal_sasl_state(secured: Secured) ->
     with socket.create_connection(_addr(secured, "PLAINTEXT"), timeout=30) as sock:
         hs = _request(sock, 17, 1, {"mechanism": "SCRAM-SHA-256"})
         assert int(hs.error_code) == 34
+
+
+def test_a_refused_login_is_readable_though_more_requests_were_pipelined(secured: Secured) -> None:
+    """The refusal arrives whole and the connection then ends, with more requests unread."""
+    hs = codec.encode_request(codec.build(codec.request_schema(17, 1), {"mechanism": "PLAIN"}), 1)
+    md = codec.encode_request(codec.build(codec.request_schema(3, 12), {
+        "topics": None, "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False}), 2)
+    with socket.create_connection(_addr(secured, "SASL_PLAINTEXT"), timeout=30) as sock:
+        sock.sendall(hs + md * 20)
+        payload = _recv_frame(sock)
+        assert payload is not None
+        assert int(codec.decode_response(payload, 17, 1)[1].error_code) == 33
+        assert _closed(sock)
