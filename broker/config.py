@@ -199,6 +199,11 @@ class NodeConfig:
     # the Kafka wire-protocol listener (``kafka.listener = "HOST:PORT"``; broker/kafka/,
     # docs/kafka-compat.md); None = off
     kafka_listener: tuple[str, int] | None = None
+    # secured Kafka listeners: (protocol, (host, port)) for kafka.ssl_listener,
+    # kafka.sasl_plaintext_listener, kafka.sasl_ssl_listener (need [security]: its TLS files,
+    # SASL limits and authorizer); the mechanisms SASL ones offer (PLAIN: TLS only)
+    kafka_secured_listeners: tuple[tuple[str, tuple[str, int]], ...] = ()
+    kafka_sasl_mechanisms: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
     @property
     def is_broker(self) -> bool:
@@ -328,11 +333,12 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
     advertised = raw.get("advertised_host")
     metrics = raw.get("metrics_listener")
     kafka = raw.get("kafka") or {}
-    if not isinstance(kafka, dict) or set(kafka) - {"listener"}:
-        raise ConfigError(source, "kafka", f"expected only kafka.listener = \"HOST:PORT\", got {kafka!r}")
+    if not isinstance(kafka, dict) or set(kafka) - set(_KAFKA_KEYS):
+        raise ConfigError(source, "kafka", f"expected only {', '.join(_KAFKA_KEYS)}, got {kafka!r}")
     from rafka.security.listener import parse_security  # (it imports this module)
 
     security = parse_security(raw.get("security"), source, base)
+    kafka_secured, kafka_mechs = _kafka_secured(kafka, security, source)
     if security is not None and security.listener == listener and listener[1] != 0:
         raise ConfigError(source, "security.listener", "must differ from listener")
     if security is not None and security.inter_broker:
@@ -356,7 +362,41 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", base_dir: Pat
         metrics_listener=_addr(metrics, "metrics_listener", source) if metrics else None,
         security=security,
         kafka_listener=_addr(kafka["listener"], "kafka.listener", source) if kafka.get("listener") else None,
+        kafka_secured_listeners=kafka_secured,
+        kafka_sasl_mechanisms=kafka_mechs,
     )
+
+
+# the [kafka] table (docs/kafka-compat.md "Security"): key -> the listener's protocol
+_KAFKA_KEYS = {"listener": "PLAINTEXT", "ssl_listener": "SSL",
+               "sasl_plaintext_listener": "SASL_PLAINTEXT", "sasl_ssl_listener": "SASL_SSL",
+               "sasl_mechanisms": None}
+
+
+def _kafka_secured(kafka: Mapping[str, Any], security: Any, source: str
+                   ) -> tuple[tuple[tuple[str, tuple[str, int]], ...], tuple[str, ...]]:
+    """The secured Kafka listeners and SASL mechanisms of the [kafka] table."""
+    from rafka.security.scram import MECHANISMS
+
+    allowed = (*MECHANISMS, "PLAIN")
+    mechs = kafka.get("sasl_mechanisms", list(allowed))
+    if isinstance(mechs, str):
+        mechs = [m.strip() for m in mechs.split(",") if m.strip()]
+    if not isinstance(mechs, list) or not mechs or any(m not in allowed for m in mechs):
+        raise ConfigError(source, "kafka.sasl_mechanisms",
+                          f"expected a non-empty subset of {list(allowed)}, got {mechs!r}")
+    out = []
+    for key, protocol in _KAFKA_KEYS.items():
+        if protocol in (None, "PLAINTEXT") or not kafka.get(key):
+            continue
+        if security is None:
+            raise ConfigError(source, f"kafka.{key}", "needs a [security] table (its TLS files, "
+                              "SASL limits, authorizer and super users apply: docs/security.md)")
+        if protocol.endswith("SSL") and not (security.certfile and security.keyfile):
+            raise ConfigError(source, f"kafka.{key}", "needs security.ssl.certfile and "
+                              "security.ssl.keyfile")
+        out.append((protocol, _addr(kafka[key], f"kafka.{key}", source)))
+    return tuple(out), tuple(mechs)
 
 
 def load_config(path: str | os.PathLike[str]) -> NodeConfig:

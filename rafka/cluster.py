@@ -219,6 +219,7 @@ def _node_toml(n: NodeSpec, nodes: list[NodeSpec], cluster_id: str, secret_file:
         lines.append(f'metrics_listener = "{n.host}:{n.port + METRICS_PORT_OFFSET}"')
     if n.kafka:
         lines.append(f'kafka.listener = "{n.kafka}"')
+        lines += local_security.kafka_toml(n, security)  # with --tls/--auth
     for v in nodes:
         lines += ["", "[[voters]]", f"id = {v.id}", f'raft = "{v.controller}"', f'rpc = "{v.client}"']
         lines += local_security.voter_toml(v, security)  # secure_rpc with --tls

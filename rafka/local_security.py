@@ -25,6 +25,12 @@ Theory of operation
   node's certificate (a super user without SASL — whoever can read ``DATA_DIR/tls`` is the
   cluster's operator anyway). With ``--auth`` alone the main listener stays PLAINTEXT and open
   (the nodes talk there), bound to ``--host`` (127.0.0.1 by default); docs/security.md.
+* ``kafka_toml(node, settings)`` — the node's secured Kafka listener (broker/kafka/,
+  docs/kafka-compat.md "Security"), of the same protocol as the secured native one, on its
+  Kafka port + ``SECURE_PORT_OFFSET`` (``PORT + 35000 + i - 1``; none past 65535):
+  ``kafka.ssl_listener`` (``--tls``), ``kafka.sasl_plaintext_listener`` (``--auth``) or
+  ``kafka.sasl_ssl_listener`` (both). Its TLS files, SASL limits, authorizer and super user are
+  the ``[security]`` table's; ``kafka_secure_bootstrap`` is its bootstrap string.
 * ``how_to_connect(...)`` — the lines ``cluster up`` prints under the secured bootstrap.
 """
 
@@ -37,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["SECURE_PORT_OFFSET", "ADMIN_USER", "ADMIN_FILE", "TLS_DIR", "protocol", "secure_port",
-           "secure_bootstrap", "prepare", "security_toml", "voter_toml", "ensure_admin", "how_to_connect",
+           "secure_bootstrap", "kafka_secure_port", "kafka_secure_bootstrap", "kafka_toml",
+           "prepare", "security_toml", "voter_toml", "ensure_admin", "how_to_connect",
            "read_admin_password"]
 
 SECURE_PORT_OFFSET = 30000  # node i's secured listener: PORT + 30000 + i - 1
@@ -61,6 +68,32 @@ def secure_port(port: int) -> int:
 
 def secure_bootstrap(nodes: list[Any]) -> str:
     return ",".join(f"{n.host}:{secure_port(n.port)}" for n in nodes)
+
+
+_KAFKA_KEY = {"SSL": "ssl_listener", "SASL_PLAINTEXT": "sasl_plaintext_listener",
+              "SASL_SSL": "sasl_ssl_listener"}
+
+
+def kafka_secure_port(node: Any) -> int | None:
+    """The node's secured Kafka listener port (None: past 65535, or no Kafka listener)."""
+    kafka = getattr(node, "kafka", None)
+    if not kafka:
+        return None
+    port = secure_port(int(kafka.rpartition(":")[2]))
+    return port if port <= 65535 else None
+
+
+def kafka_secure_bootstrap(nodes: list[Any]) -> str:
+    return ",".join(f"{n.host}:{kafka_secure_port(n)}" for n in nodes if kafka_secure_port(n))
+
+
+def kafka_toml(node: Any, settings: dict[str, Any] | None) -> list[str]:
+    """The ``kafka.*_listener`` line of the node's secured Kafka listener (none when off)."""
+    port = kafka_secure_port(node)
+    if not _enabled(settings) or port is None:
+        return []
+    assert settings is not None
+    return [f'kafka.{_KAFKA_KEY[protocol(settings)]} = "{node.host}:{port}"']
 
 
 def _write_secret(path: Path, text: str) -> None:
@@ -169,6 +202,13 @@ def how_to_connect(data_dir: Path, nodes: list[Any], settings: dict[str, Any] | 
     assert settings is not None
     proto = protocol(settings)
     out = [f"secured listeners ({proto}): {secure_bootstrap(nodes)}"]
+    kafka = kafka_secure_bootstrap(nodes)
+    if kafka:
+        out.append(f"kafka secured listeners ({proto}): {kafka}")
+        if settings.get("auth"):
+            out.append(f"  Kafka clients: security.protocol={proto} sasl.mechanism=SCRAM-SHA-256 "
+                       f"(or SCRAM-SHA-512{', PLAIN' if settings.get('tls') else ''}) "
+                       f"sasl.username={ADMIN_USER}, the password in {data_dir / ADMIN_FILE}")
     if settings.get("auth"):
         out.append(f"super user {ADMIN_USER}: {data_dir / ADMIN_FILE} (mode 0600); e.g.")
         out.append(f"  rafka topic list --command-config {data_dir / ADMIN_FILE}")

@@ -173,11 +173,12 @@ class _Node:
                 if cfg.security is not None:  # docs/security.md
                     secured = await nursery.start(self._serve_secured, dispatch, limits, connections)
                 kafka_advertised = None  # the Kafka listener (broker/kafka/, docs/kafka-compat.md)
-                if cfg.kafka_listener is not None and self.rm is not None:
-                    from rafka.broker.kafka.listener import start_kafka_listener
+                if (cfg.kafka_listener is not None or cfg.kafka_secured_listeners) \
+                        and self.rm is not None:
+                    from rafka.broker.kafka.listener import start_kafka_listeners
 
-                    kafka_advertised = await start_kafka_listener(
-                        nursery, cfg, main_dispatch, lambda: self.publisher.image, self.rm)
+                    kafka_advertised = await start_kafka_listeners(
+                        nursery, cfg, main_dispatch, dispatch, lambda: self.publisher.image, self.rm)
                 if cfg.metrics_listener is not None:
                     metrics.server, metrics.secured_server = server, secured
                     mport = await nursery.start(metrics.serve, *cfg.metrics_listener)

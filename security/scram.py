@@ -56,6 +56,7 @@ __all__ = [
     "ScramServer",
     "derive_credential",
     "salted_password",
+    "verify_password",
 ]
 
 # mechanism -> hashlib name
@@ -121,6 +122,18 @@ def derive_credential(mechanism: str, password: str, *, salt: bytes | None = Non
     salt = os.urandom(32) if salt is None else salt
     _ck, stored, server = _keys(mechanism, salted_password(mechanism, password, salt, iterations))
     return ScramCredential(mechanism, salt, iterations, stored, server)
+
+
+def verify_password(credential: ScramCredential, password: str) -> bool:
+    """Whether ``password`` is the one ``credential`` was derived from: its StoredKey is
+    recomputed (PBKDF2 with the credential's salt and iterations) and compared in constant
+    time. For SASL/PLAIN (the Kafka listener over TLS), which sends the password itself and
+    is checked against the same stored SCRAM credential; nothing else is kept."""
+    if not password:
+        return False
+    _ck, stored, _server = _keys(credential.mechanism, salted_password(
+        credential.mechanism, password, credential.salt, credential.iterations))
+    return hmac.compare_digest(stored, credential.stored_key)
 
 
 # -- message syntax --------------------------------------------------------------------
@@ -274,6 +287,7 @@ class ScramServer:
         self._known = False
         self._auth_prefix = ""
         self._full_nonce = ""
+        self._client_nonce = ""
 
     @property
     def authenticated(self) -> bool:
@@ -305,6 +319,7 @@ class ScramServer:
         assert cred is not None
         self.username, self._credential = user, cred
         self._full_nonce = client_nonce + self._nonce
+        self._client_nonce = client_nonce
         first = (f"r={self._full_nonce},s={base64.b64encode(cred.salt).decode()},"
                  f"i={cred.iterations}")
         self._auth_prefix = f"{bare},{first}"
@@ -321,7 +336,11 @@ class ScramServer:
         a = _attrs(without_proof, "client-final message")
         if a.get("c") not in ("biws", "eSws"):  # base64 of "n,," / "y,,"
             raise ScramError("channel binding data does not match the gs2 header")
-        if a.get("r") != self._full_nonce:
+        # librdkafka before 2.6.1 (kcat 1.7.1's 2.0.2, confluent-kafka < 2.6.1) sends its own
+        # nonce again in front of the server's r= (librdkafka PR 4895); Kafka 3.8.1-3.9 took it
+        # with endsWith. Exactly that form is taken: it still holds the server's fresh nonce, and
+        # the proof covers the message as sent
+        if a.get("r") not in (self._full_nonce, self._client_nonce + self._full_nonce):
             raise ScramError("the nonce changed during the exchange")
         proof = _b64(proof_part, "client proof")
         cred = self._credential

@@ -22,7 +22,7 @@ from typing import Any
 from kio.serial import entity_writer
 from rafka.broker.kafka import groups
 from rafka.broker.kafka.codec import KafkaRequest, build
-from rafka.broker.kafka.context import call_native, kafka_address, kafka_error, ms
+from rafka.broker.kafka.context import call_native, kafka_address, kafka_error, kafka_listeners, ms
 from rafka.wire.protocol import ApiKey
 
 __all__ = ["describe_groups", "list_groups", "delete_groups", "create_partitions",
@@ -172,9 +172,11 @@ def _broker_configs(ctx: Any, r: Any) -> dict[str, Any]:
                 f"broker {ctx.node_id} answers for itself only, not {r.resource_name!r}",
                 "configs": ()}
     settings = dict(ctx.settings)
-    addr = kafka_address(ctx.image(), ctx.node_id)
-    if addr is not None:
-        settings["listeners"] = settings["advertised.listeners"] = f"PLAINTEXT://{addr[0]}:{addr[1]}"
+    reg = ctx.image().cluster.brokers.get(ctx.node_id)
+    named = kafka_listeners(reg.kafka_listener if reg is not None else None)
+    if named:  # Kafka's form: NAME://HOST:PORT for each of its Kafka listeners
+        settings["listeners"] = settings["advertised.listeners"] = ",".join(
+            f"{name}://{addr}" for name, addr in named.items())
     keys = set(r.configuration_keys) if r.configuration_keys is not None else None
     return {"error_code": 0, "error_message": None, "configs": [
         {"name": k, "value": _text(v), "read_only": True, "config_source": 4,
@@ -254,7 +256,7 @@ async def describe_cluster(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     image = ctx.image()
     brokers = []
     for b in sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id):
-        addr = kafka_address(image, b.broker_id)
+        addr = kafka_address(image, b.broker_id, ctx.listener)
         if addr is not None and not b.fenced:
             brokers.append({"broker_id": b.broker_id, "host": addr[0], "port": addr[1],
                             "rack": b.rack})

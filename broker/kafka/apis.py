@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rafka.broker.kafka import acls, admin, admin_more, groups, quotas, txn, txn_admin
+from rafka.broker.kafka import acls, admin, admin_more, groups, quotas, sasl, txn, txn_admin
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.context import (
     CORRUPT_MESSAGE,
@@ -102,7 +102,7 @@ async def metadata(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     image = ctx.image()
     brokers = []
     for b in native.get("brokers") or []:
-        addr = kafka_address(image, b["node_id"])
+        addr = kafka_address(image, b["node_id"], ctx.listener)
         if addr is not None and not b.get("fenced"):
             brokers.append({"node_id": b["node_id"], "host": addr[0], "port": addr[1],
                             "rack": b.get("rack")})
@@ -328,7 +328,7 @@ async def find_coordinator(ctx: KafkaContext, req: KafkaRequest) -> dict[str, An
     for c in native.get("coordinators") or [{"key": k, "error": native.get("error"),
                                               "message": native.get("message"), "node_id": -1}
                                              for k in keys]:
-        addr = kafka_address(image, c["node_id"]) if c.get("node_id", -1) >= 0 else None
+        addr = kafka_address(image, c["node_id"], ctx.listener) if c.get("node_id", -1) >= 0 else None
         err = kafka_error(c.get("error"))
         if addr is None and not err:
             err = 15  # COORDINATOR_NOT_AVAILABLE: its broker has no Kafka listener
@@ -440,6 +440,7 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     14: (0, 5, groups.sync_group),
     15: (0, 5, admin.describe_groups),
     16: (0, 4, admin.list_groups),
+    17: (0, 1, sasl.sasl_handshake),     # the login itself: the listener and sasl.py
     18: (0, 3, api_versions),
     19: (2, 7, create_topics),
     20: (1, 6, delete_topics),      # v6 names topics by name or id
@@ -457,6 +458,7 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     33: (0, 2, admin.alter_configs),
     34: (1, 2, admin_more.alter_replica_log_dirs),
     35: (1, 4, admin_more.describe_log_dirs),
+    36: (0, 2, sasl.sasl_authenticate),  # v1+: session_lifetime_ms 0 (no KIP-368)
     37: (0, 3, admin.create_partitions),
     42: (0, 2, admin.delete_groups),
     43: (0, 2, admin_more.elect_leaders),

@@ -81,6 +81,9 @@ class KafkaRequest:
     correlation_id: int
     client_id: str | None
     body: Any  # the kio request dataclass of (api_key, api_version)
+    # set by the listener on secured listeners: the ACLs see them (security/authz.py)
+    principal: str | None = None
+    client_host: str | None = None
 
 
 @cache

@@ -6,7 +6,12 @@ settings, and the classic members it coordinates — and calls ``call_native`` t
 request through that dispatch, so a raised native error arrives as ``{"error", "message"}``
 like any answer. ``kafka_error`` turns a native code into Kafka's (the same number below
 1000: rafka numbered its errors after Kafka's), ``kafka_address`` finds a broker's registered
-Kafka listener.
+Kafka listener of the same name as the one the request came in on (``KafkaContext.listener``:
+PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL), so a client bootstrapped on one kind of listener
+is only ever sent to that kind — as Kafka keys its advertised listeners by listener name.
+A broker registers them in one string (``RegisterBroker.kafka_listener``): ``HOST:PORT`` for
+a lone PLAINTEXT listener, else Kafka's ``advertised.listeners`` form,
+``NAME://HOST:PORT,NAME://HOST:PORT`` (``kafka_listeners`` reads both).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from rafka.metadata.image import MetadataImage
 from rafka.wire.errors import RafkaError
 from rafka.wire.protocol import ApiKey, Request
 
-__all__ = ["KafkaContext", "kafka_error", "commit_error", "call_native", "kafka_address", "ms",
+__all__ = ["KafkaContext", "kafka_error", "commit_error", "call_native", "kafka_address", "kafka_listeners", "ms",
            "UNKNOWN_SERVER_ERROR", "CORRUPT_MESSAGE", "UNKNOWN_TOPIC_OR_PARTITION",
            "UNSUPPORTED_COMPRESSION_TYPE", "NO_AUTH_OPS"]
 
@@ -46,6 +51,8 @@ class KafkaContext:
     # the broker's ReplicaManager, read-only: what only its replicas know (admin_more.py:
     # leader-epoch end offsets, log dirs); None on a node without replicas
     replicas: Any = None
+    # the listener name this context serves (one context per Kafka listener, sharing groups)
+    listener: str = "PLAINTEXT"
 
 
 def kafka_error(code: int | None) -> int:
@@ -63,16 +70,36 @@ async def call_native(ctx: KafkaContext, req: KafkaRequest, key: ApiKey, body: d
     the msgpack listener puts it on the wire), so every adapter reads errors one way."""
     try:
         return await ctx.dispatch(Request(int(key), req.correlation_id, body, 0,
-                                          req.client_id or ""))
+                                          req.client_id or "", req.principal, req.client_host))
     except RafkaError as exc:
         return {"error": int(exc.code), "message": exc.message}
 
 
-def kafka_address(image: MetadataImage, broker_id: int) -> tuple[str, int] | None:
+def kafka_listeners(registered: str | None) -> dict[str, str]:
+    """Listener name -> ``HOST:PORT`` of a registered ``kafka_listener`` string (module doc)."""
+    out: dict[str, str] = {}
+    for part in (registered or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, addr = part.partition("://")
+        if sep:
+            out[name.upper()] = addr
+        else:
+            out["PLAINTEXT"] = part
+    return out
+
+
+def kafka_address(image: MetadataImage, broker_id: int,
+                  listener: str = "PLAINTEXT") -> tuple[str, int] | None:
+    """The broker's registered Kafka listener named ``listener``; None: it has none."""
     reg = image.cluster.brokers.get(broker_id)
     if reg is None or not reg.kafka_listener:
         return None
-    host, _, port = reg.kafka_listener.rpartition(":")
+    addr = kafka_listeners(reg.kafka_listener).get(listener)
+    if addr is None:
+        return None
+    host, _, port = addr.rpartition(":")
     return host, int(port)
 
 

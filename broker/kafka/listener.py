@@ -14,6 +14,22 @@ time, in order — Kafka clients match answers to requests by order as well as b
 correlation id, and a Kafka broker also reads the next request of a connection only once it
 answered the last. (Pipelining across a connection's requests is a later optimisation.)
 
+Secured listeners (``KafkaListener(protocol=...)``: SSL, SASL_PLAINTEXT, SASL_SSL; configured
+from the node's ``[security]`` table, ``start_kafka_listeners``): a TLS listener first runs the
+TLS handshake (``security.tls.accept_tls``, bounded by ``ssl.handshake.timeout.ms``; a
+plaintext client is closed with a logged reason). On a SASL listener a connection starts
+unauthenticated — ``sasl.KafkaSasl`` holds its login — and until it has logged in its frames
+may be at most ``sasl.max.unauthenticated.frame.bytes``, it must finish within
+``sasl.authentication.timeout.ms``, and any request but ApiVersions, SaslHandshake and
+SaslAuthenticate closes it unanswered (as Kafka does); a failed login is answered (its named
+error) and closed. Every request then carries the connection's principal — ``User:<name>``
+after SASL, the certificate's ``User:<CN>`` or ``User:ANONYMOUS`` on SSL — and the peer's
+host, and the listener's dispatch is behind the ACLs when ``authorizer`` is on, so the
+checks are the native secured listener's. Each listener has its own ``KafkaContext``
+(``listener`` = its name, sharing the classic groups), so METADATA and FIND_COORDINATOR
+name the brokers' listeners of the same name. All Kafka listeners of a node share one
+``FrameBudget`` for partial large frames (``socket.partial.frame.budget.bytes``).
+
 Bad input, as Kafka answers it: ApiVersions of a version not served → an ApiVersions v0
 answer with ``UNSUPPORTED_VERSION`` and the served ranges (KIP-511); any other unknown api key
 or version, a payload that does not parse, or an adapter failure → the connection is closed
@@ -24,28 +40,71 @@ this reaches the node's other tasks: the listener and the broker stay up.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import ssl
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 from rafka.broker.kafka import codec
 from rafka.broker.kafka.apis import READABLE_FROM, SERVED, served_versions
 from rafka.broker.kafka.context import KafkaContext
-from rafka.wire.frame_reader import FrameReader
+from rafka.broker.kafka.sasl import KafkaSasl
+from rafka.security.listener import ANONYMOUS, ListenerSecurity
+from rafka.security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
+from rafka.wire.frame_reader import FrameBudget, FrameReader
 from rafka.wire.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
 
-__all__ = ["KafkaListener", "DEFAULT_MAX_FRAME_BYTES"]
+__all__ = ["KafkaListener", "DEFAULT_MAX_FRAME_BYTES", "KAFKA_PROTOCOLS", "start_kafka_listener",
+           "start_kafka_listeners"]
+
+KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 
 log = logging.getLogger("rafka.kafka")
 
 UNSUPPORTED_VERSION = 35
 
 
+@dataclass
+class _Conn:
+    """What one connection knows of its peer."""
+
+    peer: str = "?"
+    client_host: str | None = None
+    principal: str | None = None  # None on PLAINTEXT: the node's main dispatch decides
+    sasl: KafkaSasl | None = None  # SASL listeners: the login, until it is done
+
+
 class KafkaListener:
     def __init__(self, ctx: KafkaContext, host: str, port: int, *,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 max_connections: int = 1000, idle_timeout_s: float = 600.0) -> None:
+                 max_connections: int = 1000, idle_timeout_s: float = 600.0,
+                 protocol: str = "PLAINTEXT", security: ListenerSecurity | None = None,
+                 sasl_mechanisms: tuple[str, ...] = (),
+                 budget: FrameBudget | None = None) -> None:
+        if protocol not in KAFKA_PROTOCOLS:
+            raise ValueError(f"protocol must be one of {KAFKA_PROTOCOLS}, got {protocol!r}")
+        if protocol != "PLAINTEXT" and security is None:
+            raise ValueError(f"a {protocol} Kafka listener needs the node's [security] settings")
         self.ctx = ctx
+        self.protocol = protocol
+        self.security = security
+        self.tls = protocol in ("SSL", "SASL_SSL")
+        self.sasl = protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        self.ssl_context: ssl.SSLContext | None = None
+        if self.tls:
+            assert security is not None
+            cfg = security.config
+            if not (cfg.certfile and cfg.keyfile):
+                raise ValueError(f"a {protocol} Kafka listener needs security.ssl.certfile and "
+                                 "security.ssl.keyfile")
+            self.ssl_context = security.ssl_context or ListenerSecurity.build(
+                dataclasses.replace(cfg, protocol="SSL"), security.credentials).ssl_context
+        self.sasl_mechanisms = sasl_mechanisms
+        self.budget = budget
+        self.auth_failures = 0
         self.idle_timeout_s = idle_timeout_s
         self.host, self.port = host, port
         self.max_frame_bytes = max_frame_bytes
@@ -54,58 +113,168 @@ class KafkaListener:
         self.supported = {k: (READABLE_FROM.get(k, lo), hi) for k, (lo, hi, _) in SERVED.items()}
 
     def statistics(self) -> dict[str, int]:
-        return {"connections": self.connections}
+        return {"connections": self.connections, "auth_failures": self.auth_failures}
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         port = listeners[0].socket.getsockname()[1]
-        log.info("node %s: Kafka listener on %s:%d", getattr(self.ctx, "node_id", "?"),
-                 self.host, port)
+        log.info("node %s: Kafka %s listener on %s:%d", getattr(self.ctx, "node_id", "?"),
+                 self.protocol, self.host, port)
         task_status.started(port)
         await trio.serve_listeners(self._connection, listeners)
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
+    async def _connection(self, stream: trio.abc.Stream) -> None:
         if self.connections >= self.max_connections:
             await stream.aclose()
             return
         self.connections += 1
-        peer = _peer(stream)
+        # the peer's host goes to the ACLs on secured listeners (as the native server does)
+        conn = _Conn(peer=_peer(stream),
+                     client_host=peer_host(stream) if self.security is not None else None)
         try:
             async with stream:
-                # Kafka's framing is rafka's (a 4-byte big-endian length, then the payload), so
-                # the native reader serves: memory follows the bytes that arrived, not the
-                # length a peer declares, and a length above the limit — a negative int32 read
-                # unsigned included — is refused before anything of it is buffered
-                reader = FrameReader(stream, self.max_frame_bytes)
-                while True:
-                    payload: bytes | memoryview | None = None
-                    idle = True
-                    with trio.move_on_after(self.idle_timeout_s):  # connections.max.idle.ms
-                        try:
-                            payload = await reader.next_frame()
-                        except FrameTooLargeError as exc:
-                            log.info("kafka %s: %s: closing", peer, exc)
-                            return
-                        idle = False
-                    if idle:
-                        log.info("kafka %s: idle for %.0f s: closing", peer, self.idle_timeout_s)
+                if self.ssl_context is not None:
+                    tls = await self._accept_tls(stream, conn.peer)
+                    if tls is None:
                         return
-                    if payload is None:  # the peer closed
-                        return
-                    out = await self.handle(bytes(payload), peer)
-                    if out is _CLOSE:
-                        return
-                    if out:
-                        await stream.send_all(out)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    stream = tls
+                    if not self.sasl:  # SSL: the client certificate names it, else ANONYMOUS
+                        conn.principal = certificate_principal(stream) or ANONYMOUS
+                await self._serve_connection(stream, conn)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         finally:
             self.connections -= 1
 
-    async def handle(self, payload: bytes, peer: str = "?") -> bytes | object | None:
+    async def _accept_tls(self, stream: trio.abc.Stream, peer: str) -> trio.abc.Stream | None:
+        assert self.ssl_context is not None and self.security is not None
+        with trio.move_on_after(self.security.config.handshake_timeout_ms / 1000):
+            try:
+                return await accept_tls(stream, self.ssl_context)
+            except PlaintextOnTlsPortError:
+                log.info("kafka %s: a plaintext client on the %s listener: closing", peer,
+                         self.protocol)
+                return None
+            except (ssl.SSLError, trio.BrokenResourceError) as exc:
+                log.info("kafka %s: TLS handshake failed: %s", peer, exc)
+                return None
+        log.info("kafka %s: TLS handshake timed out", peer)
+        return None
+
+    async def _serve_connection(self, stream: trio.abc.Stream, conn: _Conn) -> None:
+        # Kafka's framing is rafka's (a 4-byte big-endian length, then the payload), so
+        # the native reader serves: memory follows the bytes that arrived, not the
+        # length a peer declares, and a length above the limit — a negative int32 read
+        # unsigned included — is refused before anything of it is buffered
+        reader = FrameReader(stream, self.max_frame_bytes, budget=self.budget)
+        auth_deadline = float("inf")
+        if self.sasl:
+            assert self.security is not None
+            cfg = self.security.config
+            conn.sasl = KafkaSasl(self.sasl_mechanisms, self.security.credentials, tls=self.tls)
+            reader.max_frame_bytes = min(self.max_frame_bytes, cfg.max_unauthenticated_frame_bytes)
+            auth_deadline = trio.current_time() + cfg.authentication_timeout_ms / 1000
+        while True:
+            payload: bytes | memoryview | None = None
+            idle = True
+            login = conn.sasl is not None and not conn.sasl.authenticated
+            deadline = trio.current_time() + self.idle_timeout_s  # connections.max.idle.ms
+            with trio.move_on_at(min(deadline, auth_deadline) if login else deadline):
+                try:
+                    payload = await reader.next_frame()
+                except FrameTooLargeError as exc:
+                    log.info("kafka %s: %s: closing", conn.peer, exc)
+                    return
+                idle = False
+            if idle:
+                if login and trio.current_time() >= auth_deadline:
+                    self.auth_failures += 1
+                    log.info("kafka %s: did not authenticate in time: closing", conn.peer)
+                else:
+                    log.info("kafka %s: idle for %.0f s: closing", conn.peer, self.idle_timeout_s)
+                return
+            if payload is None:  # the peer closed
+                return
+            if login:
+                answer, close = self._login_step(bytes(payload), conn)
+                if answer:
+                    await stream.send_all(answer)
+                if close:
+                    self.auth_failures += 1
+                    if answer:
+                        await _linger(stream)
+                    return
+                assert conn.sasl is not None
+                if conn.sasl.authenticated:
+                    conn.principal = conn.sasl.principal
+                    reader.max_frame_bytes = self.max_frame_bytes
+                    log.debug("kafka %s: authenticated as %s", conn.peer, conn.principal)
+                continue
+            out = await self.handle(bytes(payload), conn.peer, conn)
+            if out is _CLOSE:
+                return
+            if out:
+                await stream.send_all(out)
+
+    def _login_step(self, payload: bytes, conn: _Conn) -> tuple[bytes | None, bool]:
+        """One frame before the login is done: (answer frame, close after it)."""
+        sasl = conn.sasl
+        assert sasl is not None
+        if sasl.raw:  # after SaslHandshake v0: a bare token, answered bare
+            token = sasl.raw_token(payload)
+            if token is None:
+                log.info("kafka %s: SASL %s login failed: closing", conn.peer, sasl.mechanism)
+                return None, True
+            return codec.frame([token]), False
+        try:
+            api_key, _version, _cid = codec.peek_header(payload)
+        except codec.KafkaDecodeError as exc:
+            log.info("kafka %s: %s: closing", conn.peer, exc)
+            return None, True
+        if api_key == codec.API_VERSIONS_KEY:
+            return self._answer_now(payload, conn)
+        if api_key not in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+            log.info("kafka %s: api key %d before SASL authentication: closing", conn.peer, api_key)
+            return None, True
+        try:
+            req = codec.decode_request(payload, self.supported)
+        except codec.KafkaDecodeError as exc:
+            log.info("kafka %s: %s: closing", conn.peer, exc)
+            return None, True
+        if api_key == SASL_HANDSHAKE_KEY:
+            answer = sasl.handshake(req.body.mechanism, req.api_version)
+        else:
+            answer = sasl.authenticate(req.body.auth_bytes)
+        if answer.close:
+            log.info("kafka %s: SASL login failed (error %s): %s: closing", conn.peer,
+                     answer.fields.get("error_code"), answer.fields.get("error_message"))
+        entity = codec.build(codec.response_schema(req.api_key, req.api_version), answer.fields)
+        return codec.encode_response(req.api_key, req.api_version, req.correlation_id,
+                                     entity), answer.close
+
+    def _answer_now(self, payload: bytes, conn: _Conn) -> tuple[bytes | None, bool]:
+        """ApiVersions before the login: answered from the table (no dispatch needed)."""
+        try:
+            req = codec.decode_request(payload, self.supported)
+        except codec.UnsupportedVersion as exc:
+            entity = codec.build(codec.response_schema(codec.API_VERSIONS_KEY, 0), {
+                "error_code": UNSUPPORTED_VERSION, "api_keys": served_versions()})
+            return codec.encode_response(codec.API_VERSIONS_KEY, 0, exc.correlation_id, entity), False
+        except codec.KafkaDecodeError as exc:
+            log.info("kafka %s: %s: closing", conn.peer, exc)
+            return None, True
+        entity = codec.build(codec.response_schema(req.api_key, req.api_version),
+                             {"error_code": 0, "throttle_time": 0, "api_keys": served_versions()})
+        return codec.encode_response(req.api_key, req.api_version, req.correlation_id, entity), False
+
+    async def handle(self, payload: bytes, peer: str = "?",
+                     conn: _Conn | None = None) -> bytes | object | None:
         """The answer frame to one request payload, ``None`` (no answer) or ``_CLOSE``."""
         try:
             req = codec.decode_request(payload, self.supported)
+            if conn is not None and (conn.principal or conn.client_host):
+                req = dataclasses.replace(req, principal=conn.principal,
+                                          client_host=conn.client_host)
         except codec.UnsupportedVersion as exc:
             if exc.api_key == codec.API_VERSIONS_KEY:  # KIP-511: v0 answer with the ranges
                 entity = codec.build(codec.response_schema(codec.API_VERSIONS_KEY, 0), {
@@ -131,28 +300,93 @@ class KafkaListener:
 
 
 _CLOSE = object()
+LINGER_S = 1.0  # how long a refused login's answer waits for the peer to read it
 
 
-def _peer(stream: trio.SocketStream) -> str:
+async def _linger(stream: trio.abc.Stream) -> None:
+    """After a login's failure answer: half-close and read (discarding) until the peer closes,
+    at most ``LINGER_S``. Closing at once with bytes of the peer still unread (a pipelined next
+    request) makes the kernel send a reset, which can discard the answer before the client
+    read it; Kafka also sends the failure response before it closes."""
+    with trio.move_on_after(LINGER_S):
+        try:
+            send_eof = getattr(stream, "send_eof", None)  # TCP only; a TLS stream has none
+            if send_eof is not None:
+                await send_eof()
+            while await stream.receive_some(4096):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+
+def _peer(stream: trio.abc.Stream) -> str:
     try:
-        host, port = stream.socket.getpeername()[:2]
+        host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
         return f"{host}:{port}"
-    except OSError:
+    except (OSError, AttributeError):
         return "?"
+
+
+def _advertised(config: Any, host: str, bound: int) -> str:
+    adv = config.advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+    return f"{adv}:{bound}"
+
+
+def _settings_of(config: Any) -> dict[str, Any]:
+    return {"max_frame_bytes": config.broker["socket.request.max.bytes"],
+            "max_connections": config.broker["max.connections"],
+            "idle_timeout_s": config.broker["connections.max.idle.ms"] / 1000}
 
 
 async def start_kafka_listener(nursery: trio.Nursery, config: Any, dispatch: Any,
                                image: Any, replicas: Any = None) -> str:
-    """Start the Kafka listener of a node (``rafka/node.py``) in ``nursery``; returns the
-    ``host:port`` to advertise (``advertised_host`` or the bound host, 0.0.0.0 → 127.0.0.1)."""
+    """Start the PLAINTEXT Kafka listener of a node in ``nursery``; returns the ``host:port``
+    to advertise (``advertised_host`` or the bound host, 0.0.0.0 → 127.0.0.1)."""
     host, port = config.kafka_listener
     ctx = KafkaContext(dispatch=dispatch, image=image, node_id=config.node_id,
                        cluster_id=config.cluster_id, settings=dict(config.broker),
                        replicas=replicas)
-    listener = KafkaListener(ctx, host, port,
-                             max_frame_bytes=config.broker["socket.request.max.bytes"],
-                             max_connections=config.broker["max.connections"],
-                             idle_timeout_s=config.broker["connections.max.idle.ms"] / 1000)
+    listener = KafkaListener(ctx, host, port, **_settings_of(config))
     bound = await nursery.start(listener.serve)
-    adv = config.advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
-    return f"{adv}:{bound}"
+    return _advertised(config, host, bound)
+
+
+async def start_kafka_listeners(nursery: trio.Nursery, config: Any, main_dispatch: Any,
+                                dispatch: Any, image: Any) -> str | None:
+    """Start every Kafka listener of a node (``rafka/node.py``) in ``nursery``: the PLAINTEXT
+    one (``kafka.listener``) on ``main_dispatch`` — the main native listener's, so as
+    ``User:ANONYMOUS`` under the ACLs where that one is — and the secured ones
+    (``kafka.ssl_listener``, ``kafka.sasl_plaintext_listener``, ``kafka.sasl_ssl_listener``) on
+    ``dispatch`` behind the ACLs when ``[security] authorizer`` is on, with the connection's
+    principal. Returns what the broker registers (``context.kafka_listeners``): ``HOST:PORT``
+    for a lone PLAINTEXT listener, else ``NAME://HOST:PORT,...``; None without any."""
+    from rafka.security.authz import authorizing_dispatch
+    from rafka.security.listener import image_credentials, node_bypass
+
+    budget = FrameBudget(config.broker["socket.partial.frame.budget.bytes"])
+    base = KafkaContext(dispatch=main_dispatch, image=image, node_id=config.node_id,
+                        cluster_id=config.cluster_id, settings=dict(config.broker), replicas=replicas)
+    named: list[tuple[str, str]] = []
+    if config.kafka_listener is not None:
+        host, port = config.kafka_listener
+        listener = KafkaListener(base, host, port, budget=budget, **_settings_of(config))
+        named.append(("PLAINTEXT", _advertised(config, host, await nursery.start(listener.serve))))
+    sec = config.security
+    if config.kafka_secured_listeners:
+        assert sec is not None  # broker/config.py refuses secured Kafka listeners without it
+        secured = dispatch
+        if sec.authorizer:  # the native secured listener's ACL checks (security/authz.py)
+            authorized = authorizing_dispatch(dispatch, image, sec.super_users)
+            secured = node_bypass(dispatch, authorized) if sec.inter_broker else authorized
+        security = ListenerSecurity.build(sec, image_credentials(image))
+        for protocol, (host, port) in config.kafka_secured_listeners:
+            ctx = dataclasses.replace(base, dispatch=secured, listener=protocol)  # groups shared
+            listener = KafkaListener(ctx, host, port, protocol=protocol, security=security,
+                                     sasl_mechanisms=config.kafka_sasl_mechanisms, budget=budget,
+                                     **_settings_of(config))
+            named.append((protocol, _advertised(config, host, await nursery.start(listener.serve))))
+    if not named:
+        return None
+    if len(named) == 1 and named[0][0] == "PLAINTEXT":
+        return named[0][1]
+    return ",".join(f"{name}://{addr}" for name, addr in named)

@@ -63,3 +63,26 @@ def test_bad_config_file_exits_nonzero_without_traceback(tmp_path):
     with pytest.raises(ConfigError, match="not valid TOML"):
         bad.write_text("node_id = = 1")
         load_config(bad)
+
+
+def test_secured_kafka_listeners(tmp_path):
+    """kafka.sasl_plaintext_listener / ssl_listener / sasl_ssl_listener (docs/kafka-compat.md
+    "Security"): they take [security]'s settings, so they need the table (and TLS its files)."""
+    sec = {"listener": "127.0.0.1:9193", "protocol": "SASL_PLAINTEXT"}
+    cfg = parse_config({**BASE, "security": sec, "kafka": {
+        "listener": "127.0.0.1:9292", "sasl_plaintext_listener": "127.0.0.1:9293",
+        "sasl_mechanisms": ["SCRAM-SHA-512"]}}, "n.toml", base_dir=tmp_path)
+    assert cfg.kafka_listener == ("127.0.0.1", 9292)
+    assert cfg.kafka_secured_listeners == (("SASL_PLAINTEXT", ("127.0.0.1", 9293)),)
+    assert cfg.kafka_sasl_mechanisms == ("SCRAM-SHA-512",)
+    assert parse_config(BASE).kafka_sasl_mechanisms == ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
+    for raw, key in [
+        ({"kafka": {"sasl_plaintext_listener": "127.0.0.1:1"}}, "kafka.sasl_plaintext_listener"),
+        ({"kafka": {"ssl_listener": "127.0.0.1:1"}, "security": sec}, "kafka.ssl_listener"),
+        ({"kafka": {"sasl_ssl_listener": "nonsense"}}, "kafka.sasl_ssl_listener"),
+        ({"kafka": {"sasl_mechanisms": ["GSSAPI"]}}, "kafka.sasl_mechanisms"),
+        ({"kafka": {"tls_listener": "127.0.0.1:1"}}, "kafka"),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            parse_config({**BASE, **raw}, "n.toml", base_dir=tmp_path)
+        assert e.value.key == key, (raw, e.value)

@@ -3,6 +3,7 @@ order, ApiVersions served, idle and oversized connections closed, the listener s
 
 from __future__ import annotations
 
+import ssl
 import struct
 
 import trio
@@ -67,4 +68,67 @@ async def test_pipelined_requests_are_answered_in_order_and_bad_ones_close() -> 
         await again.send_all(_api_versions(9))
         assert codec.decode_response(await _read_frame(again), 18, 3)[0] == 9
         assert listener.statistics()["connections"] >= 1
+        nursery.cancel_scope.cancel()
+
+
+def _sasl_listener(protocol: str = "SASL_PLAINTEXT", **config: object) -> KafkaListener:
+    from rafka.security.listener import ListenerSecurity, SecurityConfig
+
+    cfg = SecurityConfig(listener=("127.0.0.1", 0), advertised_listener=None, protocol=protocol,
+                         **config)  # type: ignore[arg-type]
+    security = ListenerSecurity(cfg, None, lambda mechanism, user: None)
+    return KafkaListener(ctx=None, host="127.0.0.1", port=0,  # type: ignore[arg-type]
+                         protocol=protocol, security=security,
+                         sasl_mechanisms=("SCRAM-SHA-256",), idle_timeout_s=60)
+
+
+async def test_a_sasl_listener_closes_connections_that_do_not_log_in_in_time() -> None:
+    slow = _sasl_listener(authentication_timeout_ms=300)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(slow.serve)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        frames = _Frames(stream)
+        await stream.send_all(_api_versions(1))  # answered before the login...
+        assert codec.decode_response(await frames.next(), 18, 3)[0] == 1
+        with trio.fail_after(10):  # ...but the login deadline still closes it
+            assert await frames.next() == b""
+        assert slow.statistics()["auth_failures"] == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_sasl_listener_limits_frames_before_login_and_stays_up() -> None:
+    listener = _sasl_listener(max_unauthenticated_frame_bytes=512)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(listener.serve)
+        big = await trio.open_tcp_stream("127.0.0.1", port)
+        await big.send_all(struct.pack(">i", 513))  # one byte over: closed unread
+        assert await _read_frame(big) == b""
+        garbage = await trio.open_tcp_stream("127.0.0.1", port)
+        await garbage.send_all(struct.pack(">i", 2) + b"\x00\x11")  # shorter than a header
+        assert await _read_frame(garbage) == b""
+        ok = await trio.open_tcp_stream("127.0.0.1", port)
+        await ok.send_all(_api_versions(7))
+        assert codec.decode_response(await _read_frame(ok), 18, 3)[0] == 7
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_tls_listener_closes_a_plaintext_client(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from rafka.security.certs import CertAuthority, write_node_files
+
+    files = write_node_files(tmp_path, CertAuthority.create(), "node-1", ["127.0.0.1"])
+    listener = _sasl_listener("SSL", certfile=str(files.certfile), keyfile=str(files.keyfile))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(listener.serve)
+        plain = await trio.open_tcp_stream("127.0.0.1", port)
+        await plain.send_all(_api_versions(1))
+        with trio.fail_after(10):
+            try:  # closed with our request unread: an EOF or a reset
+                assert await _read_frame(plain) == b""
+            except trio.BrokenResourceError:
+                pass
+        ok = await trio.open_tcp_stream("127.0.0.1", port)  # and the listener stays up
+        tls = trio.SSLStream(ok, ssl.create_default_context(cafile=str(files.cafile)),
+                             server_hostname="127.0.0.1")
+        await tls.send_all(_api_versions(2))
+        assert codec.decode_response(await _read_frame(tls), 18, 3)[0] == 2
         nursery.cancel_scope.cancel()

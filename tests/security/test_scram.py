@@ -153,3 +153,39 @@ def test_bad_parameters():
         derive_credential("SCRAM-SHA-256", "pw", iterations=10)
     with pytest.raises(ScramError, match="empty"):
         derive_credential("SCRAM-SHA-256", "")
+
+
+def test_librdkafka_before_2_6_1_client_final_nonce_is_taken():
+    """librdkafka < 2.6.1 (kcat 1.7.1's 2.0.2) sends its nonce again before the server's r=
+    (librdkafka PR 4895); the proof is over the message as sent, so it verifies."""
+    import hashlib
+    import hmac
+
+    from rafka.security.scram import salted_password
+
+    cred = derive_credential("SCRAM-SHA-256", PASSWORD, salt=SALT)
+    s = ScramServer("SCRAM-SHA-256", lookup_for(cred), nonce=SERVER_NONCE)
+    server_first = s.receive_client_first(CLIENT_FIRST)
+    without_proof = f"c=biws,r={CLIENT_NONCE}{CLIENT_NONCE}{SERVER_NONCE}"
+    auth = f"{CLIENT_FIRST[3:].decode()},{server_first.decode()},{without_proof}".encode()
+    salted = salted_password("SCRAM-SHA-256", PASSWORD, SALT, 4096)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    sig = hmac.new(hashlib.sha256(client_key).digest(), auth, "sha256").digest()
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, sig, strict=True)))
+    assert s.receive_client_final(without_proof.encode() + b",p=" + proof).startswith(b"v=")
+    # the client nonce three times, or the server's nonce alone, are still refused
+    for nonce in (CLIENT_NONCE * 3 + SERVER_NONCE, SERVER_NONCE):
+        s = ScramServer("SCRAM-SHA-256", lookup_for(cred), nonce=SERVER_NONCE)
+        s.receive_client_first(CLIENT_FIRST)
+        with pytest.raises(ScramError, match="nonce"):
+            s.receive_client_final(f"c=biws,r={nonce},p={proof.decode()}".encode())
+
+
+def test_verify_password_against_the_stored_credential():
+    from rafka.security.scram import verify_password
+
+    for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        cred = derive_credential(mech, PASSWORD)
+        assert verify_password(cred, PASSWORD)
+        assert not verify_password(cred, PASSWORD + "x")
+        assert not verify_password(cred, "")
