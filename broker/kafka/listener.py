@@ -352,7 +352,7 @@ async def start_kafka_listener(nursery: trio.Nursery, config: Any, dispatch: Any
 
 
 async def start_kafka_listeners(nursery: trio.Nursery, config: Any, main_dispatch: Any,
-                                dispatch: Any, image: Any) -> str | None:
+                                dispatch: Any, image: Any, replicas: Any = None) -> str | None:
     """Start every Kafka listener of a node (``rafka/node.py``) in ``nursery``: the PLAINTEXT
     one (``kafka.listener``) on ``main_dispatch`` — the main native listener's, so as
     ``User:ANONYMOUS`` under the ACLs where that one is — and the secured ones
