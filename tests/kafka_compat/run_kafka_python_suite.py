@@ -84,7 +84,9 @@ def known_failures() -> dict[str, str]:
     return out
 
 
-def main() -> int:
+def main(pytest_args: list[str]) -> int:
+    """Run the suite; ``pytest_args`` are added to its pytest command line (e.g. ``-k
+    "test_group or test_describe_group_exists"`` to run a few tests: a later ``-k`` wins)."""
     sys.path.insert(0, str(ROOT))
     from rafka.cluster import free_port_block
 
@@ -103,7 +105,7 @@ def main() -> int:
                 [PY, "-m", "pytest", "-q", "-rA", "--tb=line", "-p", "no:randomly",
                  "-p", "no:cacheprovider", "--rootdir", str(src), "-c", os.devnull,
                  "-o", "addopts=", "--timeout", "60", "-k", "not sasl and not ssl",
-                 "test/integration"],
+                 "test/integration", *pytest_args],
                 cwd=src, env=env, capture_output=True, text=True)
         finally:
             subprocess.run([RAFKA, "cluster", "down", "--data-dir", str(data)], check=False)
@@ -131,4 +133,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
