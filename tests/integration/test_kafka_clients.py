@@ -350,6 +350,99 @@ def test_offsets_committed_outside_a_generation(cluster1: LocalCluster) -> None:
     cons.close()
 
 
+# --------------------------------------------------------------------------- fetch sessions
+
+
+def _fetch(addr: tuple[str, int], session_id: int, epoch: int, parts: dict[int, int],
+           forgotten: list[int] | None = None) -> Any:
+    """One Fetch v12 of topic "fs" over a fresh connection (a session outlives connections)."""
+    req = codec.build(codec.request_schema(1, 12), {
+        "cluster_id": None, "replica_id": -1, "max_wait": 50, "min_bytes": 1,
+        "max_bytes": 1 << 20, "isolation_level": 0, "session_id": session_id,
+        "session_epoch": epoch, "rack_id": "",
+        "topics": [{"topic": "fs", "partitions": [
+            {"partition": p, "current_leader_epoch": -1, "fetch_offset": off,
+             "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}
+            for p, off in parts.items()]}] if parts else [],
+        "forgotten_topics_data": [{"topic": "fs", "partitions": forgotten}] if forgotten else []})
+    _, resp = codec.decode_response(_roundtrip(addr, codec.encode_request(req, 7)), 1, 12)
+    return resp
+
+
+def _fetched(resp: Any) -> dict[int, list[bytes]]:
+    out = {}
+    for t in resp.responses:
+        for p in t.partitions:
+            data = bytes(p.records or b"")
+            out[p.partition_index] = [r.value for pos in kr.iter_kafka_batches(data)
+                                      for r in kr.decode_batch(data, pos).rows]
+    return out
+
+
+def test_fetch_sessions_full_incremental_and_errors(cluster1: LocalCluster) -> None:
+    """KIP-227 over raw Fetch v12 requests: an initial fetch opens a session answering every
+    partition; incremental fetches answer only partitions with news; bad ids / epochs get
+    their errors; epoch -1 closes the session."""
+    host, port = kafka_bootstrap(cluster1).split(":")
+    addr = (host, int(port))
+    create(cluster1, "fs", partitions=3)
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        p.send("fs", value=b"a0", partition=0).result(timeout=30)
+    full = _fetch(addr, 0, 0, {0: 0, 1: 0, 2: 0})
+    sid = full.session_id
+    assert int(full.error_code) == 0 and sid != 0
+    assert _fetched(full) == {0: [b"a0"], 1: [], 2: []}
+    inc = _fetch(addr, sid, 1, {0: 1})  # only partition 0 moved on; nothing new anywhere
+    assert (int(inc.error_code), inc.session_id, _fetched(inc)) == (0, sid, {})
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        p.send("fs", value=b"b2", partition=2).result(timeout=30)
+    inc = _fetch(addr, sid, 2, {})  # partition 2 from the session's remembered offset 0
+    assert _fetched(inc) == {2: [b"b2"]}
+    assert int(_fetch(addr, sid, 2, {}).error_code) == 71  # INVALID_FETCH_SESSION_EPOCH
+    assert int(_fetch(addr, sid + 1, 1, {}).error_code) == 70  # FETCH_SESSION_ID_NOT_FOUND
+    inc = _fetch(addr, sid, 3, {}, forgotten=[2])  # 2 forgotten, nothing new: empty
+    assert (int(inc.error_code), _fetched(inc)) == (0, {})
+    closed = _fetch(addr, sid, -1, {2: 0})  # close: a sessionless full fetch
+    assert (closed.session_id, _fetched(closed)) == (0, {2: [b"b2"]})
+    assert int(_fetch(addr, sid, 4, {}).error_code) == 70
+    assert _api_versions_ok(addr)
+
+
+def test_kafka_python_consumes_through_a_fetch_session(cluster1: LocalCluster) -> None:
+    """kafka-python 3 opens KIP-227 sessions: every record arrives in order through
+    incremental fetches, records produced after the session opened included."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "kfs", partitions=2)
+
+    def produce(start: int) -> None:
+        with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+            for i in range(start, start + 50):
+                p.send("kfs", value=b"%d" % i, partition=i % 2)
+            p.flush()
+
+    produce(0)
+    c = KafkaConsumer(bootstrap_servers=kb, auto_offset_reset="earliest",
+                      enable_auto_commit=False, consumer_timeout_ms=15000)
+    c.assign([KTP("kfs", 0), KTP("kfs", 1)])
+    got: list[tuple[int, int, bytes]] = []
+    for r in c:
+        got.append((r.partition, r.offset, r.value))
+        if len(got) == 50:
+            produce(50)
+        if len(got) == 100:
+            break
+    handlers = list(c._fetcher._session_handlers.values())  # noqa: SLF001 - the client's own state
+    sessions = [h.next_metadata.session_id for h in handlers]
+    epochs = [h.next_metadata.epoch for h in handlers]
+    c.close()
+    assert sorted(got) == sorted((i % 2, i // 2, b"%d" % i) for i in range(100))
+    assert sessions and all(s != 0 for s in sessions)  # the broker granted a session
+    assert all(e > 1 for e in epochs)  # and incremental fetches were made in it
+
+
 # --------------------------------------------------------------------------- classic groups
 
 
