@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -579,6 +580,202 @@ def test_confluent_group_of_three_with_a_member_killed(cluster1: LocalCluster, t
         for p in procs:
             p.kill()
             p.wait(10)
+
+
+# A cooperative-sticky group member (KIP-429), as a process: writes "A t p..." when partitions
+# are added, "R t p..." revoked, "L t p..." lost (t: time.time()), "M p offset" per record,
+# committing each record before the next.
+_COOP_CONFLUENT = r"""
+import sys, time
+from confluent_kafka import Consumer
+bootstrap, group, topic, out = sys.argv[1:5]
+f = open(out, "a")
+def log(kind):
+    def cb(consumer, partitions):
+        f.write(f"{kind} {time.time()} " + " ".join(str(p.partition) for p in partitions) + "\n")
+        f.flush()
+    return cb
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+              "heartbeat.interval.ms": 500,
+              "partition.assignment.strategy": "cooperative-sticky"})
+c.subscribe([topic], on_assign=log("A"), on_revoke=log("R"), on_lost=log("L"))
+while True:
+    m = c.poll(0.2)
+    if m is None or m.error():
+        continue
+    f.write(f"M {m.partition()} {m.offset()}\n")
+    f.flush()
+    try:
+        c.commit(message=m, asynchronous=False)
+    except Exception:
+        pass
+"""
+
+_COOP_KAFKA_PYTHON = r"""
+import sys, time
+from kafka import KafkaConsumer
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+bootstrap, group, topic, out = sys.argv[1:5]
+f = open(out, "a")
+def log(kind, partitions):
+    f.write(f"{kind} {time.time()} " + " ".join(str(p.partition) for p in partitions) + "\n")
+    f.flush()
+class Listener(ConsumerRebalanceListener):
+    def on_partitions_revoked(self, revoked):
+        log("R", revoked)
+    def on_partitions_assigned(self, assigned):
+        log("A", assigned)
+    def on_partitions_lost(self, lost):
+        log("L", lost)
+c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                  auto_offset_reset="earliest", session_timeout_ms=6000,
+                  heartbeat_interval_ms=500,
+                  partition_assignment_strategy=[CooperativeStickyAssignor])
+c.subscribe([topic], listener=Listener())
+while True:
+    for tp, recs in c.poll(200).items():
+        for r in recs:
+            f.write(f"M {r.partition} {r.offset}\n")
+            f.flush()
+            try:
+                c.commit({tp: __import__("kafka").OffsetAndMetadata(r.offset + 1, "", -1)})
+            except Exception:
+                pass
+"""
+
+
+class _Member:
+    """One member process and what its log says."""
+
+    def __init__(self, script: str, kb: str, group: str, topic: str, out: Any) -> None:
+        self.out = out
+        self.proc = subprocess.Popen([sys.executable, "-c", script, kb, group, topic, str(out)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.killed_at: float | None = None
+
+    def events(self) -> list[tuple[str, float, list[int]]]:
+        out = []
+        for ln in (self.out.read_text().splitlines() if self.out.exists() else []):
+            kind, *rest = ln.split()
+            if kind in "ARL" and rest:
+                out.append((kind, float(rest[0]), [int(x) for x in rest[1:]]))
+        return out
+
+    def records(self) -> set[tuple[int, int]]:
+        lines = self.out.read_text().splitlines() if self.out.exists() else []
+        return {(int(ln.split()[1]), int(ln.split()[2])) for ln in lines
+                if ln.startswith("M ") and len(ln.split()) == 3}
+
+    def owned(self) -> set[int]:
+        held: set[int] = set()
+        for kind, _, parts in self.events():
+            held = held | set(parts) if kind == "A" else held - set(parts)
+        return held
+
+    def intervals(self, now: float) -> list[tuple[int, float, float]]:
+        """(partition, from, to) of each stretch the member owned a partition."""
+        since: dict[int, float] = {}
+        out = []
+        for kind, t, parts in self.events():
+            for p in parts:
+                if kind == "A":
+                    since.setdefault(p, t)
+                elif p in since:
+                    out.append((p, since.pop(p), t))
+        end = self.killed_at if self.killed_at is not None else now
+        out += [(p, t0, end) for p, t0 in since.items()]
+        return out
+
+    def revoked(self, after: float) -> set[int]:
+        return {p for kind, t, parts in self.events() if kind in "RL" and t > after for p in parts}
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+def _cooperative_group(cluster: LocalCluster, tmp_path: Any, script: str, name: str) -> None:
+    """Three cooperative-sticky members on six partitions, one SIGKILLed, one added: every
+    record consumed; the survivors keep what they held (only partitions that move to another
+    member are revoked); no partition is ever owned by two members at once."""
+    kb = kafka_bootstrap(cluster)
+    topic = f"coop-{name}"
+    create(cluster, topic, partitions=6)
+    members = [_Member(script, kb, f"g-{name}", topic, tmp_path / f"{name}-{i}.txt")
+               for i in range(3)]
+
+    def settle(live: list[_Member], sizes: list[int]) -> None:
+        deadline = time.monotonic() + 90
+        while True:
+            owned = [m.owned() for m in live]
+            if (sorted(len(o) for o in owned) == sizes
+                    and set().union(*owned) == set(range(6))):
+                return
+            assert time.monotonic() < deadline, owned
+            time.sleep(0.2)
+
+    def produce(start: int) -> set[tuple[int, int]]:
+        with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as p:
+            futs = [p.send(topic, value=b"%d" % i, partition=i % 6) for i in range(start, start + 120)]
+            p.flush()
+            return {(m.partition, m.offset) for m in (f.result(timeout=30) for f in futs)}
+
+    def consumed(want: set[tuple[int, int]]) -> None:
+        deadline = time.monotonic() + 90
+        while True:
+            got = set().union(*(m.records() for m in members))
+            if got >= want:
+                return
+            assert time.monotonic() < deadline, sorted(want - got)[:10]
+            time.sleep(0.2)
+
+    try:
+        settle(members, [2, 2, 2])
+        want = produce(0)
+        consumed(want)
+        # one member SIGKILLed: the two left take its partitions and give up none of theirs
+        held = [m.owned() for m in members]
+        members[0].proc.send_signal(signal.SIGKILL)
+        members[0].proc.wait(10)
+        members[0].killed_at = time.time()
+        want |= produce(120)
+        settle(members[1:], [3, 3])
+        consumed(want)
+        assert all(held[i] <= members[i].owned() for i in (1, 2))
+        assert not members[1].revoked(members[0].killed_at)
+        assert not members[2].revoked(members[0].killed_at)
+        # one member added: it gets partitions, and only those are revoked from the others
+        added_at = time.time()
+        members.append(_Member(script, kb, f"g-{name}", topic, tmp_path / f"{name}-3.txt"))
+        live = members[1:]
+        settle(live, [2, 2, 2])
+        want |= produce(240)
+        consumed(want)
+        moved = members[1].revoked(added_at) | members[2].revoked(added_at)
+        assert moved == members[3].owned()  # nothing else was taken away and given back
+        # never two owners at once: per partition, the ownership stretches do not overlap
+        now = time.time()
+        by_part: dict[int, list[tuple[float, float]]] = {}
+        for m in members:
+            for p, t0, t1 in m.intervals(now):
+                by_part.setdefault(p, []).append((t0, t1))
+        for p, spans in by_part.items():
+            spans.sort()
+            for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+                assert start >= end, (p, spans)
+    finally:
+        for m in members:
+            m.stop()
+
+
+def test_confluent_cooperative_sticky_group(cluster1: LocalCluster, tmp_path: Any) -> None:
+    _cooperative_group(cluster1, tmp_path, _COOP_CONFLUENT, "cf")
+
+
+def test_kafka_python_cooperative_sticky_group(cluster1: LocalCluster, tmp_path: Any) -> None:
+    _cooperative_group(cluster1, tmp_path, _COOP_KAFKA_PYTHON, "kp")
 
 
 def test_kafka_python_group_subscribe_and_commit(cluster1: LocalCluster) -> None:
