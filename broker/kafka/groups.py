@@ -32,7 +32,8 @@ Each classic request is also one native heartbeat (a waiting JoinGroup sends one
 seconds to keep its native membership alive):
 
 * JoinGroup → ``owned_partitions`` = nothing for an eager member (it revoked everything
-  before rejoining), what it still holds for a cooperative one (KIP-429: it keeps them);
+  before rejoining), what it still holds for a cooperative one (KIP-429: it keeps them; its
+  subscription v1+ names them — the client may not have acted on its last answer yet);
   epoch 0 for a new member (the controller picks the member id), else its current epoch.
 * SyncGroup → owning what the member holds; the answer's assignment (a
   ConsumerProtocolAssignment v0) is remembered as *given*. A cooperative member told to
@@ -74,6 +75,7 @@ COOPERATIVE = frozenset({"cooperative-sticky"})  # protocol names whose clients 
 _FENCED_MEMBER_EPOCH, _STALE_MEMBER = 110, 1007
 _VERSION = struct.Struct(">h")
 _Subscription = load_entity_schema("consumer_protocol_subscription", 0, EntityType.data)
+_Subscription1 = load_entity_schema("consumer_protocol_subscription", 1, EntityType.data)
 _Assignment = load_entity_schema("consumer_protocol_assignment", 0, EntityType.data)
 
 
@@ -83,6 +85,18 @@ def decode_subscription(metadata: bytes) -> list[str]:
         raise ValueError("subscription shorter than its version")
     sub, _ = entity_reader(_Subscription)(metadata, 2)
     return [str(t) for t in sub.topics]
+
+
+def decode_owned(metadata: bytes) -> frozenset[tuple[str, int]] | None:
+    """The partitions a ConsumerProtocolSubscription v1+ says its member holds (KIP-429);
+    ``None`` for v0, which does not say, or a subscription that does not parse."""
+    if len(metadata) < 2 or _VERSION.unpack_from(metadata)[0] < 1:
+        return None
+    try:
+        sub, _ = entity_reader(_Subscription1)(metadata, 2)
+    except Exception:  # noqa: BLE001 - then we do not know; the caller keeps its own view
+        return None
+    return frozenset((str(t.topic), p) for t in sub.owned_partitions for p in t.partitions)
 
 
 def encode_assignment(parts: frozenset[tuple[str, int]]) -> bytes:
@@ -203,9 +217,14 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     rebalance_ms = ms(getattr(b, "rebalance_timeout", b.session_timeout))
     new = Member(epoch=0 if m is None else m.epoch, topics=topics, session_timeout_ms=session_ms,
                  rebalance_timeout_ms=rebalance_ms, protocol=protocol, cooperative=cooperative)
-    if m is not None and cooperative:  # KIP-429: a rejoining member keeps what it holds
-        new.owned = new.given = m.given
-        new.generation = m.generation
+    if cooperative:  # KIP-429: a member keeps what it holds across the rebalance, and its
+        # subscription says what that is (it may not have acted on its last answer yet)
+        chosen = next(p for p in b.protocols if p.name == protocol)
+        said = decode_owned(bytes(chosen.metadata))
+        held = m.owned if m is not None else frozenset()
+        new.owned = said if said is not None else held
+        if m is not None:
+            new.given, new.generation = m.given, m.generation
     native = await _beat(ctx, req, b.group_id, b.member_id if m else "", new.epoch,
                          new.owned, new)
     if native.get("error"):
@@ -266,8 +285,8 @@ async def sync_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
         return {**out, "error_code": _member_error(native["error"])}
     _absorb(m, native)
     given = m.latest
-    if m.cooperative and m.given - given:
-        m.owned = m.given | given  # released when the member rejoins (KIP-429)
+    if m.cooperative and m.owned - given:
+        m.owned = m.owned | given  # released when the member rejoins saying so (KIP-429)
     else:
         m.owned = given
     m.given, m.synced = given, True

@@ -582,6 +582,136 @@ def test_confluent_group_of_three_with_a_member_killed(cluster1: LocalCluster, t
             p.wait(10)
 
 
+class _RawMember:
+    """A classic group member speaking raw JoinGroup / SyncGroup / Heartbeat over its own
+    connection (the listener answers a connection's requests in order)."""
+
+    def __init__(self, addr: tuple[str, int], group: str, topic: str,
+                 session_ms: int = 10_000) -> None:
+        self.sock = socket.create_connection(addr, timeout=60)
+        self.group, self.topic, self.session_ms = group, topic, session_ms
+        self.member_id, self.generation, self.cid = "", -1, 0
+
+    def call(self, key: int, version: int, body: dict[str, Any]) -> Any:
+        self.cid += 1
+        self.sock.sendall(codec.encode_request(codec.build(codec.request_schema(key, version),
+                                                           body), self.cid))
+        head = self._recv(4)
+        cid, resp = codec.decode_response(self._recv(struct.unpack(">i", head)[0]), key, version)
+        assert cid == self.cid
+        return resp
+
+    def _recv(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            assert chunk, "closed"
+            buf += chunk
+        return buf
+
+    def join(self) -> int:
+        from kio.index import load_entity_schema
+        from kio.serial import entity_writer
+        from kio.static.constants import EntityType
+        import io
+
+        cls = load_entity_schema("consumer_protocol_subscription", 0, EntityType.data)
+        buf = io.BytesIO()
+        entity_writer(cls)(buf, codec.build(cls, {"topics": [self.topic], "user_data": None}))
+        resp = self.call(11, 7, {
+            "group_id": self.group, "session_timeout": self.session_ms,
+            "rebalance_timeout": 30_000, "member_id": self.member_id, "group_instance_id": None,
+            "protocol_type": "consumer", "protocols": [
+                {"name": "range", "metadata": struct.pack(">h", 0) + buf.getvalue()}]})
+        if int(resp.error_code) == 0:
+            self.member_id, self.generation = resp.member_id, resp.generation_id
+        return int(resp.error_code)
+
+    def sync(self) -> set[int]:
+        resp = self.call(14, 5, {"group_id": self.group, "generation_id": self.generation,
+                                 "member_id": self.member_id, "group_instance_id": None,
+                                 "protocol_type": "consumer", "protocol_name": "range",
+                                 "assignments": []})
+        assert int(resp.error_code) == 0, resp
+        raw = bytes(resp.assignment)
+        from rafka.broker.kafka.groups import _Assignment
+        from kio.serial import entity_reader
+        entity, _ = entity_reader(_Assignment)(raw, 2)
+        return {p for t in entity.assigned_partitions for p in t.partitions}
+
+    def heartbeat(self, generation: int | None = None) -> int:
+        resp = self.call(12, 4, {"group_id": self.group, "member_id": self.member_id,
+                                 "group_instance_id": None,
+                                 "generation_id": self.generation if generation is None
+                                 else generation})
+        return int(resp.error_code)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_classic_group_generation_is_the_groups(cluster1: LocalCluster) -> None:
+    """Raw classic protocol: a join moves the group's generation once; the stable member is
+    told REBALANCE_IN_PROGRESS, rejoins, and both are answered the same generation; a member
+    that never rejoins is dropped after its session timeout and the others go on."""
+    import threading
+
+    host, port = kafka_bootstrap(cluster1).split(":")
+    addr = (host, int(port))
+    create(cluster1, "raw", partitions=4)
+    a = _RawMember(addr, "rawg", "raw")
+    b = _RawMember(addr, "rawg", "raw", session_ms=3000)
+    c = _RawMember(addr, "rawg", "raw")
+    try:
+        assert a.join() == 0
+        first = a.generation
+        assert a.sync() == {0, 1, 2, 3}
+        assert a.heartbeat() == 0
+        joined: dict[str, int] = {}
+        t = threading.Thread(target=lambda: joined.update(b=b.join()))
+        t.start()  # b waits at the barrier until a rejoined
+        deadline = time.monotonic() + 30
+        while a.heartbeat() == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert a.heartbeat() == 27  # REBALANCE_IN_PROGRESS until it rejoins
+        assert a.join() == 0
+        t.join(30)
+        assert joined == {"b": 0}
+        assert a.generation == b.generation == first + 1  # one rebalance, one generation
+        assert a.heartbeat(generation=first) == 22  # ILLEGAL_GENERATION: the old one
+        got_a, got_b = a.sync(), b.sync()
+        deadline = time.monotonic() + 30
+        while not (got_a | got_b == {0, 1, 2, 3} and not got_a & got_b and got_a and got_b):
+            # the controller may move partitions once more: members hear of it by heartbeat
+            assert time.monotonic() < deadline, (got_a, got_b)
+            codes = {a.heartbeat(), b.heartbeat()}
+            if codes != {0}:
+                ta = threading.Thread(target=a.join)
+                ta.start()
+                assert b.join() == 0
+                ta.join(30)
+                assert a.generation == b.generation
+                got_a, got_b = a.sync(), b.sync()
+            time.sleep(0.1)
+        # c joins; b (session 3 s) never answers again: after its session timeout the
+        # barrier drops it, a and c share the next generation, b is an unknown member
+        joined.clear()
+        t = threading.Thread(target=lambda: joined.update(c=c.join()))
+        t.start()
+        deadline = time.monotonic() + 30
+        while a.heartbeat() == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert a.join() == 0
+        t.join(60)
+        assert joined == {"c": 0} and a.generation == c.generation > b.generation
+        assert b.heartbeat() == 25  # UNKNOWN_MEMBER_ID
+    finally:
+        for m in (a, b, c):
+            m.close()
+
+
 # A cooperative-sticky group member (KIP-429), as a process: writes "A t p..." when partitions
 # are added, "R t p..." revoked, "L t p..." lost (t: time.time()), "M p offset" per record,
 # committing each record before the next.
