@@ -4,6 +4,7 @@ loopback, and records crossing between the Kafka and the native protocol both wa
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import signal
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.index import load_entity_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
 from rafka.broker.kafka import codec
 from rafka.broker.kafka import records as kr
 from rafka.client import Admin, Consumer, Producer, TopicPartition
@@ -610,11 +614,6 @@ class _RawMember:
         return buf
 
     def join(self) -> int:
-        from kio.index import load_entity_schema
-        from kio.serial import entity_writer
-        from kio.static.constants import EntityType
-        import io
-
         cls = load_entity_schema("consumer_protocol_subscription", 0, EntityType.data)
         buf = io.BytesIO()
         entity_writer(cls)(buf, codec.build(cls, {"topics": [self.topic], "user_data": None}))
@@ -634,9 +633,8 @@ class _RawMember:
                                  "assignments": []})
         assert int(resp.error_code) == 0, resp
         raw = bytes(resp.assignment)
-        from rafka.broker.kafka.groups import _Assignment
-        from kio.serial import entity_reader
-        entity, _ = entity_reader(_Assignment)(raw, 2)
+        cls = load_entity_schema("consumer_protocol_assignment", 0, EntityType.data)
+        entity, _ = entity_reader(cls)(raw, 2)
         return {p for t in entity.assigned_partitions for p in t.partitions}
 
     def heartbeat(self, generation: int | None = None) -> int:
