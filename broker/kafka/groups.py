@@ -150,7 +150,8 @@ def _absorb(m: Member, native: dict[str, Any]) -> None:
 def _protocol(groups: ClassicGroups, group: str, offered: list[str]) -> str:
     """The group's protocol: that of its members so far when this member offers it, else
     this member's first choice (Kafka picks one all members support)."""
-    for mid in groups.group(group).members:
+    g = groups.groups.get(group)
+    for mid in g.members if g is not None else ():
         other = groups.members.get((group, mid))
         if other is not None and other.protocol in offered:
             return other.protocol
