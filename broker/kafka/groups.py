@@ -330,6 +330,17 @@ async def leave_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": top, "members": answers}
 
 
+def group_protocol(ctx: Any, group: str) -> str | None:
+    """The protocol name (assignor) this broker's classic members of ``group`` run, if any."""
+    groups: ClassicGroups = ctx.groups
+    g = groups.groups.get(group)
+    for mid in g.members if g is not None else ():
+        m = groups.members.get((group, mid))
+        if m is not None:
+            return m.protocol
+    return None
+
+
 def commit_member(ctx: Any, group: str, member_id: str) -> Member | None:
     """The classic member an OffsetCommit names (its current epoch and metadata offset)."""
     groups: ClassicGroups = ctx.groups

@@ -883,6 +883,11 @@ def _cooperative_group(cluster: LocalCluster, tmp_path: Any, script: str, name: 
         consumed(want)
         moved = members[1].revoked(added_at) | members[2].revoked(added_at)
         assert moved == members[3].owned()  # nothing else was taken away and given back
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": kb})  # kept: the futures need its handle
+        desc = admin.describe_consumer_groups([f"g-{name}"])[f"g-{name}"].result(30)
+        assert desc.partition_assignor == "cooperative-sticky"  # the members' protocol
         # never two owners at once: per partition, the ownership stretches do not overlap
         now = time.time()
         by_part: dict[int, list[tuple[float, float]]] = {}
