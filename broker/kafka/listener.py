@@ -31,6 +31,7 @@ import trio
 from rafka.broker.kafka import codec
 from rafka.broker.kafka.apis import READABLE_FROM, SERVED, served_versions
 from rafka.broker.kafka.context import KafkaContext
+from rafka.broker.kafka.fetch_sessions import FetchSessionCache
 from rafka.wire.frame_reader import FrameReader
 from rafka.wire.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
 
@@ -147,7 +148,9 @@ async def start_kafka_listener(nursery: trio.Nursery, config: Any, dispatch: Any
     ``host:port`` to advertise (``advertised_host`` or the bound host, 0.0.0.0 → 127.0.0.1)."""
     host, port = config.kafka_listener
     ctx = KafkaContext(dispatch=dispatch, image=image, node_id=config.node_id,
-                       cluster_id=config.cluster_id, settings=dict(config.broker))
+                       cluster_id=config.cluster_id, settings=dict(config.broker),
+                       fetch_sessions=FetchSessionCache(
+                           config.broker["max.incremental.fetch.session.cache.slots"]))
     listener = KafkaListener(ctx, host, port,
                              max_frame_bytes=config.broker["socket.request.max.bytes"],
                              max_connections=config.broker["max.connections"],
