@@ -26,7 +26,9 @@ cannot both use the session.
 Use (``apis.fetch``): ``plan = cache.begin(request body, version)``; if ``plan.error``, answer
 ``plan.error_answer()``; else fetch ``plan.topics`` (native fetch bodies) and answer
 ``plan.finish(responses)``, which records what was answered and drops unchanged partitions
-of an incremental answer.
+of an incremental answer. A partition that returned records moves to the back of its
+session's order, so a response byte budget filled by the first partitions does not starve the
+others on the next fetch (partitions are fetched in session order).
 """
 
 from __future__ import annotations
@@ -114,6 +116,8 @@ class FetchPlan:
                 changed = st is None or st.answered != now
                 if st is not None:
                     st.answered = now
+                if p.get("records") and st is not None:  # to the back of the session's
+                    self.session.partitions.move_to_end((t["topic"], p["partition_index"]))
                 if (not self.incremental or changed or p["error_code"]
                         or p.get("records")):
                     keep.append(p)

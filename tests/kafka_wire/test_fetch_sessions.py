@@ -113,6 +113,17 @@ def test_cache_is_bounded_least_recently_used_out() -> None:
     assert (none.error, none.session_id, offsets(none)) == (0, 0, {("a", 0): 0})
 
 
+def test_partitions_that_returned_records_go_to_the_back() -> None:
+    """Partitions are fetched in session order; one that returned records moves last, so a
+    filled byte budget does not keep starving the same partitions."""
+    cache = FetchSessionCache()
+    parts = {("a", i): 0 for i in range(3)}
+    full = cache.begin(fetch(0, 0, parts), 12)
+    full.finish(answer(full, {tp: 0 for tp in parts}, {("a", 0): b"recs"}))
+    inc = cache.begin(fetch(full.session_id, 1, {}), 12)
+    assert list(offsets(inc)) == [("a", 1), ("a", 2), ("a", 0)]
+
+
 def test_epoch_wraps_to_one() -> None:
     cache = FetchSessionCache()
     sid = cache.begin(fetch(0, 0, {("a", 0): 0}), 12).session_id
