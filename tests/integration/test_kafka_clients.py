@@ -883,6 +883,15 @@ def _cooperative_group(cluster: LocalCluster, tmp_path: Any, script: str, name: 
         consumed(want)
         moved = members[1].revoked(added_at) | members[2].revoked(added_at)
         assert moved == members[3].owned()  # nothing else was taken away and given back
+        # and the group committed every partition up to its end (60 records each)
+        deadline = time.monotonic() + 30
+        with Consumer(bootstrap_servers=cluster.bootstrap, group_id=f"g-{name}") as native:
+            while True:
+                committed = [native.committed(TopicPartition(topic, p)) for p in range(6)]
+                if committed == [60] * 6:
+                    break
+                assert time.monotonic() < deadline, committed
+                time.sleep(0.2)
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": kb})  # kept: the futures need its handle
