@@ -115,6 +115,8 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     # Kafka listener only (docs/kafka-compat.md): a Kafka client's METADATA naming a missing
     # topic creates it with num.partitions / default.replication.factor, as Kafka's default
     "auto.create.topics.enable": (_bool, True),
+    # Kafka listener: KIP-227 fetch sessions kept per broker, least recently used out; 0: none
+    "max.incremental.fetch.session.cache.slots": (_int(0, 1_000_000), 1000),
     "min.insync.replicas": (_int(1, 100), 1),
     "replica.lag.time.max.ms": (_int(100), 30_000),
     "replica.fetch.max.bytes": (_int(1024, 2**31 - 1), 1024 * 1024),

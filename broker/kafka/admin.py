@@ -58,7 +58,8 @@ async def describe_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
             for m in g.get("members") or []]
         out.append({"error_code": kafka_error(g.get("error")), "group_id": name,
                     "group_state": _STATES.get(g.get("state") or "", "Dead"),
-                    "protocol_type": "consumer", "protocol_data": "" if not members else "range",
+                    "protocol_type": "consumer", "protocol_data": "" if not members else
+                    groups.group_protocol(ctx, name) or "range",
                     "members": members, "authorized_operations": -(2**31)})
     return {"throttle_time": 0, "groups": out}
 

@@ -197,16 +197,14 @@ async def produce(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any] | None
 
 async def fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     b = req.body
+    plan = ctx.fetch_sessions.begin(b, req.api_version)  # KIP-227 (fetch_sessions.py)
+    if plan.error:
+        return plan.error_answer()
     body = {
         "replica_id": -1, "isolation_level": getattr(b, "isolation_level", 0),
         "max_wait_ms": ms(b.max_wait), "min_bytes": b.min_bytes,
         "max_bytes": getattr(b, "max_bytes", 0x7FFFFFFF),
-        "topics": [{"name": t.topic, "partitions": [
-            {"partition": p.partition, "fetch_offset": p.fetch_offset,
-             "partition_max_bytes": p.partition_max_bytes,
-             **({"current_leader_epoch": p.current_leader_epoch}
-                if getattr(p, "current_leader_epoch", -1) >= 0 else {})}
-            for p in t.partitions]} for t in b.topics],
+        "topics": plan.topics,
     }
     reply = await call_native(ctx, req, ApiKey.FETCH, body)
     native, raw = (reply.body, list(reply.raw)) if isinstance(reply, Reply) else (reply, [])
@@ -234,7 +232,7 @@ async def fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
         if isinstance(reply, Reply):
             reply.close()
     return {"throttle_time": 0, "error_code": kafka_error(native.get("error")),
-            "session_id": 0, "responses": responses}
+            "session_id": plan.session_id, "responses": plan.finish(responses)}
 
 
 # --------------------------------------------------------------------------- ListOffsets

@@ -2,7 +2,7 @@
 
 Theory of operation: an adapter (``apis.py``, ``groups.py``, ``txn.py``, ``admin.py``) gets a
 ``KafkaContext`` — the node's dispatch, its metadata image, its id, cluster id and broker
-settings, and the classic members it coordinates — and calls ``call_native`` to put one rafka
+settings, the classic members it coordinates and its fetch sessions — and calls ``call_native`` to put one rafka
 request through that dispatch, so a raised native error arrives as ``{"error", "message"}``
 like any answer. ``kafka_error`` turns a native code into Kafka's (the same number below
 1000: rafka numbered its errors after Kafka's), ``kafka_address`` finds a broker's registered
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rafka.broker.kafka.codec import KafkaRequest
+from rafka.broker.kafka.fetch_sessions import FetchSessionCache
 from rafka.broker.kafka.members import ClassicGroups
 from rafka.metadata.image import MetadataImage
 from rafka.wire.errors import RafkaError
@@ -53,6 +54,7 @@ class KafkaContext:
     replicas: Any = None
     # the listener name this context serves (one context per Kafka listener, sharing groups)
     listener: str = "PLAINTEXT"
+    fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)  # KIP-227
 
 
 def kafka_error(code: int | None) -> int:

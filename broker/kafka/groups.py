@@ -3,33 +3,53 @@ rafka's controller-assigned groups (CONSUMER_GROUP_HEARTBEAT, KIP-848 style).
 
 Theory of operation
 -------------------
-In the classic protocol one member (the leader) computes the assignment client-side and the
-coordinator hands it out in SyncGroup. rafka's controller computes assignments itself, so
-this adapter makes *no* member the leader (``leader`` is the empty string, which no member
-id equals): every member's SyncGroup carries no assignments, and each member is answered the
-partitions the controller assigned it. Each classic request becomes one native heartbeat:
+Who assigns. In the classic protocol one member (the leader) runs the client's assignor and
+the coordinator hands its result out in SyncGroup. rafka's controller already computes a
+sticky, balanced assignment for every group, writes it to the metadata log (so a controller
+failover keeps it) and moves a partition only once its owner's heartbeat released it; native
+members and Kafka members may share one group. A client-side leader would make a second
+assignment authority whose result the controller would have to adopt as a target — and
+during a leader change or a mixed group the two would disagree. So the controller stays the
+one authority: *no* member is made the leader (``leader`` is the empty string, which no
+member id equals), every SyncGroup carries no assignments, and each member is answered the
+partitions the controller assigned it. The client's protocol name is echoed (the group's
+first choice that the member offers), so the client runs the *rebalance protocol* that name
+implies — eager for range / roundrobin / sticky, cooperative for cooperative-sticky —
+while its assignor itself never runs.
 
-* JoinGroup → heartbeat with ``owned_partitions = []`` (a classic member rejoins having
-  revoked everything — the eager protocol), epoch 0 for a new member (the controller picks
-  the member id), else the member's current epoch. ``generation_id`` = the member epoch.
-* SyncGroup → heartbeat that owns what the member was last answered; the answer's
-  assignment is encoded as a ConsumerProtocolAssignment v0 and remembered as *given*.
-* Heartbeat → heartbeat owning *given*; when the controller's assignment for the member is
-  no longer *given* (it must release partitions, or may take more), the answer is
-  ``REBALANCE_IN_PROGRESS`` and the member rejoins, releasing everything, so partitions move
-  only after their owner let them go — the controller's invariant holds unchanged.
+Generations. A classic generation belongs to the group, not to a member, and moves once per
+rebalance, as in Kafka: this broker (the group's coordinator) keeps a ``ClassicGroup``. A
+rebalance starts when a member joins (new, or rejoining on its own) or when a heartbeat finds
+that the controller's assignment for its member is no longer what the member was given.
+Members are then answered ``REBALANCE_IN_PROGRESS`` on Heartbeat (and SyncGroup) and rejoin;
+a JoinGroup waits at the barrier until every known member has rejoined or has been silent for
+its session timeout (dropped), bounded by the rebalance timeout (members still missing are
+dropped then, and made to leave natively so their partitions move). Then the generation moves
+by one and every waiting JoinGroup is answered with it — all members of a stable group report
+the same generation id.
+
+Each classic request is also one native heartbeat (a waiting JoinGroup sends one every few
+seconds to keep its native membership alive):
+
+* JoinGroup → ``owned_partitions`` = nothing for an eager member (it revoked everything
+  before rejoining), what it still holds for a cooperative one (KIP-429: it keeps them; its
+  subscription v1+ names them — the client may not have acted on its last answer yet);
+  epoch 0 for a new member (the controller picks the member id), else its current epoch.
+* SyncGroup → owning what the member holds; the answer's assignment (a
+  ConsumerProtocolAssignment v0) is remembered as *given*. A cooperative member told to
+  give partitions up keeps claiming them until it rejoins — KIP-429 clients rejoin once the
+  revocation is done — so a partition moves only after its owner let it go.
+* Heartbeat → owning what the member holds.
 * LeaveGroup → heartbeat with epoch −1.
 
 Native member-epoch errors become the classic ones a client acts on: ``UNKNOWN_MEMBER_ID``
 (forget the member id, join afresh) and ``ILLEGAL_GENERATION`` (rejoin). The per-member state
-(epoch, given partitions, last metadata offset for commits) lives in this broker — the group's
-coordinator, where FindCoordinator sends its members — and is bounded (``MAX_MEMBERS``,
-least recently used first out). A coordinator move loses it: the members are then told
-``UNKNOWN_MEMBER_ID`` by the controller or here, and rejoin.
+lives in this broker — the group's coordinator, where FindCoordinator sends its members — and
+is bounded (``MAX_MEMBERS``, least recently used first out). A coordinator move loses it: the
+members are then told ``UNKNOWN_MEMBER_ID`` by the controller or here, and rejoin.
 
 The subscription is read from the first protocol's metadata (ConsumerProtocolSubscription:
-``int16 version``, then the topics; later versions only append fields). The protocol name
-answered is the client's first, so its own assignor is named but never run.
+``int16 version``, then the topics; later versions only append fields).
 """
 
 from __future__ import annotations
@@ -38,21 +58,24 @@ import io
 import struct
 from typing import Any
 
+import trio
 from kio.index import load_entity_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from rafka.broker.kafka.codec import KafkaRequest, build
 from rafka.broker.kafka.context import call_native, kafka_error, ms
-from rafka.broker.kafka.members import MAX_MEMBERS, ClassicGroups, Member
+from rafka.broker.kafka.members import MAX_MEMBERS, ClassicGroup, ClassicGroups, Member
 from rafka.wire.protocol import ApiKey
 
 __all__ = ["ClassicGroups", "MAX_MEMBERS", "join_group", "sync_group", "heartbeat", "leave_group"]
 
 NONE, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS = 0, 25, 22, 27
 INCONSISTENT_GROUP_PROTOCOL = 23
+COOPERATIVE = frozenset({"cooperative-sticky"})  # protocol names whose clients run KIP-429
 _FENCED_MEMBER_EPOCH, _STALE_MEMBER = 110, 1007
 _VERSION = struct.Struct(">h")
 _Subscription = load_entity_schema("consumer_protocol_subscription", 0, EntityType.data)
+_Subscription1 = load_entity_schema("consumer_protocol_subscription", 1, EntityType.data)
 _Assignment = load_entity_schema("consumer_protocol_assignment", 0, EntityType.data)
 
 
@@ -62,6 +85,18 @@ def decode_subscription(metadata: bytes) -> list[str]:
         raise ValueError("subscription shorter than its version")
     sub, _ = entity_reader(_Subscription)(metadata, 2)
     return [str(t) for t in sub.topics]
+
+
+def decode_owned(metadata: bytes) -> frozenset[tuple[str, int]] | None:
+    """The partitions a ConsumerProtocolSubscription v1+ says its member holds (KIP-429);
+    ``None`` for v0, which does not say, or a subscription that does not parse."""
+    if len(metadata) < 2 or _VERSION.unpack_from(metadata)[0] < 1:
+        return None
+    try:
+        sub, _ = entity_reader(_Subscription1)(metadata, 2)
+    except Exception:  # noqa: BLE001 - then we do not know; the caller keeps its own view
+        return None
+    return frozenset((str(t.topic), p) for t in sub.owned_partitions for p in t.partitions)
 
 
 def encode_assignment(parts: frozenset[tuple[str, int]]) -> bytes:
@@ -104,11 +139,69 @@ def _member_error(code: int) -> int:
     return kafka_error(code)
 
 
+def _absorb(m: Member, native: dict[str, Any]) -> None:
+    """What a native heartbeat answer tells about its member."""
+    m.epoch = native["member_epoch"]
+    m.metadata_offset = native.get("metadata_offset")
+    m.latest = _parts(native.get("assignment"))
+    m.last_seen = trio.current_time()
+
+
+def _protocol(groups: ClassicGroups, group: str, offered: list[str]) -> str:
+    """The group's protocol: that of its members so far when this member offers it, else
+    this member's first choice (Kafka picks one all members support)."""
+    g = groups.groups.get(group)
+    for mid in g.members if g is not None else ():
+        other = groups.members.get((group, mid))
+        if other is not None and other.protocol in offered:
+            return other.protocol
+    return offered[0]
+
+
+async def _leave_natively(ctx: Any, req: KafkaRequest, group: str, member_id: str) -> None:
+    await _beat(ctx, req, group, member_id, -1, None, None)
+
+
+async def _complete(ctx: Any, req: KafkaRequest, groups: ClassicGroups, group: str,
+                    g: ClassicGroup) -> None:
+    """End the rebalance: members that did not rejoin are dropped (and leave natively, so the
+    controller moves their partitions now), the generation moves by one, and every member
+    that rejoined is answered with it."""
+    g.generation += 1
+    g.rebalancing = False
+    gone = []
+    for mid in list(g.members):
+        m = groups.members.get((group, mid))
+        if m is None:
+            continue
+        if m.joining:
+            m.joining = m.synced = False
+            m.generation = g.generation
+        else:
+            gone.append(mid)
+    for mid in gone:
+        groups.drop(group, mid)
+    g.poke()
+    for mid in gone:
+        await _leave_natively(ctx, req, group, mid)
+
+
+def _barrier_ready(groups: ClassicGroups, group: str, g: ClassicGroup, now: float) -> bool:
+    if now >= g.deadline:
+        return True
+    for mid in g.members:
+        m = groups.members.get((group, mid))
+        if m is not None and not m.joining and not m.expired(now):
+            return False
+    return True
+
+
 async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     b = req.body
-    protocol = b.protocols[0].name if b.protocols else ""
+    offered = [p.name for p in b.protocols]
     out = {"throttle_time": 0, "generation_id": -1, "protocol_type": "consumer",
-           "protocol_name": protocol, "leader": "", "member_id": b.member_id, "members": ()}
+           "protocol_name": offered[0] if offered else "", "leader": "",
+           "member_id": b.member_id, "members": ()}
     if b.protocol_type != "consumer" or not b.protocols:
         return {**out, "error_code": INCONSISTENT_GROUP_PROTOCOL}
     try:
@@ -119,20 +212,60 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     m = groups.get(b.group_id, b.member_id) if b.member_id else None
     if b.member_id and m is None:
         return {**out, "error_code": UNKNOWN_MEMBER_ID, "member_id": ""}
-    new = Member(epoch=0 if m is None else m.epoch, topics=topics,
-                 session_timeout_ms=ms(b.session_timeout))
+    protocol = _protocol(groups, b.group_id, offered)
+    cooperative = protocol in COOPERATIVE
+    session_ms = ms(b.session_timeout)
+    rebalance_ms = ms(getattr(b, "rebalance_timeout", b.session_timeout))
+    new = Member(epoch=0 if m is None else m.epoch, topics=topics, session_timeout_ms=session_ms,
+                 rebalance_timeout_ms=rebalance_ms, protocol=protocol, cooperative=cooperative)
+    if cooperative:  # KIP-429: a member keeps what it holds across the rebalance, and its
+        # subscription says what that is (it may not have acted on its last answer yet)
+        chosen = next(p for p in b.protocols if p.name == protocol)
+        said = decode_owned(bytes(chosen.metadata))
+        held = m.owned if m is not None else frozenset()
+        new.owned = said if said is not None else held
+        if m is not None:
+            new.given, new.generation = m.given, m.generation
     native = await _beat(ctx, req, b.group_id, b.member_id if m else "", new.epoch,
-                         frozenset(), new)
+                         new.owned, new)
     if native.get("error"):
         if b.member_id:
             groups.drop(b.group_id, b.member_id)
         return {**out, "error_code": _member_error(native["error"]), "member_id": ""}
     member_id = native["member_id"]
-    new.epoch = native["member_epoch"]
-    new.metadata_offset = native.get("metadata_offset")
-    new.latest = _parts(native.get("assignment"))
+    _absorb(new, native)
+    new.joining = True
     groups.put(b.group_id, member_id, new)
-    return {**out, "error_code": NONE, "generation_id": new.epoch, "member_id": member_id}
+    g = groups.group(b.group_id)
+    g.start_rebalance(trio.current_time(), rebalance_ms)
+    g.poke()
+    keepalive = max(0.5, min(session_ms / 3000, 3.0))
+    while new.joining:
+        if groups.members.get((b.group_id, member_id)) is not new:
+            return {**out, "error_code": UNKNOWN_MEMBER_ID, "member_id": ""}
+        now = trio.current_time()
+        if g.rebalancing and _barrier_ready(groups, b.group_id, g, now):
+            await _complete(ctx, req, groups, b.group_id, g)
+            continue
+        changed = g.changed
+        with trio.move_on_after(min(keepalive, max(0.0, g.deadline - now) + 0.01)):
+            await changed.wait()
+        if new.joining and trio.current_time() - new.last_seen >= keepalive:
+            native = await _beat(ctx, req, b.group_id, member_id, new.epoch, new.owned, new)
+            if native.get("error"):
+                groups.drop(b.group_id, member_id)
+                return {**out, "error_code": _member_error(native["error"]), "member_id": ""}
+            _absorb(new, native)
+    return {**out, "error_code": NONE, "generation_id": new.generation, "member_id": member_id,
+            "protocol_name": protocol}
+
+
+def _generation_error(g: ClassicGroup, m: Member, generation: int) -> int:
+    if g.rebalancing or m.joining:
+        return REBALANCE_IN_PROGRESS
+    if generation != g.generation or m.generation != g.generation:
+        return ILLEGAL_GENERATION
+    return NONE
 
 
 async def sync_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
@@ -143,13 +276,21 @@ async def sync_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     m = groups.get(b.group_id, b.member_id)
     if m is None:
         return {**out, "error_code": UNKNOWN_MEMBER_ID}
-    native = await _beat(ctx, req, b.group_id, b.member_id, m.epoch, m.latest, m)
+    code = _generation_error(groups.group(b.group_id), m, b.generation_id)
+    if code:
+        return {**out, "error_code": code}
+    claim = m.owned if m.cooperative else m.latest
+    native = await _beat(ctx, req, b.group_id, b.member_id, m.epoch, claim, m)
     if native.get("error"):
         groups.drop(b.group_id, b.member_id)
         return {**out, "error_code": _member_error(native["error"])}
-    m.epoch = native["member_epoch"]
-    m.metadata_offset = native.get("metadata_offset")
-    m.given = m.latest = _parts(native.get("assignment"))
+    _absorb(m, native)
+    given = m.latest
+    if m.cooperative and m.owned - given:
+        m.owned = m.owned | given  # released when the member rejoins saying so (KIP-429)
+    else:
+        m.owned = given
+    m.given, m.synced = given, True
     return {**out, "error_code": NONE, "assignment": encode_assignment(m.given)}
 
 
@@ -159,14 +300,16 @@ async def heartbeat(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     m = groups.get(b.group_id, b.member_id)
     if m is None:
         return {"throttle_time": 0, "error_code": UNKNOWN_MEMBER_ID}
-    native = await _beat(ctx, req, b.group_id, b.member_id, m.epoch, m.given, m)
+    native = await _beat(ctx, req, b.group_id, b.member_id, m.epoch, m.owned, m)
     if native.get("error"):
         groups.drop(b.group_id, b.member_id)
         return {"throttle_time": 0, "error_code": _member_error(native["error"])}
-    m.epoch = native["member_epoch"]
-    m.metadata_offset = native.get("metadata_offset")
-    m.latest = _parts(native.get("assignment"))
-    code = NONE if m.latest == m.given else REBALANCE_IN_PROGRESS
+    _absorb(m, native)
+    g = groups.group(b.group_id)
+    code = _generation_error(g, m, b.generation_id)
+    if code == NONE and m.synced and m.latest != m.given:  # the controller moved partitions: rebalance
+        g.start_rebalance(trio.current_time(), m.rebalance_timeout_ms)
+        code = REBALANCE_IN_PROGRESS
     return {"throttle_time": 0, "error_code": code}
 
 
@@ -185,6 +328,17 @@ async def leave_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
         answers.append({"member_id": member_id, "group_instance_id": None, "error_code": code})
     top = answers[0]["error_code"] if req.api_version < 3 and answers else NONE
     return {"throttle_time": 0, "error_code": top, "members": answers}
+
+
+def group_protocol(ctx: Any, group: str) -> str | None:
+    """The protocol name (assignor) this broker's classic members of ``group`` run, if any."""
+    groups: ClassicGroups = ctx.groups
+    g = groups.groups.get(group)
+    for mid in g.members if g is not None else ():
+        m = groups.members.get((group, mid))
+        if m is not None:
+            return m.protocol
+    return None
 
 
 def commit_member(ctx: Any, group: str, member_id: str) -> Member | None:

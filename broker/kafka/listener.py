@@ -50,14 +50,14 @@ import trio
 from rafka.broker.kafka import codec
 from rafka.broker.kafka.apis import READABLE_FROM, SERVED, served_versions
 from rafka.broker.kafka.context import KafkaContext
+from rafka.broker.kafka.fetch_sessions import FetchSessionCache
 from rafka.broker.kafka.sasl import KafkaSasl
 from rafka.security.listener import ANONYMOUS, ListenerSecurity
 from rafka.security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
 from rafka.wire.frame_reader import FrameBudget, FrameReader
 from rafka.wire.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
 
-__all__ = ["KafkaListener", "DEFAULT_MAX_FRAME_BYTES", "KAFKA_PROTOCOLS", "start_kafka_listener",
-           "start_kafka_listeners"]
+__all__ = ["KafkaListener", "DEFAULT_MAX_FRAME_BYTES", "KAFKA_PROTOCOLS", "start_kafka_listeners"]
 
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
@@ -332,23 +332,15 @@ def _advertised(config: Any, host: str, bound: int) -> str:
     return f"{adv}:{bound}"
 
 
+def _session_cache(config: Any) -> FetchSessionCache:
+    """The node's KIP-227 fetch-session cache, shared by its Kafka listeners (fetch_sessions.py)."""
+    return FetchSessionCache(config.broker["max.incremental.fetch.session.cache.slots"])
+
+
 def _settings_of(config: Any) -> dict[str, Any]:
     return {"max_frame_bytes": config.broker["socket.request.max.bytes"],
             "max_connections": config.broker["max.connections"],
             "idle_timeout_s": config.broker["connections.max.idle.ms"] / 1000}
-
-
-async def start_kafka_listener(nursery: trio.Nursery, config: Any, dispatch: Any,
-                               image: Any, replicas: Any = None) -> str:
-    """Start the PLAINTEXT Kafka listener of a node in ``nursery``; returns the ``host:port``
-    to advertise (``advertised_host`` or the bound host, 0.0.0.0 → 127.0.0.1)."""
-    host, port = config.kafka_listener
-    ctx = KafkaContext(dispatch=dispatch, image=image, node_id=config.node_id,
-                       cluster_id=config.cluster_id, settings=dict(config.broker),
-                       replicas=replicas)
-    listener = KafkaListener(ctx, host, port, **_settings_of(config))
-    bound = await nursery.start(listener.serve)
-    return _advertised(config, host, bound)
 
 
 async def start_kafka_listeners(nursery: trio.Nursery, config: Any, main_dispatch: Any,
@@ -365,7 +357,8 @@ async def start_kafka_listeners(nursery: trio.Nursery, config: Any, main_dispatc
 
     budget = FrameBudget(config.broker["socket.partial.frame.budget.bytes"])
     base = KafkaContext(dispatch=main_dispatch, image=image, node_id=config.node_id,
-                        cluster_id=config.cluster_id, settings=dict(config.broker), replicas=replicas)
+                        cluster_id=config.cluster_id, settings=dict(config.broker), replicas=replicas,
+                        fetch_sessions=_session_cache(config))
     named: list[tuple[str, str]] = []
     if config.kafka_listener is not None:
         host, port = config.kafka_listener

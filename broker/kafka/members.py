@@ -1,9 +1,13 @@
-"""The classic group members a broker coordinates (``groups.py``): a bounded table.
+"""The classic groups a broker coordinates (``groups.py``): members, generations, a bound.
 
 Theory of operation: one ``Member`` per (group, member id) — its current native member epoch,
-the partitions it was last answered (*given*) and the controller's latest assignment for it,
-and the metadata offset its commits must wait for. ``ClassicGroups`` keeps at most
-``max_members`` of them, least recently used out first; a member pushed out is answered
+the classic generation it last joined, the partitions it was last answered (*given*), what
+the client holds now (*owned*, claimed in its native heartbeats), the controller's latest
+assignment for it, and when it was last heard from. One ``ClassicGroup`` per group id holds
+the group's classic generation and its rebalance in progress: which members have rejoined,
+by when the others must have, and an event that wakes the JoinGroups waiting at the barrier
+whenever something changed (a join, a leave, a member dropped). ``ClassicGroups`` keeps at
+most ``max_members`` members, least recently used out first; a member pushed out is answered
 ``UNKNOWN_MEMBER_ID`` on its next request and rejoins.
 """
 
@@ -12,9 +16,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-__all__ = ["Member", "ClassicGroups", "MAX_MEMBERS"]
+import trio
+
+__all__ = ["Member", "ClassicGroup", "ClassicGroups", "MAX_MEMBERS"]
 
 MAX_MEMBERS = 10_000
+
+Parts = frozenset[tuple[str, int]]
 
 
 @dataclass
@@ -22,17 +30,59 @@ class Member:
     epoch: int
     topics: list[str]
     session_timeout_ms: int
-    given: frozenset[tuple[str, int]] = frozenset()
+    given: Parts = frozenset()
     metadata_offset: int | None = None
-    latest: frozenset[tuple[str, int]] = field(default=frozenset())
+    latest: Parts = field(default=frozenset())
+    owned: Parts = frozenset()
+    rebalance_timeout_ms: int = 0
+    generation: int = -1
+    joining: bool = False          # waiting at the JoinGroup barrier
+    synced: bool = True            # False between its JoinGroup answer and its SyncGroup
+    protocol: str = ""
+    cooperative: bool = False
+    last_seen: float = 0.0
+
+    def expired(self, now: float) -> bool:
+        """No request from the member for longer than its session timeout."""
+        return now - self.last_seen > self.session_timeout_ms / 1000
+
+
+@dataclass
+class ClassicGroup:
+    """One classic group: its generation and the rebalance in progress, if any."""
+
+    generation: int = 0
+    rebalancing: bool = False
+    deadline: float = 0.0          # trio.current_time() by which every member must rejoin
+    members: set[str] = field(default_factory=set)
+    changed: trio.Event = field(default_factory=trio.Event)
+
+    def poke(self) -> None:
+        """Wake the JoinGroups waiting at the barrier (they re-check and wait again)."""
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def start_rebalance(self, now: float, timeout_ms: int) -> None:
+        if not self.rebalancing:
+            self.rebalancing = True
+            self.deadline = now + timeout_ms / 1000
+            self.poke()
 
 
 class ClassicGroups:
-    """The classic members this broker coordinates: (group, member id) → ``Member``."""
+    """The classic members this broker coordinates: (group, member id) → ``Member``, and
+    group id → ``ClassicGroup``."""
 
     def __init__(self, max_members: int = MAX_MEMBERS) -> None:
         self.members: OrderedDict[tuple[str, str], Member] = OrderedDict()
+        self.groups: dict[str, ClassicGroup] = {}
         self.max_members = max_members
+
+    def group(self, group: str) -> ClassicGroup:
+        g = self.groups.get(group)
+        if g is None:
+            g = self.groups[group] = ClassicGroup()
+        return g
 
     def get(self, group: str, member_id: str) -> Member | None:
         m = self.members.get((group, member_id))
@@ -43,8 +93,20 @@ class ClassicGroups:
     def put(self, group: str, member_id: str, m: Member) -> None:
         self.members[(group, member_id)] = m
         self.members.move_to_end((group, member_id))
+        self.group(group).members.add(member_id)
         while len(self.members) > self.max_members:
-            self.members.popitem(last=False)
+            (g, mid), _ = self.members.popitem(last=False)
+            self._forget(g, mid)
 
     def drop(self, group: str, member_id: str) -> None:
         self.members.pop((group, member_id), None)
+        self._forget(group, member_id)
+
+    def _forget(self, group: str, member_id: str) -> None:
+        g = self.groups.get(group)
+        if g is None:
+            return
+        g.members.discard(member_id)
+        g.poke()
+        if not g.members:  # bounded: an empty group is forgotten, a later join starts afresh
+            del self.groups[group]

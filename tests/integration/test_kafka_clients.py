@@ -4,8 +4,10 @@ loopback, and records crossing between the Kafka and the native protocol both wa
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -15,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.index import load_entity_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
 from rafka.broker.kafka import codec
 from rafka.broker.kafka import records as kr
 from rafka.client import Admin, Consumer, Producer, TopicPartition
@@ -350,6 +355,99 @@ def test_offsets_committed_outside_a_generation(cluster1: LocalCluster) -> None:
     cons.close()
 
 
+# --------------------------------------------------------------------------- fetch sessions
+
+
+def _fetch(addr: tuple[str, int], session_id: int, epoch: int, parts: dict[int, int],
+           forgotten: list[int] | None = None) -> Any:
+    """One Fetch v12 of topic "fs" over a fresh connection (a session outlives connections)."""
+    req = codec.build(codec.request_schema(1, 12), {
+        "cluster_id": None, "replica_id": -1, "max_wait": 50, "min_bytes": 1,
+        "max_bytes": 1 << 20, "isolation_level": 0, "session_id": session_id,
+        "session_epoch": epoch, "rack_id": "",
+        "topics": [{"topic": "fs", "partitions": [
+            {"partition": p, "current_leader_epoch": -1, "fetch_offset": off,
+             "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}
+            for p, off in parts.items()]}] if parts else [],
+        "forgotten_topics_data": [{"topic": "fs", "partitions": forgotten}] if forgotten else []})
+    _, resp = codec.decode_response(_roundtrip(addr, codec.encode_request(req, 7)), 1, 12)
+    return resp
+
+
+def _fetched(resp: Any) -> dict[int, list[bytes]]:
+    out = {}
+    for t in resp.responses:
+        for p in t.partitions:
+            data = bytes(p.records or b"")
+            out[p.partition_index] = [r.value for pos in kr.iter_kafka_batches(data)
+                                      for r in kr.decode_batch(data, pos).rows]
+    return out
+
+
+def test_fetch_sessions_full_incremental_and_errors(cluster1: LocalCluster) -> None:
+    """KIP-227 over raw Fetch v12 requests: an initial fetch opens a session answering every
+    partition; incremental fetches answer only partitions with news; bad ids / epochs get
+    their errors; epoch -1 closes the session."""
+    host, port = kafka_bootstrap(cluster1).split(":")
+    addr = (host, int(port))
+    create(cluster1, "fs", partitions=3)
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        p.send("fs", value=b"a0", partition=0).result(timeout=30)
+    full = _fetch(addr, 0, 0, {0: 0, 1: 0, 2: 0})
+    sid = full.session_id
+    assert int(full.error_code) == 0 and sid != 0
+    assert _fetched(full) == {0: [b"a0"], 1: [], 2: []}
+    inc = _fetch(addr, sid, 1, {0: 1})  # only partition 0 moved on; nothing new anywhere
+    assert (int(inc.error_code), inc.session_id, _fetched(inc)) == (0, sid, {})
+    with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+        p.send("fs", value=b"b2", partition=2).result(timeout=30)
+    inc = _fetch(addr, sid, 2, {})  # partition 2 from the session's remembered offset 0
+    assert _fetched(inc) == {2: [b"b2"]}
+    assert int(_fetch(addr, sid, 2, {}).error_code) == 71  # INVALID_FETCH_SESSION_EPOCH
+    assert int(_fetch(addr, sid + 1, 1, {}).error_code) == 70  # FETCH_SESSION_ID_NOT_FOUND
+    inc = _fetch(addr, sid, 3, {}, forgotten=[2])  # 2 forgotten, nothing new: empty
+    assert (int(inc.error_code), _fetched(inc)) == (0, {})
+    closed = _fetch(addr, sid, -1, {2: 0})  # close: a sessionless full fetch
+    assert (closed.session_id, _fetched(closed)) == (0, {2: [b"b2"]})
+    assert int(_fetch(addr, sid, 4, {}).error_code) == 70
+    assert _api_versions_ok(addr)
+
+
+def test_kafka_python_consumes_through_a_fetch_session(cluster1: LocalCluster) -> None:
+    """kafka-python 3 opens KIP-227 sessions: every record arrives in order through
+    incremental fetches, records produced after the session opened included."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "kfs", partitions=2)
+
+    def produce(start: int) -> None:
+        with Producer(bootstrap_servers=cluster1.bootstrap, acks="all") as p:
+            for i in range(start, start + 50):
+                p.send("kfs", value=b"%d" % i, partition=i % 2)
+            p.flush()
+
+    produce(0)
+    c = KafkaConsumer(bootstrap_servers=kb, auto_offset_reset="earliest",
+                      enable_auto_commit=False, consumer_timeout_ms=15000)
+    c.assign([KTP("kfs", 0), KTP("kfs", 1)])
+    got: list[tuple[int, int, bytes]] = []
+    for r in c:
+        got.append((r.partition, r.offset, r.value))
+        if len(got) == 50:
+            produce(50)
+        if len(got) == 100:
+            break
+    handlers = list(c._fetcher._session_handlers.values())  # noqa: SLF001 - the client's own state
+    sessions = [h.next_metadata.session_id for h in handlers]
+    epochs = [h.next_metadata.epoch for h in handlers]
+    c.close()
+    assert sorted(got) == sorted((i % 2, i // 2, b"%d" % i) for i in range(100))
+    assert sessions and all(s != 0 for s in sessions)  # the broker granted a session
+    assert all(e > 1 for e in epochs)  # and incremental fetches were made in it
+
+
 # --------------------------------------------------------------------------- classic groups
 
 
@@ -486,6 +584,340 @@ def test_confluent_group_of_three_with_a_member_killed(cluster1: LocalCluster, t
         for p in procs:
             p.kill()
             p.wait(10)
+
+
+class _RawMember:
+    """A classic group member speaking raw JoinGroup / SyncGroup / Heartbeat over its own
+    connection (the listener answers a connection's requests in order)."""
+
+    def __init__(self, addr: tuple[str, int], group: str, topic: str,
+                 session_ms: int = 10_000) -> None:
+        self.sock = socket.create_connection(addr, timeout=60)
+        self.group, self.topic, self.session_ms = group, topic, session_ms
+        self.member_id, self.generation, self.cid = "", -1, 0
+
+    def call(self, key: int, version: int, body: dict[str, Any]) -> Any:
+        self.cid += 1
+        self.sock.sendall(codec.encode_request(codec.build(codec.request_schema(key, version),
+                                                           body), self.cid))
+        head = self._recv(4)
+        cid, resp = codec.decode_response(self._recv(struct.unpack(">i", head)[0]), key, version)
+        assert cid == self.cid
+        return resp
+
+    def _recv(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            assert chunk, "closed"
+            buf += chunk
+        return buf
+
+    def join(self) -> int:
+        cls = load_entity_schema("consumer_protocol_subscription", 0, EntityType.data)
+        buf = io.BytesIO()
+        entity_writer(cls)(buf, codec.build(cls, {"topics": [self.topic], "user_data": None}))
+        resp = self.call(11, 7, {
+            "group_id": self.group, "session_timeout": self.session_ms,
+            "rebalance_timeout": 30_000, "member_id": self.member_id, "group_instance_id": None,
+            "protocol_type": "consumer", "protocols": [
+                {"name": "range", "metadata": struct.pack(">h", 0) + buf.getvalue()}]})
+        if int(resp.error_code) == 0:
+            self.member_id, self.generation = resp.member_id, resp.generation_id
+        return int(resp.error_code)
+
+    def sync(self) -> set[int]:
+        resp = self.call(14, 5, {"group_id": self.group, "generation_id": self.generation,
+                                 "member_id": self.member_id, "group_instance_id": None,
+                                 "protocol_type": "consumer", "protocol_name": "range",
+                                 "assignments": []})
+        assert int(resp.error_code) == 0, resp
+        raw = bytes(resp.assignment)
+        cls = load_entity_schema("consumer_protocol_assignment", 0, EntityType.data)
+        entity, _ = entity_reader(cls)(raw, 2)
+        return {p for t in entity.assigned_partitions for p in t.partitions}
+
+    def heartbeat(self, generation: int | None = None) -> int:
+        resp = self.call(12, 4, {"group_id": self.group, "member_id": self.member_id,
+                                 "group_instance_id": None,
+                                 "generation_id": self.generation if generation is None
+                                 else generation})
+        return int(resp.error_code)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_classic_group_generation_is_the_groups(cluster1: LocalCluster) -> None:
+    """Raw classic protocol: a join moves the group's generation once; the stable member is
+    told REBALANCE_IN_PROGRESS, rejoins, and both are answered the same generation; a member
+    that never rejoins is dropped after its session timeout and the others go on."""
+    import threading
+
+    host, port = kafka_bootstrap(cluster1).split(":")
+    addr = (host, int(port))
+    create(cluster1, "raw", partitions=4)
+    a = _RawMember(addr, "rawg", "raw")
+    b = _RawMember(addr, "rawg", "raw", session_ms=3000)
+    c = _RawMember(addr, "rawg", "raw")
+    try:
+        assert a.join() == 0
+        first = a.generation
+        assert a.sync() == {0, 1, 2, 3}
+        assert a.heartbeat() == 0
+        joined: dict[str, int] = {}
+        t = threading.Thread(target=lambda: joined.update(b=b.join()))
+        t.start()  # b waits at the barrier until a rejoined
+        deadline = time.monotonic() + 30
+        while a.heartbeat() == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert a.heartbeat() == 27  # REBALANCE_IN_PROGRESS until it rejoins
+        assert a.join() == 0
+        t.join(30)
+        assert joined == {"b": 0}
+        assert a.generation == b.generation == first + 1  # one rebalance, one generation
+        assert a.heartbeat(generation=first) == 22  # ILLEGAL_GENERATION: the old one
+        got_a, got_b = a.sync(), b.sync()
+        deadline = time.monotonic() + 30
+        while not (got_a | got_b == {0, 1, 2, 3} and not got_a & got_b and got_a and got_b):
+            # the controller may move partitions once more: members hear of it by heartbeat
+            assert time.monotonic() < deadline, (got_a, got_b)
+            codes = {a.heartbeat(), b.heartbeat()}
+            if codes != {0}:
+                ta = threading.Thread(target=a.join)
+                ta.start()
+                assert b.join() == 0
+                ta.join(30)
+                assert a.generation == b.generation
+                got_a, got_b = a.sync(), b.sync()
+            time.sleep(0.1)
+        # c joins; b (session 3 s) never answers again: after its session timeout the
+        # barrier drops it, a and c share the next generation, b is an unknown member
+        joined.clear()
+        t = threading.Thread(target=lambda: joined.update(c=c.join()))
+        t.start()
+        deadline = time.monotonic() + 30
+        while a.heartbeat() == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert a.join() == 0
+        t.join(60)
+        assert joined == {"c": 0} and a.generation == c.generation > b.generation
+        assert b.heartbeat() == 25  # UNKNOWN_MEMBER_ID
+    finally:
+        for m in (a, b, c):
+            m.close()
+
+
+# A cooperative-sticky group member (KIP-429), as a process: writes "A t p..." when partitions
+# are added, "R t p..." revoked, "L t p..." lost (t: time.time()), "M p offset" per record,
+# committing each record before the next.
+_COOP_CONFLUENT = r"""
+import sys, time
+from confluent_kafka import Consumer
+bootstrap, group, topic, out = sys.argv[1:5]
+f = open(out, "a")
+def log(kind):
+    def cb(consumer, partitions):
+        f.write(f"{kind} {time.time()} " + " ".join(str(p.partition) for p in partitions) + "\n")
+        f.flush()
+    return cb
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+              "heartbeat.interval.ms": 500,
+              "partition.assignment.strategy": "cooperative-sticky"})
+c.subscribe([topic], on_assign=log("A"), on_revoke=log("R"), on_lost=log("L"))
+while True:
+    m = c.poll(0.2)
+    if m is None or m.error():
+        continue
+    f.write(f"M {m.partition()} {m.offset()}\n")
+    f.flush()
+    try:
+        c.commit(message=m, asynchronous=False)
+    except Exception:
+        pass
+"""
+
+_COOP_KAFKA_PYTHON = r"""
+import sys, time
+from kafka import KafkaConsumer
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+bootstrap, group, topic, out = sys.argv[1:5]
+f = open(out, "a")
+def log(kind, partitions):
+    f.write(f"{kind} {time.time()} " + " ".join(str(p.partition) for p in partitions) + "\n")
+    f.flush()
+class Listener(ConsumerRebalanceListener):
+    def on_partitions_revoked(self, revoked):
+        log("R", revoked)
+    def on_partitions_assigned(self, assigned):
+        log("A", assigned)
+    def on_partitions_lost(self, lost):
+        log("L", lost)
+c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                  auto_offset_reset="earliest", session_timeout_ms=6000,
+                  heartbeat_interval_ms=500,
+                  partition_assignment_strategy=[CooperativeStickyAssignor])
+c.subscribe([topic], listener=Listener())
+while True:
+    for tp, recs in c.poll(200).items():
+        for r in recs:
+            f.write(f"M {r.partition} {r.offset}\n")
+            f.flush()
+            try:
+                c.commit({tp: __import__("kafka").OffsetAndMetadata(r.offset + 1, "", -1)})
+            except Exception:
+                pass
+"""
+
+
+class _Member:
+    """One member process and what its log says."""
+
+    def __init__(self, script: str, kb: str, group: str, topic: str, out: Any) -> None:
+        self.out = out
+        self.proc = subprocess.Popen([sys.executable, "-c", script, kb, group, topic, str(out)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.killed_at: float | None = None
+
+    def events(self) -> list[tuple[str, float, list[int]]]:
+        out = []
+        for ln in (self.out.read_text().splitlines() if self.out.exists() else []):
+            kind, *rest = ln.split()
+            if kind in "ARL" and rest:
+                out.append((kind, float(rest[0]), [int(x) for x in rest[1:]]))
+        return out
+
+    def records(self) -> set[tuple[int, int]]:
+        lines = self.out.read_text().splitlines() if self.out.exists() else []
+        return {(int(ln.split()[1]), int(ln.split()[2])) for ln in lines
+                if ln.startswith("M ") and len(ln.split()) == 3}
+
+    def owned(self) -> set[int]:
+        held: set[int] = set()
+        for kind, _, parts in self.events():
+            held = held | set(parts) if kind == "A" else held - set(parts)
+        return held
+
+    def intervals(self, now: float) -> list[tuple[int, float, float]]:
+        """(partition, from, to) of each stretch the member owned a partition."""
+        since: dict[int, float] = {}
+        out = []
+        for kind, t, parts in self.events():
+            for p in parts:
+                if kind == "A":
+                    since.setdefault(p, t)
+                elif p in since:
+                    out.append((p, since.pop(p), t))
+        end = self.killed_at if self.killed_at is not None else now
+        out += [(p, t0, end) for p, t0 in since.items()]
+        return out
+
+    def revoked(self, after: float) -> set[int]:
+        return {p for kind, t, parts in self.events() if kind in "RL" and t > after for p in parts}
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+def _cooperative_group(cluster: LocalCluster, tmp_path: Any, script: str, name: str) -> None:
+    """Three cooperative-sticky members on six partitions, one SIGKILLed, one added: every
+    record consumed; the survivors keep what they held (only partitions that move to another
+    member are revoked); no partition is ever owned by two members at once."""
+    kb = kafka_bootstrap(cluster)
+    topic = f"coop-{name}"
+    create(cluster, topic, partitions=6)
+    members = [_Member(script, kb, f"g-{name}", topic, tmp_path / f"{name}-{i}.txt")
+               for i in range(3)]
+
+    def settle(live: list[_Member], sizes: list[int]) -> None:
+        deadline = time.monotonic() + 90
+        while True:
+            owned = [m.owned() for m in live]
+            if (sorted(len(o) for o in owned) == sizes
+                    and set().union(*owned) == set(range(6))):
+                return
+            assert time.monotonic() < deadline, owned
+            time.sleep(0.2)
+
+    def produce(start: int) -> set[tuple[int, int]]:
+        with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as p:
+            futs = [p.send(topic, value=b"%d" % i, partition=i % 6) for i in range(start, start + 120)]
+            p.flush()
+            return {(m.partition, m.offset) for m in (f.result(timeout=30) for f in futs)}
+
+    def consumed(want: set[tuple[int, int]]) -> None:
+        deadline = time.monotonic() + 90
+        while True:
+            got = set().union(*(m.records() for m in members))
+            if got >= want:
+                return
+            assert time.monotonic() < deadline, sorted(want - got)[:10]
+            time.sleep(0.2)
+
+    try:
+        settle(members, [2, 2, 2])
+        want = produce(0)
+        consumed(want)
+        # one member SIGKILLed: the two left take its partitions and give up none of theirs
+        held = [m.owned() for m in members]
+        members[0].proc.send_signal(signal.SIGKILL)
+        members[0].proc.wait(10)
+        members[0].killed_at = time.time()
+        want |= produce(120)
+        settle(members[1:], [3, 3])
+        consumed(want)
+        assert all(held[i] <= members[i].owned() for i in (1, 2))
+        assert not members[1].revoked(members[0].killed_at)
+        assert not members[2].revoked(members[0].killed_at)
+        # one member added: it gets partitions, and only those are revoked from the others
+        added_at = time.time()
+        members.append(_Member(script, kb, f"g-{name}", topic, tmp_path / f"{name}-3.txt"))
+        live = members[1:]
+        settle(live, [2, 2, 2])
+        want |= produce(240)
+        consumed(want)
+        moved = members[1].revoked(added_at) | members[2].revoked(added_at)
+        assert moved == members[3].owned()  # nothing else was taken away and given back
+        # and the group committed every partition up to its end (60 records each)
+        deadline = time.monotonic() + 30
+        with Consumer(bootstrap_servers=cluster.bootstrap, group_id=f"g-{name}") as native:
+            while True:
+                committed = [native.committed(TopicPartition(topic, p)) for p in range(6)]
+                if committed == [60] * 6:
+                    break
+                assert time.monotonic() < deadline, committed
+                time.sleep(0.2)
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": kb})  # kept: the futures need its handle
+        desc = admin.describe_consumer_groups([f"g-{name}"])[f"g-{name}"].result(30)
+        assert desc.partition_assignor == "cooperative-sticky"  # the members' protocol
+        # never two owners at once: per partition, the ownership stretches do not overlap
+        now = time.time()
+        by_part: dict[int, list[tuple[float, float]]] = {}
+        for m in members:
+            for p, t0, t1 in m.intervals(now):
+                by_part.setdefault(p, []).append((t0, t1))
+        for p, spans in by_part.items():
+            spans.sort()
+            for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+                assert start >= end, (p, spans)
+    finally:
+        for m in members:
+            m.stop()
+
+
+def test_confluent_cooperative_sticky_group(cluster1: LocalCluster, tmp_path: Any) -> None:
+    _cooperative_group(cluster1, tmp_path, _COOP_CONFLUENT, "cf")
+
+
+def test_kafka_python_cooperative_sticky_group(cluster1: LocalCluster, tmp_path: Any) -> None:
+    _cooperative_group(cluster1, tmp_path, _COOP_KAFKA_PYTHON, "kp")
 
 
 def test_kafka_python_group_subscribe_and_commit(cluster1: LocalCluster) -> None:

@@ -13,7 +13,13 @@ from kio.index import load_entity_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from rafka.broker.kafka.codec import build
-from rafka.broker.kafka.groups import ClassicGroups, Member, decode_subscription, encode_assignment
+from rafka.broker.kafka.groups import (
+    ClassicGroups,
+    Member,
+    decode_owned,
+    decode_subscription,
+    encode_assignment,
+)
 
 names = st.text(st.characters(min_codepoint=97, max_codepoint=122), min_size=1, max_size=8)
 
@@ -27,6 +33,23 @@ def test_subscription_of_any_version(version: int, topics: list[str]) -> None:
     buf = io.BytesIO()
     entity_writer(cls)(buf, build(cls, data))
     assert decode_subscription(struct.pack(">h", version) + buf.getvalue()) == topics
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 3), st.frozensets(st.tuples(names, st.integers(0, 100)), max_size=6))
+def test_owned_partitions_of_a_subscription(version: int, owned: frozenset[tuple[str, int]]) -> None:
+    """A cooperative member's JoinGroup names what it holds (v1+); v0 does not say."""
+    cls = load_entity_schema("consumer_protocol_subscription", version, EntityType.data)
+    by_topic: dict[str, list[int]] = {}
+    for t, p in sorted(owned):
+        by_topic.setdefault(t, []).append(p)
+    data = {"topics": ["t"], "user_data": None, "generation_id": 4, "rack_id": None,
+            "owned_partitions": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+    buf = io.BytesIO()
+    entity_writer(cls)(buf, build(cls, data))
+    raw = struct.pack(">h", version) + buf.getvalue()
+    assert decode_owned(raw) == (None if version == 0 else owned)
+    assert decode_owned(raw[:5]) in (None, frozenset())  # cut short: not trusted, no crash
 
 
 @settings(max_examples=50, deadline=None)
