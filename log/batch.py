@@ -502,12 +502,12 @@ def decode_records_c(section: bytes | memoryview, h: BatchHeader, topic: str, pa
     timestamp, timestamp_type, key, value, headers))`` each (``ConsumerRecord``). ``None``
     when the extension is not loaded or the section is outside its subset (see
     ``decode_columns``)."""
-    if _c is None or h.magic == KAFKA_MAGIC:
+    if _c is None:
         return None
     try:
         return _c.decode_records(section, h.record_count, h.base_offset,  # type: ignore[no-any-return]
                                  h.first_timestamp, h.timestamp_type, h.max_timestamp, topic,
-                                 partition, cls)
+                                 partition, cls, h.magic == KAFKA_MAGIC)
     except Unsupported:
         return None
 
@@ -519,11 +519,12 @@ def decode_columns(section: bytes | memoryview, h: BatchHeader) -> tuple | None:
     values (``log/_codec.c``). ``None`` when the extension is not loaded or the section is
     outside its subset (or corrupt): decode it with msgpack then, which gives the pure path's
     records or its error."""
-    if _c is None or h.magic == KAFKA_MAGIC:
+    if _c is None:
         return None
     try:
         return _c.decode_columns(section, h.record_count, h.base_offset,  # type: ignore[no-any-return]
-                                    h.first_timestamp, h.timestamp_type, h.max_timestamp)
+                                 h.first_timestamp, h.timestamp_type, h.max_timestamp,
+                                 h.magic == KAFKA_MAGIC)
     except Unsupported:
         return None
 
