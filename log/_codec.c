@@ -26,6 +26,9 @@
  *     producer's wire rows hold), without building the segments' row tuples: a segment
  *     (first_index, ts_delta, keys, values, headers, a, k) is a run of send_batch's records
  *     kept as slices of its lists (log.batch.segment_rows).
+ *   kafka_section(section, count) -> bytes
+ *     a msgpack records section as an uncompressed Kafka v2 records section of the same
+ *     records (a Kafka reader of a natively written batch: broker/kafka/records.py).
  *   murmur2(key) -> int, plan(keys, values, num_partitions, sticky) -> groups
  *     Kafka's murmur2 (bit for bit the Python one in client/partitioner.py) and send_batch's
  *     per-record planning: sizes, partitions, the stable grouping by partition.
@@ -701,6 +704,102 @@ static PyObject *pack_record(PyObject *self, PyObject *args)
 
 #include "_murmur2.h"  /* murmur2_c, shared with client/_sendpath.c */
 
+
+/* ------------------------------------------------------------------ kafka_section */
+
+static int put_varint(wr_t *w, int64_t v)
+{
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    if (grow(w, 10) < 0) return -1;
+    while (z >= 0x80) { put8(w, (uint8_t)((z & 0x7f) | 0x80)); z >>= 7; }
+    put8(w, (uint8_t)z);
+    return 0;
+}
+
+static int put_kbytes(wr_t *w, const uint8_t *p, Py_ssize_t n)
+{
+    if (p == NULL) return put_varint(w, -1);
+    if (put_varint(w, n) < 0 || grow(w, (size_t)n) < 0) return -1;
+    memcpy(w->buf + w->len, p, (size_t)n);
+    w->len += (size_t)n;
+    return 0;
+}
+
+/* a msgpack str (UTF-8 checked, as msgpack's unpacking does) */
+static int read_str(rd_t *r, const uint8_t **ptr, Py_ssize_t *len)
+{
+    NEED(r, 1);
+    uint8_t b = *r->p;
+    size_t n, h;
+    if ((b & 0xe0) == 0xa0) { n = b & 0x1f; h = 1; }
+    else if (b == 0xd9) { NEED(r, 2); n = r->p[1]; h = 2; }
+    else if (b == 0xda) { NEED(r, 3); n = be16(r->p + 1); h = 3; }
+    else if (b == 0xdb) { NEED(r, 5); n = be32(r->p + 1); h = 5; }
+    else return fail("not a str");
+    NEED(r, h + n);
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)r->p + h, (Py_ssize_t)n, "strict");
+    if (s == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return fail("bad utf-8"); }
+        return -1;
+    }
+    Py_DECREF(s);
+    *ptr = r->p + h;
+    *len = (Py_ssize_t)n;
+    r->p += h + n;
+    return 0;
+}
+
+/* kafka_section(section, count) -> bytes: a native (msgpack) records section as an
+ * uncompressed Kafka v2 records section of the same records — what a Kafka reader of a
+ * natively written batch gets (broker/kafka/records.py native_to_kafka). Header keys must be
+ * str and values bytes or nil (Kafka's header types); anything else is Unsupported. */
+static PyObject *kafka_section(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t count, i;
+    PyObject *result = NULL;
+    wr_t out = {NULL, 0, 0}, rec = {NULL, 0, 0};
+    if (!PyArg_ParseTuple(args, "y*n:kafka_section", &buf, &count))
+        return NULL;
+    rd_t r = {(const uint8_t *)buf.buf, (const uint8_t *)buf.buf + buf.len};
+    if (read_section(&r, count) < 0) goto done;
+    if (grow(&out, (size_t)buf.len + (size_t)count * 8 + 16) < 0) goto done;
+    for (i = 0; i < count; i++) {
+        Py_ssize_t fields, nh, m, j, len;
+        int64_t od, td;
+        const uint8_t *ptr;
+        rec.len = 0;
+        if (read_array(&r, &fields) < 0) goto done;
+        if (fields != 5) { fail("record is not 5 fields"); goto done; }
+        if (read_int(&r, &od) < 0 || read_int(&r, &td) < 0) goto done;
+        if (grow(&rec, 1) < 0) goto done;
+        put8(&rec, 0);  /* record attributes */
+        if (put_varint(&rec, td) < 0 || put_varint(&rec, od) < 0) goto done;
+        for (int f = 0; f < 2; f++) {  /* key, value */
+            if (read_bin(&r, &ptr, &len) < 0 || put_kbytes(&rec, ptr, len) < 0) goto done;
+        }
+        if (read_array(&r, &nh) < 0) goto done;
+        if (nh > r.end - r.p) { fail("truncated"); goto done; }
+        if (put_varint(&rec, nh) < 0) goto done;
+        for (j = 0; j < nh; j++) {
+            if (read_array(&r, &m) < 0) goto done;
+            if (m != 2) { fail("header is not a pair"); goto done; }
+            if (read_str(&r, &ptr, &len) < 0 || put_kbytes(&rec, ptr, len) < 0) goto done;
+            if (read_bin(&r, &ptr, &len) < 0 || put_kbytes(&rec, ptr, len) < 0) goto done;
+        }
+        if (put_varint(&out, (int64_t)rec.len) < 0 || grow(&out, rec.len) < 0) goto done;
+        memcpy(out.buf + out.len, rec.buf, rec.len);
+        out.len += rec.len;
+    }
+    if (r.p != r.end) { fail("trailing bytes after the records"); goto done; }
+    result = PyBytes_FromStringAndSize(out.buf, (Py_ssize_t)out.len);
+done:
+    PyBuffer_Release(&buf);
+    PyMem_Free(out.buf);
+    PyMem_Free(rec.buf);
+    return result;
+}
+
 static PyObject *murmur2(PyObject *self, PyObject *arg)
 {
     Py_buffer b;
@@ -824,6 +923,8 @@ static PyMethodDef methods[] = {
      "records, the rows and the segments' rows"},
     {"pack_record", pack_record, METH_VARARGS,
      "pack_record(buf, used, index, ts_delta, key, value, headers) -> new used"},
+    {"kafka_section", kafka_section, METH_VARARGS,
+     "kafka_section(section, count) -> bytes: a msgpack records section as a Kafka v2 one"},
     {"murmur2", murmur2, METH_O, "murmur2(key) -> int: Kafka's murmur2 (unsigned 32-bit)"},
     {"plan", plan, METH_VARARGS,
      "plan(keys, values, num_partitions, sticky) -> sizes and partition groups of send_batch"},

@@ -84,6 +84,7 @@ __all__ = [
     "decode_columns",
     "decode_records_c",
     "pack_section",
+    "as_kafka_section",
 ]
 
 HEADER_SIZE = 61
@@ -556,3 +557,24 @@ def pack_section(h: BatchHeader, rows: Sequence[Sequence]) -> bytes:
         return _ks.compress(codec, _ks.encode_rows(rows))
     section = _packer().pack(list(rows))
     return lz4.frame.compress(section) if codec == COMPRESSION_LZ4 else section
+
+
+def as_kafka_section(buf: bytes | bytearray | memoryview, pos: int, h: BatchHeader) -> bytes:
+    """The records of the batch at ``pos`` as an uncompressed Kafka v2 records section (CRC
+    checked): a Kafka batch's own section decompressed, a native one converted — by the C
+    codec (``_codec.kafka_section``) when loaded, else record by record here; both give the
+    same bytes. Raises ``CorruptBatchError`` as ``decode_raw_records`` does."""
+    section = records_section(buf, pos, h)
+    if h.magic == KAFKA_MAGIC:
+        return bytes(section)
+    if _c is not None:
+        try:
+            return _c.kafka_section(section, h.record_count)  # type: ignore[no-any-return]
+        except Unsupported:
+            pass
+    rows = unpack_section(section, h)
+    try:
+        return _ks.encode_rows(rows)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CorruptBatchError(f"malformed record in batch at offset {h.base_offset}: "
+                                f"{exc}") from exc

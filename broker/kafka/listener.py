@@ -9,10 +9,16 @@ and runs one task per connection inside its nursery, at most ``max_connections``
 native ``wire.frame_reader.FrameReader`` (Kafka's framing is rafka's), which refuses a
 negative length (read unsigned) or one above ``max_frame_bytes`` before buffering any of it —
 the connection is then closed, as Kafka does — then decodes each frame (``codec.decode_request`` against ``apis.SERVED``),
-awaits the adapter and writes the answer. Requests of one connection are answered one at a
-time, in order — Kafka clients match answers to requests by order as well as by
-correlation id, and a Kafka broker also reads the next request of a connection only once it
-answered the last. (Pipelining across a connection's requests is a later optimisation.)
+and starts one task per request, at most ``max_in_flight`` (16) unanswered per connection (the
+reader then waits: backpressure, not an error). As in the native server
+(``broker/server.py``), the reader starts the next request only once the previous handler
+first suspended (``_UntilFirstWait``), so every handler's synchronous prefix — a produce's
+CRC check and append — runs in arrival order: pipelined batches of one partition land in the
+log in send order. What follows (waiting for acks=all replication, a fetch's long poll)
+overlaps, so a client with several produce requests in flight (librdkafka) is not held to one
+replication round trip per request. Answers are written in request order by one writer task
+(Kafka clients match answers to requests by order as well as by correlation id); a fetch's
+long poll therefore still delays the answers queued behind it on that connection.
 
 Bad input, as Kafka answers it: ApiVersions of a version not served → an ApiVersions v0
 answer with ``UNSUPPORTED_VERSION`` and the served ranges (KIP-511); any other unknown api key
@@ -31,6 +37,7 @@ import trio
 from rafka.broker.kafka import codec
 from rafka.broker.kafka.apis import READABLE_FROM, SERVED, served_versions
 from rafka.broker.kafka.context import KafkaContext
+from rafka.broker.server import _UntilFirstWait
 from rafka.wire.frame_reader import FrameReader
 from rafka.wire.protocol import DEFAULT_MAX_FRAME_BYTES, FrameTooLargeError
 
@@ -44,8 +51,10 @@ UNSUPPORTED_VERSION = 35
 class KafkaListener:
     def __init__(self, ctx: KafkaContext, host: str, port: int, *,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 max_connections: int = 1000, idle_timeout_s: float = 600.0) -> None:
+                 max_connections: int = 1000, idle_timeout_s: float = 600.0,
+                 max_in_flight: int = 16) -> None:
         self.ctx = ctx
+        self.max_in_flight = max_in_flight
         self.idle_timeout_s = idle_timeout_s
         self.host, self.port = host, port
         self.max_frame_bytes = max_frame_bytes
@@ -71,36 +80,79 @@ class KafkaListener:
         self.connections += 1
         peer = _peer(stream)
         try:
-            async with stream:
+            async with stream, trio.open_nursery() as nursery:
                 # Kafka's framing is rafka's (a 4-byte big-endian length, then the payload), so
                 # the native reader serves: memory follows the bytes that arrived, not the
                 # length a peer declares, and a length above the limit — a negative int32 read
                 # unsigned included — is refused before anything of it is buffered
                 reader = FrameReader(stream, self.max_frame_bytes)
-                while True:
-                    payload: bytes | memoryview | None = None
-                    idle = True
-                    with trio.move_on_after(self.idle_timeout_s):  # connections.max.idle.ms
-                        try:
-                            payload = await reader.next_frame()
-                        except FrameTooLargeError as exc:
-                            log.info("kafka %s: %s: closing", peer, exc)
-                            return
-                        idle = False
-                    if idle:
-                        log.info("kafka %s: idle for %.0f s: closing", peer, self.idle_timeout_s)
-                        return
-                    if payload is None:  # the peer closed
-                        return
-                    out = await self.handle(bytes(payload), peer)
-                    if out is _CLOSE:
-                        return
-                    if out:
-                        await stream.send_all(out)
+                answers: trio.MemorySendChannel[_Answer]
+                answers, pending = trio.open_memory_channel[_Answer](self.max_in_flight)
+                nursery.start_soon(self._writer, stream, pending, nursery.cancel_scope)
+                async with answers:
+                    await self._reader(reader, answers, nursery, peer)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             self.connections -= 1
+
+    async def _reader(self, reader: FrameReader, answers: trio.MemorySendChannel[_Answer],
+                      nursery: trio.Nursery, peer: str) -> None:
+        """Cut frames and start one task per request, in arrival order up to each handler's
+        first wait (module docstring); at most ``max_in_flight`` unanswered (the channel's
+        buffer: the reader waits for room, no error)."""
+        unanswered = [0]  # requests whose handler has not returned yet
+        while True:
+            payload: bytes | memoryview | None = None
+            idle = True
+            with trio.move_on_after(self.idle_timeout_s):  # connections.max.idle.ms
+                try:
+                    payload = await reader.next_frame()
+                except FrameTooLargeError as exc:
+                    log.info("kafka %s: %s: closing", peer, exc)
+                    await answers.send(_Answer.closing())
+                    return
+                idle = False
+            if idle:
+                if unanswered[0]:
+                    continue  # a long poll is not idleness
+                log.info("kafka %s: idle for %.0f s: closing", peer, self.idle_timeout_s)
+                await answers.send(_Answer.closing())
+                return
+            if payload is None:  # the peer closed
+                return
+            answer = _Answer()
+            payload = bytes(payload)  # the reader's buffer is reused by the next frame
+            await answers.send(answer)
+            prefix_done = trio.Event()
+            unanswered[0] += 1
+            nursery.start_soon(self._answer, payload, peer, answer, prefix_done, unanswered)
+            await prefix_done.wait()
+
+    async def _answer(self, payload: bytes, peer: str, answer: _Answer,
+                      prefix_done: trio.Event, unanswered: list[int]) -> None:
+        try:
+            answer.frame = await _UntilFirstWait(self.handle(payload, peer), prefix_done.set)
+        finally:
+            unanswered[0] -= 1
+            answer.done.set()
+
+    async def _writer(self, stream: trio.SocketStream, pending: trio.MemoryReceiveChannel[_Answer],
+                      scope: trio.CancelScope) -> None:
+        """Write the answers in request order (Kafka clients rely on it), then close the
+        connection when the reader is done or an answer says to."""
+        try:
+            async with pending:
+                async for answer in pending:
+                    await answer.done.wait()
+                    if answer.frame is _CLOSE:
+                        return
+                    if answer.frame:
+                        await stream.send_all(answer.frame)  # type: ignore[arg-type]
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            scope.cancel()
 
     async def handle(self, payload: bytes, peer: str = "?") -> bytes | object | None:
         """The answer frame to one request payload, ``None`` (no answer) or ``_CLOSE``."""
@@ -131,6 +183,23 @@ class KafkaListener:
 
 
 _CLOSE = object()
+
+
+class _Answer:
+    """One request's answer slot, queued in arrival order: ``frame`` once ``done`` is set."""
+
+    __slots__ = ("frame", "done")
+
+    def __init__(self) -> None:
+        self.frame: bytes | object | None = None
+        self.done = trio.Event()
+
+    @classmethod
+    def closing(cls) -> _Answer:
+        a = cls()
+        a.frame = _CLOSE
+        a.done.set()
+        return a
 
 
 def _peer(stream: trio.SocketStream) -> str:

@@ -44,10 +44,10 @@ from rafka.log.batch import (
     KAFKA_MAGIC,
     MAGIC,
     BatchHeader,
+    as_kafka_section,
     build_raw_batch,
     control_coordinator_epoch,
     control_type,
-    decode_raw_records,
     parse_header,
 )
 from rafka.log.kafka_section import (
@@ -121,8 +121,6 @@ def _header(buf: bytes | bytearray | memoryview, pos: int) -> BatchHeader:
         raise KafkaBatchError(f"record batch magic {f[3]} at byte {pos} (only magic 2 is served)")
     if f[1] < HEADER_SIZE - 12 or pos + 12 + f[1] > len(buf):
         raise KafkaBatchError(f"bad batch_length {f[1]} at byte {pos}")
-    if f[12] < 0 or f[6] < 0:
-        raise KafkaBatchError(f"negative record count or offset delta at byte {pos}")
     return BatchHeader(*f)
 
 
@@ -133,6 +131,8 @@ def _check(buf: bytes | bytearray | memoryview, pos: int) -> BatchHeader:
     with memoryview(buf) as mv:
         if crc32c(mv[pos + _CRC_START:pos + h.size]) != h.crc:
             raise KafkaCrcError(f"CRC-32C mismatch in the batch at byte {pos}")
+    if h.record_count < 0 or h.last_offset_delta < 0:  # after the CRC: a flipped bit is a CRC error
+        raise KafkaBatchError(f"negative record count or offset delta at byte {pos}")
     if h.attributes & _COMPRESSION_MASK > CODEC_ZSTD:
         raise UnsupportedCompressionError(
             f"unknown compression codec {h.attributes & _COMPRESSION_MASK}")
@@ -267,9 +267,10 @@ def kafka_to_native(payload: bytes | memoryview) -> bytes:
 
 
 def native_to_kafka(data: bytes | bytearray | memoryview) -> bytes:
-    """Every whole native (msgpack) batch of ``data`` as an uncompressed Kafka batch; a
-    trailing partial batch is dropped. ``to_kafka`` calls it for the native batches of a
-    fetch (stored Kafka batches are passed through there)."""
+    """Every whole native (msgpack) batch of ``data`` as an uncompressed Kafka batch with the
+    same header fields; a trailing partial batch is dropped. ``to_kafka`` calls it for the
+    native batches of a fetch (stored Kafka batches are passed through there). The records
+    are converted by the C codec when it is loaded (``log.batch.as_kafka_section``)."""
     out: list[bytes] = []
     pos, end = 0, len(data)
     while end - pos >= HEADER_SIZE:
@@ -281,15 +282,15 @@ def native_to_kafka(data: bytes | bytearray | memoryview) -> bytes:
         if h.attributes & CONTROL_BIT:
             ctype = control_type(data, pos)
             epoch = control_coordinator_epoch(data, pos)
-            rows = [KafkaRow(0, 0, _CONTROL_KEY.pack(0, ctype), _CONTROL_VALUE.pack(0, epoch), [])]
+            section = encode_rows([(0, 0, _CONTROL_KEY.pack(0, ctype),
+                                    _CONTROL_VALUE.pack(0, epoch), ())])
         else:
-            rows = [KafkaRow(od, td, k, v, [(hk, hv) for hk, hv in hs] if hs else [])
-                    for od, td, k, v, hs in decode_raw_records(data, pos, h)]
-        out.append(encode_batch(
-            rows, first_timestamp=h.first_timestamp, max_timestamp=h.max_timestamp,
-            base_offset=h.base_offset, leader_epoch=h.partition_leader_epoch,
-            attributes=h.attributes & ~_COMPRESSION_MASK, producer_id=h.producer_id,
-            producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-            last_offset_delta=h.last_offset_delta))
+            section = as_kafka_section(data, pos, h)
+        tail = _TAIL.pack(h.attributes & ~_COMPRESSION_MASK, h.last_offset_delta,
+                          h.first_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
+                          h.base_sequence, h.record_count)
+        crc = crc32c(section, crc32c(tail))
+        out += (_HEAD.pack(h.base_offset, HEADER_SIZE - 12 + len(section),
+                           h.partition_leader_epoch, 2, crc), tail, section)
         pos += h.size
     return b"".join(out)

@@ -515,3 +515,24 @@ def test_every_prefix_of_a_kafka_section_is_refused() -> None:
         speedups.codec.decode_columns(section + b"\x00", 20, 0, TS, 0, TS, True)  # trailing
     with pytest.raises(speedups.Unsupported):  # an 11-byte varint
         speedups.codec.decode_columns(b"\xff" * 11, 1, 0, TS, 0, TS, True)
+
+
+@SETTINGS
+@given(rows=_krows(), compression=st.sampled_from(["none", "lz4"]))
+def test_native_batch_as_kafka_section_same_either_path(rows: list[tuple], compression: str) -> None:
+    """What a Kafka reader of a native batch gets (``as_kafka_section``): the C conversion's
+    bytes are the pure one's, and they decode to the native batch's rows."""
+    from rafka.log import kafka_section as ks  # noqa: PLC0415
+
+    raw = _batch(rows, compression, 0)
+    h = batch_mod.parse_header(raw)
+    out = []
+    for p in ("c", "pure"):
+        mp = _use(p)
+        try:
+            out.append(batch_mod.as_kafka_section(raw, 0, h))
+        finally:
+            mp.undo()
+    assert out[0] == out[1]
+    assert ks.decode_rows(out[0], len(rows), use_list=False) == tuple(
+        (od, td, k, v, tuple(map(tuple, hs))) for od, td, k, v, hs in rows)
