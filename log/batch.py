@@ -20,6 +20,22 @@ copied behind the array header), and ``decode_columns`` turns a ``records_sectio
 for the columnar consumer. Input outside the C subset goes through msgpack, so both paths give
 the same batches, records and ``CorruptBatchError`` errors.
 
+Two records-section formats (docs/kafka-compat.md "Storage design"): magic 2 is the msgpack
+section above; magic ``KAFKA_MAGIC`` (-2) is a Kafka v2 records section (varint records,
+compressed with Kafka's codecs 0-4) stored exactly as a Kafka client produced it through the
+Kafka listener. Both formats share the header and the CRC range ``[21, end)``, and the magic
+byte (offset 16) lies outside the CRC, so the listener tags a Kafka batch by rewriting that one
+byte — no CRC pass, no record touched — and a Kafka fetch writes 2 back. Why not one stored
+format: either protocol would then pay a per-record conversion on every produce (~8 µs/record
+in Python for Kafka batches); with the tag, only a reader of the *other* protocol converts,
+and the native reader does it in the client. So every reader of records here is
+format-blind: ``records_section`` decompresses either codec set, ``unpack_section`` gives the
+same rows for both (``kafka_section.decode_rows``), the C decoders take ``kafka=True``,
+``pack_section`` writes kept records back in the batch's own format (compaction), and
+``as_kafka_section`` turns either into a Kafka section (the listener's fetch of a native
+batch). Header-only code (offsets, producer state, transactions, retention, LogAppendTime
+stamping, recovery, replication) does not care which format a batch holds.
+
 Transactions (docs/transactions.md): attributes bit 4 (``0x10``) marks a *transactional* batch
 (an idempotent batch inside a transaction), bit 5 (``0x20``) a *control* batch — a transaction
 marker written by a coordinator: one record, key msgpack ``[0, type]`` (0 ABORT, 1 COMMIT),

@@ -135,11 +135,19 @@ def _write(entity: Any) -> bytes:
     return buf.getvalue()
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, entity: Any) -> bytes:
-    """A whole response frame (length prefix included)."""
+def encode_response(api_key: int, api_version: int, correlation_id: int,
+                    entity: Any) -> bytes | memoryview:
+    """A whole response frame (length prefix included), written into one buffer: a fetch's
+    records are copied once, by kio, and not again to join the prefix on."""
     flexible = getattr(entity, "__flexible__", False) and api_key != API_VERSIONS_KEY
     header = (ResponseHeaderV1 if flexible else ResponseHeaderV0)(correlation_id=correlation_id)
-    return frame([_write(header), _write(entity)])
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(type(header))(buf, header)
+    entity_writer(type(entity))(buf, entity)
+    view = buf.getbuffer()
+    view[:4] = frame_prefix(len(view) - 4)
+    return view
 
 
 def encode_request(entity: Any, correlation_id: int, client_id: str | None = "rafka-test") -> bytes:
@@ -150,8 +158,10 @@ def encode_request(entity: Any, correlation_id: int, client_id: str | None = "ra
     return frame([_write(header), _write(entity)])
 
 
-def decode_response(payload: bytes, api_key: int, api_version: int) -> tuple[int, Any]:
+def decode_response(payload: bytes | memoryview, api_key: int, api_version: int) -> tuple[int, Any]:
     """``(correlation_id, entity)`` of a response frame payload (tests play the client)."""
+    if not isinstance(payload, bytes):  # kio reads read-only buffers: encode_response's view
+        payload = bytes(payload)
     schema = response_schema(api_key, api_version)
     flexible = schema.__flexible__ and api_key != API_VERSIONS_KEY
     header, pos = entity_reader(ResponseHeaderV1 if flexible else ResponseHeaderV0)(payload, 0)

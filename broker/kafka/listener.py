@@ -85,7 +85,9 @@ class KafkaListener:
                 # the native reader serves: memory follows the bytes that arrived, not the
                 # length a peer declares, and a length above the limit — a negative int32 read
                 # unsigned included — is refused before anything of it is buffered
-                reader = FrameReader(stream, self.max_frame_bytes)
+                # eager: a non-blocking read first, no scheduler pass after a successful one
+                # (safe: the reader yields per frame, waiting for its handler's first wait)
+                reader = FrameReader(stream, self.max_frame_bytes, eager=True)
                 answers: trio.MemorySendChannel[_Answer]
                 answers, pending = trio.open_memory_channel[_Answer](self.max_in_flight)
                 nursery.start_soon(self._writer, stream, pending, nursery.cancel_scope)

@@ -81,6 +81,7 @@ _MAGIC_AT = 16
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _TAIL = struct.Struct(">hiqqqhii")
 _HEAD = struct.Struct(">qiibI")
+_INT32 = struct.Struct(">i")
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
 _ = _XERIAL_MAGIC  # re-exported for tests
@@ -124,13 +125,14 @@ def _header(buf: bytes | bytearray | memoryview, pos: int) -> BatchHeader:
     return BatchHeader(*f)
 
 
-def _check(buf: bytes | bytearray | memoryview, pos: int) -> BatchHeader:
+def _check(buf: bytes | bytearray | memoryview, pos: int, check_crc: bool = True) -> BatchHeader:
     """Header, framing, CRC and codec of the Kafka batch at ``pos`` — what the broker checks
     of a native batch; the records are not read."""
     h = _header(buf, pos)
-    with memoryview(buf) as mv:
-        if crc32c(mv[pos + _CRC_START:pos + h.size]) != h.crc:
-            raise KafkaCrcError(f"CRC-32C mismatch in the batch at byte {pos}")
+    if check_crc:
+        with memoryview(buf) as mv:
+            if crc32c(mv[pos + _CRC_START:pos + h.size]) != h.crc:
+                raise KafkaCrcError(f"CRC-32C mismatch in the batch at byte {pos}")
     if h.record_count < 0 or h.last_offset_delta < 0:  # after the CRC: a flipped bit is a CRC error
         raise KafkaBatchError(f"negative record count or offset delta at byte {pos}")
     if h.attributes & _COMPRESSION_MASK > CODEC_ZSTD:
@@ -139,14 +141,17 @@ def _check(buf: bytes | bytearray | memoryview, pos: int) -> BatchHeader:
     return h
 
 
-def accept_produce(payload: bytes | bytearray | memoryview) -> bytearray:
+def accept_produce(payload: bytes | bytearray | memoryview, *,
+                   check_crc: bool = True) -> bytearray:
     """A produce's Kafka batches, checked (``_check``) and tagged ``KAFKA_MAGIC`` for storage:
     the same bytes otherwise. Raises ``KafkaBatchError`` / ``KafkaCrcError`` /
-    ``UnsupportedCompressionError``; nothing of the payload is stored then."""
+    ``UnsupportedCompressionError``; nothing of the payload is stored then. ``check_crc=False``:
+    the caller appends through ``PartitionLog.append``, which checks every batch's CRC itself
+    (``CORRUPT_MESSAGE``) — one CRC pass per batch, as for a native produce."""
     out = bytearray(payload)
     pos, end = 0, len(out)
     while pos < end:
-        h = _check(out, pos)
+        h = _check(out, pos, check_crc)
         out[pos + _MAGIC_AT] = KAFKA_MAGIC & 0xFF
         pos += h.size
     return out
@@ -155,10 +160,20 @@ def accept_produce(payload: bytes | bytearray | memoryview) -> bytearray:
 # --------------------------------------------------------------------------- fetch: serve
 
 
-def to_kafka(data: bytes | bytearray | memoryview) -> bytes:
+def to_kafka(data: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
     """Every whole stored batch of ``data`` (a fetch's bytes) as a Kafka v2 batch: a stored
     Kafka batch byte for byte with magic 2 again; a native one converted (``native_to_kafka``).
-    A trailing partial batch is dropped (Kafka clients skip one too)."""
+    A trailing partial batch is dropped (Kafka clients skip one too). When ``data`` is a
+    ``bytearray`` holding Kafka batches only (the usual fetch of a Kafka-written topic), the
+    magic bytes are patched in place and a view of it is returned: no copy."""
+    if isinstance(data, bytearray):
+        whole = _kafka_only(data)
+        if whole is not None:
+            pos = 0
+            while pos < whole:
+                data[pos + _MAGIC_AT] = 2
+                pos += 12 + _INT32.unpack_from(data, pos + 8)[0]
+            return memoryview(data)[:whole]
     out = bytearray()
     pos, end = 0, len(data)
     run = -1  # start of the current run of Kafka batches: copied in one slice
@@ -178,7 +193,21 @@ def to_kafka(data: bytes | bytearray | memoryview) -> bytes:
             pos += h.size
         if run >= 0:
             _copy_kafka(out, mv[run:pos])
-    return bytes(out)
+    return out
+
+
+def _kafka_only(data: bytearray) -> int | None:
+    """The end of the whole batches of ``data`` when every one is a stored Kafka batch with a
+    plausible length; ``None`` otherwise (the general path then converts or names the error)."""
+    pos, end = 0, len(data)
+    while end - pos >= HEADER_SIZE:
+        (length,) = _INT32.unpack_from(data, pos + 8)
+        if data[pos + _MAGIC_AT] != KAFKA_MAGIC & 0xFF or length < HEADER_SIZE - 12:
+            return None
+        if pos + 12 + length > end:
+            break
+        pos += 12 + length
+    return pos
 
 
 def _copy_kafka(out: bytearray, run: memoryview) -> None:

@@ -244,3 +244,22 @@ def test_pack_section_keeps_a_kafka_batch_kafka(rs: list[kr.KafkaRow], codec: in
     assert h2.attributes & 7 == codec
     assert [[r.offset_delta, r.timestamp_delta, r.key, r.value, [list(x) for x in r.headers]]
             for r in back] == kept
+
+
+def test_fetch_of_kafka_batches_patches_in_place() -> None:
+    """A fetch read into a bytearray holding stored Kafka batches only: the magic bytes are set
+    back in place (no copy), a trailing partial batch left out; any native batch in it takes
+    the converting path and gives the same bytes as from immutable input."""
+    kafka = kr.encode_batch([kr.KafkaRow(0, 0, b"k", b"v" * 50, [])], first_timestamp=10,
+                            compression=kr.COMPRESSION_ZSTD)
+    stored = bytes(kr.accept_produce(kafka * 3))
+    buf = bytearray(stored + stored[:70])
+    out = kr.to_kafka(buf)
+    assert isinstance(out, memoryview) and out.obj is buf
+    assert out == kafka * 3
+    mixed = stored + nb.build_batch([(b"n", b"w", [], 20)])
+    assert kr.to_kafka(bytearray(mixed)) == kr.to_kafka(mixed)
+    bad = bytearray(stored)
+    bad[8:12] = b"\x00\x00\x00\x01"  # a length below the header's: the named error
+    with pytest.raises(nb.CorruptBatchError):
+        kr.to_kafka(bad)
