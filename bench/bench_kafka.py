@@ -10,7 +10,9 @@ repetition, fresh topics, and for RF 1 and RF 3 in turn:
   its ``ratio`` is against ``native_send`` of the same RF (target ≥ 0.7);
 * ``native_consume`` / ``kafka_consume`` (RF 1 topics written above): records/s of the native
   ``Consumer.poll`` and of confluent-kafka's ``consume()`` reading everything from the start,
-  timed from the first record received to the last (start-up left out of both; target ≥ 0.7);
+  timed from the first record received to the last (start-up left out of both; target ≥ 0.7),
+  and ``*_consume_client_cpu``: the consuming process's CPU µs per record meanwhile (all its
+  threads: librdkafka's included) — a consumer at 1 / its CPU per record is client-bound;
 * ``broker_cpu_per_record_{native,kafka}_produce`` and ``..._consume``: CPU µs per record the
   node processes spent (``/proc/<pid>/stat``, idle rate subtracted: ``bench/broker_cpu.py``)
   during the RF 1 produce / consume phases; the Kafka figure's ``ratio`` is against the native
@@ -33,7 +35,7 @@ from rafka.client import Admin, Consumer, Producer, TopicPartition
 from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
 from bench.cluster import cluster_dir
 
-N = 100_000
+N = 300_000
 VALUE = b"v" * 200
 KEYS = [b"key-%012d" % i for i in range(1024)]
 NODES = 3
@@ -78,23 +80,25 @@ def _kafka_produce(kafka_bootstrap: str, topic: str, n: int) -> float:
     return rate
 
 
-def _native_consume(bootstrap: str, topic: str, n: int) -> float:
-    """Records/s from the first record polled to the ``n``-th (both consumers are timed the
-    same way: their start-up — metadata, offset lookup — is left out)."""
+def _native_consume(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """(records/s, client CPU µs per record — this process, every thread) from the first
+    record polled to the ``n``-th (both consumers are timed the same way: their start-up —
+    metadata, offset lookup — is left out)."""
     with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                   enable_auto_commit=False) as c:
         c.assign([TopicPartition(topic, 0)])
         c.seek_to_beginning()
-        got, first, t0 = 0, 0, 0.0
+        got, first, t0, c0 = 0, 0, 0.0, 0.0
         while got < n:
             k = sum(len(v) for v in c.poll(1000, 100_000).values())
             if k and not got:
-                first, t0 = k, time.perf_counter()
+                first, t0, c0 = k, time.perf_counter(), time.process_time()
             got += k
-        return (got - first) / (time.perf_counter() - t0)
+        return ((got - first) / (time.perf_counter() - t0),
+                (time.process_time() - c0) / max(1, got - first) * 1e6)
 
 
-def _kafka_consume(kafka_bootstrap: str, topic: str, n: int) -> float:
+def _kafka_consume(kafka_bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     """``_native_consume`` through confluent-kafka's ``consume()`` (batches of at most what is
     still missing, so the last call does not wait out its timeout)."""
     from confluent_kafka import OFFSET_BEGINNING
@@ -106,7 +110,7 @@ def _kafka_consume(kafka_bootstrap: str, topic: str, n: int) -> float:
                    "max.partition.fetch.bytes": 8 << 20})
     try:
         c.assign([CTP(topic, 0, OFFSET_BEGINNING)])
-        got, first, t0 = 0, 0, 0.0
+        got, first, t0, c0 = 0, 0, 0.0, 0.0
         deadline = time.monotonic() + 300
         while got < n and time.monotonic() < deadline:
             k = 0
@@ -114,11 +118,12 @@ def _kafka_consume(kafka_bootstrap: str, topic: str, n: int) -> float:
                 if m.error() is None:
                     k += 1
             if k and not got:
-                first, t0 = k, time.perf_counter()
+                first, t0, c0 = k, time.perf_counter(), time.process_time()
             got += k
         if got < n:
             raise RuntimeError(f"confluent-kafka consumed {got} of {n} records")
-        return (got - first) / (time.perf_counter() - t0)
+        return ((got - first) / (time.perf_counter() - t0),
+                (time.process_time() - c0) / max(1, got - first) * 1e6)
     finally:
         c.close()
 
@@ -160,11 +165,13 @@ def run(runs: int = 3) -> dict[str, Any]:
                     add("broker_cpu_per_record_kafka_produce", kafka_cpu)
                     add("broker_cpu_kafka_vs_native_produce", kafka_cpu / max(native_cpu, 1e-9))
             meter.start()
-            nc = _native_consume(bootstrap, f"native-rf1-{r}", N + 1)
+            nc, nc_client = _native_consume(bootstrap, f"native-rf1-{r}", N + 1)
             nc_cpu = meter.stop(N + 1)["cpu_us"]
             meter.start()
-            kc = _kafka_consume(kafka_bootstrap, f"kafka-rf1-{r}", N + 1)
+            kc, kc_client = _kafka_consume(kafka_bootstrap, f"kafka-rf1-{r}", N + 1)
             kc_cpu = meter.stop(N + 1)["cpu_us"]
+            add("native_consume_client_cpu", nc_client)
+            add("kafka_consume_client_cpu", kc_client)
             add("native_consume", nc)
             add("kafka_consume", kc)
             add("kafka_vs_native_consume", kc / nc)
@@ -182,6 +189,11 @@ def run(runs: int = 3) -> dict[str, Any]:
     out["native_consume"] = _fig(figs["native_consume"], "rec/s")
     out["kafka_consume"] = _fig(figs["kafka_consume"], "rec/s", client="confluent-kafka",
                                 ratio_of="native_consume")
+    out["native_consume_client_cpu"] = _fig(figs["native_consume_client_cpu"], "us/rec",
+                                            what="the consuming process, all threads")
+    out["kafka_consume_client_cpu"] = _fig(figs["kafka_consume_client_cpu"], "us/rec",
+                                           what="the consuming process, all threads",
+                                           ratio_of="native_consume_client_cpu")
     out["kafka_vs_native_consume"] = _fig(figs["kafka_vs_native_consume"], "x", target=">= 0.7",
                                           what="median of per-repetition ratios")
     for phase in ("produce", "consume"):
