@@ -642,6 +642,65 @@ def test_compaction_of_a_kafka_written_topic_read_by_both_clients(cluster_factor
     assert kgot == survivors
 
 
+def test_corrupt_kafka_batch_on_disk_is_detected_like_a_native_one(cluster1: LocalCluster) -> None:
+    """Bit rot inside a stored Kafka batch (lz4, as confluent-kafka produced it): the broker's
+    fetch answers CORRUPT_MESSAGE for that range, the native consumer raises
+    CorruptRecordError naming it, the records around it are served to both clients."""
+    import trio
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import Producer as CProducer
+    from confluent_kafka import TopicPartition as CTP
+    from rafka.client import errors
+    from rafka.log.batch import iter_batches
+    from rafka.wire.connection import connect
+    from rafka.wire.errors import ErrorCode
+    from rafka.wire.protocol import ApiKey
+
+    from tests.broker.harness import fetch_body, part
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "krot")
+    prod = CProducer({"bootstrap.servers": kb, "compression.type": "lz4", "linger.ms": 0})
+    for i in range(40):  # one batch each
+        prod.produce("krot", value=b"a%d" % i * 20, partition=0)
+        assert prod.flush(30) == 0
+    [seg] = sorted(next(p for p in cluster1.data_dir.rglob("krot-0") if p.is_dir()).glob("*.log"))
+    assert cluster1.down().returncode == 0
+    data = seg.read_bytes()
+    batches = list(iter_batches(data))
+    assert len(batches) == 40 and all(h.is_kafka for _, h in batches)
+    pos, h = batches[20]
+    with open(seg, "r+b") as f:  # inside batch 20's (compressed) records
+        f.seek(pos + h.size - 3)
+        f.write(bytes(b ^ 0xFF for b in data[pos + h.size - 3:pos + h.size]))
+    cluster1.up()
+
+    async def fetch(offset: int) -> Any:
+        async with connect("127.0.0.1", cluster1.port) as conn:
+            return part((await conn.request(ApiKey.FETCH, fetch_body("krot", offset))).body)
+    p = trio.run(fetch, 20)
+    assert p["error"] == ErrorCode.CORRUPT_MESSAGE and "[20, 21)" in p["message"], p
+    tp = TopicPartition("krot", 0)
+    with Consumer(bootstrap_servers=cluster1.bootstrap, auto_offset_reset="earliest") as c:
+        c.assign([tp])
+        got: list[Any] = []
+        with pytest.raises(errors.CorruptRecordError) as ei:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                for recs in c.poll(timeout_ms=300).values():
+                    got.extend(recs)
+        assert [r.value for r in got] == [b"a%d" % i * 20 for i in range(20)]
+        assert "[20, 21)" in str(ei.value)
+    cons = CConsumer({"bootstrap.servers": kb, "group.id": "unused", "enable.auto.commit": False})
+    cons.assign([CTP("krot", 0, 21)])  # a Kafka client past the damage: served as produced
+    kgot: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(kgot) < 19 and time.monotonic() < deadline:
+        kgot += [m.value() for m in cons.consume(num_messages=100, timeout=1) if m.error() is None]
+    cons.close()
+    assert kgot == [b"a%d" % i * 20 for i in range(21, 40)]
+
+
 # --------------------------------------------------------------------------- AdminClient
 
 
