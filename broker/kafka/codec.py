@@ -35,8 +35,9 @@ import dataclasses
 import datetime
 import io
 import struct
+import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -183,24 +184,34 @@ def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
     return tuple(out)
 
 
-def _convert(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
+def _identity(value: Any) -> Any:
+    return value
+
+
+@cache
+def _converter(hint: Any) -> Callable[[Any], Any]:
+    """How a value for a field typed ``hint`` becomes what kio wants (never called with
+    ``None``): worked out once per hint — this runs for every field of every answer."""
     origin = typing.get_origin(hint)
     if origin is tuple:
-        (inner, _ellipsis) = typing.get_args(hint)
-        return tuple(_convert(inner, v) for v in value)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _convert(inner[0], value) if len(inner) == 1 else value
+        inner = _converter(typing.get_args(hint)[0])
+        return lambda value: tuple(None if v is None else inner(v) for v in value)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _converter(args[0]) if len(args) == 1 else _identity
     if isinstance(hint, type):
         if dataclasses.is_dataclass(hint):
-            return value if isinstance(value, hint) else build(hint, value)
+            return lambda value: value if isinstance(value, hint) else build(hint, value)
         if issubclass(hint, KioErrorCode):
-            return KioErrorCode(int(value))
-        if issubclass(hint, datetime.timedelta) and isinstance(value, int):
-            return datetime.timedelta(milliseconds=value)
-    return value
+            return lambda value: KioErrorCode(int(value))
+        if issubclass(hint, datetime.timedelta):
+            return lambda value: (datetime.timedelta(milliseconds=value)
+                                  if isinstance(value, int) else value)
+    return _identity
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    return None if value is None else _converter(hint)(value)
 
 
 def build(cls: type, data: Mapping[str, Any]) -> Any:
