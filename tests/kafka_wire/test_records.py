@@ -263,3 +263,18 @@ def test_fetch_of_kafka_batches_patches_in_place() -> None:
     bad[8:12] = b"\x00\x00\x00\x01"  # a length below the header's: the named error
     with pytest.raises(nb.CorruptBatchError):
         kr.to_kafka(bad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows, codecs)
+def test_log_append_time_stamping_keeps_a_kafka_batch_valid(rs: list[kr.KafkaRow], codec: int) -> None:
+    """A LogAppendTime topic stamps max_timestamp and the attribute bit (inside the CRC range)
+    and recomputes the CRC: the same for a stored Kafka batch — a Kafka client verifies it,
+    and both clients read every record at the append time."""
+    stored = _stored(kr.encode_batch(rs, compression=codec, first_timestamp=1000))
+    nb.stamp_log_append_time(stored, 0, 1_800_000_000_000)
+    assert nb.crc_ok(stored, 0)
+    h, back = kr.decode_batch(kr.to_kafka(stored))  # CRC checked the Kafka way
+    assert h.attributes & 0x08 and h.max_timestamp == 1_800_000_000_000
+    assert [(r.key, r.value) for r in back] == [(r.key, r.value) for r in rs]
+    assert {r.timestamp for r in nb.decode_records(stored, 0)} == {1_800_000_000_000}
