@@ -219,7 +219,10 @@ async def fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
                 records = b""
                 if p.get("records_len"):
                     part = raw.pop(0)
-                    data = part if isinstance(part, (bytes, bytearray, memoryview)) else part.read_bytearray()
+                    # a fresh bytearray this answer owns: to_kafka patches it in place (a raw
+                    # part that is a view of the log's own memory must never be patched)
+                    data = (bytearray(part) if isinstance(part, (bytes, bytearray, memoryview))
+                            else part.read_bytearray())
                     records = to_kafka(data)
                 aborted = p.get("aborted_transactions")
                 parts.append({

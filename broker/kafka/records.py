@@ -165,7 +165,8 @@ def to_kafka(data: bytes | bytearray | memoryview) -> bytes | bytearray | memory
     Kafka batch byte for byte with magic 2 again; a native one converted (``native_to_kafka``).
     A trailing partial batch is dropped (Kafka clients skip one too). When ``data`` is a
     ``bytearray`` holding Kafka batches only (the usual fetch of a Kafka-written topic), the
-    magic bytes are patched in place and a view of it is returned: no copy."""
+    magic bytes are patched in place and a view of it is returned: no copy — so pass a
+    bytearray only when it is the caller's own copy (never the log's memory)."""
     if isinstance(data, bytearray):
         whole = _kafka_only(data)
         if whole is not None:
