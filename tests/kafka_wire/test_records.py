@@ -147,7 +147,7 @@ def test_kafka_batches_are_stored_as_they_arrived(batches: list) -> None:
     stored = kr.accept_produce(b"".join(encoded))
     positions = list(nb.iter_batches(stored))
     assert len(positions) == len(batches)
-    for (pos, h), raw, (rs, c, f, t) in zip(positions, encoded, batches, strict=True):
+    for (pos, h), raw, (rs, c, f, _t) in zip(positions, encoded, batches, strict=True):
         # the same bytes but the magic byte, which lies outside the CRC
         assert stored[pos:pos + h.size] == raw[:16] + bytes([nb.KAFKA_MAGIC & 0xFF]) + raw[17:]
         assert h.is_kafka and nb.crc_ok(stored, pos)
