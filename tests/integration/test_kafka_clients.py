@@ -642,6 +642,48 @@ def test_compaction_of_a_kafka_written_topic_read_by_both_clients(cluster_factor
     assert kgot == survivors
 
 
+def test_retention_of_kafka_written_batches(cluster_factory: Any) -> None:
+    """Retention by time and by size reads batch headers only: Kafka-written segments expire
+    like native ones, and both clients start reading at the new log start offset."""
+    from confluent_kafka import OFFSET_BEGINNING
+    from confluent_kafka import Consumer as CConsumer
+    from confluent_kafka import Producer as CProducer
+    from confluent_kafka import TopicPartition as CTP
+
+    c = cluster_factory(1, broker_config={"log.retention.check.interval.ms": 200})
+    kb = kafka_bootstrap(c)
+    create(c, "kret-size", config={"retention.bytes": "3000", "segment.bytes": "1024",
+                                   "file.delete.delay.ms": "0"})
+    create(c, "kret-time", config={"retention.ms": "60000", "segment.bytes": "1024",
+                                   "file.delete.delay.ms": "0"})
+    old = int(time.time() * 1000) - 3_600_000  # an hour old: past retention.ms already
+    prod = CProducer({"bootstrap.servers": kb, "linger.ms": 0, "compression.type": "snappy"})
+    for i in range(60):  # one batch each
+        prod.produce("kret-size", value=b"%04d" % i + b"." * 200, partition=0)
+        prod.produce("kret-time", value=b"%04d" % i + b"." * 200, partition=0, timestamp=old)
+        assert prod.flush(30) == 0
+    prod.produce("kret-time", value=b"new", partition=0)  # a fresh segment keeps the log open
+    assert prod.flush(30) == 0
+    for topic, total in (("kret-size", 60), ("kret-time", 61)):
+        tp = TopicPartition(topic, 0)
+        with Consumer(bootstrap_servers=c.bootstrap, auto_offset_reset="earliest") as cons:
+            deadline = time.monotonic() + 60
+            while cons.beginning_offsets([tp])[tp] == 0 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            start = cons.beginning_offsets([tp])[tp]
+            assert 0 < start < total, (topic, start)
+        recs = native_records(c, topic, total - start)
+        assert [r.offset for r in recs] == list(range(start, total))
+        kc = CConsumer({"bootstrap.servers": kb, "group.id": "unused", "enable.auto.commit": False})
+        kc.assign([CTP(topic, 0, OFFSET_BEGINNING)])
+        kgot: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(kgot) < total - start and time.monotonic() < deadline:
+            kgot += [m.offset() for m in kc.consume(num_messages=100, timeout=1) if m.error() is None]
+        kc.close()
+        assert kgot == list(range(start, total))
+
+
 def test_corrupt_kafka_batch_on_disk_is_detected_like_a_native_one(cluster1: LocalCluster) -> None:
     """Bit rot inside a stored Kafka batch (lz4, as confluent-kafka produced it): the broker's
     fetch answers CORRUPT_MESSAGE for that range, the native consumer raises
