@@ -26,9 +26,16 @@
  *     producer's wire rows hold), without building the segments' row tuples: a segment
  *     (first_index, ts_delta, keys, values, headers, a, k) is a run of send_batch's records
  *     kept as slices of its lists (log.batch.segment_rows).
+ *   kafka_section(section, count) -> bytes
+ *     a msgpack records section as an uncompressed Kafka v2 records section of the same
+ *     records (a Kafka reader of a natively written batch: broker/kafka/records.py).
  *   murmur2(key) -> int, plan(keys, values, num_partitions, sticky) -> groups
  *     Kafka's murmur2 (bit for bit the Python one in client/partitioner.py) and send_batch's
  *     per-record planning: sizes, partitions, the stable grouping by partition.
+ *
+ * Both decoders take a last optional argument `kafka`: the section is then a Kafka v2 records
+ * section (varint records, see "Kafka v2 records" below: a batch stored as a Kafka client
+ * produced it, log/batch.py), decoded to the same results.
  *
  * Anything outside that subset (a str key, a float, a map, bad UTF-8, truncated or trailing
  * bytes, a count that does not match) raises Unsupported and the caller runs the pure-Python
@@ -207,6 +214,116 @@ static int read_record_head(rd_t *r, const batch_t *b, int64_t *off, int64_t *ts
     return 0;
 }
 
+
+/* ------------------------------------------------------------------ Kafka v2 records */
+
+/* A Kafka records section (log/kafka_section.py, after decompression): `count` records, each
+ * varint length, int8 attributes, varint timestampDelta, varint offsetDelta, varint keyLength,
+ * key, varint valueLength, value, varint headerCount, (varint keyLength, key, varint
+ * valueLength, value)*; zig-zag varints, length -1 for null. decode_columns / decode_records
+ * read it when called with kafka=True, giving what they give for the same records packed with
+ * msgpack; anything else (a varint over 64 bits, a length below -1, a null header key, bad
+ * UTF-8, a record whose fields do not fill its length, trailing bytes) is Unsupported, and
+ * log/kafka_section.py's decode_rows names the error. */
+
+static int kread_varint(rd_t *r, int64_t *v)
+{
+    uint64_t u = 0;
+    int shift = 0;
+    for (;;) {
+        NEED(r, 1);
+        uint8_t b = *r->p++;
+        if (shift == 63 && b > 1) return fail("varint over 64 bits");
+        u |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) break;
+        shift += 7;
+        if (shift > 63) return fail("varint longer than 10 bytes");
+    }
+    *v = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+    return 0;
+}
+
+/* bytes or null (-1): *ptr NULL for null */
+static int kread_bin(rd_t *r, const uint8_t **ptr, Py_ssize_t *len)
+{
+    int64_t n;
+    if (kread_varint(r, &n) < 0) return -1;
+    if (n == -1) { *ptr = NULL; *len = 0; return 0; }
+    if (n < 0) return fail("negative length");
+    NEED(r, n);
+    *ptr = r->p;
+    *len = (Py_ssize_t)n;
+    r->p += n;
+    return 0;
+}
+
+/* a record's length, attributes, timestamp delta and offset delta -> its offset and
+ * timestamp; `rec` is set to the rest of the record, `r` moves past it */
+static int kread_head(rd_t *r, const batch_t *b, int64_t *off, int64_t *ts, rd_t *rec)
+{
+    int64_t len, od, td;
+    if (kread_varint(r, &len) < 0) return -1;
+    if (len < 1) return fail("bad record length");
+    NEED(r, len);
+    rec->p = r->p;
+    rec->end = r->p + len;
+    r->p += len;
+    rec->p += 1;  /* record attributes: unused */
+    if (kread_varint(rec, &td) < 0 || kread_varint(rec, &od) < 0) return -1;
+    if (__builtin_add_overflow((int64_t)b->base, od, off)) return fail("offset overflow");
+    if (b->tstype) { *ts = b->maxts; return 0; }
+    if (__builtin_add_overflow((int64_t)b->ts0, td, ts)) return fail("timestamp overflow");
+    return 0;
+}
+
+/* headers -> a tuple of (str, bytes | None) tuples (the shared () when none); the record
+ * must end there */
+static PyObject *kread_headers(rd_t *rec, PyObject *empty)
+{
+    int64_t n;
+    Py_ssize_t i;
+    if (kread_varint(rec, &n) < 0) return NULL;
+    if (n == 0) {
+        if (rec->p != rec->end) { fail("record length does not match its fields"); return NULL; }
+        Py_INCREF(empty);
+        return empty;
+    }
+    if (n < 0 || n > (rec->end - rec->p) / 2) { fail("bad header count"); return NULL; }
+    PyObject *out = PyTuple_New((Py_ssize_t)n);
+    if (out == NULL) return NULL;
+    for (i = 0; i < n; i++) {
+        const uint8_t *kp, *vp;
+        Py_ssize_t kl, vl;
+        if (kread_bin(rec, &kp, &kl) < 0 || kread_bin(rec, &vp, &vl) < 0) goto bad;
+        if (kp == NULL) { fail("null header key"); goto bad; }
+        PyObject *k = PyUnicode_DecodeUTF8((const char *)kp, kl, "strict");
+        if (k == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); fail("bad utf-8"); }
+            goto bad;
+        }
+        PyObject *v;
+        if (vp == NULL) { v = Py_None; Py_INCREF(v); }
+        else if ((v = PyBytes_FromStringAndSize((const char *)vp, vl)) == NULL) { Py_DECREF(k); goto bad; }
+        PyObject *t = PyTuple_Pack(2, k, v);
+        Py_DECREF(k);
+        Py_DECREF(v);
+        if (t == NULL) goto bad;
+        PyTuple_SET_ITEM(out, i, t);
+    }
+    if (rec->p != rec->end) { fail("record length does not match its fields"); goto bad; }
+    return out;
+bad:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* the section holds at least `count` records of at least 7 bytes each */
+static int kread_section(rd_t *r, Py_ssize_t count)
+{
+    if (count < 0 || count > (r->end - r->p) / 7) return fail("record count mismatch");
+    return 0;
+}
+
 /* ------------------------------------------------------------------ decode_columns */
 
 static PyObject *decode_columns(PyObject *self, PyObject *args)
@@ -218,12 +335,13 @@ static PyObject *decode_columns(PyObject *self, PyObject *args)
     PyObject *vvalid = NULL, *voffs = NULL, *vdata = NULL, *headers = NULL, *empty = NULL;
     PyObject *result = NULL;
     const uint8_t **spans = NULL;
-    if (!PyArg_ParseTuple(args, "y*nLLiL:decode_columns", &buf, &count, &b.base, &b.ts0,
-                          &b.tstype, &b.maxts))
+    int kafka = 0;
+    if (!PyArg_ParseTuple(args, "y*nLLiL|p:decode_columns", &buf, &count, &b.base, &b.ts0,
+                          &b.tstype, &b.maxts, &kafka))
         return NULL;
     rd_t r = {(const uint8_t *)buf.buf, (const uint8_t *)buf.buf + buf.len};
     if (buf.len > INT32_MAX || count < 0) { fail("section too large"); goto done; }
-    if (read_section(&r, count) < 0) goto done;
+    if ((kafka ? kread_section(&r, count) : read_section(&r, count)) < 0) goto done;
     n = count;
     Py_ssize_t bitmap = (n + 7) / 8;
     od = PyBytes_FromStringAndSize(NULL, n * 8);
@@ -249,23 +367,26 @@ static PyObject *decode_columns(PyObject *self, PyObject *args)
     for (i = 0; i < n; i++) {
         Py_ssize_t len;
         const uint8_t *ptr;
-        if (read_record_head(&r, &b, &odp[i], &tdp[i]) < 0) goto done;
-        if (read_bin(&r, &ptr, &len) < 0) goto done;
+        rd_t rec;
+        rd_t *rr = kafka ? &rec : &r;  /* a Kafka record is read within its own length */
+        if ((kafka ? kread_head(&r, &b, &odp[i], &tdp[i], &rec)
+                   : read_record_head(&r, &b, &odp[i], &tdp[i])) < 0) goto done;
+        if ((kafka ? kread_bin(rr, &ptr, &len) : read_bin(rr, &ptr, &len)) < 0) goto done;
         spans[2 * i] = ptr;
         if (ptr) { kpos += (int32_t)len; kvp[i >> 3] |= 1 << (i & 7); }
         else knull = 1;
         kop[i + 1] = kpos;
-        if (read_bin(&r, &ptr, &len) < 0) goto done;
+        if ((kafka ? kread_bin(rr, &ptr, &len) : read_bin(rr, &ptr, &len)) < 0) goto done;
         spans[2 * i + 1] = ptr;
         if (ptr) { vpos += (int32_t)len; vvp[i >> 3] |= 1 << (i & 7); }
         else vnull = 1;
         vop[i + 1] = vpos;
-        if (r.p < r.end && *r.p == 0x90) {  /* no headers: the usual case */
-            r.p++;
+        if (kafka ? (rec.end - rec.p == 1 && *rec.p == 0) : (r.p < r.end && *r.p == 0x90)) {
+            rr->p++;  /* no headers: the usual case */
             if (headers && PyList_Append(headers, empty) < 0) goto done;
             continue;
         }
-        PyObject *h = read_headers(&r, empty);
+        PyObject *h = kafka ? kread_headers(rr, empty) : read_headers(rr, empty);
         if (h == NULL) goto done;
         if (headers == NULL) {
             Py_ssize_t j;
@@ -314,12 +435,13 @@ static PyObject *decode_records(PyObject *self, PyObject *args)
     PyObject *topic, *partition, *out = NULL, *empty = NULL, *tsobj = NULL, *ttobj = NULL;
     PyTypeObject *cls;
     int64_t last_ts = 0;
-    if (!PyArg_ParseTuple(args, "y*nLLiLOOO!:decode_records", &buf, &count, &b.base, &b.ts0,
-                          &b.tstype, &b.maxts, &topic, &partition, &PyType_Type, &cls))
+    int kafka = 0;
+    if (!PyArg_ParseTuple(args, "y*nLLiLOOO!|p:decode_records", &buf, &count, &b.base, &b.ts0,
+                          &b.tstype, &b.maxts, &topic, &partition, &PyType_Type, &cls, &kafka))
         return NULL;
     rd_t r = {(const uint8_t *)buf.buf, (const uint8_t *)buf.buf + buf.len};
     if (!PyType_IsSubtype(cls, &PyTuple_Type)) { fail("cls must be a tuple type"); goto done; }
-    if (read_section(&r, count) < 0) goto done;
+    if ((kafka ? kread_section(&r, count) : read_section(&r, count)) < 0) goto done;
     n = count;
     out = PyList_New(n);
     empty = PyTuple_New(0);
@@ -329,7 +451,10 @@ static PyObject *decode_records(PyObject *self, PyObject *args)
         Py_ssize_t len;
         const uint8_t *ptr;
         int64_t off, ts;
-        if (read_record_head(&r, &b, &off, &ts) < 0) goto done;
+        rd_t krec;
+        rd_t *rr = kafka ? &krec : &r;  /* a Kafka record is read within its own length */
+        if ((kafka ? kread_head(&r, &b, &off, &ts, &krec) : read_record_head(&r, &b, &off, &ts)) < 0)
+            goto done;
         PyObject *rec = cls->tp_alloc(cls, 8);
         if (rec == NULL) goto done;
         PyList_SET_ITEM(out, i, rec);  /* owned by the list from here on, even half-filled */
@@ -348,15 +473,17 @@ static PyObject *decode_records(PyObject *self, PyObject *args)
         Py_INCREF(ttobj); PyTuple_SET_ITEM(rec, 4, ttobj);
         int atoms = 1;
         for (int f = 5; f < 7; f++) {
-            if (read_bin(&r, &ptr, &len) < 0) goto done;
+            if ((kafka ? kread_bin(rr, &ptr, &len) : read_bin(rr, &ptr, &len)) < 0) goto done;
             PyObject *b;
             if (ptr == NULL) { b = Py_None; Py_INCREF(b); }
             else if ((b = PyBytes_FromStringAndSize((const char *)ptr, len)) == NULL) goto done;
             PyTuple_SET_ITEM(rec, f, b);
         }
         PyObject *h;
-        if (r.p < r.end && *r.p == 0x90) { r.p++; h = empty; Py_INCREF(h); }
-        else { h = read_headers(&r, empty); atoms = 0; }
+        if (kafka ? (krec.end - krec.p == 1 && *krec.p == 0) : (r.p < r.end && *r.p == 0x90)) {
+            rr->p++; h = empty; Py_INCREF(h);  /* no headers: the usual case */
+        }
+        else { h = kafka ? kread_headers(rr, empty) : read_headers(rr, empty); atoms = 0; }
         if (h == NULL) goto done;
         PyTuple_SET_ITEM(rec, 7, h);
         if (atoms && PyObject_IS_GC(rec)) PyObject_GC_UnTrack(rec);
@@ -577,6 +704,102 @@ static PyObject *pack_record(PyObject *self, PyObject *args)
 
 #include "_murmur2.h"  /* murmur2_c, shared with client/_sendpath.c */
 
+
+/* ------------------------------------------------------------------ kafka_section */
+
+static int put_varint(wr_t *w, int64_t v)
+{
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    if (grow(w, 10) < 0) return -1;
+    while (z >= 0x80) { put8(w, (uint8_t)((z & 0x7f) | 0x80)); z >>= 7; }
+    put8(w, (uint8_t)z);
+    return 0;
+}
+
+static int put_kbytes(wr_t *w, const uint8_t *p, Py_ssize_t n)
+{
+    if (p == NULL) return put_varint(w, -1);
+    if (put_varint(w, n) < 0 || grow(w, (size_t)n) < 0) return -1;
+    memcpy(w->buf + w->len, p, (size_t)n);
+    w->len += (size_t)n;
+    return 0;
+}
+
+/* a msgpack str (UTF-8 checked, as msgpack's unpacking does) */
+static int read_str(rd_t *r, const uint8_t **ptr, Py_ssize_t *len)
+{
+    NEED(r, 1);
+    uint8_t b = *r->p;
+    size_t n, h;
+    if ((b & 0xe0) == 0xa0) { n = b & 0x1f; h = 1; }
+    else if (b == 0xd9) { NEED(r, 2); n = r->p[1]; h = 2; }
+    else if (b == 0xda) { NEED(r, 3); n = be16(r->p + 1); h = 3; }
+    else if (b == 0xdb) { NEED(r, 5); n = be32(r->p + 1); h = 5; }
+    else return fail("not a str");
+    NEED(r, h + n);
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)r->p + h, (Py_ssize_t)n, "strict");
+    if (s == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return fail("bad utf-8"); }
+        return -1;
+    }
+    Py_DECREF(s);
+    *ptr = r->p + h;
+    *len = (Py_ssize_t)n;
+    r->p += h + n;
+    return 0;
+}
+
+/* kafka_section(section, count) -> bytes: a native (msgpack) records section as an
+ * uncompressed Kafka v2 records section of the same records — what a Kafka reader of a
+ * natively written batch gets (broker/kafka/records.py native_to_kafka). Header keys must be
+ * str and values bytes or nil (Kafka's header types); anything else is Unsupported. */
+static PyObject *kafka_section(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t count, i;
+    PyObject *result = NULL;
+    wr_t out = {NULL, 0, 0}, rec = {NULL, 0, 0};
+    if (!PyArg_ParseTuple(args, "y*n:kafka_section", &buf, &count))
+        return NULL;
+    rd_t r = {(const uint8_t *)buf.buf, (const uint8_t *)buf.buf + buf.len};
+    if (read_section(&r, count) < 0) goto done;
+    if (grow(&out, (size_t)buf.len + (size_t)count * 8 + 16) < 0) goto done;
+    for (i = 0; i < count; i++) {
+        Py_ssize_t fields, nh, m, j, len;
+        int64_t od, td;
+        const uint8_t *ptr;
+        rec.len = 0;
+        if (read_array(&r, &fields) < 0) goto done;
+        if (fields != 5) { fail("record is not 5 fields"); goto done; }
+        if (read_int(&r, &od) < 0 || read_int(&r, &td) < 0) goto done;
+        if (grow(&rec, 1) < 0) goto done;
+        put8(&rec, 0);  /* record attributes */
+        if (put_varint(&rec, td) < 0 || put_varint(&rec, od) < 0) goto done;
+        for (int f = 0; f < 2; f++) {  /* key, value */
+            if (read_bin(&r, &ptr, &len) < 0 || put_kbytes(&rec, ptr, len) < 0) goto done;
+        }
+        if (read_array(&r, &nh) < 0) goto done;
+        if (nh > r.end - r.p) { fail("truncated"); goto done; }
+        if (put_varint(&rec, nh) < 0) goto done;
+        for (j = 0; j < nh; j++) {
+            if (read_array(&r, &m) < 0) goto done;
+            if (m != 2) { fail("header is not a pair"); goto done; }
+            if (read_str(&r, &ptr, &len) < 0 || put_kbytes(&rec, ptr, len) < 0) goto done;
+            if (read_bin(&r, &ptr, &len) < 0 || put_kbytes(&rec, ptr, len) < 0) goto done;
+        }
+        if (put_varint(&out, (int64_t)rec.len) < 0 || grow(&out, rec.len) < 0) goto done;
+        memcpy(out.buf + out.len, rec.buf, rec.len);
+        out.len += rec.len;
+    }
+    if (r.p != r.end) { fail("trailing bytes after the records"); goto done; }
+    result = PyBytes_FromStringAndSize(out.buf, (Py_ssize_t)out.len);
+done:
+    PyBuffer_Release(&buf);
+    PyMem_Free(out.buf);
+    PyMem_Free(rec.buf);
+    return result;
+}
+
 static PyObject *murmur2(PyObject *self, PyObject *arg)
 {
     Py_buffer b;
@@ -692,14 +915,16 @@ done_plan:
 
 static PyMethodDef methods[] = {
     {"decode_columns", decode_columns, METH_VARARGS,
-     "decode_columns(section, count, base_offset, first_ts, ts_type, max_ts) -> column buffers of a records section (see module doc)"},
+     "decode_columns(section, count, base_offset, first_ts, ts_type, max_ts, kafka=False) -> column buffers of a records section (see module doc)"},
     {"decode_records", decode_records, METH_VARARGS,
-     "decode_records(section, count, base, first_ts, ts_type, max_ts, topic, partition, cls) -> records"},
+     "decode_records(section, count, base, first_ts, ts_type, max_ts, topic, partition, cls, kafka=False) -> records"},
     {"pack_batch", pack_batch, METH_VARARGS,
      "pack_batch(rows, segments, packed=b'', packed_count=0) -> bytes: msgpack of the packed "
      "records, the rows and the segments' rows"},
     {"pack_record", pack_record, METH_VARARGS,
      "pack_record(buf, used, index, ts_delta, key, value, headers) -> new used"},
+    {"kafka_section", kafka_section, METH_VARARGS,
+     "kafka_section(section, count) -> bytes: a msgpack records section as a Kafka v2 one"},
     {"murmur2", murmur2, METH_O, "murmur2(key) -> int: Kafka's murmur2 (unsigned 32-bit)"},
     {"plan", plan, METH_VARARGS,
      "plan(keys, values, num_partitions, sticky) -> sizes and partition groups of send_batch"},
@@ -721,6 +946,12 @@ PyMODINIT_FUNC PyInit__codec(void)
         "Input outside the C codec's subset (or corrupt): use the pure-Python path.",
         PyExc_ValueError, NULL);
     if (Unsupported == NULL || PyModule_AddObjectRef(m, "Unsupported", Unsupported) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    /* log/speedups.py loads this module only when ABI matches its own: bump both whenever a
+       function's arguments change, so a stale build falls back to the pure path. */
+    if (PyModule_AddIntConstant(m, "ABI", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -20,6 +20,22 @@ copied behind the array header), and ``decode_columns`` turns a ``records_sectio
 for the columnar consumer. Input outside the C subset goes through msgpack, so both paths give
 the same batches, records and ``CorruptBatchError`` errors.
 
+Two records-section formats (docs/kafka-compat.md "Storage design"): magic 2 is the msgpack
+section above; magic ``KAFKA_MAGIC`` (-2) is a Kafka v2 records section (varint records,
+compressed with Kafka's codecs 0-4) stored exactly as a Kafka client produced it through the
+Kafka listener. Both formats share the header and the CRC range ``[21, end)``, and the magic
+byte (offset 16) lies outside the CRC, so the listener tags a Kafka batch by rewriting that one
+byte — no CRC pass, no record touched — and a Kafka fetch writes 2 back. Why not one stored
+format: either protocol would then pay a per-record conversion on every produce (~8 µs/record
+in Python for Kafka batches); with the tag, only a reader of the *other* protocol converts,
+and the native reader does it in the client. So every reader of records here is
+format-blind: ``records_section`` decompresses either codec set, ``unpack_section`` gives the
+same rows for both (``kafka_section.decode_rows``), the C decoders take ``kafka=True``,
+``pack_section`` writes kept records back in the batch's own format (compaction), and
+``as_kafka_section`` turns either into a Kafka section (the listener's fetch of a native
+batch). Header-only code (offsets, producer state, transactions, retention, LogAppendTime
+stamping, recovery, replication) does not care which format a batch holds.
+
 Transactions (docs/transactions.md): attributes bit 4 (``0x10``) marks a *transactional* batch
 (an idempotent batch inside a transaction), bit 5 (``0x20``) a *control* batch — a transaction
 marker written by a coordinator: one record, key msgpack ``[0, type]`` (0 ABORT, 1 COMMIT),
@@ -42,6 +58,7 @@ import lz4.frame
 import msgpack
 from crc32c import crc32c
 
+from . import kafka_section as _ks
 from .errors import CorruptBatchError
 from .speedups import Unsupported
 from .speedups import codec as _c
@@ -49,6 +66,7 @@ from .speedups import codec as _c
 __all__ = [
     "HEADER_SIZE",
     "MAGIC",
+    "KAFKA_MAGIC",
     "COMPRESSION_NONE",
     "COMPRESSION_LZ4",
     "TIMESTAMP_CREATE_TIME",
@@ -81,10 +99,13 @@ __all__ = [
     "unpack_section",
     "decode_columns",
     "decode_records_c",
+    "pack_section",
+    "as_kafka_section",
 ]
 
 HEADER_SIZE = 61
 MAGIC = 2
+KAFKA_MAGIC = -2  # a Kafka v2 records section, stored as it arrived (module docstring)
 COMPRESSION_NONE = 0
 COMPRESSION_LZ4 = 1
 TIMESTAMP_CREATE_TIME = 0
@@ -99,6 +120,7 @@ _CRC_START = 21
 _MIN_BATCH_LENGTH = HEADER_SIZE - 12
 _COMPRESSIONS = {"none": COMPRESSION_NONE, "lz4": COMPRESSION_LZ4}
 _COMPRESSION_NAMES = {v: k for k, v in _COMPRESSIONS.items()}
+_KAFKA_COMPRESSION_NAMES = _ks.CODEC_NAMES
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _TAIL = struct.Struct(">hiqqqhii")  # attributes .. record_count, bytes [21, 61)
@@ -142,7 +164,13 @@ class BatchHeader:
 
     @property
     def compression(self) -> str:
-        return _COMPRESSION_NAMES.get(self.attributes & _COMPRESSION_MASK, "unknown")
+        names = _KAFKA_COMPRESSION_NAMES if self.magic == KAFKA_MAGIC else _COMPRESSION_NAMES
+        return names.get(self.attributes & _COMPRESSION_MASK, "unknown")
+
+    @property
+    def is_kafka(self) -> bool:
+        """The records section is Kafka's (varint records, Kafka's codecs): magic ``KAFKA_MAGIC``."""
+        return self.magic == KAFKA_MAGIC
 
     @property
     def timestamp_type(self) -> int:
@@ -170,13 +198,18 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     if len(buf) - pos < HEADER_SIZE or pos < 0:
         raise CorruptBatchError(f"truncated batch header at byte {pos}")
     f = _HEADER.unpack_from(buf, pos)
-    if f[3] != MAGIC:
-        raise CorruptBatchError(f"bad magic {f[3]} at byte {pos} (expected {MAGIC})")
+    if f[3] == MAGIC:
+        codecs = _COMPRESSION_NAMES
+    elif f[3] == KAFKA_MAGIC:
+        codecs = _KAFKA_COMPRESSION_NAMES
+    else:
+        raise CorruptBatchError(f"bad magic {f[3]} at byte {pos} (expected {MAGIC} or "
+                                f"{KAFKA_MAGIC})")
     if f[1] < _MIN_BATCH_LENGTH:
         raise CorruptBatchError(f"bad batch_length {f[1]} at byte {pos}")
     if f[6] < 0 or f[12] < 0 or f[0] < 0:
         raise CorruptBatchError(f"negative offset delta, record count or base offset at byte {pos}")
-    if f[5] & _COMPRESSION_MASK not in _COMPRESSION_NAMES:
+    if f[5] & _COMPRESSION_MASK not in codecs:
         raise CorruptBatchError(f"unknown compression {f[5] & _COMPRESSION_MASK} at byte {pos}")
     return BatchHeader(*f)
 
@@ -235,13 +268,14 @@ def _packer() -> msgpack.Packer:
 def build_raw_batch(records_section: bytes, *, base_offset: int, last_offset_delta: int,
                     record_count: int, first_timestamp: int, max_timestamp: int,
                     attributes: int, producer_id: int = -1, producer_epoch: int = -1,
-                    base_sequence: int = -1, leader_epoch: int = -1) -> bytes:
-    """Frame an already packed (and compressed) records section; computes the CRC."""
+                    base_sequence: int = -1, leader_epoch: int = -1, magic: int = MAGIC) -> bytes:
+    """Frame an already packed (and compressed) records section; computes the CRC.
+    ``magic``: ``KAFKA_MAGIC`` for a Kafka records section."""
     tail = _TAIL.pack(attributes, last_offset_delta, first_timestamp, max_timestamp,
                       producer_id, producer_epoch, base_sequence, record_count)
     crc = crc32c(records_section, crc32c(tail))
     head = _HEAD.pack(base_offset, HEADER_SIZE - 12 + len(records_section), leader_epoch,
-                      MAGIC, crc)
+                      magic, crc)
     return b"".join((head, tail, records_section))
 
 
@@ -387,7 +421,10 @@ def control_type(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     try:
         if len(recs) != 1:
             raise ValueError(f"{len(recs)} records")
-        version, ctype = msgpack.unpackb(recs[0][2], raw=False)
+        if h.magic == KAFKA_MAGIC:  # Kafka's control key: int16 version, int16 type
+            version, ctype = struct.unpack(">hh", recs[0][2])
+        else:
+            version, ctype = msgpack.unpackb(recs[0][2], raw=False)
         if version != 0 or ctype not in (CONTROL_ABORT, CONTROL_COMMIT):
             raise ValueError(f"version {version} type {ctype}")
     except Exception as exc:  # malformed key: any unpack/shape error
@@ -402,6 +439,9 @@ def control_coordinator_epoch(buf: bytes | bytearray | memoryview, pos: int = 0)
     h = parse_header(buf, pos)
     try:
         value = decode_raw_records(buf, pos, h)[0][3]
+        if h.magic == KAFKA_MAGIC:  # Kafka's control value: int16 version, int32 epoch
+            (epoch,) = struct.unpack_from(">i", value, 2)
+            return int(epoch)
         (epoch,) = msgpack.unpackb(value, raw=False)
         return int(epoch)
     except Exception:  # noqa: BLE001 - an old or foreign marker: no fencing information
@@ -431,6 +471,8 @@ def records_section(buf: bytes | bytearray | memoryview, pos: int,
     if not crc_ok(buf, pos):
         raise CorruptBatchError(f"CRC mismatch in batch at offset {h.base_offset}")
     section = memoryview(buf)[pos + HEADER_SIZE:pos + h.size]
+    if h.magic == KAFKA_MAGIC:
+        return _ks.decompress(h.attributes & _COMPRESSION_MASK, section)
     if h.attributes & _COMPRESSION_MASK == COMPRESSION_LZ4:
         try:
             return lz4.frame.decompress(section)
@@ -453,7 +495,14 @@ def decode_raw_records(buf: bytes | bytearray | memoryview, pos: int = 0,
 def unpack_section(section: bytes | memoryview, h: BatchHeader, *, use_list: bool = True) -> list | tuple:
     """msgpack's unpacking of a ``records_section``: one list (``use_list=False``: tuple) per
     record inside one list (tuple). Raises ``CorruptBatchError`` when it does not unpack or
-    does not hold ``h.record_count`` records."""
+    does not hold ``h.record_count`` records. A Kafka section (``h.is_kafka``) gives the same
+    rows (``kafka_section.decode_rows``)."""
+    if h.magic == KAFKA_MAGIC:
+        try:
+            return _ks.decode_rows(section, h.record_count, use_list=use_list)
+        except CorruptBatchError as exc:
+            raise CorruptBatchError(f"undecodable records in batch at offset {h.base_offset}: "
+                                    f"{exc}") from exc
     try:
         recs = msgpack.unpackb(section, raw=False, use_list=use_list)
     except Exception as exc:  # msgpack raises a zoo of types on bad input
@@ -475,7 +524,7 @@ def decode_records_c(section: bytes | memoryview, h: BatchHeader, topic: str, pa
     try:
         return _c.decode_records(section, h.record_count, h.base_offset,  # type: ignore[no-any-return]
                                  h.first_timestamp, h.timestamp_type, h.max_timestamp, topic,
-                                 partition, cls)
+                                 partition, cls, h.magic == KAFKA_MAGIC)
     except Unsupported:
         return None
 
@@ -491,7 +540,8 @@ def decode_columns(section: bytes | memoryview, h: BatchHeader) -> tuple | None:
         return None
     try:
         return _c.decode_columns(section, h.record_count, h.base_offset,  # type: ignore[no-any-return]
-                                    h.first_timestamp, h.timestamp_type, h.max_timestamp)
+                                 h.first_timestamp, h.timestamp_type, h.max_timestamp,
+                                 h.magic == KAFKA_MAGIC)
     except Unsupported:
         return None
 
@@ -511,3 +561,36 @@ def decode_records(buf: bytes | bytearray | memoryview, pos: int = 0) -> list[Re
                 for od, td, k, v, hs in recs]
     except (TypeError, ValueError) as exc:
         raise CorruptBatchError(f"malformed record in batch at offset {base}: {exc}") from exc
+
+
+def pack_section(h: BatchHeader, rows: Sequence[Sequence]) -> bytes:
+    """A records section of ``rows`` (``[offset_delta, timestamp_delta, key, value, headers]``)
+    in the format and codec of the batch ``h`` — what compaction writes for the records it
+    keeps: msgpack (lz4 when the batch is) for a native batch, Kafka varint records compressed
+    with the batch's codec for a Kafka one."""
+    codec = h.attributes & _COMPRESSION_MASK
+    if h.magic == KAFKA_MAGIC:
+        return _ks.compress(codec, _ks.encode_rows(rows))
+    section = _packer().pack(list(rows))
+    return lz4.frame.compress(section) if codec == COMPRESSION_LZ4 else section
+
+
+def as_kafka_section(buf: bytes | bytearray | memoryview, pos: int, h: BatchHeader) -> bytes:
+    """The records of the batch at ``pos`` as an uncompressed Kafka v2 records section (CRC
+    checked): a Kafka batch's own section decompressed, a native one converted — by the C
+    codec (``_codec.kafka_section``) when loaded, else record by record here; both give the
+    same bytes. Raises ``CorruptBatchError`` as ``decode_raw_records`` does."""
+    section = records_section(buf, pos, h)
+    if h.magic == KAFKA_MAGIC:
+        return bytes(section)
+    if _c is not None:
+        try:
+            return _c.kafka_section(section, h.record_count)  # type: ignore[no-any-return]
+        except Unsupported:
+            pass
+    rows = unpack_section(section, h)
+    try:
+        return _ks.encode_rows(rows)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CorruptBatchError(f"malformed record in batch at offset {h.base_offset}: "
+                                f"{exc}") from exc

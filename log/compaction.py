@@ -14,7 +14,8 @@ Theory of operation (Kafka's cleaner, simplified to one pass per call):
   the topic became compacted later) are dropped.  A batch that keeps everything is copied
   byte for byte; otherwise it is rebuilt keeping ``base_offset``, ``last_offset_delta``,
   timestamps, attributes (compression), producer fields and leader epoch, with the original
-  offset and timestamp deltas — so offsets are preserved and may have gaps.  A batch that
+  offset and timestamp deltas, in the format it was stored in (a Kafka-written batch stays a
+  Kafka records section with its codec: ``batch.pack_section``) — so offsets are preserved and may have gaps.  A batch that
   keeps nothing is dropped, unless it is its producer's last batch in the tail (kept empty so
   that producer state rebuilt from headers still sees its last sequence, as Kafka does).
 * The ``.cleaned`` file is fsynced and swapped in by ``PartitionLog._swap_segment``: old
@@ -47,10 +48,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import lz4.frame
-import msgpack
-
-from .batch import COMPRESSION_LZ4, build_raw_batch, decode_raw_records
+from .batch import build_raw_batch, decode_raw_records, pack_section
 from .errors import StorageError
 
 if TYPE_CHECKING:
@@ -145,7 +143,6 @@ def compact(log: PartitionLog, now_ms: int | None = None, *,
 
     # Pass 2: rewrite the segments that lose something.
     tombstone_horizon = now - cfg.delete_retention_ms
-    packer = msgpack.Packer(use_bin_type=True)
     for seg in tail:
         writer = _CleanedWriter(seg)
         try:
@@ -168,15 +165,14 @@ def compact(log: PartitionLog, now_ms: int | None = None, *,
                 if not kept and producer_last_batch.get(h.producer_id, -1) != h.base_offset:
                     writer.replace(pos, b"")
                     continue
-                section = packer.pack(kept)
-                if h.attributes & 0x07 == COMPRESSION_LZ4:
-                    section = lz4.frame.compress(section)
+                section = pack_section(h, kept)  # in the batch's own format and codec
                 rebuilt = build_raw_batch(
                     section, base_offset=h.base_offset, last_offset_delta=h.last_offset_delta,
                     record_count=len(kept), first_timestamp=h.first_timestamp,
                     max_timestamp=h.max_timestamp, attributes=h.attributes,
                     producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-                    base_sequence=h.base_sequence, leader_epoch=h.partition_leader_epoch)
+                    base_sequence=h.base_sequence, leader_epoch=h.partition_leader_epoch,
+                    magic=h.magic)
                 writer.replace(pos, rebuilt)
                 result.bytes_after += len(rebuilt)
             cleaned = writer.finish()

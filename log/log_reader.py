@@ -64,6 +64,17 @@ class FetchSlice:
             return bytes(self.data)
         return os.pread(self.fd, self.length, self.position)
 
+    def read_bytearray(self) -> bytearray:
+        """The slice's bytes in a fresh ``bytearray`` (one copy: a caller may patch them —
+        the Kafka listener's fetch sets stored Kafka batches' magic back to 2)."""
+        if self.data is not None:
+            return bytearray(self.data)
+        buf = bytearray(self.length)
+        got = os.preadv(self.fd, [buf], self.position)
+        if got < self.length:
+            del buf[got:]
+        return buf
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)

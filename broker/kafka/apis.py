@@ -52,8 +52,8 @@ from rafka.broker.kafka.context import (
 from rafka.broker.kafka.records import (
     KafkaBatchError,
     UnsupportedCompressionError,
-    kafka_to_native,
-    native_to_kafka,
+    accept_produce,
+    to_kafka,
 )
 from rafka.broker.server import Reply
 from rafka.wire.protocol import ApiKey
@@ -141,7 +141,8 @@ async def produce(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any] | None
         parts = []
         for p in t.partition_data:
             try:
-                records = kafka_to_native(bytes(p.records or b""))
+                # the log's append checks each batch's CRC: one pass, as for a native produce
+                records = accept_produce(p.records or b"", check_crc=False)
             except UnsupportedCompressionError as exc:
                 refused[(t.name, p.index)] = (UNSUPPORTED_COMPRESSION_TYPE, str(exc))
                 continue
@@ -216,8 +217,11 @@ async def fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
                 records = b""
                 if p.get("records_len"):
                     part = raw.pop(0)
-                    data = part if isinstance(part, (bytes, bytearray, memoryview)) else part.read_bytes()
-                    records = native_to_kafka(data)
+                    # a fresh bytearray this answer owns: to_kafka patches it in place (a raw
+                    # part that is a view of the log's own memory must never be patched)
+                    data = (bytearray(part) if isinstance(part, (bytes, bytearray, memoryview))
+                            else part.read_bytearray())
+                    records = to_kafka(data)
                 aborted = p.get("aborted_transactions")
                 parts.append({
                     "partition_index": p["partition"], "error_code": kafka_error(p["error"]),

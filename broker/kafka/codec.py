@@ -35,8 +35,9 @@ import dataclasses
 import datetime
 import io
 import struct
+import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -138,11 +139,19 @@ def _write(entity: Any) -> bytes:
     return buf.getvalue()
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, entity: Any) -> bytes:
-    """A whole response frame (length prefix included)."""
+def encode_response(api_key: int, api_version: int, correlation_id: int,
+                    entity: Any) -> bytes | memoryview:
+    """A whole response frame (length prefix included), written into one buffer: a fetch's
+    records are copied once, by kio, and not again to join the prefix on."""
     flexible = getattr(entity, "__flexible__", False) and api_key != API_VERSIONS_KEY
     header = (ResponseHeaderV1 if flexible else ResponseHeaderV0)(correlation_id=correlation_id)
-    return frame([_write(header), _write(entity)])
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(type(header))(buf, header)
+    entity_writer(type(entity))(buf, entity)
+    view = buf.getbuffer()
+    view[:4] = frame_prefix(len(view) - 4)
+    return view
 
 
 def encode_request(entity: Any, correlation_id: int, client_id: str | None = "rafka-test") -> bytes:
@@ -153,8 +162,10 @@ def encode_request(entity: Any, correlation_id: int, client_id: str | None = "ra
     return frame([_write(header), _write(entity)])
 
 
-def decode_response(payload: bytes, api_key: int, api_version: int) -> tuple[int, Any]:
+def decode_response(payload: bytes | memoryview, api_key: int, api_version: int) -> tuple[int, Any]:
     """``(correlation_id, entity)`` of a response frame payload (tests play the client)."""
+    if not isinstance(payload, bytes):  # kio reads read-only buffers: encode_response's view
+        payload = bytes(payload)
     schema = response_schema(api_key, api_version)
     flexible = schema.__flexible__ and api_key != API_VERSIONS_KEY
     header, pos = entity_reader(ResponseHeaderV1 if flexible else ResponseHeaderV0)(payload, 0)
@@ -176,24 +187,34 @@ def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
     return tuple(out)
 
 
-def _convert(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
+def _identity(value: Any) -> Any:
+    return value
+
+
+@cache
+def _converter(hint: Any) -> Callable[[Any], Any]:
+    """How a value for a field typed ``hint`` becomes what kio wants (never called with
+    ``None``): worked out once per hint — this runs for every field of every answer."""
     origin = typing.get_origin(hint)
     if origin is tuple:
-        (inner, _ellipsis) = typing.get_args(hint)
-        return tuple(_convert(inner, v) for v in value)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _convert(inner[0], value) if len(inner) == 1 else value
+        inner = _converter(typing.get_args(hint)[0])
+        return lambda value: tuple(None if v is None else inner(v) for v in value)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _converter(args[0]) if len(args) == 1 else _identity
     if isinstance(hint, type):
         if dataclasses.is_dataclass(hint):
-            return value if isinstance(value, hint) else build(hint, value)
+            return lambda value: value if isinstance(value, hint) else build(hint, value)
         if issubclass(hint, KioErrorCode):
-            return KioErrorCode(int(value))
-        if issubclass(hint, datetime.timedelta) and isinstance(value, int):
-            return datetime.timedelta(milliseconds=value)
-    return value
+            return lambda value: KioErrorCode(int(value))
+        if issubclass(hint, datetime.timedelta):
+            return lambda value: (datetime.timedelta(milliseconds=value)
+                                  if isinstance(value, int) else value)
+    return _identity
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    return None if value is None else _converter(hint)(value)
 
 
 def build(cls: type, data: Mapping[str, Any]) -> Any:

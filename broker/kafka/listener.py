@@ -9,10 +9,16 @@ and runs one task per connection inside its nursery, at most ``max_connections``
 native ``wire.frame_reader.FrameReader`` (Kafka's framing is rafka's), which refuses a
 negative length (read unsigned) or one above ``max_frame_bytes`` before buffering any of it —
 the connection is then closed, as Kafka does — then decodes each frame (``codec.decode_request`` against ``apis.SERVED``),
-awaits the adapter and writes the answer. Requests of one connection are answered one at a
-time, in order — Kafka clients match answers to requests by order as well as by
-correlation id, and a Kafka broker also reads the next request of a connection only once it
-answered the last. (Pipelining across a connection's requests is a later optimisation.)
+and starts one task per request, at most ``max_in_flight`` (16) unanswered per connection (the
+reader then waits: backpressure, not an error). As in the native server
+(``broker/server.py``), the reader starts the next request only once the previous handler
+first suspended (``_UntilFirstWait``), so every handler's synchronous prefix — a produce's
+CRC check and append — runs in arrival order: pipelined batches of one partition land in the
+log in send order. What follows (waiting for acks=all replication, a fetch's long poll)
+overlaps, so a client with several produce requests in flight (librdkafka) is not held to one
+replication round trip per request. Answers are written in request order by one writer task
+(Kafka clients match answers to requests by order as well as by correlation id); a fetch's
+long poll therefore still delays the answers queued behind it on that connection.
 
 Secured listeners (``KafkaListener(protocol=...)``: SSL, SASL_PLAINTEXT, SASL_SSL; configured
 from the node's ``[security]`` table, ``start_kafka_listeners``): a TLS listener first runs the
@@ -52,6 +58,7 @@ from rafka.broker.kafka.apis import READABLE_FROM, SERVED, served_versions
 from rafka.broker.kafka.context import KafkaContext
 from rafka.broker.kafka.fetch_sessions import FetchSessionCache
 from rafka.broker.kafka.sasl import KafkaSasl
+from rafka.broker.server import _UntilFirstWait
 from rafka.security.listener import ANONYMOUS, ListenerSecurity
 from rafka.security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
 from rafka.wire.frame_reader import FrameBudget, FrameReader
@@ -83,12 +90,13 @@ class KafkaListener:
                  max_connections: int = 1000, idle_timeout_s: float = 600.0,
                  protocol: str = "PLAINTEXT", security: ListenerSecurity | None = None,
                  sasl_mechanisms: tuple[str, ...] = (),
-                 budget: FrameBudget | None = None) -> None:
+                 budget: FrameBudget | None = None, max_in_flight: int = 16) -> None:
         if protocol not in KAFKA_PROTOCOLS:
             raise ValueError(f"protocol must be one of {KAFKA_PROTOCOLS}, got {protocol!r}")
         if protocol != "PLAINTEXT" and security is None:
             raise ValueError(f"a {protocol} Kafka listener needs the node's [security] settings")
         self.ctx = ctx
+        self.max_in_flight = max_in_flight
         self.protocol = protocol
         self.security = security
         self.tls = protocol in ("SSL", "SASL_SSL")
@@ -141,8 +149,14 @@ class KafkaListener:
                     if not self.sasl:  # SSL: the client certificate names it, else ANONYMOUS
                         conn.principal = certificate_principal(stream) or ANONYMOUS
                 await self._serve_connection(stream, conn)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+        # a connection's tasks run in a nursery, so its errors arrive grouped; none of them may
+        # leave this task: trio.serve_listeners would take the whole node down with it (a TLS
+        # peer that hangs up without close_notify raises BrokenResourceError from the reader)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the peer went away
+        except* Exception as group:
+            log.error("kafka %s: connection failed, closed: %r", conn.peer, group,
+                      exc_info=group)
         finally:
             self.connections -= 1
 
@@ -162,59 +176,66 @@ class KafkaListener:
         return None
 
     async def _serve_connection(self, stream: trio.abc.Stream, conn: _Conn) -> None:
+        """A SASL listener's login first, one frame at a time (``_login``); then the requests,
+        pipelined (module docstring): a reader task starting one handler per request and a
+        writer answering in request order."""
         # Kafka's framing is rafka's (a 4-byte big-endian length, then the payload), so
         # the native reader serves: memory follows the bytes that arrived, not the
         # length a peer declares, and a length above the limit — a negative int32 read
-        # unsigned included — is refused before anything of it is buffered
-        reader = FrameReader(stream, self.max_frame_bytes, budget=self.budget)
-        auth_deadline = float("inf")
-        if self.sasl:
-            assert self.security is not None
-            cfg = self.security.config
-            conn.sasl = KafkaSasl(self.sasl_mechanisms, self.security.credentials, tls=self.tls)
-            reader.max_frame_bytes = min(self.max_frame_bytes, cfg.max_unauthenticated_frame_bytes)
-            auth_deadline = trio.current_time() + cfg.authentication_timeout_ms / 1000
-        while True:
+        # unsigned included — is refused before anything of it is buffered.
+        # eager: a non-blocking read first, no scheduler pass after a successful one (plain
+        # TCP only; safe: the reader yields per frame, waiting for its handler's first wait)
+        reader = FrameReader(stream, self.max_frame_bytes, budget=self.budget, eager=True)
+        if self.sasl and not await self._login(stream, reader, conn):
+            return
+        async with trio.open_nursery() as nursery:
+            answers: trio.MemorySendChannel[_Answer]
+            answers, pending = trio.open_memory_channel[_Answer](self.max_in_flight)
+            nursery.start_soon(self._writer, stream, pending, nursery.cancel_scope)
+            async with answers:
+                await self._reader(reader, answers, nursery, conn)
+
+    async def _login(self, stream: trio.abc.Stream, reader: FrameReader, conn: _Conn) -> bool:
+        """Serve a SASL listener's connection until it has logged in (True) or is to be closed
+        (False): small frames only, within ``sasl.authentication.timeout.ms``, nothing but
+        ApiVersions / SaslHandshake / SaslAuthenticate."""
+        assert self.security is not None
+        cfg = self.security.config
+        sasl = conn.sasl = KafkaSasl(self.sasl_mechanisms, self.security.credentials, tls=self.tls)
+        reader.max_frame_bytes = min(self.max_frame_bytes, cfg.max_unauthenticated_frame_bytes)
+        auth_deadline = trio.current_time() + cfg.authentication_timeout_ms / 1000
+        while not sasl.authenticated:
             payload: bytes | memoryview | None = None
             idle = True
-            login = conn.sasl is not None and not conn.sasl.authenticated
             deadline = trio.current_time() + self.idle_timeout_s  # connections.max.idle.ms
-            with trio.move_on_at(min(deadline, auth_deadline) if login else deadline):
+            with trio.move_on_at(min(deadline, auth_deadline)):
                 try:
                     payload = await reader.next_frame()
                 except FrameTooLargeError as exc:
                     log.info("kafka %s: %s: closing", conn.peer, exc)
-                    return
+                    return False
                 idle = False
             if idle:
-                if login and trio.current_time() >= auth_deadline:
+                if trio.current_time() >= auth_deadline:
                     self.auth_failures += 1
                     log.info("kafka %s: did not authenticate in time: closing", conn.peer)
                 else:
                     log.info("kafka %s: idle for %.0f s: closing", conn.peer, self.idle_timeout_s)
-                return
+                return False
             if payload is None:  # the peer closed
-                return
-            if login:
-                answer, close = self._login_step(bytes(payload), conn)
+                return False
+            answer, close = self._login_step(bytes(payload), conn)
+            if answer:
+                await stream.send_all(answer)
+            if close:
+                self.auth_failures += 1
                 if answer:
-                    await stream.send_all(answer)
-                if close:
-                    self.auth_failures += 1
-                    if answer:
-                        await _linger(stream)
-                    return
-                assert conn.sasl is not None
-                if conn.sasl.authenticated:
-                    conn.principal = conn.sasl.principal
-                    reader.max_frame_bytes = self.max_frame_bytes
-                    log.debug("kafka %s: authenticated as %s", conn.peer, conn.principal)
-                continue
-            out = await self.handle(bytes(payload), conn.peer, conn)
-            if out is _CLOSE:
-                return
-            if out:
-                await stream.send_all(out)
+                    await _linger(stream)
+                return False
+        conn.principal = sasl.principal
+        reader.max_frame_bytes = self.max_frame_bytes
+        log.debug("kafka %s: authenticated as %s", conn.peer, conn.principal)
+        return True
 
     def _login_step(self, payload: bytes, conn: _Conn) -> tuple[bytes | None, bool]:
         """One frame before the login is done: (answer frame, close after it)."""
@@ -267,6 +288,65 @@ class KafkaListener:
                              {"error_code": 0, "throttle_time": 0, "api_keys": served_versions()})
         return codec.encode_response(req.api_key, req.api_version, req.correlation_id, entity), False
 
+    async def _reader(self, reader: FrameReader, answers: trio.MemorySendChannel[_Answer],
+                      nursery: trio.Nursery, conn: _Conn) -> None:
+        """Cut frames and start one task per request, in arrival order up to each handler's
+        first wait (module docstring); at most ``max_in_flight`` unanswered (the channel's
+        buffer: the reader waits for room, no error)."""
+        unanswered = [0]  # requests whose handler has not returned yet
+        while True:
+            payload: bytes | memoryview | None = None
+            idle = True
+            with trio.move_on_after(self.idle_timeout_s):  # connections.max.idle.ms
+                try:
+                    payload = await reader.next_frame()
+                except FrameTooLargeError as exc:
+                    log.info("kafka %s: %s: closing", conn.peer, exc)
+                    await answers.send(_Answer.closing())
+                    return
+                idle = False
+            if idle:
+                if unanswered[0]:
+                    continue  # a long poll is not idleness
+                log.info("kafka %s: idle for %.0f s: closing", conn.peer, self.idle_timeout_s)
+                await answers.send(_Answer.closing())
+                return
+            if payload is None:  # the peer closed
+                return
+            answer = _Answer()
+            payload = bytes(payload)  # the reader's buffer is reused by the next frame
+            await answers.send(answer)
+            prefix_done = trio.Event()
+            unanswered[0] += 1
+            nursery.start_soon(self._answer, payload, conn, answer, prefix_done, unanswered)
+            await prefix_done.wait()
+
+    async def _answer(self, payload: bytes, conn: _Conn, answer: _Answer,
+                      prefix_done: trio.Event, unanswered: list[int]) -> None:
+        try:
+            answer.frame = await _UntilFirstWait(self.handle(payload, conn.peer, conn),
+                                                prefix_done.set)
+        finally:
+            unanswered[0] -= 1
+            answer.done.set()
+
+    async def _writer(self, stream: trio.abc.Stream, pending: trio.MemoryReceiveChannel[_Answer],
+                      scope: trio.CancelScope) -> None:
+        """Write the answers in request order (Kafka clients rely on it), then close the
+        connection when the reader is done or an answer says to."""
+        try:
+            async with pending:
+                async for answer in pending:
+                    await answer.done.wait()
+                    if answer.frame is _CLOSE:
+                        return
+                    if answer.frame:
+                        await stream.send_all(answer.frame)  # type: ignore[arg-type]
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            scope.cancel()
+
     async def handle(self, payload: bytes, peer: str = "?",
                      conn: _Conn | None = None) -> bytes | object | None:
         """The answer frame to one request payload, ``None`` (no answer) or ``_CLOSE``."""
@@ -317,6 +397,23 @@ async def _linger(stream: trio.abc.Stream) -> None:
                 pass
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
+
+
+class _Answer:
+    """One request's answer slot, queued in arrival order: ``frame`` once ``done`` is set."""
+
+    __slots__ = ("frame", "done")
+
+    def __init__(self) -> None:
+        self.frame: bytes | object | None = None
+        self.done = trio.Event()
+
+    @classmethod
+    def closing(cls) -> _Answer:
+        a = cls()
+        a.frame = _CLOSE
+        a.done.set()
+        return a
 
 
 def _peer(stream: trio.abc.Stream) -> str:

@@ -1,39 +1,36 @@
-"""Kafka record batches (magic 2) and their conversion to and from rafka's native batches.
+"""Kafka record batches (magic 2) at the Kafka listener's edge: validated and stored as they
+arrived on produce, handed back as they were stored on fetch.
 
 Theory of operation
 -------------------
 A Kafka v2 batch and a rafka batch share the 61-byte header, field for field (``log/batch.py``
 was laid out after Kafka's), and differ only in the records section: Kafka writes each record
-as varints (``length attributes timestampDelta offsetDelta key value headers``), rafka writes
-one msgpack array of ``[offset_delta, timestamp_delta, key, value, headers]``. Kafka's section
-may be compressed with gzip (1), snappy (2), lz4 (3, the LZ4 *frame* format) or zstd (4);
-rafka's with lz4 frames only.
+as varints, optionally gzip / snappy / lz4 / zstd compressed (``log/kafka_section.py``), rafka
+writes one msgpack array, optionally lz4. The CRC-32C covers bytes ``[21, end)`` in both, so the
+magic byte (offset 16) is outside it.
 
-Storage design (first cut, see docs/kafka-compat.md): the broker stores rafka batches only.
-A Kafka produce is converted on the way in (``kafka_to_native``: decompress, decode the
-varint records, pack them with msgpack, lz4 if the producer compressed), keeping every header
-field — producer id, epoch, base sequence, the transactional bit, timestamps and offset deltas
-— so idempotence, transactions, compaction and retention see exactly what a native producer
-would have written. A Kafka fetch converts back (``native_to_kafka``: uncompressed Kafka
-batches, same offsets, same header fields; transaction markers become Kafka control records:
-key ``int16 version, int16 type``, value ``int16 version, int32 coordinator epoch``). The cost
-is a decode and an encode of every record on both paths, in Python; the plan that removes it
-(keep each batch in the format it arrived in, a format bit in the attributes, convert only
-for a reader of the other protocol) is written down in docs/kafka-compat.md.
+Storage design (docs/kafka-compat.md "Storage design"): a batch is stored in the format it
+arrived in. ``accept_produce`` checks each Kafka batch of a produce exactly as the native
+produce path checks a native one — header, framing, CRC-32C, a known codec — and never reads
+its records; it then sets the magic byte to ``log.batch.KAFKA_MAGIC`` (no CRC change), which
+tells every later reader the section is Kafka's. Producer id / epoch / base sequence, the
+transactional bit, timestamps and offset deltas are header fields, so idempotence,
+transactions, retention and LogAppendTime stamping see exactly what they see for a native
+batch. ``to_kafka`` serves a Kafka fetch: a stored Kafka batch is copied out with its magic set
+back to 2 (one byte per batch, no record work, the codec it was produced with); a native batch
+(a native producer's, or a transaction marker) is converted to an uncompressed Kafka batch
+(``native_to_kafka``: markers become Kafka control records, key ``int16 version, int16 type``,
+value ``int16 version, int32 coordinator epoch``). Native readers decode Kafka sections
+themselves (``log.batch.unpack_section``), so the broker never converts for them.
 
 Errors are ``KafkaBatchError`` (a ``CorruptBatchError``, so the produce path answers
 ``CORRUPT_MESSAGE``), with ``KafkaCrcError`` for a CRC-32C mismatch and
-``UnsupportedCompressionError`` for a codec this module does not know.
-
-Compression libraries: gzip from the standard library, lz4 frames from ``lz4`` (already a
-rafka dependency), snappy and zstd from ``cramjam`` (one maintained Rust-backed wheel for
-both; its snappy ``decompress_raw`` is the block format that librdkafka writes, and the xerial
-framing that Java producers write is unwrapped here first).
+``UnsupportedCompressionError`` for a codec outside 0-4. ``decode_batch`` / ``encode_batch`` /
+``kafka_to_native`` read and write whole Kafka batches for tests and benchmarks.
 """
 
 from __future__ import annotations
 
-import gzip
 import struct
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
@@ -44,44 +41,59 @@ from crc32c import crc32c
 from rafka.log.batch import (
     CONTROL_BIT,
     HEADER_SIZE,
+    KAFKA_MAGIC,
+    MAGIC,
     BatchHeader,
+    as_kafka_section,
     build_raw_batch,
     control_coordinator_epoch,
     control_type,
-    decode_raw_records,
     parse_header,
 )
-from rafka.log.errors import CorruptBatchError
+from rafka.log.kafka_section import (
+    _XERIAL_MAGIC,
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
+    KafkaSectionError,
+    UnsupportedCodecError,
+    compress,
+    decode_rows,
+    decompress,
+    encode_rows,
+)
 
 __all__ = [
     "KafkaBatchError", "KafkaCrcError", "UnsupportedCompressionError",
     "COMPRESSION_NONE", "COMPRESSION_GZIP", "COMPRESSION_SNAPPY", "COMPRESSION_LZ4",
     "COMPRESSION_ZSTD", "KafkaRow", "KafkaBatch",
-    "decode_batch", "iter_kafka_batches", "encode_batch", "compress", "decompress",
-    "kafka_to_native", "native_to_kafka",
+    "decode_batch", "iter_kafka_batches", "encode_batch", "encode_records", "compress",
+    "decompress", "accept_produce", "to_kafka", "kafka_to_native", "native_to_kafka",
 ]
 
-COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD = range(5)
+COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD = (
+    CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD)
 _COMPRESSION_MASK = 0x07
 _CRC_START = 21
+_MAGIC_AT = 16
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _TAIL = struct.Struct(">hiqqqhii")
 _HEAD = struct.Struct(">qiibI")
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_INT32 = struct.Struct(">i")
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
+_ = _XERIAL_MAGIC  # re-exported for tests
 
-
-class KafkaBatchError(CorruptBatchError):
-    """A Kafka record batch that cannot be read."""
+KafkaBatchError = KafkaSectionError
+"""A Kafka record batch that cannot be read (a ``CorruptBatchError``)."""
+UnsupportedCompressionError = UnsupportedCodecError
+"""Attributes name a compression codec that is not gzip, snappy, lz4 or zstd."""
 
 
 class KafkaCrcError(KafkaBatchError):
     """The batch's CRC-32C does not match its bytes."""
-
-
-class UnsupportedCompressionError(KafkaBatchError):
-    """Attributes name a compression codec that is not gzip, snappy, lz4 or zstd."""
 
 
 class KafkaRow(NamedTuple):
@@ -99,120 +111,10 @@ class KafkaBatch(NamedTuple):
     rows: list[KafkaRow]
 
 
-# --------------------------------------------------------------------------- varints
+# --------------------------------------------------------------------------- produce: accept
 
 
-def _zigzag(n: int) -> int:
-    return (n << 1) ^ (n >> 63)
-
-
-def _put_varint(out: bytearray, n: int) -> None:
-    z = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-
-
-def _get_varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= end:
-            raise KafkaBatchError("truncated varint in a record")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise KafkaBatchError("varint longer than 10 bytes in a record")
-
-
-def _get_bytes(buf: bytes | memoryview, pos: int, end: int) -> tuple[bytes | None, int]:
-    n, pos = _get_varint(buf, pos, end)
-    if n < 0:
-        return None, pos
-    if pos + n > end:
-        raise KafkaBatchError("record field runs past its record")
-    return bytes(buf[pos:pos + n]), pos + n
-
-
-def _put_bytes(out: bytearray, b: bytes | None) -> None:
-    if b is None:
-        _put_varint(out, -1)
-    else:
-        _put_varint(out, len(b))
-        out += b
-
-
-# --------------------------------------------------------------------------- compression
-
-
-def decompress(codec: int, data: bytes | memoryview) -> bytes:
-    """The records section of a batch compressed with ``codec`` (attributes bits 0-2)."""
-    try:
-        if codec == COMPRESSION_NONE:
-            return bytes(data)
-        if codec == COMPRESSION_GZIP:
-            return gzip.decompress(data)
-        if codec == COMPRESSION_LZ4:
-            return lz4.frame.decompress(data)
-        if codec == COMPRESSION_SNAPPY:
-            import cramjam
-
-            raw = bytes(data)
-            if raw.startswith(_XERIAL_MAGIC):  # Java producers: xerial blocks behind a header
-                return _xerial_unwrap(raw, cramjam)
-            return bytes(cramjam.snappy.decompress_raw(raw))
-        if codec == COMPRESSION_ZSTD:
-            import cramjam
-
-            return bytes(cramjam.zstd.decompress(bytes(data)))
-    except KafkaBatchError:
-        raise
-    except Exception as exc:  # every library has its own error types for bad input
-        raise KafkaBatchError(f"cannot decompress a codec-{codec} records section: {exc}") from exc
-    raise UnsupportedCompressionError(f"unknown compression codec {codec}")
-
-
-def _xerial_unwrap(raw: bytes, cramjam: object) -> bytes:
-    pos, out = 16, bytearray()  # magic (8), version (4), compatible version (4)
-    while pos < len(raw):
-        if pos + 4 > len(raw):
-            raise KafkaBatchError("truncated xerial snappy block length")
-        (n,) = struct.unpack_from(">i", raw, pos)
-        pos += 4
-        if n < 0 or pos + n > len(raw):
-            raise KafkaBatchError("xerial snappy block runs past the section")
-        out += cramjam.snappy.decompress_raw(raw[pos:pos + n])  # type: ignore[attr-defined]
-        pos += n
-    return bytes(out)
-
-
-def compress(codec: int, data: bytes) -> bytes:
-    """Compress a records section the way Kafka clients do (snappy: the raw block format)."""
-    if codec == COMPRESSION_NONE:
-        return data
-    if codec == COMPRESSION_GZIP:
-        return gzip.compress(data, compresslevel=6)
-    if codec == COMPRESSION_LZ4:
-        return lz4.frame.compress(data)
-    if codec == COMPRESSION_SNAPPY:
-        import cramjam
-
-        return bytes(cramjam.snappy.compress_raw(data))
-    if codec == COMPRESSION_ZSTD:
-        import cramjam
-
-        return bytes(cramjam.zstd.compress(data))
-    raise UnsupportedCompressionError(f"unknown compression codec {codec}")
-
-
-# --------------------------------------------------------------------------- decode
-
-
-def _header(buf: bytes | memoryview, pos: int) -> BatchHeader:
+def _header(buf: bytes | bytearray | memoryview, pos: int) -> BatchHeader:
     if len(buf) - pos < HEADER_SIZE:
         raise KafkaBatchError(f"truncated batch header at byte {pos}")
     f = _HEADER.unpack_from(buf, pos)
@@ -220,49 +122,120 @@ def _header(buf: bytes | memoryview, pos: int) -> BatchHeader:
         raise KafkaBatchError(f"record batch magic {f[3]} at byte {pos} (only magic 2 is served)")
     if f[1] < HEADER_SIZE - 12 or pos + 12 + f[1] > len(buf):
         raise KafkaBatchError(f"bad batch_length {f[1]} at byte {pos}")
-    if f[12] < 0 or f[6] < 0:
-        raise KafkaBatchError(f"negative record count or offset delta at byte {pos}")
     return BatchHeader(*f)
 
 
-def decode_batch(buf: bytes | memoryview, pos: int = 0) -> KafkaBatch:
-    """The header and records of the Kafka batch at ``pos`` (CRC checked, decompressed)."""
+def _check(buf: bytes | bytearray | memoryview, pos: int, check_crc: bool = True) -> BatchHeader:
+    """Header, framing, CRC and codec of the Kafka batch at ``pos`` — what the broker checks
+    of a native batch; the records are not read."""
     h = _header(buf, pos)
-    end = pos + h.size
+    if check_crc:
+        with memoryview(buf) as mv:
+            if crc32c(mv[pos + _CRC_START:pos + h.size]) != h.crc:
+                raise KafkaCrcError(f"CRC-32C mismatch in the batch at byte {pos}")
+    if h.record_count < 0 or h.last_offset_delta < 0:  # after the CRC: a flipped bit is a CRC error
+        raise KafkaBatchError(f"negative record count or offset delta at byte {pos}")
+    if h.attributes & _COMPRESSION_MASK > CODEC_ZSTD:
+        raise UnsupportedCompressionError(
+            f"unknown compression codec {h.attributes & _COMPRESSION_MASK}")
+    return h
+
+
+def accept_produce(payload: bytes | bytearray | memoryview, *,
+                   check_crc: bool = True) -> bytearray:
+    """A produce's Kafka batches, checked (``_check``) and tagged ``KAFKA_MAGIC`` for storage:
+    the same bytes otherwise. Raises ``KafkaBatchError`` / ``KafkaCrcError`` /
+    ``UnsupportedCompressionError``; nothing of the payload is stored then. ``check_crc=False``:
+    the caller appends through ``PartitionLog.append``, which checks every batch's CRC itself
+    (``CORRUPT_MESSAGE``) — one CRC pass per batch, as for a native produce."""
+    out = bytearray(payload)
+    pos, end = 0, len(out)
+    while pos < end:
+        h = _check(out, pos, check_crc)
+        out[pos + _MAGIC_AT] = KAFKA_MAGIC & 0xFF
+        pos += h.size
+    return out
+
+
+# --------------------------------------------------------------------------- fetch: serve
+
+
+def to_kafka(data: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+    """Every whole stored batch of ``data`` (a fetch's bytes) as a Kafka v2 batch: a stored
+    Kafka batch byte for byte with magic 2 again; a native one converted (``native_to_kafka``).
+    A trailing partial batch is dropped (Kafka clients skip one too). When ``data`` is a
+    ``bytearray`` holding Kafka batches only (the usual fetch of a Kafka-written topic), the
+    magic bytes are patched in place and a view of it is returned: no copy — so pass a
+    bytearray only when it is the caller's own copy (never the log's memory)."""
+    if isinstance(data, bytearray):
+        whole = _kafka_only(data)
+        if whole is not None:
+            pos = 0
+            while pos < whole:
+                data[pos + _MAGIC_AT] = 2
+                pos += 12 + _INT32.unpack_from(data, pos + 8)[0]
+            return memoryview(data)[:whole]
+    out = bytearray()
+    pos, end = 0, len(data)
+    run = -1  # start of the current run of Kafka batches: copied in one slice
+    with memoryview(data) as mv:
+        while end - pos >= HEADER_SIZE:
+            h = parse_header(mv, pos)
+            if pos + h.size > end:
+                break
+            if h.magic == KAFKA_MAGIC:
+                if run < 0:
+                    run = pos
+            else:
+                if run >= 0:
+                    _copy_kafka(out, mv[run:pos])
+                    run = -1
+                out += native_to_kafka(mv[pos:pos + h.size])
+            pos += h.size
+        if run >= 0:
+            _copy_kafka(out, mv[run:pos])
+    return out
+
+
+def _kafka_only(data: bytearray) -> int | None:
+    """The end of the whole batches of ``data`` when every one is a stored Kafka batch with a
+    plausible length; ``None`` otherwise (the general path then converts or names the error)."""
+    pos, end = 0, len(data)
+    while end - pos >= HEADER_SIZE:
+        (length,) = _INT32.unpack_from(data, pos + 8)
+        if data[pos + _MAGIC_AT] != KAFKA_MAGIC & 0xFF or length < HEADER_SIZE - 12:
+            return None
+        if pos + 12 + length > end:
+            break
+        pos += 12 + length
+    return pos
+
+
+def _copy_kafka(out: bytearray, run: memoryview) -> None:
+    """Append a run of stored Kafka batches with each magic byte set back to 2."""
+    at = len(out)
+    out += run
+    pos, end = at, len(out)
+    while pos < end:
+        out[pos + _MAGIC_AT] = 2
+        (length,) = struct.unpack_from(">i", out, pos + 8)
+        pos += 12 + length
+
+
+# --------------------------------------------------------------------------- whole batches
+
+
+def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> KafkaBatch:
+    """The header and records of the Kafka batch at ``pos`` (CRC checked, decompressed)."""
+    h = _check(buf, pos)
     with memoryview(buf) as mv:
-        if crc32c(mv[pos + _CRC_START:end]) != h.crc:
-            raise KafkaCrcError(f"CRC-32C mismatch in the batch at byte {pos}")
-        section = decompress(h.attributes & _COMPRESSION_MASK, mv[pos + HEADER_SIZE:end])
-    rows: list[KafkaRow] = []
-    p, n = 0, len(section)
-    for _ in range(h.record_count):
-        length, p = _get_varint(section, p, n)
-        rend = p + length
-        if length < 0 or rend > n:
-            raise KafkaBatchError("record length runs past the records section")
-        p += 1  # record attributes: unused (int8)
-        ts_delta, p = _get_varint(section, p, rend)
-        off_delta, p = _get_varint(section, p, rend)
-        key, p = _get_bytes(section, p, rend)
-        value, p = _get_bytes(section, p, rend)
-        count, p = _get_varint(section, p, rend)
-        headers: list[tuple[str, bytes | None]] = []
-        for _h in range(max(0, count)):
-            hk, p = _get_bytes(section, p, rend)
-            hv, p = _get_bytes(section, p, rend)
-            try:
-                headers.append(((hk or b"").decode(), hv))
-            except UnicodeDecodeError as exc:
-                raise KafkaBatchError(f"record header key is not UTF-8: {exc}") from exc
-        if p != rend:
-            raise KafkaBatchError("record length does not match its fields")
-        rows.append(KafkaRow(off_delta, ts_delta, key, value, headers))
-    if p != n:
-        raise KafkaBatchError(f"records section holds more than its {h.record_count} records")
+        section = decompress(h.attributes & _COMPRESSION_MASK, mv[pos + HEADER_SIZE:pos + h.size])
+    rows = [KafkaRow(od, td, k, v, [(hk, hv) for hk, hv in hs])
+            for od, td, k, v, hs in decode_rows(section, h.record_count)]
     return KafkaBatch(h, rows)
 
 
-def iter_kafka_batches(buf: bytes | memoryview) -> Iterator[int]:
+def iter_kafka_batches(buf: bytes | bytearray | memoryview) -> Iterator[int]:
     """Positions of the whole batches in ``buf``; ``KafkaBatchError`` on a trailing fragment."""
     pos = 0
     while pos < len(buf):
@@ -271,26 +244,9 @@ def iter_kafka_batches(buf: bytes | memoryview) -> Iterator[int]:
         pos += h.size
 
 
-# --------------------------------------------------------------------------- encode
-
-
 def encode_records(rows: Sequence[KafkaRow]) -> bytes:
-    out = bytearray()
-    rec = bytearray()
-    for r in rows:
-        rec.clear()
-        rec.append(0)
-        _put_varint(rec, r.timestamp_delta)
-        _put_varint(rec, r.offset_delta)
-        _put_bytes(rec, r.key)
-        _put_bytes(rec, r.value)
-        _put_varint(rec, len(r.headers))
-        for hk, hv in r.headers:
-            _put_bytes(rec, hk.encode())
-            _put_bytes(rec, hv)
-        _put_varint(out, len(rec))
-        out += rec
-    return bytes(out)
+    """An uncompressed Kafka records section."""
+    return encode_rows(rows)
 
 
 def encode_batch(rows: Sequence[KafkaRow], *, first_timestamp: int, max_timestamp: int | None = None,
@@ -299,7 +255,7 @@ def encode_batch(rows: Sequence[KafkaRow], *, first_timestamp: int, max_timestam
                  producer_epoch: int = -1, base_sequence: int = -1,
                  last_offset_delta: int | None = None) -> bytes:
     """A Kafka v2 batch of ``rows`` (CRC-32C computed); ``compression`` replaces bits 0-2."""
-    section = compress(compression, encode_records(rows))
+    section = compress(compression, encode_rows(rows))
     if max_timestamp is None:
         max_timestamp = first_timestamp + max((r.timestamp_delta for r in rows), default=0)
     if last_offset_delta is None:
@@ -318,10 +274,10 @@ _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
 
 def kafka_to_native(payload: bytes | memoryview) -> bytes:
-    """Every Kafka batch of a produce payload as a rafka batch with the same header fields.
-
-    A compressed Kafka batch is stored lz4-compressed (rafka's one codec); control batches
-    are left to the produce handler to refuse (the bit is kept)."""
+    """Every Kafka batch of a produce payload as a rafka (msgpack) batch with the same header
+    fields, lz4 when the producer compressed. The broker no longer calls it (batches are
+    stored as they arrived: ``accept_produce``); kept as the reference conversion for tests
+    and ``bench/kafka_codec.py``'s before/after figures."""
     out: list[bytes] = []
     for pos in iter_kafka_batches(payload):
         h, rows = decode_batch(payload, pos)
@@ -340,29 +296,31 @@ def kafka_to_native(payload: bytes | memoryview) -> bytes:
     return b"".join(out)
 
 
-def native_to_kafka(data: bytes | memoryview) -> bytes:
-    """Every whole rafka batch of ``data`` (a fetch's bytes) as an uncompressed Kafka batch;
-    a trailing partial batch is dropped (Kafka clients skip one too)."""
+def native_to_kafka(data: bytes | bytearray | memoryview) -> bytes:
+    """Every whole native (msgpack) batch of ``data`` as an uncompressed Kafka batch with the
+    same header fields; a trailing partial batch is dropped. ``to_kafka`` calls it for the
+    native batches of a fetch (stored Kafka batches are passed through there). The records
+    are converted by the C codec when it is loaded (``log.batch.as_kafka_section``)."""
     out: list[bytes] = []
     pos, end = 0, len(data)
     while end - pos >= HEADER_SIZE:
         h = parse_header(data, pos)
         if pos + h.size > end:
             break
+        if h.magic != MAGIC:
+            raise KafkaBatchError(f"batch at offset {h.base_offset} is not a native batch")
         if h.attributes & CONTROL_BIT:
             ctype = control_type(data, pos)
             epoch = control_coordinator_epoch(data, pos)
-            rows = [KafkaRow(0, 0, _CONTROL_KEY.pack(0, ctype), _CONTROL_VALUE.pack(0, epoch), [])]
+            section = encode_rows([(0, 0, _CONTROL_KEY.pack(0, ctype),
+                                    _CONTROL_VALUE.pack(0, epoch), ())])
         else:
-            rows = [KafkaRow(od, td, k, v, [(hk, hv) for hk, hv in hs] if hs else [])
-                    for od, td, k, v, hs in decode_raw_records(data, pos, h)]
-        out.append(encode_batch(
-            rows, first_timestamp=h.first_timestamp, max_timestamp=h.max_timestamp,
-            base_offset=h.base_offset, leader_epoch=h.partition_leader_epoch,
-            attributes=h.attributes & ~_COMPRESSION_MASK, producer_id=h.producer_id,
-            producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-            last_offset_delta=h.last_offset_delta))
+            section = as_kafka_section(data, pos, h)
+        tail = _TAIL.pack(h.attributes & ~_COMPRESSION_MASK, h.last_offset_delta,
+                          h.first_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
+                          h.base_sequence, h.record_count)
+        crc = crc32c(section, crc32c(tail))
+        out += (_HEAD.pack(h.base_offset, HEADER_SIZE - 12 + len(section),
+                           h.partition_leader_epoch, 2, crc), tail, section)
         pos += h.size
     return b"".join(out)
-
-

@@ -124,3 +124,158 @@ def test_native_batches_and_markers_as_kafka() -> None:
     assert got[0].value == struct.pack(">hi", 0, 4)  # version 0, coordinator epoch
     # a partial trailing batch (a fetch cut at max bytes) is dropped
     assert kr.native_to_kafka(native + native[:30]) == kr.native_to_kafka(native)
+
+
+# --------------------------------------------------------------------------- stored as arrived
+
+
+def _stored(payload: bytes) -> bytearray:
+    """What a leader stores of a Kafka produce: accepted, then stamped with offsets/epoch."""
+    buf = kr.accept_produce(payload)
+    off = 0
+    for pos, h in nb.iter_batches(buf):
+        nb.stamp(buf, pos, off, 3)
+        off += h.record_count
+    return buf
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(rows, codecs, ids, st.booleans()), min_size=1, max_size=3))
+def test_kafka_batches_are_stored_as_they_arrived(batches: list) -> None:
+    encoded = [kr.encode_batch(rs, compression=c, attributes=0x10 if t else 0, **f)
+               for rs, c, f, t in batches]
+    stored = kr.accept_produce(b"".join(encoded))
+    positions = list(nb.iter_batches(stored))
+    assert len(positions) == len(batches)
+    for (pos, h), raw, (rs, c, f, _t) in zip(positions, encoded, batches, strict=True):
+        # the same bytes but the magic byte, which lies outside the CRC
+        assert stored[pos:pos + h.size] == raw[:16] + bytes([nb.KAFKA_MAGIC & 0xFF]) + raw[17:]
+        assert h.is_kafka and nb.crc_ok(stored, pos)
+        assert h.compression == ("none", "gzip", "snappy", "lz4", "zstd")[c]
+        # a native reader decodes the Kafka section itself: same rows, both shapes
+        recs = nb.decode_records(stored, pos)
+        assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in recs] == [
+            (f["base_offset"] + r.offset_delta, f["first_timestamp"] + r.timestamp_delta,
+             r.key, r.value, list(r.headers)) for r in rs]
+        section = nb.records_section(stored, pos, h)
+        assert nb.unpack_section(section, h, use_list=False) == tuple(
+            (r.offset_delta, r.timestamp_delta, r.key, r.value, tuple(r.headers)) for r in rs)
+    # a Kafka reader gets back exactly what was produced: magic 2, the producer's codec
+    assert kr.to_kafka(stored) == b"".join(encoded)
+
+
+def test_fetch_of_mixed_formats_converts_only_the_native_batches() -> None:
+    kafka = kr.encode_batch([kr.KafkaRow(0, 0, b"k", b"v", [("h", b"x")])], first_timestamp=10,
+                            compression=kr.COMPRESSION_GZIP)
+    native = nb.build_batch([(b"n", b"w", [], 20)])
+    marker = nb.build_control_batch(9, 0, False, 2, 30)
+    stored = bytes(kr.accept_produce(kafka)) + native + marker + bytes(kr.accept_produce(kafka))
+    out = kr.to_kafka(stored + native[:40])  # a trailing partial batch is dropped
+    pos, got = 0, []
+    while pos < len(out):
+        h, rs = kr.decode_batch(out, pos)
+        got.append((h.attributes & 0x37, [(r.key, r.value) for r in rs]))
+        pos += h.size
+    assert got == [(kr.COMPRESSION_GZIP, [(b"k", b"v")]), (0, [(b"n", b"w")]),
+                   (0x30, [(struct.pack(">hh", 0, 0), struct.pack(">hi", 0, 2))]),
+                   (kr.COMPRESSION_GZIP, [(b"k", b"v")])]
+    assert out[:len(kafka)] == kafka
+
+
+def test_produce_checks_header_crc_and_codec_only() -> None:
+    good = kr.encode_batch([kr.KafkaRow(0, 0, b"k", b"v", [])], first_timestamp=1)
+    flipped = bytearray(good)
+    flipped[-1] ^= 1
+    with pytest.raises(kr.KafkaCrcError):
+        kr.accept_produce(good + bytes(flipped))  # one bad batch refuses the whole payload
+    with pytest.raises(kr.KafkaBatchError):
+        kr.accept_produce(good[:-3])
+    bad = bytearray(good)
+    struct.pack_into(">h", bad, 21, 6)
+    from crc32c import crc32c
+    struct.pack_into(">I", bad, 17, crc32c(bytes(bad[21:])))
+    with pytest.raises(kr.UnsupportedCompressionError):
+        kr.accept_produce(bytes(bad))
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows, codecs, st.data())
+def test_corrupt_stored_kafka_batch_is_detected_like_a_native_one(
+        rs: list[kr.KafkaRow], codec: int, data: st.DataObject) -> None:
+    stored = _stored(kr.encode_batch(rs, compression=codec, first_timestamp=1000))
+    i = data.draw(st.integers(21, len(stored) - 1))
+    stored[i] ^= 1 << data.draw(st.integers(0, 7))
+    assert not nb.crc_ok(stored, 0)
+    with pytest.raises(nb.CorruptBatchError):
+        nb.decode_records(stored, 0)
+
+
+def test_garbage_kafka_section_with_a_good_crc_is_a_corrupt_batch() -> None:
+    """A section that passes the CRC but does not decode (the broker never reads records, a
+    reader does): the native reader's error is CorruptBatchError, not a crash."""
+    good = kr.encode_batch([kr.KafkaRow(0, 0, b"k", b"v", [])], first_timestamp=1)
+    h = nb.parse_header(kr.accept_produce(good))
+    for section in (b"\x7f\x00", b"\x02", b"\x0a\x00\x00\x00\x01k\x02v\x00"):
+        bad = nb.build_raw_batch(section, base_offset=0, last_offset_delta=0, record_count=1,
+                                 first_timestamp=1, max_timestamp=1, attributes=0,
+                                 magic=nb.KAFKA_MAGIC)
+        assert nb.crc_ok(bad, 0) and h.is_kafka
+        with pytest.raises(nb.CorruptBatchError):
+            nb.decode_records(bad, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows, codecs, st.data())
+def test_pack_section_keeps_a_kafka_batch_kafka(rs: list[kr.KafkaRow], codec: int,
+                                                data: st.DataObject) -> None:
+    """What compaction writes for the records it keeps of a Kafka batch: a Kafka section in
+    the batch's codec, read back by a Kafka client as it was."""
+    stored = _stored(kr.encode_batch(rs, compression=codec, first_timestamp=1000))
+    h = nb.parse_header(stored)
+    recs = nb.decode_raw_records(stored, 0, h)
+    kept = data.draw(st.lists(st.sampled_from(recs), min_size=1, unique_by=lambda r: r[0])
+                     .map(lambda ks: sorted(ks, key=lambda r: r[0])))
+    rebuilt = nb.build_raw_batch(nb.pack_section(h, kept), base_offset=h.base_offset,
+                                 last_offset_delta=h.last_offset_delta, record_count=len(kept),
+                                 first_timestamp=h.first_timestamp, max_timestamp=h.max_timestamp,
+                                 attributes=h.attributes, magic=h.magic)
+    assert nb.decode_raw_records(rebuilt, 0) == kept
+    h2, back = kr.decode_batch(kr.to_kafka(rebuilt))
+    assert h2.attributes & 7 == codec
+    assert [[r.offset_delta, r.timestamp_delta, r.key, r.value, [list(x) for x in r.headers]]
+            for r in back] == kept
+
+
+def test_fetch_of_kafka_batches_patches_in_place() -> None:
+    """A fetch read into a bytearray holding stored Kafka batches only (a fresh copy the answer
+    owns: broker/kafka/apis.py fetch): the magic bytes are set back in place (no further
+    copy), a trailing partial batch left out; any native batch in it takes
+    the converting path and gives the same bytes as from immutable input."""
+    kafka = kr.encode_batch([kr.KafkaRow(0, 0, b"k", b"v" * 50, [])], first_timestamp=10,
+                            compression=kr.COMPRESSION_ZSTD)
+    stored = bytes(kr.accept_produce(kafka * 3))
+    buf = bytearray(stored + stored[:70])
+    out = kr.to_kafka(buf)
+    assert isinstance(out, memoryview) and out.obj is buf
+    assert out == kafka * 3
+    mixed = stored + nb.build_batch([(b"n", b"w", [], 20)])
+    assert kr.to_kafka(bytearray(mixed)) == kr.to_kafka(mixed)
+    bad = bytearray(stored)
+    bad[8:12] = b"\x00\x00\x00\x01"  # a length below the header's: the named error
+    with pytest.raises(nb.CorruptBatchError):
+        kr.to_kafka(bad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows, codecs)
+def test_log_append_time_stamping_keeps_a_kafka_batch_valid(rs: list[kr.KafkaRow], codec: int) -> None:
+    """A LogAppendTime topic stamps max_timestamp and the attribute bit (inside the CRC range)
+    and recomputes the CRC: the same for a stored Kafka batch — a Kafka client verifies it,
+    and both clients read every record at the append time."""
+    stored = _stored(kr.encode_batch(rs, compression=codec, first_timestamp=1000))
+    nb.stamp_log_append_time(stored, 0, 1_800_000_000_000)
+    assert nb.crc_ok(stored, 0)
+    h, back = kr.decode_batch(kr.to_kafka(bytes(stored)))  # CRC checked the Kafka way
+    assert h.attributes & 0x08 and h.max_timestamp == 1_800_000_000_000
+    assert [(r.key, r.value) for r in back] == [(r.key, r.value) for r in rs]
+    assert {r.timestamp for r in nb.decode_records(stored, 0)} == {1_800_000_000_000}

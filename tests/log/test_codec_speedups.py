@@ -408,3 +408,131 @@ def test_send_batch_result_is_lazy_and_equal_to_the_list(path: str) -> None:
     assert res == expected and expected == res and list(res) == expected
     assert res[3] == expected[3] and res[-1] == expected[-1] and res[2:5] == expected[2:5]
     assert res._items is not None  # built once, on access
+
+
+# ---------------------------------------------------------------- Kafka records sections
+
+_kheaders = st.one_of(st.just([]), st.lists(st.tuples(st.text(max_size=6),
+                                                      st.one_of(st.none(), st.binary(max_size=10))),
+                                            max_size=3))
+
+
+@st.composite
+def _krows(draw: st.DrawFn) -> list[tuple]:
+    """``_rows`` with Kafka's null header values too."""
+    rows = draw(_rows())
+    return [(od, td, k, v, draw(_kheaders)) for od, td, k, v, _h in rows]
+
+
+def _kbatch(rows: list[tuple], codec: int, ts_type: int, base: int = 100) -> bytes:
+    """A batch stored as a Kafka client produced it (``log/kafka_section.py``)."""
+    from rafka.log import kafka_section as ks  # noqa: PLC0415
+
+    section = ks.compress(codec, ks.encode_rows(rows))
+    b = bytearray(build_raw_batch(
+        section, base_offset=0, last_offset_delta=max(r[0] for r in rows), record_count=len(rows),
+        first_timestamp=TS, max_timestamp=TS + max(r[1] for r in rows),
+        attributes=codec | (0x08 if ts_type else 0), magic=batch_mod.KAFKA_MAGIC))
+    stamp(b, 0, base, 0)
+    return bytes(b)
+
+
+@SETTINGS
+@given(rows=_krows(), codec=st.sampled_from([0, 1, 2, 3, 4]), ts_type=st.integers(0, 1),
+       step=st.sampled_from([1, 4, 1000]))
+def test_kafka_sections_decode_the_same_in_c_and_pure(rows: list[tuple], codec: int, ts_type: int,
+                                                      step: int) -> None:
+    """C and pure decoders of a Kafka section agree — columns, records, positions — and give
+    what the same records stored as a native (msgpack) batch give."""
+    raw = _kbatch(rows, codec, ts_type) + _kbatch(rows, codec, ts_type, base=10_000)
+    c, pure = _columns(raw, "c", step), _columns(raw, "pure", step)
+    assert c == pure
+    by_record = _records(raw, "c", step)
+    assert by_record == _records(raw, "pure", step)
+    native = _batch(rows, "none", ts_type) + _batch(rows, "none", ts_type, base=10_000)
+    assert by_record == _records(native, "c", step)
+    assert c == _columns(native, "c", step)
+
+
+@needs_c
+@SETTINGS
+@given(rows=_krows(), ts_type=st.integers(0, 1))
+def test_c_decodes_kafka_sections_itself(rows: list[tuple], ts_type: int) -> None:
+    """The C codec takes Kafka sections (does not defer them to Python)."""
+    from rafka.log import kafka_section as ks  # noqa: PLC0415
+
+    section = ks.encode_rows(rows)
+    got = speedups.codec.decode_records(section, len(rows), 7, TS, ts_type, TS + 5, "t", 0,
+                                        ConsumerRecord, True)
+    want = ks.decode_rows(section, len(rows), use_list=False)
+    assert [(r.offset, r.key, r.value, r.headers) for r in got] == [
+        (7 + od, k, v, hs) for od, _td, k, v, hs in want]
+    assert speedups.codec.decode_columns(section, len(rows), 7, TS, ts_type, TS + 5, True)[0]
+
+
+@SETTINGS
+@given(rows=_krows(), data=st.data())
+def test_corrupt_kafka_sections_give_the_same_named_error(rows: list[tuple],
+                                                          data: st.DataObject) -> None:
+    from rafka.log import kafka_section as ks  # noqa: PLC0415
+
+    section = bytearray(ks.encode_rows(rows))
+    how = data.draw(st.sampled_from(["truncate", "flip", "extend"]))
+    if how == "truncate":
+        section = section[:data.draw(st.integers(0, len(section) - 1))]
+    elif how == "flip":
+        i = data.draw(st.integers(0, len(section) - 1))
+        section[i] = data.draw(st.integers(0, 255))
+    else:
+        section += data.draw(st.binary(min_size=1, max_size=8))
+    b = bytearray(build_raw_batch(
+        bytes(section), base_offset=0, last_offset_delta=max(r[0] for r in rows),
+        record_count=len(rows), first_timestamp=TS, max_timestamp=TS + max(r[1] for r in rows),
+        attributes=0, magic=batch_mod.KAFKA_MAGIC))
+    stamp(b, 0, 7, 0)
+    raw = bytes(b)
+    assert _columns(raw, "c", 5) == _columns(raw, "pure", 5)
+    assert _records(raw, "c", 5) == _records(raw, "pure", 5)
+
+
+@needs_c
+def test_every_prefix_of_a_kafka_section_is_refused() -> None:
+    from rafka.log import kafka_section as ks  # noqa: PLC0415
+
+    rows = [(i, i, b"k%d" % i, b"v" * i, [("h", b"x"), ("n", None)] if i % 2 else [])
+            for i in range(20)]
+    section = ks.encode_rows(rows)
+    assert speedups.codec.decode_columns(section, 20, 0, TS, 0, TS, True)[0]
+    for k in range(len(section)):
+        with pytest.raises(speedups.Unsupported):
+            speedups.codec.decode_columns(section[:k], 20, 0, TS, 0, TS, True)
+        with pytest.raises(speedups.Unsupported):
+            speedups.codec.decode_records(section[:k], 20, 0, TS, 0, TS, "t", 0, ConsumerRecord,
+                                          True)
+    with pytest.raises(speedups.Unsupported):
+        speedups.codec.decode_columns(section, 21, 0, TS, 0, TS, True)  # count mismatch
+    with pytest.raises(speedups.Unsupported):
+        speedups.codec.decode_columns(section + b"\x00", 20, 0, TS, 0, TS, True)  # trailing
+    with pytest.raises(speedups.Unsupported):  # an 11-byte varint
+        speedups.codec.decode_columns(b"\xff" * 11, 1, 0, TS, 0, TS, True)
+
+
+@SETTINGS
+@given(rows=_krows(), compression=st.sampled_from(["none", "lz4"]))
+def test_native_batch_as_kafka_section_same_either_path(rows: list[tuple], compression: str) -> None:
+    """What a Kafka reader of a native batch gets (``as_kafka_section``): the C conversion's
+    bytes are the pure one's, and they decode to the native batch's rows."""
+    from rafka.log import kafka_section as ks  # noqa: PLC0415
+
+    raw = _batch(rows, compression, 0)
+    h = batch_mod.parse_header(raw)
+    out = []
+    for p in ("c", "pure"):
+        mp = _use(p)
+        try:
+            out.append(batch_mod.as_kafka_section(raw, 0, h))
+        finally:
+            mp.undo()
+    assert out[0] == out[1]
+    assert ks.decode_rows(out[0], len(rows), use_list=False) == tuple(
+        (od, td, k, v, tuple(map(tuple, hs))) for od, td, k, v, hs in rows)
