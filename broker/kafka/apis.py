@@ -190,7 +190,9 @@ async def produce(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any] | None
                         "record_errors": (),
                         "error_message": a.get("message") if a.get("error") else None})
         responses.append({"name": t.name, "partition_responses": prs})
-    return {"responses": responses, "throttle_time": 0}
+    # a byte-rate quota's delay (security/throttle.py), answered at once as KIP-219 has it: the
+    # client backs off by itself and the listener mutes the connection meanwhile (listener.py)
+    return {"responses": responses, "throttle_time": int(native.get("throttle_time_ms") or 0)}
 
 
 # --------------------------------------------------------------------------- Fetch
@@ -235,7 +237,8 @@ async def fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     finally:
         if isinstance(reply, Reply):
             reply.close()
-    return {"throttle_time": 0, "error_code": kafka_error(native.get("error")),
+    return {"throttle_time": int(native.get("throttle_time_ms") or 0),  # as for produce
+            "error_code": kafka_error(native.get("error")),
             "session_id": plan.session_id, "responses": plan.finish(responses)}
 
 

@@ -36,6 +36,12 @@ checks are the native secured listener's. Each listener has its own ``KafkaConte
 name the brokers' listeners of the same name. All Kafka listeners of a node share one
 ``FrameBudget`` for partial large frames (``socket.partial.frame.budget.bytes``).
 
+Quotas (KIP-219): the native dispatch's byte-rate quotas (``security/throttle.py``) put a
+throttle time in a produce or fetch answer; the Kafka adapters answer it at once with that
+``throttle_time_ms`` (the client backs off by itself) and ``handle`` mutes the connection:
+no request of it is started before the throttle ends, so TCP pushes back on a client that
+ignores it.
+
 Bad input, as Kafka answers it: ApiVersions of a version not served → an ApiVersions v0
 answer with ``UNSUPPORTED_VERSION`` and the served ranges (KIP-511); any other unknown api key
 or version, a payload that does not parse, or an adapter failure → the connection is closed
@@ -82,6 +88,7 @@ class _Conn:
     client_host: str | None = None
     principal: str | None = None  # None on PLAINTEXT: the node's main dispatch decides
     sasl: KafkaSasl | None = None  # SASL listeners: the login, until it is done
+    muted_until: float = 0.0  # trio time: no request is started before it (a quota's throttle)
 
 
 class KafkaListener:
@@ -313,6 +320,8 @@ class KafkaListener:
                 return
             if payload is None:  # the peer closed
                 return
+            if conn.muted_until > trio.current_time():  # a quota's throttle (handle)
+                await trio.sleep_until(conn.muted_until)
             answer = _Answer()
             payload = bytes(payload)  # the reader's buffer is reused by the next frame
             await answers.send(answer)
@@ -371,6 +380,9 @@ class KafkaListener:
             answer = await adapter(self.ctx, req)
             if answer is None:
                 return None
+            throttle_ms = answer.get("throttle_time") if conn is not None else None
+            if throttle_ms:  # over a byte-rate quota: answered now, the connection muted (KIP-219)
+                conn.muted_until = max(conn.muted_until, trio.current_time() + throttle_ms / 1000)
             entity = codec.build(codec.response_schema(req.api_key, req.api_version), answer)
             return codec.encode_response(req.api_key, req.api_version, req.correlation_id, entity)
         except Exception:

@@ -440,3 +440,43 @@ def test_kafka_python_delete_group_offsets(cluster1: LocalCluster) -> None:
     finally:
         member.close()
         admin.close()
+
+
+def test_a_producer_over_its_quota_is_throttled_and_loses_nothing(cluster1: LocalCluster) -> None:
+    """A byte-rate quota on the Kafka listener (KIP-219): the produce answer carries the
+    quota's throttle time — librdkafka reports it to ``throttle_cb`` — and every record still
+    arrives, in order."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "throttled", 1)
+    resp = _roundtrip(kb, 49, 1, {"validate_only": False, "entries": [{
+        "entity": [{"entity_type": "client-id", "entity_name": "slow"}],
+        "ops": [{"key": "producer_byte_rate", "value": 20_000.0, "remove": False}]}]})
+    assert int(resp.entries[0].error_code) == 0
+    wait_until(lambda: _roundtrip(kb, 48, 1, {"strict": True, "components": [
+        {"entity_type": "client-id", "match_type": 0, "match": "slow"}]}).entries,
+        "the quota in the broker's image", timeout_s=30)
+    throttles: list[int] = []
+    delivered: list[int] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        assert err is None, err
+        delivered.append(int(msg.value()[:6]))
+
+    p = KafkaProducer({"bootstrap.servers": kb, "client.id": "slow", "acks": "all",
+                       "linger.ms": 5, "batch.size": 16_384,
+                       "throttle_cb": lambda ev: throttles.append(int(ev.throttle_time * 1000))})
+    for i in range(300):  # 300 kB against 20 kB/s: over the quota after the first requests
+        p.produce("throttled", value=b"%06d" % i + b"x" * 994, on_delivery=on_delivery)
+        p.poll(0)
+    assert p.flush(120) == 0
+    assert delivered == list(range(300))
+    assert throttles and max(throttles) > 0, "no produce answer carried a throttle time"
+    with Consumer(bootstrap_servers=cluster1.bootstrap, auto_offset_reset="earliest",
+                  enable_auto_commit=False) as c:
+        c.assign([TopicPartition("throttled", 0)])
+        got: list[int] = []
+        wait_until(lambda: got.extend(int(r.value[:6]) for rs in c.poll(500).values() for r in rs)
+                   or len(got) >= 300, "the records back", timeout_s=60)
+    assert got == list(range(300))
