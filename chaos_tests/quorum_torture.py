@@ -15,7 +15,11 @@ beside a chaos campaign). Each round:
 3. heals (SIGCONT, restart, or the proxies back to pass) and measures ``heal_to_commit_s``: heal
    → a topic create acknowledged through a node that was not the first victim (a fresh admin
    client per attempt, each attempt bounded, retried until ``commit_timeout_s``; None means no
-   progress — a failed round);
+   progress — a failed round). After a kill it also measures, in parallel, ``restart_s``: heal
+   (the processes spawned) → every restarted process accepts connections on its own client
+   port, and ``up_to_commit_s`` = ``heal_to_commit_s`` − ``restart_s``: what Raft and rafka
+   cost once the processes are up, apart from Python start-up (negative: the write committed
+   through the survivors before the last restarted process listened);
 4. waits until every voter is reachable and caught up (bounded) so rounds stay independent.
 
 Every round is one JSONL line (``--out``): pattern, victims, leader and term before and after,
@@ -40,7 +44,7 @@ from typing import Any
 
 import trio
 
-from .backends.base import Backend
+from .backends.base import Backend, wait_port
 from .campaign import make_cluster, wait_brokers
 
 __all__ = ["PATTERNS", "TortureOptions", "run_torture", "summarize", "main"]
@@ -86,6 +90,14 @@ class Round:
     term_before: int | None = None
     during_s: float | None = None
     heal_to_commit_s: float | None = None
+    # kill patterns: heal (the restarted processes spawned) -> every one of them accepts
+    # connections on its client port (Python start-up, config, listener bind); None: not
+    # within the commit timeout, or no restart in this pattern
+    restart_s: float | None = None
+    # heal_to_commit_s - restart_s: what Raft and rafka cost once the processes are up
+    # (negative: the write committed through the survivors before the last restart listened)
+    up_to_commit_s: float | None = None
+    heal_at: float | None = None  # wall clock (time.time()) of the heal, to find it in node logs
     leader_after: int | None = None
     term_after: int | None = None
     committed_via: int | None = None
@@ -133,6 +145,18 @@ async def _create_until(backend: Backend, via: int, port: int, name: str, timeou
             if attempt.cancelled_caught and len(errors) < 5:
                 errors.append(f"{time.monotonic() - t0:.1f}s via {via}: no answer within {_ATTEMPT_S} s")
             await trio.sleep(0.1)
+    return None
+
+
+async def _listening(backend: Backend, nodes: list[int], t0: float, timeout_s: float) -> float | None:
+    """Seconds from ``t0`` until every node of ``nodes`` accepts a TCP connection on its own
+    client port (dialled directly, not through a proxy); None if not within ``timeout_s``."""
+    with trio.move_on_after(timeout_s):
+        async with trio.open_nursery() as nursery:
+            for n in nodes:  # wait_port's own bound is longer: the scope above ends it
+                nursery.start_soon(wait_port, backend.node_host(n), backend.spec.node(n).client_port,
+                                   timeout_s + 1)
+        return round(time.monotonic() - t0, 3)
     return None
 
 
@@ -223,10 +247,18 @@ async def one_round(backend: Backend, opts: TortureOptions, r: int, pattern: str
     await trio.sleep(max(0.0, rec.fault_s - (time.monotonic() - t_fault)))
     await _heal(backend, action, rec.victims, staggered)
     t_heal = time.monotonic()
+    rec.heal_at = round(time.time(), 3)
     via = next(n for n in ids if n != rec.victims[0])
     rec.committed_via = via
-    done = await _create_until(backend, via, port, f"tq-{r}", opts.commit_timeout_s, rec.errors)
-    rec.heal_to_commit_s = None if done is None else round(time.monotonic() - t_heal, 3)
+    async with trio.open_nursery() as nursery:
+        if action == "kill":
+            async def restarted() -> None:
+                rec.restart_s = await _listening(backend, rec.victims, t_heal, opts.commit_timeout_s)
+            nursery.start_soon(restarted)
+        done = await _create_until(backend, via, port, f"tq-{r}", opts.commit_timeout_s, rec.errors)
+        rec.heal_to_commit_s = None if done is None else round(time.monotonic() - t_heal, 3)
+    if rec.heal_to_commit_s is not None and rec.restart_s is not None:
+        rec.up_to_commit_s = round(rec.heal_to_commit_s - rec.restart_s, 3)
     if rec.during_s is not None:
         rec.during_s = round(rec.during_s, 3)
     if not await _settle(backend, ids, port, opts.settle_timeout_s):
@@ -289,11 +321,24 @@ def summarize(rounds: Sequence[dict[str, Any]], worst: int = 5) -> str:
         d = f"{_pct(during, 50):6.2f} / {max(during):6.2f}" if during else "   -"
         lines.append(f"{pattern:22s}{len(rs):6d}  {h:34s}{len(rs) - len(heal):9d}   {d:26s}"
                      f"{len(with_during) - len(during):6d}")
+    restarts = [r for r in rounds if r.get("restart_s") is not None]
+    if restarts:  # kill patterns: the restart (Python start-up) apart from what Raft + rafka cost
+        lines.append("kill patterns: heal -> restarted processes listening, and processes up -> commit "
+                     "(negative: committed through the survivors first, counted as 0)")
+        lines.append("pattern               rounds  restart p50 / p99 / max (s)        up->commit p50 / p99 / max (s)")
+        for pattern in sorted({r["pattern"] for r in restarts}):
+            rs = [r for r in restarts if r["pattern"] == pattern]
+            up = [r["restart_s"] for r in rs]
+            cost = [max(0.0, r["up_to_commit_s"]) for r in rs if r.get("up_to_commit_s") is not None]
+            u = f"{_pct(up, 50):6.2f} / {_pct(up, 99):6.2f} / {max(up):6.2f}"
+            c = f"{_pct(cost, 50):6.2f} / {_pct(cost, 99):6.2f} / {max(cost):6.2f}" if cost else "   -"
+            lines.append(f"{pattern:22s}{len(rs):6d}  {u:35s}{c}")
     slow = sorted(rounds, key=lambda r: -1e9 if r["heal_to_commit_s"] is None else -r["heal_to_commit_s"])
     lines.append(f"worst {min(worst, len(slow))} rounds:")
     for r in slow[:worst]:
         lines.append(f"  round {r['round']} {r['pattern']} victims {r['victims']} fault {r['fault_s']} s: "
-                     f"heal->commit {r['heal_to_commit_s']} s, during {r['during_s']}, leader "
+                     f"heal->commit {r['heal_to_commit_s']} s (restart {r.get('restart_s')} s), "
+                     f"during {r['during_s']}, leader "
                      f"{r['leader_before']}@{r['term_before']} -> {r['leader_after']}@{r['term_after']}")
         lines += [f"    error: {e}" for e in r["errors"][:3]] + [f"    {w[:400]}" for w in r["watchdog"][:3]]
     return "\n".join(lines)
@@ -309,13 +354,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=None, help="start no round after this many seconds")
     ap.add_argument("--work-dir", type=Path, default=Path("quorum-torture-work"))
     ap.add_argument("--out", type=Path, default=Path("quorum-torture.jsonl"))
+    ap.add_argument("--client-port", type=int, default=TortureOptions.client_port,
+                    help="first node's client port (others follow); another harness on the box needs others")
+    ap.add_argument("--raft-port", type=int, default=TortureOptions.raft_port,
+                    help="first node's Raft port; keep it below the ephemeral range (docs/quorum.md)")
     ap.add_argument("--summary-only", action="store_true", help="print the summary of --out and exit")
     a = ap.parse_args(argv)
     if not a.summary_only:
         lo, hi = (float(x) for x in a.fault_s.split(","))
         opts = TortureOptions(rounds=a.rounds, nodes=a.nodes, patterns=tuple(a.patterns.split(",")),
                               fault_s=(lo, hi), seed=a.seed, work_dir=a.work_dir, out=a.out,
-                              time_limit_s=a.time_limit)
+                              time_limit_s=a.time_limit, client_port=a.client_port,
+                              raft_port=a.raft_port)
         trio.run(run_torture, opts)
     rounds = [json.loads(line) for line in a.out.read_text().splitlines() if line.strip()]
     print(summarize(rounds))
