@@ -127,12 +127,19 @@ async def _describe(backend: Backend, nodes: Sequence[int], port: int) -> dict[s
 async def _create_until(backend: Backend, via: int, port: int, name: str, timeout_s: float,
                         errors: list[str]) -> float | None:
     """Seconds until a create of ``name`` sent through node ``via`` is acknowledged (retried
-    with a fresh client per bounded attempt); None if not within ``timeout_s``."""
+    with a fresh client per bounded attempt); None if not within ``timeout_s``.
+
+    An attempt starts once ``via`` accepts connections on its own client port: a restarted
+    node spends 2-5 s of Python start-up before it listens (``restart_s``), and an attempt
+    clocked from the heal was cut at its bound while the node was still forwarding the create
+    it had received a second earlier — the "unanswered 5 s attempt" of runs A and B."""
     from rafka.client import AsyncAdmin
 
     t0 = time.monotonic()
+    host, direct_port = backend.node_host(via), backend.spec.node(via).client_port
     with trio.move_on_after(timeout_s):
         while True:
+            await wait_port(host, direct_port, timeout_s + 1)  # the scope above bounds it
             with trio.move_on_after(_ATTEMPT_S) as attempt:
                 try:
                     async with AsyncAdmin(bootstrap_servers=_addr(backend, via, port),
