@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rafka.client import Admin
+
 from rafka.cluster import free_port_block
 
 from .conftest import LocalCluster, rafka_cli
