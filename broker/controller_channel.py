@@ -64,13 +64,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 from rafka.wire.connection import ConnectionPool, backoff_ms
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
-__all__ = ["ControllerChannel", "FORWARDED_KEY"]
+__all__ = ["Attempt", "ControllerChannel", "FORWARDED_KEY", "describe_trace"]
 
 log = logging.getLogger("rafka.controller_channel")
 
@@ -88,6 +89,38 @@ _VIEW_POLL_S = 0.05  # how often an attempt re-reads the leader view
 # channel also asks the other voters: activation is one Raft commit (the LeaderChange), well
 # under this on a loaded box; a view that names a voter for longer may be stale.
 _VIEW_GRACE_S = 0.5
+
+
+_TRACE_MAX = 200  # attempts kept per traced request (100 attempts is the default bound)
+
+
+@dataclass
+class Attempt:
+    """One attempt of a traced ``request``: at which voter, when it started (trio clock),
+    and how it ended (None: still waiting when the trace was read)."""
+
+    voter_id: int | None
+    address: tuple[str, int]
+    started: float
+    outcome: str | None = None
+    seconds: float | None = None
+
+    def finish(self, outcome: str) -> None:
+        self.outcome, self.seconds = outcome, trio.current_time() - self.started
+
+    def describe(self, now: float) -> str:
+        who = f"voter {self.voter_id}" if self.voter_id is not None else "{}:{}".format(*self.address)
+        if self.outcome is None:
+            return f"{who} no answer yet after {now - self.started:.2f} s"
+        return f"{who} {self.outcome} in {self.seconds:.2f} s"
+
+
+def describe_trace(trace: Sequence[Attempt], now: float, limit: int = 12) -> str:
+    """The attempts of a traced request, oldest first, long runs abbreviated."""
+    parts = [a.describe(now) for a in trace]
+    if len(parts) > limit:
+        parts = parts[:limit // 2] + [f"… {len(parts) - limit} more …"] + parts[-(limit // 2):]
+    return "; ".join(parts) or "none"
 
 
 class ControllerChannel:
@@ -183,19 +216,25 @@ class ControllerChannel:
                         f"{target[0]}:{target[1]} did not answer within {timeout_s:.1f} s")
 
     async def request(self, api_key: int, body: dict[str, Any], *,
-                      attempt_timeout_s: float | None = None) -> dict[str, Any]:
+                      attempt_timeout_s: float | None = None,
+                      trace: list[Attempt] | None = None) -> dict[str, Any]:
         """The active controller's answer to ``body`` (errors other than NOT_CONTROLLER are
         returned in the body, not raised). Whom it asks: "Whom to ask next" in the module
-        docstring."""
+        docstring. ``trace``: each attempt is appended as it starts and completed as it ends,
+        so a caller whose own deadline cut the request short can say where the time went."""
         target = self._first_target()
         last: RafkaError = error_for(ErrorCode.NOT_CONTROLLER, "no active controller found")
         failed: set[tuple[str, int]] = set()  # voters that did not answer in this request
         view_waited_since: float | None = None  # the viewed leader first said "not active yet"
         hopped = False  # the last step followed a hint at once, without a backoff
         for attempt in range(self.max_attempts):
+            step = Attempt(self._voter_id(target), target, trio.current_time())
+            if trace is not None and len(trace) < _TRACE_MAX:
+                trace.append(step)
             try:
                 resp = await self._attempt(target, api_key, body, attempt_timeout_s)
             except RafkaError as exc:
+                step.finish(exc.code.name)
                 last = exc
                 self.pool.discard(*target)
                 self._leader = None
@@ -209,6 +248,7 @@ class ControllerChannel:
                     target = self._rotate_among(avoid=failed) or self._rotate(avoid=target)
             else:
                 out = resp.body
+                step.finish("NOT_CONTROLLER" if out.get("error") == ErrorCode.NOT_CONTROLLER else "answered")
                 if out.get("error") != ErrorCode.NOT_CONTROLLER:
                     self._leader = target
                     return out

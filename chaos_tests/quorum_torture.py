@@ -24,7 +24,8 @@ beside a chaos campaign). Each round:
 
 Every round is one JSONL line (``--out``): pattern, victims, leader and term before and after,
 the two durations, errors, and the watchdog's stall / bind lines that appeared in the node logs
-during the round (kraft/raft_watchdog.py logs every link's Raft state there). At the end it
+during the round (kraft/raft_watchdog.py logs every link's Raft state there), and any forward
+that ran out of time (broker/handlers/admin.py logs its controller attempts). At the end it
 prints p50 / p99 / max per pattern and the worst rounds. ``python -m chaos_tests.quorum_torture
 --help``; chaos_tests/tests/test_quorum_torture.py runs a short slice in the default suite and
 a longer one under ``-m slow``.
@@ -216,7 +217,8 @@ def _watchdog_lines(backend: Backend, marks: dict[int, int]) -> list[str]:
         with open(path, "rb") as f:
             f.seek(start)
             for line in f.read().decode(errors="replace").splitlines():
-                if "rafka.kraft.engine" in line and ("Raft stall" in line or "not bound" in line):
+                if ("rafka.kraft.engine" in line and ("Raft stall" in line or "not bound" in line)) \
+                        or ("rafka.admin" in line and "no answer within" in line):
                     out.append(f"node {n}: {line[:2000]}")
     return out[:20]
 
