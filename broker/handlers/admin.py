@@ -28,8 +28,9 @@ stuck at. Issue 27 has one such case unexplained after a restart of every node.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import trio
@@ -55,6 +56,7 @@ WAIT_FOR_METADATA = frozenset({
 })
 _DEFAULT_TIMEOUT_MS = 30_000
 FORWARD_ATTEMPT_TIMEOUT_S = 5.0
+_ABANDONED_LOG_S = 1.0  # a forward cancelled after this long says where its time went
 
 
 async def forward(channel: ControllerChannel, publisher: MetadataPublisher, api_key: int,
@@ -65,7 +67,10 @@ async def forward(channel: ControllerChannel, publisher: MetadataPublisher, api_
     deadline = trio.current_time() + limit_ms / 1000
     trace: list[Attempt] = []
     waiting_for: int | None = None  # the offset our own image must reach (after the answer)
-    with trio.move_on_at(deadline):
+    started = trio.current_time()
+    # outermost: our own deadline's cancel stays inside move_on_at and is not "abandoned"
+    with _log_if_abandoned(api_key, started, trace, publisher, lambda: waiting_for), \
+            trio.move_on_at(deadline):
         try:
             # per attempt: a paused voter that still accepts connections must not eat the
             # whole deadline; retrying elsewhere is safe (client request ids dedupe the change)
@@ -88,6 +93,26 @@ async def forward(channel: ControllerChannel, publisher: MetadataPublisher, api_
     log.warning("forwarding %s: no answer within %d ms; %s", _name(api_key), limit_ms, where)
     return {"error": int(ErrorCode.REQUEST_TIMED_OUT),
             "message": f"the controller did not answer within {limit_ms} ms"}
+
+
+@contextlib.contextmanager
+def _log_if_abandoned(api_key: int, started: float, trace: list[Attempt], publisher: MetadataPublisher,
+                      waiting_for: Callable[[], int | None]) -> Iterator[None]:
+    """The same account when the forward is cancelled from outside after a while — the client
+    hung up (its own timeout) before our deadline, which closes the connection and cancels this
+    handler; a quick cancel (shutdown, a client that gave up at once) is not logged."""
+    try:
+        yield
+    except trio.Cancelled:
+        now = trio.current_time()
+        if now - started >= _ABANDONED_LOG_S:
+            offset = waiting_for()
+            where = (f"the controller answered; this broker's metadata stayed at offset "
+                     f"{publisher.image.offset}, waiting for {offset}" if offset is not None
+                     else f"controller attempts: {describe_trace(trace, now)}")
+            log.warning("forwarding %s: abandoned by the client after %.1f s; %s",
+                        _name(api_key), now - started, where)
+        raise
 
 
 def _name(api_key: int) -> str:

@@ -45,6 +45,7 @@ async def test_a_forward_cut_by_its_deadline_names_the_silent_voter(
     lines = [r.getMessage() for r in caplog.records if "no answer within 300 ms" in r.getMessage()]
     assert len(lines) == 1, caplog.text
     assert "CREATE_TOPICS" in lines[0] and "voter 3 no answer yet" in lines[0], lines[0]
+    assert "abandoned" not in caplog.text  # our own deadline is not the client hanging up
 
 
 async def test_a_forward_waiting_for_its_own_metadata_says_so(
@@ -66,3 +67,22 @@ async def test_a_forward_waiting_for_its_own_metadata_says_so(
     lines = [r.getMessage() for r in caplog.records if "no answer within 300 ms" in r.getMessage()]
     assert len(lines) == 1, caplog.text
     assert "the controller answered" in lines[0] and "offset -1, waiting for 50" in lines[0], lines[0]
+
+
+async def test_a_forward_the_client_hung_up_on_says_where_it_was(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The client's own timeout came first: it closed the connection, which cancels the
+    handler — the same account, as "abandoned by the client"."""
+    caplog.set_level(logging.INFO, logger="rafka.admin")
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, _silent, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        channel = ControllerChannel(ConnectionPool(nursery), [(3, "127.0.0.1", port)])
+        with trio.move_on_after(1.2):  # the connection's nursery, cancelled by the hang-up
+            await forward(channel, MetadataPublisher(1), ApiKey.CREATE_TOPICS,
+                          {**CREATE, "timeout_ms": 60_000})
+        nursery.cancel_scope.cancel()
+    lines = [r.getMessage() for r in caplog.records if "abandoned by the client" in r.getMessage()]
+    assert len(lines) == 1, caplog.text
+    assert "voter 3 no answer yet" in lines[0], lines[0]
+    assert not [r for r in caplog.records if "no answer within" in r.getMessage()]
