@@ -52,8 +52,11 @@ new one), or name a leader that has not activated. So, after each answer:
 * from another voter without a usable hint → back to the viewed leader, if any; else the next
   voter in turn.
 * no answer (connection error, attempt timeout) → the viewed leader if it is another voter,
-  else the next voter in turn; a voter that failed is not asked again in this request (nor
-  followed in a hint) until every voter has failed once.
+  else the next voter in turn; a voter that failed *slowly* (it was silent for an attempt or
+  connection-setup timeout) is not asked again in this request (nor followed in a hint) until
+  every voter has failed once. One that refused or reset the connection at once is not
+  excluded: that is a voter that is down or still starting, cheap to ask again, and after a
+  restart of every voter it may be the one that becomes the active controller.
 
 Every attempt is bounded by ``attempt_timeout_s`` (the view-watching included: a view that
 never names the target does not extend it), the whole request by ``max_attempts`` and by the
@@ -89,6 +92,15 @@ _VIEW_POLL_S = 0.05  # how often an attempt re-reads the leader view
 # channel also asks the other voters: activation is one Raft commit (the LeaderChange), well
 # under this on a loaded box; a view that names a voter for longer may be stale.
 _VIEW_GRACE_S = 0.5
+# A failed attempt that took this long was a silent voter (attempt or connection-setup timeout,
+# a paused process): not asked again in this request until every voter has failed. A quicker
+# failure (connection refused or reset) was a voter that is down or still starting: asked again
+# in turn, and followed when the view or a hint names it. Before this distinction a voter that
+# refused once — restarting after a kill of every node — stayed out of the whole request while
+# it became the active controller, and its view and the other voters' hints naming it were
+# ignored: the forward asked the other two for 5 s (issue 27, kill-all, seen in node logs as
+# "voter 2 NETWORK_EXCEPTION in 0.00 s; voter 1 NOT_CONTROLLER …; voter 3 NOT_CONTROLLER …").
+_SLOW_FAILURE_S = 1.0
 
 
 _TRACE_MAX = 200  # attempts kept per traced request (100 attempts is the default bound)
@@ -238,14 +250,18 @@ class ControllerChannel:
                 last = exc
                 self.pool.discard(*target)
                 self._leader = None
-                failed = failed | {target}
-                if failed >= self._all_voters():
-                    failed = {target}  # every voter failed once: any of them may be back
+                if (step.seconds or 0.0) >= _SLOW_FAILURE_S:
+                    # silent (paused, hung): each new try costs a whole attempt timeout
+                    failed = failed | {target}
+                    if failed >= self._all_voters():
+                        failed = {target}  # every voter failed once: any of them may be back
+                # a refused or reset connection costs nothing to try again, and it is what a
+                # voter that is still starting answers — the one that may lead a moment later
                 viewed = self._viewed_leader()
                 if viewed is not None and viewed != target and viewed not in failed:
                     target = viewed
                 else:
-                    target = self._rotate_among(avoid=failed) or self._rotate(avoid=target)
+                    target = self._rotate_among(avoid=failed | {target}) or self._rotate(avoid=target)
             else:
                 out = resp.body
                 step.finish("NOT_CONTROLLER" if out.get("error") == ErrorCode.NOT_CONTROLLER else "answered")
