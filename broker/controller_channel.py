@@ -52,8 +52,11 @@ new one), or name a leader that has not activated. So, after each answer:
 * from another voter without a usable hint → back to the viewed leader, if any; else the next
   voter in turn.
 * no answer (connection error, attempt timeout) → the viewed leader if it is another voter,
-  else the next voter in turn; a voter that failed is not asked again in this request (nor
-  followed in a hint) until every voter has failed once.
+  else the next voter in turn; a voter that failed *slowly* (it was silent for an attempt or
+  connection-setup timeout) is not asked again in this request (nor followed in a hint) until
+  every voter has failed once. One that refused or reset the connection at once is not
+  excluded: that is a voter that is down or still starting, cheap to ask again, and after a
+  restart of every voter it may be the one that becomes the active controller.
 
 Every attempt is bounded by ``attempt_timeout_s`` (the view-watching included: a view that
 never names the target does not extend it), the whole request by ``max_attempts`` and by the
@@ -64,13 +67,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 from rafka.wire.connection import ConnectionPool, backoff_ms
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
-__all__ = ["ControllerChannel", "FORWARDED_KEY"]
+__all__ = ["Attempt", "ControllerChannel", "FORWARDED_KEY", "describe_trace"]
 
 log = logging.getLogger("rafka.controller_channel")
 
@@ -88,6 +92,47 @@ _VIEW_POLL_S = 0.05  # how often an attempt re-reads the leader view
 # channel also asks the other voters: activation is one Raft commit (the LeaderChange), well
 # under this on a loaded box; a view that names a voter for longer may be stale.
 _VIEW_GRACE_S = 0.5
+# A failed attempt that took this long was a silent voter (attempt or connection-setup timeout,
+# a paused process): not asked again in this request until every voter has failed. A quicker
+# failure (connection refused or reset) was a voter that is down or still starting: asked again
+# in turn, and followed when the view or a hint names it. Before this distinction a voter that
+# refused once — restarting after a kill of every node — stayed out of the whole request while
+# it became the active controller, and its view and the other voters' hints naming it were
+# ignored: the forward asked the other two for 5 s (issue 27, kill-all, seen in node logs as
+# "voter 2 NETWORK_EXCEPTION in 0.00 s; voter 1 NOT_CONTROLLER …; voter 3 NOT_CONTROLLER …").
+_SLOW_FAILURE_S = 1.0
+
+
+_TRACE_MAX = 200  # attempts kept per traced request (100 attempts is the default bound)
+
+
+@dataclass
+class Attempt:
+    """One attempt of a traced ``request``: at which voter, when it started (trio clock),
+    and how it ended (None: still waiting when the trace was read)."""
+
+    voter_id: int | None
+    address: tuple[str, int]
+    started: float
+    outcome: str | None = None
+    seconds: float | None = None
+
+    def finish(self, outcome: str) -> None:
+        self.outcome, self.seconds = outcome, trio.current_time() - self.started
+
+    def describe(self, now: float) -> str:
+        who = f"voter {self.voter_id}" if self.voter_id is not None else "{}:{}".format(*self.address)
+        if self.outcome is None:
+            return f"{who} no answer yet after {now - self.started:.2f} s"
+        return f"{who} {self.outcome} in {self.seconds:.2f} s"
+
+
+def describe_trace(trace: Sequence[Attempt], now: float, limit: int = 12) -> str:
+    """The attempts of a traced request, oldest first, long runs abbreviated."""
+    parts = [a.describe(now) for a in trace]
+    if len(parts) > limit:
+        parts = parts[:limit // 2] + [f"… {len(parts) - limit} more …"] + parts[-(limit // 2):]
+    return "; ".join(parts) or "none"
 
 
 class ControllerChannel:
@@ -183,32 +228,43 @@ class ControllerChannel:
                         f"{target[0]}:{target[1]} did not answer within {timeout_s:.1f} s")
 
     async def request(self, api_key: int, body: dict[str, Any], *,
-                      attempt_timeout_s: float | None = None) -> dict[str, Any]:
+                      attempt_timeout_s: float | None = None,
+                      trace: list[Attempt] | None = None) -> dict[str, Any]:
         """The active controller's answer to ``body`` (errors other than NOT_CONTROLLER are
         returned in the body, not raised). Whom it asks: "Whom to ask next" in the module
-        docstring."""
+        docstring. ``trace``: each attempt is appended as it starts and completed as it ends,
+        so a caller whose own deadline cut the request short can say where the time went."""
         target = self._first_target()
         last: RafkaError = error_for(ErrorCode.NOT_CONTROLLER, "no active controller found")
         failed: set[tuple[str, int]] = set()  # voters that did not answer in this request
         view_waited_since: float | None = None  # the viewed leader first said "not active yet"
         hopped = False  # the last step followed a hint at once, without a backoff
         for attempt in range(self.max_attempts):
+            step = Attempt(self._voter_id(target), target, trio.current_time())
+            if trace is not None and len(trace) < _TRACE_MAX:
+                trace.append(step)
             try:
                 resp = await self._attempt(target, api_key, body, attempt_timeout_s)
             except RafkaError as exc:
+                step.finish(exc.code.name)
                 last = exc
                 self.pool.discard(*target)
                 self._leader = None
-                failed = failed | {target}
-                if failed >= self._all_voters():
-                    failed = {target}  # every voter failed once: any of them may be back
+                if (step.seconds or 0.0) >= _SLOW_FAILURE_S:
+                    # silent (paused, hung): each new try costs a whole attempt timeout
+                    failed = failed | {target}
+                    if failed >= self._all_voters():
+                        failed = {target}  # every voter failed once: any of them may be back
+                # a refused or reset connection costs nothing to try again, and it is what a
+                # voter that is still starting answers — the one that may lead a moment later
                 viewed = self._viewed_leader()
                 if viewed is not None and viewed != target and viewed not in failed:
                     target = viewed
                 else:
-                    target = self._rotate_among(avoid=failed) or self._rotate(avoid=target)
+                    target = self._rotate_among(avoid=failed | {target}) or self._rotate(avoid=target)
             else:
                 out = resp.body
+                step.finish("NOT_CONTROLLER" if out.get("error") == ErrorCode.NOT_CONTROLLER else "answered")
                 if out.get("error") != ErrorCode.NOT_CONTROLLER:
                     self._leader = target
                     return out

@@ -15,12 +15,17 @@ beside a chaos campaign). Each round:
 3. heals (SIGCONT, restart, or the proxies back to pass) and measures ``heal_to_commit_s``: heal
    → a topic create acknowledged through a node that was not the first victim (a fresh admin
    client per attempt, each attempt bounded, retried until ``commit_timeout_s``; None means no
-   progress — a failed round);
+   progress — a failed round). After a kill it also measures, in parallel, ``restart_s``: heal
+   (the processes spawned) → every restarted process accepts connections on its own client
+   port, and ``up_to_commit_s`` = ``heal_to_commit_s`` − ``restart_s``: what Raft and rafka
+   cost once the processes are up, apart from Python start-up (negative: the write committed
+   through the survivors before the last restarted process listened);
 4. waits until every voter is reachable and caught up (bounded) so rounds stay independent.
 
 Every round is one JSONL line (``--out``): pattern, victims, leader and term before and after,
 the two durations, errors, and the watchdog's stall / bind lines that appeared in the node logs
-during the round (kraft/raft_watchdog.py logs every link's Raft state there). At the end it
+during the round (kraft/raft_watchdog.py logs every link's Raft state there), and any forward
+that ran out of time (broker/handlers/admin.py logs its controller attempts). At the end it
 prints p50 / p99 / max per pattern and the worst rounds. ``python -m chaos_tests.quorum_torture
 --help``; chaos_tests/tests/test_quorum_torture.py runs a short slice in the default suite and
 a longer one under ``-m slow``.
@@ -40,7 +45,7 @@ from typing import Any
 
 import trio
 
-from .backends.base import Backend
+from .backends.base import Backend, wait_port
 from .campaign import make_cluster, wait_brokers
 
 __all__ = ["PATTERNS", "TortureOptions", "run_torture", "summarize", "main"]
@@ -57,7 +62,10 @@ PATTERNS: dict[str, tuple[str, str, bool]] = {
     "kill-all": ("all", "kill", False),
 }
 _STAGGER_S = 0.7
-_ATTEMPT_S = 5.0
+_ATTEMPT_S = 5.0  # the client's request timeout, which the node's forward also gets as its deadline
+# the harness's own bound on an attempt is a little longer, so that a node whose forward ran
+# out of time answers REQUEST_TIMED_OUT (and logs where the time went) before we hang up
+_ATTEMPT_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,14 @@ class Round:
     term_before: int | None = None
     during_s: float | None = None
     heal_to_commit_s: float | None = None
+    # kill patterns: heal (the restarted processes spawned) -> every one of them accepts
+    # connections on its client port (Python start-up, config, listener bind); None: not
+    # within the commit timeout, or no restart in this pattern
+    restart_s: float | None = None
+    # heal_to_commit_s - restart_s: what Raft and rafka cost once the processes are up
+    # (negative: the write committed through the survivors before the last restart listened)
+    up_to_commit_s: float | None = None
+    heal_at: float | None = None  # wall clock (time.time()) of the heal, to find it in node logs
     leader_after: int | None = None
     term_after: int | None = None
     committed_via: int | None = None
@@ -115,13 +131,20 @@ async def _describe(backend: Backend, nodes: Sequence[int], port: int) -> dict[s
 async def _create_until(backend: Backend, via: int, port: int, name: str, timeout_s: float,
                         errors: list[str]) -> float | None:
     """Seconds until a create of ``name`` sent through node ``via`` is acknowledged (retried
-    with a fresh client per bounded attempt); None if not within ``timeout_s``."""
+    with a fresh client per bounded attempt); None if not within ``timeout_s``.
+
+    An attempt starts once ``via`` accepts connections on its own client port: a restarted
+    node spends 2-5 s of Python start-up before it listens (``restart_s``), and an attempt
+    clocked from the heal was cut at its bound while the node was still forwarding the create
+    it had received a second earlier — the "unanswered 5 s attempt" of runs A and B."""
     from rafka.client import AsyncAdmin
 
     t0 = time.monotonic()
+    host, direct_port = backend.node_host(via), backend.spec.node(via).client_port
     with trio.move_on_after(timeout_s):
         while True:
-            with trio.move_on_after(_ATTEMPT_S) as attempt:
+            await wait_port(host, direct_port, timeout_s + 1)  # the scope above bounds it
+            with trio.move_on_after(_ATTEMPT_S + _ATTEMPT_GRACE_S) as attempt:
                 try:
                     async with AsyncAdmin(bootstrap_servers=_addr(backend, via, port),
                                           request_timeout_ms=int(_ATTEMPT_S * 1000)) as admin:
@@ -131,8 +154,20 @@ async def _create_until(backend: Backend, via: int, port: int, name: str, timeou
                     if len(errors) < 5:
                         errors.append(f"{time.monotonic() - t0:.1f}s via {via}: {type(exc).__name__}: {exc}"[:300])
             if attempt.cancelled_caught and len(errors) < 5:
-                errors.append(f"{time.monotonic() - t0:.1f}s via {via}: no answer within {_ATTEMPT_S} s")
+                errors.append(f"{time.monotonic() - t0:.1f}s via {via}: no answer within {_ATTEMPT_S + _ATTEMPT_GRACE_S} s")
             await trio.sleep(0.1)
+    return None
+
+
+async def _listening(backend: Backend, nodes: list[int], t0: float, timeout_s: float) -> float | None:
+    """Seconds from ``t0`` until every node of ``nodes`` accepts a TCP connection on its own
+    client port (dialled directly, not through a proxy); None if not within ``timeout_s``."""
+    with trio.move_on_after(timeout_s):
+        async with trio.open_nursery() as nursery:
+            for n in nodes:  # wait_port's own bound is longer: the scope above ends it
+                nursery.start_soon(wait_port, backend.node_host(n), backend.spec.node(n).client_port,
+                                   timeout_s + 1)
+        return round(time.monotonic() - t0, 3)
     return None
 
 
@@ -185,7 +220,8 @@ def _watchdog_lines(backend: Backend, marks: dict[int, int]) -> list[str]:
         with open(path, "rb") as f:
             f.seek(start)
             for line in f.read().decode(errors="replace").splitlines():
-                if "rafka.kraft.engine" in line and ("Raft stall" in line or "not bound" in line):
+                if ("rafka.kraft.engine" in line and ("Raft stall" in line or "not bound" in line)) \
+                        or ("rafka.admin" in line and "no answer within" in line):
                     out.append(f"node {n}: {line[:2000]}")
     return out[:20]
 
@@ -223,10 +259,18 @@ async def one_round(backend: Backend, opts: TortureOptions, r: int, pattern: str
     await trio.sleep(max(0.0, rec.fault_s - (time.monotonic() - t_fault)))
     await _heal(backend, action, rec.victims, staggered)
     t_heal = time.monotonic()
+    rec.heal_at = round(time.time(), 3)
     via = next(n for n in ids if n != rec.victims[0])
     rec.committed_via = via
-    done = await _create_until(backend, via, port, f"tq-{r}", opts.commit_timeout_s, rec.errors)
-    rec.heal_to_commit_s = None if done is None else round(time.monotonic() - t_heal, 3)
+    async with trio.open_nursery() as nursery:
+        if action == "kill":
+            async def restarted() -> None:
+                rec.restart_s = await _listening(backend, rec.victims, t_heal, opts.commit_timeout_s)
+            nursery.start_soon(restarted)
+        done = await _create_until(backend, via, port, f"tq-{r}", opts.commit_timeout_s, rec.errors)
+        rec.heal_to_commit_s = None if done is None else round(time.monotonic() - t_heal, 3)
+    if rec.heal_to_commit_s is not None and rec.restart_s is not None:
+        rec.up_to_commit_s = round(rec.heal_to_commit_s - rec.restart_s, 3)
     if rec.during_s is not None:
         rec.during_s = round(rec.during_s, 3)
     if not await _settle(backend, ids, port, opts.settle_timeout_s):
@@ -289,11 +333,24 @@ def summarize(rounds: Sequence[dict[str, Any]], worst: int = 5) -> str:
         d = f"{_pct(during, 50):6.2f} / {max(during):6.2f}" if during else "   -"
         lines.append(f"{pattern:22s}{len(rs):6d}  {h:34s}{len(rs) - len(heal):9d}   {d:26s}"
                      f"{len(with_during) - len(during):6d}")
+    restarts = [r for r in rounds if r.get("restart_s") is not None]
+    if restarts:  # kill patterns: the restart (Python start-up) apart from what Raft + rafka cost
+        lines.append("kill patterns: heal -> restarted processes listening, and processes up -> commit "
+                     "(negative: committed through the survivors first, counted as 0)")
+        lines.append("pattern               rounds  restart p50 / p99 / max (s)        up->commit p50 / p99 / max (s)")
+        for pattern in sorted({r["pattern"] for r in restarts}):
+            rs = [r for r in restarts if r["pattern"] == pattern]
+            up = [r["restart_s"] for r in rs]
+            cost = [max(0.0, r["up_to_commit_s"]) for r in rs if r.get("up_to_commit_s") is not None]
+            u = f"{_pct(up, 50):6.2f} / {_pct(up, 99):6.2f} / {max(up):6.2f}"
+            c = f"{_pct(cost, 50):6.2f} / {_pct(cost, 99):6.2f} / {max(cost):6.2f}" if cost else "   -"
+            lines.append(f"{pattern:22s}{len(rs):6d}  {u:35s}{c}")
     slow = sorted(rounds, key=lambda r: -1e9 if r["heal_to_commit_s"] is None else -r["heal_to_commit_s"])
     lines.append(f"worst {min(worst, len(slow))} rounds:")
     for r in slow[:worst]:
         lines.append(f"  round {r['round']} {r['pattern']} victims {r['victims']} fault {r['fault_s']} s: "
-                     f"heal->commit {r['heal_to_commit_s']} s, during {r['during_s']}, leader "
+                     f"heal->commit {r['heal_to_commit_s']} s (restart {r.get('restart_s')} s), "
+                     f"during {r['during_s']}, leader "
                      f"{r['leader_before']}@{r['term_before']} -> {r['leader_after']}@{r['term_after']}")
         lines += [f"    error: {e}" for e in r["errors"][:3]] + [f"    {w[:400]}" for w in r["watchdog"][:3]]
     return "\n".join(lines)
@@ -309,13 +366,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=None, help="start no round after this many seconds")
     ap.add_argument("--work-dir", type=Path, default=Path("quorum-torture-work"))
     ap.add_argument("--out", type=Path, default=Path("quorum-torture.jsonl"))
+    ap.add_argument("--client-port", type=int, default=TortureOptions.client_port,
+                    help="first node's client port (others follow); another harness on the box needs others")
+    ap.add_argument("--raft-port", type=int, default=TortureOptions.raft_port,
+                    help="first node's Raft port; keep it below the ephemeral range (docs/quorum.md)")
     ap.add_argument("--summary-only", action="store_true", help="print the summary of --out and exit")
     a = ap.parse_args(argv)
     if not a.summary_only:
         lo, hi = (float(x) for x in a.fault_s.split(","))
         opts = TortureOptions(rounds=a.rounds, nodes=a.nodes, patterns=tuple(a.patterns.split(",")),
                               fault_s=(lo, hi), seed=a.seed, work_dir=a.work_dir, out=a.out,
-                              time_limit_s=a.time_limit)
+                              time_limit_s=a.time_limit, client_port=a.client_port,
+                              raft_port=a.raft_port)
         trio.run(run_torture, opts)
     rounds = [json.loads(line) for line in a.out.read_text().splitlines() if line.strip()]
     print(summarize(rounds))

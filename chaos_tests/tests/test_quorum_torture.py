@@ -43,6 +43,11 @@ def _check(rounds: list[Round], minimum: int) -> None:
             assert r.during_s is not None, r
         if r.pattern == "pause-follower":
             assert r.term_after == r.term_before, r
+        if PATTERNS[r.pattern][1] == "kill":  # the restart is measured apart (issue 27 item 2)
+            assert r.restart_s is not None and r.up_to_commit_s is not None, r
+            assert abs(r.restart_s + r.up_to_commit_s - r.heal_to_commit_s) < 0.01, r
+        else:
+            assert r.restart_s is None and r.up_to_commit_s is None, r
 
 
 async def _torture(tmp_path: Path, rounds: int, time_limit_s: float) -> list[Round]:

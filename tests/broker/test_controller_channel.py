@@ -10,6 +10,7 @@ new controller's activation grace, which then fenced the broker.
 
 from __future__ import annotations
 
+import socket
 from functools import partial
 from typing import Any
 
@@ -285,4 +286,50 @@ async def test_every_attempt_is_bounded_when_the_view_never_names_the_target() -
             with trio.fail_after(5):
                 out = await channel.request_any(ApiKey.BROKER_HEARTBEAT, BODY, attempt_timeout_s=0.5)
             assert out["error"] == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_voter_that_refused_while_starting_is_asked_again_once_it_leads() -> None:
+    """Issue 27 (kill-all): every voter restarts; a broker's forward starts while voter 2 is not
+    listening yet (refused), and voter 2 is the one that becomes the active controller. The
+    other voters answer NOT_CONTROLLER, then name voter 2. Before the fix the refused voter
+    stayed in the request's failed set, its hint was ignored, and the channel asked voters 1
+    and 3 until it gave up (the harness's client saw a whole 5 s attempt unanswered)."""
+    with socket.socket() as s:  # voter 2's port: nothing listens there yet
+        s.bind(("127.0.0.1", 0))
+        port2 = s.getsockname()[1]
+    asked: list[int] = []
+    others_asked = trio.Event()
+    leader_up = False
+
+    async def voter(vid: int, req: Request) -> dict[str, Any]:
+        asked.append(vid)
+        if vid == 2:
+            return {"error": 0, "message": "", "is_fenced": False, "should_shutdown": False}
+        if asked.count(1) >= 2 and asked.count(3) >= 2:
+            others_asked.set()
+        out: dict[str, Any] = {"error": int(ErrorCode.NOT_CONTROLLER), "message": "not active",
+                               "leader_id": -1, "leader_host": None, "leader_port": None}
+        if leader_up:
+            out.update(leader_id=2, leader_host="127.0.0.1", leader_port=port2)
+        return out
+
+    async with trio.open_nursery() as nursery:
+        port1 = await nursery.start(Server(partial(voter, 1), "127.0.0.1", 0).serve)
+        port3 = await nursery.start(Server(partial(voter, 3), "127.0.0.1", 0).serve)
+
+        async def voter2_starts() -> None:
+            nonlocal leader_up
+            await others_asked.wait()
+            await nursery.start(Server(partial(voter, 2), "127.0.0.1", port2).serve)
+            leader_up = True
+
+        nursery.start_soon(voter2_starts)
+        channel = ControllerChannel(ConnectionPool(nursery), [(2, "127.0.0.1", port2),
+                                                             (1, "127.0.0.1", port1),
+                                                             (3, "127.0.0.1", port3)],
+                                    max_attempts=40)
+        out = await channel.request(ApiKey.BROKER_HEARTBEAT, BODY, attempt_timeout_s=5.0)
+        assert out["error"] == 0
+        assert asked[-1] == 2 and asked.count(2) == 1
         nursery.cancel_scope.cancel()
