@@ -38,10 +38,13 @@ class DirectChannel:
         self.svc = svc
 
     async def request(self, api_key: int, body: dict[str, Any], *,
-                      attempt_timeout_s: float | None = None) -> dict[str, Any]:
+                      attempt_timeout_s: float | None = None,
+                      trace: list[Any] | None = None) -> dict[str, Any]:
         return await self.svc.handlers[api_key](dict(body))  # one in-process attempt
 
-    request_any = request
+    async def request_any(self, api_key: int, body: dict[str, Any], *,
+                          attempt_timeout_s: float | None = None) -> dict[str, Any]:
+        return await self.request(api_key, body)
 
 
 @contextlib.asynccontextmanager
