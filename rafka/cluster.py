@@ -48,7 +48,12 @@ import trio
 from rafka import local_security
 from rafka.wire.connection import connect
 from rafka.wire.errors import RafkaError
-from rafka.wire.ports import KAFKA_PORT_OFFSET, METRICS_PORT_OFFSET, RAFT_PORT_OFFSET
+from rafka.wire.ports import (
+    KAFKA_PORT_OFFSET,
+    KAFKA_SECURE_PORT_OFFSET,
+    METRICS_PORT_OFFSET,
+    RAFT_PORT_OFFSET,
+)
 from rafka.wire.protocol import ApiKey
 
 __all__ = ["ClusterError", "NodeSpec", "cluster_up", "cluster_down", "load_cluster", "parse_overrides",
@@ -117,7 +122,7 @@ def free_port_block(n: int, host: str = "127.0.0.1") -> int:
     import random
     import socket
 
-    offsets = (0, RAFT_PORT_OFFSET, METRICS_PORT_OFFSET, KAFKA_PORT_OFFSET)
+    offsets = (0, RAFT_PORT_OFFSET, METRICS_PORT_OFFSET, KAFKA_PORT_OFFSET, KAFKA_SECURE_PORT_OFFSET)
     eph = ephemeral_port_range()
     top = min(eph[0] if eph else 32768, 32768) - max(offsets) - n
     if top <= 5000:  # an unusually low ephemeral range: no block fits below it, take any

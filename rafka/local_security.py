@@ -27,7 +27,8 @@ Theory of operation
   (the nodes talk there), bound to ``--host`` (127.0.0.1 by default); docs/security.md.
 * ``kafka_toml(node, settings)`` — the node's secured Kafka listener (broker/kafka/,
   docs/kafka-compat.md "Security"), of the same protocol as the secured native one, on its
-  Kafka port + ``SECURE_PORT_OFFSET`` (``PORT + 35000 + i - 1``; none past 65535):
+  Kafka port + 10000 (``PORT + KAFKA_SECURE_PORT_OFFSET + i - 1`` = ``PORT + 15000 + i - 1``,
+  below the ephemeral range as ``free_port_block`` keeps a block; none past 65535):
   ``kafka.ssl_listener`` (``--tls``), ``kafka.sasl_plaintext_listener`` (``--auth``) or
   ``kafka.sasl_ssl_listener`` (both). Its TLS files, SASL limits, authorizer and super user are
   the ``[security]`` table's; ``kafka_secure_bootstrap`` is its bootstrap string.
@@ -41,6 +42,8 @@ import os
 import secrets
 from pathlib import Path
 from typing import Any
+
+from rafka.wire.ports import KAFKA_PORT_OFFSET, KAFKA_SECURE_PORT_OFFSET
 
 __all__ = ["SECURE_PORT_OFFSET", "ADMIN_USER", "ADMIN_FILE", "TLS_DIR", "protocol", "secure_port",
            "secure_bootstrap", "kafka_secure_port", "kafka_secure_bootstrap", "kafka_toml",
@@ -79,7 +82,7 @@ def kafka_secure_port(node: Any) -> int | None:
     kafka = getattr(node, "kafka", None)
     if not kafka:
         return None
-    port = secure_port(int(kafka.rpartition(":")[2]))
+    port = int(kafka.rpartition(":")[2]) + KAFKA_SECURE_PORT_OFFSET - KAFKA_PORT_OFFSET
     return port if port <= 65535 else None
 
 

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rafka.wire.ports import KAFKA_PORT_OFFSET
+from rafka.wire.ports import KAFKA_PORT_OFFSET, KAFKA_SECURE_PORT_OFFSET
 
 from rafka.cluster import free_port_block
 from rafka.local_security import SECURE_PORT_OFFSET
@@ -61,18 +61,13 @@ def run(*args: str, stdin: str | None = None, check: bool = True) -> str:
     return r.stdout + r.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _base_port() -> int:
-    """A free block whose secured native and Kafka ports (+30000) are free too."""
+    """A free block whose secured native port (+30000) is free too (``free_port_block``
+    probes the rest, the secured Kafka ports included)."""
     for _ in range(50):
-        base = free_port_block(1)
+        base = free_port_block(3)
         try:
-            for p in (base + SECURE_PORT_OFFSET, base + KAFKA_PORT_OFFSET + SECURE_PORT_OFFSET):
+            for p in (base + SECURE_PORT_OFFSET,):
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", p))
         except OSError:
@@ -87,7 +82,9 @@ def start(data: Path) -> SecuredCluster:
     up = run("cluster", "up", "--nodes", "1", "--tls", "--auth", "--detach",
              "--data-dir", str(data), "--port", str(port))
     try:
-        ssl_port, sasl_port = _free_port(), _free_port()
+        # the block's client ports 2 and 3 (free_port_block(3) probed them; there is one node):
+        # below the ephemeral range, unlike a port the kernel picks
+        ssl_port, sasl_port = port + 1, port + 2
         cfg = data / "node-1" / "node.toml"
         text = cfg.read_text()
         line = re.search(r"^kafka\.sasl_ssl_listener = .*$", text, re.M)
@@ -104,7 +101,7 @@ def start(data: Path) -> SecuredCluster:
         kafka_port = port + KAFKA_PORT_OFFSET
         return SecuredCluster(data, up, {
             "PLAINTEXT": f"127.0.0.1:{kafka_port}",
-            "SASL_SSL": f"127.0.0.1:{kafka_port + SECURE_PORT_OFFSET}",
+            "SASL_SSL": f"127.0.0.1:{port + KAFKA_SECURE_PORT_OFFSET}",
             "SSL": f"127.0.0.1:{ssl_port}",
             "SASL_PLAINTEXT": f"127.0.0.1:{sasl_port}"},
             str(data / "tls" / "ca.pem"), password.group(1))
