@@ -79,8 +79,6 @@ _COMPRESSION_MASK = 0x07
 _CRC_START = 21
 _MAGIC_AT = 16
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_TAIL = struct.Struct(">hiqqqhii")
-_HEAD = struct.Struct(">qiibI")
 _INT32 = struct.Struct(">i")
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
@@ -170,10 +168,7 @@ def to_kafka(data: bytes | bytearray | memoryview) -> bytes | bytearray | memory
     if isinstance(data, bytearray):
         whole = _kafka_only(data)
         if whole is not None:
-            pos = 0
-            while pos < whole:
-                data[pos + _MAGIC_AT] = 2
-                pos += 12 + _INT32.unpack_from(data, pos + 8)[0]
+            _restore_magic(data, 0, whole)
             return memoryview(data)[:whole]
     out = bytearray()
     pos, end = 0, len(data)
@@ -215,11 +210,14 @@ def _copy_kafka(out: bytearray, run: memoryview) -> None:
     """Append a run of stored Kafka batches with each magic byte set back to 2."""
     at = len(out)
     out += run
-    pos, end = at, len(out)
+    _restore_magic(out, at, len(out))
+
+
+def _restore_magic(buf: bytearray, pos: int, end: int) -> None:
+    """Set the magic byte of every stored Kafka batch in ``buf[pos:end]`` back to Kafka's 2."""
     while pos < end:
-        out[pos + _MAGIC_AT] = 2
-        (length,) = struct.unpack_from(">i", out, pos + 8)
-        pos += 12 + length
+        buf[pos + _MAGIC_AT] = MAGIC
+        pos += 12 + _INT32.unpack_from(buf, pos + 8)[0]
 
 
 # --------------------------------------------------------------------------- whole batches
@@ -260,12 +258,11 @@ def encode_batch(rows: Sequence[KafkaRow], *, first_timestamp: int, max_timestam
         max_timestamp = first_timestamp + max((r.timestamp_delta for r in rows), default=0)
     if last_offset_delta is None:
         last_offset_delta = max((r.offset_delta for r in rows), default=0)
-    tail = _TAIL.pack((attributes & ~_COMPRESSION_MASK) | compression, last_offset_delta,
-                      first_timestamp, max_timestamp, producer_id, producer_epoch,
-                      base_sequence, len(rows))
-    crc = crc32c(section, crc32c(tail))
-    head = _HEAD.pack(base_offset, HEADER_SIZE - 12 + len(section), leader_epoch, 2, crc)
-    return b"".join((head, tail, section))
+    return build_raw_batch(  # rafka's framing is Kafka's v2 framing (magic 2)
+        section, base_offset=base_offset, last_offset_delta=last_offset_delta,
+        record_count=len(rows), first_timestamp=first_timestamp, max_timestamp=max_timestamp,
+        attributes=(attributes & ~_COMPRESSION_MASK) | compression, producer_id=producer_id,
+        producer_epoch=producer_epoch, base_sequence=base_sequence, leader_epoch=leader_epoch)
 
 
 # --------------------------------------------------------------------------- conversion
@@ -316,11 +313,11 @@ def native_to_kafka(data: bytes | bytearray | memoryview) -> bytes:
                                     _CONTROL_VALUE.pack(0, epoch), ())])
         else:
             section = as_kafka_section(data, pos, h)
-        tail = _TAIL.pack(h.attributes & ~_COMPRESSION_MASK, h.last_offset_delta,
-                          h.first_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
-                          h.base_sequence, h.record_count)
-        crc = crc32c(section, crc32c(tail))
-        out += (_HEAD.pack(h.base_offset, HEADER_SIZE - 12 + len(section),
-                           h.partition_leader_epoch, 2, crc), tail, section)
+        out.append(build_raw_batch(
+            section, base_offset=h.base_offset, last_offset_delta=h.last_offset_delta,
+            record_count=h.record_count, first_timestamp=h.first_timestamp,
+            max_timestamp=h.max_timestamp, attributes=h.attributes & ~_COMPRESSION_MASK,
+            producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+            base_sequence=h.base_sequence, leader_epoch=h.partition_leader_epoch))
         pos += h.size
     return b"".join(out)
