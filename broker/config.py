@@ -378,15 +378,12 @@ _KAFKA_KEYS = {"listener": "PLAINTEXT", "ssl_listener": "SSL",
 def _kafka_secured(kafka: Mapping[str, Any], security: Any, source: str
                    ) -> tuple[tuple[tuple[str, tuple[str, int]], ...], tuple[str, ...]]:
     """The secured Kafka listeners and SASL mechanisms of the [kafka] table."""
+    from rafka.security.listener import parse_mechanisms
     from rafka.security.scram import MECHANISMS
 
     allowed = (*MECHANISMS, "PLAIN")
-    mechs = kafka.get("sasl_mechanisms", list(allowed))
-    if isinstance(mechs, str):
-        mechs = [m.strip() for m in mechs.split(",") if m.strip()]
-    if not isinstance(mechs, list) or not mechs or any(m not in allowed for m in mechs):
-        raise ConfigError(source, "kafka.sasl_mechanisms",
-                          f"expected a non-empty subset of {list(allowed)}, got {mechs!r}")
+    mechs = parse_mechanisms(kafka.get("sasl_mechanisms", list(allowed)), allowed, source,
+                             "kafka.sasl_mechanisms")
     out = []
     for key, protocol in _KAFKA_KEYS.items():
         if protocol in (None, "PLAINTEXT") or not kafka.get(key):

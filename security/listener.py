@@ -76,7 +76,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PROTOCOLS", "ProtocolFlags", "SecurityConfig", "ListenerSecurity", "parse_security", "advertised",
            "image_credentials", "secured_dispatch", "node_principal", "is_node_principal",
-           "node_bypass", "anonymous_dispatch", "NODE_USER", "ANONYMOUS"]
+           "node_bypass", "anonymous_dispatch", "NODE_USER", "ANONYMOUS", "parse_mechanisms"]
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _KEYS = {"listener", "advertised_listener", "protocol", "ssl.certfile", "ssl.keyfile",
@@ -156,6 +156,18 @@ class ListenerSecurity:
         return self.config.inter_broker and is_node_principal(certificate_principal)
 
 
+def parse_mechanisms(value: Any, allowed: tuple[str, ...], source: str, key: str) -> list[str]:
+    """A SASL mechanism list setting — a list, or a comma-separated string — checked to be a
+    non-empty subset of ``allowed`` (a ``ConfigError`` naming ``key`` otherwise). Shared by
+    ``security.sasl.enabled.mechanisms`` and ``kafka.sasl_mechanisms`` (broker/config.py)."""
+    mechs = value
+    if isinstance(mechs, str):
+        mechs = [m.strip() for m in mechs.split(",") if m.strip()]
+    if not isinstance(mechs, list) or not mechs or any(m not in allowed for m in mechs):
+        raise ConfigError(source, key, f"expected a non-empty subset of {list(allowed)}, got {mechs!r}")
+    return mechs
+
+
 def _path(raw: Mapping[str, Any], key: str, base: Path, source: str) -> str | None:
     v = raw.get(key)
     if v is None:
@@ -197,12 +209,8 @@ def parse_security(raw: Any, source: str, base: Path) -> SecurityConfig | None:
     if client_auth not in CLIENT_AUTH:
         raise ConfigError(source, "security.ssl.client.auth",
                           f"must be one of {', '.join(CLIENT_AUTH)}, got {client_auth!r}")
-    mechs = raw.get("sasl.enabled.mechanisms", list(MECHANISMS))
-    if isinstance(mechs, str):
-        mechs = [m.strip() for m in mechs.split(",") if m.strip()]
-    if not isinstance(mechs, list) or not mechs or any(m not in MECHANISMS for m in mechs):
-        raise ConfigError(source, "security.sasl.enabled.mechanisms",
-                          f"expected a non-empty subset of {list(MECHANISMS)}, got {mechs!r}")
+    mechs = parse_mechanisms(raw.get("sasl.enabled.mechanisms", list(MECHANISMS)), MECHANISMS,
+                             source, "security.sasl.enabled.mechanisms")
     cfg = SecurityConfig(
         listener=listener, advertised_listener=advertised, protocol=protocol,
         certfile=_path(raw, "ssl.certfile", base, source),
