@@ -476,5 +476,9 @@ def _quorum_watchdog(stats: dict[str, Any]) -> Iterator[Metric]:
     yield peers
     for key, name, doc in (("raft_prevote_rounds", "rafka_raft_prevote_rounds", "Pre-votes this voter started"),
                            ("raft_votes_ignored_in_lease", "rafka_raft_votes_ignored_in_lease",
-                            "Higher-term vote requests ignored while a leader's lease held")):
+                            "Higher-term vote requests ignored while a leader's lease held"),
+                           ("raft_term_notices_sent", "rafka_raft_term_notices_sent",
+                            "Appends of a leader behind this voter's term answered with its term"),
+                           ("raft_term_notices_adopted", "rafka_raft_term_notices_adopted",
+                            "Higher terms this voter learnt from a term notice (a leader steps down)")):
         yield CounterMetricFamily(name, doc, stats.get(key, 0))

@@ -27,6 +27,18 @@ leader change after a mere follower pause, issue 27).
   ``raftMaxTimeout``, kraft/syncobj_engine.py), so a leader's lease is only as long as it can
   prove it still leads.
 
+* **Term notice (etcd raft's answer to a lower-term leader).** The lease opens one race: a
+  voter grants a pre-vote while it has no leader, then hears from one before the candidate's
+  ``request_vote`` arrives and ignores it. The candidate now sits one term above a healthy
+  leader, and neither side listens to the other — the leader and its follower drop its vote
+  requests (lease) and refuse its pre-votes, it drops their lower-term appends (torture run C:
+  stuck ≥ 25 s with every link up, one missed write when the leader then died). So a voter
+  that receives ``append_entries`` of a lower term answers ``term_notice`` with its own term,
+  and a voter that receives a notice of a higher term adopts it as a follower with no leader
+  (a leader steps down: any Raft message of a higher term does that). A new election at a
+  higher term then takes every voter in. pysyncobj's own messages other than ``request_vote``
+  and ``append_entries`` carry no term, which is why this needs a message of its own.
+
 What is kept: a leadership transfer (pysyncobj's ``timeout_now``, not used by rafka) skips the
 pre-vote on the target, but the other voters' lease would still ignore its ``request_vote``
 while the old leader's heartbeats arrive (etcd marks such votes; we have no field for it).
@@ -64,6 +76,8 @@ class PreVoteSyncObj(SyncObj):  # type: ignore[misc]
         self.prevote_rounds = 0  # pre-votes this node started
         self.prevotes_refused = 0  # pre-votes this node refused to another
         self.votes_ignored_in_lease = 0  # higher-term request_vote messages dropped
+        self.term_notices_sent = 0  # lower-term appends answered with this node's term
+        self.term_notices_adopted = 0  # higher terms learnt from a notice
         super().__init__(*args, **kwargs)
 
     # -- pysyncobj private state, read and written on the tick thread ----------------------
@@ -127,15 +141,35 @@ class PreVoteSyncObj(SyncObj):  # type: ignore[misc]
         if kind == "pre_vote_response":
             self._on_pre_vote_response(node, message)
             return
+        if kind == "term_notice":
+            self._on_term_notice(message)
+            return
         now = raft_clock()
         if (kind == "request_vote" and message.get("term", 0) > self._pv_term()
                 and self._SyncObj__selfNode is not None and self.in_leader_lease(now)):
             self.votes_ignored_in_lease += 1
             return
-        if kind == "append_entries" and message.get("term", -1) >= self._pv_term():
-            self._pv_leader_contact = now
-            self._pv_passed_term = None  # a won pre-vote not yet used is void: a leader is back
+        if kind == "append_entries" and self._SyncObj__selfNode is not None:
+            if message.get("term", -1) >= self._pv_term():
+                self._pv_leader_contact = now
+                self._pv_passed_term = None  # a won pre-vote not yet used is void: a leader is back
+            else:  # a leader behind this node's term: tell it (pysyncobj would just drop it)
+                self.term_notices_sent += 1
+                self._SyncObj__transport.send(node, {"type": "term_notice", "term": self._pv_term()})
         SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _on_term_notice(self, message: dict[str, Any]) -> None:
+        term = int(message.get("term", -1))
+        if self._SyncObj__selfNode is None or term <= self._pv_term():
+            return
+        self.term_notices_adopted += 1
+        self._SyncObj__setCurrentTerm(term, None)
+        self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+        if self._SyncObj__raftLeader is not None:
+            self._SyncObj__onLeaderChanged()  # commands waiting on the old leader fail now
+        self._SyncObj__raftLeader = None
+        self._pv_passed_term = None
+        self._pv_leader_contact = _NEVER
 
     def _on_pre_vote(self, node: Any, message: dict[str, Any]) -> None:
         granted = (self._SyncObj__selfNode is not None

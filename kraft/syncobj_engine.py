@@ -560,6 +560,8 @@ class SyncObjQuorum:
             "raft_prevote_rounds": self._node.prevote_rounds,
             "raft_prevotes_refused": self._node.prevotes_refused,
             "raft_votes_ignored_in_lease": self._node.votes_ignored_in_lease,
+            "raft_term_notices_sent": self._node.term_notices_sent,
+            "raft_term_notices_adopted": self._node.term_notices_adopted,
             "quorum_seconds_since_commit": self.watchdog.state.seconds_since_commit,
             "quorum_stalled": self.watchdog.state.stalled,
             "raft_listener_bound": self.watchdog.state.listener_bound,

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj.syncobj import _RAFT_STATE
 from rafka.kraft.prevote import PreVoteSyncObj
 
 pytestmark = pytest.mark.timeout(60)
@@ -108,3 +109,26 @@ def test_dead_leader_is_replaced(make_nodes) -> None:
     new = [n for n in rest if n._isLeader()]
     assert len(new) == 1 and new[0].raftCurrentTerm > term
     assert time.monotonic() < end
+
+
+def test_candidate_stuck_above_the_leaders_term_rejoins(make_nodes) -> None:
+    """Issue 27, torture run C rounds 28 and 329: a voter left as a candidate one term above
+    a healthy leader, every link up. It got there by a race the lease opens: its pre-vote was
+    granted by a voter that had no leader at that moment, which then heard from the leader
+    before the ``request_vote`` arrived and ignored it. From then on the leader and its follower
+    drop its higher-term vote requests (lease) and refuse its pre-votes, and it drops their
+    lower-term appends — stuck for good (≥ 25 s in the run). The race is set up here directly:
+    one follower is put into that candidate state at term + 1. The fix (etcd raft's answer to a
+    lower-term leader message) makes it tell the leader its term; the leader steps down and a
+    new election at a higher term takes all three in.
+    """
+    nodes = make_nodes(PreVoteSyncObj)
+    leader, term = _leader(nodes)
+    stuck = next(n for n in nodes if n is not leader)
+    stuck._SyncObj__setCurrentTerm(term + 1, stuck.selfNode.id)  # voted for itself at term + 1
+    stuck._SyncObj__setState(_RAFT_STATE.CANDIDATE)
+    stuck._SyncObj__raftLeader = None
+    leader_obj, new_term = _leader(nodes)
+    assert new_term > term + 1 or (new_term == term + 1 and leader_obj is stuck)
+    assert [n.raftCurrentTerm for n in nodes] == [new_term] * 3
+    assert sum(n.term_notices_sent for n in nodes) >= 1
