@@ -47,6 +47,7 @@ from rafka.wire.errors import ErrorCode, error_class
 
 __all__ = [
     "MECHANISMS",
+    "stored_and_server_key",
     "DEFAULT_ITERATIONS",
     "MIN_ITERATIONS",
     "MAX_ITERATIONS",
@@ -110,6 +111,13 @@ def _keys(mechanism: str, salted: bytes) -> tuple[bytes, bytes, bytes]:
     name = _hash_name(mechanism)
     client_key = _hmac(name, salted, b"Client Key")
     return client_key, hashlib.new(name, client_key).digest(), _hmac(name, salted, b"Server Key")
+
+
+def stored_and_server_key(mechanism: str, salted: bytes) -> tuple[bytes, bytes]:
+    """(StoredKey, ServerKey) of a SaltedPassword: what a Kafka AlterUserScramCredentials
+    upsertion carries is the salted password, rafka stores these two."""
+    _ck, stored, server = _keys(mechanism, salted)
+    return stored, server
 
 
 def derive_credential(mechanism: str, password: str, *, salt: bytes | None = None,

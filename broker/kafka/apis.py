@@ -34,7 +34,17 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rafka.broker.kafka import acls, admin, admin_more, groups, quotas, sasl, txn, txn_admin
+from rafka.broker.kafka import (
+    acls,
+    admin,
+    admin_more,
+    groups,
+    quotas,
+    sasl,
+    scram_users,
+    txn,
+    txn_admin,
+)
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.context import (
     CORRUPT_MESSAGE,
@@ -473,6 +483,8 @@ SERVED: dict[int, tuple[int, int, Adapter]] = {
     47: (0, 0, admin_more.offset_delete),
     48: (0, 1, quotas.describe_client_quotas),
     49: (0, 1, quotas.alter_client_quotas),
+    50: (0, 0, scram_users.describe_user_scram_credentials),
+    51: (0, 0, scram_users.alter_user_scram_credentials),
     55: (0, 2, admin_more.describe_quorum),
     60: (0, 1, admin.describe_cluster),
     61: (0, 0, txn_admin.describe_producers),

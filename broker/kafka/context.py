@@ -25,7 +25,7 @@ from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.fetch_sessions import FetchSessionCache
 from rafka.broker.kafka.members import ClassicGroups
 from rafka.metadata.image import MetadataImage
-from rafka.wire.errors import RafkaError
+from rafka.wire.errors import ErrorCode, RafkaError
 from rafka.wire.protocol import ApiKey, Request
 
 __all__ = ["KafkaContext", "kafka_error", "commit_error", "call_native", "kafka_address", "kafka_listeners", "ms",
@@ -57,10 +57,17 @@ class KafkaContext:
     fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)  # KIP-227
 
 
+# rafka-only codes (1000+) that Kafka has a number for
+_KAFKA_NUMBER = {int(ErrorCode.RESOURCE_NOT_FOUND): 91}
+
+
 def kafka_error(code: int | None) -> int:
-    """A native error code as Kafka's (the same number below 1000)."""
+    """A native error code as Kafka's: the same number below 1000, Kafka's number for a
+    rafka-only code Kafka also has, else UNKNOWN_SERVER_ERROR. (confluent-kafka 2.16's
+    AdminClient never completes an AlterUserScramCredentials future whose user answered −1,
+    which is how a missing credential read before RESOURCE_NOT_FOUND was mapped.)"""
     code = int(code or 0)
-    return code if code < 1000 else UNKNOWN_SERVER_ERROR
+    return code if code < 1000 else _KAFKA_NUMBER.get(code, UNKNOWN_SERVER_ERROR)
 
 
 def ms(td: datetime.timedelta | int) -> int:

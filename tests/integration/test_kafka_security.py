@@ -226,6 +226,65 @@ def test_acl_denial_is_topic_authorization_failed(secured: Secured) -> None:
     assert reports[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
+def test_admin_client_creates_a_scram_user_who_then_logs_in(secured: Secured) -> None:
+    """AlterUserScramCredentials / DescribeUserScramCredentials (50, 51) through confluent-kafka's
+    AdminClient as the super user: the new user is described (mechanism, iterations; never a
+    secret), logs in over SASL_PLAINTEXT with the password the admin client salted, is refused
+    after its credential is deleted; bad entries get Kafka's named errors per user and leave the
+    others' entries applied; ``rafka user list`` sees what the Kafka client made."""
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(_conf(secured, "SASL_SSL", "PLAIN", "admin", secured.admin_pw))
+    pw = "bob-" + uuid.uuid4().hex[:12]
+    futs = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                     pw.encode()),
+        UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100),
+                                     b"too-few-iterations"),
+        UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_256)])
+    assert futs["bob"].result(30) is None
+    for user, code in (("carol", KafkaError.UNACCEPTABLE_CREDENTIAL),
+                       ("nobody", KafkaError.RESOURCE_NOT_FOUND)):
+        with pytest.raises(KafkaException) as err:
+            futs[user].result(30)
+        assert err.value.args[0].code() == code, (user, err.value)
+
+    futs_d = admin.describe_user_scram_credentials(["bob", "carol"])
+    bob = futs_d["bob"].result(30)
+    assert [(i.mechanism, i.iterations) for i in bob.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_512, 8192)]
+    with pytest.raises(KafkaException) as err:
+        futs_d["carol"].result(30)
+    assert err.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
+    everyone = admin.describe_user_scram_credentials().result(30)
+    assert {"alice", "bob"} <= set(everyone)
+    assert "bob" in secured_cluster.run("user", "list", *secured.cluster.admin_config)
+
+    secured.cluster.allow("User:bob", ["--topic", "ok"], ["write", "describe"])
+    reports: list[Any] = []
+    p = Producer({**_conf(secured, "SASL_PLAINTEXT", "SCRAM-SHA-512", "bob", pw), "acks": "all"})
+    p.produce("ok", b"from bob", on_delivery=lambda e, m: reports.append(e))
+    assert p.flush(30) == 0 and reports == [None]
+
+    gone = admin.alter_user_scram_credentials(
+        [UserScramCredentialDeletion("bob", ScramMechanism.SCRAM_SHA_512)])
+    assert gone["bob"].result(30) is None
+    errors: list[Any] = []
+    p2 = Producer({**_conf(secured, "SASL_PLAINTEXT", "SCRAM-SHA-512", "bob", pw),
+                   "error_cb": errors.append})
+    deadline = time.monotonic() + 30
+    while not any(e.code() == KafkaError._AUTHENTICATION for e in errors):
+        assert time.monotonic() < deadline, errors
+        p2.poll(0.2)
+
+
 # --------------------------------------------------------------------------- raw protocol
 
 
