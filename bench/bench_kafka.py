@@ -13,6 +13,9 @@ repetition, fresh topics, and for RF 1 and RF 3 in turn:
   timed from the first record received to the last (start-up left out of both; target ≥ 0.7),
   and ``*_consume_client_cpu``: the consuming process's CPU µs per record meanwhile (all its
   threads: librdkafka's included) — a consumer at 1 / its CPU per record is client-bound;
+* ``kcat_consume``: the same records read by kcat (librdkafka in C, its output read in 64 KiB
+  chunks), timed the same way — with no Python per record it tells what the broker's Kafka
+  fetch path can serve apart from what confluent-kafka's Python layer can take;
 * ``broker_cpu_per_record_{native,kafka}_produce`` and ``..._consume``: CPU µs per record the
   node processes spent (``/proc/<pid>/stat``, idle rate subtracted: ``bench/broker_cpu.py``)
   during the RF 1 produce / consume phases; the Kafka figure's ``ratio`` is against the native
@@ -133,6 +136,34 @@ def _kafka_consume(kafka_bootstrap: str, topic: str, n: int) -> tuple[float, flo
         c.close()
 
 
+def _kcat_consume(kafka_bootstrap: str, topic: str, n: int) -> float | None:
+    """records/s of kcat (librdkafka in C, no Python per record) reading ``n`` records from the
+    start, timed like the others from its first output to its ``n``-th record; None without
+    kcat. It tells the broker's Kafka fetch path apart from confluent-kafka's Python layer."""
+    import shutil
+    import subprocess
+
+    if shutil.which("kcat") is None:
+        return None
+    proc = subprocess.Popen(
+        ["kcat", "-C", "-b", kafka_bootstrap, "-t", topic, "-p", "0", "-o", "beginning",
+         "-c", str(n), "-q", "-f", "%o\\n", "-X", "fetch.max.bytes=52428800",
+         "-X", "max.partition.fetch.bytes=8388608"],  # its librdkafka (2.0.2) has no queue backoff
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    got, first, t0 = 0, 0, 0.0
+    while chunk := proc.stdout.read1(1 << 16):
+        k = chunk.count(b"\n")
+        if k and not got:
+            first, t0 = k, time.perf_counter()
+        got += k
+    t1 = time.perf_counter()
+    if proc.wait(timeout=60) != 0 or got < n:
+        err = proc.stderr.read().decode(errors="replace")[-500:] if proc.stderr else ""
+        raise RuntimeError(f"kcat consumed {got} of {n} records (exit {proc.returncode}): {err}")
+    return (got - first) / (t1 - t0)
+
+
 def _fig(values: list[float], unit: str, **extra: Any) -> dict[str, Any]:
     return {"median": statistics.median(values), "unit": unit, "runs": values, **extra}
 
@@ -182,6 +213,10 @@ def run(runs: int = 3) -> dict[str, Any]:
             add("kafka_vs_native_consume", kc / nc)
             add("broker_cpu_per_record_native_consume", nc_cpu)
             add("broker_cpu_per_record_kafka_consume", kc_cpu)
+            kcat = _kcat_consume(kafka_bootstrap, f"kafka-rf1-{r}", N + 1)
+            if kcat is not None:
+                add("kcat_consume", kcat)
+                add("kcat_vs_native_consume", kcat / nc)
     out: dict[str, Any] = {}
     for rf in (1, 3):
         out[f"native_send_rf{rf}"] = _fig(figs[f"native_send_rf{rf}"], "rec/s", acks="all")
@@ -201,6 +236,11 @@ def run(runs: int = 3) -> dict[str, Any]:
                                            ratio_of="native_consume_client_cpu")
     out["kafka_vs_native_consume"] = _fig(figs["kafka_vs_native_consume"], "x", target=">= 0.7",
                                           what="median of per-repetition ratios")
+    if "kcat_consume" in figs:
+        out["kcat_consume"] = _fig(figs["kcat_consume"], "rec/s", client="kcat (librdkafka, C)",
+                                   ratio_of="native_consume")
+        out["kcat_vs_native_consume"] = _fig(figs["kcat_vs_native_consume"], "x",
+                                             what="median of per-repetition ratios")
     for phase in ("produce", "consume"):
         out[f"broker_cpu_per_record_native_{phase}"] = _fig(
             figs[f"broker_cpu_per_record_native_{phase}"], "us/rec", rf=1)
