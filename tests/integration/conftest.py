@@ -3,7 +3,10 @@
 ``cluster_factory(nodes=3, broker_config={k: v}, controller_config={k: v})`` starts a cluster of real node processes on free ports and returns
 a ``LocalCluster`` (data dir, bootstrap string, node specs, ``up()``/``down()``/``kill(id)``).
 Every node ever started is killed by pid at teardown, even when the test failed. ``cluster3`` /
-``cluster1`` are ready-made. Reusable by any test package (``pytest_plugins`` or a conftest
+``cluster1`` are ready-made. ``module_cluster1`` is one node shared by a module's tests: a
+module whose tests neither stop, restart nor reconfigure the cluster, and name their topics
+and groups apart, binds ``cluster1`` to it (a node start is 3-7 s of the default suite per
+test). Reusable by any test package (``pytest_plugins`` or a conftest
 import).
 """
 
@@ -191,3 +194,13 @@ def cluster3(cluster_factory: Any) -> LocalCluster:
 @pytest.fixture
 def cluster1(cluster_factory: Any) -> LocalCluster:
     return cluster_factory(1)
+
+
+@pytest.fixture(scope="module")
+def module_cluster1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("module-cluster") / "cluster", 1, free_port_block(1))
+    try:
+        c.up()
+        yield c
+    finally:
+        c.stop()

@@ -23,6 +23,14 @@ from tests.integration.conftest import LocalCluster, wait_until
 from tests.integration.test_kafka_clients import create, kafka_bootstrap
 
 
+@pytest.fixture(scope="module")
+def cluster1(module_cluster1: LocalCluster) -> LocalCluster:
+    """One node for this module's tests (conftest: ``module_cluster1``); a test that
+    restarts its node or changes cluster-wide settings takes ``cluster_factory(1)``."""
+    return module_cluster1
+
+
+
 def _roundtrip(addr: str, api_key: int, version: int, body: dict[str, Any]) -> Any:
     host, port = addr.split(":")
     req = codec.build(codec.request_schema(api_key, version), body)
@@ -361,9 +369,10 @@ def test_kafka_python_transaction_admin_on_an_open_transaction(cluster1: LocalCl
         admin.close()
 
 
-def test_client_quotas_through_kafka_and_native(cluster1: LocalCluster) -> None:
+def test_client_quotas_through_kafka_and_native(cluster_factory: Any) -> None:
     """AlterClientQuotas / DescribeClientQuotas (raw kio: neither client library has them)
     on rafka's quotas, read back natively too."""
+    cluster1 = cluster_factory(1)  # its own node: it sets cluster-wide quotas
     import trio
     from rafka.client.aio import AsyncAdmin
     from rafka.client.aio.quota_admin import describe_client_quotas
@@ -442,10 +451,11 @@ def test_kafka_python_delete_group_offsets(cluster1: LocalCluster) -> None:
         admin.close()
 
 
-def test_a_producer_over_its_quota_is_throttled_and_loses_nothing(cluster1: LocalCluster) -> None:
+def test_a_producer_over_its_quota_is_throttled_and_loses_nothing(cluster_factory: Any) -> None:
     """A byte-rate quota on the Kafka listener (KIP-219): the produce answer carries the
     quota's throttle time — librdkafka reports it to ``throttle_cb`` — and every record still
     arrives, in order."""
+    cluster1 = cluster_factory(1)  # its own node: it sets cluster-wide quotas
     from confluent_kafka import Producer as KafkaProducer
 
     kb = kafka_bootstrap(cluster1)

@@ -29,6 +29,13 @@ from tests.integration.conftest import LocalCluster
 kcat_missing = pytest.mark.skipif(shutil.which("kcat") is None,
                                   reason="kcat not installed (Debian package kcat: make os-deps)")
 
+@pytest.fixture(scope="module")
+def cluster1(module_cluster1: LocalCluster) -> LocalCluster:
+    """One node for this module's tests (conftest: ``module_cluster1``); a test that
+    restarts its node or changes cluster-wide settings takes ``cluster_factory(1)``."""
+    return module_cluster1
+
+
 
 def kafka_bootstrap(c: LocalCluster) -> str:
     return ",".join(n["kafka"] for n in c.info()["nodes"])
@@ -1122,10 +1129,11 @@ def test_retention_of_kafka_written_batches(cluster_factory: Any) -> None:
         assert kgot == list(range(start, total))
 
 
-def test_corrupt_kafka_batch_on_disk_is_detected_like_a_native_one(cluster1: LocalCluster) -> None:
+def test_corrupt_kafka_batch_on_disk_is_detected_like_a_native_one(cluster_factory: Any) -> None:
     """Bit rot inside a stored Kafka batch (lz4, as confluent-kafka produced it): the broker's
     fetch answers CORRUPT_MESSAGE for that range, the native consumer raises
     CorruptRecordError naming it, the records around it are served to both clients."""
+    cluster1 = cluster_factory(1)  # its own node: it corrupts a segment and restarts the node
     import trio
     from confluent_kafka import Consumer as CConsumer
     from confluent_kafka import Producer as CProducer

@@ -42,6 +42,13 @@ pytestmark = pytest.mark.timeout(300)
 # behaviour (a 30-60 s wait) would still finish inside it, so each test also checks the message.
 COMMAND_DEADLINE_S = 120
 
+@pytest.fixture(scope="module")
+def cluster1(module_cluster1: LocalCluster) -> LocalCluster:
+    """One node for this module's tests (conftest: ``module_cluster1``); a test that
+    restarts its node or changes cluster-wide settings takes ``cluster_factory(1)``."""
+    return module_cluster1
+
+
 
 def rafka(*args: str, bootstrap: str | None = None, input: bytes | None = None,
           timeout: float = COMMAND_DEADLINE_S) -> subprocess.CompletedProcess[str]:
@@ -296,7 +303,8 @@ def test_sigterm_consumer_leaves_its_group_and_active_group_reset_is_refused(clu
 # --------------------------------------------------------------------------- 5. the README snippet twice
 
 
-def test_readme_python_snippet_runs_twice(cluster1: LocalCluster) -> None:
+def test_readme_python_snippet_runs_twice(cluster_factory: Any) -> None:
+    cluster1 = cluster_factory(1)  # its own node: the README's topic starts empty
     code = python_snippet().replace("127.0.0.1:9092", cluster1.bootstrap)
     code = code.replace("replication_factor=3", "replication_factor=1")  # one node here
     assert "exist_ok=True" in code
