@@ -20,6 +20,14 @@ Durability (``log.flush.policy``):
   ``flush.ms``; answers do not wait for it.
 * ``none`` — the OS decides.
 
+Inline flushes (``log.flush.inline``, batch policy only): the group-commit round (leader) and
+the follower's per-fetch-response sync call ``fdatasync`` on the trio thread itself, after one
+checkpoint (so the follower fetches an append just woke send their answers first), instead of
+handing it to a worker thread. A hand-off costs a wake-up of the worker (the job), usually a GIL
+wait when it comes back, a wake-up of the loop (the result) and their futex traffic; the price
+is that the loop serves nothing else while the disk syncs. Durability is the same: the same
+``_flush_all`` runs before the same ``on_flushed``.
+
 High-watermark checkpoints: every ``replica.high.watermark.checkpoint.interval.ms`` (1 s) one
 worker-thread round writes ``high-watermark-checkpoint`` for every partition whose HW moved, and
 ``close`` writes them before closing the logs; a checkpoint may lag the HW, never lead it
@@ -109,6 +117,7 @@ class ReplicaManager:
         self.topic_defaults = topic_defaults
         self.events = events
         self.flush_policy: str = settings.get("log.flush.policy", "batch")
+        self.flush_inline: bool = bool(settings.get("log.flush.inline", False))
         self.unsafe_ack_before_replication: bool = bool(
             settings.get("unsafe.ack.before.replication", False))
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -116,6 +125,7 @@ class ReplicaManager:
         self._dirty = trio.Event()
         self._unflushed_messages = 0
         self.flush_rounds = 0
+        self.inline_flushes = 0  # rounds run on the trio thread (log.flush.inline)
         # called with each flush round's duration in seconds (broker/metrics.py)
         self.flush_observer: Callable[[float], None] | None = None
         # replication seam (broker/replication): set by attach_replication()
@@ -307,7 +317,7 @@ class ReplicaManager:
         if not work:
             return ok
         self.flush_rounds += 1
-        results = await run_in_worker_thread(_flush_all, [p for _, p in work])
+        results = await self._run_flush([p for _, p in work])
         for (tp, p), res in zip(work, results, strict=True):
             if isinstance(res, BaseException):
                 log.error("follower flush of %s failed: %s", p.name, res)
@@ -403,6 +413,15 @@ class ReplicaManager:
             self._dirty = trio.Event()
             await self.flush_dirty()
 
+    async def _run_flush(self, parts: list[Partition]) -> list[int | BaseException]:
+        """``_flush_all(parts)``: inline on the trio thread (``log.flush.inline``, after one
+        checkpoint) or in a worker thread."""
+        if self.flush_inline:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            self.inline_flushes += 1
+            return _flush_all(parts)
+        return await run_in_worker_thread(_flush_all, parts)
+
     async def _interval_flusher(self) -> None:
         while True:
             await trio.sleep(self.settings.get("log.flush.interval.ms", 1000) / 1000)
@@ -418,7 +437,7 @@ class ReplicaManager:
             p.pending_flush = False
         self.flush_rounds += 1
         start = time.perf_counter()
-        results = await run_in_worker_thread(_flush_all, work)
+        results = await self._run_flush(work)
         if self.flush_observer is not None:
             self.flush_observer(time.perf_counter() - start)
         for p, res in zip(work, results, strict=True):
