@@ -9,8 +9,9 @@ threads' counts over an idle window of the same length subtracted. Threads are n
 threads: fsync), and the rest by their OS name (pysyncobj's tick thread, the metrics server).
 Alongside: ``CpuMeter``'s whole-cluster CPU, wake-ups and syscalls per produce.
 
-``python -m bench.produce_path [-n 500] [--set key=value ...] [--ab key=value ...]``: with
-``--ab`` runs the A (without) / B (with those settings) clusters in ABBA order, one run.
+``python -m bench.produce_path [-n 500] [--set key=value ...] [--ab key=value ...] [--pairs P]
+[--concurrent]``: with ``--ab`` runs the A (without) / B (with those settings) clusters in ABBA
+order, ``P`` times, one run; ``--concurrent`` measures 32 producers in flight instead.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_replication import KEYS, VALUE, _cluster, _create, _leader_and_isr
+from bench.bench_replication import KEYS, VALUE, _broker_cpu_concurrent, _cluster, _create, _leader_and_isr
 from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
 from rafka.client import Producer
 from rafka.cluster import load_cluster
@@ -59,9 +60,14 @@ def _delta(a: list[dict[str, int]], b: list[dict[str, int]]) -> list[dict[str, i
     return [{k: v - x.get(k, 0) for k, v in y.items()} for x, y in zip(a, b, strict=True)]
 
 
-def measure(n: int, broker_config: dict[str, str] | None) -> dict[str, Any]:
+def measure(n: int, broker_config: dict[str, str] | None, concurrent: bool = False) -> dict[str, Any]:
     with _cluster(broker_config=broker_config) as st:
         _create(st["bootstrap"], TOPIC, 1)
+        if concurrent:  # bench_replication's 32 producers in flight, CPU per produce request
+            fig = _broker_cpu_concurrent(st, TOPIC)
+            fig["per_thread_wakeups"] = {}
+            fig["load"] = os.getloadavg()[0]
+            return fig
         leader, _isr = _leader_and_isr(st["bootstrap"], TOPIC)
         pids, urls = cluster_pids_and_metrics(st["data_dir"])
         ids = [node.id for node in load_cluster(st["data_dir"])["nodes"] if node.pid]
@@ -99,23 +105,26 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--ab", action="append", default=[])
     ap.add_argument("--pairs", type=int, default=1, help="ABBA blocks")
+    ap.add_argument("--concurrent", action="store_true",
+                    help="32 producers in flight (bench_replication's) instead of one at a time")
     args = ap.parse_args()
     base = dict(kv.split("=", 1) for kv in args.set)
     if not args.ab:
-        print(json.dumps(measure(args.n, base or None), indent=1))
+        print(json.dumps(measure(args.n, base or None, args.concurrent), indent=1))
         return
     b_conf = {**base, **dict(kv.split("=", 1) for kv in args.ab)}
     res: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     for _ in range(args.pairs):
         for which in "ABBA":
-            fig = measure(args.n, b_conf if which == "B" else (base or None))
+            fig = measure(args.n, b_conf if which == "B" else (base or None), args.concurrent)
             res[which].append(fig)
-            print(which, json.dumps({k: fig[k] for k in ("cpu_us", "wakeups", "syscalls", "load")}
+            print(which, json.dumps({k: fig[k] for k in ("cpu_us", "wakeups", "syscalls", "ops_per_s", "load")}
                                     | {"per_thread": fig["per_thread_wakeups"]}), flush=True)
     for which in "AB":
         rs = res[which]
-        print(which, "median cpu_us %.0f wakeups %.1f syscalls %s load %s" % (
+        print(which, "median cpu_us %.0f wakeups %.1f ops/s %.0f syscalls %s load %s" % (
             statistics.median(r["cpu_us"] for r in rs), statistics.median(r["wakeups"] for r in rs),
+            statistics.median(r["ops_per_s"] for r in rs),
             statistics.median(r["syscalls"] for r in rs) if rs[0]["syscalls"] is not None else None,
             [round(r["load"], 1) for r in rs]))
 
