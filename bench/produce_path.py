@@ -24,9 +24,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_replication import KEYS, VALUE, _broker_cpu_concurrent, _cluster, _create, _leader_and_isr
-from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
 from rafka.client import Producer
+
+from bench.bench_replication import (
+    KEYS,
+    VALUE,
+    _broker_cpu_concurrent,
+    _cluster,
+    _create,
+    _leader_and_isr,
+)
+from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
 from rafka.cluster import load_cluster
 
 TOPIC = "path"
@@ -122,11 +130,12 @@ def main() -> None:
                                     | {"per_thread": fig["per_thread_wakeups"]}), flush=True)
     for which in "AB":
         rs = res[which]
-        print(which, "median cpu_us %.0f wakeups %.1f ops/s %.0f syscalls %s load %s" % (
-            statistics.median(r["cpu_us"] for r in rs), statistics.median(r["wakeups"] for r in rs),
-            statistics.median(r["ops_per_s"] for r in rs),
-            statistics.median(r["syscalls"] for r in rs) if rs[0]["syscalls"] is not None else None,
-            [round(r["load"], 1) for r in rs]))
+        sys_calls = (statistics.median(r["syscalls"] for r in rs)
+                     if rs[0]["syscalls"] is not None else None)
+        print(which, f"median cpu_us {statistics.median(r['cpu_us'] for r in rs):.0f}"
+              f" wakeups {statistics.median(r['wakeups'] for r in rs):.1f}"
+              f" ops/s {statistics.median(r['ops_per_s'] for r in rs):.0f}"
+              f" syscalls {sys_calls} load {[round(r['load'], 1) for r in rs]}")
 
 
 if __name__ == "__main__":
