@@ -104,6 +104,10 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "log.flush.policy": (_choice(*FLUSH_POLICIES), "batch"),
     "log.flush.interval.messages": (_int(1), 10_000),
     "log.flush.interval.ms": (_int(1), 1000),
+    # batch policy: a group-commit round of at most this many records runs its fdatasync on the
+    # trio thread instead of a worker thread; 0: never (broker/replica_manager.py, "Inline
+    # flushes"; docs/performance.md, issue 26)
+    "log.flush.inline.max.records": (_int(0, 2**31 - 1), 1),
     "log.retention.check.interval.ms": (_int(100), 300_000),
     "log.cleaner.backoff.ms": (_int(100), 15_000),
     # committed offsets of empty groups (broker/groups/offsets.py, KIP-211); Kafka's defaults

@@ -1,0 +1,66 @@
+"""``log.flush.inline.max.records`` (issue 26): the leader's group-commit fdatasync of a round
+that small runs on the trio thread instead of a worker thread, and an acknowledged produce is still on disk. An in-process broker
+on loopback, real PRODUCE requests; the partition log's ``flush`` is wrapped to record which
+thread ran it (it still does the real fdatasync)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from rafka.log.batch import build_batch
+from rafka.metadata.image import TopicPartition
+from rafka.wire.protocol import ApiKey
+
+from .harness import part, produce_body, running_broker
+
+
+@pytest.mark.parametrize("inline", [True, False])
+async def test_group_commit_flush_thread_follows_setting(tmp_path, inline: bool) -> None:  # type: ignore[no-untyped-def]
+    settings: dict[str, Any] = {"log.flush.policy": "batch", "log.flush.inline.max.records": 1 if inline else 0}
+    async with running_broker(tmp_path, topics={"t": 1}, **settings) as b, b.connect() as conn:
+        first = (await conn.request(ApiKey.PRODUCE, produce_body("t", build_batch(
+            [(b"k", b"v", [], 1000)])))).body
+        assert part(first)["error"] == 0
+        log = b.rm.partitions[TopicPartition("t", 0)].log
+        threads: list[int] = []
+        real_flush = log.flush
+
+        def flush() -> int:
+            threads.append(threading.get_ident())
+            return real_flush()
+
+        log.flush = flush  # type: ignore[method-assign]
+        for i in range(5):
+            body = (await conn.request(ApiKey.PRODUCE, produce_body("t", build_batch(
+                [(b"k", b"v%d" % i, [], 1001 + i)])))).body
+            assert part(body)["error"] == 0
+            # acknowledged (acks=all, one replica): fsynced, whichever thread did it
+            assert log.recovery_point == log.log_end_offset == 2 + i
+        assert threads, "no group-commit round ran"
+        on_loop = [t == threading.get_ident() for t in threads]
+        assert all(on_loop) if inline else not any(on_loop)
+        assert (b.rm.inline_flushes > 0) is inline
+
+
+async def test_round_over_the_limit_goes_to_a_worker_thread(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    settings: dict[str, Any] = {"log.flush.policy": "batch", "log.flush.inline.max.records": 1}
+    async with running_broker(tmp_path, topics={"t": 1}, **settings) as b, b.connect() as conn:
+        first = (await conn.request(ApiKey.PRODUCE, produce_body("t", build_batch(
+            [(b"k", b"v", [], 1000)])))).body
+        assert part(first)["error"] == 0
+        log = b.rm.partitions[TopicPartition("t", 0)].log
+        threads: list[int] = []
+        real_flush = log.flush
+
+        def flush() -> int:
+            threads.append(threading.get_ident())
+            return real_flush()
+
+        log.flush = flush  # type: ignore[method-assign]
+        five = build_batch([(b"k", b"v%d" % i, [], 1001 + i) for i in range(5)])
+        body = (await conn.request(ApiKey.PRODUCE, produce_body("t", five))).body
+        assert part(body)["error"] == 0
+        assert log.recovery_point == log.log_end_offset == 6
+        assert threads and threading.get_ident() not in threads
