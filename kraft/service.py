@@ -63,7 +63,10 @@ port-unreachable reads as a refusal too.) Fencing is always safe, only availabil
 stake: a live broker fenced by mistake — e.g. one whose advertised address is not reachable as
 such from this controller — unfences with its next heartbeat (``kraft.controller.heartbeat``),
 like a broker that registers; it loses its leaderships meanwhile. Probes run concurrently in
-``_probe_loop``'s nursery, outside the decision lock, at most one per broker at a time.
+``_probe_loop``'s nursery, outside the decision lock, at most one per broker at a time. The
+loop sleeps until the earliest moment a probe can fall due (``kraft.controller.next_probe_ms``:
+heartbeats only push it later) and parks while this node is not the active controller, as does
+``_periodic_loop``: an idle standby controller's trio thread does not wake for either.
 
 Settings (Kafka-style names; unknown names are ignored here): ``broker.session.timeout.ms``
 (3000), ``broker.liveness.probe.enable`` (true), ``broker.liveness.probe.after.ms`` (unset:
@@ -80,6 +83,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -111,6 +115,11 @@ ADMIN_MODULES: tuple[HandlerTable, ...] = (
 
 MAX_FETCH_RECORDS = 10_000
 PROBE_TIMEOUT_S = 0.25  # a liveness probe's TCP connect (see the module docstring)
+# _probe_loop sleeps until the next probe falls due (kraft.controller.next_probe_ms), at most
+# this long (a change it is not told about: a registration, a finished probe) and at least
+# the minimum (no spin); it was a fixed 100 ms tick, 10 wake-ups a second on every voter
+PROBE_RECHECK_MAX_S = 1.0
+PROBE_RECHECK_MIN_S = 0.01
 MAX_FETCH_WAIT_MS = 30_000
 
 
@@ -339,6 +348,9 @@ class ControllerService:
     async def _periodic_loop(self) -> None:
         period_s = max(0.02, min(0.25, self.session_timeout_ms / 4000))
         while True:
+            if self._active is None:  # a standby controller has no periodic work: park
+                await self._active_changed.wait()
+                continue
             await trio.sleep(period_s)
             if self._active is None:
                 continue
@@ -386,14 +398,16 @@ class ControllerService:
         """Starts the due probes (``kraft.controller.brokers_to_probe``) in its own nursery,
         each bounded by ``PROBE_TIMEOUT_S``; wakes at activation and every tick."""
         async with trio.open_nursery() as probes:
+            wait_s = 0.0
             while True:
                 changed = self._active_changed
-                after = self._probe_after_setting() or max(1, self.session_timeout_ms // 3)
-                with trio.move_on_after(max(0.02, min(0.1, after / 4000))):
+                with trio.move_on_after(wait_s):
                     await changed.wait()
                 active = self._active
                 if active is None or self.quorum is None:
+                    wait_s = math.inf  # nothing to probe until this node is the active controller
                     continue
+                wait_s = PROBE_RECHECK_MAX_S
                 if not self.setting("broker.liveness.probe.enable", True):
                     active.state.probe_due.clear()
                     continue
@@ -404,6 +418,10 @@ class ControllerService:
                     reg = image.cluster.brokers[bid]
                     ctl.probe_started(active.state, bid, now)
                     probes.start_soon(self._probe_broker, active, bid, reg.epoch, reg.host, reg.port, now)
+                due = ctl.next_probe_ms(image, active.state, now, self.session_timeout_ms,
+                                        self._probe_after_setting())
+                if due is not None:  # heartbeats only move it later: sleep until it, then ask again
+                    wait_s = min(wait_s, max(PROBE_RECHECK_MIN_S, (due - now) / 1000))
 
     async def _probe_broker(self, active: _Active, bid: int, epoch: int, host: str, port: int,
                             started_ms: int) -> None:
