@@ -124,7 +124,7 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "broker.heartbeat.interval.ms": (_int(10, 60_000), 500),
     "controlled.shutdown.timeout.ms": (_int(0, 600_000), 30_000),
     "request.forward.timeout.ms": (_int(100, 600_000), 30_000),
-    "metadata.fetch.max.wait.ms": (_int(1, 60_000), 500),
+    "metadata.fetch.max.wait.ms": (_int(1, 60_000), 2000),
     "unclean.leader.election.enable": (_bool, False),
     "rack": (str, ""),
     # DATA_DIR/events.jsonl (broker/events.py): a line per high-watermark move is chaos-checker
