@@ -64,8 +64,9 @@ stake: a live broker fenced by mistake — e.g. one whose advertised address is 
 such from this controller — unfences with its next heartbeat (``kraft.controller.heartbeat``),
 like a broker that registers; it loses its leaderships meanwhile. Probes run concurrently in
 ``_probe_loop``'s nursery, outside the decision lock, at most one per broker at a time. The
-loop sleeps until the earliest moment a probe can fall due (``kraft.controller.next_probe_ms``:
-heartbeats only push it later) and parks while this node is not the active controller, as does
+loop sleeps until the earliest moment a probe can fall due (``kraft.controller.next_probe_ms``;
+an ordinary heartbeat only pushes it later, and what can bring it sooner — activation, a
+registration, a broker's first contact or a shorter stated interval — wakes it) and parks while this node is not the active controller, as does
 ``_periodic_loop``: an idle standby controller's trio thread does not wake for either.
 
 Settings (Kafka-style names; unknown names are ignored here): ``broker.session.timeout.ms``
@@ -190,13 +191,15 @@ class _Active:
         self.undecided: set[str] = set()
 
 
-def _note_heartbeat_interval(active: _Active, broker_id: int, body: dict[str, Any]) -> None:
+def _note_heartbeat_interval(active: _Active, broker_id: int, body: dict[str, Any]) -> bool:
     """Registrations and heartbeats may say the broker's heartbeat interval (optional): its
     liveness-probe threshold is twice that. Sent with every heartbeat, so a controller that
-    takes over learns it within one interval."""
+    takes over learns it within one interval. True if it changed (a probe may be due sooner)."""
     hb = body.get("heartbeat_interval_ms")
-    if isinstance(hb, int) and hb > 0:
+    if isinstance(hb, int) and hb > 0 and active.state.heartbeat_interval_ms.get(broker_id) != hb:
         active.state.heartbeat_interval_ms[broker_id] = hb
+        return True
+    return False
 
 
 class ControllerService:
@@ -230,6 +233,7 @@ class ControllerService:
         self._ids = itertools.count()
         self._observers: dict[int, int] = {}  # node id -> metadata offset seen in fetches
         self._active_changed = trio.Event()
+        self._probe_wake = trio.Event()  # _wake_probes: activation, a new contact, a shorter threshold
         self.fresh_start_pending = False  # the empty-disk guard is asking the voters (kraft/voters.py)
         self._start: tuple[str, Any] = ("", None)  # (directory id, FreshStart | None)
         self.handlers: dict[ApiKey, Handler] = {
@@ -318,6 +322,12 @@ class ControllerService:
         self._active = active
         self._active_changed.set()
         self._active_changed = trio.Event()
+        self._wake_probes()
+
+    def _wake_probes(self) -> None:
+        """Make ``_probe_loop`` look at the brokers now rather than at its next due time."""
+        self._probe_wake.set()
+        self._probe_wake = trio.Event()
 
     async def _activate(self, epoch: int, scope: trio.CancelScope) -> None:
         assert self.quorum is not None
@@ -400,7 +410,7 @@ class ControllerService:
         async with trio.open_nursery() as probes:
             wait_s = 0.0
             while True:
-                changed = self._active_changed
+                changed = self._probe_wake
                 with trio.move_on_after(wait_s):
                     await changed.wait()
                 active = self._active
@@ -561,17 +571,23 @@ class ControllerService:
         active.state.last_contact_ms[bid] = self._now_ms()
         active.state.shutting_down.discard(bid)
         _note_heartbeat_interval(active, bid, body)
+        self._wake_probes()  # a new contact: its first probe may fall due before the loop wakes
         return {"broker_epoch": self.require_quorum().image().cluster.brokers[bid].epoch}
 
     async def broker_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
         active = self._require_active()
-        _note_heartbeat_interval(active, body["broker_id"], body)
+        # a shorter threshold, a first contact or an (un)fence can make a probe due sooner than
+        # the probe loop's sleep: wake it then (any other heartbeat only pushes it later)
+        wake = _note_heartbeat_interval(active, body["broker_id"], body) or \
+            body["broker_id"] not in active.state.last_contact_ms
         out = ctl.heartbeat(
             self.require_quorum().image(), active.state, body["broker_id"], body["broker_epoch"],
             body["metadata_offset"], body["want_fence"], body["want_shutdown"], self._now_ms(),
         )
         if out.decision:
             await self.propose(out.decision)
+        if wake or out.decision:
+            self._wake_probes()
         return {
             "is_caught_up": out.is_caught_up,
             "is_fenced": out.is_fenced,
