@@ -145,8 +145,8 @@ CONTROLLER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "auto.leader.rebalance.enable": (_bool, True),
     "controller.propose.timeout.ms": (_int(100, 600_000), 10_000),
     "raft.compaction.min.entries": (_int(10), 5000),
-    "raft.min.timeout.ms": (_int(10, 60_000), 150),
-    "raft.max.timeout.ms": (_int(10, 60_000), 600),
+    "raft.min.timeout.ms": (_int(10, 60_000), 350),
+    "raft.max.timeout.ms": (_int(10, 60_000), 1000),
 }
 
 # broker setting -> topic config name (LogConfig.from_dict)

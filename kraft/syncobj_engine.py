@@ -102,9 +102,16 @@ def _ms(settings: Mapping[str, Any], name: str, default: int) -> float:
 
 
 def raft_conf_from_settings(settings: Mapping[str, Any], single_voter: bool = False) -> dict[str, Any]:
-    min_s = _ms(settings, "raft.min.timeout.ms", 150)
-    max_s = max(_ms(settings, "raft.max.timeout.ms", 600), min_s + 0.05)
-    period_s = min(_ms(settings, "raft.append.entries.period.ms", 30), min_s / 3.5)
+    """pysyncobj's timing. Defaults (issue 26): elections after 350–1000 ms without a leader,
+    the leader's AppendEntries heartbeat every 100 ms (at most a 3.5th of the minimum). It was
+    150–600 / 30 ms, which the 50 ms tick period made ~55 ms in practice: ~18 heartbeat rounds a
+    second, each message pickled, compressed, encrypted and authenticated, were most of an idle
+    cluster's CPU once the trio side stopped polling (A/B, docs/performance.md: 58 -> 39 ms/s
+    for three voters). The cost: failover after kill -9 of the leader, median 0.43 -> 0.73–0.87 s
+    (Kafka's KRaft: a 1 s election timeout). The raft.* settings restore the old timing."""
+    min_s = _ms(settings, "raft.min.timeout.ms", 350)
+    max_s = max(_ms(settings, "raft.max.timeout.ms", 1000), min_s + 0.05)
+    period_s = min(_ms(settings, "raft.append.entries.period.ms", 100), min_s / 3.5)
     return {
         "raftMinTimeout": min_s,
         "raftMaxTimeout": max_s,
