@@ -19,7 +19,7 @@ Figures:
   the forwarding broker).
 
 Session timeout, Raft timeouts: the defaults of ``rafka cluster up``
-(``raft.min.timeout.ms`` 150, ``raft.max.timeout.ms`` 600).
+(``raft.min.timeout.ms`` 350, ``raft.max.timeout.ms`` 1000, AppendEntries every 100 ms).
 """
 
 from __future__ import annotations

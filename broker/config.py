@@ -128,7 +128,7 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "broker.heartbeat.interval.ms": (_int(10, 60_000), 500),
     "controlled.shutdown.timeout.ms": (_int(0, 600_000), 30_000),
     "request.forward.timeout.ms": (_int(100, 600_000), 30_000),
-    "metadata.fetch.max.wait.ms": (_int(1, 60_000), 500),
+    "metadata.fetch.max.wait.ms": (_int(1, 60_000), 2000),
     "unclean.leader.election.enable": (_bool, False),
     "rack": (str, ""),
     # DATA_DIR/events.jsonl (broker/events.py): a line per high-watermark move is chaos-checker
@@ -149,8 +149,8 @@ CONTROLLER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "auto.leader.rebalance.enable": (_bool, True),
     "controller.propose.timeout.ms": (_int(100, 600_000), 10_000),
     "raft.compaction.min.entries": (_int(10), 5000),
-    "raft.min.timeout.ms": (_int(10, 60_000), 150),
-    "raft.max.timeout.ms": (_int(10, 60_000), 600),
+    "raft.min.timeout.ms": (_int(10, 60_000), 350),
+    "raft.max.timeout.ms": (_int(10, 60_000), 1000),
 }
 
 # broker setting -> topic config name (LogConfig.from_dict)

@@ -28,7 +28,10 @@ fenced by the new controller for silence.
 
 On a node that is also a voter, ``leader_view`` (its own Raft engine's current leader id) is
 usually fresher than any hint: requests start at that voter, and an attempt at a voter is
-abandoned as soon as the view moves from it to another voter (``_wait_deposed``). Without this a
+abandoned as soon as the view moves from it to another voter (``_wait_deposed``: woken by the
+view's change event where the node gives one, ``view_changed``; else it re-reads the view every
+50 ms — which, with a long poll parked there all the time, was 20 wake-ups a second on an idle
+voter, issue 26). Without this a
 paused former active controller kept every request that had started towards it — a forwarded
 topic create, the broker's metadata long-poll that the create's answer then waits for — until
 the per-attempt timeout (5 s), long after a new controller was active (issue 27, measured:
@@ -137,7 +140,8 @@ def describe_trace(trace: Sequence[Attempt], now: float, limit: int = 12) -> str
 
 class ControllerChannel:
     def __init__(self, pool: ConnectionPool, voters: Sequence[tuple[int, str, int]],
-                 *, max_attempts: int = 100, leader_view: Callable[[], int | None] | None = None) -> None:
+                 *, max_attempts: int = 100, leader_view: Callable[[], int | None] | None = None,
+                 view_changed: Callable[[], trio.Event | None] | None = None) -> None:
         if not voters:
             raise ValueError("no controller voters configured")
         self.pool = pool
@@ -146,6 +150,9 @@ class ControllerChannel:
         self._next = 0
         self._leader: tuple[str, int] | None = None
         self._leader_view = leader_view  # this node's own Raft leader id (a voter), else None
+        # an event set at the view's next change (the quorum's ``leader_changed``), so that a
+        # parked attempt waits for it instead of re-reading the view every _VIEW_POLL_S
+        self._view_changed = view_changed
 
     def _rotate(self, avoid: tuple[str, int] | None = None) -> tuple[str, int]:
         """The next voter in turn — never ``avoid`` (the one that just failed) when there is
@@ -195,11 +202,15 @@ class ControllerChannel:
         """Returns once the leader view, having named ``target``, names another voter."""
         named = False
         while True:
-            viewed = self._viewed_leader()
+            changed = self._view_changed() if self._view_changed is not None else None
+            viewed = self._viewed_leader()  # read after taking the event: no change is missed
             named = named or viewed == target
             if named and viewed is not None and viewed != target:
                 return
-            await trio.sleep(_VIEW_POLL_S)
+            if changed is None:
+                await trio.sleep(_VIEW_POLL_S)
+            else:
+                await changed.wait()
 
     async def _attempt(self, target: tuple[str, int], api_key: int, body: dict[str, Any],
                        timeout_s: float | None) -> Any:

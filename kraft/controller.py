@@ -313,6 +313,32 @@ def brokers_to_probe(
     return out
 
 
+def next_probe_ms(
+    image: MetadataImage, state: ControllerState, now_ms: int, session_timeout_ms: int,
+    setting_ms: int | None = None,
+) -> int | None:
+    """The earliest time at which ``brokers_to_probe`` returns a broker if nothing else happens
+    (no heartbeat, no registration): ``now_ms`` if one is due already, ``None`` if none ever
+    will be. A heartbeat only moves a deadline later, so a caller that sleeps until then and
+    asks again misses nothing but wakes far less often than a fixed tick (issue 26)."""
+    due: int | None = None
+    for bid, reg in image.cluster.brokers.items():
+        if reg.fenced:
+            continue
+        if bid in state.probe_due and bid not in state.probing:
+            return now_ms
+        last = state.last_contact_ms.get(bid)
+        if last is None:
+            continue
+        after = probe_after_ms(state, bid, session_timeout_ms, setting_ms)
+        at = last + after + 1
+        probed = state.last_probe_ms.get(bid)
+        if probed is not None:
+            at = max(at, probed + after)
+        due = at if due is None else min(due, at)
+    return None if due is None else max(now_ms, due)
+
+
 def probe_started(state: ControllerState, broker_id: int, now_ms: int) -> None:
     state.probe_due.discard(broker_id)
     state.probing.add(broker_id)

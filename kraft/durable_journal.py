@@ -432,6 +432,13 @@ class DurableFileJournal(FileJournal):
         except OSError as exc:
             fail_stop("storing the Raft term and vote", exc)
 
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:  # noqa: N802, N803
+        # pysyncobj calls this on every AppendEntries a follower receives, changed or not, and
+        # each call makes the next onOneSecondTimer store the meta file (write, fsync, rename,
+        # fsync of the directory): once a second on every idle follower (issue 26)
+        if raftCommitIndex != self.getRaftCommitIndex():
+            super().setRaftCommitIndex(raftCommitIndex)
+
     def onOneSecondTimer(self) -> None:  # noqa: N802
         try:
             super().onOneSecondTimer()  # the commit index only: a hint, retried next second

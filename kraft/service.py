@@ -63,7 +63,11 @@ port-unreachable reads as a refusal too.) Fencing is always safe, only availabil
 stake: a live broker fenced by mistake — e.g. one whose advertised address is not reachable as
 such from this controller — unfences with its next heartbeat (``kraft.controller.heartbeat``),
 like a broker that registers; it loses its leaderships meanwhile. Probes run concurrently in
-``_probe_loop``'s nursery, outside the decision lock, at most one per broker at a time.
+``_probe_loop``'s nursery, outside the decision lock, at most one per broker at a time. The
+loop sleeps until the earliest moment a probe can fall due (``kraft.controller.next_probe_ms``;
+an ordinary heartbeat only pushes it later, and what can bring it sooner — activation, a
+registration, a broker's first contact or a shorter stated interval — wakes it) and parks while this node is not the active controller, as does
+``_periodic_loop``: an idle standby controller's trio thread does not wake for either.
 
 Settings (Kafka-style names; unknown names are ignored here): ``broker.session.timeout.ms``
 (3000), ``broker.liveness.probe.enable`` (true), ``broker.liveness.probe.after.ms`` (unset:
@@ -71,7 +75,7 @@ Settings (Kafka-style names; unknown names are ignored here): ``broker.session.t
 ``metadata.snapshot.records`` / ``metadata.snapshot.min.records`` (10000),
 ``metadata.snapshot.interval.ms`` (3600000), ``leader.imbalance.check.interval.ms`` (300000),
 ``auto.leader.rebalance.enable`` (true), ``num.partitions`` (1), ``default.replication.factor``
-(1), ``raft.min.timeout.ms`` (150), ``raft.max.timeout.ms`` (600),
+(1), ``raft.min.timeout.ms`` (350), ``raft.max.timeout.ms`` (1000),
 ``controller.propose.timeout.ms`` (10000), ``raft.compaction.min.entries`` (5000).
 """
 
@@ -80,6 +84,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -111,6 +116,11 @@ ADMIN_MODULES: tuple[HandlerTable, ...] = (
 
 MAX_FETCH_RECORDS = 10_000
 PROBE_TIMEOUT_S = 0.25  # a liveness probe's TCP connect (see the module docstring)
+# _probe_loop sleeps until the next probe falls due (kraft.controller.next_probe_ms), at most
+# this long (a change it is not told about: a registration, a finished probe) and at least
+# the minimum (no spin); it was a fixed 100 ms tick, 10 wake-ups a second on every voter
+PROBE_RECHECK_MAX_S = 1.0
+PROBE_RECHECK_MIN_S = 0.01
 MAX_FETCH_WAIT_MS = 30_000
 
 
@@ -181,13 +191,15 @@ class _Active:
         self.undecided: set[str] = set()
 
 
-def _note_heartbeat_interval(active: _Active, broker_id: int, body: dict[str, Any]) -> None:
+def _note_heartbeat_interval(active: _Active, broker_id: int, body: dict[str, Any]) -> bool:
     """Registrations and heartbeats may say the broker's heartbeat interval (optional): its
     liveness-probe threshold is twice that. Sent with every heartbeat, so a controller that
-    takes over learns it within one interval."""
+    takes over learns it within one interval. True if it changed (a probe may be due sooner)."""
     hb = body.get("heartbeat_interval_ms")
-    if isinstance(hb, int) and hb > 0:
+    if isinstance(hb, int) and hb > 0 and active.state.heartbeat_interval_ms.get(broker_id) != hb:
         active.state.heartbeat_interval_ms[broker_id] = hb
+        return True
+    return False
 
 
 class ControllerService:
@@ -221,6 +233,7 @@ class ControllerService:
         self._ids = itertools.count()
         self._observers: dict[int, int] = {}  # node id -> metadata offset seen in fetches
         self._active_changed = trio.Event()
+        self._probe_wake = trio.Event()  # _wake_probes: activation, a new contact, a shorter threshold
         self.fresh_start_pending = False  # the empty-disk guard is asking the voters (kraft/voters.py)
         self._start: tuple[str, Any] = ("", None)  # (directory id, FreshStart | None)
         self.handlers: dict[ApiKey, Handler] = {
@@ -309,6 +322,12 @@ class ControllerService:
         self._active = active
         self._active_changed.set()
         self._active_changed = trio.Event()
+        self._wake_probes()
+
+    def _wake_probes(self) -> None:
+        """Make ``_probe_loop`` look at the brokers now rather than at its next due time."""
+        self._probe_wake.set()
+        self._probe_wake = trio.Event()
 
     async def _activate(self, epoch: int, scope: trio.CancelScope) -> None:
         assert self.quorum is not None
@@ -339,6 +358,9 @@ class ControllerService:
     async def _periodic_loop(self) -> None:
         period_s = max(0.02, min(0.25, self.session_timeout_ms / 4000))
         while True:
+            if self._active is None:  # a standby controller has no periodic work: park
+                await self._active_changed.wait()
+                continue
             await trio.sleep(period_s)
             if self._active is None:
                 continue
@@ -386,14 +408,16 @@ class ControllerService:
         """Starts the due probes (``kraft.controller.brokers_to_probe``) in its own nursery,
         each bounded by ``PROBE_TIMEOUT_S``; wakes at activation and every tick."""
         async with trio.open_nursery() as probes:
+            wait_s = 0.0
             while True:
-                changed = self._active_changed
-                after = self._probe_after_setting() or max(1, self.session_timeout_ms // 3)
-                with trio.move_on_after(max(0.02, min(0.1, after / 4000))):
+                changed = self._probe_wake
+                with trio.move_on_after(wait_s):
                     await changed.wait()
                 active = self._active
                 if active is None or self.quorum is None:
+                    wait_s = math.inf  # nothing to probe until this node is the active controller
                     continue
+                wait_s = PROBE_RECHECK_MAX_S
                 if not self.setting("broker.liveness.probe.enable", True):
                     active.state.probe_due.clear()
                     continue
@@ -404,6 +428,10 @@ class ControllerService:
                     reg = image.cluster.brokers[bid]
                     ctl.probe_started(active.state, bid, now)
                     probes.start_soon(self._probe_broker, active, bid, reg.epoch, reg.host, reg.port, now)
+                due = ctl.next_probe_ms(image, active.state, now, self.session_timeout_ms,
+                                        self._probe_after_setting())
+                if due is not None:  # heartbeats only move it later: sleep until it, then ask again
+                    wait_s = min(wait_s, max(PROBE_RECHECK_MIN_S, (due - now) / 1000))
 
     async def _probe_broker(self, active: _Active, bid: int, epoch: int, host: str, port: int,
                             started_ms: int) -> None:
@@ -543,17 +571,23 @@ class ControllerService:
         active.state.last_contact_ms[bid] = self._now_ms()
         active.state.shutting_down.discard(bid)
         _note_heartbeat_interval(active, bid, body)
+        self._wake_probes()  # a new contact: its first probe may fall due before the loop wakes
         return {"broker_epoch": self.require_quorum().image().cluster.brokers[bid].epoch}
 
     async def broker_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
         active = self._require_active()
-        _note_heartbeat_interval(active, body["broker_id"], body)
+        # a shorter threshold, a first contact or an (un)fence can make a probe due sooner than
+        # the probe loop's sleep: wake it then (any other heartbeat only pushes it later)
+        wake = _note_heartbeat_interval(active, body["broker_id"], body) or \
+            body["broker_id"] not in active.state.last_contact_ms
         out = ctl.heartbeat(
             self.require_quorum().image(), active.state, body["broker_id"], body["broker_epoch"],
             body["metadata_offset"], body["want_fence"], body["want_shutdown"], self._now_ms(),
         )
         if out.decision:
             await self.propose(out.decision)
+        if wake or out.decision:
+            self._wake_probes()
         return {
             "is_caught_up": out.is_caught_up,
             "is_fenced": out.is_fenced,

@@ -14,8 +14,12 @@ fsynced locally; brokers read only fsynced records.
 
 Bridging (measured traps, docs/../notes): the ``SyncObj`` is built on the trio main thread;
 ``propose`` passes a callback that hands the result to trio via ``TrioToken.run_sync_soon``;
-state changes (``onStateChanged``) are handed over the same way, and a light poll notices
-leader changes seen by followers. ``LeadershipEvent(leader_id, epoch=Raft term, is_self)``.
+state changes (``onStateChanged``) are handed over the same way. Leader changes that are not
+a state change of this node (a follower learning of a new leader or term) are noticed on the
+tick thread by :meth:`_leadership_on_tick`, a pysyncobj tick callback that compares three
+attributes with what it saw last and wakes trio only when they differ: an idle voter's trio
+thread never wakes for leadership (issue 26; it was a 50 ms poll, 20 task steps a second).
+``LeadershipEvent(leader_id, epoch=Raft term, is_self)``.
 An apply that raises (a bug, a failed disk write) stops the process: a voter that cannot
 record a committed command must not go on voting (fail-stop, as Kafka does for its metadata
 log directory).
@@ -98,9 +102,16 @@ def _ms(settings: Mapping[str, Any], name: str, default: int) -> float:
 
 
 def raft_conf_from_settings(settings: Mapping[str, Any], single_voter: bool = False) -> dict[str, Any]:
-    min_s = _ms(settings, "raft.min.timeout.ms", 150)
-    max_s = max(_ms(settings, "raft.max.timeout.ms", 600), min_s + 0.05)
-    period_s = min(_ms(settings, "raft.append.entries.period.ms", 30), min_s / 3.5)
+    """pysyncobj's timing. Defaults (issue 26): elections after 350–1000 ms without a leader,
+    the leader's AppendEntries heartbeat every 100 ms (at most a 3.5th of the minimum). It was
+    150–600 / 30 ms, which the 50 ms tick period made ~55 ms in practice: ~18 heartbeat rounds a
+    second, each message pickled, compressed, encrypted and authenticated, were most of an idle
+    cluster's CPU once the trio side stopped polling (A/B, docs/performance.md: 58 -> 39 ms/s
+    for three voters). The cost: failover after kill -9 of the leader, median 0.43 -> 0.73–0.87 s
+    (Kafka's KRaft: a 1 s election timeout). The raft.* settings restore the old timing."""
+    min_s = _ms(settings, "raft.min.timeout.ms", 350)
+    max_s = max(_ms(settings, "raft.max.timeout.ms", 1000), min_s + 0.05)
+    period_s = min(_ms(settings, "raft.append.entries.period.ms", 100), min_s / 3.5)
     return {
         "raftMinTimeout": min_s,
         "raftMaxTimeout": max_s,
@@ -180,6 +191,7 @@ class SyncObjQuorum:
         self._token = trio.lowlevel.current_trio_token()
         self._events_send, self._events_recv = trio.open_memory_channel[LeadershipEvent](_EVENTS_BUFFER)
         self._last_event: tuple[int | None, int, bool] | None = None
+        self._leader_changed = trio.Event()  # set and replaced at each change of _last_event
         self.leader_changes = 0
         self._durable = trio.Event()
         self._applied = trio.Event()
@@ -206,6 +218,8 @@ class SyncObjQuorum:
         self._connect_timeout_s = float(raft["connectionTimeout"])
         self.connects_abandoned = 0
         self._node.addOnTickCallback(self._abandon_unanswered_connects)
+        self._tick_seen: tuple[int | None, int, bool] | None = None  # tick thread only
+        self._node.addOnTickCallback(self._leadership_on_tick)
         self.watchdog = RaftWatchdog()  # fed by _stall_watch_loop; read by statistics()
 
     # -- tick thread side ---------------------------------------------------------------
@@ -257,6 +271,14 @@ class SyncObjQuorum:
     def _on_state_changed(self, old: int, new: int) -> None:
         self._wake_trio(self._poll_leadership)
 
+    def _leadership_on_tick(self) -> None:
+        """Tick callback: hand trio a leadership check only when (leader, term, is-leader)
+        differs from the last tick's. A few attribute reads per tick, no wake-up otherwise."""
+        seen = (self.leader_id(), self.epoch(), bool(self._node._isLeader()))
+        if seen != self._tick_seen:
+            self._tick_seen = seen
+            self._wake_trio(self._poll_leadership)
+
     def _serialize(self, filename: str, raft_data: tuple[Any, ...]) -> None:
         entry1, entry0, cluster = raft_data
         payload = self.metadata_log.snapshot_payload()
@@ -296,6 +318,8 @@ class SyncObjQuorum:
             if ev[0] is not None and (self._last_event is None or ev[0] != self._last_event[0]):
                 self.leader_changes += 1  # a new known leader (statistics(): broker/metrics.py)
             self._last_event = ev
+            self._leader_changed.set()
+            self._leader_changed = trio.Event()
             try:
                 self._events_send.send_nowait(LeadershipEvent(*ev))
             except trio.WouldBlock:
@@ -306,20 +330,15 @@ class SyncObjQuorum:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._flush_loop)
-                nursery.start_soon(self._leadership_poll_loop)
                 nursery.start_soon(self._register_loop)
                 nursery.start_soon(self._stall_watch_loop)
+                self._poll_leadership()  # the state as of now; the tick thread reports changes
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
                 self._closed = True
                 await trio.to_thread.run_sync(self._node.destroy_synchronous)
                 await trio.to_thread.run_sync(self.metadata_log.close)
-
-    async def _leadership_poll_loop(self) -> None:
-        while True:
-            self._poll_leadership()
-            await trio.sleep(0.05)
 
     async def _stall_watch_loop(self) -> None:
         """The liveness watchdog (kraft/raft_watchdog.py): one sample of pysyncobj every 0.5 s;
@@ -502,6 +521,12 @@ class SyncObjQuorum:
 
     def leadership_events(self) -> trio.MemoryReceiveChannel[LeadershipEvent]:
         return self._events_recv
+
+    def leader_changed(self) -> trio.Event:
+        """An event set at the next change of (leader, term, is-leader) that trio sees (the
+        tick thread reports each one, see :meth:`_leadership_on_tick`): wait on it instead of
+        polling :meth:`leader_id` (``ControllerChannel``'s ``view_changed``)."""
+        return self._leader_changed
 
     async def wait_for_offset(self, offset: int) -> None:
         while self.committed_offset() < offset:

@@ -134,6 +134,12 @@ class _Node:
         q = self.controller.quorum if self.controller is not None else None
         return q.leader_id() if q is not None else None
 
+    def _raft_leader_changed(self) -> trio.Event | None:
+        """Set at the next change of ``_raft_leader`` (None: the quorum cannot tell; poll)."""
+        q = self.controller.quorum if self.controller is not None else None
+        changed = getattr(q, "leader_changed", None)
+        return changed() if changed is not None else None
+
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         self.events.emit("start")
@@ -141,7 +147,8 @@ class _Node:
             async with trio.open_nursery() as nursery:
                 pool = self._peer_pool(nursery)
                 channel = ControllerChannel(pool, [(v.id, *v.rpc) for v in cfg.voters],
-                                            leader_view=self._raft_leader if self.controller else None)
+                                            leader_view=self._raft_leader if self.controller else None,
+                                            view_changed=self._raft_leader_changed if self.controller else None)
                 api = NodeApi(cluster_id=cfg.cluster_id, replica_manager=self.rm,
                               publisher=self.publisher, channel=channel,
                               controller_handlers=self.controller.handlers if self.controller else None,

@@ -333,3 +333,60 @@ async def test_a_voter_that_refused_while_starting_is_asked_again_once_it_leads(
         assert out["error"] == 0
         assert asked[-1] == 2 and asked.count(2) == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_a_parked_attempt_waits_for_the_view_change_event_not_a_poll() -> None:
+    """Issue 26: with ``view_changed`` (the quorum's ``leader_changed``) an attempt parked at
+    the viewed leader — the metadata long poll, all the time on an idle voter — takes no steps
+    until the view changes, and still ends when it moves to another voter. Before, it re-read
+    the view every 50 ms: ~20 steps over the 1 s window below."""
+    view: list[int | None] = [3]
+    changed = [trio.Event()]
+    steps: dict[str, int] = {}
+
+    class Steps(trio.abc.Instrument):
+        def after_task_step(self, task: trio.lowlevel.Task) -> None:
+            steps[task.name] = steps.get(task.name, 0) + 1
+
+    def move_view(to: int | None) -> None:
+        view[0] = to
+        changed[0].set()
+        changed[0] = trio.Event()
+
+    async def paused(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async def voter2(req: Request) -> dict[str, Any]:
+        return {"error": 0, "message": "", "is_fenced": False, "should_shutdown": False}
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, paused, 0, host="127.0.0.1"))
+        port3 = listeners[0].socket.getsockname()[1]
+        port2 = await nursery.start(Server(voter2, "127.0.0.1", 0).serve)
+        channel = ControllerChannel(ConnectionPool(nursery), [(3, "127.0.0.1", port3), (2, "127.0.0.1", port2)],
+                                    leader_view=lambda: view[0], view_changed=lambda: changed[0])
+        result: list[dict[str, Any]] = []
+
+        async def heartbeat() -> None:
+            result.append(await channel.request(ApiKey.BROKER_HEARTBEAT, BODY, attempt_timeout_s=30.0))
+
+        nursery.start_soon(heartbeat, name="parked-heartbeat")
+        await trio.sleep(0.2)  # connected to voter 3, parked
+        counter = Steps()
+        trio.lowlevel.add_instrument(counter)
+        try:
+            await trio.sleep(1.0)
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+        assert not result
+        parked = sum(n for name, n in steps.items() if name == "parked-heartbeat" or "ControllerChannel" in name)
+        assert parked == 0, steps
+        move_view(None)  # an election: no leader for a moment (the attempt stays)
+        await trio.sleep(0.1)
+        assert not result
+        move_view(2)
+        with trio.fail_after(5):  # a count-free guard: the attempt must end on the event
+            while not result:
+                await trio.sleep(0.01)
+        assert result[0]["error"] == 0
+        nursery.cancel_scope.cancel()

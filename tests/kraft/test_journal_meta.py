@@ -148,3 +148,26 @@ async def test_a_real_node_never_unpickles_its_data_dir(tmp_path: Path) -> None:
         out, _ = proc.communicate()
     assert not marker.exists(), "the planted pickle ran"
     assert proc.returncode not in (0, None) and b"refusing" in out, out[-2000:]
+
+
+def test_an_unchanged_commit_index_is_not_stored_again(tmp_path: Path) -> None:
+    """Issue 26: a follower is told the commit index with every AppendEntries; only a change
+    may make the one-second timer rewrite (and fsync) the meta file. Before: every second."""
+    j = str(tmp_path / "raft.journal")
+    journal = DurableFileJournal(j)
+    stores: list[dict] = []
+    storer = journal._FileJournal__metaStorer
+    real = storer.storeMeta
+    storer.storeMeta = lambda meta: (stores.append(dict(meta)), real(meta))
+    journal.setRaftCommitIndex(7)
+    journal.onOneSecondTimer()
+    assert [m["raftCommitIndex"] for m in stores] == [7]
+    for _ in range(3):  # idle heartbeats: the same index, three one-second timers
+        journal.setRaftCommitIndex(7)
+        journal.onOneSecondTimer()
+    assert len(stores) == 1
+    journal.setRaftCommitIndex(8)
+    journal.onOneSecondTimer()
+    assert [m["raftCommitIndex"] for m in stores] == [7, 8]
+    journal._destroy()
+    assert DurableFileJournal(j).getRaftCommitIndex() == 8

@@ -252,3 +252,75 @@ async def test_heartbeats_carry_the_interval_that_sets_the_probe_threshold(clock
         # 2 x 100 ms of silence (+ one probe-loop tick), far below session/3 = 2 s
         assert t is not None and t - silent_since < SESSION_MS / 3000 / 2
         nursery.cancel_scope.cancel()
+
+
+def test_next_probe_ms_is_when_brokers_to_probe_first_names_one():
+    """``next_probe_ms`` (issue 26: the probe loop sleeps until then instead of a 100 ms tick)
+    is exactly the first time ``brokers_to_probe`` returns a broker, given no new contact."""
+    w, st = _world()
+    st.last_contact_ms.clear()
+    assert ctl.next_probe_ms(w.image, st, 0, 3000) is None  # no contact ever: nothing falls due
+    st.touch_all(w.image, 0)
+    assert ctl.next_probe_ms(w.image, st, 0, 3000) == 0  # activation: due at once
+    ctl.probe_started(st, 1, 0)
+    ctl.probe_started(st, 2, 0)
+    st.probing.clear()
+    st.last_contact_ms[1] = 4000
+    st.last_contact_ms[2] = 4500
+    due = ctl.next_probe_ms(w.image, st, 4600, 3000)
+    assert due == 5001  # broker 1: silent for more than session/3 = 1000 ms
+    assert ctl.brokers_to_probe(w.image, st, due - 1, 3000) == []
+    assert ctl.brokers_to_probe(w.image, st, due, 3000) == [1]
+    ctl.probe_started(st, 1, due)  # in flight, then answered "open": next after probe.after
+    assert ctl.next_probe_ms(w.image, st, due, 3000) == 5501  # broker 2 now
+    st.last_contact_ms[2] = 5400  # a heartbeat only moves it later
+    assert ctl.next_probe_ms(w.image, st, due, 3000) == 6001
+    st.probing.clear()
+    assert ctl.brokers_to_probe(w.image, st, 6000, 3000) == []
+    assert ctl.brokers_to_probe(w.image, st, 6001, 3000) == [1]
+    st.heartbeat_interval_ms[2] = 100
+    assert ctl.next_probe_ms(w.image, st, 5450, 3000) == 5601
+    assert ctl.next_probe_ms(w.image, st, 7000, 3000) == 7000  # overdue: now
+
+
+async def test_idle_controllers_probe_and_periodic_loops_take_few_steps(clock, listening_port):
+    """Issue 26, counted over 10 s of mock time with a broker heartbeating every 250 ms: the
+    standby controller's probe and periodic loops do not run at all, and the active one's probe
+    loop wakes about once per probe threshold. Before: 100 probe-loop steps (a 100 ms tick) and
+    40 periodic-loop steps on each controller, active or not."""
+    steps: dict[tuple[int, str], int] = {}
+
+    class Steps(trio.abc.Instrument):
+        def after_task_step(self, task: trio.lowlevel.Task) -> None:
+            name = task.name.rsplit(".", 1)[-1]
+            if name in ("_probe_loop", "_periodic_loop"):
+                owner = task.coro.cr_frame.f_locals.get("self") if task.coro.cr_frame else None
+                key = (getattr(owner, "node_id", 0), name)
+                steps[key] = steps.get(key, 0) + 1
+
+    cluster = MemoryQuorumCluster([1, 2])
+    async with trio.open_nursery() as nursery:
+        s1 = await start(nursery, cluster, 1)
+        await start(nursery, cluster, 2)
+        cluster.elect(1)
+        await wait_active(s1)
+        epoch = await register_unfenced(s1, cluster, 1, listening_port)
+
+        async def beat():
+            while True:
+                await heartbeat(s1, cluster, 1, epoch)
+                await trio.sleep(0.25)
+
+        nursery.start_soon(beat)
+        await trio.sleep(1.0)
+        counter = Steps()
+        trio.lowlevel.add_instrument(counter)
+        try:
+            await trio.sleep(10.0)
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+        assert steps.get((2, "_probe_loop"), 0) == 0 and steps.get((2, "_periodic_loop"), 0) == 0, steps
+        assert steps.get((1, "_probe_loop"), 0) <= 15, steps  # the 1 s recheck cap: ~10
+        assert steps.get((1, "_periodic_loop"), 0) <= 90, steps  # unchanged: every 250 ms
+        assert not image(cluster).cluster.brokers[1].fenced
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,79 @@
+"""Idle CPU of a 3-node ``cluster up`` per thread: which thread of which node burns it (issue 26).
+
+Theory of operation: ``bench_floor``'s ``idle_cluster_cpu_ms_per_s`` gives one number for the
+three processes; to see whether the trio thread or pysyncobj's tick thread spends it, this
+starts a cluster from the current checkout, lets it settle, and reads every thread's CPU
+(``utime + stime`` of ``/proc/<pid>/task/<tid>/stat``) and voluntary context switches before and
+after a quiet window. Prints the total and one line per thread that spent any. For an A/B, run
+it with each checkout's own ``.venv/bin/python``, alternating (ABBA), with the load beside it:
+
+    .venv/bin/python -m bench.idle_threads [SETTLE_S [WINDOW_S]]     (defaults 12, 20)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rafka.cluster import cluster_down, cluster_up, free_port_block
+
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def thread_counters(pid: int) -> dict[str, tuple[str, float, int]]:
+    """tid -> (thread name, CPU seconds, voluntary context switches)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"{base}/comm") as f:
+                comm = f.read().strip()
+            with open(f"{base}/status") as f:
+                vol = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        except (OSError, StopIteration):
+            continue
+        out[tid] = (comm, (int(fields[11]) + int(fields[12])) / _HZ, vol)
+    return out
+
+
+def main(settle_s: float, window_s: float) -> None:
+    data = Path(tempfile.mkdtemp(prefix="rafka-idle-"))
+    try:
+        state = cluster_up(data, 3, "127.0.0.1", free_port_block(3), echo=lambda _m: None)
+        pids = [n.pid for n in state["nodes"] if n.pid]
+        time.sleep(settle_s)
+        before = {p: thread_counters(p) for p in pids}
+        t0 = time.perf_counter()
+        time.sleep(window_s)
+        after = {p: thread_counters(p) for p in pids}
+        took = time.perf_counter() - t0
+        total_cpu = total_wake = 0.0
+        lines = []
+        for p in pids:
+            for tid, (comm, cpu, vol) in sorted(after[p].items()):
+                _, cpu0, vol0 = before[p].get(tid, (comm, 0.0, 0))
+                cpu_ms, wakes = (cpu - cpu0) / took * 1e3, (vol - vol0) / took
+                total_cpu += cpu_ms
+                total_wake += wakes
+                if cpu_ms > 0.2 or wakes > 2:
+                    role = "main (trio)" if tid == str(p) else comm
+                    lines.append(f"  node pid {p} thread {tid} {role:16s} {cpu_ms:6.1f} ms/s {wakes:6.1f} wake-ups/s")
+        print(f"load {os.getloadavg()[0]:.2f}  idle 3-node cluster: {total_cpu:.1f} ms/s, "
+              f"{total_wake:.0f} wake-ups/s over {took:.0f} s")
+        print("\n".join(lines))
+    finally:
+        with contextlib.suppress(Exception):
+            cluster_down(data)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    args = [float(a) for a in sys.argv[1:3]]
+    main(*(args + [12.0, 20.0][len(args):]))
