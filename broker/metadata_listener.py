@@ -52,6 +52,7 @@ from typing import Any
 
 import trio
 from rafka.broker.controller_channel import ControllerChannel
+from rafka.broker.events import EventLog
 from rafka.metadata.delta import LocalChanges, MetadataDelta
 from rafka.metadata.image import MetadataImage, TopicPartition
 from rafka.metadata.records import MetadataRecord, record_from_dict
@@ -98,11 +99,14 @@ def _snapshot_changes(old: MetadataImage, records: list[MetadataRecord], new: Me
 class MetadataPublisher:
     """Holds the current image; subscribers see each change before it becomes current."""
 
-    def __init__(self, broker_id: int, image: MetadataImage = MetadataImage.EMPTY) -> None:
+    def __init__(self, broker_id: int, image: MetadataImage = MetadataImage.EMPTY, *,
+                 events: EventLog | None = None) -> None:
         self.broker_id = broker_id
         self.image = image
         self._subscribers: list[Subscriber] = []
         self._changed = trio.Event()
+        self.events = events
+        self.published = 0  # images made current
 
     def subscribe(self, fn: Subscriber) -> None:
         self._subscribers.append(fn)
@@ -111,8 +115,15 @@ class MetadataPublisher:
         for fn in self._subscribers:
             await fn(image, changes)
         self.image = image
+        self.published += 1
         self._changed.set()
         self._changed = trio.Event()
+        local = len(changes.leaders) + len(changes.followers) + len(changes.deletes)
+        if self.events is not None and (self.published == 1 or local):
+            # evidence of when this image became current, relative to the ``partition`` events
+            # of the logs it names (the first image after a restart: issue 27)
+            self.events.emit("metadata-image", offset=image.offset, local_changes=local,
+                             first=self.published == 1)
 
     async def publish_records(self, entries: Iterable[tuple[int, int, MetadataRecord]]) -> None:
         """Fold entries onto the current image and publish (the listener, and tests)."""
