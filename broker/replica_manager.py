@@ -19,10 +19,10 @@ unfences the broker). The order chosen:
 
 1. ``on_metadata`` applies deletes and config changes, then, per partition it now hosts:
    one already open gets its new registration at once; one whose directory does not exist is
-   created at once (a new replica: nothing to recover, and a client that created a topic
-   expects to produce to it); an existing log is opened at once only within a budget of
-   ``INLINE_LOG_OPENS`` per image, and queued otherwise (``logs_to_open``, internal topics
-   first, then partitions this broker leads, then the rest, each group in partition order).
+   created at once (a new replica: nothing to recover — a few file creations — and a client
+   that created a topic expects to produce to it); an existing log is queued
+   (``logs_to_open``: internal topics first, then partitions this broker leads, then the rest,
+   each group in partition order).
 2. The image then becomes current (``MetadataPublisher.publish``) with those logs not open.
    A queued partition is not in ``partitions``: ``get`` answers NOT_LEADER_OR_FOLLOWER (its
    leader, and "its log is opening"), which every client retries — never a wrong answer, and
@@ -30,14 +30,23 @@ unfences the broker). The order chosen:
    so it neither advances a high watermark nor shrinks an ISR; as a follower it is not in the
    fetcher, so its leader elsewhere sees a replica that does not fetch — exactly as while this
    broker was down (the leader's ISR check, acks=all and the HW rules are unchanged).
-3. ``_open_queued`` (a task of ``run``) opens the queue one log at a time on the trio thread,
-   with a checkpoint after each, and applies the registration the *current* image holds for
-   it — as the catch-up does, the intermediate registrations are history — or drops it if the
-   image no longer places it here (a delete also removes it from the queue and its directory,
-   which nothing has open). The open itself is the same call as before, so recovery,
-   truncation to the diverging epoch (the fetcher, once added) and the HW checkpoint restore
-   are unchanged. Measured alternative: the open in a worker thread (``open_logs_in_thread``)
-   — see docs/quorum.md "the first image" for the figures and why the trio thread was kept.
+3. ``_open_queued`` (a task of ``run``) opens the queue one log at a time: the recovery
+   (``PartitionLog.open``) in a worker thread, then, back on the trio thread, the partition is
+   made with the registration the *current* image holds for it — as the catch-up does, the
+   intermediate registrations are history — or the log is closed again if the image no longer
+   places it here. A delete removes a queued partition from the queue and its directory
+   (nothing has it open); a delete of the one being recovered is finished by the opener once
+   the thread returns (close, then remove; queued again if the image placed it here anew).
+   The open is the same call as before, so recovery, truncation to the diverging epoch (the
+   fetcher, once added) and the HW checkpoint restore are unchanged; the log belongs to the
+   trio thread from the moment the thread hands it back, as any log does.
+   Why a worker thread, measured (``bench/ab_log_open.py``, docs/quorum.md "the first
+   image"): one partition's recovery is one call — after ``kill -9`` a CRC scan of the
+   unflushed tail, ~100 ms for a 10 MB partition here, seconds for a large one — so on the
+   trio thread every request waits out the open in progress (longest loop stall 185 ms with
+   10 MB partitions), in a worker thread the GIL's switch interval bounds it (11 ms); the
+   total is ~5-10 % longer (one thread hand-off per log). ``open_logs_in_thread=False`` opens
+   on the trio thread with a checkpoint after each (the bench's other arm).
 
 ``wait_logs_open`` returns once the queue is empty (tests, shutdown ordering).
 
@@ -100,14 +109,11 @@ from rafka.metadata.image import MetadataImage, PartitionRegistration, TopicPart
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
 from rafka.wire.protocol import ApiKey
 
-__all__ = ["INLINE_LOG_OPENS", "ReplicaManager", "partition_dir_name", "run_in_worker_thread"]
+__all__ = ["ReplicaManager", "partition_dir_name", "run_in_worker_thread"]
 
 log = logging.getLogger("rafka.replica_manager")
 # One AlterPartition attempt (see _send_alter): well above a live controller's commit time.
 ALTER_ATTEMPT_TIMEOUT_S = 3.0
-# Existing logs opened (recovered) inside on_metadata per image, before it becomes current; the
-# rest are queued for _open_queued (module docstring, "Opening logs").
-INLINE_LOG_OPENS = 4
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -138,7 +144,7 @@ async def run_in_worker_thread(fn: Callable[..., Any], *args: Any) -> Any:
 class ReplicaManager:
     def __init__(self, broker_id: int, data_dir: Path, settings: dict[str, Any],
                  topic_defaults: dict[str, Any], events: EventLog, *,
-                 open_logs_in_thread: bool = False) -> None:
+                 open_logs_in_thread: bool = True) -> None:
         self.broker_id = broker_id
         self.data_dir = data_dir
         self.settings = settings
@@ -216,17 +222,14 @@ class ReplicaManager:
         self._apply_config_changes(previous, image)
         for tp in sorted(changes.deletes):
             self._delete(tp)
-        budget = INLINE_LOG_OPENS
         queue: list[TopicPartition] = []
         for tp, reg in sorted({**changes.followers, **changes.leaders}.items()):
             if tp not in self.partitions:
                 if tp in self.logs_to_open or tp == self._opening:
                     continue  # the opener applies the registration current when it opens it
                 if (self.data_dir / partition_dir_name(tp.topic, tp.partition)).exists():
-                    if budget <= 0:
-                        queue.append(tp)
-                        continue
-                    budget -= 1
+                    queue.append(tp)  # a log to recover: the opener's (module docstring)
+                    continue
             try:
                 self._apply(image, tp, reg)
             except (LogError, OSError) as exc:
