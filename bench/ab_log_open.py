@@ -6,8 +6,8 @@ each, then, per repetition, copies it, removes the clean-shutdown markers (every
 recovery, as after ``kill -9``) and publishes the first image naming every partition into a
 real in-process ReplicaManager, in three modes, interleaved (order rotated each repetition):
 
-* ``inline`` — the image becomes current only once every log is open (the code before the
-  change; emulated by a subscriber that waits for the queue, opened in worker threads);
+* ``inline`` — the image becomes current only once every log is open, each opened on the
+  trio thread (the code before the change, emulated: a subscriber that waits for the queue);
 * ``trio`` — the image current at once, the queue opened on the trio thread;
 * ``thread`` — the image current at once, each recovery in a worker thread (the default).
 

@@ -43,10 +43,11 @@ unfences the broker). The order chosen:
    Why a worker thread, measured (``bench/ab_log_open.py``, docs/quorum.md "the first
    image"): one partition's recovery is one call — after ``kill -9`` a CRC scan of the
    unflushed tail, ~100 ms for a 10 MB partition here, seconds for a large one — so on the
-   trio thread every request waits out the open in progress (longest loop stall 185 ms with
-   10 MB partitions), in a worker thread the GIL's switch interval bounds it (11 ms); the
-   total is ~5-10 % longer (one thread hand-off per log). ``open_logs_in_thread=False`` opens
-   on the trio thread with a checkpoint after each (the bench's other arm).
+   trio thread every request waits out the open in progress (longest loop stall 262 ms with
+   10 MB partitions), in a worker thread the GIL's switch interval bounds it (17 ms); opening
+   them all takes 5-20 % longer (a thread hand-off per log, GIL contention).
+   ``open_logs_in_thread=False`` opens on the trio thread with a checkpoint after each (the
+   bench's other arm).
 
 ``wait_logs_open`` returns once the queue is empty (tests, shutdown ordering).
 

@@ -6,9 +6,8 @@ server on loopback) holds 40 single-partition topics with a record each; it stop
 shutdown markers are removed (every log recovers, as after ``kill -9``), and a new broker on the
 same directory gets all 40 in one first image. The assertions are on state right after
 ``publish`` returned — no await in between, so the opener task cannot have run: the image is
-current, no log is open, and a queued partition answers the
-retriable NOT_LEADER_OR_FOLLOWER; once the queue drains every record is there and a produce
-lands after it. Before the change, ``publish`` returned only after all 40 logs were open.
+current, no log is open, and a queued partition answers the retriable NOT_LEADER_OR_FOLLOWER;
+once the queue drains every record is there and a produce lands after it. Before the change, ``publish`` returned only after all 40 logs were open.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ async def _fill(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("in_thread", [False, True], ids=["trio-thread", "worker-thread"])
-async def test_first_image_is_current_while_logs_still_open_and_nothing_is_lost(
+async def test_first_image_is_current_before_its_logs_open_and_nothing_is_lost(
         tmp_path: Path, in_thread: bool) -> None:
     await _fill(tmp_path)
     async with running_broker(tmp_path) as b, b.connect() as conn:
