@@ -38,7 +38,10 @@ state of a moment ago (what any lagging broker has), never a point deep in the h
 ``MetadataPublisher`` is the one place a broker's current image lives. ``publish`` first awaits
 every subscriber (the replica manager makes partitions it now leads or follows, deletes those it
 lost) and only then makes the image current and wakes ``wait_for_offset`` waiters, so whoever
-sees offset N in the image can rely on the local partitions of offset N existing.
+sees offset N in the image can rely on the local partitions of offset N being known to the
+replica manager: open, or — an existing log after a restart — queued to open, answering the
+retriable NOT_LEADER_OR_FOLLOWER until it is (``broker/replica_manager.py``, "Opening logs";
+the image no longer waits for recovery, issue 27).
 
 The image comes only from the controller quorum: tests build the same deltas from records and
 publish them the same way.
