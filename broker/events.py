@@ -23,6 +23,9 @@ holds a partial line — and counted in ``dropped``; ``emit`` never raises. The 
     {"event": "partition", "node": 1, "tp": "t/0", "leader": 2, "leader_epoch": 3,
      "partition_epoch": 7, "replicas": [1, 2, 3], "isr": [1, 2]}
     {"event": "delete-partition", "node": 1, "tp": "t/0"}
+    {"event": "metadata-image", "node": 1, "offset": 812, "local_changes": 200, "first": true}
+     (broker/metadata_listener.py: this image became current — the first one after a start,
+     and any that changed a local partition's role)
 
 ``EventLog(None)`` discards everything (tests that do not care).
 

@@ -38,7 +38,10 @@ state of a moment ago (what any lagging broker has), never a point deep in the h
 ``MetadataPublisher`` is the one place a broker's current image lives. ``publish`` first awaits
 every subscriber (the replica manager makes partitions it now leads or follows, deletes those it
 lost) and only then makes the image current and wakes ``wait_for_offset`` waiters, so whoever
-sees offset N in the image can rely on the local partitions of offset N existing.
+sees offset N in the image can rely on the local partitions of offset N being known to the
+replica manager: open, or — an existing log after a restart — queued to open, answering the
+retriable NOT_LEADER_OR_FOLLOWER until it is (``broker/replica_manager.py``, "Opening logs";
+the image no longer waits for recovery, issue 27).
 
 The image comes only from the controller quorum: tests build the same deltas from records and
 publish them the same way.
@@ -52,6 +55,7 @@ from typing import Any
 
 import trio
 from rafka.broker.controller_channel import ControllerChannel
+from rafka.broker.events import EventLog
 from rafka.metadata.delta import LocalChanges, MetadataDelta
 from rafka.metadata.image import MetadataImage, TopicPartition
 from rafka.metadata.records import MetadataRecord, record_from_dict
@@ -105,11 +109,14 @@ def _snapshot_changes(old: MetadataImage, records: list[MetadataRecord], new: Me
 class MetadataPublisher:
     """Holds the current image; subscribers see each change before it becomes current."""
 
-    def __init__(self, broker_id: int, image: MetadataImage = MetadataImage.EMPTY) -> None:
+    def __init__(self, broker_id: int, image: MetadataImage = MetadataImage.EMPTY, *,
+                 events: EventLog | None = None) -> None:
         self.broker_id = broker_id
         self.image = image
         self._subscribers: list[Subscriber] = []
         self._changed = trio.Event()
+        self.events = events
+        self.published = 0  # images made current
 
     def subscribe(self, fn: Subscriber) -> None:
         self._subscribers.append(fn)
@@ -118,8 +125,15 @@ class MetadataPublisher:
         for fn in self._subscribers:
             await fn(image, changes)
         self.image = image
+        self.published += 1
         self._changed.set()
         self._changed = trio.Event()
+        local = len(changes.leaders) + len(changes.followers) + len(changes.deletes)
+        if self.events is not None and (self.published == 1 or local):
+            # evidence of when this image became current, relative to the ``partition`` events
+            # of the logs it names (the first image after a restart: issue 27)
+            self.events.emit("metadata-image", offset=image.offset, local_changes=local,
+                             first=self.published == 1)
 
     async def publish_records(self, entries: Iterable[tuple[int, int, MetadataRecord]]) -> None:
         """Fold entries onto the current image and publish (the listener, and tests)."""

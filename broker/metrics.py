@@ -345,6 +345,9 @@ class _StateCollector:
                 under_by_topic[tp.topic] = under_by_topic.get(tp.topic, 0) + 1
         yield GaugeMetricFamily("rafka_partitions", "Partitions hosted by this broker", len(rm.partitions))
         yield GaugeMetricFamily("rafka_leader_partitions", "Partitions this broker leads", led)
+        yield GaugeMetricFamily("rafka_partition_logs_to_open",
+                                "Partitions placed here whose log is still to open (after a restart)",
+                                len(rm.logs_to_open))
         yield GaugeMetricFamily("rafka_under_replicated_partitions",
                                 "Partitions this broker leads whose ISR is smaller than their replica set",
                                 under)

@@ -9,6 +9,48 @@ up in both), then partitions it now leads or follows (open or create the log in
 ``DATA_DIR/<topic>-<partition>`` with the topic's effective ``LogConfig``, then apply the
 registration). The partition table is a plain dict owned by the trio thread.
 
+Opening logs without holding the image back (issue 27). Opening an existing log is recovery
+(``log/recovery.py``: segment listing, index checks, after ``kill -9`` a CRC scan and index
+rebuild of the unflushed tail, producer state): tens of milliseconds each on a loaded box, so
+a restarted broker's first image — which names every partition it holds — took seconds to
+become current when ``on_metadata`` opened them all, and every reader of the image waited
+(metadata answers, a forwarded admin write waiting for its own offset, the heartbeat that
+unfences the broker). The order chosen:
+
+1. ``on_metadata`` applies deletes and config changes, then, per partition it now hosts:
+   one already open gets its new registration at once; one whose directory does not exist is
+   created at once (a new replica: nothing to recover — a few file creations — and a client
+   that created a topic expects to produce to it); an existing log is queued
+   (``logs_to_open``: internal topics first, then partitions this broker leads, then the rest,
+   each group in partition order).
+2. The image then becomes current (``MetadataPublisher.publish``) with those logs not open.
+   A queued partition is not in ``partitions``: ``get`` answers NOT_LEADER_OR_FOLLOWER (its
+   leader, and "its log is opening"), which every client retries — never a wrong answer, and
+   nothing is read or written before its log is recovered. Its leader state does not exist yet,
+   so it neither advances a high watermark nor shrinks an ISR; as a follower it is not in the
+   fetcher, so its leader elsewhere sees a replica that does not fetch — exactly as while this
+   broker was down (the leader's ISR check, acks=all and the HW rules are unchanged).
+3. ``_open_queued`` (a task of ``run``) opens the queue one log at a time: the recovery
+   (``PartitionLog.open``) in a worker thread, then, back on the trio thread, the partition is
+   made with the registration the *current* image holds for it — as the catch-up does, the
+   intermediate registrations are history — or the log is closed again if the image no longer
+   places it here. A delete removes a queued partition from the queue and its directory
+   (nothing has it open); a delete of the one being recovered is finished by the opener once
+   the thread returns (close, then remove; queued again if the image placed it here anew).
+   The open is the same call as before, so recovery, truncation to the diverging epoch (the
+   fetcher, once added) and the HW checkpoint restore are unchanged; the log belongs to the
+   trio thread from the moment the thread hands it back, as any log does.
+   Why a worker thread, measured (``bench/ab_log_open.py``, docs/quorum.md "the first
+   image"): one partition's recovery is one call — after ``kill -9`` a CRC scan of the
+   unflushed tail, ~100 ms for a 10 MB partition here, seconds for a large one — so on the
+   trio thread every request waits out the open in progress (longest loop stall 262 ms with
+   10 MB partitions), in a worker thread the GIL's switch interval bounds it (17 ms); opening
+   them all takes 5-20 % longer (a thread hand-off per log, GIL contention).
+   ``open_logs_in_thread=False`` opens on the trio thread with a checkpoint after each (the
+   bench's other arm).
+
+``wait_logs_open`` returns once the queue is empty (tests, shutdown ordering).
+
 Durability (``log.flush.policy``):
 
 * ``batch`` (default) — group commit: every append marks its partition dirty and pokes the
@@ -113,7 +155,8 @@ async def run_in_worker_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
 class ReplicaManager:
     def __init__(self, broker_id: int, data_dir: Path, settings: dict[str, Any],
-                 topic_defaults: dict[str, Any], events: EventLog) -> None:
+                 topic_defaults: dict[str, Any], events: EventLog, *,
+                 open_logs_in_thread: bool = True) -> None:
         self.broker_id = broker_id
         self.data_dir = data_dir
         self.settings = settings
@@ -127,6 +170,15 @@ class ReplicaManager:
             settings.get("unsafe.ack.before.replication", False))
         self.partitions: dict[TopicPartition, Partition] = {}
         self.image = MetadataImage.EMPTY
+        # existing logs still to open, in opening order (module docstring, "Opening logs")
+        self.logs_to_open: dict[TopicPartition, None] = {}
+        self._to_open_added = trio.Event()
+        self._all_open = trio.Event()
+        self._all_open.set()
+        self.open_logs_in_thread = open_logs_in_thread
+        self._opening: TopicPartition | None = None  # in a worker thread (open_logs_in_thread)
+        self._opening_deleted = False  # ... and deleted meanwhile: the opener removes it
+        self.logs_opened_queued = 0  # statistics: logs opened by _open_queued
         self._dirty = trio.Event()
         self._unflushed_messages = 0
         self.flush_rounds = 0
@@ -164,6 +216,12 @@ class ReplicaManager:
         if reg is None:
             raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                             f"unknown topic or partition {topic}/{partition}")
+        tp = TopicPartition(topic, partition)
+        if tp in self.logs_to_open or tp == self._opening:
+            raise error_for(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                            f"broker {self.broker_id}: the log of {topic}/{partition} is opening "
+                            f"({len(self.logs_to_open)} logs to open; leader is {reg.leader})",
+                            leader_id=reg.leader)
         raise error_for(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                         f"broker {self.broker_id} does not host {topic}/{partition} "
                         f"(leader is {reg.leader})", leader_id=reg.leader)
@@ -180,12 +238,101 @@ class ReplicaManager:
         self._apply_config_changes(previous, image)
         for tp in sorted(changes.deletes):
             self._delete(tp)
+        queue: list[TopicPartition] = []
         for tp, reg in sorted({**changes.followers, **changes.leaders}.items()):
+            if tp not in self.partitions:
+                if tp in self.logs_to_open or tp == self._opening:
+                    continue  # the opener applies the registration current when it opens it
+                if (self.data_dir / partition_dir_name(tp.topic, tp.partition)).exists():
+                    queue.append(tp)  # a log to recover: the opener's (module docstring)
+                    continue
             try:
                 self._apply(image, tp, reg)
             except (LogError, OSError) as exc:
                 log.error("cannot open %s/%d: %s", tp.topic, tp.partition, exc)
             await trio.lowlevel.checkpoint()
+        if queue:
+            self._queue_opens(image, queue)
+
+    def _queue_opens(self, image: MetadataImage, tps: list[TopicPartition]) -> None:
+        """Queue existing logs for ``_open_queued``: internal topics, then led, then followed."""
+        def rank(tp: TopicPartition) -> tuple[int, TopicPartition]:
+            reg = image.topics.partition(tp.topic, tp.partition)
+            led = reg is not None and reg.leader == self.broker_id
+            return (0 if tp.topic.startswith("__") else 1 if led else 2), tp
+
+        for tp in sorted(tps, key=rank):
+            self.logs_to_open[tp] = None
+        log.info("%d partition logs to open after this image (%d queued now)",
+                 len(self.logs_to_open), len(tps))
+        if self._all_open.is_set():  # a waiter on the unset one keeps waiting on it
+            self._all_open = trio.Event()
+        self._to_open_added.set()
+
+    @property
+    def log_opening(self) -> TopicPartition | None:
+        """The partition whose log a worker thread is recovering now (``open_logs_in_thread``)."""
+        return self._opening
+
+    async def wait_logs_open(self) -> None:
+        """Return once no log is queued or opening."""
+        await self._all_open.wait()
+
+    async def _open_queued(self) -> None:
+        """Open the queued logs one at a time (module docstring, "Opening logs")."""
+        while True:
+            if not self.logs_to_open:
+                self._all_open.set()
+                await self._to_open_added.wait()
+                self._to_open_added = trio.Event()
+                continue
+            tp = next(iter(self.logs_to_open))
+            del self.logs_to_open[tp]
+            try:
+                if self.open_logs_in_thread:
+                    await self._open_in_thread(tp)
+                else:
+                    reg = self._placed_here(tp)
+                    if reg is not None:
+                        self._apply(self.image, tp, reg)
+                        self.logs_opened_queued += 1
+            except (LogError, OSError) as exc:
+                log.error("cannot open %s/%d: %s", tp.topic, tp.partition, exc)
+            await trio.lowlevel.checkpoint()
+
+    def _placed_here(self, tp: TopicPartition) -> PartitionRegistration | None:
+        """The current registration of ``tp`` if this broker is still a replica and has no
+        partition object for it yet."""
+        if tp in self.partitions:
+            return None
+        reg = self.image.topics.partition(tp.topic, tp.partition)
+        return reg if reg is not None and self.broker_id in reg.replicas else None
+
+    async def _open_in_thread(self, tp: TopicPartition) -> None:
+        """The worker-thread variant: recovery off the trio thread, the partition made here."""
+        if self._placed_here(tp) is None:
+            return
+        directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
+        cfg = effective_topic_config(self.image.topics.by_name.get(tp.topic), self.topic_defaults)
+        self._opening, self._opening_deleted = tp, False
+        try:
+            plog = await trio.to_thread.run_sync(PartitionLog.open, directory, cfg)
+        finally:
+            self._opening = None
+        reg = self._placed_here(tp)
+        if self._opening_deleted or reg is None:
+            try:
+                plog.close()
+            except (LogError, OSError) as exc:
+                log.warning("closing deleted %s/%d: %s", tp.topic, tp.partition, exc)
+            if self._opening_deleted:
+                shutil.rmtree(directory, ignore_errors=True)
+                if reg is not None:  # deleted and placed here again: a new, empty log
+                    self.logs_to_open[tp] = None
+            return
+        plog.config = effective_topic_config(self.image.topics.by_name.get(tp.topic), self.topic_defaults)
+        self._apply(self.image, tp, reg, plog)
+        self.logs_opened_queued += 1
 
     def _apply_config_changes(self, previous: MetadataImage, image: MetadataImage) -> None:
         """Topic configs altered through the controller (ALTER_CONFIGS) reach the partitions
@@ -205,13 +352,15 @@ class ReplicaManager:
             p.set_min_insync_replicas(cfg.min_insync_replicas)
             log.info("%s: topic config changed: %s", p.name, dict(image.topics.by_name[tp.topic].configs))
 
-    def _apply(self, image: MetadataImage, tp: TopicPartition, reg: PartitionRegistration) -> None:
+    def _apply(self, image: MetadataImage, tp: TopicPartition, reg: PartitionRegistration,
+               plog: PartitionLog | None = None) -> None:
         p = self.partitions.get(tp)
         if p is None:
             topic = image.topics.by_name.get(tp.topic)
             cfg = effective_topic_config(topic, self.topic_defaults)
-            directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
-            plog = PartitionLog.open(directory, cfg)
+            if plog is None:
+                directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
+                plog = PartitionLog.open(directory, cfg)
             p = Partition(tp.topic, tp.partition, plog, self.broker_id, self.events,
                           fsync_acks=self.flush_policy == "batch",
                           min_insync_replicas=cfg.min_insync_replicas,
@@ -238,9 +387,15 @@ class ReplicaManager:
 
     def _delete(self, tp: TopicPartition) -> None:
         p = self.partitions.pop(tp, None)
+        self.logs_to_open.pop(tp, None)  # never opened: nothing holds its files
         if self.fetcher is not None:
             self.fetcher.remove_partitions([tp])
         directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
+        if tp == self._opening:  # a worker thread is recovering it: the opener removes it
+            self._opening_deleted = True
+            self.events.emit("delete-partition", tp=f"{tp.topic}/{tp.partition}")
+            log.info("deleted partition %s/%d (its log was opening)", tp.topic, tp.partition)
+            return
         if p is not None:
             p.deleted = True
             p.notify()
@@ -410,6 +565,7 @@ class ReplicaManager:
             nursery.start_soon(self._cleaner_loop)
             nursery.start_soon(self._isr_loop)
             nursery.start_soon(self._hw_checkpoint_loop)
+            nursery.start_soon(self._open_queued)
             if self.fetcher is not None:
                 await nursery.start(self.fetcher.run)
             task_status.started()

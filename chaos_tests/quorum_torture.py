@@ -82,6 +82,9 @@ class TortureOptions:
     time_limit_s: float | None = None  # stop starting rounds after this
     client_port: int = 15092
     raft_port: int = 25092
+    # single-partition topics created before the first round (kill-all's restart cost grows
+    # with the partition logs each broker re-opens: docs/quorum.md, "the first image")
+    topics: int = 0
 
 
 @dataclass
@@ -300,6 +303,8 @@ async def run_torture(opts: TortureOptions) -> list[Round]:
         bootstrap = ",".join(_addr(backend, n, opts.client_port) for n in backend.spec.node_ids)
         await wait_brokers(bootstrap, opts.nodes, 90)
         await _settle(backend, backend.spec.node_ids, opts.client_port, opts.settle_timeout_s)
+        if opts.topics:
+            await _precreate(bootstrap, opts.topics)
         with open(opts.out, "a") as out:
             for r in range(opts.rounds):
                 if opts.time_limit_s is not None and time.monotonic() - t0 > opts.time_limit_s:
@@ -313,6 +318,22 @@ async def run_torture(opts: TortureOptions) -> list[Round]:
                       + (f", errors {rec.errors[:2]}" if rec.errors else ""), file=sys.stderr, flush=True)
         await backend.kill_all()
     return rounds
+
+
+async def _precreate(bootstrap: str, count: int, per_request: int = 50) -> None:
+    """Create ``count`` single-partition topics ``tq-pre-<i>`` (existing ones are kept)."""
+    from rafka.client import AsyncAdmin
+    from rafka.wire.errors import ErrorCode
+
+    async with AsyncAdmin(bootstrap_servers=bootstrap, request_timeout_ms=30_000) as admin:
+        for start in range(0, count, per_request):
+            names = [f"tq-pre-{i}" for i in range(start, min(count, start + per_request))]
+            errors = await admin.create_topics([(n, 1, 1) for n in names], raise_on_error=False)
+            bad = {n: e for n, e in errors.items()
+                   if e is not None and e.code != ErrorCode.TOPIC_ALREADY_EXISTS}
+            if bad:
+                raise RuntimeError(f"pre-creating topics: {bad}")
+    print(f"pre-created {count} topics", file=sys.stderr, flush=True)
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -370,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="first node's client port (others follow); another harness on the box needs others")
     ap.add_argument("--raft-port", type=int, default=TortureOptions.raft_port,
                     help="first node's Raft port; keep it below the ephemeral range (docs/quorum.md)")
+    ap.add_argument("--topics", type=int, default=0,
+                    help="single-partition topics to create before the first round")
     ap.add_argument("--summary-only", action="store_true", help="print the summary of --out and exit")
     a = ap.parse_args(argv)
     if not a.summary_only:
@@ -377,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts = TortureOptions(rounds=a.rounds, nodes=a.nodes, patterns=tuple(a.patterns.split(",")),
                               fault_s=(lo, hi), seed=a.seed, work_dir=a.work_dir, out=a.out,
                               time_limit_s=a.time_limit, client_port=a.client_port,
-                              raft_port=a.raft_port)
+                              raft_port=a.raft_port, topics=a.topics)
         trio.run(run_torture, opts)
     rounds = [json.loads(line) for line in a.out.read_text().splitlines() if line.strip()]
     print(summarize(rounds))

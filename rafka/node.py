@@ -114,7 +114,7 @@ class _Node:
         self.controller: Any = None
         self.rm: ReplicaManager | None = None
         self.lifecycle: BrokerLifecycle | None = None
-        self.publisher = MetadataPublisher(config.node_id)
+        self.publisher = MetadataPublisher(config.node_id, events=self.events)
         if config.is_controller:
             from rafka.kraft.service import ControllerService
 
