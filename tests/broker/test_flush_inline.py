@@ -16,22 +16,29 @@ from rafka.wire.protocol import ApiKey
 from .harness import part, produce_body, running_broker
 
 
+async def _watch_flush_threads(b: Any, conn: Any) -> tuple[Any, list[int]]:
+    """Produce one record to ``t`` (the partition exists), then wrap its log's ``flush`` so that
+    each call records the thread that ran it (the real fdatasync still runs): (log, threads)."""
+    first = (await conn.request(ApiKey.PRODUCE, produce_body("t", build_batch(
+        [(b"k", b"v", [], 1000)])))).body
+    assert part(first)["error"] == 0
+    log = b.rm.partitions[TopicPartition("t", 0)].log
+    threads: list[int] = []
+    real_flush = log.flush
+
+    def flush() -> int:
+        threads.append(threading.get_ident())
+        return real_flush()
+
+    log.flush = flush
+    return log, threads
+
+
 @pytest.mark.parametrize("inline", [True, False])
 async def test_group_commit_flush_thread_follows_setting(tmp_path, inline: bool) -> None:  # type: ignore[no-untyped-def]
     settings: dict[str, Any] = {"log.flush.policy": "batch", "log.flush.inline.max.records": 1 if inline else 0}
     async with running_broker(tmp_path, topics={"t": 1}, **settings) as b, b.connect() as conn:
-        first = (await conn.request(ApiKey.PRODUCE, produce_body("t", build_batch(
-            [(b"k", b"v", [], 1000)])))).body
-        assert part(first)["error"] == 0
-        log = b.rm.partitions[TopicPartition("t", 0)].log
-        threads: list[int] = []
-        real_flush = log.flush
-
-        def flush() -> int:
-            threads.append(threading.get_ident())
-            return real_flush()
-
-        log.flush = flush  # type: ignore[method-assign]
+        log, threads = await _watch_flush_threads(b, conn)
         for i in range(5):
             body = (await conn.request(ApiKey.PRODUCE, produce_body("t", build_batch(
                 [(b"k", b"v%d" % i, [], 1001 + i)])))).body
@@ -47,18 +54,7 @@ async def test_group_commit_flush_thread_follows_setting(tmp_path, inline: bool)
 async def test_round_over_the_limit_goes_to_a_worker_thread(tmp_path) -> None:  # type: ignore[no-untyped-def]
     settings: dict[str, Any] = {"log.flush.policy": "batch", "log.flush.inline.max.records": 1}
     async with running_broker(tmp_path, topics={"t": 1}, **settings) as b, b.connect() as conn:
-        first = (await conn.request(ApiKey.PRODUCE, produce_body("t", build_batch(
-            [(b"k", b"v", [], 1000)])))).body
-        assert part(first)["error"] == 0
-        log = b.rm.partitions[TopicPartition("t", 0)].log
-        threads: list[int] = []
-        real_flush = log.flush
-
-        def flush() -> int:
-            threads.append(threading.get_ident())
-            return real_flush()
-
-        log.flush = flush  # type: ignore[method-assign]
+        log, threads = await _watch_flush_threads(b, conn)
         five = build_batch([(b"k", b"v%d" % i, [], 1001 + i) for i in range(5)])
         body = (await conn.request(ApiKey.PRODUCE, produce_body("t", five))).body
         assert part(body)["error"] == 0
