@@ -288,6 +288,19 @@ def probe_after_ms(state: ControllerState, broker_id: int, session_timeout_ms: i
     return max(1, session_timeout_ms // 3)
 
 
+def _silence_probe_at(state: ControllerState, broker_id: int, session_timeout_ms: int,
+                      setting_ms: int | None) -> int | None:
+    """The first ms at which the broker has been silent for longer than ``probe_after_ms`` and
+    its last probe is at least that old; None before its first contact. The one rule behind
+    both ``brokers_to_probe`` (due now?) and ``next_probe_ms`` (due when?)."""
+    last = state.last_contact_ms.get(broker_id)
+    if last is None:
+        return None
+    after = probe_after_ms(state, broker_id, session_timeout_ms, setting_ms)
+    probed = state.last_probe_ms.get(broker_id)
+    return last + after + 1 if probed is None else max(last + after + 1, probed + after)
+
+
 def brokers_to_probe(
     image: MetadataImage, state: ControllerState, now_ms: int, session_timeout_ms: int,
     setting_ms: int | None = None,
@@ -303,12 +316,8 @@ def brokers_to_probe(
         if bid in state.probe_due:
             out.append(bid)
             continue
-        after = probe_after_ms(state, bid, session_timeout_ms, setting_ms)
-        last = state.last_contact_ms.get(bid)
-        if last is None or now_ms - last <= after:
-            continue
-        probed = state.last_probe_ms.get(bid)
-        if probed is None or now_ms - probed >= after:
+        at = _silence_probe_at(state, bid, session_timeout_ms, setting_ms)
+        if at is not None and now_ms >= at:
             out.append(bid)
     return out
 
@@ -327,15 +336,9 @@ def next_probe_ms(
             continue
         if bid in state.probe_due and bid not in state.probing:
             return now_ms
-        last = state.last_contact_ms.get(bid)
-        if last is None:
-            continue
-        after = probe_after_ms(state, bid, session_timeout_ms, setting_ms)
-        at = last + after + 1
-        probed = state.last_probe_ms.get(bid)
-        if probed is not None:
-            at = max(at, probed + after)
-        due = at if due is None else min(due, at)
+        at = _silence_probe_at(state, bid, session_timeout_ms, setting_ms)
+        if at is not None:
+            due = at if due is None else min(due, at)
     return None if due is None else max(now_ms, due)
 
 
