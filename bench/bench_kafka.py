@@ -19,7 +19,16 @@ repetition, fresh topics, and for RF 1 and RF 3 in turn:
 * ``broker_cpu_per_record_{native,kafka}_produce`` and ``..._consume``: CPU µs per record the
   node processes spent (``/proc/<pid>/stat``, idle rate subtracted: ``bench/broker_cpu.py``)
   during the RF 1 produce / consume phases; the Kafka figure's ``ratio`` is against the native
-  one (target ≤ 1.2 for produce).
+  one. With real clients it also carries each client's pace: the slower producer makes the
+  broker group fewer requests per fsync round and wake more often per request (a native
+  producer paced to confluent-kafka's rate costs the broker ~25–40 % more per record than
+  unpaced, docs/performance.md);
+* ``broker_cpu_per_record_raw_{native,kafka}_produce`` and their ratio (target ≤ 1.2): the same
+  comparison with identical raw-socket clients sending the same records at the same pace, one
+  batch per request, four in flight (``bench/kafka_raw_produce.py``, its own single-node
+  cluster): what a Kafka batch costs the broker against a native one, and nothing else;
+* ``{native_send,kafka_produce}_client_cpu_rf{1,3}``: the producing process's CPU µs per record
+  (all threads) — a producer at 1 / its CPU per record is client-bound.
 
 Each figure is the median over the repetitions; ratios of medians are computed by
 ``bench/__main__.py``, and the ``*_vs_*`` figures are medians of per-repetition ratios. The
@@ -36,6 +45,7 @@ from typing import Any
 from rafka.client import Admin, Consumer, Producer, TopicPartition
 
 from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
+from bench.kafka_raw_produce import measure as measure_raw
 from bench.cluster import cluster_dir
 
 N = 300_000
@@ -44,19 +54,22 @@ KEYS = [b"key-%012d" % i for i in range(1024)]
 NODES = 3
 
 
-def _native_send(bootstrap: str, topic: str, n: int) -> float:
+def _native_send(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """(records/s, client CPU µs per record: this process, every thread)."""
     with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
                   batch_size=256 * 1024) as p:
         p.send(topic, value=VALUE, key=KEYS[0], partition=0).result(timeout=30)  # warm-up
         send = p.send
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for i in range(n):
             send(topic, value=VALUE, key=KEYS[i & 1023], partition=0)
         p.flush()
-        return n / (time.perf_counter() - t0)
+        return n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e6
 
 
-def _kafka_produce(kafka_bootstrap: str, topic: str, n: int) -> float:
+def _kafka_produce(kafka_bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """``_native_send`` through confluent-kafka's ``produce()`` (a delivery callback per record,
+    as an application that checks its records has)."""
     from confluent_kafka import Producer as CProducer
 
     errors: list[Any] = []
@@ -71,16 +84,17 @@ def _kafka_produce(kafka_bootstrap: str, topic: str, n: int) -> float:
         if err is not None:
             errors.append(err)
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(n):
         produce(topic, value=VALUE, key=KEYS[i & 1023], partition=0, on_delivery=report)
         if i & 4095 == 0:
             poll(0)
     left = p.flush(120)
     rate = n / (time.perf_counter() - t0)
+    client = (time.process_time() - c0) / n * 1e6
     if left or errors:
         raise RuntimeError(f"confluent-kafka produce: {left} undelivered, errors {errors[:3]}")
-    return rate
+    return rate, client
 
 
 def _native_consume(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
@@ -188,11 +202,13 @@ def run(runs: int = 3) -> dict[str, Any]:
         for r in range(runs):
             for rf in (1, 3):
                 meter.start()
-                native = _native_send(bootstrap, f"native-rf{rf}-{r}", N)
+                native, native_client = _native_send(bootstrap, f"native-rf{rf}-{r}", N)
                 native_cpu = meter.stop(N + 1)["cpu_us"]
                 meter.start()
-                kafka = _kafka_produce(kafka_bootstrap, f"kafka-rf{rf}-{r}", N)
+                kafka, kafka_client = _kafka_produce(kafka_bootstrap, f"kafka-rf{rf}-{r}", N)
                 kafka_cpu = meter.stop(N + 1)["cpu_us"]
+                add(f"native_send_client_cpu_rf{rf}", native_client)
+                add(f"kafka_produce_client_cpu_rf{rf}", kafka_client)
                 add(f"native_send_rf{rf}", native)
                 add(f"kafka_produce_rf{rf}", kafka)
                 add(f"kafka_vs_native_produce_rf{rf}", kafka / native)
@@ -217,9 +233,19 @@ def run(runs: int = 3) -> dict[str, Any]:
             if kcat is not None:
                 add("kcat_consume", kcat)
                 add("kcat_vs_native_consume", kcat / nc)
+    raw = measure_raw(rounds=max(4, 2 * runs))
+    figs["broker_cpu_per_record_raw_native_produce"] = raw["native"]
+    figs["broker_cpu_per_record_raw_kafka_produce"] = raw["kafka"]
+    figs["broker_cpu_raw_kafka_vs_native_produce"] = [
+        k / max(nv, 1e-9) for k, nv in zip(raw["kafka"], raw["native"])]
     out: dict[str, Any] = {}
     for rf in (1, 3):
         out[f"native_send_rf{rf}"] = _fig(figs[f"native_send_rf{rf}"], "rec/s", acks="all")
+        out[f"native_send_client_cpu_rf{rf}"] = _fig(
+            figs[f"native_send_client_cpu_rf{rf}"], "us/rec", what="the producing process, all threads")
+        out[f"kafka_produce_client_cpu_rf{rf}"] = _fig(
+            figs[f"kafka_produce_client_cpu_rf{rf}"], "us/rec", what="the producing process, all threads",
+            ratio_of=f"native_send_client_cpu_rf{rf}")
         out[f"kafka_produce_rf{rf}"] = _fig(figs[f"kafka_produce_rf{rf}"], "rec/s", acks="all",
                                             client="confluent-kafka",
                                             ratio_of=f"native_send_rf{rf}")
@@ -248,8 +274,18 @@ def run(runs: int = 3) -> dict[str, Any]:
             figs[f"broker_cpu_per_record_kafka_{phase}"], "us/rec", rf=1,
             ratio_of=f"broker_cpu_per_record_native_{phase}")
     out["broker_cpu_kafka_vs_native_produce"] = _fig(
-        figs["broker_cpu_kafka_vs_native_produce"], "x", target="<= 1.2",
-        what="median of per-repetition ratios")
+        figs["broker_cpu_kafka_vs_native_produce"], "x",
+        what="median of per-repetition ratios; each client at its own pace (see the doc)")
+    out["broker_cpu_per_record_raw_native_produce"] = _fig(
+        figs["broker_cpu_per_record_raw_native_produce"], "us/rec", rf=1,
+        client="raw socket, the same requests at the same pace (bench/kafka_raw_produce.py)")
+    out["broker_cpu_per_record_raw_kafka_produce"] = _fig(
+        figs["broker_cpu_per_record_raw_kafka_produce"], "us/rec", rf=1,
+        client="raw socket, the same requests at the same pace (bench/kafka_raw_produce.py)",
+        ratio_of="broker_cpu_per_record_raw_native_produce")
+    out["broker_cpu_raw_kafka_vs_native_produce"] = _fig(
+        figs["broker_cpu_raw_kafka_vs_native_produce"], "x", target="<= 1.2",
+        what="median of per-round ratios")
     return out
 
 

@@ -291,6 +291,40 @@ def test_bad_input_is_answered_or_closed_and_the_broker_stays_up(cluster1: Local
     assert (int(latest.error_code), latest.offset) == (0, 0)  # nothing was appended
 
 
+def test_pipelined_large_produces_each_keep_their_own_records(cluster1: LocalCluster) -> None:
+    """Twelve produce requests of ~200 KiB (each received into the listener's one kept frame
+    buffer), different records in each, sent back to back before any answer is read: every
+    request is answered in order and every record reads back as sent — the buffer is decoded
+    before the next frame overwrites it (broker/kafka/listener.py ``_reader``)."""
+    topic = "pipelined-large"
+    create(cluster1, topic)
+    addr_s = kafka_bootstrap(cluster1).split(",")[0]
+    host, port = addr_s.split(":")
+    per, frames = 800, []
+    for r in range(12):
+        rows = [kr.KafkaRow(i, 0, b"k%d-%d" % (r, i), bytes([65 + r]) * 250, [])
+                for i in range(per)]
+        batch = kr.encode_batch(rows, first_timestamp=int(time.time() * 1000))
+        assert len(batch) > 128 * 1024  # a large frame: received straight into the kept buffer
+        req = codec.build(codec.request_schema(0, 9), {
+            "transactional_id": None, "acks": -1, "timeout": 30000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+        frames.append(codec.encode_request(req, 100 + r))
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"".join(frames))
+        f = s.makefile("rb")
+        for r in range(12):
+            (n,) = struct.unpack(">i", f.read(4))
+            cid, resp = codec.decode_response(f.read(n), 0, 9)
+            p = resp.responses[0].partition_responses[0]
+            assert (cid, int(p.error_code), int(p.base_offset)) == (100 + r, 0, r * per)
+    recs = native_records(cluster1, topic, 12 * per)
+    assert len(recs) == 12 * per
+    for rec in recs:
+        r, i = divmod(rec.offset, per)
+        assert (rec.key, rec.value) == (b"k%d-%d" % (r, i), bytes([65 + r]) * 250)
+
+
 def test_idempotent_sequence_checks_answer_kafka_error_codes(cluster1: LocalCluster) -> None:
     host, port = kafka_bootstrap(cluster1).split(":")
     addr = (host, int(port))
