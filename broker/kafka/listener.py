@@ -16,9 +16,12 @@ first suspended (``_UntilFirstWait``), so every handler's synchronous prefix —
 CRC check and append — runs in arrival order: pipelined batches of one partition land in the
 log in send order. What follows (waiting for acks=all replication, a fetch's long poll)
 overlaps, so a client with several produce requests in flight (librdkafka) is not held to one
-replication round trip per request. Answers are written in request order by one writer task
-(Kafka clients match answers to requests by order as well as by correlation id); a fetch's
-long poll therefore still delays the answers queued behind it on that connection.
+replication round trip per request. Answers are written in request order (Kafka clients
+match answers to requests by order as well as by correlation id): on plain TCP by the handler
+that completes the oldest owed answer, with non-blocking writes, and by a writer task only for
+what would block, for TLS streams and for the close (``_Pipe``); a fetch's long poll therefore
+still delays the answers queued behind it on that connection. Idleness is watched by a task
+that sleeps until the deadline (``_idle_deadline``), not by a timeout around each read.
 
 Secured listeners (``KafkaListener(protocol=...)``: SSL, SASL_PLAINTEXT, SASL_SSL; configured
 from the node's ``[security]`` table, ``start_kafka_listeners``): a TLS listener first runs the
@@ -52,8 +55,10 @@ this reaches the node's other tasks: the listener and the broker stay up.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
+import os
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -203,12 +208,14 @@ class KafkaListener:
                              eager=True)
         if self.sasl and not await self._login(stream, reader, conn):
             return
+        pipe = _Pipe(self.max_in_flight, getattr(stream, "socket", None))
         async with trio.open_nursery() as nursery:
-            answers: trio.MemorySendChannel[_Answer]
-            answers, pending = trio.open_memory_channel[_Answer](self.max_in_flight)
-            nursery.start_soon(self._writer, stream, pending, nursery.cancel_scope)
-            async with answers:
-                await self._reader(reader, answers, nursery, conn)
+            nursery.start_soon(self._writer, stream, pipe, nursery.cancel_scope)
+            nursery.start_soon(self._idle_deadline, reader, pipe, conn)
+            try:
+                await self._reader(reader, pipe, nursery, conn)
+            finally:  # the answers still owed are written, then the connection closes
+                pipe.close()
 
     async def _login(self, stream: trio.abc.Stream, reader: FrameReader, conn: _Conn) -> bool:
         """Serve a SASL listener's connection until it has logged in (True) or is to be closed
@@ -303,70 +310,80 @@ class KafkaListener:
                              {"error_code": 0, "throttle_time": 0, "api_keys": served_versions()})
         return codec.encode_response(req.api_key, req.api_version, req.correlation_id, entity), False
 
-    async def _reader(self, reader: FrameReader, answers: trio.MemorySendChannel[_Answer],
-                      nursery: trio.Nursery, conn: _Conn) -> None:
+    async def _reader(self, reader: FrameReader, pipe: _Pipe, nursery: trio.Nursery,
+                      conn: _Conn) -> None:
         """Cut frames and start one task per request, in arrival order up to each handler's
-        first wait (module docstring); at most ``max_in_flight`` unanswered (the channel's
-        buffer: the reader waits for room, no error)."""
-        unanswered = [0]  # requests whose handler has not returned yet
+        first wait (module docstring); at most ``max_in_flight`` unanswered (the reader waits
+        for a slot, no error). Returns at the end of the stream or on an oversized frame."""
         while True:
-            payload: bytes | memoryview | None = None
-            idle = True
-            with trio.move_on_after(self.idle_timeout_s):  # connections.max.idle.ms
-                try:
-                    payload = await reader.next_frame()
-                except FrameTooLargeError as exc:
-                    log.info("kafka %s: %s: closing", conn.peer, exc)
-                    await answers.send(_Answer.closing())
-                    return
-                idle = False
-            if idle:
-                if unanswered[0]:
-                    continue  # a long poll is not idleness
-                log.info("kafka %s: idle for %.0f s: closing", conn.peer, self.idle_timeout_s)
-                await answers.send(_Answer.closing())
+            try:
+                payload = await reader.next_frame()
+            except FrameTooLargeError as exc:
+                log.info("kafka %s: %s: closing", conn.peer, exc)
                 return
             if payload is None:  # the peer closed
                 return
             if conn.muted_until > trio.current_time():  # a quota's throttle (handle)
                 await trio.sleep_until(conn.muted_until)
-            answer = _Answer()
             if isinstance(payload, memoryview):
                 # a view of the reader's kept buffer, which the next frame overwrites: no copy
                 # is needed, as the handler decodes it (kio copies every field it returns)
                 # before its first wait, and only then is the next frame read (prefix_done)
                 payload = payload.toreadonly()  # kio reads read-only buffers only
-            await answers.send(answer)
+            await pipe.slots.acquire()
+            answer = _Answer()
+            pipe.order.append(answer)
             prefix_done = trio.Event()
-            unanswered[0] += 1
-            nursery.start_soon(self._answer, payload, conn, answer, prefix_done, unanswered)
+            nursery.start_soon(self._answer, payload, conn, answer, prefix_done, pipe)
             await prefix_done.wait()
 
     async def _answer(self, payload: bytes | memoryview, conn: _Conn, answer: _Answer,
-                      prefix_done: trio.Event, unanswered: list[int]) -> None:
+                      prefix_done: trio.Event, pipe: _Pipe) -> None:
         try:
             answer.frame = await _UntilFirstWait(self.handle(payload, conn.peer, conn),
                                                 prefix_done.set)
         finally:
-            unanswered[0] -= 1
-            answer.done.set()
+            answer.ready = True
+            pipe.drain()  # written now if it is the oldest owed (and those after it, if ready)
 
-    async def _writer(self, stream: trio.abc.Stream, pending: trio.MemoryReceiveChannel[_Answer],
+    async def _writer(self, stream: trio.abc.Stream, pipe: _Pipe,
                       scope: trio.CancelScope) -> None:
-        """Write the answers in request order (Kafka clients rely on it), then close the
-        connection when the reader is done or an answer says to."""
+        """Write what ``_Pipe.drain`` could not (a full socket buffer, a TLS stream), in
+        request order, and close the connection when the pipe says so."""
         try:
-            async with pending:
-                async for answer in pending:
-                    await answer.done.wait()
-                    if answer.frame is _CLOSE:
-                        return
-                    if answer.frame:
-                        await stream.send_all(answer.frame)  # type: ignore[arg-type]
+            while True:
+                await pipe.kick.wait()
+                pipe.kick = trio.Event()
+                pipe.writing = True
+                try:
+                    while pipe.order and pipe.order[0].ready:
+                        head = pipe.order[0]
+                        if head.frame is _CLOSE:
+                            return
+                        if head.frame:
+                            await stream.send_all(head.frame)  # type: ignore[arg-type]
+                        pipe.written()
+                finally:
+                    pipe.writing = False
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             scope.cancel()
+
+    async def _idle_deadline(self, reader: FrameReader, pipe: _Pipe, conn: _Conn) -> None:
+        """Close the connection once it went ``connections.max.idle.ms`` without completing a
+        frame while it owed no answer (a long poll is not idleness) — a task that sleeps
+        until the deadline, instead of a timeout around every frame's read."""
+        idle_s = self.idle_timeout_s
+        seen, since = -1, trio.current_time()
+        while True:
+            if reader.frames != seen or pipe.order:
+                seen, since = reader.frames, trio.current_time()
+            elif trio.current_time() - since >= idle_s:
+                log.info("kafka %s: idle for %.0f s: closing", conn.peer, idle_s)
+                pipe.close()
+                return
+            await trio.sleep(min(idle_s, max(0.01, since + idle_s - trio.current_time())))
 
     async def handle(self, payload: bytes | memoryview, peer: str = "?",
                      conn: _Conn | None = None) -> bytes | object | None:
@@ -429,20 +446,66 @@ async def _linger(stream: trio.abc.Stream) -> None:
 
 
 class _Answer:
-    """One request's answer slot, queued in arrival order: ``frame`` once ``done`` is set."""
+    """One request's answer slot, queued in arrival order: ``frame`` once ``ready``."""
 
-    __slots__ = ("frame", "done")
+    __slots__ = ("frame", "ready")
 
     def __init__(self) -> None:
-        self.frame: bytes | object | None = None
-        self.done = trio.Event()
+        self.frame: bytes | memoryview | object | None = None
+        self.ready = False
 
-    @classmethod
-    def closing(cls) -> _Answer:
-        a = cls()
-        a.frame = _CLOSE
-        a.done.set()
-        return a
+
+class _Pipe:
+    """A connection's owed answers, in request order, and how they leave.
+
+    The handler that completes the oldest owed answer writes it (and every later one already
+    complete) itself, with one non-blocking ``os.write`` each (``drain``), as the native server's
+    ``_send_now`` does: no hand-off to a writer task, no scheduler pass after the send — ~4
+    fewer task switches per request. What cannot go that way — a TLS stream (no socket to
+    write to), a full socket buffer (the rest of a partial write), the close — is left to the
+    writer task, ``kick``-ed, which writes with ``send_all`` in order while ``writing``; answers
+    completed meanwhile wait for it. ``slots`` bounds the owed answers (``max_in_flight``)."""
+
+    __slots__ = ("order", "slots", "sock", "kick", "writing")
+
+    def __init__(self, max_in_flight: int, sock: Any) -> None:
+        self.order: collections.deque[_Answer] = collections.deque()
+        self.slots = trio.Semaphore(max_in_flight)
+        self.sock = sock  # a plain TCP trio socket, else None (TLS: the writer writes all)
+        self.kick = trio.Event()
+        self.writing = False
+
+    def written(self) -> None:
+        self.order.popleft()
+        self.slots.release()
+
+    def close(self) -> None:
+        """Close the connection once every answer owed before now is written."""
+        closing = _Answer()
+        closing.frame, closing.ready = _CLOSE, True
+        self.order.append(closing)
+        self.drain()
+
+    def drain(self) -> None:
+        order = self.order
+        while order and order[0].ready:
+            frame = order[0].frame
+            if self.writing or frame is _CLOSE or self.sock is None:
+                self.kick.set()
+                return
+            if frame:
+                fd = self.sock.fileno()
+                try:
+                    n = os.write(fd, frame) if fd >= 0 else 0  # type: ignore[arg-type]
+                except BlockingIOError:
+                    n = 0
+                except OSError:  # a reset peer: the writer's send_all meets it the usual way
+                    n = 0
+                if n < len(frame):  # type: ignore[arg-type]
+                    order[0].frame = memoryview(frame)[n:]  # type: ignore[arg-type]
+                    self.kick.set()
+                    return
+            self.written()
 
 
 def _peer(stream: trio.abc.Stream) -> str:
