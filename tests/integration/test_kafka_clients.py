@@ -325,6 +325,40 @@ def test_pipelined_large_produces_each_keep_their_own_records(cluster1: LocalClu
         assert (rec.key, rec.value) == (b"k%d-%d" % (r, i), bytes([65 + r]) * 250)
 
 
+def test_a_quick_answer_waits_behind_a_long_poll_on_its_connection(cluster1: LocalCluster) -> None:
+    """A Fetch that long-polls an empty partition, then an ApiVersions, pipelined on one
+    connection: the ApiVersions completes first but is written second (answers leave in
+    request order: ``_Pipe`` in broker/kafka/listener.py), then a produce from another
+    connection ends the poll and both arrive, fetch first, with the record."""
+    topic = "long-poll-order"
+    create(cluster1, topic)
+    host, port = kafka_bootstrap(cluster1).split(",")[0].split(":")
+    fetch = codec.build(codec.request_schema(1, 12), {
+        "cluster_id": None, "replica_id": -1, "max_wait": 20000, "min_bytes": 1,
+        "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+        "rack_id": "", "topics": [{"topic": topic, "partitions": [
+            {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+             "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+        "forgotten_topics_data": []})
+    versions = codec.build(codec.request_schema(18, 3), {"client_software_name": "t",
+                                                        "client_software_version": "1"})
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(codec.encode_request(fetch, 1) + codec.encode_request(versions, 2))
+        s.settimeout(1.0)  # the ApiVersions is done by now; nothing may arrive before the fetch
+        with pytest.raises(TimeoutError):
+            s.recv(1)
+        s.settimeout(30)
+        with Producer(bootstrap_servers=cluster1.bootstrap) as p:
+            p.send(topic, value=b"wake", partition=0).result(timeout=30)
+        f = s.makefile("rb")
+        (n,) = struct.unpack(">i", f.read(4))
+        cid, resp = codec.decode_response(f.read(n), 1, 12)
+        assert cid == 1 and int(resp.responses[0].partitions[0].error_code) == 0
+        assert _fetched(resp)[0] == [b"wake"]
+        (n,) = struct.unpack(">i", f.read(4))
+        assert codec.decode_response(f.read(n), 18, 3)[0] == 2
+
+
 def test_idempotent_sequence_checks_answer_kafka_error_codes(cluster1: LocalCluster) -> None:
     host, port = kafka_bootstrap(cluster1).split(":")
     addr = (host, int(port))
