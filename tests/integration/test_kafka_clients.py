@@ -359,6 +359,27 @@ def test_a_quick_answer_waits_behind_a_long_poll_on_its_connection(cluster1: Loc
         assert codec.decode_response(f.read(n), 18, 3)[0] == 2
 
 
+def test_an_acks_0_produce_is_not_answered_and_holds_nothing_up(cluster1: LocalCluster) -> None:
+    """Produce with acks=0 gets no answer (Kafka's rule); the ApiVersions pipelined behind it
+    on the same connection is answered next, and the record is in the log."""
+    topic = "acks-zero"
+    create(cluster1, topic)
+    host, port = kafka_bootstrap(cluster1).split(",")[0].split(":")
+    batch = kr.encode_batch([kr.KafkaRow(0, 0, b"k", b"fire-and-forget", [])],
+                            first_timestamp=int(time.time() * 1000))
+    produce = codec.build(codec.request_schema(0, 9), {
+        "transactional_id": None, "acks": 0, "timeout": 30000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+    versions = codec.build(codec.request_schema(18, 3), {"client_software_name": "t",
+                                                        "client_software_version": "1"})
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(codec.encode_request(produce, 1) + codec.encode_request(versions, 2))
+        f = s.makefile("rb")
+        (n,) = struct.unpack(">i", f.read(4))
+        assert codec.decode_response(f.read(n), 18, 3)[0] == 2
+    assert [r.value for r in native_records(cluster1, topic, 1)] == [b"fire-and-forget"]
+
+
 def test_idempotent_sequence_checks_answer_kafka_error_codes(cluster1: LocalCluster) -> None:
     host, port = kafka_bootstrap(cluster1).split(":")
     addr = (host, int(port))
