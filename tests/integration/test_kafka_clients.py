@@ -1040,6 +1040,46 @@ def test_confluent_transactional_consume_transform_produce(cluster1: LocalCluste
     assert vals == committed
 
 
+def test_a_timed_out_transaction_is_fenced_in_librdkafka(cluster1: LocalCluster) -> None:
+    """rafka's TRANSACTION_TIMED_OUT (1008) reaches a Kafka client as INVALID_PRODUCER_EPOCH
+    (47, KIP-588), which librdkafka reports as its fatal ``_FENCED`` — what it reports after a
+    transaction timeout on Kafka. Answered −1 before, the commit failed as an unknown error."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import Producer as CProducer
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "txto")
+    prod = CProducer({"bootstrap.servers": kb, "transactional.id": "txto-tx",
+                      "transaction.timeout.ms": 1000, "socket.timeout.ms": 1000})
+    prod.init_transactions(30)
+    prod.begin_transaction()
+    prod.produce("txto", value=b"left open", partition=0)
+    assert prod.flush(30) == 0
+    with Admin(bootstrap_servers=cluster1.bootstrap) as a:
+        epoch = a.describe_transactions(["txto-tx"])["txto-tx"].producer_epoch
+
+        def aborted() -> bool:  # the coordinator's timeout abort bumped the epoch and finished
+            d = a.describe_transactions(["txto-tx"])["txto-tx"]
+            return d.producer_epoch > epoch and d.state in ("CompleteAbort", "Empty")
+
+        deadline = time.monotonic() + 30
+        while not aborted():
+            assert time.monotonic() < deadline, "the coordinator never aborted the transaction"
+            time.sleep(0.2)
+    with pytest.raises(KafkaException) as info:
+        prod.commit_transaction(30)
+    err = info.value.args[0]
+    assert err.code() == KafkaError._FENCED, err
+    assert err.fatal()
+    # the transactional id is not lost: a new producer takes it and commits
+    again = CProducer({"bootstrap.servers": kb, "transactional.id": "txto-tx"})
+    again.init_transactions(30)
+    again.begin_transaction()
+    again.produce("txto", value=b"committed", partition=0)
+    again.commit_transaction(30)
+    assert _read_all(kb, "txto", "read_committed", 1) == [b"committed"]
+
+
 def test_compaction_of_a_kafka_written_topic_read_by_both_clients(cluster_factory: Any) -> None:
     """A compacted topic written by confluent-kafka (gzip: stored as produced) is compacted by
     the broker's cleaner, which keeps the Kafka format; both clients read the same survivors."""
