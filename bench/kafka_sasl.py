@@ -23,7 +23,6 @@ import sys
 import time
 
 import trio
-
 from rafka.broker.kafka.sasl import PLAIN_CHECK_THREADS, KafkaSasl, PasswordCheck
 from rafka.security.scram import ScramClient, derive_credential
 

@@ -52,7 +52,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.context import KafkaContext
 from rafka.security.sasl import CredentialSource, SaslGate
