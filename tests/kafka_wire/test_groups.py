@@ -70,3 +70,22 @@ def test_member_table_is_bounded_least_recently_used_out() -> None:
     assert groups.get("g", "m0") is not None  # m0 used: m1 is now the oldest
     groups.put("g", "m3", Member(epoch=3, topics=["t"], session_timeout_ms=10_000))
     assert sorted(m for _, m in groups.members) == ["m0", "m2", "m3"]
+
+
+def test_a_static_instance_taken_over_fences_the_old_member_id() -> None:
+    """KIP-345 bookkeeping: the instance id names its newest member; the member id it replaced
+    is fenced (and so is any member id naming an instance id another member holds); the fenced
+    ids are bounded like the members."""
+    groups = ClassicGroups(max_members=2)
+    groups.put("g", "old", Member(epoch=1, topics=["t"], session_timeout_ms=10_000, instance_id="i"))
+    assert groups.holder("g", "i") == "old" and not groups.is_fenced("g", "old", "i")
+    groups.take_over("g", "old", "i")
+    groups.put("g", "new", Member(epoch=1, topics=["t"], session_timeout_ms=10_000, instance_id="i"))
+    assert groups.holder("g", "i") == "new" and groups.get("g", "old") is None
+    assert groups.is_fenced("g", "old", "") and groups.is_fenced("g", "other", "i")
+    assert not groups.is_fenced("g", "new", "i") and not groups.is_fenced("g", "", "i")
+    groups.drop("g", "new")
+    assert groups.holder("g", "i") is None  # a dropped member frees its instance id
+    for n in range(3):
+        groups.take_over("g", f"gone{n}", "j")
+    assert len(groups.fenced) == 2 and not groups.is_fenced("g", "old", "")
