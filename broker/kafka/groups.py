@@ -31,6 +31,9 @@ the same generation id.
 Each classic request is also one native heartbeat (a waiting JoinGroup sends one every few
 seconds to keep its native membership alive):
 
+* JoinGroup v4+ without a member id (and without an instance id) → no native request:
+  ``MEMBER_ID_REQUIRED`` with a member id made here (KIP-394); the member's next JoinGroup
+  with it joins natively under that id (the controller takes a member id a join names).
 * JoinGroup → ``owned_partitions`` = nothing for an eager member (it revoked everything
   before rejoining), what it still holds for a cooperative one (KIP-429: it keeps them; its
   subscription v1+ names them — the client may not have acted on its last answer yet);
@@ -87,6 +90,7 @@ __all__ = ["ClassicGroups", "MAX_MEMBERS", "join_group", "sync_group", "heartbea
 
 NONE, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS = 0, 25, 22, 27
 FENCED_INSTANCE_ID = 82
+MEMBER_ID_REQUIRED = 79
 INCONSISTENT_GROUP_PROTOCOL = 23
 COOPERATIVE = frozenset({"cooperative-sticky"})  # protocol names whose clients run KIP-429
 _FENCED_MEMBER_EPOCH, _STALE_MEMBER = 110, 1007
@@ -246,8 +250,15 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
         return {**out, "error_code": INCONSISTENT_GROUP_PROTOCOL}
     groups: ClassicGroups = ctx.groups
     instance = _instance(b)
+    session_ms = ms(b.session_timeout)
+    if not b.member_id and not instance and req.api_version >= 4:
+        # KIP-394: a new dynamic member first learns its member id, then joins with it
+        return {**out, "error_code": MEMBER_ID_REQUIRED,
+                "member_id": groups.new_pending(b.group_id, session_ms)}
     m = groups.get(b.group_id, b.member_id) if b.member_id else None
-    if b.member_id and (m is None or groups.is_fenced(b.group_id, b.member_id, instance)):
+    pending = m is None and bool(b.member_id) and groups.take_pending(b.group_id, b.member_id)
+    if b.member_id and not pending and (
+            m is None or groups.is_fenced(b.group_id, b.member_id, instance)):
         code = _unknown(groups, b.group_id, b.member_id, instance)
         return {**out, "error_code": code, "member_id": "" if code == UNKNOWN_MEMBER_ID else b.member_id}
     # a restarted static member: it takes the place of the member holding its instance id
@@ -255,7 +266,6 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     predecessor = groups.members.get((b.group_id, predecessor_id)) if predecessor_id else None
     protocol = _protocol(groups, b.group_id, offered)
     cooperative = protocol in COOPERATIVE
-    session_ms = ms(b.session_timeout)
     rebalance_ms = ms(getattr(b, "rebalance_timeout", b.session_timeout))
     new = Member(epoch=0 if m is None else m.epoch, topics=topics, session_timeout_ms=session_ms,
                  rebalance_timeout_ms=rebalance_ms, protocol=protocol, cooperative=cooperative,
@@ -268,7 +278,7 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
         new.owned = said if said is not None else held
         if m is not None:
             new.given, new.generation = m.given, m.generation
-    native = await _beat(ctx, req, b.group_id, b.member_id if m else "", new.epoch,
+    native = await _beat(ctx, req, b.group_id, b.member_id if m or pending else "", new.epoch,
                          new.owned, new)
     if native.get("error"):
         if b.member_id:

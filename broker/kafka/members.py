@@ -13,6 +13,7 @@ most ``max_members`` members, least recently used out first; a member pushed out
 
 from __future__ import annotations
 
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -79,6 +80,7 @@ class ClassicGroups:
         self.groups: dict[str, ClassicGroup] = {}
         self.instances: dict[tuple[str, str], str] = {}  # (group, instance id) → member id
         self.fenced: OrderedDict[tuple[str, str], str] = OrderedDict()  # → its instance id
+        self.pending: OrderedDict[tuple[str, str], float] = OrderedDict()  # → until (KIP-394)
         self.max_members = max_members
 
     def group(self, group: str) -> ClassicGroup:
@@ -126,6 +128,21 @@ class ClassicGroups:
             return True
         holder = self.holder(group, instance_id)
         return bool(member_id) and holder is not None and holder != member_id
+
+    def new_pending(self, group: str, session_timeout_ms: int) -> str:
+        """A member id for a JoinGroup that came without one (KIP-394), valid for the
+        session timeout."""
+        member_id = uuid.uuid4().hex
+        self.pending[(group, member_id)] = trio.current_time() + session_timeout_ms / 1000
+        while len(self.pending) > self.max_members:
+            self.pending.popitem(last=False)
+        return member_id
+
+    def take_pending(self, group: str, member_id: str) -> bool:
+        """Whether ``member_id`` was handed out by ``new_pending`` and has not expired; it is
+        no longer pending either way."""
+        until = self.pending.pop((group, member_id), None)
+        return until is not None and trio.current_time() <= until
 
     def _forget(self, group: str, member_id: str, m: Member | None) -> None:
         if m is not None and m.instance_id and self.instances.get((group, m.instance_id)) == member_id:

@@ -625,15 +625,23 @@ class _RawMember:
             buf += chunk
         return buf
 
-    def join(self) -> int:
+    def join_once(self, version: int = 7) -> Any:
         cls = load_entity_schema("consumer_protocol_subscription", 0, EntityType.data)
         buf = io.BytesIO()
         entity_writer(cls)(buf, codec.build(cls, {"topics": [self.topic], "user_data": None}))
-        resp = self.call(11, 7, {
+        return self.call(11, version, {
             "group_id": self.group, "session_timeout": self.session_ms,
             "rebalance_timeout": 30_000, "member_id": self.member_id, "group_instance_id": None,
             "protocol_type": "consumer", "protocols": [
                 {"name": "range", "metadata": struct.pack(">h", 0) + buf.getvalue()}]})
+
+    def join(self) -> int:
+        """JoinGroup as clients do: a first join without a member id is answered
+        MEMBER_ID_REQUIRED (KIP-394) with one, and joins again with it."""
+        resp = self.join_once()
+        if int(resp.error_code) == 79:
+            self.member_id = resp.member_id
+            resp = self.join_once()
         if int(resp.error_code) == 0:
             self.member_id, self.generation = resp.member_id, resp.generation_id
         return int(resp.error_code)
@@ -720,6 +728,40 @@ def test_classic_group_generation_is_the_groups(cluster1: LocalCluster) -> None:
     finally:
         for m in (a, b, c):
             m.close()
+
+
+def test_join_group_v4_without_a_member_id_is_member_id_required(cluster1: LocalCluster) -> None:
+    """KIP-394: a JoinGroup v4+ without a member id makes no member: it is answered
+    MEMBER_ID_REQUIRED with a member id, and the join with that id makes the member (so a
+    client retrying its first JoinGroup leaves no ghost members). v3 still joins at once."""
+    host, port = kafka_bootstrap(cluster1).split(":")
+    addr = (host, int(port))
+    create(cluster1, "kip394", partitions=2)
+    a = _RawMember(addr, "kip394g", "kip394")
+    b = _RawMember(addr, "kip394g3", "kip394")
+    try:
+        first, retried = a.join_once(), a.join_once()  # a client retrying its first join
+        assert int(first.error_code) == int(retried.error_code) == 79  # MEMBER_ID_REQUIRED
+        assert first.member_id and retried.member_id and first.member_id != retried.member_id
+        assert first.generation_id == -1
+        from rafka.client.errors import GroupIdNotFoundError
+
+        with Admin(bootstrap_servers=cluster1.bootstrap) as admin:  # nobody joined natively
+            with pytest.raises(GroupIdNotFoundError):
+                admin.describe_consumer_groups(["kip394g"])
+        a.member_id = first.member_id
+        joined = a.join_once()
+        assert int(joined.error_code) == 0 and joined.member_id == first.member_id
+        a.generation = joined.generation_id
+        assert a.sync() == {0, 1} and a.heartbeat() == 0
+        with Admin(bootstrap_servers=cluster1.bootstrap) as admin:
+            members = admin.describe_consumer_groups(["kip394g"])["kip394g"]["members"]
+        assert [m["member_id"] for m in members] == [first.member_id]  # one member, no ghost
+        old = b.join_once(version=3)  # before KIP-394: the member id comes with the join
+        assert int(old.error_code) == 0 and old.member_id
+    finally:
+        a.close()
+        b.close()
 
 
 # A cooperative-sticky group member (KIP-429), as a process: writes "A t p..." when partitions

@@ -89,3 +89,21 @@ def test_a_static_instance_taken_over_fences_the_old_member_id() -> None:
     for n in range(3):
         groups.take_over("g", f"gone{n}", "j")
     assert len(groups.fenced) == 2 and not groups.is_fenced("g", "old", "")
+
+
+async def test_a_pending_member_id_joins_once_within_its_session(autojump_clock) -> None:  # type: ignore[no-untyped-def]
+    """KIP-394 bookkeeping: a member id handed out with MEMBER_ID_REQUIRED is good for one
+    join within the session timeout; the pending ids are bounded like the members."""
+    import trio
+
+    groups = ClassicGroups(max_members=2)
+    a, b = groups.new_pending("g", 10_000), groups.new_pending("g", 10_000)
+    assert a != b
+    assert groups.take_pending("g", a) and not groups.take_pending("g", a)  # once
+    assert not groups.take_pending("other", b)  # another group's id
+    late = groups.new_pending("g", 10_000)
+    await trio.sleep(11)
+    assert not groups.take_pending("g", late)  # its session timeout passed
+    for _ in range(3):
+        groups.new_pending("g", 10_000)
+    assert len(groups.pending) == 2
