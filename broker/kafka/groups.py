@@ -260,7 +260,8 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     if b.member_id and not pending and (
             m is None or groups.is_fenced(b.group_id, b.member_id, instance)):
         code = _unknown(groups, b.group_id, b.member_id, instance)
-        return {**out, "error_code": code, "member_id": "" if code == UNKNOWN_MEMBER_ID else b.member_id}
+        return {**out, "error_code": code,
+                "member_id": "" if code == UNKNOWN_MEMBER_ID else b.member_id}
     # a restarted static member: it takes the place of the member holding its instance id
     predecessor_id = groups.holder(b.group_id, instance) if not b.member_id else None
     predecessor = groups.members.get((b.group_id, predecessor_id)) if predecessor_id else None
@@ -287,19 +288,21 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     member_id = native["member_id"]
     _absorb(new, native)
     g = groups.group(b.group_id)
+    static_rejoin = (predecessor is not None and predecessor_id != member_id
+                     and not g.rebalancing and not predecessor.joining
+                     and predecessor.topics == topics and predecessor.protocol == protocol)
+    if static_rejoin:
+        # KIP-345: the group is stable and nothing changed: the current generation at once,
+        # no rebalance; SyncGroup hands it the partitions it inherited
+        new.generation, new.synced = g.generation, False
+    else:
+        new.joining = True
+    groups.put(b.group_id, member_id, new)  # first, so the group is never empty meanwhile
     if predecessor_id is not None and predecessor_id != member_id:
         groups.take_over(b.group_id, predecessor_id, instance)
-        if (predecessor is not None and not g.rebalancing and not predecessor.joining
-                and predecessor.topics == topics and predecessor.protocol == protocol):
-            # KIP-345: the group is stable and nothing changed: the current generation at
-            # once, no rebalance; SyncGroup hands it the partitions it inherited
-            new.generation, new.synced = g.generation, False
-            groups.put(b.group_id, member_id, new)
-            return {**out, "error_code": NONE, "generation_id": new.generation,
-                    "member_id": member_id, "protocol_name": protocol}
-    new.joining = True
-    groups.put(b.group_id, member_id, new)
-    g = groups.group(b.group_id)
+    if static_rejoin:
+        return {**out, "error_code": NONE, "generation_id": new.generation,
+                "member_id": member_id, "protocol_name": protocol}
     g.start_rebalance(trio.current_time(), rebalance_ms)
     g.poke()
     keepalive = max(0.5, min(session_ms / 3000, 3.0))
