@@ -366,9 +366,9 @@ class _FetchState:
         sl = None
         try:
             if not self.consumer:
-                diverging = self._follower_check(p, offset, pd.get("last_fetched_epoch"),
-                                                 pd.get("log_start_offset"))
-                if 0 <= (pd.get("log_start_offset") or 0) < p.log.log_start_offset:
+                start = pd.get("log_start_offset")  # the follower's; None: not reported
+                diverging = self._follower_check(p, offset, pd.get("last_fetched_epoch"), start)
+                if start is not None and 0 <= start < p.log.log_start_offset:
                     self.start_behind = True
                 if diverging is not None:
                     entry["diverging_epoch"] = diverging
