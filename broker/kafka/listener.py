@@ -234,7 +234,13 @@ class KafkaListener:
                 return False
             if payload is None:  # the peer closed
                 return False
-            answer, close = await self._login_step(bytes(payload), conn)
+            # the deadline bounds the step too: a PLAIN check queued for its worker thread
+            with trio.move_on_at(auth_deadline) as step:
+                answer, close = await self._login_step(bytes(payload), conn)
+            if step.cancelled_caught:
+                self.auth_failures += 1
+                log.info("kafka %s: did not authenticate in time: closing", conn.peer)
+                return False
             if answer:
                 await stream.send_all(answer)
             if close:
