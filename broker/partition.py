@@ -41,10 +41,13 @@ and replaced when it fires):
 * ``changed`` — produce requests waiting for their ``acks``: the durable end or the HW moved, or
   anything about the role changed;
 * ``data_changed`` — follower fetches: the log end offset moved (a follower fetch answers only
-  with records, so nothing else can complete it);
-* ``hw_changed`` — consumer fetches: the HW moved (consumers are served below it only).
+  with records, so nothing else can complete it — except a log start moved by DeleteRecords,
+  which a follower reporting an older one is answered at once: ``delete_records_before``);
+* ``hw_changed`` — consumer fetches: the HW moved (consumers are served below it only);
+* ``starts_changed`` — DeleteRecords waiting for the in-sync followers' log start offsets
+  (``low_watermark``): a follower fetch reported a log start that moved.
 
-``notify()`` (role, deletion, an offline log) sets all three. With one shared event every
+``notify()`` (role, deletion, an offline log) sets all four. With one shared event every
 parked fetch re-read on every append, flush and follower position. Counted at 10k records/s
 (RF 3, linger 5 ms): per produce request, consumer fetch reads went from 3.8 to 1.9 and follower
 fetch reads from 5.2 to 3.8. Those are the minimum: the read on arrival and the read on the
@@ -142,6 +145,7 @@ class Partition:
         self.changed = trio.Event()  # produce waiters (see the module docstring)
         self.data_changed = trio.Event()  # follower fetches
         self.hw_changed = trio.Event()  # consumer fetches
+        self.starts_changed = trio.Event()  # DeleteRecords waiting for followers' log starts
         self.pending_flush = False
         self.pending_alter: Any = None  # an AlterPartitionRequest for the replication glue
         self.alter_poke: Any = None  # called when pending_alter is set (wakes the sender)
@@ -363,19 +367,23 @@ class Partition:
         return True
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, broker_epoch: int = -1,
-                          isr_eligible: bool = True) -> None:
+                          isr_eligible: bool = True, log_start_offset: int = -1) -> None:
         """A consistent follower fetch; ``isr_eligible`` False (fenced, unknown or re-registered
-        broker) still counts its position for the HW but never proposes it into the ISR."""
+        broker) still counts its position for the HW but never proposes it into the ISR.
+        ``log_start_offset``: the follower's own (−1: not reported)."""
         st = self.leader_state
         if st is None or replica_id not in st.followers:
             return
+        if 0 <= log_start_offset != st.followers[replica_id].log_start_offset:
+            self._wake_starts()
         # ``fetch_offset`` was verified against the log (``verify_follower_fetch``), so it is at
         # most the log's end; the state may not have heard of the newest append yet, and
         # counting less than the follower has is always safe. (Clamping an *unverified* offset
         # was the hazard issue 28 asked about: that never reaches here.)
         self._apply_effects(st.on_follower_fetch(replica_id, min(fetch_offset, st.log_end_offset),
                                                  _now_ms(), broker_epoch=broker_epoch,
-                                                 isr_eligible=isr_eligible))
+                                                 isr_eligible=isr_eligible,
+                                                 log_start_offset=log_start_offset))
         self.refresh_hw()
 
     def produce_outcome(self, last_offset: int, acks: int,
@@ -438,11 +446,32 @@ class Partition:
             limit = self.last_stable_offset if committed else self.high_watermark
         return self.log.read(fetch_offset, max_bytes, limit, inline_max_bytes=inline_max_bytes)
 
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords on the leader: the log start moves to ``offset`` (never back) and the
+        parked follower fetches are woken, so each answers at once with the new log start
+        (``handlers/data.py``) rather than at the end of its long poll. The new log start."""
+        start = self.log.delete_records_before(offset)
+        self._wake_data()
+        return start
+
+    def low_watermark(self) -> int:
+        """The smallest log start offset of this leader and its in-sync followers (−1 while
+        one has not reported it in this leader epoch); a non-leader: its own log start."""
+        st = self.leader_state
+        if st is None:
+            return self.log.log_start_offset
+        return st.low_watermark(self.log.log_start_offset)
+
     def notify(self) -> None:
         """Wake every waiter: the role, the log's state or the partition itself changed."""
         self._wake_produce()
         self._wake_data()
         self._wake_hw()
+        self._wake_starts()
+
+    def _wake_starts(self) -> None:
+        self.starts_changed.set()
+        self.starts_changed = trio.Event()
 
     def _wake_produce(self) -> None:
         self.changed.set()

@@ -161,6 +161,8 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
                         "partition_max_bytes": int,
                         "current_leader_epoch": Opt(int),
                         "last_fetched_epoch": Opt(int),
+                        # a follower's own log start offset (DeleteRecords waits for it)
+                        "log_start_offset": Opt(int),
                     }
                 ],
             }

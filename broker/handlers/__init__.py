@@ -198,7 +198,7 @@ class NodeApi:
             ApiKey.PRODUCE: lambda body: data.produce(rm, body, self.txn_verifier),
             ApiKey.FETCH: lambda body: data.fetch(rm, body),
             ApiKey.LIST_OFFSETS: _answer(lambda body: data.list_offsets(rm, body)),
-            ApiKey.DELETE_RECORDS: _answer(lambda body: delete_records.delete_records(rm, body)),
+            ApiKey.DELETE_RECORDS: lambda body: delete_records.delete_records(rm, body),
             ApiKey.WRITE_TXN_MARKERS: lambda body: txn_data.write_txn_markers(rm, body),
             ApiKey.DESCRIBE_PRODUCERS: _answer(lambda body: txn_data.describe_producers(rm, body)),
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _answer(

@@ -302,6 +302,7 @@ class _FetchState:
         self.topics = body["topics"]
         self.committed = self.replica_id < 0 and body.get("isolation_level") == READ_COMMITTED
         self.isr_eligible = False
+        self.start_behind = False  # read_all
         if self.replica_id >= 0:
             reg = rm.image.cluster.brokers.get(self.replica_id)
             # KIP-841/903: only a registered, unfenced broker in the incarnation the metadata
@@ -326,6 +327,9 @@ class _FetchState:
         return None
 
     def read_all(self) -> tuple[list[dict[str, Any]], list[FetchSlice], int, list[Partition], bool]:
+        # a follower fetch whose follower reported a log start below ours: answered at once,
+        # so the follower moves its log start and a waiting DeleteRecords completes
+        self.start_behind = False
         out: list[dict[str, Any]] = []
         slices: list[FetchSlice] = []
         parts: list[Partition] = []
@@ -362,7 +366,10 @@ class _FetchState:
         sl = None
         try:
             if not self.consumer:
-                diverging = self._follower_check(p, offset, pd.get("last_fetched_epoch"))
+                start = pd.get("log_start_offset")  # the follower's; None: not reported
+                diverging = self._follower_check(p, offset, pd.get("last_fetched_epoch"), start)
+                if start is not None and 0 <= start < p.log.log_start_offset:
+                    self.start_behind = True
                 if diverging is not None:
                     entry["diverging_epoch"] = diverging
                     return self._positions(entry, p), None, p
@@ -380,7 +387,8 @@ class _FetchState:
             entry["records_len"] = sl.length
         return self._positions(entry, p), sl, p
 
-    def _follower_check(self, p: Partition, offset: int, last_epoch: int | None) -> dict[str, int] | None:
+    def _follower_check(self, p: Partition, offset: int, last_epoch: int | None,
+                        log_start: int | None = None) -> dict[str, int] | None:
         """The leader's verdict on this follower fetch (``verify_follower_fetch``): the
         diverging epoch to answer, or None after reporting the verified position — never an
         unverified one — to the leader state."""
@@ -392,7 +400,7 @@ class _FetchState:
             return verdict.diverging.to_dict()
         if verdict.position is not None:
             p.on_follower_fetch(self.replica_id, verdict.position, self.broker_epoch,
-                                self.isr_eligible)
+                                self.isr_eligible, -1 if log_start is None else log_start)
         return None
 
     def _positions(self, entry: dict[str, Any], p: Partition) -> dict[str, Any]:
@@ -416,7 +424,8 @@ async def fetch(rm: ReplicaManager, body: Mapping[str, Any]) -> Reply:
     while True:
         out, slices, total, parts, errors = st.read_all()
         now = trio.current_time()
-        if total >= max(st.min_bytes, 1) or errors or now >= deadline or not parts:
+        if (total >= max(st.min_bytes, 1) or errors or now >= deadline or not parts
+                or st.start_behind):
             # small slices already hold their bytes (read for the CRC check): sent as they are
             return Reply({"topics": out},
                          [sl if sl.data is None else sl.data for sl in slices])

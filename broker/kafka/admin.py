@@ -50,7 +50,7 @@ async def describe_groups(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     for name in names:
         g = by_id.get(name, {"error": native.get("error") or 69})  # GROUP_ID_NOT_FOUND
         members = [{
-            "member_id": m["member_id"], "group_instance_id": None,
+            "member_id": m["member_id"], "group_instance_id": m.get("instance_id") or None,
             "client_id": m.get("client_id") or "", "client_host": m.get("client_host") or "",
             "member_metadata": _subscription(list(m.get("subscribed_topics") or [])),
             "member_assignment": groups.encode_assignment(frozenset(

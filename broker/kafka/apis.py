@@ -388,6 +388,12 @@ async def offset_commit(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
              "metadata": p.committed_metadata,
              "leader_epoch": getattr(p, "committed_leader_epoch", -1)}
             for p in t.partitions]} for t in b.topics]}
+    if generation >= 0 and groups.fenced(ctx, b.group_id, b.member_id,
+                                         getattr(b, "group_instance_id", None) or ""):
+        return {"throttle_time": 0, "topics": [  # KIP-345: a newer process took its instance id
+            {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                             "error_code": groups.FENCED_INSTANCE_ID}
+                                            for p in t.partitions]} for t in b.topics]}
     if generation >= 0:  # a classic member: its current epoch (groups.py), may be newer
         member = groups.commit_member(ctx, b.group_id, b.member_id)
         body["member_id"] = b.member_id

@@ -30,7 +30,7 @@ from rafka.wire.protocol import ApiKey, Request
 
 __all__ = ["KafkaContext", "kafka_error", "commit_error", "call_native", "kafka_address", "kafka_listeners", "ms",
            "UNKNOWN_SERVER_ERROR", "CORRUPT_MESSAGE", "UNKNOWN_TOPIC_OR_PARTITION",
-           "UNSUPPORTED_COMPRESSION_TYPE", "NO_AUTH_OPS"]
+           "UNSUPPORTED_COMPRESSION_TYPE", "NO_AUTH_OPS", "RAFKA_ONLY_AS_KAFKA"]
 
 UNKNOWN_SERVER_ERROR = -1
 CORRUPT_MESSAGE = 2
@@ -57,15 +57,34 @@ class KafkaContext:
     fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)  # KIP-227
 
 
-# rafka-only codes (1000+) that Kafka has a number for
-_KAFKA_NUMBER = {int(ErrorCode.RESOURCE_NOT_FOUND): 91}
+# Each rafka-only code (1000+) as the Kafka code a Kafka client understands for the same
+# situation; −1 (UNKNOWN_SERVER_ERROR) only where Kafka has none. The reason per code is the
+# table in docs/kafka-compat.md "Error codes"; tests/kafka_wire/test_errors.py checks every
+# ErrorCode member lands on a code Kafka defines.
+RAFKA_ONLY_AS_KAFKA: dict[ErrorCode, int] = {
+    ErrorCode.MALFORMED_FRAME: 42,         # INVALID_REQUEST
+    ErrorCode.FRAME_TOO_LARGE: 10,         # MESSAGE_TOO_LARGE
+    ErrorCode.UNKNOWN_API: 35,             # UNSUPPORTED_VERSION
+    ErrorCode.TOO_MANY_CONNECTIONS: 13,    # NETWORK_EXCEPTION
+    ErrorCode.TOO_MANY_IN_FLIGHT: 89,      # THROTTLING_QUOTA_EXCEEDED
+    ErrorCode.BROKER_FENCED: 6,            # NOT_LEADER_OR_FOLLOWER
+    ErrorCode.STALE_PARTITION_EPOCH: 95,   # INVALID_UPDATE_VERSION
+    ErrorCode.STALE_MEMBER: 22,            # ILLEGAL_GENERATION
+    ErrorCode.TRANSACTION_TIMED_OUT: 47,   # INVALID_PRODUCER_EPOCH (KIP-588)
+    ErrorCode.TLS_REQUIRED: UNKNOWN_SERVER_ERROR,          # Kafka has no code: it drops the connection
+    ErrorCode.TLS_HANDSHAKE_FAILED: UNKNOWN_SERVER_ERROR,  # client-side only, never on the wire
+    ErrorCode.RESOURCE_NOT_FOUND: 91,      # RESOURCE_NOT_FOUND
+}
+_KAFKA_NUMBER = {int(k): v for k, v in RAFKA_ONLY_AS_KAFKA.items()}
 
 
 def kafka_error(code: int | None) -> int:
-    """A native error code as Kafka's: the same number below 1000, Kafka's number for a
-    rafka-only code Kafka also has, else UNKNOWN_SERVER_ERROR. (confluent-kafka 2.16's
-    AdminClient never completes an AlterUserScramCredentials future whose user answered −1,
-    which is how a missing credential read before RESOURCE_NOT_FOUND was mapped.)"""
+    """A native error code as Kafka's: the same number below 1000 (rafka numbered those after
+    Kafka's), ``RAFKA_ONLY_AS_KAFKA`` for a rafka-only one, UNKNOWN_SERVER_ERROR for a number
+    rafka does not define. (confluent-kafka 2.16's AdminClient never completes an
+    AlterUserScramCredentials future whose user answered −1, which is how a missing credential
+    read before RESOURCE_NOT_FOUND was mapped; a timed-out transaction answered −1 made
+    librdkafka fail the commit as an unknown error instead of reporting the producer fenced.)"""
     code = int(code or 0)
     return code if code < 1000 else _KAFKA_NUMBER.get(code, UNKNOWN_SERVER_ERROR)
 

@@ -31,6 +31,9 @@ the same generation id.
 Each classic request is also one native heartbeat (a waiting JoinGroup sends one every few
 seconds to keep its native membership alive):
 
+* JoinGroup v4+ without a member id (and without an instance id) → no native request:
+  ``MEMBER_ID_REQUIRED`` with a member id made here (KIP-394); the member's next JoinGroup
+  with it joins natively under that id (the controller takes a member id a join names).
 * JoinGroup → ``owned_partitions`` = nothing for an eager member (it revoked everything
   before rejoining), what it still holds for a cooperative one (KIP-429: it keeps them; its
   subscription v1+ names them — the client may not have acted on its last answer yet);
@@ -47,6 +50,21 @@ Native member-epoch errors become the classic ones a client acts on: ``UNKNOWN_M
 lives in this broker — the group's coordinator, where FindCoordinator sends its members — and
 is bounded (``MAX_MEMBERS``, least recently used first out). A coordinator move loses it: the
 members are then told ``UNKNOWN_MEMBER_ID`` by the controller or here, and rejoin.
+
+Static members (KIP-345, ``group.instance.id``, JoinGroup v5+) map onto rafka's native static
+membership: every native heartbeat of the member carries its instance id. A JoinGroup without
+a member id naming an instance id a member of the group holds is a restarted process: the
+native join takes the old member's place (the controller hands it the old member epoch and
+partitions, with no group epoch bump), the old member id is fenced (``members.py``), and —
+when the group is stable and the subscription unchanged — the JoinGroup is answered the
+current generation at once, with no rebalance: the other members never hear of it, and the
+member's SyncGroup gives it its old partitions. (A changed subscription, or a rebalance under
+way, joins the barrier as any rejoin does.) A request naming a fenced member id, or an instance
+id another member holds, is ``FENCED_INSTANCE_ID`` (JoinGroup, SyncGroup, Heartbeat,
+OffsetCommit, TxnOffsetCommit, LeaveGroup). A static member that does not rejoin a rebalance
+is not dropped when it completes (as in Kafka): its partitions wait for it until its session
+times out. LeaveGroup v3+ names members by member id or by instance id (an admin removing a
+static member: its partitions move at once).
 
 The subscription is read from the first protocol's metadata (ConsumerProtocolSubscription:
 ``int16 version``, then the topics; later versions only append fields).
@@ -67,9 +85,12 @@ from rafka.broker.kafka.context import call_native, kafka_error, ms
 from rafka.broker.kafka.members import MAX_MEMBERS, ClassicGroup, ClassicGroups, Member
 from rafka.wire.protocol import ApiKey
 
-__all__ = ["ClassicGroups", "MAX_MEMBERS", "join_group", "sync_group", "heartbeat", "leave_group"]
+__all__ = ["ClassicGroups", "MAX_MEMBERS", "join_group", "sync_group", "heartbeat", "leave_group",
+           "fenced"]
 
 NONE, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS = 0, 25, 22, 27
+FENCED_INSTANCE_ID = 82
+MEMBER_ID_REQUIRED = 79
 INCONSISTENT_GROUP_PROTOCOL = 23
 COOPERATIVE = frozenset({"cooperative-sticky"})  # protocol names whose clients run KIP-429
 _FENCED_MEMBER_EPOCH, _STALE_MEMBER = 110, 1007
@@ -130,7 +151,25 @@ async def _beat(ctx: Any, req: KafkaRequest, group: str, member_id: str, epoch: 
     if m is not None and epoch >= 0:
         body["subscribed_topics"] = m.topics
         body["session_timeout_ms"] = m.session_timeout_ms
+    if m is not None and m.instance_id:
+        body["instance_id"] = m.instance_id
     return await call_native(ctx, req, ApiKey.CONSUMER_GROUP_HEARTBEAT, body)
+
+
+def _instance(body: Any) -> str:
+    """The request's group.instance.id ("" for a dynamic member or a version without it)."""
+    return getattr(body, "group_instance_id", None) or ""
+
+
+def _unknown(groups: ClassicGroups, group: str, member_id: str, instance_id: str) -> int:
+    """The error for a request naming a member this broker does not have."""
+    return FENCED_INSTANCE_ID if groups.is_fenced(group, member_id, instance_id) else UNKNOWN_MEMBER_ID
+
+
+def fenced(ctx: Any, group: str, member_id: str, instance_id: str) -> bool:
+    """Whether a request of ``member_id`` (e.g. an OffsetCommit) comes from a static member a
+    newer process with the same instance id replaced."""
+    return ctx.groups.is_fenced(group, member_id, instance_id)
 
 
 def _member_error(code: int) -> int:
@@ -170,6 +209,7 @@ async def _complete(ctx: Any, req: KafkaRequest, groups: ClassicGroups, group: s
     g.generation += 1
     g.rebalancing = False
     gone = []
+    now = trio.current_time()
     for mid in list(g.members):
         m = groups.members.get((group, mid))
         if m is None:
@@ -177,8 +217,8 @@ async def _complete(ctx: Any, req: KafkaRequest, groups: ClassicGroups, group: s
         if m.joining:
             m.joining = m.synced = False
             m.generation = g.generation
-        else:
-            gone.append(mid)
+        elif not (m.instance_id and not m.expired(now)):  # a static member's partitions
+            gone.append(mid)  # wait for it until its session times out (KIP-345)
     for mid in gone:
         groups.drop(group, mid)
     g.poke()
@@ -209,15 +249,28 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - a subscription we cannot read
         return {**out, "error_code": INCONSISTENT_GROUP_PROTOCOL}
     groups: ClassicGroups = ctx.groups
+    instance = _instance(b)
+    session_ms = ms(b.session_timeout)
+    if not b.member_id and not instance and req.api_version >= 4:
+        # KIP-394: a new dynamic member first learns its member id, then joins with it
+        return {**out, "error_code": MEMBER_ID_REQUIRED,
+                "member_id": groups.new_pending(b.group_id, session_ms)}
     m = groups.get(b.group_id, b.member_id) if b.member_id else None
-    if b.member_id and m is None:
-        return {**out, "error_code": UNKNOWN_MEMBER_ID, "member_id": ""}
+    pending = m is None and bool(b.member_id) and groups.take_pending(b.group_id, b.member_id)
+    if b.member_id and not pending and (
+            m is None or groups.is_fenced(b.group_id, b.member_id, instance)):
+        code = _unknown(groups, b.group_id, b.member_id, instance)
+        return {**out, "error_code": code,
+                "member_id": "" if code == UNKNOWN_MEMBER_ID else b.member_id}
+    # a restarted static member: it takes the place of the member holding its instance id
+    predecessor_id = groups.holder(b.group_id, instance) if not b.member_id else None
+    predecessor = groups.members.get((b.group_id, predecessor_id)) if predecessor_id else None
     protocol = _protocol(groups, b.group_id, offered)
     cooperative = protocol in COOPERATIVE
-    session_ms = ms(b.session_timeout)
     rebalance_ms = ms(getattr(b, "rebalance_timeout", b.session_timeout))
     new = Member(epoch=0 if m is None else m.epoch, topics=topics, session_timeout_ms=session_ms,
-                 rebalance_timeout_ms=rebalance_ms, protocol=protocol, cooperative=cooperative)
+                 rebalance_timeout_ms=rebalance_ms, protocol=protocol, cooperative=cooperative,
+                 instance_id=instance)
     if cooperative:  # KIP-429: a member keeps what it holds across the rebalance, and its
         # subscription says what that is (it may not have acted on its last answer yet)
         chosen = next(p for p in b.protocols if p.name == protocol)
@@ -226,7 +279,7 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
         new.owned = said if said is not None else held
         if m is not None:
             new.given, new.generation = m.given, m.generation
-    native = await _beat(ctx, req, b.group_id, b.member_id if m else "", new.epoch,
+    native = await _beat(ctx, req, b.group_id, b.member_id if m or pending else "", new.epoch,
                          new.owned, new)
     if native.get("error"):
         if b.member_id:
@@ -234,15 +287,29 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
         return {**out, "error_code": _member_error(native["error"]), "member_id": ""}
     member_id = native["member_id"]
     _absorb(new, native)
-    new.joining = True
-    groups.put(b.group_id, member_id, new)
     g = groups.group(b.group_id)
+    static_rejoin = (predecessor is not None and predecessor_id != member_id
+                     and not g.rebalancing and not predecessor.joining
+                     and predecessor.topics == topics and predecessor.protocol == protocol)
+    if static_rejoin:
+        # KIP-345: the group is stable and nothing changed: the current generation at once,
+        # no rebalance; SyncGroup hands it the partitions it inherited
+        new.generation, new.synced = g.generation, False
+    else:
+        new.joining = True
+    groups.put(b.group_id, member_id, new)  # first, so the group is never empty meanwhile
+    if predecessor_id is not None and predecessor_id != member_id:
+        groups.take_over(b.group_id, predecessor_id, instance)
+    if static_rejoin:
+        return {**out, "error_code": NONE, "generation_id": new.generation,
+                "member_id": member_id, "protocol_name": protocol}
     g.start_rebalance(trio.current_time(), rebalance_ms)
     g.poke()
     keepalive = max(0.5, min(session_ms / 3000, 3.0))
     while new.joining:
         if groups.members.get((b.group_id, member_id)) is not new:
-            return {**out, "error_code": UNKNOWN_MEMBER_ID, "member_id": ""}
+            code = _unknown(groups, b.group_id, member_id, instance)
+            return {**out, "error_code": code, "member_id": ""}
         now = trio.current_time()
         if g.rebalancing and _barrier_ready(groups, b.group_id, g, now):
             await _complete(ctx, req, groups, b.group_id, g)
@@ -274,8 +341,8 @@ async def sync_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
            "protocol_name": getattr(b, "protocol_name", None), "assignment": b""}
     groups: ClassicGroups = ctx.groups
     m = groups.get(b.group_id, b.member_id)
-    if m is None:
-        return {**out, "error_code": UNKNOWN_MEMBER_ID}
+    if m is None or groups.is_fenced(b.group_id, b.member_id, _instance(b)):
+        return {**out, "error_code": _unknown(groups, b.group_id, b.member_id, _instance(b))}
     code = _generation_error(groups.group(b.group_id), m, b.generation_id)
     if code:
         return {**out, "error_code": code}
@@ -298,8 +365,9 @@ async def heartbeat(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     b = req.body
     groups: ClassicGroups = ctx.groups
     m = groups.get(b.group_id, b.member_id)
-    if m is None:
-        return {"throttle_time": 0, "error_code": UNKNOWN_MEMBER_ID}
+    if m is None or groups.is_fenced(b.group_id, b.member_id, _instance(b)):
+        return {"throttle_time": 0,
+                "error_code": _unknown(groups, b.group_id, b.member_id, _instance(b))}
     native = await _beat(ctx, req, b.group_id, b.member_id, m.epoch, m.owned, m)
     if native.get("error"):
         groups.drop(b.group_id, b.member_id)
@@ -314,20 +382,45 @@ async def heartbeat(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
 
 
 async def leave_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
+    """v0-2: the member itself leaves. v3+ (KIP-345): a list of members, each by member id or
+    by group.instance.id (an admin removing static members); a member id that does not hold
+    the instance id named with it is FENCED_INSTANCE_ID."""
     b = req.body
     groups: ClassicGroups = ctx.groups
-    ids = [b.member_id] if req.api_version < 3 else [x.member_id for x in b.members]
+    asked = ([(b.member_id, "")] if req.api_version < 3
+             else [(x.member_id or "", x.group_instance_id or "") for x in b.members])
     answers = []
-    for member_id in ids:
-        m = groups.get(b.group_id, member_id)
-        code = UNKNOWN_MEMBER_ID
-        if m is not None:
-            native = await _beat(ctx, req, b.group_id, member_id, -1, None, None)
+    for member_id, instance in asked:
+        target = member_id
+        if instance:
+            holder = groups.holder(b.group_id, instance) or await _native_holder(
+                ctx, req, b.group_id, instance)
+            code = (UNKNOWN_MEMBER_ID if holder is None else
+                    FENCED_INSTANCE_ID if member_id and member_id != holder else NONE)
+            target = holder or ""
+        else:
+            code = _unknown(groups, b.group_id, member_id, "")
+            if groups.get(b.group_id, member_id) is not None:
+                code = NONE
+        if code == NONE:
+            native = await _beat(ctx, req, b.group_id, target, -1, None, None)
             code = _member_error(native.get("error") or 0)
-            groups.drop(b.group_id, member_id)
-        answers.append({"member_id": member_id, "group_instance_id": None, "error_code": code})
+            groups.drop(b.group_id, target)
+        answers.append({"member_id": member_id, "group_instance_id": instance or None,
+                        "error_code": code})
     top = answers[0]["error_code"] if req.api_version < 3 and answers else NONE
     return {"throttle_time": 0, "error_code": top, "members": answers}
+
+
+async def _native_holder(ctx: Any, req: KafkaRequest, group: str, instance: str) -> str | None:
+    """The member id the controller's group has for ``instance`` (a static member this broker
+    has no classic state for, e.g. after the coordinator moved)."""
+    native = await call_native(ctx, req, ApiKey.DESCRIBE_GROUPS, {"groups": [group]})
+    for g in native.get("groups") or []:
+        for m in g.get("members") or []:
+            if m.get("instance_id") == instance:
+                return str(m["member_id"])
+    return None
 
 
 def group_protocol(ctx: Any, group: str) -> str | None:

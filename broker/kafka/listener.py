@@ -69,7 +69,7 @@ from rafka.broker.kafka.answer_templates import ProduceAnswers
 from rafka.broker.kafka.apis import READABLE_FROM, SERVED, served_versions
 from rafka.broker.kafka.context import KafkaContext
 from rafka.broker.kafka.fetch_sessions import FetchSessionCache
-from rafka.broker.kafka.sasl import KafkaSasl
+from rafka.broker.kafka.sasl import PLAIN_CHECK_THREADS, KafkaSasl
 from rafka.broker.server import _UntilFirstWait
 from rafka.security.listener import ANONYMOUS, ListenerSecurity
 from rafka.security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
@@ -124,6 +124,8 @@ class KafkaListener:
             self.ssl_context = security.ssl_context or ListenerSecurity.build(
                 dataclasses.replace(cfg, protocol="SSL"), security.credentials).ssl_context
         self.sasl_mechanisms = sasl_mechanisms
+        # PLAIN's PBKDF2 runs in worker threads, at most this many at once (sasl.py)
+        self.plain_limiter = trio.CapacityLimiter(PLAIN_CHECK_THREADS)
         self.budget = budget
         self.auth_failures = 0
         self.idle_timeout_s = idle_timeout_s
@@ -223,7 +225,8 @@ class KafkaListener:
         ApiVersions / SaslHandshake / SaslAuthenticate."""
         assert self.security is not None
         cfg = self.security.config
-        sasl = conn.sasl = KafkaSasl(self.sasl_mechanisms, self.security.credentials, tls=self.tls)
+        sasl = conn.sasl = KafkaSasl(self.sasl_mechanisms, self.security.credentials, tls=self.tls,
+                                     limiter=self.plain_limiter)
         reader.max_frame_bytes = min(self.max_frame_bytes, cfg.max_unauthenticated_frame_bytes)
         auth_deadline = trio.current_time() + cfg.authentication_timeout_ms / 1000
         while not sasl.authenticated:
@@ -246,7 +249,13 @@ class KafkaListener:
                 return False
             if payload is None:  # the peer closed
                 return False
-            answer, close = self._login_step(bytes(payload), conn)
+            # the deadline bounds the step too: a PLAIN check queued for its worker thread
+            with trio.move_on_at(auth_deadline) as step:
+                answer, close = await self._login_step(bytes(payload), conn)
+            if step.cancelled_caught:
+                self.auth_failures += 1
+                log.info("kafka %s: did not authenticate in time: closing", conn.peer)
+                return False
             if answer:
                 await stream.send_all(answer)
             if close:
@@ -259,12 +268,12 @@ class KafkaListener:
         log.debug("kafka %s: authenticated as %s", conn.peer, conn.principal)
         return True
 
-    def _login_step(self, payload: bytes, conn: _Conn) -> tuple[bytes | None, bool]:
+    async def _login_step(self, payload: bytes, conn: _Conn) -> tuple[bytes | None, bool]:
         """One frame before the login is done: (answer frame, close after it)."""
         sasl = conn.sasl
         assert sasl is not None
         if sasl.raw:  # after SaslHandshake v0: a bare token, answered bare
-            token = sasl.raw_token(payload)
+            token = await sasl.raw_token(payload)
             if token is None:
                 log.info("kafka %s: SASL %s login failed: closing", conn.peer, sasl.mechanism)
                 return None, True
@@ -287,7 +296,7 @@ class KafkaListener:
         if api_key == SASL_HANDSHAKE_KEY:
             answer = sasl.handshake(req.body.mechanism, req.api_version)
         else:
-            answer = sasl.authenticate(req.body.auth_bytes)
+            answer = await sasl.authenticate(req.body.auth_bytes)
         if answer.close:
             log.info("kafka %s: SASL login failed (error %s): %s: closing", conn.peer,
                      answer.fields.get("error_code"), answer.fields.get("error_message"))

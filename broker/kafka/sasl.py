@@ -24,6 +24,16 @@ checked against the same stored SCRAM credential (``security.scram.verify_passwo
 StoredKey recomputed from the password, SHA-512's credential first, then SHA-256's; no
 password is ever stored). An unknown user costs the same PBKDF2 as a wrong password.
 
+That PBKDF2 (~2 ms at 4096 iterations, more for a credential made with more) is the one
+expensive step of any login, so it does not run on the event loop: ``step`` — the sans-I/O
+half — answers a PLAIN message with a ``PasswordCheck`` instead of an answer, and
+``authenticate`` runs the check in a worker thread (``hashlib.pbkdf2_hmac`` releases the GIL,
+so the loop keeps serving meanwhile) and hands the result to ``plain_checked``. The threads
+are bounded by a ``trio.CapacityLimiter`` the listener shares among its connections
+(``PLAIN_CHECK_THREADS``): a storm of PLAIN logins queues for those threads instead of taking
+trio's whole default thread pool, and each waiting login is still bounded by the listener's
+``sasl.authentication.timeout.ms``.
+
 SaslHandshake v0 means the legacy framing (before KIP-152): the mechanism's messages then
 travel as bare length-prefixed tokens, without Kafka headers; ``raw`` says so and
 ``raw_token`` answers them (a failure there just closes, as Kafka does). From v1 they are
@@ -41,13 +51,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import trio
 from rafka.broker.kafka.codec import KafkaRequest
 from rafka.broker.kafka.context import KafkaContext
 from rafka.security.sasl import CredentialSource, SaslGate
 from rafka.security.scram import MECHANISMS, ScramCredential, verify_password
 from rafka.wire.protocol import ApiKey
 
-__all__ = ["KAFKA_MECHANISMS", "PLAIN", "SaslAnswer", "KafkaSasl", "sasl_handshake",
+__all__ = ["KAFKA_MECHANISMS", "PLAIN", "PLAIN_CHECK_THREADS", "SaslAnswer", "PasswordCheck",
+           "KafkaSasl", "sasl_handshake",
            "sasl_authenticate", "UNSUPPORTED_SASL_MECHANISM", "ILLEGAL_SASL_STATE",
            "SASL_AUTHENTICATION_FAILED"]
 
@@ -59,6 +71,8 @@ SASL_AUTHENTICATION_FAILED = 58
 _MAX_PLAIN = 1024  # a PLAIN message is user and password; far more is not a login
 # an unknown PLAIN user is checked against this (always fails), so it costs a real PBKDF2
 _NOBODY = ScramCredential("SCRAM-SHA-512", b"\0" * 32, 4096, b"\1" * 64, b"\1" * 64)
+# worker threads a listener lends to PLAIN's PBKDF2 at once (this machine class has 2 cores)
+PLAIN_CHECK_THREADS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +81,20 @@ class SaslAnswer:
 
     fields: dict[str, Any] = field(default_factory=dict)
     close: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PasswordCheck:
+    """A PLAIN login waiting for its PBKDF2: ``run()`` (thread-safe, pure) off the event loop,
+    then ``KafkaSasl.plain_checked`` with what it returned."""
+
+    user: str
+    credential: ScramCredential | None  # None: no such user (checked against _NOBODY)
+    password: str
+
+    def run(self) -> bool:
+        ok = verify_password(self.credential or _NOBODY, self.password)
+        return ok and self.credential is not None
 
 
 def _fail(code: int, message: str, **extra: Any) -> SaslAnswer:
@@ -78,7 +106,7 @@ class KafkaSasl:
     """One connection's SASL login (see the module docstring)."""
 
     def __init__(self, mechanisms: tuple[str, ...], credentials: CredentialSource, *,
-                 tls: bool) -> None:
+                 tls: bool, limiter: trio.CapacityLimiter | None = None) -> None:
         # PLAIN only where the password is encrypted on the wire
         self.mechanisms = tuple(m for m in mechanisms if m != PLAIN or tls)
         self._credentials = credentials
@@ -87,6 +115,10 @@ class KafkaSasl:
         self.principal: str | None = None
         self.raw = False  # SaslHandshake v0: bare tokens follow
         self.failed = False
+        # the threads PLAIN's PBKDF2 may use (shared by the listener's connections); None:
+        # a limiter of PLAIN_CHECK_THREADS for this connection alone
+        self._limiter = limiter
+        self._checking: SaslAnswer | PasswordCheck | None = None  # a PLAIN check under way
 
     @property
     def authenticated(self) -> bool:
@@ -111,13 +143,21 @@ class KafkaSasl:
         self.raw = version == 0
         return SaslAnswer({"error_code": 0, "mechanisms": list(self.mechanisms)})
 
-    def authenticate(self, auth_bytes: bytes) -> SaslAnswer:
-        """One SaslAuthenticate: the next server message (``auth_bytes``) or a failure."""
+    def step(self, auth_bytes: bytes) -> SaslAnswer | PasswordCheck:
+        """One SaslAuthenticate, sans I/O: the next server message (``auth_bytes``), a
+        failure, or for PLAIN the ``PasswordCheck`` to run before ``plain_checked``."""
         if self.mechanism is None or self.authenticated or self.failed:
             return self._closing(_fail(ILLEGAL_SASL_STATE, "SaslAuthenticate before a "
                                        "successful SaslHandshake", auth_bytes=b""))
         if self.mechanism == PLAIN:
-            return self._plain(bytes(auth_bytes))
+            if self._checking is not None:  # the listener waits for a check before reading on
+                return self._closing(_fail(ILLEGAL_SASL_STATE, "SaslAuthenticate while the "
+                                           "last one is being checked", auth_bytes=b""))
+            self._checking = self._plain(bytes(auth_bytes))
+            if isinstance(self._checking, PasswordCheck):
+                return self._checking
+            answer_now, self._checking = self._checking, None
+            return answer_now
         answer = self._gate.handle(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": bytes(auth_bytes)})
         if answer.close:
             code = int(answer.body["error"])
@@ -128,12 +168,35 @@ class KafkaSasl:
         return SaslAnswer({"error_code": 0, "error_message": None,
                            "auth_bytes": answer.body["auth_bytes"], "session_lifetime": 0})
 
-    def raw_token(self, token: bytes) -> bytes | None:
+    async def authenticate(self, auth_bytes: bytes) -> SaslAnswer:
+        """``step``, with a PLAIN password check run in a worker thread under the limiter."""
+        answer = self.step(auth_bytes)
+        if isinstance(answer, PasswordCheck):
+            if self._limiter is None:
+                self._limiter = trio.CapacityLimiter(PLAIN_CHECK_THREADS)
+            ok = await trio.to_thread.run_sync(answer.run, limiter=self._limiter)
+            return self.plain_checked(answer, ok)
+        return answer
+
+    async def raw_token(self, token: bytes) -> bytes | None:
         """The answer token to a bare token after SaslHandshake v0; ``None``: close."""
-        answer = self.authenticate(token)
+        answer = await self.authenticate(token)
         return None if answer.close else bytes(answer.fields["auth_bytes"])
 
-    def _plain(self, message: bytes) -> SaslAnswer:
+    def plain_checked(self, check: PasswordCheck, ok: bool) -> SaslAnswer:
+        """The answer to a PLAIN message whose ``PasswordCheck`` returned ``ok``."""
+        if check is not self._checking:
+            return self._closing(_fail(ILLEGAL_SASL_STATE, "no such PLAIN check under way",
+                                       auth_bytes=b""))
+        self._checking = None
+        if not ok:
+            return self._closing(_fail(SASL_AUTHENTICATION_FAILED, "authentication failed: "
+                                       "invalid username or password", auth_bytes=b""))
+        self.principal = f"User:{check.user}"
+        return SaslAnswer({"error_code": 0, "error_message": None, "auth_bytes": b"",
+                           "session_lifetime": 0})
+
+    def _plain(self, message: bytes) -> SaslAnswer | PasswordCheck:
         bad = _fail(SASL_AUTHENTICATION_FAILED, "authentication failed: invalid username or "
                     "password", auth_bytes=b"")
         if len(message) > _MAX_PLAIN:
@@ -151,11 +214,7 @@ class KafkaSasl:
             cred = self._credentials(mech, user)
             if cred is not None:
                 break
-        if not verify_password(cred or _NOBODY, password) or cred is None:
-            return self._closing(bad)
-        self.principal = f"User:{user}"
-        return SaslAnswer({"error_code": 0, "error_message": None, "auth_bytes": b"",
-                           "session_lifetime": 0})
+        return PasswordCheck(user, cred, password)
 
     def _closing(self, answer: SaslAnswer) -> SaslAnswer:
         self.failed = True

@@ -10,7 +10,9 @@ fetcher task (as Kafka's ``ReplicaFetcherThread``) that loops:
 1. build one FETCH for every partition it serves that is not backing off: ``replica_id`` = our
    id, ``broker_epoch``, per partition ``fetch_offset`` = local log end offset,
    ``last_fetched_epoch`` = the local epoch cache's latest epoch, ``current_leader_epoch`` = the
-   epoch we believe in (the leader fences us if we are behind, says "unknown" if it is);
+   epoch we believe in (the leader fences us if we are behind, says "unknown" if it is),
+   ``log_start_offset`` = ours (a DeleteRecords on the leader waits until the in-sync followers
+   report they moved theirs);
 2. send it over the shared ``ConnectionPool`` (long poll: ``max_wait_ms``), bounded by
    ``max_wait_ms + request_timeout_ms``. A membership change for this link while the request
    is out (``add_partitions``: a partition added to it, or a new epoch / log for one it has)
@@ -144,7 +146,8 @@ class FollowerPartition:
         return {"partition": self.tp[1], "fetch_offset": self.log.log_end_offset,
                 "partition_max_bytes": partition_max_bytes,
                 "current_leader_epoch": self.leader_epoch,
-                "last_fetched_epoch": epochs.latest_epoch}
+                "last_fetched_epoch": epochs.latest_epoch,
+                "log_start_offset": self.log.log_start_offset}
 
 
 _INTERRUPTED: Any = object()  # ``_request``'s answer when the link's partitions changed

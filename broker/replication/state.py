@@ -15,6 +15,7 @@ Events and what they do:
   its *last caught-up time* by Kafka's rule (caught up now if ``fetch_offset`` ≥ the leader's
   LEO; caught up as of its previous fetch if ``fetch_offset`` ≥ the leader's LEO at that
   previous fetch), may propose an ISR expansion, and recomputes the high watermark.
+  The fetch also carries the follower's log start offset, which ``low_watermark`` reads.
 * ``on_append(new_leo)`` — the leader appended; the HW may move (a one-replica ISR).
 * ``maybe_shrink_isr(now_ms)`` — periodic (every ``replica_lag_time_max_ms / 2``): propose to drop
   ISR followers not caught up within ``replica_lag_time_max_ms``. Also re-sends a pending
@@ -172,6 +173,7 @@ class FollowerProgress:
     last_fetch_ms: int = 0
     last_fetch_leader_leo: int = UNKNOWN_OFFSET
     broker_epoch: int = -1
+    log_start_offset: int = UNKNOWN_OFFSET  # the follower's, as its fetches report it
 
     def is_caught_up(self, leader_leo: int, now_ms: int, lag_max_ms: int) -> bool:
         return self.log_end_offset == leader_leo or now_ms - self.last_caught_up_ms <= lag_max_ms
@@ -293,6 +295,7 @@ class LeaderState:
             "log_end_offset": self.log_end_offset,
             "high_watermark": self.high_watermark,
             "followers": {r: p.log_end_offset for r, p in self.followers.items()},
+            "follower_log_starts": {r: p.log_start_offset for r, p in self.followers.items()},
             "pending": None if self.pending is None else list(self.pending.request.new_isr),
         }
 
@@ -304,11 +307,15 @@ class LeaderState:
         return self._maybe_advance_hw()
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int, *,
-                          broker_epoch: int = -1, isr_eligible: bool = True) -> list[Effect]:
-        """A consistent (non-diverging) fetch by ``replica_id`` at ``fetch_offset``."""
+                          broker_epoch: int = -1, isr_eligible: bool = True,
+                          log_start_offset: int = UNKNOWN_OFFSET) -> list[Effect]:
+        """A consistent (non-diverging) fetch by ``replica_id`` at ``fetch_offset``, with the
+        follower's own log start offset when it reports one (for ``low_watermark``)."""
         p = self.followers.get(replica_id)
         if p is None:
             raise ValueError(f"broker {replica_id} is not a follower of {self.partition}")
+        if log_start_offset >= 0:
+            p.log_start_offset = log_start_offset
         if not 0 <= fetch_offset <= self.log_end_offset:
             raise ValueError(f"fetch offset {fetch_offset} outside [0, {self.log_end_offset}]")
         if fetch_offset >= self.log_end_offset:
@@ -326,6 +333,22 @@ class LeaderState:
         effects += self._maybe_advance_hw()
         self._check()
         return effects
+
+    def low_watermark(self, leader_log_start: int) -> int:
+        """Kafka's low watermark as far as the ISR goes: the smallest log start offset of the
+        leader (``leader_log_start``) and every ISR follower; ``UNKNOWN_OFFSET`` while an ISR
+        follower has not reported its log start in this epoch. What DeleteRecords waits for
+        (``broker/handlers/delete_records.py``)."""
+        low = leader_log_start
+        for r in self.isr:
+            if r == self.leader_id:
+                continue
+            f = self.followers.get(r)
+            start = UNKNOWN_OFFSET if f is None else f.log_start_offset
+            if start < 0:
+                return UNKNOWN_OFFSET
+            low = min(low, start)
+        return low
 
     def maybe_expand_isr(self, replica_id: int, now_ms: int) -> list[Effect]:
         """Propose adding ``replica_id`` when it is in sync (caller checked eligibility)."""

@@ -714,15 +714,23 @@ class _RawMember:
             buf += chunk
         return buf
 
-    def join(self) -> int:
+    def join_once(self, version: int = 7) -> Any:
         cls = load_entity_schema("consumer_protocol_subscription", 0, EntityType.data)
         buf = io.BytesIO()
         entity_writer(cls)(buf, codec.build(cls, {"topics": [self.topic], "user_data": None}))
-        resp = self.call(11, 7, {
+        return self.call(11, version, {
             "group_id": self.group, "session_timeout": self.session_ms,
             "rebalance_timeout": 30_000, "member_id": self.member_id, "group_instance_id": None,
             "protocol_type": "consumer", "protocols": [
                 {"name": "range", "metadata": struct.pack(">h", 0) + buf.getvalue()}]})
+
+    def join(self) -> int:
+        """JoinGroup as clients do: a first join without a member id is answered
+        MEMBER_ID_REQUIRED (KIP-394) with one, and joins again with it."""
+        resp = self.join_once()
+        if int(resp.error_code) == 79:
+            self.member_id = resp.member_id
+            resp = self.join_once()
         if int(resp.error_code) == 0:
             self.member_id, self.generation = resp.member_id, resp.generation_id
         return int(resp.error_code)
@@ -809,6 +817,40 @@ def test_classic_group_generation_is_the_groups(cluster1: LocalCluster) -> None:
     finally:
         for m in (a, b, c):
             m.close()
+
+
+def test_join_group_v4_without_a_member_id_is_member_id_required(cluster1: LocalCluster) -> None:
+    """KIP-394: a JoinGroup v4+ without a member id makes no member: it is answered
+    MEMBER_ID_REQUIRED with a member id, and the join with that id makes the member (so a
+    client retrying its first JoinGroup leaves no ghost members). v3 still joins at once."""
+    host, port = kafka_bootstrap(cluster1).split(":")
+    addr = (host, int(port))
+    create(cluster1, "kip394", partitions=2)
+    a = _RawMember(addr, "kip394g", "kip394")
+    b = _RawMember(addr, "kip394g3", "kip394")
+    try:
+        first, retried = a.join_once(), a.join_once()  # a client retrying its first join
+        assert int(first.error_code) == int(retried.error_code) == 79  # MEMBER_ID_REQUIRED
+        assert first.member_id and retried.member_id and first.member_id != retried.member_id
+        assert first.generation_id == -1
+        from rafka.client.errors import GroupIdNotFoundError
+
+        with Admin(bootstrap_servers=cluster1.bootstrap) as admin:  # nobody joined natively
+            with pytest.raises(GroupIdNotFoundError):
+                admin.describe_consumer_groups(["kip394g"])
+        a.member_id = first.member_id
+        joined = a.join_once()
+        assert int(joined.error_code) == 0 and joined.member_id == first.member_id
+        a.generation = joined.generation_id
+        assert a.sync() == {0, 1} and a.heartbeat() == 0
+        with Admin(bootstrap_servers=cluster1.bootstrap) as admin:
+            members = admin.describe_consumer_groups(["kip394g"])["kip394g"]["members"]
+        assert [m["member_id"] for m in members] == [first.member_id]  # one member, no ghost
+        old = b.join_once(version=3)  # before KIP-394: the member id comes with the join
+        assert int(old.error_code) == 0 and old.member_id
+    finally:
+        a.close()
+        b.close()
 
 
 # A cooperative-sticky group member (KIP-429), as a process: writes "A t p..." when partitions
@@ -1127,6 +1169,46 @@ def test_confluent_transactional_consume_transform_produce(cluster1: LocalCluste
         for recs in native.poll(timeout_ms=1000).values():  # nothing after the committed ten
             vals += [r.value for r in recs]
     assert vals == committed
+
+
+def test_a_timed_out_transaction_is_fenced_in_librdkafka(cluster1: LocalCluster) -> None:
+    """rafka's TRANSACTION_TIMED_OUT (1008) reaches a Kafka client as INVALID_PRODUCER_EPOCH
+    (47, KIP-588), which librdkafka reports as its fatal ``_FENCED`` — what it reports after a
+    transaction timeout on Kafka. Answered −1 before, the commit failed as an unknown error."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import Producer as CProducer
+
+    kb = kafka_bootstrap(cluster1)
+    create(cluster1, "txto")
+    prod = CProducer({"bootstrap.servers": kb, "transactional.id": "txto-tx",
+                      "transaction.timeout.ms": 1000, "socket.timeout.ms": 1000})
+    prod.init_transactions(30)
+    prod.begin_transaction()
+    prod.produce("txto", value=b"left open", partition=0)
+    assert prod.flush(30) == 0
+    with Admin(bootstrap_servers=cluster1.bootstrap) as a:
+        epoch = a.describe_transactions(["txto-tx"])["txto-tx"].producer_epoch
+
+        def aborted() -> bool:  # the coordinator's timeout abort bumped the epoch and finished
+            d = a.describe_transactions(["txto-tx"])["txto-tx"]
+            return d.producer_epoch > epoch and d.state in ("CompleteAbort", "Empty")
+
+        deadline = time.monotonic() + 30
+        while not aborted():
+            assert time.monotonic() < deadline, "the coordinator never aborted the transaction"
+            time.sleep(0.2)
+    with pytest.raises(KafkaException) as info:
+        prod.commit_transaction(30)
+    err = info.value.args[0]
+    assert err.code() == KafkaError._FENCED, err
+    assert err.fatal()
+    # the transactional id is not lost: a new producer takes it and commits
+    again = CProducer({"bootstrap.servers": kb, "transactional.id": "txto-tx"})
+    again.init_transactions(30)
+    again.begin_transaction()
+    again.produce("txto", value=b"committed", partition=0)
+    again.commit_transaction(30)
+    assert _read_all(kb, "txto", "read_committed", 1) == [b"committed"]
 
 
 def test_compaction_of_a_kafka_written_topic_read_by_both_clients(cluster_factory: Any) -> None:

@@ -70,3 +70,116 @@ def test_member_table_is_bounded_least_recently_used_out() -> None:
     assert groups.get("g", "m0") is not None  # m0 used: m1 is now the oldest
     groups.put("g", "m3", Member(epoch=3, topics=["t"], session_timeout_ms=10_000))
     assert sorted(m for _, m in groups.members) == ["m0", "m2", "m3"]
+
+
+def test_a_static_instance_taken_over_fences_the_old_member_id() -> None:
+    """KIP-345 bookkeeping: the instance id names its newest member; the member id it replaced
+    is fenced (and so is any member id naming an instance id another member holds); the fenced
+    ids are bounded like the members."""
+    groups = ClassicGroups(max_members=2)
+    groups.put("g", "old", Member(epoch=1, topics=["t"], session_timeout_ms=10_000, instance_id="i"))
+    assert groups.holder("g", "i") == "old" and not groups.is_fenced("g", "old", "i")
+    groups.take_over("g", "old", "i")
+    groups.put("g", "new", Member(epoch=1, topics=["t"], session_timeout_ms=10_000, instance_id="i"))
+    assert groups.holder("g", "i") == "new" and groups.get("g", "old") is None
+    assert groups.is_fenced("g", "old", "") and groups.is_fenced("g", "other", "i")
+    assert not groups.is_fenced("g", "new", "i") and not groups.is_fenced("g", "", "i")
+    groups.drop("g", "new")
+    assert groups.holder("g", "i") is None  # a dropped member frees its instance id
+    for n in range(3):
+        groups.take_over("g", f"gone{n}", "j")
+    assert len(groups.fenced) == 2 and not groups.is_fenced("g", "old", "")
+
+
+async def test_a_pending_member_id_joins_once_within_its_session(autojump_clock) -> None:  # type: ignore[no-untyped-def]
+    """KIP-394 bookkeeping: a member id handed out with MEMBER_ID_REQUIRED is good for one
+    join within the session timeout; the pending ids are bounded like the members."""
+    import trio
+
+    groups = ClassicGroups(max_members=2)
+    a, b = groups.new_pending("g", 10_000), groups.new_pending("g", 10_000)
+    assert a != b
+    assert groups.take_pending("g", a) and not groups.take_pending("g", a)  # once
+    assert not groups.take_pending("other", b)  # another group's id
+    late = groups.new_pending("g", 10_000)
+    await trio.sleep(11)
+    assert not groups.take_pending("g", late)  # its session timeout passed
+    for _ in range(3):
+        groups.new_pending("g", 10_000)
+    assert len(groups.pending) == 2
+
+
+class _NativeGroup:
+    """A stand-in for the controller's CONSUMER_GROUP_HEARTBEAT, just enough for the classic
+    layer's static-membership paths: one topic of two partitions, all to the first member;
+    a join naming a held instance id takes that member's place, epoch and partitions."""
+
+    def __init__(self) -> None:
+        self.members: dict[str, dict] = {}  # type: ignore[type-arg]
+        self.made = 0
+
+    async def dispatch(self, req):  # type: ignore[no-untyped-def]
+        b = req.body
+        mid, epoch, inst = b.get("member_id") or "", b["member_epoch"], b.get("instance_id") or ""
+        if epoch == -1:
+            self.members.pop(mid, None)
+            return {"error": 0, "member_id": mid, "member_epoch": -1, "assignment": None}
+        if epoch == 0:
+            if not mid:
+                self.made += 1
+                mid = f"m{self.made}"
+            old = next((k for k, v in self.members.items() if inst and v["instance"] == inst), None)
+            if old is not None:
+                self.members[mid] = {**self.members.pop(old), "instance": inst}
+            else:
+                parts = [] if self.members else [0, 1]
+                self.members[mid] = {"epoch": 1, "instance": inst, "parts": parts}
+        elif mid not in self.members:
+            held = any(inst and v["instance"] == inst for v in self.members.values())
+            return {"error": 82 if held else 25, "member_id": mid, "member_epoch": epoch}
+        m = self.members[mid]
+        return {"error": 0, "member_id": mid, "member_epoch": m["epoch"], "metadata_offset": 0,
+                "assignment": [{"name": "t", "partitions": m["parts"]}]}
+
+
+def _join_request(member_id: str, instance: str | None, version: int = 7):  # type: ignore[no-untyped-def]
+    from rafka.broker.kafka.codec import KafkaRequest, request_schema
+
+    sub = load_entity_schema("consumer_protocol_subscription", 0, EntityType.data)
+    buf = io.BytesIO()
+    entity_writer(sub)(buf, build(sub, {"topics": ["t"], "user_data": None}))
+    body = build(request_schema(11, version), {
+        "group_id": "g", "session_timeout": 10_000, "rebalance_timeout": 10_000,
+        "member_id": member_id, "group_instance_id": instance, "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": struct.pack(">h", 0) + buf.getvalue()}]})
+    return KafkaRequest(11, version, 1, "test", body)
+
+
+def _heartbeat_request(member_id: str, generation: int, instance: str | None):  # type: ignore[no-untyped-def]
+    from rafka.broker.kafka.codec import KafkaRequest, request_schema
+
+    body = build(request_schema(12, 4), {"group_id": "g", "generation_id": generation,
+                                         "member_id": member_id, "group_instance_id": instance})
+    return KafkaRequest(12, 4, 2, "test", body)
+
+
+async def test_a_lone_static_member_restarting_keeps_the_groups_generation() -> None:
+    """The restarted process of a group's only (static) member is answered the current
+    generation at once — the group is not forgotten and restarted at generation 0 while the
+    old member id is fenced — and the old member id is then FENCED_INSTANCE_ID."""
+    from types import SimpleNamespace
+
+    from rafka.broker.kafka.groups import heartbeat, join_group
+
+    native = _NativeGroup()
+    ctx = SimpleNamespace(dispatch=native.dispatch, groups=ClassicGroups())
+    first = await join_group(ctx, _join_request("", "i"))  # static: no MEMBER_ID_REQUIRED
+    assert first["error_code"] == 0 and first["member_id"] == "m1"
+    generation = first["generation_id"]
+    assert generation >= 1
+    again = await join_group(ctx, _join_request("", "i"))  # the restarted process
+    assert again["error_code"] == 0 and again["member_id"] == "m2"
+    assert again["generation_id"] == generation == ctx.groups.group("g").generation
+    assert (await heartbeat(ctx, _heartbeat_request("m1", generation, "i")))["error_code"] == 82
+    dynamic = await join_group(ctx, _join_request("", None))
+    assert dynamic["error_code"] == 79 and dynamic["member_id"]  # KIP-394 for dynamic ones

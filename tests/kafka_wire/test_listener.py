@@ -132,3 +132,45 @@ async def test_a_tls_listener_closes_a_plaintext_client(tmp_path) -> None:  # ty
         await tls.send_all(_api_versions(2))
         assert codec.decode_response(await _read_frame(tls), 18, 3)[0] == 2
         nursery.cancel_scope.cancel()
+
+
+async def test_a_plain_login_queued_for_its_thread_still_ends_at_the_login_deadline(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """PLAIN's PBKDF2 waits for one of the listener's worker threads; while every thread is
+    busy (held here by the test) the login deadline still closes the connection, and the
+    listener keeps serving."""
+    from rafka.security.certs import CertAuthority, write_node_files
+    from rafka.security.listener import ListenerSecurity, SecurityConfig
+
+    files = write_node_files(tmp_path, CertAuthority.create(), "node-1", ["127.0.0.1"])
+    cfg = SecurityConfig(listener=("127.0.0.1", 0), advertised_listener=None,  # type: ignore[arg-type]
+                         protocol="SASL_SSL", certfile=str(files.certfile),
+                         keyfile=str(files.keyfile), authentication_timeout_ms=300)
+    listener = KafkaListener(ctx=None, host="127.0.0.1", port=0,  # type: ignore[arg-type]
+                             protocol="SASL_SSL",
+                             security=ListenerSecurity(cfg, None, lambda mech, user: None),
+                             sasl_mechanisms=("PLAIN",), idle_timeout_s=60)
+    holders = [object() for _ in range(int(listener.plain_limiter.total_tokens))]
+    for h in holders:  # every worker thread busy
+        await listener.plain_limiter.acquire_on_behalf_of(h)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(listener.serve)
+        tls = trio.SSLStream(await trio.open_tcp_stream("127.0.0.1", port),
+                             ssl.create_default_context(cafile=str(files.cafile)),
+                             server_hostname="127.0.0.1")
+        frames = _Frames(tls)  # type: ignore[arg-type]
+        hs = codec.build(codec.request_schema(17, 1), {"mechanism": "PLAIN"})
+        await tls.send_all(codec.encode_request(hs, 1))
+        assert int(codec.decode_response(await frames.next(), 17, 1)[1].error_code) == 0
+        auth = codec.build(codec.request_schema(36, 2), {"auth_bytes": b"\0alice\0pw"})
+        await tls.send_all(codec.encode_request(auth, 2))
+        with trio.fail_after(10):
+            try:  # closed unanswered at the deadline, the check still queued
+                assert await frames.next() == b""
+            except trio.BrokenResourceError:
+                pass
+        assert listener.statistics()["auth_failures"] == 1
+        assert listener.plain_limiter.statistics().tasks_waiting == 0  # nothing left queued
+        for h in holders:
+            listener.plain_limiter.release_on_behalf_of(h)
+        nursery.cancel_scope.cancel()

@@ -47,6 +47,22 @@ def test_hw_is_min_leo_over_isr_and_never_decreases() -> None:
     assert s.high_watermark <= s.log_end_offset
 
 
+def test_low_watermark_is_the_smallest_log_start_of_the_isr() -> None:
+    """DeleteRecords waits for this: the leader's log start and every ISR follower's, as its
+    fetches report them; unknown while an ISR follower has not reported; followers outside
+    the ISR do not count."""
+    s = leader(isr=(1, 2), leo=50)
+    assert s.low_watermark(20) == -1  # follower 2 has not reported its log start yet
+    s.on_follower_fetch(2, 50, 1, log_start_offset=0)
+    assert s.low_watermark(20) == 0
+    s.on_follower_fetch(2, 50, 2)  # a fetch without a log start keeps the last one known
+    assert s.low_watermark(20) == 0
+    s.on_follower_fetch(2, 50, 3, log_start_offset=20)
+    s.on_follower_fetch(3, 10, 3, log_start_offset=0)  # 3 is not in the ISR
+    assert s.low_watermark(20) == 20
+    assert s.low_watermark(30) == 20 and leader(isr=(1,), leo=50).low_watermark(30) == 30
+
+
 def test_single_replica_isr_hw_follows_appends() -> None:
     s = leader(isr=(1,), min_isr=1)
     assert s.on_append(3) == [HighWatermarkAdvanced(0, 3)]
