@@ -21,7 +21,12 @@ id, r: [record dicts]}``; a snapshot file holds one frame ``{o, e, ri, dedup, r}
 are written to a temp file, fsynced, renamed, and the directory fsynced.
 
 ``maybe_snapshot()`` writes a snapshot every ``snapshot_every_records`` records or
-``snapshot_interval_ms`` (if anything changed), rolls to a new segment, and trims: segments
+``snapshot_interval_ms`` (if anything changed) — and sooner, once the records since the last
+snapshot are at least ``SNAPSHOT_TAIL_MIN`` and at least as many as the image itself holds
+(brokers, topics, partitions): a restart replays the snapshot plus that tail, so the tail is
+kept no longer than the snapshot (a 900-topic image is ~2,000 records, against a tail of up
+to 10,000 after a kill-all run's fence/unfence churn; issue 27, docs/quorum.md "Run E"), and
+writing it costs at most one record per record appended. It then rolls to a new segment, and trims: segments
 whose records are all covered by the *previous* snapshot are deleted (so fetchers slightly
 behind still find records), and older snapshot files too.
 
@@ -58,7 +63,13 @@ from rafka.kraft.durable_journal import fail_stop
 from rafka.kraft.quorum import Command, LogEntry, OffsetOutOfRange, ProposeResult, Snapshot
 from rafka.kraft.state_machine import DEFAULT_DEDUP_CAPACITY, Applied, ControllerStateMachine
 from rafka.log.index import fsync_dir, write_file_atomic
-from rafka.metadata import MetadataDelta, image_to_records, record_from_dict, records_to_image
+from rafka.metadata import (
+    MetadataDelta,
+    MetadataImage,
+    image_to_records,
+    record_from_dict,
+    records_to_image,
+)
 
 __all__ = ["MetadataLog", "encode_frame", "decode_frames"]
 
@@ -92,6 +103,15 @@ def decode_frames(data: bytes) -> tuple[list[tuple[Any, int]], int]:
             break
         pos = end
     return out, pos
+
+
+# the shortest tail worth a snapshot of its own (module docstring: "maybe_snapshot")
+SNAPSHOT_TAIL_MIN = 1000
+
+
+def _image_size_records(image: MetadataImage) -> int:
+    """A lower bound of ``len(image_to_records(image))``, cheap enough to ask per batch."""
+    return len(image.cluster.brokers) + sum(1 + len(t.partitions) for t in image.topics.by_id.values())
 
 
 def _name(offset: int, suffix: str) -> str:
@@ -305,11 +325,12 @@ class MetadataLog:
 
     def maybe_snapshot(self, force: bool = False) -> bool:
         with self._lock:
-            since = self.sm.image.offset - (self._snapshot.offset if self._snapshot else -1)
+            image = self.sm.image
+            since = image.offset - (self._snapshot.offset if self._snapshot else -1)
             due = since >= self.snapshot_every_records or (
                 since > 0
                 and (time.monotonic() - self._last_snapshot_time) * 1000 >= self.snapshot_interval_ms
-            )
+            ) or (since >= SNAPSHOT_TAIL_MIN and since >= _image_size_records(image))
         if not (due or (force and since > 0)):
             return False
         try:
