@@ -5,7 +5,7 @@ OUT --work-dir WORK`` leaves one JSONL line per round (with ``heal_at``, the wal
 after the three processes were spawned) and, per node, ``WORK/node-N.log`` and
 ``WORK/node-N/data/events.jsonl``. For every kill-all round and node this reads the first
 occurrence after the heal of each milestone below and prints, per milestone, the median and
-max over all restarts of "seconds since the heal", plus the step from the previous milestone:
+max over all restarts of "seconds since the heal", plus, within each restart, the time from the milestone before (p50 / max):
 
 * ``start``      the ``start`` event (imports, config and logging done; trio about to run);
 * ``listening``  the client listener bound (``rafka.server: listening on``);
@@ -38,6 +38,8 @@ MILESTONES = {
     "registered": "registered as broker",
     "unfenced": "is now unfenced",
 }
+ORDER = ["start", "listening", "membership", "raft-open", "catch-up", "leader", "image",
+         "registered", "unfenced", "commit"]
 _TS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
@@ -75,6 +77,7 @@ def main(out_path: str, work: str) -> None:
     events = {n: _events(work_dir / f"node-{n}" / "data") for n in nodes}
     phases: dict[str, list[float]] = {}
     folded: list[int] = []
+    steps: dict[str, list[float]] = {}  # milestone -> its time after the previous one, per restart
     term_steps: list[int] = []
     for i, r in enumerate(rounds):
         t0 = r["heal_at"]
@@ -106,18 +109,18 @@ def main(out_path: str, work: str) -> None:
                         seen[name] = t
             for name, t in seen.items():
                 phases.setdefault(name, []).append(max(0.0, t - t0))
-    order = ["start", "listening", "membership", "raft-open", "catch-up", "leader", "image",
-             "registered", "unfenced", "commit"]
+            got = [m for m in ORDER if m in seen]
+            for a, b in zip(got, got[1:], strict=False):  # within this one restart
+                steps.setdefault(b, []).append(seen[b] - seen[a])
     print(f"{len(rounds)} kill-all rounds, {len(nodes)} nodes; seconds after the heal (spawn)")
-    print(f"{'milestone':<12} {'n':>4} {'p50':>7} {'max':>7}   step from previous p50")
-    prev = 0.0
-    for name in order:
+    print(f"{'milestone':<12} {'n':>4} {'p50':>7} {'max':>7}   per restart, after the previous one: p50 / max")
+    for name in ORDER:
         xs = phases.get(name)
         if not xs:
             continue
-        p50 = statistics.median(xs)
-        print(f"{name:<12} {len(xs):>4} {p50:7.2f} {max(xs):7.2f}   +{p50 - prev:.2f}")
-        prev = p50
+        st = steps.get(name)
+        step = f"{statistics.median(st):.2f} / {max(st):.2f}" if st else "-"
+        print(f"{name:<12} {len(xs):>4} {statistics.median(xs):7.2f} {max(xs):7.2f}   {step}")
     if folded:
         print(f"records folded per catch-up: p50 {statistics.median(folded):.0f}, max {max(folded)}")
     if term_steps:
