@@ -22,11 +22,13 @@ written to a temporary file, fsynced and renamed over the old one, so a reader s
 checkpoint or the new one, whole. ``load`` returns None — and the broker folds from 0 as
 before — for a missing file, a wrong magic or version, a short file, a CRC mismatch, a payload
 that does not decode, another cluster's id, or records that do not fold; every case but the
-missing file logs a WARNING naming the reason. A checkpoint can only be behind the quorum's
-committed log (it holds what this broker had folded from committed records), so the catch-up's
-target is still the active controller's committed offset; when the controller has trimmed its
-log past the checkpoint it answers with its own snapshot, which replaces the checkpoint's image
-as it replaces any older state.
+missing file logs a WARNING naming the reason. The catch-up's target is still the active
+controller's committed offset; when the controller has trimmed its log past the checkpoint it
+answers with its own snapshot, which replaces the checkpoint's image as it replaces any older
+state. A checkpoint holds only what this broker folded from committed records, so it cannot be
+ahead of the committed log of the same history; when the active controller reports a committed
+offset below it anyway (a controller quorum started afresh under the same cluster id, or a
+deposed leader's stale answer) the listener drops it, folds from the start and replaces it.
 
 When: ``MetadataListener`` saves, in a worker thread (the image is immutable), whenever the
 current image is ``every_records`` or more records past the last checkpoint, at most once per

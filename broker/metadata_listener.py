@@ -185,6 +185,7 @@ class MetadataListener:
         self._base: MetadataImage | None = None  # the publisher's image when catch-up began
         self._pending: MetadataDelta | None = None  # everything folded since (unpublished)
         self._pending_from_snapshot = False
+        self._pending_from_checkpoint = False  # the pending image started at the checkpoint's
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -265,6 +266,7 @@ class MetadataListener:
             records = [record_from_dict(r) for r in snap["records"]]
             pending = self._pending = MetadataDelta(records_to_image(records, snap["offset"], snap["epoch"]))
             self._pending_from_snapshot = True
+            self._pending_from_checkpoint = False
             del records
         if err and err != ErrorCode.OFFSET_OUT_OF_RANGE:
             raise RafkaError(f"metadata fetch: error {err}: {body.get('message')}")
@@ -280,6 +282,22 @@ class MetadataListener:
             self.catchup_target = int(body["committed_offset"])
             log.info("metadata catch-up: the active controller %d reports committed offset %d",
                      responder, self.catchup_target)
+            if self._pending_from_checkpoint and self.checkpoint_offset is not None \
+                    and self.catchup_target < self.checkpoint_offset:
+                # the checkpoint is ahead of the quorum's committed log: not this log's history
+                # (a controller quorum started afresh) or a deposed leader's stale answer; the
+                # fold from the start is right in both cases (broker/image_checkpoint.py)
+                log.warning("metadata image checkpoint at offset %d is ahead of the committed "
+                            "offset %d: folding the log from the start", self.checkpoint_offset,
+                            self.catchup_target)
+                assert self._base is not None
+                self._pending = MetadataDelta(self._base)
+                self._pending_from_snapshot = self._pending_from_checkpoint = False
+                self.checkpoint_offset = None
+                self.catchup_folded = 0
+                if self.checkpoint is not None:
+                    self.checkpoint.saved_offset = -1  # replace it once caught up
+                return
         if self.catchup_target is not None and pending.offset >= self.catchup_target:
             await self._finish_catch_up()
             return
@@ -300,7 +318,7 @@ class MetadataListener:
             image = await trio.to_thread.run_sync(cp.load)
             if image is not None and image.offset > self._base.offset:
                 self._pending = MetadataDelta(image)
-                self._pending_from_snapshot = True
+                self._pending_from_snapshot = self._pending_from_checkpoint = True
                 self.checkpoint_offset = image.offset
         log.info("metadata catch-up: folding the log from offset %d without acting on it%s",
                  self._pending.offset + 1,
@@ -315,7 +333,7 @@ class MetadataListener:
         else:
             changes = pending.topics.local_changes(self.publisher.broker_id)
         self._base = self._pending = None
-        self._pending_from_snapshot = False
+        self._pending_from_snapshot = self._pending_from_checkpoint = False
         log.info("metadata catch-up done at offset %d (target %s, %d records folded%s): "
                  "publishing the first image", image.offset, self.catchup_target,
                  self.catchup_folded, "" if self.checkpoint_offset is None

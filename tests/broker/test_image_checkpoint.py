@@ -160,3 +160,32 @@ async def test_a_checkpoint_older_than_the_controllers_log_start_takes_its_snaps
     assert ch.asked[:2] == [101, snap_at + 1]
     assert len(rec.seen) == 1 and rec.seen[0][0] == rec0.seen[0][0]
     assert rec.seen[0][1].leaders == rec0.seen[0][1].leaders
+
+
+async def test_a_checkpoint_ahead_of_the_committed_log_is_dropped(tmp_path: Path) -> None:
+    """A checkpoint past the active controller's committed offset is not this log's history
+    (a quorum started afresh under the same cluster id): fold from 0, and save anew."""
+    long_log = _log()
+    short = history(40, final_leader=2)  # another history, 45 records
+    cp = _checkpoint_at(tmp_path, long_log, 250)
+    cp.every_records = 10
+    cp.min_interval_s = 0
+    _, rec0 = await _catch_up(AskedChannel(short, {1: Voter(short[-1][0], leader_id=1)}), None)
+    ch = AskedChannel(short, {1: Voter(short[-1][0], leader_id=1)})
+    pub = MetadataPublisher(1)
+    rec = Recorder()
+    pub.subscribe(rec)
+    listener = MetadataListener(pub, ch, max_records=MAX_RECORDS, checkpoint=cp)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(listener.run)
+        with trio.fail_after(10):
+            await listener.caught_up_event.wait()
+            while cp.saves == 0:  # once caught up, this log's image replaces the checkpoint
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert ch.asked[0] == 251 and 0 in ch.asked  # tried after the checkpoint, then from 0
+    assert listener.checkpoint_offset is None and listener.catchup_folded == len(short)
+    assert len(rec.seen) == 1 and rec.seen[0][0] == rec0.seen[0][0]
+    assert rec.seen[0][1].followers == rec0.seen[0][1].followers
+    assert cp.saved_offset == short[-1][0]
+    assert ImageCheckpoint(cp.path, CLUSTER).load() == rec0.seen[0][0]
