@@ -35,6 +35,16 @@ active: the leader's first answer gives the target. A deposed leader that does n
 can still claim to lead and give a smaller target; the first image is then the whole committed
 state of a moment ago (what any lagging broker has), never a point deep in the history.
 
+A restart does not have to fold from offset 0: with a ``checkpoint``
+(``broker/image_checkpoint.py``, ``DATA_DIR/@metadata-image.ckpt``) the catch-up starts from the
+image saved there — loaded in a worker thread, then treated like a controller snapshot: the
+fetches ask from its offset + 1, the first image's local changes are the final image's records
+folded onto the image the publisher had, and it is still published only at the active
+controller's committed offset. A checkpoint above that offset is dropped and the log folded
+from the start. Once caught up, a task of ``run`` saves the current image again whenever it is
+``every_records`` past the last checkpoint. The ``catch-up`` event says how many records the
+catch-up folded and from which checkpoint (``bench/restart_phases.py``).
+
 ``MetadataPublisher`` is the one place a broker's current image lives. ``publish`` first awaits
 every subscriber (the replica manager makes partitions it now leads or follows, deletes those it
 lost) and only then makes the image current and wakes ``wait_for_offset`` waiters, so whoever
