@@ -49,6 +49,16 @@ leader change after a mere follower pause, issue 27).
   grant to a higher address changes nothing, so the lower one's own round still goes ahead.
   If the one it stood back for does not win, it campaigns itself after that timeout.
 
+* **First deadline.** pysyncobj gives a voter that starts the same deadline as one that lost
+  its leader: ``raftMinTimeout``–``raftMaxTimeout`` (350–1000 ms) ahead. After a kill-all the
+  voter with the longest log — the one the others' pre-votes wait for — is often the second
+  one up, and the election then waited out that whole fresh timeout (second engine open →
+  active controller: 0.29–1.06 s, p50 0.60 s over 30 rounds, docs/quorum.md "Run E"). A
+  started voter's first deadline is now 0.25–1.0 × ``raftMinTimeout`` ahead (``FIRST_DEADLINE``).
+  Pre-vote makes the early try harmless where a leader lives: a restarted follower whose
+  first deadline passes before the leader's first heartbeat reaches it asks, the voters in
+  the lease refuse, and its deadline moves a whole timeout on, terms unchanged.
+
 What is kept: a leadership transfer (pysyncobj's ``timeout_now``, not used by rafka) skips the
 pre-vote on the target, but the other voters' lease would still ignore its ``request_vote``
 while the old leader's heartbeats arrive (etcd marks such votes; we have no field for it).
@@ -63,15 +73,18 @@ construction); both run on the tick thread only, so the counters below need no l
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from pysyncobj import SyncObj
 from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.syncobj import _RAFT_STATE
 
-__all__ = ["PreVoteSyncObj"]
+__all__ = ["PreVoteSyncObj", "FIRST_DEADLINE"]
 
 _NEVER = float("-inf")
+# a started voter's first election deadline, in fractions of raftMinTimeout (module docstring)
+FIRST_DEADLINE = (0.25, 1.0)
 
 
 def _address(node: Any) -> str:
@@ -94,6 +107,9 @@ class PreVoteSyncObj(SyncObj):  # type: ignore[misc]
         self.term_notices_adopted = 0  # higher terms learnt from a notice
         self.prevotes_deferred = 0  # pre-votes granted to a lower address, standing back
         super().__init__(*args, **kwargs)
+        # the first election deadline after a start (module docstring, "First deadline")
+        conf = self._SyncObj__conf
+        self._SyncObj__raftElectionDeadline = raft_clock() + conf.raftMinTimeout * random.uniform(*FIRST_DEADLINE)
 
     # -- pysyncobj private state, read and written on the tick thread ----------------------
 

@@ -144,10 +144,12 @@ def test_two_voters_whose_deadlines_pass_together_elect_without_a_split(make_nod
     splits = []
     for _trial in range(10):
         addrs = [f"127.0.0.1:{p}" for p in _free_ports(3)]
-        conf = SyncObjConf(**{**_CONF, "raftMinTimeout": 1.0, "raftMaxTimeout": 1.5})
+        conf = SyncObjConf(**_CONF)
         nodes = [PreVoteSyncObj(a, [b for b in addrs if b != a], conf) for a in addrs[:2]]
         try:
-            _tick(nodes, 0.5)  # connected, deadlines not reached (>= 1 s)
+            for n in nodes:  # not before we say so
+                n._SyncObj__raftElectionDeadline = float("inf")
+            _tick(nodes, 0.5)  # connected, no deadline reached
             assert all(n.raftCurrentTerm == 0 and not n._isLeader() for n in nodes)
             for n in nodes:
                 n._SyncObj__raftElectionDeadline = 0  # both pass in the same tick
@@ -161,3 +163,19 @@ def test_two_voters_whose_deadlines_pass_together_elect_without_a_split(make_nod
             for n in nodes:
                 n.destroy()
     assert not any(splits), f"{sum(splits)} of {len(splits)} elections needed a second term"
+
+
+def test_a_started_voter_has_a_short_first_deadline(make_nodes) -> None:
+    """Issue 27, kill-all: a voter that starts waits at most raftMinTimeout (not up to
+    raftMaxTimeout) before its first pre-vote; after that the usual timeouts apply."""
+    from pysyncobj.monotonic import monotonic as raft_clock
+    from rafka.kraft.prevote import FIRST_DEADLINE
+
+    nodes = make_nodes(PreVoteSyncObj)
+    now = raft_clock()
+    conf = SyncObjConf(**_CONF)
+    for n in nodes:
+        ahead = n._SyncObj__raftElectionDeadline - now
+        assert ahead <= conf.raftMinTimeout * FIRST_DEADLINE[1]
+    leader, term = _leader(nodes)  # and the cluster elects as before, at the first term
+    assert term == 1 and sum(n.prevotes_refused for n in nodes) == 0
