@@ -17,8 +17,9 @@ max over all restarts of "seconds since the heal", plus, within each restart, th
 * ``registered`` / ``unfenced``  the broker lifecycle (broker/lifecycle.py);
 * ``commit``     the round's create acknowledged (``heal_at + heal_to_commit_s``; per round).
 
-It also prints the records each catch-up folded (``catch-up`` events, this branch) and how
-far the term moved per round. ``python bench/restart_phases.py OUT WORK``.
+It also prints the records each catch-up folded (``catch-up`` events, this branch), per round
+the time from the second controller's engine open to the first ``raft-leader`` event (the
+election and activation once two voters run), and how far the term moved per round. ``python bench/restart_phases.py OUT WORK``.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def main(out_path: str, work: str) -> None:
     folded: list[int] = []
     steps: dict[str, list[float]] = {}  # milestone -> its time after the previous one, per restart
     term_steps: list[int] = []
+    elections: list[float] = []  # per round: the second Raft engine open -> the first raft-leader
     for i, r in enumerate(rounds):
         t0 = r["heal_at"]
         t1 = rounds[i + 1]["heal_at"] - rounds[i + 1]["fault_s"] - 0.1 if i + 1 < len(rounds) else float("inf")
@@ -86,6 +88,12 @@ def main(out_path: str, work: str) -> None:
             term_steps.append(r["term_after"] - r["term_before"])
         if r.get("heal_to_commit_s") is not None:
             phases.setdefault("commit", []).append(r["heal_to_commit_s"])
+        opens = sorted(ev["wall_ms"] / 1000 for n in nodes for ev in events[n]
+                       if ev.get("event") == "controller-open" and t0 - 0.5 <= ev["wall_ms"] / 1000 < t1)
+        actives = sorted(ev["wall_ms"] / 1000 for n in nodes for ev in events[n]
+                         if ev.get("event") == "raft-leader" and t0 - 0.5 <= ev["wall_ms"] / 1000 < t1)
+        if len(opens) >= 2 and actives:
+            elections.append(actives[0] - opens[1])
         for n in nodes:
             seen: dict[str, float] = {}
             for ev in events[n]:
@@ -123,6 +131,9 @@ def main(out_path: str, work: str) -> None:
         print(f"{name:<12} {len(xs):>4} {statistics.median(xs):7.2f} {max(xs):7.2f}   {step}")
     if folded:
         print(f"records folded per catch-up: p50 {statistics.median(folded):.0f}, max {max(folded)}")
+    if elections:
+        print(f"second Raft engine open -> active controller, per round: p50 "
+              f"{statistics.median(elections):.2f}, min {min(elections):.2f}, max {max(elections):.2f}")
     if term_steps:
         steps = {s: term_steps.count(s) for s in sorted(set(term_steps))}
         print("term advance per round (advance: rounds):", steps)
