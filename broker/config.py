@@ -129,6 +129,9 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "controlled.shutdown.timeout.ms": (_int(0, 600_000), 30_000),
     "request.forward.timeout.ms": (_int(100, 600_000), 30_000),
     "metadata.fetch.max.wait.ms": (_int(1, 60_000), 2000),
+    # DATA_DIR/@metadata-image.ckpt (broker/image_checkpoint.py): the image is saved every this
+    # many records, and a restart folds only what came after it; 0: no checkpoint
+    "metadata.checkpoint.records": (_int(0, 2**31 - 1), 1000),
     "unclean.leader.election.enable": (_bool, False),
     "rack": (str, ""),
     # DATA_DIR/events.jsonl (broker/events.py): a line per high-watermark move is chaos-checker

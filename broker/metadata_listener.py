@@ -35,6 +35,16 @@ active: the leader's first answer gives the target. A deposed leader that does n
 can still claim to lead and give a smaller target; the first image is then the whole committed
 state of a moment ago (what any lagging broker has), never a point deep in the history.
 
+A restart does not have to fold from offset 0: with a ``checkpoint``
+(``broker/image_checkpoint.py``, ``DATA_DIR/@metadata-image.ckpt``) the catch-up starts from the
+image saved there — loaded in a worker thread, then treated like a controller snapshot: the
+fetches ask from its offset + 1, the first image's local changes are the final image's records
+folded onto the image the publisher had, and it is still published only at the active
+controller's committed offset. A checkpoint above that offset is dropped and the log folded
+from the start. Once caught up, a task of ``run`` saves the current image again whenever it is
+``every_records`` past the last checkpoint. The ``catch-up`` event says how many records the
+catch-up folded and from which checkpoint (``bench/restart_phases.py``).
+
 ``MetadataPublisher`` is the one place a broker's current image lives. ``publish`` first awaits
 every subscriber (the replica manager makes partitions it now leads or follows, deletes those it
 lost) and only then makes the image current and wakes ``wait_for_offset`` waiters, so whoever
@@ -56,6 +66,7 @@ from typing import Any
 import trio
 from rafka.broker.controller_channel import ControllerChannel
 from rafka.broker.events import EventLog
+from rafka.broker.image_checkpoint import ImageCheckpoint
 from rafka.metadata.delta import LocalChanges, MetadataDelta
 from rafka.metadata.image import MetadataImage, TopicPartition
 from rafka.metadata.records import MetadataRecord, record_from_dict
@@ -163,11 +174,17 @@ class MetadataListener:
     Until ``caught_up`` (see the module docstring) it folds without publishing."""
 
     def __init__(self, publisher: MetadataPublisher, channel: ControllerChannel, *,
-                 max_records: int = 2000, max_wait_ms: int = 2000) -> None:
+                 max_records: int = 2000, max_wait_ms: int = 2000,
+                 checkpoint: ImageCheckpoint | None = None) -> None:
         self.publisher = publisher
         self.channel = channel
         self.max_records = max_records
         self.max_wait_ms = max_wait_ms
+        # the image kept on disk across restarts (broker/image_checkpoint.py): loaded as the
+        # catch-up's starting point, saved as the image moves on
+        self.checkpoint = checkpoint
+        self.checkpoint_offset: int | None = None  # the checkpoint this catch-up started from
+        self.catchup_folded = 0  # records folded by the startup catch-up (entries, not snapshots)
         self.fetches = 0
         self.errors = 0
         # the startup catch-up: nothing is published before the folded image reaches the
@@ -178,16 +195,32 @@ class MetadataListener:
         self._base: MetadataImage | None = None  # the publisher's image when catch-up began
         self._pending: MetadataDelta | None = None  # everything folded since (unpublished)
         self._pending_from_snapshot = False
+        self._pending_from_checkpoint = False  # the pending image started at the checkpoint's
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            if self.checkpoint is not None:
+                nursery.start_soon(self._checkpoint_loop, self.checkpoint)
+            task_status.started()
+            while True:
+                try:
+                    await self.fetch_once()
+                except RafkaError as exc:
+                    self.errors += 1
+                    log.info("metadata fetch failed: %s", exc)
+                    await trio.sleep(0.1)
+
+    async def _checkpoint_loop(self, cp: ImageCheckpoint) -> None:
+        """Save the current image whenever it is ``cp.every_records`` past the last checkpoint
+        (at most once per ``cp.min_interval_s``); only published images, so only caught-up ones."""
+        if cp.every_records <= 0:
+            return
+        await self.caught_up_event.wait()
         while True:
-            try:
-                await self.fetch_once()
-            except RafkaError as exc:
-                self.errors += 1
-                log.info("metadata fetch failed: %s", exc)
-                await trio.sleep(0.1)
+            image = await self.publisher.wait_for(
+                lambda img: img.offset >= cp.saved_offset + cp.every_records)
+            await trio.to_thread.run_sync(cp.save, image)
+            await trio.sleep(cp.min_interval_s)
 
     async def _fetch(self, from_offset: int, max_wait_ms: int) -> tuple[int | None, dict[str, Any]]:
         body = {
@@ -229,10 +262,7 @@ class MetadataListener:
     async def _catch_up_once(self) -> None:
         """One fetch of the startup catch-up: fold, learn the target, publish once at the end."""
         if self._pending is None:
-            self._base = self.publisher.image
-            self._pending = MetadataDelta(self._base)
-            log.info("metadata catch-up: folding the log from offset %d without acting on it",
-                     self._base.offset + 1)
+            await self._start_catch_up()
         pending = self._pending
         # No target yet: ask without a long-poll, so that a leader that has nothing newer than
         # what we folded says so at once (its committed offset is what we are waiting for).
@@ -246,6 +276,7 @@ class MetadataListener:
             records = [record_from_dict(r) for r in snap["records"]]
             pending = self._pending = MetadataDelta(records_to_image(records, snap["offset"], snap["epoch"]))
             self._pending_from_snapshot = True
+            self._pending_from_checkpoint = False
             del records
         if err and err != ErrorCode.OFFSET_OUT_OF_RANGE:
             raise RafkaError(f"metadata fetch: error {err}: {body.get('message')}")
@@ -254,12 +285,29 @@ class MetadataListener:
             if o > pending.offset:
                 pending.replay(record_from_dict(r), o, e)
                 folded += 1
+        self.catchup_folded += folded
         leader = body.get("leader_id")
         leader_served = not err and responder is not None and leader == responder
         if leader_served and self.catchup_target is None:
             self.catchup_target = int(body["committed_offset"])
             log.info("metadata catch-up: the active controller %d reports committed offset %d",
                      responder, self.catchup_target)
+            if self._pending_from_checkpoint and self.checkpoint_offset is not None \
+                    and self.catchup_target < self.checkpoint_offset:
+                # the checkpoint is ahead of the quorum's committed log: not this log's history
+                # (a controller quorum started afresh) or a deposed leader's stale answer; the
+                # fold from the start is right in both cases (broker/image_checkpoint.py)
+                log.warning("metadata image checkpoint at offset %d is ahead of the committed "
+                            "offset %d: folding the log from the start", self.checkpoint_offset,
+                            self.catchup_target)
+                assert self._base is not None
+                self._pending = MetadataDelta(self._base)
+                self._pending_from_snapshot = self._pending_from_checkpoint = False
+                self.checkpoint_offset = None
+                self.catchup_folded = 0
+                if self.checkpoint is not None:
+                    self.checkpoint.saved_offset = -1  # replace it once caught up
+                return
         if self.catchup_target is not None and pending.offset >= self.catchup_target:
             await self._finish_catch_up()
             return
@@ -270,6 +318,22 @@ class MetadataListener:
             # long-polls, so do not spin (an election, or a voter that is behind)
             await trio.sleep(0.05 if err or self.catchup_target is None else 0)
 
+    async def _start_catch_up(self) -> None:
+        """Begin from the publisher's image, or from the checkpoint when that is newer (a
+        restart: the image is EMPTY); the checkpoint's image is then handled like a snapshot."""
+        self._base = self.publisher.image
+        self._pending = MetadataDelta(self._base)
+        cp = self.checkpoint
+        if cp is not None and cp.every_records > 0:
+            image = await trio.to_thread.run_sync(cp.load)
+            if image is not None and image.offset > self._base.offset:
+                self._pending = MetadataDelta(image)
+                self._pending_from_snapshot = self._pending_from_checkpoint = True
+                self.checkpoint_offset = image.offset
+        log.info("metadata catch-up: folding the log from offset %d without acting on it%s",
+                 self._pending.offset + 1,
+                 "" if self.checkpoint_offset is None else " (after the local checkpoint)")
+
     async def _finish_catch_up(self) -> None:
         base, pending = self._base, self._pending
         assert base is not None and pending is not None
@@ -279,9 +343,15 @@ class MetadataListener:
         else:
             changes = pending.topics.local_changes(self.publisher.broker_id)
         self._base = self._pending = None
-        self._pending_from_snapshot = False
-        log.info("metadata catch-up done at offset %d (target %s): publishing the first image",
-                 image.offset, self.catchup_target)
+        self._pending_from_snapshot = self._pending_from_checkpoint = False
+        log.info("metadata catch-up done at offset %d (target %s, %d records folded%s): "
+                 "publishing the first image", image.offset, self.catchup_target,
+                 self.catchup_folded, "" if self.checkpoint_offset is None
+                 else f" after the checkpoint at {self.checkpoint_offset}")
+        if self.publisher.events is not None:  # where a restart's time went (bench/restart_phases.py)
+            self.publisher.events.emit("catch-up", offset=image.offset, target=self.catchup_target,
+                                       folded=self.catchup_folded, fetches=self.fetches,
+                                       checkpoint=self.checkpoint_offset)
         await self.publisher.publish(image, changes)
         self.caught_up = True
         self.caught_up_event.set()

@@ -21,7 +21,12 @@ id, r: [record dicts]}``; a snapshot file holds one frame ``{o, e, ri, dedup, r}
 are written to a temp file, fsynced, renamed, and the directory fsynced.
 
 ``maybe_snapshot()`` writes a snapshot every ``snapshot_every_records`` records or
-``snapshot_interval_ms`` (if anything changed), rolls to a new segment, and trims: segments
+``snapshot_interval_ms`` (if anything changed) — and sooner, once the records since the last
+snapshot are at least ``SNAPSHOT_TAIL_MIN`` and at least as many as the image itself holds
+(brokers, topics, partitions): a restart replays the snapshot plus that tail, so the tail is
+kept no longer than the snapshot (a 900-topic image is ~2,000 records, against a tail of up
+to 10,000 after a kill-all run's fence/unfence churn; issue 27, docs/quorum.md "Run E"), and
+writing it costs at most one record per record appended. It then rolls to a new segment, and trims: segments
 whose records are all covered by the *previous* snapshot are deleted (so fetchers slightly
 behind still find records), and older snapshot files too.
 
@@ -58,7 +63,13 @@ from rafka.kraft.durable_journal import fail_stop
 from rafka.kraft.quorum import Command, LogEntry, OffsetOutOfRange, ProposeResult, Snapshot
 from rafka.kraft.state_machine import DEFAULT_DEDUP_CAPACITY, Applied, ControllerStateMachine
 from rafka.log.index import fsync_dir, write_file_atomic
-from rafka.metadata import MetadataDelta, image_to_records, record_from_dict, records_to_image
+from rafka.metadata import (
+    MetadataDelta,
+    MetadataImage,
+    image_to_records,
+    record_from_dict,
+    records_to_image,
+)
 
 __all__ = ["MetadataLog", "encode_frame", "decode_frames"]
 
@@ -92,6 +103,15 @@ def decode_frames(data: bytes) -> tuple[list[tuple[Any, int]], int]:
             break
         pos = end
     return out, pos
+
+
+# the shortest tail worth a snapshot of its own (module docstring: "maybe_snapshot")
+SNAPSHOT_TAIL_MIN = 1000
+
+
+def _image_size_records(image: MetadataImage) -> int:
+    """A lower bound of ``len(image_to_records(image))``, cheap enough to ask per batch."""
+    return len(image.cluster.brokers) + sum(1 + len(t.partitions) for t in image.topics.by_id.values())
 
 
 def _name(offset: int, suffix: str) -> str:
@@ -156,6 +176,10 @@ class MetadataLog:
                 self._prev_snapshot_offset = int(valid[-2].stem)
         segments = self._segments()
         first_offset: int | None = None
+        # every frame's records fold into one delta, applied once at the end: the image of each
+        # frame on the way is never looked at, and building it per frame cost a quarter of a
+        # restart's recovery (402 applies for 7.7k records; issue 27, docs/quorum.md "Run E")
+        self._recovery_delta = MetadataDelta(self.sm.image)
         for i, seg in enumerate(segments):
             data = seg.read_bytes()
             frames, good = decode_frames(data)
@@ -172,7 +196,7 @@ class MetadataLog:
                     break
                 prev_end = end
                 self.entries.extend(batch)
-                if batch and batch[-1].offset > self.sm.image.offset:
+                if batch and batch[-1].offset > self._recovery_delta.offset:
                     self._replay(f, batch)
                 elif not batch and f.get("ri", 0) > self.sm.last_raft_index:
                     self._replay(f, batch)
@@ -183,6 +207,8 @@ class MetadataLog:
                 for later in segments[i + 1 :]:
                     later.unlink()
                 break
+        self.sm.image = self._recovery_delta.apply()
+        del self._recovery_delta
         image_offset = self.sm.image.offset
         self.log_start = first_offset if first_offset is not None else image_offset + 1
         if self._snapshot is not None and self.log_start > self._snapshot.offset + 1:
@@ -197,13 +223,12 @@ class MetadataLog:
         ]
 
     def _replay(self, f: dict[str, Any], batch: list[LogEntry]) -> None:
-        delta = MetadataDelta(self.sm.image)
+        delta = self._recovery_delta
         for e in batch:
-            if e.offset > self.sm.image.offset:
+            if e.offset > delta.offset:
                 delta.replay(e.record, e.offset, e.epoch)
-        self.sm.image = delta.apply()
         self.sm.last_raft_index = max(self.sm.last_raft_index, f.get("ri", 0))
-        last = batch[-1].offset if batch else self.sm.image.offset
+        last = batch[-1].offset if batch else delta.offset
         base = batch[0].offset if batch else -1
         self.sm.remember(f.get("rid", ""), ProposeResult(base, last, f["e"]))
 
@@ -300,11 +325,12 @@ class MetadataLog:
 
     def maybe_snapshot(self, force: bool = False) -> bool:
         with self._lock:
-            since = self.sm.image.offset - (self._snapshot.offset if self._snapshot else -1)
+            image = self.sm.image
+            since = image.offset - (self._snapshot.offset if self._snapshot else -1)
             due = since >= self.snapshot_every_records or (
                 since > 0
                 and (time.monotonic() - self._last_snapshot_time) * 1000 >= self.snapshot_interval_ms
-            )
+            ) or (since >= SNAPSHOT_TAIL_MIN and since >= _image_size_records(image))
         if not (due or (force and since > 0)):
             return False
         try:

@@ -39,6 +39,26 @@ leader change after a mere follower pause, issue 27).
   higher term then takes every voter in. pysyncobj's own messages other than ``request_vote``
   and ``append_entries`` carry no term, which is why this needs a message of its own.
 
+* **Tie-break.** Two voters whose deadlines pass together — after a kill-all, the first two
+  restarted voters, the third not up yet — each granted the other's pre-vote, both campaigned
+  at term + 1 and voted for themselves: a split vote, one more election timeout, the leader at
+  term + 2 (4 of 30 kill-all rounds, docs/quorum.md "Run E"). A follower that grants a
+  pre-vote to a peer with a lower address (the ``host:port`` strings compared) now stands
+  back: it voids its own pre-vote round, forgets a won one it has not used yet, and pushes its
+  election deadline one timeout on. Of two such voters exactly one campaigns (the lower); a
+  grant to a higher address changes nothing, so the lower one's own round still goes ahead.
+  If the one it stood back for does not win, it campaigns itself after that timeout.
+
+* **First deadline.** pysyncobj gives a voter that starts the same deadline as one that lost
+  its leader: ``raftMinTimeout``–``raftMaxTimeout`` (350–1000 ms) ahead. After a kill-all the
+  voter with the longest log — the one the others' pre-votes wait for — is often the second
+  one up, and the election then waited out that whole fresh timeout (second engine open →
+  active controller: 0.29–1.06 s, p50 0.60 s over 30 rounds, docs/quorum.md "Run E"). A
+  started voter's first deadline is now 0.25–1.0 × ``raftMinTimeout`` ahead (``FIRST_DEADLINE``).
+  Pre-vote makes the early try harmless where a leader lives: a restarted follower whose
+  first deadline passes before the leader's first heartbeat reaches it asks, the voters in
+  the lease refuse, and its deadline moves a whole timeout on, terms unchanged.
+
 What is kept: a leadership transfer (pysyncobj's ``timeout_now``, not used by rafka) skips the
 pre-vote on the target, but the other voters' lease would still ignore its ``request_vote``
 while the old leader's heartbeats arrive (etcd marks such votes; we have no field for it).
@@ -53,15 +73,22 @@ construction); both run on the tick thread only, so the counters below need no l
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from pysyncobj import SyncObj
 from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.syncobj import _RAFT_STATE
 
-__all__ = ["PreVoteSyncObj"]
+__all__ = ["PreVoteSyncObj", "FIRST_DEADLINE"]
 
 _NEVER = float("-inf")
+# a started voter's first election deadline, in fractions of raftMinTimeout (module docstring)
+FIRST_DEADLINE = (0.25, 1.0)
+
+
+def _address(node: Any) -> str:
+    return str(getattr(node, "address", node))
 
 
 class PreVoteSyncObj(SyncObj):  # type: ignore[misc]
@@ -78,7 +105,11 @@ class PreVoteSyncObj(SyncObj):  # type: ignore[misc]
         self.votes_ignored_in_lease = 0  # higher-term request_vote messages dropped
         self.term_notices_sent = 0  # lower-term appends answered with this node's term
         self.term_notices_adopted = 0  # higher terms learnt from a notice
+        self.prevotes_deferred = 0  # pre-votes granted to a lower address, standing back
         super().__init__(*args, **kwargs)
+        # the first election deadline after a start (module docstring, "First deadline")
+        conf = self._SyncObj__conf
+        self._SyncObj__raftElectionDeadline = raft_clock() + conf.raftMinTimeout * random.uniform(*FIRST_DEADLINE)
 
     # -- pysyncobj private state, read and written on the tick thread ----------------------
 
@@ -172,12 +203,22 @@ class PreVoteSyncObj(SyncObj):  # type: ignore[misc]
         self._pv_leader_contact = _NEVER
 
     def _on_pre_vote(self, node: Any, message: dict[str, Any]) -> None:
+        now = raft_clock()
         granted = (self._SyncObj__selfNode is not None
                    and int(message.get("next_term", 0)) > self._pv_term()
                    and self._pv_log_ok(int(message.get("last_log_index", -1)), int(message.get("last_log_term", -1)))
-                   and not self.in_leader_lease(raft_clock()))
+                   and not self.in_leader_lease(now))
         if not granted:
             self.prevotes_refused += 1
+        elif self._SyncObj__raftState == _RAFT_STATE.FOLLOWER and _address(node) < _address(self._SyncObj__selfNode):
+            # stand back for a lower address (module docstring, "Tie-break"): void our own round
+            # (its late grants are ignored), forget a won one not yet used, push our deadline
+            self._pv_round += 1
+            self._pv_grants = set()
+            self._pv_passed_term = None
+            self._SyncObj__raftElectionDeadline = max(
+                self._SyncObj__raftElectionDeadline, now + self._SyncObj__generateRaftTimeout())
+            self.prevotes_deferred += 1
         self._SyncObj__transport.send(node, {"type": "pre_vote_response", "term": self._pv_term(),
                                              "round": message.get("round"), "granted": granted})
 

@@ -12,9 +12,19 @@ The repository keeps the design card's folders at its top level (``kraft/``, ``m
 the module you import.  Inside the code every import is absolute and starts with ``rafka.``.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-try:
-    __version__ = version("rafka")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> Any:
+    """``rafka.__version__``, looked up on first use: ``importlib.metadata`` costs a node
+    process ~30-90 ms of start-up that it does not need (issue 27, a restart's time)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'rafka' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("rafka")
+    except PackageNotFoundError:  # a source tree that was never installed
+        value = "0+unknown"
+    globals()["__version__"] = value
+    return value

@@ -1,5 +1,6 @@
-"""``python -m rafka``: the ``rafka`` command (``rafka.cli``)."""
+"""``python -m rafka``: the ``rafka`` command (``rafka.entry``: ``server`` directly, the rest
+through ``rafka.cli``)."""
 
-from rafka.cli import main
+from rafka.entry import main
 
 main()

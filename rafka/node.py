@@ -46,6 +46,7 @@ from rafka.broker.config import ConfigError, NodeConfig, load_config
 from rafka.broker.controller_channel import ControllerChannel
 from rafka.broker.events import EventLog
 from rafka.broker.handlers import NodeApi
+from rafka.broker.image_checkpoint import CHECKPOINT_NAME, ImageCheckpoint
 from rafka.broker.lifecycle import BrokerLifecycle
 from rafka.broker.metadata_listener import MetadataListener, MetadataPublisher
 from rafka.broker.replica_manager import ReplicaManager
@@ -212,7 +213,8 @@ class _Node:
                     if api.groups is not None:  # expiry of empty groups' committed offsets
                         await nursery.start(api.groups.run)
                     listener = MetadataListener(self.publisher, channel,
-                                                max_wait_ms=cfg.broker["metadata.fetch.max.wait.ms"])
+                                                max_wait_ms=cfg.broker["metadata.fetch.max.wait.ms"],
+                                                checkpoint=self._image_checkpoint())
                     await nursery.start(listener.run)
                     await nursery.start(self.lifecycle.run)
                 log.info("node %d up: roles %s, listener %s:%d", cfg.node_id, sorted(cfg.roles),
@@ -274,6 +276,14 @@ class _Node:
         cfg = self.config
         await verify_cluster_membership(cfg.node_id, [(v.id, v.rpc) for v in cfg.voters],
                                         cfg.cluster_id, cfg.cluster_secret, agreed=agreed)
+
+    def _image_checkpoint(self) -> ImageCheckpoint | None:
+        """The broker's metadata image on disk (broker/image_checkpoint.py), unless disabled."""
+        every = self.config.broker["metadata.checkpoint.records"]
+        if every <= 0:
+            return None
+        return ImageCheckpoint(self.config.data_dir / CHECKPOINT_NAME, self.config.cluster_id,
+                               every_records=every)
 
     def _attach_replication(self, pool: ConnectionPool, channel: ControllerChannel) -> None:
         from rafka.broker.replication.fetcher import ReplicaFetcherManager

@@ -111,3 +111,37 @@ def test_install_resets_to_a_newer_snapshot(tmp_path):
     again = MetadataLog(tmp_path / "b")
     assert again.sm.image.offset == 9 and "t50" in again.sm.image.topics.by_name
     assert os.listdir(tmp_path / "b")
+
+
+def test_a_tail_longer_than_the_image_is_snapshotted_before_snapshot_every_records(tmp_path):
+    """A restart replays the snapshot and the tail after it: once the tail is SNAPSHOT_TAIL_MIN
+    records or more and longer than the image (here: one topic whose leader keeps moving, the
+    fence/unfence churn of a kill-all run), a snapshot is due long before the 10,000 records."""
+    from rafka.kraft.metadata_log import SNAPSHOT_TAIL_MIN
+    from rafka.metadata import Partition, PartitionChange
+
+    log = MetadataLog(tmp_path)  # snapshot_every_records: the default 10,000
+    log.apply(leader(), 1)
+    log.apply(Command("t", 1, 0, (Topic("t", "tid"), Partition("tid", 0, (1, 2), (1, 2), leader=1))), 2)
+    ri = 3
+    while log.sm.image.offset < SNAPSHOT_TAIL_MIN - 2:
+        log.apply(Command(f"c{ri}", 1, 0, (PartitionChange("tid", 0, leader=1 + ri % 2),)), ri)
+        ri += 1
+    log.sync()
+    assert not log.maybe_snapshot()  # 999 records since the start: not yet
+    log.apply(Command(f"c{ri}", 1, 0, (PartitionChange("tid", 0, leader=1 + ri % 2),)), ri)
+    log.sync()
+    assert log.maybe_snapshot() and log.latest_snapshot().offset == SNAPSHOT_TAIL_MIN - 1
+    # 1,500 creates: a tail of 1,500 records, but the image now holds 1,502 (t/0, 1,501
+    # topics): not due; two more records make the tail as long as the image
+    for i in range(1500):
+        log.apply(topic(i), 10_000 + i)
+    log.sync()
+    assert not log.maybe_snapshot()
+    for i in range(2):
+        log.apply(Command(f"d{i}", 1, 0, (PartitionChange("tid", 0, leader=1 + i),)), 20_000 + i)
+    log.sync()
+    assert log.maybe_snapshot() and log.latest_snapshot().offset == log.sm.image.offset
+    image = log.sm.image
+    log.close()
+    assert MetadataLog(tmp_path).sm.image == image

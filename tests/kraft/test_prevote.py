@@ -132,3 +132,50 @@ def test_candidate_stuck_above_the_leaders_term_rejoins(make_nodes) -> None:
     assert new_term > term + 1 or (new_term == term + 1 and leader_obj is stuck)
     assert [n.raftCurrentTerm for n in nodes] == [new_term] * 3
     assert sum(n.term_notices_sent for n in nodes) >= 1
+
+
+def test_two_voters_whose_deadlines_pass_together_elect_without_a_split(make_nodes) -> None:
+    """Issue 27, kill-all: two restarted voters (the third not up yet) whose election deadlines
+    pass in the same moment both asked for pre-votes, both were granted by the other, both
+    campaigned at term + 1, each voted for itself — a split vote, one more election timeout and
+    the leader at term + 2 (4 of 30 kill-all rounds, docs/quorum.md "Run E"). A voter that
+    grants a pre-vote to a peer with a lower address now stands back (its own round void, its
+    deadline pushed), so exactly one campaigns. Ten trials, each on fresh voters."""
+    splits = []
+    for _trial in range(10):
+        addrs = [f"127.0.0.1:{p}" for p in _free_ports(3)]
+        conf = SyncObjConf(**_CONF)
+        nodes = [PreVoteSyncObj(a, [b for b in addrs if b != a], conf) for a in addrs[:2]]
+        try:
+            for n in nodes:  # not before we say so
+                n._SyncObj__raftElectionDeadline = float("inf")
+            _tick(nodes, 0.5)  # connected, no deadline reached
+            assert all(n.raftCurrentTerm == 0 and not n._isLeader() for n in nodes)
+            for n in nodes:
+                n._SyncObj__raftElectionDeadline = 0  # both pass in the same tick
+            end = time.monotonic() + 10
+            while time.monotonic() < end and not any(n._isLeader() for n in nodes):
+                _tick(nodes, 0.01)
+            leaders = [n for n in nodes if n._isLeader()]
+            assert len(leaders) == 1
+            splits.append(leaders[0].raftCurrentTerm > 1)
+        finally:
+            for n in nodes:
+                n.destroy()
+    assert not any(splits), f"{sum(splits)} of {len(splits)} elections needed a second term"
+
+
+def test_a_started_voter_has_a_short_first_deadline(make_nodes) -> None:
+    """Issue 27, kill-all: a voter that starts waits at most raftMinTimeout (not up to
+    raftMaxTimeout) before its first pre-vote; after that the usual timeouts apply."""
+    from pysyncobj.monotonic import monotonic as raft_clock
+    from rafka.kraft.prevote import FIRST_DEADLINE
+
+    nodes = make_nodes(PreVoteSyncObj)
+    now = raft_clock()
+    conf = SyncObjConf(**_CONF)
+    for n in nodes:
+        ahead = n._SyncObj__raftElectionDeadline - now
+        assert ahead <= conf.raftMinTimeout * FIRST_DEADLINE[1]
+    leader, term = _leader(nodes)  # and the cluster elects as before, at the first term
+    assert term == 1 and sum(n.prevotes_refused for n in nodes) == 0
