@@ -178,4 +178,8 @@ def test_a_started_voter_has_a_short_first_deadline(make_nodes) -> None:
         ahead = n._SyncObj__raftElectionDeadline - now
         assert ahead <= conf.raftMinTimeout * FIRST_DEADLINE[1]
     leader, term = _leader(nodes)  # and the cluster elects as before, at the first term
-    assert term == 1 and sum(n.prevotes_refused for n in nodes) == 0
+    # elected at the first term, and no voter's term moved. A refused pre-vote is allowed: a
+    # voter whose short first deadline passes before the new leader's first heartbeat reaches
+    # it asks, and the lease refuses it without a term change (prevote.py, "First deadline";
+    # a fresh-clone CI run met one such refusal)
+    assert term == 1 and [n.raftCurrentTerm for n in nodes] == [1, 1, 1]
