@@ -45,8 +45,8 @@ from typing import Any
 from rafka.client import Admin, Consumer, Producer, TopicPartition
 
 from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
-from bench.kafka_raw_produce import measure as measure_raw
 from bench.cluster import cluster_dir
+from bench.kafka_raw_produce import measure as measure_raw
 
 N = 300_000
 VALUE = b"v" * 200
@@ -247,7 +247,7 @@ def run(runs: int = 3) -> dict[str, Any]:
     figs["broker_cpu_per_record_raw_native_produce"] = raw["native"]
     figs["broker_cpu_per_record_raw_kafka_produce"] = raw["kafka"]
     figs["broker_cpu_raw_kafka_vs_native_produce"] = [
-        k / max(nv, 1e-9) for k, nv in zip(raw["kafka"], raw["native"])]
+        k / max(nv, 1e-9) for k, nv in zip(raw["kafka"], raw["native"], strict=True)]
     out: dict[str, Any] = {}
     for rf in (1, 3):
         out[f"native_send_rf{rf}"] = _fig(figs[f"native_send_rf{rf}"], "rec/s", acks="all")

@@ -140,7 +140,7 @@ def measure(rounds: int = 4, requests: int = 250, records: int = 1200,
 def main(rounds: int = 4, requests: int = 250, records: int = 1200) -> None:
     cpu = measure(rounds, requests, records, echo=True)
     nat, kaf = statistics.median(cpu["native"]), statistics.median(cpu["kafka"])
-    ratios = [k / nv for k, nv in zip(cpu["kafka"], cpu["native"])]
+    ratios = [k / nv for k, nv in zip(cpu["kafka"], cpu["native"], strict=True)]
     print(f"median broker µs/record: native {nat:.3f}, kafka {kaf:.3f}; ratio of medians "
           f"{kaf / nat:.2f}, median of per-round ratios {statistics.median(ratios):.2f}")
 

@@ -124,7 +124,7 @@ def _make(version: int, answer: dict[str, Any]) -> _Template | object:
 def _patch(t: _Template, correlation_id: int, values: list[int]) -> bytes:
     buf = bytearray(t.frame)
     struct.pack_into(">i", buf, 4, correlation_id)  # after the length prefix, in both headers
-    for (fmt, pos), v in zip(t.fields, values):
+    for (fmt, pos), v in zip(t.fields, values, strict=True):
         struct.pack_into(fmt, buf, pos, v)
     return bytes(buf)
 

@@ -383,17 +383,10 @@ async def offset_commit(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     generation = getattr(b, "generation_id_or_member_epoch", -1)
     body: dict[str, Any] = {
         "group_id": b.group_id, "member_epoch": generation if generation >= 0 else -1,
-        "topics": [{"name": t.name, "partitions": [
-            {"partition": p.partition_index, "offset": p.committed_offset,
-             "metadata": p.committed_metadata,
-             "leader_epoch": getattr(p, "committed_leader_epoch", -1)}
-            for p in t.partitions]} for t in b.topics]}
-    if generation >= 0 and groups.fenced(ctx, b.group_id, b.member_id,
-                                         getattr(b, "group_instance_id", None) or ""):
-        return {"throttle_time": 0, "topics": [  # KIP-345: a newer process took its instance id
-            {"name": t.name, "partitions": [{"partition_index": p.partition_index,
-                                             "error_code": groups.FENCED_INSTANCE_ID}
-                                            for p in t.partitions]} for t in b.topics]}
+        "topics": groups.commit_topics(b)}
+    fenced = groups.fenced_commit_answer(ctx, b, generation)
+    if fenced is not None:
+        return fenced
     if generation >= 0:  # a classic member: its current epoch (groups.py), may be newer
         member = groups.commit_member(ctx, b.group_id, b.member_id)
         body["member_id"] = b.member_id

@@ -172,6 +172,27 @@ def fenced(ctx: Any, group: str, member_id: str, instance_id: str) -> bool:
     return ctx.groups.is_fenced(group, member_id, instance_id)
 
 
+def commit_topics(body: Any) -> list[dict[str, Any]]:
+    """The native commit's topics of an OffsetCommit / TxnOffsetCommit body."""
+    return [{"name": t.name, "partitions": [
+        {"partition": p.partition_index, "offset": p.committed_offset,
+         "metadata": p.committed_metadata,
+         "leader_epoch": getattr(p, "committed_leader_epoch", -1)}
+        for p in t.partitions]} for t in body.topics]
+
+
+def fenced_commit_answer(ctx: Any, body: Any, generation: int) -> dict[str, Any] | None:
+    """The answer to an OffsetCommit / TxnOffsetCommit of a classic member that a newer
+    process with its instance id replaced (KIP-345: FENCED_INSTANCE_ID per partition), or
+    None: the commit goes ahead."""
+    if generation < 0 or not fenced(ctx, body.group_id, body.member_id, _instance(body)):
+        return None
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                         "error_code": FENCED_INSTANCE_ID}
+                                        for p in t.partitions]} for t in body.topics]}
+
+
 def _member_error(code: int) -> int:
     if code in (UNKNOWN_MEMBER_ID, _FENCED_MEMBER_EPOCH, _STALE_MEMBER):
         return UNKNOWN_MEMBER_ID

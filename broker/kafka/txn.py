@@ -74,18 +74,11 @@ async def txn_offset_commit(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     body: dict[str, Any] = {
         "transactional_id": b.transactional_id, "group_id": b.group_id,
         "producer_id": b.producer_id, "producer_epoch": b.producer_epoch, "member_epoch": -1,
-        "topics": [{"name": t.name, "partitions": [
-            {"partition": p.partition_index, "offset": p.committed_offset,
-             "metadata": p.committed_metadata,
-             "leader_epoch": getattr(p, "committed_leader_epoch", -1)}
-            for p in t.partitions]} for t in b.topics]}
+        "topics": groups.commit_topics(b)}
     generation = getattr(b, "generation_id", -1)
-    if generation >= 0 and groups.fenced(ctx, b.group_id, b.member_id,
-                                         getattr(b, "group_instance_id", None) or ""):
-        return {"throttle_time": 0, "topics": [  # KIP-345: a newer process took its instance id
-            {"name": t.name, "partitions": [{"partition_index": p.partition_index,
-                                             "error_code": groups.FENCED_INSTANCE_ID}
-                                            for p in t.partitions]} for t in b.topics]}
+    fenced = groups.fenced_commit_answer(ctx, b, generation)
+    if fenced is not None:
+        return fenced
     if generation >= 0:  # a classic member's consume-transform-produce (KIP-447)
         member = groups.commit_member(ctx, b.group_id, b.member_id)
         body.update(member_id=b.member_id, member_epoch=generation)
