@@ -94,14 +94,16 @@ class VerificationGuard:
     may open a transaction on this partition with ``epoch``. Compared by identity: the answer
     of a verification counts only if this very guard is still in ``Partition.txn_verified``."""
 
-    __slots__ = ("epoch", "verified")
+    __slots__ = ("epoch", "verified", "txn_seq")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
         self.verified = False
+        self.txn_seq = -1  # the verified transaction's number (-1: the coordinator did not say)
 
     def __repr__(self) -> str:
-        return f"VerificationGuard(epoch={self.epoch}, verified={self.verified})"
+        return (f"VerificationGuard(epoch={self.epoch}, verified={self.verified}, "
+                f"txn_seq={self.txn_seq})")
 
 
 def read_hw_checkpoint(directory: Path) -> int:
@@ -248,13 +250,22 @@ class Partition:
         return info
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
-                      coordinator_epoch: int) -> AppendInfo:
+                      coordinator_epoch: int, txn_seq: int = -1) -> AppendInfo:
         """Append a COMMIT/ABORT control batch (WRITE_TXN_MARKERS, always ``acks=all``).
 
         Clears the producer's verification guard; the transaction it closes stays unstable
         (holds the LSO) until the HW passes the marker. Raises like ``append_as_leader``
-        (an older producer epoch than the log's is ``InvalidProducerEpochError``)."""
+        (an older producer epoch than the log's is ``InvalidProducerEpochError``), and
+        ``INVALID_TXN_STATE`` for a marker of transaction ``txn_seq`` when the producer's
+        transaction open here was verified as a later one (a late marker of an ended
+        transaction: ``broker/handlers/txn_data.py``)."""
         st = self._check_appendable(-1)
+        guard = self.txn_verified.get(producer_id)
+        if txn_seq >= 0 and guard is not None and guard.verified and guard.txn_seq > txn_seq:
+            raise error_for(ErrorCode.INVALID_TXN_STATE,
+                            f"{self.name}: marker of transaction {txn_seq} of producer "
+                            f"{producer_id}, whose transaction {guard.txn_seq} is open here: "
+                            "a late marker of an ended transaction")
         entry = self.log.producer_state.producers.get(producer_id)
         first = entry.txn_first_offset if entry is not None else -1
         batch = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch,

@@ -420,9 +420,9 @@ class ReplicaManager:
         return info
 
     def append_marker(self, p: Partition, producer_id: int, producer_epoch: int, commit: bool,
-                      coordinator_epoch: int) -> Any:
+                      coordinator_epoch: int, txn_seq: int = -1) -> Any:
         """Leader append of a transaction marker (``acks=all``); pokes the flusher."""
-        info = p.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+        info = p.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, txn_seq)
         self.appended(p, 1)
         return info
 

@@ -363,7 +363,10 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
             "producer_epoch": int,
             "commit": bool,
             "coordinator_epoch": int,
-            "topics": _TP_LIST,
+            # the transaction's number and, per partition, the leader epoch the coordinator
+            # addressed: a late marker of an ended transaction is refused (handlers/txn_data.py)
+            "txn_seq": Opt(int),
+            "topics": [{"name": str, "partitions": [int], "leader_epochs": Opt([int])}],
         }],
         "timeout_ms": Opt(int),
     },

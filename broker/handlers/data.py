@@ -265,14 +265,16 @@ async def _verify_one(verifier: TxnVerifier | None, transactional_id: str, o: _O
     if guard is None or guard.epoch != o.producer_epoch:
         guard = p.txn_verified[pid] = VerificationGuard(o.producer_epoch)
     message = ""
+    txn_seq = guard.txn_seq
     if verifier is None:
         code, message = ErrorCode.INVALID_TXN_STATE, f"{p.name}: no transaction verifier"
     elif guard.verified:
         code = ErrorCode.NONE
     else:
         try:
-            code = ErrorCode(await verifier.verify(transactional_id, pid, o.producer_epoch,
-                                                   p.topic, p.partition))
+            verdict = await verifier.verify(transactional_id, pid, o.producer_epoch,
+                                            p.topic, p.partition)
+            code, txn_seq = ErrorCode(verdict.code), verdict.txn_seq
         except Exception as exc:  # noqa: BLE001 - a coordinator failure answers this partition
             code, message = wire_error(exc)
     o.done = True
@@ -282,7 +284,7 @@ async def _verify_one(verifier: TxnVerifier | None, transactional_id: str, o: _O
     elif code:
         del p.txn_verified[pid]
     else:
-        guard.verified = True
+        guard.verified, guard.txn_seq = True, txn_seq  # a late older marker is refused now
         return
     if not o.entry["error"]:
         o.entry.update(error=int(code), message=message or

@@ -7,7 +7,23 @@ every marker and each of its partitions this broker must lead, ``ReplicaManager.
 appends the COMMIT/ABORT control batch through the ordinary leader append path (group-commit
 flush, replication, HW), synchronously for all partitions first; then the handler waits for each
 one's ``acks=all`` outcome exactly as PRODUCE does (``data.wait_outcomes``), bounded by
-``timeout_ms`` (default 30 s). Each partition answers its own error: ``NONE`` once the marker is
+``timeout_ms`` (default 30 s). Two checks refuse a marker that is *late* — one its coordinator
+sent, gave up on when the attempt timed out, and retried on a new connection, and that reaches
+this leader only now (a partitioned link's retransmission, a paused leader), after the
+transaction ended and the producer opened its next one here with the same producer id and epoch,
+which the late marker would otherwise close with the old transaction's outcome (txn chaos,
+fresh-clone CI at ``a8381c5``: an intended abort's record read as committed):
+
+* each partition carries the leader epoch the coordinator addressed (``leader_epochs``): another
+  epoch is ``FENCED_LEADER_EPOCH`` / ``UNKNOWN_LEADER_EPOCH`` (retriable, as for PRODUCE);
+* each marker carries its transaction's number (``txn_seq``, ``broker/txn/state.py``): when the
+  producer's open transaction here was verified in this leader epoch as a *later* number (its
+  ``VerificationGuard``), the marker is for an ended transaction: ``INVALID_TXN_STATE``, nothing
+  appended. Within one leader epoch every opening is verified here, so the guard exists; across
+  epochs the first check already refused the late request.
+
+An operator's abort (``rafka transactions abort``) carries neither and is not checked.
+Each partition answers its own error: ``NONE`` once the marker is
 below the HW, ``UNKNOWN_TOPIC_OR_PARTITION`` for a partition that no longer exists (the
 coordinator counts a deleted partition as done), ``NOT_LEADER_OR_FOLLOWER`` /
 ``REQUEST_TIMED_OUT`` / ``NOT_ENOUGH_REPLICAS`` for it to retry (a repeated marker is harmless:
@@ -33,9 +49,9 @@ import trio
 from rafka.broker.handlers.data import fail_entry, wait_outcomes
 from rafka.broker.partition import Partition
 from rafka.broker.replica_manager import ReplicaManager
-from rafka.wire.errors import ErrorCode
+from rafka.broker.txn.state import Verdict
 
-__all__ = ["TxnVerifier", "write_txn_markers", "describe_producers",
+__all__ = ["TxnVerifier", "Verdict", "write_txn_markers", "describe_producers",
            "DEFAULT_MARKER_TIMEOUT_MS"]
 
 DEFAULT_MARKER_TIMEOUT_MS = 30_000
@@ -45,12 +61,12 @@ class TxnVerifier(Protocol):
     """May ``producer_id`` with ``producer_epoch`` open a transaction on (topic, partition)?"""
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     topic: str, partition: int) -> ErrorCode:
+                     topic: str, partition: int) -> Verdict:
         """``NONE`` if the id's coordinator holds an ongoing transaction of this producer id and
-        epoch that includes the partition; otherwise the code this partition's PRODUCE answer
-        gets: ``INVALID_TXN_STATE`` when the coordinator says no, a retriable code
-        (``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE``, …) when it could not be asked. May
-        raise ``RafkaError`` instead of returning a code."""
+        epoch that includes the partition (with that transaction's number); otherwise the code
+        this partition's PRODUCE answer gets: ``INVALID_TXN_STATE`` when the coordinator says
+        no, a retriable code (``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE``, …) when it
+        could not be asked. May raise ``RafkaError`` instead of answering."""
         ...
 
 
@@ -63,19 +79,22 @@ async def write_txn_markers(rm: ReplicaManager, body: Mapping[str, Any]) -> dict
     acked: list[tuple[dict[str, Any], Partition, int, bool, int]] = []
     for m in body["markers"]:
         pid, commit = m["producer_id"], m["commit"]
+        txn_seq = m.get("txn_seq")
         topics: list[dict[str, Any]] = []
         out.append({"producer_id": pid, "topics": topics})
         for t in m["topics"]:
             parts: list[dict[str, Any]] = []
             topics.append({"name": t["name"], "partitions": parts})
-            for index in t["partitions"]:
+            epochs = t.get("leader_epochs") or []
+            for i, index in enumerate(t["partitions"]):
                 entry: dict[str, Any] = {"partition": index, "error": 0, "message": None}
                 parts.append(entry)
                 try:
-                    p = rm.get_leader(t["name"], index)
+                    p = rm.get_leader(t["name"], index, epochs[i] if i < len(epochs) else None)
                     epoch = p.leader_epoch
                     info = rm.append_marker(p, pid, m["producer_epoch"], commit,
-                                            m["coordinator_epoch"])
+                                            m["coordinator_epoch"],
+                                            -1 if txn_seq is None else txn_seq)
                 except Exception as exc:  # noqa: BLE001 - mapped per partition
                     fail_entry(entry, exc)
                     continue

@@ -482,7 +482,8 @@ class TxnCoordinator:
         tid, pid, epoch = body["transactional_id"], body["producer_id"], body["producer_epoch"]
         tps = [(t["name"], p) for t in body["topics"] for p in t["partitions"]]
         if body.get("verify_only"):
-            return _tp_body(await self.verify(tid, pid, epoch, tps))
+            codes, txn_seq = await self.verify(tid, pid, epoch, tps)
+            return {**_tp_body(codes), "txn_seq": txn_seq}
         image = self.rm.image
         unknown = {tp for tp in tps if image.topics.partition(*tp) is None}
         if unknown or len(tps) > MAX_TXN_PARTITIONS:
@@ -498,10 +499,13 @@ class TxnCoordinator:
                     **_tp_body(dict.fromkeys(tps, exc.code))}
         return _tp_body(dict.fromkeys(tps, ErrorCode.NONE))
 
-    async def verify(self, tid: str, pid: int, epoch: int, tps: list[TP]) -> dict[TP, ErrorCode]:
-        """``verify_only``: per partition NONE / INVALID_TXN_STATE (raises NOT_COORDINATOR etc.)."""
+    async def verify(self, tid: str, pid: int, epoch: int, tps: list[TP]
+                     ) -> tuple[dict[TP, ErrorCode], int]:
+        """``verify_only``: per partition NONE / INVALID_TXN_STATE (raises NOT_COORDINATOR etc.),
+        and the number of the id's current transaction (``TxnMetadata.txn_seq``, -1: none)."""
         st = await self._confirmed(await self._coordinator(tid))
-        return S.verify_partitions(st.txns.get(tid), pid, epoch, tps)
+        md = st.txns.get(tid)
+        return S.verify_partitions(md, pid, epoch, tps), -1 if md is None else md.txn_seq
 
     async def _add(self, tid: str, pid: int, epoch: int, tps: list[TP]) -> None:
         st = await self._coordinator(tid)

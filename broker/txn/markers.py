@@ -32,7 +32,7 @@ cancelled, answers every waiter of that request with nothing (their next round r
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -51,14 +51,23 @@ LocalHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def marker_body(md: TxnMetadata, coordinator_epoch: int, partitions: list[TP],
-                timeout_ms: int) -> dict[str, Any]:
-    """The WRITE_TXN_MARKERS request for ``partitions`` of ``md``'s decided transaction."""
+                timeout_ms: int, leader_epochs: Mapping[TP, int] | None = None) -> dict[str, Any]:
+    """The WRITE_TXN_MARKERS request for ``partitions`` of ``md``'s decided transaction: with
+    its number (``txn_seq``) and, when ``leader_epochs`` is given, each partition's leader epoch
+    as this coordinator's image has it — so that a request delivered late, after the
+    transaction ended, cannot close the producer's next one (``broker/handlers/txn_data.py``)."""
     topics: dict[str, list[int]] = {}
     for t, p in sorted(partitions):
         topics.setdefault(t, []).append(p)
+    out = []
+    for t, ps in topics.items():
+        entry: dict[str, Any] = {"name": t, "partitions": ps}
+        if leader_epochs is not None:
+            entry["leader_epochs"] = [leader_epochs[(t, p)] for p in ps]
+        out.append(entry)
     return {"markers": [{"producer_id": md.producer_id, "producer_epoch": md.producer_epoch,
                          "commit": md.commit, "coordinator_epoch": coordinator_epoch,
-                         "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}],
+                         "txn_seq": md.txn_seq, "topics": out}],
             "timeout_ms": timeout_ms}
 
 
@@ -122,20 +131,22 @@ class MarkerWriter:
         image = self.image()
         done: set[TP] = set()
         by_leader: dict[int, list[TP]] = {}
+        epochs: dict[TP, int] = {}
         for tp in remaining:
             reg = image.topics.partition(*tp)
             if reg is None:
                 done.add(tp)  # the topic (or partition) was deleted: nothing to mark
             elif reg.leader >= 0:
                 by_leader.setdefault(reg.leader, []).append(tp)
+                epochs[tp] = reg.leader_epoch
         async with trio.open_nursery() as nursery:
             for leader, tps in by_leader.items():
-                nursery.start_soon(self._send, leader, md, coordinator_epoch, tps, done)
+                nursery.start_soon(self._send, leader, md, coordinator_epoch, tps, epochs, done)
         return done
 
     async def _send(self, leader: int, md: TxnMetadata, coordinator_epoch: int, tps: list[TP],
-                    done: set[TP]) -> None:
-        entry = marker_body(md, coordinator_epoch, tps, 0)["markers"][0]
+                    epochs: Mapping[TP, int], done: set[TP]) -> None:
+        entry = marker_body(md, coordinator_epoch, tps, 0, epochs)["markers"][0]
         m: dict[str, Any] | None = None
         with trio.move_on_after(self.attempt_timeout_s):
             m = await self._exchange(leader, entry)

@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
-from typing import Final
+from typing import Final, NamedTuple
 
 import msgpack
 from rafka.wire.errors import ErrorCode, error_for
@@ -50,6 +50,7 @@ __all__ = [
     "EndStep",
     "TxnMetadata",
     "TxnState",
+    "Verdict",
     "add_partitions",
     "begin_init",
     "check_producer",
@@ -112,6 +113,12 @@ class TxnMetadata:
     txn_start_ms: int = -1
     last_update_ms: int = -1
     last_producer_epoch: int = -1
+    # the number of this id's transactions begun so far: the current (or last) one's number,
+    # carried by its markers and by the answers to a partition leader's verification, so a
+    # leader can tell a late marker of an ended transaction from the next transaction's
+    # (same producer id and epoch; broker/handlers/txn_data.py). Never goes down: a new
+    # incarnation (epoch bump) keeps counting.
+    txn_seq: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.producer_epoch <= MAX_PRODUCER_EPOCH:
@@ -127,6 +134,15 @@ class TxnMetadata:
     def commit(self) -> bool:
         """The decided outcome of a Prepare*/Complete* transaction."""
         return self.state in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
+
+
+class Verdict(NamedTuple):
+    """A coordinator's answer to a partition leader's verification (KIP-890 part 1): the code,
+    and with ``NONE`` the number of the Ongoing transaction (``TxnMetadata.txn_seq``; -1 when
+    the coordinator did not say)."""
+
+    code: ErrorCode
+    txn_seq: int = -1
 
 
 class EndStep(Enum):
@@ -157,7 +173,7 @@ def encode_value(md: TxnMetadata | None) -> bytes | None:
     return msgpack.packb(
         [RECORD_VERSION, md.producer_id, md.producer_epoch, md.last_producer_epoch, md.timeout_ms,
          int(md.state), [[t, p] for t, p in sorted(md.partitions)], md.txn_start_ms,
-         md.last_update_ms],
+         md.last_update_ms, md.txn_seq],
         use_bin_type=True,
     )
 
@@ -170,9 +186,10 @@ def decode_value(transactional_id: str, data: bytes | None) -> TxnMetadata | Non
     if not isinstance(v, list) or len(v) < 9 or v[0] != RECORD_VERSION:
         raise ValueError(f"unknown __transaction_state value for {transactional_id!r}")
     _, pid, epoch, last, timeout, state, parts, start, update = v[:9]
+    seq = int(v[9]) if len(v) > 9 else 0  # a record written before txn_seq existed: 0
     return TxnMetadata(transactional_id, int(pid), int(epoch), int(timeout), TxnState(state),
                        frozenset((str(t), int(p)) for t, p in parts), int(start), int(update),
-                       int(last))
+                       int(last), seq)
 
 
 # --------------------------------------------------------------------------- checks
@@ -293,13 +310,14 @@ def add_partitions(md: TxnMetadata | None, producer_id: int, producer_epoch: int
             return md  # nothing to write (a retry)
         return dataclasses.replace(md, partitions=md.partitions | new, last_update_ms=now_ms)
     return dataclasses.replace(md, state=TxnState.ONGOING, partitions=new, txn_start_ms=now_ms,
-                               last_update_ms=now_ms)
+                               last_update_ms=now_ms, txn_seq=md.txn_seq + 1)
 
 
 def verify_partitions(md: TxnMetadata | None, producer_id: int, producer_epoch: int,
                       partitions: Iterable[TP]) -> dict[TP, ErrorCode]:
     """ADD_PARTITIONS_TO_TXN ``verify_only`` (from a partition leader): NONE per partition of an
-    Ongoing transaction of exactly this (producer id, epoch), else INVALID_TXN_STATE."""
+    Ongoing transaction of exactly this (producer id, epoch), else INVALID_TXN_STATE. (The
+    answer also names ``md.txn_seq``: ``TxnCoordinator.verify``.)"""
     ok = (md is not None and md.state is TxnState.ONGOING and md.producer_id == producer_id
           and md.producer_epoch == producer_epoch)
     return {tp: ErrorCode.NONE if ok and md is not None and tp in md.partitions

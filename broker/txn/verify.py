@@ -10,7 +10,9 @@ exactly this (producer id, epoch) that holds the partition; ``INVALID_TXN_STATE`
 When this broker coordinates the id, the question is a local call (no request); otherwise it is an
 ``ADD_PARTITIONS_TO_TXN`` with ``verify_only`` to the leader of the id's ``__transaction_state``
 partition (found in this broker's metadata image) over the node's ``ConnectionPool``, bounded by
-``timeout_s``. Anything that keeps the coordinator from answering — unreachable, timed out, moved
+``timeout_s``. A ``NONE`` answer carries the Ongoing transaction's number (``txn_seq``), which the
+leader keeps in its verification guard to refuse late markers of earlier transactions
+(``broker/handlers/txn_data.py``). Anything that keeps the coordinator from answering — unreachable, timed out, moved
 (``NOT_COORDINATOR``), loading, busy — is ``COORDINATOR_NOT_AVAILABLE``: retriable for the
 producer, and no transaction is opened. That includes a coordinator that cannot pass its read
 barrier (``broker/read_barrier.py``): a deposed coordinator, which still holds the transaction as
@@ -24,6 +26,7 @@ from typing import Any
 
 import trio
 from rafka.broker.txn.coordinator import TXN_STATE_TOPIC, TxnCoordinator, txn_partition
+from rafka.broker.txn.state import Verdict
 from rafka.wire.errors import ErrorCode, RafkaError
 from rafka.wire.protocol import ApiKey
 
@@ -53,27 +56,28 @@ class CoordinatorVerifier:
         self.timeout_s = timeout_s
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     topic: str, partition: int) -> ErrorCode:
+                     topic: str, partition: int) -> Verdict:
         tp = (topic, partition)
         if self.coordinator.leads(transactional_id):
             try:
-                res = await self.coordinator.verify(transactional_id, producer_id, producer_epoch, [tp])
+                res, txn_seq = await self.coordinator.verify(transactional_id, producer_id,
+                                                             producer_epoch, [tp])
             except RafkaError as exc:
-                return _mapped(exc.code)
-            return res[tp]
+                return Verdict(_mapped(exc.code))
+            return Verdict(res[tp], txn_seq)
         body = {"transactional_id": transactional_id, "producer_id": producer_id,
                 "producer_epoch": producer_epoch, "verify_only": True,
                 "topics": [{"name": topic, "partitions": [partition]}]}
         answer = await self._remote(transactional_id, body)
         if answer is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return Verdict(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if answer.get("error"):
-            return _mapped(answer["error"])
+            return Verdict(_mapped(answer["error"]))
         for t in answer.get("topics") or []:
             for pd in t.get("partitions") or []:
                 if (t.get("name"), pd.get("partition")) == tp:
-                    return _mapped(pd.get("error", 0))
-        return ErrorCode.INVALID_TXN_STATE
+                    return Verdict(_mapped(pd.get("error", 0)), int(answer.get("txn_seq", -1)))
+        return Verdict(ErrorCode.INVALID_TXN_STATE)
 
     async def _remote(self, transactional_id: str, body: dict[str, Any]) -> dict[str, Any] | None:
         image = self.coordinator.rm.image

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import trio
+from rafka.broker.txn.state import Verdict
 from rafka.log.batch import build_batch, build_control_batch, iter_batches
 from rafka.wire.connection import Connection
 from rafka.wire.errors import ErrorCode
@@ -29,21 +30,23 @@ PID, EPOCH, TID = 42, 3, "tx-1"
 
 
 class FakeVerifier:
-    """Answers ``answer``; with ``gate`` set it waits for the gate first (a slow coordinator)."""
+    """Answers ``answer`` (and, for an Ongoing transaction, its number ``txn_seq``); with
+    ``gate`` set it waits for the gate first (a slow coordinator)."""
 
-    def __init__(self, answer: ErrorCode = ErrorCode.NONE) -> None:
+    def __init__(self, answer: ErrorCode = ErrorCode.NONE, txn_seq: int = -1) -> None:
         self.answer = answer
+        self.txn_seq = txn_seq
         self.calls: list[tuple[str, int, int, str, int]] = []
         self.gate: trio.Event | None = None
         self.entered = trio.Event()
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     topic: str, partition: int) -> ErrorCode:
+                     topic: str, partition: int) -> Verdict:
         self.calls.append((transactional_id, producer_id, producer_epoch, topic, partition))
         self.entered.set()
         if self.gate is not None:
             await self.gate.wait()
-        return self.answer
+        return Verdict(self.answer, self.txn_seq if self.answer == ErrorCode.NONE else -1)
 
 
 def install(b: Broker, verifier: FakeVerifier) -> FakeVerifier:
@@ -61,14 +64,21 @@ def txn_produce(topic: str, records: bytes, tid: str | None = TID) -> dict[str, 
 
 
 def marker_body(topic: str, commit: bool, pid: int = PID, epoch: int = EPOCH,
-                partition: int = 0) -> dict[str, Any]:
-    return {"markers": [{"producer_id": pid, "producer_epoch": epoch, "commit": commit,
-                         "coordinator_epoch": 0,
-                         "topics": [{"name": topic, "partitions": [partition]}]}],
-            "timeout_ms": 10_000}
+                partition: int = 0, txn_seq: int | None = None,
+                leader_epoch: int | None = None) -> dict[str, Any]:
+    """As a coordinator sends it; ``txn_seq`` / ``leader_epoch`` None: left out (an operator's
+    abort carries neither)."""
+    t: dict[str, Any] = {"name": topic, "partitions": [partition]}
+    if leader_epoch is not None:
+        t["leader_epochs"] = [leader_epoch]
+    m: dict[str, Any] = {"producer_id": pid, "producer_epoch": epoch, "commit": commit,
+                         "coordinator_epoch": 0, "topics": [t]}
+    if txn_seq is not None:
+        m["txn_seq"] = txn_seq
+    return {"markers": [m], "timeout_ms": 10_000}
 
 
-async def write_marker(conn: Connection, topic: str, commit: bool, **kw: int) -> dict[str, Any]:
+async def write_marker(conn: Connection, topic: str, commit: bool, **kw: Any) -> dict[str, Any]:
     resp = (await conn.request(ApiKey.WRITE_TXN_MARKERS, marker_body(topic, commit, **kw))).body
     return resp["markers"][0]["topics"][0]["partitions"][0]
 
@@ -287,3 +297,40 @@ async def test_describe_producers_shows_the_open_transaction(tmp_path):
         body = {"topics": [{"name": "t", "partitions": [5]}]}
         resp = (await conn.request(ApiKey.DESCRIBE_PRODUCERS, body)).body
         assert part(resp)["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_a_late_marker_of_an_ended_transaction_cannot_close_the_next_one(tmp_path):
+    """A WRITE_TXN_MARKERS that arrives after its transaction ended — the coordinator's attempt
+    timed out, it retried on a new connection and moved on, and the first request, stuck in a
+    partitioned link or a paused leader, is delivered later — must not close the producer's
+    *next* transaction here. Same producer id and epoch, so only the transaction's number tells
+    them apart: the verification of the next transaction's opening recorded it (txn chaos,
+    fresh-clone CI at a8381c5: an intended abort's record read as committed)."""
+    async with running_broker(tmp_path, topics={"t": 1}) as b, b.connect() as conn:
+        v = install(b, FakeVerifier(txn_seq=7))
+        await produce_ok(conn, txn_produce("t", txn_batch(0, b"first")))            # 0
+        assert (await write_marker(conn, "t", True, txn_seq=7))["error"] == 0        # 1
+        v.txn_seq = 8  # the producer's next transaction
+        await produce_ok(conn, txn_produce("t", txn_batch(1, b"second")))           # 2
+        late = await write_marker(conn, "t", True, txn_seq=7)  # the first one's, delivered late
+        assert late["error"] == ErrorCode.INVALID_TXN_STATE, late
+        assert await latest(conn, 1) == 2  # the second transaction still holds the LSO
+        assert (await write_marker(conn, "t", False, txn_seq=8))["error"] == 0       # 3
+        p, headers = await fetch(conn, 0, 1)
+        assert [h.base_offset for h in headers] == [0, 1, 2, 3]
+        assert p["aborted_transactions"] == [[PID, 2]]  # "second" is hidden from read_committed
+
+
+async def test_a_marker_for_another_leader_epoch_is_refused(tmp_path):
+    """The coordinator stamps each partition of a marker with the leader epoch it addressed;
+    a leader in another epoch refuses it (its verification guards were cleared with the role
+    change, so only the epoch shows the request predates the transactions open now)."""
+    async with running_broker(tmp_path, topics={"t": 1}) as b, b.connect() as conn:
+        install(b, FakeVerifier())
+        await produce_ok(conn, txn_produce("t", txn_batch(0, b"x")))
+        epoch = b.rm.get_leader("t", 0).leader_epoch
+        other = await write_marker(conn, "t", True, leader_epoch=epoch + 1)
+        assert other["error"] == ErrorCode.UNKNOWN_LEADER_EPOCH, other
+        assert await latest(conn, 1) == 0
+        assert (await write_marker(conn, "t", True, leader_epoch=epoch))["error"] == 0
+        assert await latest(conn, 1) == 2

@@ -9,6 +9,7 @@ Producer ids come from a real ControllerService on the in-memory quorum."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -341,6 +342,43 @@ async def test_a_deposed_coordinators_late_marker_is_fenced(tmp_path: Any) -> No
         assert env.markers(0) == [(pid, epoch, True)]
 
 
+async def test_a_late_marker_of_the_same_coordinator_leaves_the_next_transaction_open(
+        tmp_path: Any) -> None:
+    """Txn chaos on the fresh-clone CI at a8381c5 (an intended abort's record read as
+    committed), on the wire: the coordinator did not move, so the coordinator epoch cannot tell
+    the request apart. A WRITE_TXN_MARKERS for the producer's first transaction — exactly the
+    body the coordinator sent for it, delivered only after the second transaction opened on the
+    partition with the same producer id and epoch — is refused (INVALID_TXN_STATE), the second
+    transaction stays open, and its abort hides its record."""
+    from rafka.broker.txn.markers import marker_body
+
+    async with txn_env(tmp_path) as env:
+        pid, epoch = await env.init()
+        assert (await env.add(pid, epoch, [0]))["error"] == 0
+        assert (await env.produce(pid, epoch, 0, 0))["error"] == 0
+        st = env.api.txn.states[txn_partition("tx")]
+        first = st.txns["tx"]  # Ongoing: the transaction the late request is for
+        assert (await env.end(pid, epoch, True))["error"] == 0
+        assert (await env.add(pid, epoch, [0]))["error"] == 0  # the next transaction
+        assert st.txns["tx"].txn_seq == first.txn_seq + 1
+        assert (await env.produce(pid, epoch, 0, 1))["error"] == 0
+        p = env.b.rm.get_leader("out", 0)
+        decided = dataclasses.replace(first, state=S.TxnState.PREPARE_COMMIT)
+        late = await env.req(ApiKey.WRITE_TXN_MARKERS, marker_body(
+            decided, st.leader_epoch, [("out", 0)], 5000, {("out", 0): p.leader_epoch}))
+        code = late["markers"][0]["topics"][0]["partitions"][0]["error"]
+        assert code == ErrorCode.INVALID_TXN_STATE, late
+        assert pid in p.log.producer_state.open_transactions()  # not committed by it
+        assert (await env.end(pid, epoch, False))["error"] == 0
+        assert env.markers(0) == [(pid, epoch, True), (pid, epoch, False)]
+        resp = await env.conn.request(ApiKey.FETCH, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+            "isolation_level": 1, "topics": [{"name": "out", "partitions": [
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+        part = resp.body["topics"][0]["partitions"][0]
+        assert part["aborted_transactions"] == [[pid, 2]]  # the second record (offset 2) hidden
+
+
 async def _txn_commit_offset(env: Env, pid: int, epoch: int, offset: int) -> dict[str, Any]:
     r = await env.req(ApiKey.ADD_OFFSETS_TO_TXN, {"transactional_id": "tx", "producer_id": pid,
                                                   "producer_epoch": epoch, "group_id": "g"})
@@ -401,9 +439,12 @@ async def test_verifier_local_and_unreachable_coordinator(tmp_path: Any) -> None
         pid, epoch = await env.init()
         await env.add(pid, epoch, [0])
         verifier = env.api.txn_verifier
-        assert await verifier.verify("tx", pid, epoch, "out", 0) == ErrorCode.NONE
-        assert await verifier.verify("tx", pid, epoch, "out", 1) == ErrorCode.INVALID_TXN_STATE
-        assert await verifier.verify("tx", pid, epoch + 1, "out", 0) == ErrorCode.INVALID_TXN_STATE
+        assert await verifier.verify("tx", pid, epoch, "out", 0) == (ErrorCode.NONE, 1)
+        assert (await verifier.verify("tx", pid, epoch, "out", 1)).code == ErrorCode.INVALID_TXN_STATE
+        assert (await verifier.verify("tx", pid, epoch + 1, "out", 0)).code == ErrorCode.INVALID_TXN_STATE
+        assert (await env.end(pid, epoch, False))["error"] == 0
+        await env.add(pid, epoch, [0])  # the id's second transaction
+        assert await verifier.verify("tx", pid, epoch, "out", 0) == (ErrorCode.NONE, 2)
         # the id's coordinator moves to broker 2, which does not answer: retriable, nothing opened
         with trio.socket.socket() as s:
             await s.bind(("127.0.0.1", 0))
@@ -419,7 +460,7 @@ async def test_verifier_local_and_unreachable_coordinator(tmp_path: Any) -> None
         assert (await env.end(pid, epoch, True))["error"] == ErrorCode.NOT_COORDINATOR
         async with trio.open_nursery() as nursery:
             remote = CoordinatorVerifier(env.api.txn, ConnectionPool(nursery), timeout_s=2.0)
-            assert await remote.verify("tx", pid, epoch, "out", 0) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+            assert (await remote.verify("tx", pid, epoch, "out", 0)).code == ErrorCode.COORDINATOR_NOT_AVAILABLE
             nursery.cancel_scope.cancel()
 
 

@@ -161,11 +161,33 @@ def test_record_codec_round_trip() -> None:
     assert S.encode_value(None) is None and S.decode_value("tx", None) is None
     import msgpack
     assert msgpack.unpackb(S.encode_value(ongoing())) == [
-        1, 7, 0, -1, 10_000, 1, [["a", 0], ["b", 1]], T0 + 1, T0 + 1]
+        1, 7, 0, -1, 10_000, 1, [["a", 0], ["b", 1]], T0 + 1, T0 + 1, 1]
+    # a record written before txn_seq existed (nine fields) loads with txn_seq 0
+    old = msgpack.packb([1, 7, 0, -1, 10_000, 4, [["a", 0]], T0, T0 + 1])
+    assert S.decode_value("tx", old).txn_seq == 0
     with pytest.raises(ValueError):
         S.decode_value("tx", msgpack.packb([2, 1, 2]))
     with pytest.raises(ValueError):
         S.decode_key(msgpack.packb([5]))
+
+
+def test_each_begun_transaction_gets_the_next_number() -> None:
+    """txn_seq: +1 when a transaction begins (Empty/Complete* -> Ongoing), kept through adds,
+    the decision, the completion and an epoch bump, so it never repeats for one id."""
+    md = fresh()
+    first = S.add_partitions(md, md.producer_id, md.producer_epoch, [("a", 0)], T0)
+    assert (md.txn_seq, first.txn_seq) == (0, 1)
+    more = S.add_partitions(first, md.producer_id, md.producer_epoch, [("b", 0)], T0 + 1)
+    _, prepared = S.end_txn(more, md.producer_id, md.producer_epoch, False, T0 + 2)
+    done = S.complete(prepared, T0 + 3)
+    assert more.txn_seq == prepared.txn_seq == done.txn_seq == 1
+    second = S.add_partitions(done, md.producer_id, md.producer_epoch, [("a", 0)], T0 + 4)
+    assert second.txn_seq == 2
+    bumped = S.timeout_abort(second, T0 + 10**9)
+    reinit = S.init_producer(S.complete(bumped, T0 + 10**9), "tx", 10_000, T0 + 10**9,
+                             expected=(md.producer_id, bumped.last_producer_epoch))
+    third = S.add_partitions(reinit, reinit.producer_id, reinit.producer_epoch, [("a", 0)], T0)
+    assert (bumped.txn_seq, reinit.txn_seq, third.txn_seq) == (2, 2, 3)
 
 
 def test_state_names() -> None:
