@@ -91,6 +91,7 @@ from rafka.broker.internal_topic import (
     replay_chunk,
 )
 from rafka.broker.read_barrier import ReadBarrier, ReadBarrierStatistics
+from rafka.broker.txn.opening import TxnVerifier, opens_transaction, verify_opening
 from rafka.kraft.groups.coordinator import assignment_body
 from rafka.log.batch import build_batch
 from rafka.metadata.groups import GroupImage
@@ -171,6 +172,9 @@ class GroupOffsetsManager:
         self._had_members: set[str] = set()  # groups seen with members at the last expiry pass
         self._empty_since: dict[str, int] = {}  # group -> wall ms its last member was seen gone
         self.expired = 0  # offsets tombstoned by expiry since start (metrics, tests)
+        # the node's verifier (broker/handlers/__init__.py sets it): a transaction's first
+        # offsets in a partition are verified with its coordinator, as PRODUCE's batches are
+        self.txn_verifier: TxnVerifier | None = None
         # the barrier's tombstone: no group "" has a partition -1, the load folds it as a no-op
         self.barrier = ReadBarrier(replica_manager, encode_key("", "", -1), timeout_s=append_timeout_ms / 1000,
                                    wall_clock_ms=self._wall_ms)
@@ -247,6 +251,10 @@ class GroupOffsetsManager:
         if producer is None:
             info = self.rm.append(p, build_batch(records), _ACKS_ALL)
         else:
+            if self.txn_verifier is not None and opens_transaction(p, *producer):
+                raise error_for(ErrorCode.INVALID_TXN_STATE,
+                                f"{OFFSETS_TOPIC}/{p.partition}: the producer's transaction is not "
+                                "verified to include this group (or its marker arrived meanwhile)")
             batch = build_batch(records, producer_id=producer[0], producer_epoch=producer[1],
                                 base_sequence=-1, transactional=True)
             info = self.rm.append(p, batch, _ACKS_ALL, from_coordinator=True)
@@ -346,10 +354,21 @@ class GroupOffsetsManager:
         return await self._commit(body, None)
 
     async def txn_offset_commit(self, body: dict[str, Any]) -> dict[str, Any]:
-        """TXN_OFFSET_COMMIT: validated as OFFSET_COMMIT; pending until the transaction's marker."""
-        if body["producer_id"] < 0 or body["producer_epoch"] < 0:
+        """TXN_OFFSET_COMMIT: validated as OFFSET_COMMIT; pending until the transaction's marker.
+        The transaction's first offsets in the group's partition are verified with its
+        coordinator first (``broker/txn/opening.py``): so a late marker of the producer's
+        previous transaction is refused instead of committing or dropping these offsets."""
+        pid, epoch = body["producer_id"], body["producer_epoch"]
+        if pid < 0 or epoch < 0:
             raise error_for(ErrorCode.INVALID_REQUEST, "a transactional commit needs a producer id and epoch")
-        return await self._commit(body, (body["producer_id"], body["producer_epoch"]))
+        if self.txn_verifier is not None:
+            p, _ = self._coordinator(body["group_id"])
+            if opens_transaction(p, pid, epoch):
+                code, message = await verify_opening(self.txn_verifier, body["transactional_id"],
+                                                     p, pid, epoch)
+                if code:
+                    raise error_for(code, message)
+        return await self._commit(body, (pid, epoch))
 
     def on_marker(self, topic: str, partition: int, producer_id: int, commit: bool,
                   marker_offset: int) -> None:

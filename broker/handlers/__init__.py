@@ -134,6 +134,8 @@ class NodeApi:
                                       local_markers=self._local_markers,
                                       settings=replica_manager.settings)
             self.txn_verifier = CoordinatorVerifier(self.txn, pool)
+            if self.groups is not None:
+                self.groups.txn_verifier = self.txn_verifier
         # api key -> this broker's handler (the Route.BROKER rows of the API table)
         self.broker_handlers: dict[int, BrokerHandler] = (
             self._broker_handlers(replica_manager) if replica_manager is not None else {})

@@ -21,7 +21,7 @@ coordinators only), a transactional one without the request's ``transactional_id
 (``INVALID_REQUEST``). A transactional batch that would *open* a transaction on its partition
 (its producer has none open there with that epoch) needs a verified ``VerificationGuard``
 (KIP-890 part 1): before the append loop, the produce creates the guard and asks the
-coordinator through the ``TxnVerifier`` (``broker/handlers/txn_data.py``), all such
+coordinator through the ``TxnVerifier`` (``broker/txn/opening.py``), all such
 partitions concurrently and bounded by ``timeout_ms``; the answer counts only if the guard is
 still in place afterwards (a marker for that producer removes it). The synchronous append loop
 then checks again, and refuses with ``INVALID_TXN_STATE`` what still lacks a verified guard.
@@ -65,17 +65,18 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from rafka.broker.error_map import wire_error
-from rafka.broker.partition import Partition, VerificationGuard
+from rafka.broker.partition import Partition
 from rafka.broker.replica_manager import ReplicaManager
 from rafka.broker.replication.epochs import verify_follower_fetch
 from rafka.broker.server import SMALL_REPLY_BYTES, Reply
+from rafka.broker.txn.opening import opens_transaction, verify_opening
 from rafka.log.batch import CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT, iter_batches
 from rafka.log.errors import DuplicateSequenceError
 from rafka.log.partition_log import FetchSlice
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
 
 if TYPE_CHECKING:
-    from rafka.broker.handlers.txn_data import TxnVerifier
+    from rafka.broker.txn.opening import TxnVerifier
 
 __all__ = ["produce", "fetch", "list_offsets", "txn_flags", "fail_entry", "wait_outcomes"]
 
@@ -223,17 +224,9 @@ def _unverified_openings(p: Partition, records: bytes, flags: int,
         raise error_for(ErrorCode.INVALID_REQUEST, f"{p.name}: transactional batch in a produce "
                                                    "request without transactional_id")
     out: list[tuple[int, int]] = []
-    producers = p.log.producer_state.producers
     for _pos, h in iter_batches(records):
-        if not h.is_transactional:
-            continue
-        entry = producers.get(h.producer_id)
-        if entry is not None and entry.txn_first_offset >= 0 and entry.epoch == h.producer_epoch:
-            continue  # its transaction is open here: nothing to open
-        guard = p.txn_verified.get(h.producer_id)
-        if guard is not None and guard.verified and guard.epoch == h.producer_epoch:
-            continue
-        if (h.producer_id, h.producer_epoch) not in out:
+        if (h.is_transactional and (h.producer_id, h.producer_epoch) not in out
+                and opens_transaction(p, h.producer_id, h.producer_epoch)):
             out.append((h.producer_id, h.producer_epoch))
     return out
 
@@ -260,35 +253,11 @@ async def _verify_openings(verifier: TxnVerifier | None, transactional_id: str,
 
 
 async def _verify_one(verifier: TxnVerifier | None, transactional_id: str, o: _Opening) -> None:
-    p, pid = o.p, o.producer_id
-    guard = p.txn_verified.get(pid)
-    if guard is None or guard.epoch != o.producer_epoch:
-        guard = p.txn_verified[pid] = VerificationGuard(o.producer_epoch)
-    message = ""
-    txn_seq = guard.txn_seq
-    if verifier is None:
-        code, message = ErrorCode.INVALID_TXN_STATE, f"{p.name}: no transaction verifier"
-    elif guard.verified:
-        code = ErrorCode.NONE
-    else:
-        try:
-            verdict = await verifier.verify(transactional_id, pid, o.producer_epoch,
-                                            p.topic, p.partition)
-            code, txn_seq = ErrorCode(verdict.code), verdict.txn_seq
-        except Exception as exc:  # noqa: BLE001 - a coordinator failure answers this partition
-            code, message = wire_error(exc)
+    code, message = await verify_opening(verifier, transactional_id, o.p, o.producer_id,
+                                         o.producer_epoch)
     o.done = True
-    if p.txn_verified.get(pid) is not guard:
-        code, message = ErrorCode.INVALID_TXN_STATE, (
-            f"{p.name}: a marker for producer {pid} arrived during its verification")
-    elif code:
-        del p.txn_verified[pid]
-    else:
-        guard.verified, guard.txn_seq = True, txn_seq  # a late older marker is refused now
-        return
-    if not o.entry["error"]:
-        o.entry.update(error=int(code), message=message or
-                       f"{p.name}: producer {pid} may not open a transaction here: {code.name}")
+    if code and not o.entry["error"]:
+        o.entry.update(error=int(code), message=message)
 
 
 # --------------------------------------------------------------------------- fetch

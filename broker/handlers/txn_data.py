@@ -35,39 +35,26 @@ is as durable as any acknowledged record.
 DESCRIBE_PRODUCERS: per partition this broker leads, the producers its log's producer state
 knows (epoch, last sequence, last timestamp, first offset of the open transaction or -1).
 
-``TxnVerifier`` is the seam to the coordinator that PRODUCE uses before a batch may open a
-transaction on a partition (``ADD_PARTITIONS_TO_TXN verify_only``, KIP-890 part 1); the
-coordinator package implements it, ``broker/handlers/data.py`` calls it.
+``TxnVerifier`` (``broker/txn/opening.py``, re-exported here) is the seam to the coordinator that
+PRODUCE and TXN_OFFSET_COMMIT use before a transaction may open on a partition
+(``ADD_PARTITIONS_TO_TXN verify_only``, KIP-890 part 1).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 from rafka.broker.handlers.data import fail_entry, wait_outcomes
 from rafka.broker.partition import Partition
 from rafka.broker.replica_manager import ReplicaManager
-from rafka.broker.txn.state import Verdict
+from rafka.broker.txn.opening import TxnVerifier
 
-__all__ = ["TxnVerifier", "Verdict", "write_txn_markers", "describe_producers",
+__all__ = ["TxnVerifier", "write_txn_markers", "describe_producers",
            "DEFAULT_MARKER_TIMEOUT_MS"]
 
 DEFAULT_MARKER_TIMEOUT_MS = 30_000
-
-
-class TxnVerifier(Protocol):
-    """May ``producer_id`` with ``producer_epoch`` open a transaction on (topic, partition)?"""
-
-    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     topic: str, partition: int) -> Verdict:
-        """``NONE`` if the id's coordinator holds an ongoing transaction of this producer id and
-        epoch that includes the partition (with that transaction's number); otherwise the code
-        this partition's PRODUCE answer gets: ``INVALID_TXN_STATE`` when the coordinator says
-        no, a retriable code (``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE``, …) when it
-        could not be asked. May raise ``RafkaError`` instead of answering."""
-        ...
 
 
 async def write_txn_markers(rm: ReplicaManager, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -434,6 +434,60 @@ async def test_require_stable_offset_fetch_waits_for_the_transaction(tmp_path: A
                                                    "error": 0, "offset": 10}
 
 
+async def test_a_late_marker_cannot_commit_the_next_transactions_offsets(tmp_path: Any) -> None:
+    """The same late WRITE_TXN_MARKERS, aimed at the group's ``__consumer_offsets`` partition:
+    the next transaction's offsets were verified with the coordinator when they opened it there
+    (as a PRODUCE's batch is), so the first transaction's late COMMIT is refused and the second
+    one's abort drops its offsets (without the verification the late COMMIT applied them: the
+    consume-transform-produce worker's position would skip input it never wrote out)."""
+    from rafka.broker.txn.markers import marker_body
+
+    async with txn_env(tmp_path) as env:
+        pid, epoch = await env.init()
+        assert (await _txn_commit_offset(env, pid, epoch, 10))["error"] == 0
+        st = env.api.txn.states[txn_partition("tx")]
+        first = st.txns["tx"]
+        assert (await env.end(pid, epoch, True))["error"] == 0
+        assert await _fetched(env) == 10
+        r = await _txn_commit_offset(env, pid, epoch, 20)  # the next transaction
+        assert r["error"] == 0 and r["topics"][0]["partitions"][0]["error"] == 0, r
+        tp = (OFFSETS_TOPIC, offsets_partition("g", len(
+            env.b.rm.image.topics.by_name[OFFSETS_TOPIC].partitions)))
+        p = env.b.rm.get_leader(*tp)
+        assert p.txn_verified[pid].txn_seq == first.txn_seq + 1
+        decided = dataclasses.replace(first, state=S.TxnState.PREPARE_COMMIT)
+        late = await env.req(ApiKey.WRITE_TXN_MARKERS, marker_body(
+            decided, st.leader_epoch, [tp], 5000, {tp: p.leader_epoch}))
+        assert late["markers"][0]["topics"][0]["partitions"][0]["error"] == ErrorCode.INVALID_TXN_STATE
+        assert await _fetched(env) == 10
+        assert (await env.end(pid, epoch, False))["error"] == 0
+        assert await _fetched(env) == 10  # the aborted transaction's 20 never shows
+
+
+async def test_txn_offsets_need_the_coordinators_word(tmp_path: Any) -> None:
+    """TXN_OFFSET_COMMIT for a group the transaction never added (no ADD_OFFSETS_TO_TXN) is
+    refused by the verification: INVALID_TXN_STATE, nothing pending."""
+    async with txn_env(tmp_path) as env:
+        pid, epoch = await env.init()
+        assert (await env.add(pid, epoch, [0]))["error"] == 0  # a transaction, without the group
+        await env.req(ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": ["g"]})
+        r = {}
+        with trio.fail_after(10):
+            while True:
+                r = await env.req(ApiKey.TXN_OFFSET_COMMIT, {
+                    "transactional_id": "tx", "group_id": "g", "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "topics": [{"name": "in", "partitions": [{"partition": 0, "offset": 5}]}]})
+                if r.get("error") not in (ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                          ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                          ErrorCode.NOT_COORDINATOR):
+                    break
+                await trio.sleep(0.05)
+        assert r.get("error") == ErrorCode.INVALID_TXN_STATE, r
+        assert (await env.end(pid, epoch, True))["error"] == 0
+        assert await _fetched(env) == -1
+
+
 async def test_verifier_local_and_unreachable_coordinator(tmp_path: Any) -> None:
     async with txn_env(tmp_path) as env:
         pid, epoch = await env.init()
