@@ -24,8 +24,10 @@ It runs two tasks in its own nursery, inside the consumer's:
 Errors: ``UNKNOWN_MEMBER_ID`` / ``FENCED_MEMBER_EPOCH`` (the session expired, or a newer epoch
 exists) mean the partitions may already belong to someone else: they are *lost* — dropped
 without committing (``on_partitions_lost``, default: ``on_partitions_revoked``) — and the member
-rejoins with epoch 0. Without a successful heartbeat for ``session_timeout_ms`` the member drops
-its partitions the same way (it has probably been removed: don't act as a zombie).
+rejoins with epoch 0 under a new member id (``_rejoin_as_new_member``: the old id could come
+back with its old epoch and let a commit from before the loss through). Without a successful
+heartbeat for ``session_timeout_ms`` the member drops its partitions the same way (it has
+probably been removed: don't act as a zombie).
 
 Static membership (``group_instance_id``, KIP-345): every heartbeat carries the instance id; a
 process that restarts with the same id takes its predecessor's member place and partitions
@@ -368,7 +370,7 @@ class GroupMembership:
         if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH):
             log.warning("group %s: %s; partitions lost, rejoining", self.group_id, body.get("message"))
             await self._lose_all()
-            self.member_epoch = 0
+            self._rejoin_as_new_member()
             self._interval_s = 0.05
             return
         if code == ErrorCode.FENCED_INSTANCE_ID:  # a newer process has our instance id: fatal
@@ -383,7 +385,20 @@ class GroupMembership:
         if (time.monotonic() - self._last_ok) * 1000 > self.session_timeout_ms and self.owned:
             log.warning("group %s: no heartbeat for %d ms; dropping partitions", self.group_id, self.session_timeout_ms)
             await self._lose_all()
-            self.member_epoch = 0
+            self._rejoin_as_new_member()
+
+    def _rejoin_as_new_member(self) -> None:
+        """After the partitions were lost: the next heartbeat joins under a member id the broker
+        picks afresh, never the old one. A group whose only member was removed is deleted and
+        starts again at epoch 1, so the old id would come back with the very epoch it had —
+        and a commit carrying that (member id, epoch) from before the loss, e.g. the
+        ``group_metadata()`` of a transaction still running in the application, would be
+        accepted although this consumer has meanwhile re-read its committed offsets: the
+        transaction's input is then processed twice (txn chaos seed 9 at ``f147594``). With a
+        new id that commit gets ``UNKNOWN_MEMBER_ID`` and the transaction aborts. (Kafka's
+        clients drop their member id on UNKNOWN_MEMBER_ID too.)"""
+        self.member_id = ""
+        self.member_epoch = 0
 
     async def _reconcile(self, assignment: set[TopicPartition]) -> None:
         async with self._lock:

@@ -259,3 +259,46 @@ async def test_groups_end_to_end(tmp_path):
 
 async def _crash() -> None:
     raise error_for(ErrorCode.NETWORK_EXCEPTION, "crashed")
+
+
+async def test_a_removed_member_rejoins_under_a_new_id_so_its_old_commits_are_refused(tmp_path):
+    """Txn chaos seed 9 at f147594 (an exactly-once transform processed two inputs twice): the
+    group's only member is removed (as a missed session does) while its application still
+    holds ``group_metadata()`` for a transaction. The group is deleted with it and starts over
+    at epoch 1, so rejoining under the same id gave the member the very (id, epoch) it had and
+    the old transaction's offset commit went through — after the consumer had re-read the
+    committed offsets. The member now rejoins under a new id; a commit with the old identity
+    gets UNKNOWN_MEMBER_ID."""
+    from rafka.wire.connection import connect
+
+    async with cluster(tmp_path) as (bootstrap, svc, pub):
+        async with AsyncConsumer(bootstrap_servers=bootstrap, group_id="solo",
+                                 enable_auto_commit=False) as c:
+            await c.subscribe(["t"])
+            await wait_until(lambda: len(c.assignment()) == 6, 20, "the assignment")
+            old = c.group_metadata()
+            assert old.member_epoch == 1
+            removed = await svc.handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT](
+                {"group_id": "solo", "member_id": old.member_id, "member_epoch": -1})
+            assert removed["error"] == 0, removed
+            with trio.fail_after(20):  # its only member gone, the group is deleted...
+                await pub.wait_for(lambda img: img.groups.get("solo") is None)
+                # ... and the consumer, told at its next heartbeat, joins it again
+                await pub.wait_for(lambda img: img.groups.get("solo") is not None)
+            await wait_until(lambda: c.group_metadata().member_epoch > 0
+                             and len(c.assignment()) == 6, 20, "the rejoin")
+            new = c.group_metadata()
+            assert new.member_epoch == old.member_epoch == 1  # the epoch alone can't tell them apart
+            host, port = bootstrap.split(":")
+            async with connect(host, int(port)) as conn:
+                body = {"group_id": "solo", "member_id": old.member_id,
+                        "member_epoch": old.member_epoch,
+                        "min_metadata_offset": old.min_metadata_offset,
+                        "topics": [{"name": "t", "partitions": [{"partition": 0, "offset": 7}]}]}
+                stale = (await conn.request(ApiKey.OFFSET_COMMIT, body)).body
+                assert stale.get("error") == ErrorCode.UNKNOWN_MEMBER_ID, stale
+                assert new.member_id != old.member_id
+                fresh = (await conn.request(ApiKey.OFFSET_COMMIT, {
+                    **body, "member_id": new.member_id, "member_epoch": new.member_epoch,
+                    "min_metadata_offset": new.min_metadata_offset})).body
+                assert fresh.get("error", 0) == 0, fresh
