@@ -211,6 +211,8 @@ class TransactionManager:
         # (set when the answer is in), and the failed batches' results wait for that answer
         self._resolved: trio.Event | None = None
         self._held: list[tuple[Any, BaseException]] = []
+        # one coordinator call at a time (``_call``), as Kafka's client queues its requests
+        self._calls = trio.Lock()
 
     def bind(self, producer: ProducerHooks) -> None:
         self._producer = producer
@@ -369,7 +371,18 @@ class TransactionManager:
         return self._producer
 
     async def _call(self, api: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
-        """``body`` to the coordinator, retried on retriable answers up to ``call_bound_ms``."""
+        """``body`` to the coordinator, retried on retriable answers up to ``call_bound_ms``.
+
+        One call at a time per producer: the coordinator answers a second request for the id
+        while the first is being written with CONCURRENT_TRANSACTIONS, and the loser's backoff
+        (2 × ``retry_backoff_ms``) then dominated an exactly-once loop — the sender's
+        ADD_PARTITIONS_TO_TXN for the outputs and ``send_offsets_to_transaction``'s
+        ADD_OFFSETS_TO_TXN always met (``bench/txn_offsets_cost.py``: 216-224 ms of a 240 ms
+        transaction). Queued behind each other they do not collide."""
+        async with self._calls:
+            return await self._call_alone(api, body)
+
+    async def _call_alone(self, api: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
         core = self._hooks.core
         deadline = time.monotonic() + self.call_bound_ms / 1000
         attempt = 0
