@@ -35,9 +35,9 @@ is as durable as any acknowledged record.
 DESCRIBE_PRODUCERS: per partition this broker leads, the producers its log's producer state
 knows (epoch, last sequence, last timestamp, first offset of the open transaction or -1).
 
-``TxnVerifier`` (``broker/txn/opening.py``, re-exported here) is the seam to the coordinator that
-PRODUCE and TXN_OFFSET_COMMIT use before a transaction may open on a partition
-(``ADD_PARTITIONS_TO_TXN verify_only``, KIP-890 part 1).
+The verification that records a transaction's number before it opens on a partition (the
+``TxnVerifier`` seam, KIP-890 part 1) is ``broker/txn/opening.py``, used by PRODUCE and
+TXN_OFFSET_COMMIT.
 """
 
 from __future__ import annotations
@@ -49,9 +49,8 @@ import trio
 from rafka.broker.handlers.data import fail_entry, wait_outcomes
 from rafka.broker.partition import Partition
 from rafka.broker.replica_manager import ReplicaManager
-from rafka.broker.txn.opening import TxnVerifier
 
-__all__ = ["TxnVerifier", "write_txn_markers", "describe_producers",
+__all__ = ["write_txn_markers", "describe_producers",
            "DEFAULT_MARKER_TIMEOUT_MS"]
 
 DEFAULT_MARKER_TIMEOUT_MS = 30_000

@@ -18,7 +18,8 @@ guard covers it); :func:`verify_opening` asks and keeps the answer in the partit
   WRITE_TXN_MARKERS of an earlier transaction of the same producer id and epoch is then refused
   (``Partition.append_marker``) instead of closing this one with the old outcome.
 
-Both callers answer the code per partition; nothing is appended unless it is ``NONE``.
+PRODUCE answers a refusal per partition; TXN_OFFSET_COMMIT (one group partition) as the
+request's error. Either way nothing is appended unless the code is ``NONE``.
 """
 
 from __future__ import annotations
