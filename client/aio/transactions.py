@@ -377,7 +377,7 @@ class TransactionManager:
         while the first is being written with CONCURRENT_TRANSACTIONS, and the loser's backoff
         (2 × ``retry_backoff_ms``) then dominated an exactly-once loop — the sender's
         ADD_PARTITIONS_TO_TXN for the outputs and ``send_offsets_to_transaction``'s
-        ADD_OFFSETS_TO_TXN always met (``bench/txn_offsets_cost.py``: 216-224 ms of a 240 ms
+        ADD_OFFSETS_TO_TXN always met (``bench/txn_offsets_cost.py``: 214-216 ms of a 230 ms
         transaction). Queued behind each other they do not collide."""
         async with self._calls:
             return await self._call_alone(api, body)
