@@ -1,4 +1,4 @@
-"""A TCP proxy per directed link that can pass, blackhole, reset or delay traffic.
+"""A TCP proxy per directed link that can pass, blackhole (both ways or one), reset or delay traffic.
 
 Theory of operation
 -------------------
@@ -18,6 +18,11 @@ Modes (:class:`LinkMode`), switchable at any time with :meth:`LinkProxy.set_mode
 ``reset``  every connection is aborted with a TCP RST (``SO_LINGER`` 0) and new ones are
            reset on accept, as ``iptables -j REJECT --reject-with tcp-reset`` would.
 ``delay``  each chunk is delivered ``delay_s`` after it was read (per direction).
+``hold-forward`` / ``hold-reply``  a one-way partition: the bytes the dialling side sends
+           (forward) or the bytes the dialled side sends back (reply) are held, the other
+           direction passes; new connections are held as in ``drop``, since a one-way loss of
+           packets also stops a TCP handshake.  One link's two proxies make an asymmetric
+           partition between two nodes (``LocalBackend.cut_one_way``).
 
 Limits: ``max_connections`` per proxy (extra connections are reset), ``chunk_bytes`` per read,
 ``queue_chunks`` per pipe.
@@ -40,6 +45,11 @@ class LinkMode(enum.Enum):
     DROP = "drop"
     RESET = "reset"
     DELAY = "delay"
+    HOLD_FORWARD = "hold-forward"
+    HOLD_REPLY = "hold-reply"
+
+
+_HOLDS_NEW = (LinkMode.DROP, LinkMode.HOLD_FORWARD, LinkMode.HOLD_REPLY)
 
 
 def _abort(stream: trio.SocketStream) -> None:
@@ -89,8 +99,16 @@ class LinkProxy:
     def statistics(self) -> dict[str, int | str]:
         return {**self._stats, "open": len(self._conns), "mode": self.mode.value}
 
-    async def _wait_open(self) -> None:
-        while self.mode is LinkMode.DROP:
+    def _holds(self, forward: bool | None) -> bool:
+        """Whether bytes of one direction (``forward``: dialler → target; None: a new
+        connection's upstream dial) are held in the current mode."""
+        if forward is None:
+            return self.mode in _HOLDS_NEW
+        return self.mode is LinkMode.DROP or self.mode is (
+            LinkMode.HOLD_FORWARD if forward else LinkMode.HOLD_REPLY)
+
+    async def _wait_open(self, forward: bool | None) -> None:
+        while self._holds(forward):
             await self._changed.wait()
 
     # ------------------------------------------------------------------ serving
@@ -128,7 +146,7 @@ class LinkProxy:
         self._conns.add(conn)
         try:
             with conn.scope:
-                await self._wait_open()
+                await self._wait_open(None)
                 try:
                     conn.upstream = await trio.open_tcp_stream(self.target_host,
                                                                self.target_port)
@@ -136,8 +154,8 @@ class LinkProxy:
                     _abort(client)  # like a refused connection
                     return
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._pipe, conn, client, conn.upstream)
-                    nursery.start_soon(self._pipe, conn, conn.upstream, client)
+                    nursery.start_soon(self._pipe, conn, client, conn.upstream, True)
+                    nursery.start_soon(self._pipe, conn, conn.upstream, client, False)
         finally:
             self._conns.discard(conn)
             for s in (client, conn.upstream):
@@ -145,31 +163,32 @@ class LinkProxy:
                     with trio.CancelScope(shield=True):
                         await s.aclose()
 
-    async def _pipe(self, conn: _Conn, src: trio.SocketStream, dst: trio.SocketStream) -> None:
+    async def _pipe(self, conn: _Conn, src: trio.SocketStream, dst: trio.SocketStream,
+                    forward: bool) -> None:
         send, recv = trio.open_memory_channel[tuple[float, bytes]](self.queue_chunks)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._reader, src, send)
-                nursery.start_soon(self._writer, recv, dst)
+                nursery.start_soon(self._reader, src, send, forward)
+                nursery.start_soon(self._writer, recv, dst, forward)
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             conn.scope.cancel()  # one side broke: the connection is over
 
     async def _reader(self, src: trio.SocketStream,
-                      send: trio.MemorySendChannel[tuple[float, bytes]]) -> None:
+                      send: trio.MemorySendChannel[tuple[float, bytes]], forward: bool) -> None:
         async with send:
             while True:
-                await self._wait_open()
+                await self._wait_open(forward)
                 data = await src.receive_some(self.chunk_bytes)
                 if not data:
                     return
                 await send.send((trio.current_time() + self.delay_s, data))
 
     async def _writer(self, recv: trio.MemoryReceiveChannel[tuple[float, bytes]],
-                      dst: trio.SocketStream) -> None:
+                      dst: trio.SocketStream, forward: bool) -> None:
         async with recv:
             async for deliver_at, data in recv:
                 await trio.sleep_until(deliver_at)
-                await self._wait_open()
+                await self._wait_open(forward)
                 await dst.send_all(data)
                 self._stats["bytes"] += len(data)
             try:

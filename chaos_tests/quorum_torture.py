@@ -8,12 +8,15 @@ beside a chaos campaign). Each round:
 
 1. asks the quorum who leads (``DESCRIBE_QUORUM``) and picks the victims of the round's
    pattern (:data:`PATTERNS`);
-2. applies the fault for ``fault_s`` (uniform in ``--fault-s``). When a quorum survives the
-   fault (one voter paused, killed or isolated), a topic create is sent 0.5 s in through a live
-   node other than the old leader; ``during_s`` is its time to acknowledgement (None: not within
-   the fault) — issue 27's shape 2, a write that waited for a paused former controller;
-3. heals (SIGCONT, restart, or the proxies back to pass) and measures ``heal_to_commit_s``: heal
-   → a topic create acknowledged through a node that was not the first victim (a fresh admin
+2. applies the fault for ``fault_s`` (uniform in ``--fault-s``): a voter paused, killed,
+   isolated, cut off one way, its link to one follower delayed or flapping, its wall clock
+   jumped, or all voters paused or killed. When a quorum survives the fault, a topic create is
+   sent 0.5 s in through a live node other than the old leader (and not an end of a faulty
+   link); ``during_s`` is its time to acknowledgement (None: not within the fault) — issue
+   27's shape 2, a write that waited for a paused former controller;
+3. heals (SIGCONT, restart, the proxies back to pass, the clock back) and measures
+   ``heal_to_commit_s``: heal → a topic create acknowledged through a node that was not a
+   victim where there is one, else not the first victim (a fresh admin
    client per attempt, each attempt bounded, retried until ``commit_timeout_s``; None means no
    progress — a failed round). After a kill it also measures, in parallel, ``restart_s``: heal
    (the processes spawned) → every restarted process accepts connections on its own client
@@ -22,7 +25,8 @@ beside a chaos campaign). Each round:
    through the survivors before the last restarted process listened);
 4. waits until every voter is reachable and caught up (bounded) so rounds stay independent.
 
-Every round is one JSONL line (``--out``): pattern, victims, leader and term before and after,
+Every round is one JSONL line (``--out``): pattern, victims, the fault's size (link delay, clock
+jump, flap bursts), leader and term before and after,
 the two durations, errors, and the watchdog's stall / bind lines that appeared in the node logs
 during the round (kraft/raft_watchdog.py logs every link's Raft state there), and any forward
 that ran out of time (broker/handlers/admin.py logs its controller attempts). At the end it
@@ -50,7 +54,16 @@ from .campaign import make_cluster, wait_brokers
 
 __all__ = ["PATTERNS", "TortureOptions", "run_torture", "summarize", "main"]
 
-# name -> (victims: "leader" | "follower" | "all", action: "pause" | "kill" | "isolate", staggered)
+# name -> (victims, action, staggered). victims: "leader" | "follower" | "all", or "link": the
+# leader and one follower, the two ends of one link. actions: "pause" (SIGSTOP), "kill" (-9,
+# restarted at the heal), "isolate" (every link of the victim blackholed both ways; the harness
+# still reaches it), "oneway-out" / "oneway-in" (an asymmetric partition: what the victim sends
+# to every other voter is held / what they send it is held; the backend's cut_one_way),
+# "delay" (both directions of the link delayed by one value per round, in LINK_DELAY_S),
+# "flap" (the link blackholed and restored in bursts of FLAP_S, as a lossy link looks to TCP:
+# stalls while segments are retransmitted, nothing lost or reordered), "clock" (the victim's
+# wall clock jumped by ±CLOCK_JUMP_S; monotonic time is untouched, as on a real NTP step;
+# needs libfaketime, else the pattern is left out with a note).
 PATTERNS: dict[str, tuple[str, str, bool]] = {
     "pause-leader": ("leader", "pause", False),
     "pause-follower": ("follower", "pause", False),
@@ -60,7 +73,22 @@ PATTERNS: dict[str, tuple[str, str, bool]] = {
     "pause-all": ("all", "pause", False),
     "pause-all-staggered": ("all", "pause", True),
     "kill-all": ("all", "kill", False),
+    "isolate-follower": ("follower", "isolate", False),
+    "oneway-leader-out": ("leader", "oneway-out", False),
+    "oneway-leader-in": ("leader", "oneway-in", False),
+    "delay-leader-link": ("link", "delay", False),
+    "flap-leader-link": ("link", "flap", False),
+    "clock-jump-leader": ("leader", "clock", False),
 }
+_NETWORK_ACTIONS = ("isolate", "oneway-out", "oneway-in", "delay", "flap")
+LINK_DELAY_S = (0.05, 1.5)  # one way; elections time out after 0.35-1.0 s
+FLAP_S = (0.05, 0.4)  # each blackholed or passing burst
+CLOCK_JUMP_S = (30.0, 600.0)
+# A leader that can send but not hear (oneway-leader-in) keeps its followers in its lease
+# until it gives up leading (check-quorum: pysyncobj's leaderFallbackTimeout, 0.6 s) and they
+# then time out (0.35-1.0 s): by design nothing commits for the first ~1.6 s of that fault, so
+# it lasts at least this long for its during-fault write to measure the takeover, not the floor.
+_MIN_FAULT_S = {"oneway-leader-in": 3.0}
 _STAGGER_S = 0.7
 _ATTEMPT_S = 5.0  # the client's request timeout, which the node's forward also gets as its deadline
 # the harness's own bound on an attempt is a little longer, so that a node whose forward ran
@@ -93,6 +121,9 @@ class Round:
     pattern: str
     victims: list[int] = field(default_factory=list)
     fault_s: float = 0.0
+    # the fault's size where the pattern has one: the link delay (s, one way), the clock jump
+    # (s, signed), the number of blackholed bursts of a flapping link
+    fault_size: float | None = None
     leader_before: int | None = None
     term_before: int | None = None
     during_s: float | None = None
@@ -179,23 +210,57 @@ def _victims(kind: str, leader: int, ids: list[int], rng: random.Random) -> list
         return [leader]
     if kind == "follower":
         return [rng.choice([n for n in ids if n != leader])]
+    if kind == "link":
+        return [leader, rng.choice([n for n in ids if n != leader])]
     order = list(ids)
     rng.shuffle(order)
     return order
 
 
-async def _apply(backend: Backend, action: str, victims: list[int], ids: list[int], staggered: bool) -> None:
+def _fault_size(action: str, rng: random.Random) -> float | None:
+    if action == "delay":
+        return round(rng.uniform(*LINK_DELAY_S), 3)
+    if action == "clock":
+        return round(rng.choice((-1, 1)) * rng.uniform(*CLOCK_JUMP_S), 1)
+    return None
+
+
+async def _apply(backend: Backend, action: str, victims: list[int], ids: list[int], staggered: bool,
+                 size: float | None) -> None:
+    if action in ("delay", "flap"):  # one link: victims are its two ends
+        if action == "delay":
+            backend.set_link(victims[0], victims[1], "delay", delay_s=size or 0.0)  # type: ignore[attr-defined]
+        return
     for v in victims:
+        others = [o for o in ids if o != v]
         if action == "pause":
             await backend.pause_node(v)
         elif action == "kill":
             await backend.kill_node(v)
-        else:  # isolate: every link of v to the other nodes (the harness still reaches it)
-            for o in ids:
-                if o != v:
-                    await backend.cut(v, o)
+        elif action == "isolate":  # every link of v to the other nodes (the harness still reaches it)
+            for o in others:
+                await backend.cut(v, o)
+        elif action == "oneway-out":
+            for o in others:
+                await backend.cut_one_way(v, o)  # type: ignore[attr-defined]
+        elif action == "oneway-in":
+            for o in others:
+                await backend.cut_one_way(o, v)  # type: ignore[attr-defined]
+        elif action == "clock":
+            await backend.skew_clock(v, size or 0.0)
         if staggered:
             await trio.sleep(_STAGGER_S)
+
+
+async def _flap(backend: Backend, a: int, b: int, rng: random.Random, bursts: list[int]) -> None:
+    """Blackhole and restore the link a <-> b in random bursts until cancelled (the heal
+    returns it to pass)."""
+    while True:
+        backend.set_link(a, b, "drop")  # type: ignore[attr-defined]
+        bursts[0] += 1
+        await trio.sleep(rng.uniform(*FLAP_S))
+        backend.set_link(a, b, "pass")  # type: ignore[attr-defined]
+        await trio.sleep(rng.uniform(*FLAP_S))
 
 
 async def _heal(backend: Backend, action: str, victims: list[int], staggered: bool) -> None:
@@ -204,9 +269,11 @@ async def _heal(backend: Backend, action: str, victims: list[int], staggered: bo
             await backend.resume_node(v)
         elif action == "kill":
             await backend.start_node(v, wait_ready_s=None)
+        elif action == "clock":
+            await backend.skew_clock(v, 0.0)
         if staggered:
             await trio.sleep(_STAGGER_S)
-    if action == "isolate":
+    if action in _NETWORK_ACTIONS:
         await backend.heal_all()
 
 
@@ -246,24 +313,35 @@ async def one_round(backend: Backend, opts: TortureOptions, r: int, pattern: str
     ids = backend.spec.node_ids
     port = opts.client_port
     kind, action, staggered = PATTERNS[pattern]
-    rec = Round(r, pattern, fault_s=round(rng.uniform(*opts.fault_s), 2))
+    rec = Round(r, pattern, fault_s=round(max(rng.uniform(*opts.fault_s), _MIN_FAULT_S.get(pattern, 0.0)), 2))
     q = await _describe(backend, ids, port) or {}
     rec.leader_before, rec.term_before = q.get("leader_id"), q.get("epoch")
     leader = rec.leader_before if rec.leader_before in ids else ids[0]
     rec.victims = _victims(kind, leader, ids, rng)
+    rec.fault_size = _fault_size(action, rng)
     marks = _log_marks(backend, ids)
     t_fault = time.monotonic()
-    await _apply(backend, action, rec.victims, ids, staggered)
+    await _apply(backend, action, rec.victims, ids, staggered, rec.fault_size)
     live = [n for n in ids if n not in rec.victims and n != leader]
-    if kind != "all" and live:  # a quorum survives: a write through a live node must commit
-        await trio.sleep(0.5)
-        rec.during_s = await _create_until(backend, live[0], port, f"tq-{r}-during",
-                                           max(0.1, rec.fault_s - (time.monotonic() - t_fault)), rec.errors)
-    await trio.sleep(max(0.0, rec.fault_s - (time.monotonic() - t_fault)))
+    async with trio.open_nursery() as during:
+        if action == "flap":
+            bursts = [0]
+            during.start_soon(_flap, backend, rec.victims[0], rec.victims[1],
+                              random.Random(rng.random()), bursts)
+        if kind != "all" and live:  # a quorum survives: a write through a live node must commit
+            await trio.sleep(0.5)
+            rec.during_s = await _create_until(backend, live[0], port, f"tq-{r}-during",
+                                               max(0.1, rec.fault_s - (time.monotonic() - t_fault)), rec.errors)
+        await trio.sleep(max(0.0, rec.fault_s - (time.monotonic() - t_fault)))
+        during.cancel_scope.cancel()
+    if action == "flap":
+        rec.fault_size = bursts[0]
     await _heal(backend, action, rec.victims, staggered)
     t_heal = time.monotonic()
     rec.heal_at = round(time.time(), 3)
-    via = next(n for n in ids if n != rec.victims[0])
+    # through a node that was not a victim where there is one (a link's third node), else
+    # through one other than the first victim
+    via = next((n for n in ids if n not in rec.victims), None) or next(n for n in ids if n != rec.victims[0])
     rec.committed_via = via
     async with trio.open_nursery() as nursery:
         if action == "kill":
@@ -289,11 +367,20 @@ async def run_torture(opts: TortureOptions) -> list[Round]:
     unknown = [p for p in opts.patterns if p not in PATTERNS]
     if unknown:
         raise ValueError(f"unknown patterns {unknown}; known: {', '.join(PATTERNS)}")
-    backend = make_cluster("local", opts.work_dir, opts.nodes, client_port=opts.client_port,
-                           raft_port=opts.raft_port)
+    from .backends.preload import clock_skew_unsupported
+
     patterns = list(opts.patterns)
-    if getattr(backend, "redirect_unsupported", None):
-        patterns = [p for p in patterns if PATTERNS[p][1] != "isolate"] or ["pause-leader"]
+    clock = any(PATTERNS[p][1] == "clock" for p in patterns)
+    if clock and (why := clock_skew_unsupported()):
+        print(f"clock patterns left out: {why}", file=sys.stderr, flush=True)
+        patterns, clock = [p for p in patterns if PATTERNS[p][1] != "clock"], False
+    # libfaketime only when a clock pattern runs: it costs a file read per wall-clock call
+    backend = make_cluster("local", opts.work_dir, opts.nodes, client_port=opts.client_port,
+                           raft_port=opts.raft_port, faketime=clock)
+    if why := getattr(backend, "redirect_unsupported", None):
+        print(f"network patterns left out: {why}", file=sys.stderr, flush=True)
+        patterns = [p for p in patterns if PATTERNS[p][1] not in _NETWORK_ACTIONS]
+    patterns = patterns or ["pause-leader"]
     rng = random.Random(opts.seed)
     rounds: list[Round] = []
     t0 = time.monotonic()
@@ -313,7 +400,8 @@ async def run_torture(opts: TortureOptions) -> list[Round]:
                 rounds.append(rec)
                 out.write(json.dumps(rec.__dict__) + "\n")
                 out.flush()
-                print(f"round {r} {rec.pattern} victims {rec.victims}: heal->commit {rec.heal_to_commit_s} s, "
+                size = "" if rec.fault_size is None else f" size {rec.fault_size}"
+                print(f"round {r} {rec.pattern} victims {rec.victims}{size}: heal->commit {rec.heal_to_commit_s} s, "
                       f"during {rec.during_s}, term {rec.term_before}->{rec.term_after}"
                       + (f", errors {rec.errors[:2]}" if rec.errors else ""), file=sys.stderr, flush=True)
         await backend.kill_all()
@@ -344,7 +432,8 @@ def _pct(values: list[float], p: float) -> float:
 def summarize(rounds: Sequence[dict[str, Any]], worst: int = 5) -> str:
     """p50 / p99 / max of heal→commit (and of the write during the fault) per pattern, failed
     rounds, and the ``worst`` slowest rounds with their errors and watchdog lines."""
-    lines = ["pattern               rounds  heal->commit p50 / p99 / max (s)   no-commit   during-fault p50 / max (s)  missed"]
+    lines = ["pattern               rounds  heal->commit p50 / p99 / max (s)   no-commit   during-fault p50 / max (s)  missed"
+             "  term kept"]
     for pattern in sorted({r["pattern"] for r in rounds}):
         rs = [r for r in rounds if r["pattern"] == pattern]
         heal = [r["heal_to_commit_s"] for r in rs if r["heal_to_commit_s"] is not None]
@@ -352,8 +441,9 @@ def summarize(rounds: Sequence[dict[str, Any]], worst: int = 5) -> str:
         with_during = [r for r in rs if r["pattern"] in PATTERNS and PATTERNS[r["pattern"]][0] != "all"]
         h = f"{_pct(heal, 50):6.2f} / {_pct(heal, 99):6.2f} / {max(heal):6.2f}" if heal else "   -"
         d = f"{_pct(during, 50):6.2f} / {max(during):6.2f}" if during else "   -"
+        kept = sum(1 for r in rs if r["term_before"] is not None and r["term_after"] == r["term_before"])
         lines.append(f"{pattern:22s}{len(rs):6d}  {h:34s}{len(rs) - len(heal):9d}   {d:26s}"
-                     f"{len(with_during) - len(during):6d}")
+                     f"{len(with_during) - len(during):6d}{kept:11d}")
     restarts = [r for r in rounds if r.get("restart_s") is not None]
     if restarts:  # kill patterns: the restart (Python start-up) apart from what Raft + rafka cost
         lines.append("kill patterns: heal -> restarted processes listening, and processes up -> commit "
@@ -369,7 +459,8 @@ def summarize(rounds: Sequence[dict[str, Any]], worst: int = 5) -> str:
     slow = sorted(rounds, key=lambda r: -1e9 if r["heal_to_commit_s"] is None else -r["heal_to_commit_s"])
     lines.append(f"worst {min(worst, len(slow))} rounds:")
     for r in slow[:worst]:
-        lines.append(f"  round {r['round']} {r['pattern']} victims {r['victims']} fault {r['fault_s']} s: "
+        size = "" if r.get("fault_size") is None else f" size {r['fault_size']}"
+        lines.append(f"  round {r['round']} {r['pattern']} victims {r['victims']} fault {r['fault_s']} s{size}: "
                      f"heal->commit {r['heal_to_commit_s']} s (restart {r.get('restart_s')} s), "
                      f"during {r['during_s']}, leader "
                      f"{r['leader_before']}@{r['term_before']} -> {r['leader_after']}@{r['term_after']}")

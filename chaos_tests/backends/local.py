@@ -5,7 +5,8 @@ Theory of operation
 No root needed.  Node ``n`` binds ``127.0.0.<10+n>``.  For every directed link ``a → b``
 (``a`` = 0 for the harness) and every port of ``b`` there is a :class:`~chaos_tests.proxy.LinkProxy`
 listening on ``127.1.<a>.<b>:<same port>`` and forwarding to ``127.0.0.<10+b>:<port>``.
-``cut(a, b)`` blackholes the two proxies of that pair, ``set_link(a, b, mode, delay_s)`` gives
+``cut(a, b)`` blackholes the two proxies of that pair, ``cut_one_way(a, b)`` holds only what
+``a`` sends to ``b`` (an asymmetric partition), ``set_link(a, b, mode, delay_s)`` gives
 reset / delay faults, and ``heal_all`` returns every link to ``pass``.
 
 How node traffic reaches the proxies: nodes are configured with each other's *real* addresses
@@ -131,6 +132,20 @@ class LocalBackend(Backend):
                                f"{self.redirect_unsupported} (replication would bypass the "
                                "proxies); use --backend netns")
         self.set_link(a, b, LinkMode.DROP)
+
+    async def cut_one_way(self, src: int, dst: int) -> None:
+        """An asymmetric partition: what ``src`` sends to ``dst`` is held, on the connections
+        ``src`` dials (their forward bytes) and on those ``dst`` dials (their replies); what
+        ``dst`` sends to ``src`` still arrives on connections already open.  New connections
+        between them are held either way, as a one-way packet loss stops a TCP handshake."""
+        if self.redirect_unsupported is not None:
+            raise BackendError(f"local backend cannot partition node {src} from node {dst}: "
+                               f"{self.redirect_unsupported}; use --backend netns")
+        for (x, y, _port), proxy in self._proxies.items():
+            if (x, y) == (src, dst):
+                proxy.set_mode(LinkMode.HOLD_FORWARD)
+            elif (x, y) == (dst, src):
+                proxy.set_mode(LinkMode.HOLD_REPLY)
 
     async def heal_all(self) -> None:
         for proxy in self._proxies.values():

@@ -99,6 +99,40 @@ async def test_proxy_delay_keeps_order_and_adds_latency(echo_server, nursery):
     assert await _line(s, 5) == b"fast"
 
 
+async def _recording_server(nursery, seen: list[bytes]) -> tuple[str, int]:
+    """A server that records each line it receives and answers ``ack:<line>``."""
+    async def handle(stream: trio.SocketStream) -> None:
+        while (line := await _line(stream, 30)) is not None:
+            seen.append(line)
+            await stream.send_all(b"ack:" + line + b"\n")
+
+    listeners = await nursery.start(trio.serve_tcp, handle, 0)
+    return "127.0.0.1", listeners[0].socket.getsockname()[1]
+
+
+@pytest.mark.parametrize("mode", [LinkMode.HOLD_FORWARD, LinkMode.HOLD_REPLY])
+async def test_proxy_one_way_hold(nursery, mode):
+    """hold-forward keeps the dialler's bytes from the target; hold-reply lets them through
+    and keeps the answer back; a new connection is held either way; both deliver on heal."""
+    seen: list[bytes] = []
+    proxy = await _start_proxy(nursery, await _recording_server(nursery, seen))
+    s = await trio.open_tcp_stream("127.0.0.1", proxy.listen_port)
+    await s.send_all(b"a\n")
+    assert await _line(s, 5) == b"ack:a"
+    proxy.set_mode(mode)
+    await s.send_all(b"b\n")
+    s2 = await trio.open_tcp_stream("127.0.0.1", proxy.listen_port)
+    await s2.send_all(b"c\n")
+    assert await _line(s, 0.5) is None and await _line(s2, 0.2) is None
+    assert seen == ([b"a"] if mode is LinkMode.HOLD_FORWARD else [b"a", b"b"])
+    proxy.set_mode(LinkMode.PASS)
+    assert await _line(s, 5) == b"ack:b"
+    assert await _line(s2, 5) == b"ack:c"
+    assert seen == [b"a", b"b", b"c"]
+    await s.aclose()
+    await s2.aclose()
+
+
 def _spec(tmp_path, n=2) -> ClusterSpec:
     env = (("PYTHONPATH", str(REPO)),)
     port = free_port()
@@ -123,6 +157,13 @@ async def test_local_backend_cut_heal_kill_pause(tmp_path):
         assert not await _probe(b, 1, 2)
         assert not await _probe(b, 2, 1)
         assert await _probe(b, 0, 2)  # the harness still reaches node 2
+        await b.heal_all()
+        assert await _probe(b, 1, 2)
+        await b.cut_one_way(1, 2)  # a new connection needs both ways: held either way
+        assert not await _probe(b, 1, 2) and not await _probe(b, 2, 1)
+        assert await _probe(b, 0, 2)
+        assert {p.mode for (x, y, _), p in b._proxies.items() if (x, y) in ((1, 2), (2, 1))} \
+            == {LinkMode.HOLD_FORWARD, LinkMode.HOLD_REPLY}
         await b.heal_all()
         assert await _probe(b, 1, 2)
         await b.pause_node(2)
@@ -209,5 +250,5 @@ async def test_proxy_pipe_survives_a_reset_side():
     proxy = LinkProxy("127.0.0.1", 0, "127.0.0.1", 9)
     conn = _Conn(Reset())  # type: ignore[arg-type]
     with conn.scope:
-        await proxy._pipe(conn, Reset(), Reset())  # type: ignore[arg-type]
+        await proxy._pipe(conn, Reset(), Reset(), True)  # type: ignore[arg-type]
     assert conn.scope.cancel_called
