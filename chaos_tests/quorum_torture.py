@@ -30,7 +30,11 @@ jump, flap bursts), leader and term before and after,
 the two durations, errors, and the watchdog's stall / bind lines that appeared in the node logs
 during the round (kraft/raft_watchdog.py logs every link's Raft state there), and any forward
 that ran out of time (broker/handlers/admin.py logs its controller attempts). At the end it
-prints p50 / p99 / max per pattern and the worst rounds. ``python -m chaos_tests.quorum_torture
+prints p50 / p99 / max per pattern and the worst rounds. A run first writes a header line,
+``{"run": {"commit", "node_code", ...}}``: ``node_code`` hashes the git trees of the directories
+the nodes import (:data:`NODE_CODE_DIRS`), so runs appended to one ``--out`` file (the harness
+appends) can be pooled, and ``--summary-only`` says when they did not run the same node code.
+``python -m chaos_tests.quorum_torture
 --help``; chaos_tests/tests/test_quorum_torture.py runs a short slice in the default suite and
 a longer one under ``-m slow``.
 """
@@ -362,6 +366,33 @@ async def one_round(backend: Backend, opts: TortureOptions, r: int, pattern: str
     return rec
 
 
+# what the nodes run: a round's result depends on these directories only (the harness, tests,
+# docs and benches may change between two runs whose rounds are pooled)
+NODE_CODE_DIRS = ("broker", "client", "kraft", "log", "metadata", "rafka", "security", "wire")
+
+
+def node_code_id(repo: Path | None = None) -> dict[str, str | None]:
+    """The commit of the checkout the nodes import, and a hash of the git trees of
+    :data:`NODE_CODE_DIRS` in it (None outside a git checkout, or with uncommitted changes in
+    those directories: then no two runs can be shown to have run the same node code)."""
+    import hashlib
+    import subprocess
+
+    repo = repo or Path(__file__).resolve().parent.parent
+
+    def git(*argv: str) -> str | None:
+        r = subprocess.run(["git", "-C", str(repo), *argv], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    trees = [git("rev-parse", f"HEAD:{d}") for d in NODE_CODE_DIRS]
+    dirty = git("status", "--porcelain", "--", *NODE_CODE_DIRS)
+    if commit is None or None in trees or dirty:
+        return {"commit": commit, "node_code": None}
+    digest = hashlib.sha1(" ".join(t or "" for t in trees).encode()).hexdigest()[:12]
+    return {"commit": commit[:12], "node_code": digest}
+
+
 async def run_torture(opts: TortureOptions) -> list[Round]:
     """Start the cluster, run the rounds (one JSONL line each to ``opts.out``), stop it."""
     unknown = [p for p in opts.patterns if p not in PATTERNS]
@@ -393,6 +424,10 @@ async def run_torture(opts: TortureOptions) -> list[Round]:
         if opts.topics:
             await _precreate(bootstrap, opts.topics)
         with open(opts.out, "a") as out:
+            # a header line: which node code ran, so that runs can be pooled honestly
+            out.write(json.dumps({"run": {**node_code_id(), "seed": opts.seed, "patterns": patterns,
+                                          "fault_s": list(opts.fault_s), "nodes": opts.nodes,
+                                          "started": round(time.time(), 3)}}) + "\n")
             for r in range(opts.rounds):
                 if opts.time_limit_s is not None and time.monotonic() - t0 > opts.time_limit_s:
                     break
@@ -493,7 +528,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                               time_limit_s=a.time_limit, client_port=a.client_port,
                               raft_port=a.raft_port, topics=a.topics)
         trio.run(run_torture, opts)
-    rounds = [json.loads(line) for line in a.out.read_text().splitlines() if line.strip()]
+    lines = [json.loads(line) for line in a.out.read_text().splitlines() if line.strip()]
+    runs = [x["run"] for x in lines if "run" in x]
+    rounds = [x for x in lines if "pattern" in x]
+    codes = sorted({str(r.get("node_code")) for r in runs})
+    if runs:
+        print(f"{len(runs)} run(s) in {a.out}; node code: {', '.join(codes)}"
+              + (" — MIXED: these rounds did not all run the same node code" if len(codes) > 1 else ""))
     print(summarize(rounds))
     bad = [r for r in rounds if r["heal_to_commit_s"] is None]
     return 1 if bad else 0

@@ -79,3 +79,28 @@ def _runnable() -> set[str]:
 @pytest.mark.slow
 async def test_quorum_torture_long(tmp_path: Path) -> None:
     _check(await _torture(tmp_path, rounds=400, time_limit_s=600), minimum=40)
+
+
+def test_summary_pools_runs_and_flags_mixed_node_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--summary-only`` reads the run header lines apart from the rounds, and says when the
+    pooled runs did not all run the same node code (the acceptance counts rounds at one)."""
+    import json
+
+    from rafka.chaos_tests.quorum_torture import main, node_code_id
+
+    here = node_code_id()
+    assert here["node_code"] is None or len(str(here["node_code"])) == 12
+    out = tmp_path / "pooled.jsonl"
+    one = Round(0, "pause-leader", victims=[1], fault_s=1.0, heal_to_commit_s=0.05, during_s=0.1,
+                term_before=2, term_after=3)
+    lines = [{"run": {"commit": "a", "node_code": "n1"}}, one.__dict__,
+             {"run": {"commit": "b", "node_code": "n1"}}, {**one.__dict__, "round": 1}]
+    out.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert main(["--summary-only", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "2 run(s)" in text and "node code: n1" in text and "MIXED" not in text
+    assert "pause-leader               2" in text
+    out.write_text(out.read_text() + json.dumps({"run": {"commit": "c", "node_code": "n2"}}) + "\n"
+                   + json.dumps({**one.__dict__, "round": 2, "heal_to_commit_s": None}) + "\n")
+    assert main(["--summary-only", "--out", str(out)]) == 1  # a round without a commit fails
+    assert "MIXED" in capsys.readouterr().out
