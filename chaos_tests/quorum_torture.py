@@ -117,6 +117,11 @@ class TortureOptions:
     # single-partition topics created before the first round (kill-all's restart cost grows
     # with the partition logs each broker re-opens: docs/quorum.md, "the first image")
     topics: int = 0
+    # keep at most this many of the rounds' own topics (``tq-<round>``, ``tq-<round>-during``):
+    # the oldest are deleted between rounds, up to 50 per request (_batch). None: keep them all — then the
+    # cluster grows by ~1.5 topics a round, and a kill-all's restart (metadata fold, image,
+    # log opens) grows with it (docs/quorum.md, Run G)
+    keep_topics: int | None = None
 
 
 @dataclass
@@ -427,20 +432,68 @@ async def run_torture(opts: TortureOptions) -> list[Round]:
             # a header line: which node code ran, so that runs can be pooled honestly
             out.write(json.dumps({"run": {**node_code_id(), "seed": opts.seed, "patterns": patterns,
                                           "fault_s": list(opts.fault_s), "nodes": opts.nodes,
+                                          "topics": opts.topics, "keep_topics": opts.keep_topics,
                                           "started": round(time.time(), 3)}}) + "\n")
-            for r in range(opts.rounds):
-                if opts.time_limit_s is not None and time.monotonic() - t0 > opts.time_limit_s:
-                    break
-                rec = await one_round(backend, opts, r, patterns[r % len(patterns)], rng)
-                rounds.append(rec)
-                out.write(json.dumps(rec.__dict__) + "\n")
-                out.flush()
-                size = "" if rec.fault_size is None else f" size {rec.fault_size}"
-                print(f"round {r} {rec.pattern} victims {rec.victims}{size}: heal->commit {rec.heal_to_commit_s} s, "
-                      f"during {rec.during_s}, term {rec.term_before}->{rec.term_after}"
-                      + (f", errors {rec.errors[:2]}" if rec.errors else ""), file=sys.stderr, flush=True)
+            created: list[str] = []
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_stop_on_signal, stop)
+                for r in range(opts.rounds):
+                    if stop.is_set() or (opts.time_limit_s is not None
+                                         and time.monotonic() - t0 > opts.time_limit_s):
+                        break
+                    rec = await _round_and_record(backend, opts, r, patterns[r % len(patterns)], rng, out)
+                    rounds.append(rec)
+                    # a during-fault create that timed out may still have committed: named too
+                    created += [f"tq-{r}-during", f"tq-{r}"] if PATTERNS[rec.pattern][0] != "all" else [f"tq-{r}"]
+                    if opts.keep_topics is not None and len(created) >= opts.keep_topics + _batch(opts):
+                        await _delete_topics(bootstrap, created[:_batch(opts)])
+                        del created[:_batch(opts)]
+                nursery.cancel_scope.cancel()
         await backend.kill_all()
     return rounds
+
+
+def _batch(opts: TortureOptions) -> int:
+    """Topics deleted per request once ``keep_topics`` is exceeded by this many."""
+    return max(1, min(50, opts.keep_topics or 0))
+
+
+async def _stop_on_signal(stop: trio.Event) -> None:
+    """SIGTERM / SIGINT end the run after the round in progress: the nodes are killed on the
+    way out (a plain SIGTERM would leave them running)."""
+    import signal
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            print(f"signal {signum}: stopping after this round", file=sys.stderr, flush=True)
+            stop.set()
+
+
+async def _delete_topics(bootstrap: str, names: list[str]) -> None:
+    """Delete the harness's oldest topics; a failure is printed and the run goes on (the
+    next deletion retries nothing: a leftover topic only makes the cluster a little bigger)."""
+    from rafka.client import AsyncAdmin
+
+    with trio.move_on_after(30):
+        try:
+            async with AsyncAdmin(bootstrap_servers=bootstrap, request_timeout_ms=10_000) as admin:
+                await admin.delete_topics(names, raise_on_error=False)
+            return
+        except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+            print(f"deleting {len(names)} topics: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+
+async def _round_and_record(backend: Backend, opts: TortureOptions, r: int, pattern: str,
+                            rng: random.Random, out: Any) -> Round:
+    rec = await one_round(backend, opts, r, pattern, rng)
+    out.write(json.dumps(rec.__dict__) + "\n")
+    out.flush()
+    size = "" if rec.fault_size is None else f" size {rec.fault_size}"
+    print(f"round {r} {rec.pattern} victims {rec.victims}{size}: heal->commit {rec.heal_to_commit_s} s, "
+          f"during {rec.during_s}, term {rec.term_before}->{rec.term_after}"
+          + (f", errors {rec.errors[:2]}" if rec.errors else ""), file=sys.stderr, flush=True)
+    return rec
 
 
 async def _precreate(bootstrap: str, count: int, per_request: int = 50) -> None:
@@ -519,6 +572,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="first node's Raft port; keep it below the ephemeral range (docs/quorum.md)")
     ap.add_argument("--topics", type=int, default=0,
                     help="single-partition topics to create before the first round")
+    ap.add_argument("--keep-topics", type=int, default=None,
+                    help="delete the rounds' oldest topics beyond this many (default: keep all)")
     ap.add_argument("--summary-only", action="store_true", help="print the summary of --out and exit")
     a = ap.parse_args(argv)
     if not a.summary_only:
@@ -526,7 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts = TortureOptions(rounds=a.rounds, nodes=a.nodes, patterns=tuple(a.patterns.split(",")),
                               fault_s=(lo, hi), seed=a.seed, work_dir=a.work_dir, out=a.out,
                               time_limit_s=a.time_limit, client_port=a.client_port,
-                              raft_port=a.raft_port, topics=a.topics)
+                              raft_port=a.raft_port, topics=a.topics, keep_topics=a.keep_topics)
         trio.run(run_torture, opts)
     lines = [json.loads(line) for line in a.out.read_text().splitlines() if line.strip()]
     runs = [x["run"] for x in lines if "run" in x]
