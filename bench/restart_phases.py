@@ -71,7 +71,7 @@ def _events(data: Path) -> list[dict]:
 
 def main(out_path: str, work: str) -> None:
     rounds = [json.loads(x) for x in Path(out_path).read_text().splitlines() if x.strip()]
-    rounds = [r for r in rounds if r["pattern"] == "kill-all" and r.get("heal_at")]
+    rounds = [r for r in rounds if r.get("pattern") == "kill-all" and r.get("heal_at")]  # skips run headers
     work_dir = Path(work)
     nodes = sorted(int(p.name.split("-")[1]) for p in work_dir.glob("node-*") if p.is_dir())
     logs = {n: _log_times(work_dir / f"node-{n}.log") for n in nodes}
