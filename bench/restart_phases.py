@@ -31,6 +31,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rafka.chaos_tests.quorum_torture import read_out
+
 MILESTONES = {
     "listening": "rafka.server: listening on",
     "membership": "voters share this node's config",
@@ -70,8 +72,7 @@ def _events(data: Path) -> list[dict]:
 
 
 def main(out_path: str, work: str) -> None:
-    rounds = [json.loads(x) for x in Path(out_path).read_text().splitlines() if x.strip()]
-    rounds = [r for r in rounds if r.get("pattern") == "kill-all" and r.get("heal_at")]  # skips run headers
+    rounds = [r for r in read_out(Path(out_path))[1] if r["pattern"] == "kill-all" and r.get("heal_at")]
     work_dir = Path(work)
     nodes = sorted(int(p.name.split("-")[1]) for p in work_dir.glob("node-*") if p.is_dir())
     logs = {n: _log_times(work_dir / f"node-{n}.log") for n in nodes}

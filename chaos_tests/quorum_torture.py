@@ -236,9 +236,10 @@ def _fault_size(action: str, rng: random.Random) -> float | None:
 
 async def _apply(backend: Backend, action: str, victims: list[int], ids: list[int], staggered: bool,
                  size: float | None) -> None:
-    if action in ("delay", "flap"):  # one link: victims are its two ends
-        if action == "delay":
-            backend.set_link(victims[0], victims[1], "delay", delay_s=size or 0.0)  # type: ignore[attr-defined]
+    if action == "delay":  # one link: victims are its two ends
+        backend.set_link(victims[0], victims[1], "delay", delay_s=size or 0.0)  # type: ignore[attr-defined]
+        return
+    if action == "flap":  # one_round runs _flap for the fault's length
         return
     for v in victims:
         others = [o for o in ids if o != v]
@@ -261,12 +262,15 @@ async def _apply(backend: Backend, action: str, victims: list[int], ids: list[in
             await trio.sleep(_STAGGER_S)
 
 
-async def _flap(backend: Backend, a: int, b: int, rng: random.Random, bursts: list[int]) -> None:
-    """Blackhole and restore the link a <-> b in random bursts until cancelled (the heal
-    returns it to pass)."""
+async def _flap(backend: Backend, rec: Round, rng: random.Random) -> None:
+    """Blackhole and restore the link between ``rec.victims`` in random bursts until cancelled
+    (the heal returns it to pass), counting the blackholed bursts in ``rec.fault_size``."""
+    a, b = rec.victims
+    bursts = 0
     while True:
         backend.set_link(a, b, "drop")  # type: ignore[attr-defined]
-        bursts[0] += 1
+        bursts += 1
+        rec.fault_size = bursts
         await trio.sleep(rng.uniform(*FLAP_S))
         backend.set_link(a, b, "pass")  # type: ignore[attr-defined]
         await trio.sleep(rng.uniform(*FLAP_S))
@@ -334,23 +338,20 @@ async def one_round(backend: Backend, opts: TortureOptions, r: int, pattern: str
     live = [n for n in ids if n not in rec.victims and n != leader]
     async with trio.open_nursery() as during:
         if action == "flap":
-            bursts = [0]
-            during.start_soon(_flap, backend, rec.victims[0], rec.victims[1],
-                              random.Random(rng.random()), bursts)
+            during.start_soon(_flap, backend, rec, random.Random(rng.random()))
         if kind != "all" and live:  # a quorum survives: a write through a live node must commit
             await trio.sleep(0.5)
             rec.during_s = await _create_until(backend, live[0], port, f"tq-{r}-during",
                                                max(0.1, rec.fault_s - (time.monotonic() - t_fault)), rec.errors)
         await trio.sleep(max(0.0, rec.fault_s - (time.monotonic() - t_fault)))
         during.cancel_scope.cancel()
-    if action == "flap":
-        rec.fault_size = bursts[0]
     await _heal(backend, action, rec.victims, staggered)
     t_heal = time.monotonic()
     rec.heal_at = round(time.time(), 3)
     # through a node that was not a victim where there is one (a link's third node), else
     # through one other than the first victim
-    via = next((n for n in ids if n not in rec.victims), None) or next(n for n in ids if n != rec.victims[0])
+    outside = [n for n in ids if n not in rec.victims]
+    via = outside[0] if outside else next(n for n in ids if n != rec.victims[0])
     rec.committed_via = via
     async with trio.open_nursery() as nursery:
         if action == "kill":
@@ -389,13 +390,33 @@ def node_code_id(repo: Path | None = None) -> dict[str, str | None]:
         r = subprocess.run(["git", "-C", str(repo), *argv], capture_output=True, text=True)
         return r.stdout.strip() if r.returncode == 0 else None
 
-    commit = git("rev-parse", "HEAD")
-    trees = [git("rev-parse", f"HEAD:{d}") for d in NODE_CODE_DIRS]
+    ids = git("rev-parse", "HEAD", *(f"HEAD:{d}" for d in NODE_CODE_DIRS))  # one line each
     dirty = git("status", "--porcelain", "--", *NODE_CODE_DIRS)
-    if commit is None or None in trees or dirty:
-        return {"commit": commit, "node_code": None}
-    digest = hashlib.sha1(" ".join(t or "" for t in trees).encode()).hexdigest()[:12]
+    if ids is None or dirty:
+        return {"commit": git("rev-parse", "HEAD"), "node_code": None}
+    commit, *trees = ids.split()
+    digest = hashlib.sha1(" ".join(trees).encode()).hexdigest()[:12]
     return {"commit": commit[:12], "node_code": digest}
+
+
+def runnable_patterns(patterns: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The patterns of ``patterns`` this machine can run, and why any were left out: the clock
+    needs libfaketime, the network faults the local backend's connect() shim."""
+    from .backends.preload import clock_skew_unsupported, connect_redirect_unsupported
+
+    kept, notes = list(patterns), []
+    for why, actions in ((clock_skew_unsupported(), ("clock",)),
+                         (connect_redirect_unsupported(), _NETWORK_ACTIONS)):
+        if why and any(PATTERNS[p][1] in actions for p in kept):
+            notes.append(f"{'/'.join(actions)} patterns left out: {why}")
+            kept = [p for p in kept if PATTERNS[p][1] not in actions]
+    return kept, notes
+
+
+def read_out(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The run headers and the rounds of an ``--out`` file (runs may be appended to one file)."""
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [x["run"] for x in lines if "run" in x], [x for x in lines if "pattern" in x]
 
 
 async def run_torture(opts: TortureOptions) -> list[Round]:
@@ -403,20 +424,14 @@ async def run_torture(opts: TortureOptions) -> list[Round]:
     unknown = [p for p in opts.patterns if p not in PATTERNS]
     if unknown:
         raise ValueError(f"unknown patterns {unknown}; known: {', '.join(PATTERNS)}")
-    from .backends.preload import clock_skew_unsupported
-
-    patterns = list(opts.patterns)
-    clock = any(PATTERNS[p][1] == "clock" for p in patterns)
-    if clock and (why := clock_skew_unsupported()):
-        print(f"clock patterns left out: {why}", file=sys.stderr, flush=True)
-        patterns, clock = [p for p in patterns if PATTERNS[p][1] != "clock"], False
+    patterns, notes = runnable_patterns(opts.patterns)
+    for note in notes:
+        print(note, file=sys.stderr, flush=True)
+    patterns = patterns or ["pause-leader"]
     # libfaketime only when a clock pattern runs: it costs a file read per wall-clock call
     backend = make_cluster("local", opts.work_dir, opts.nodes, client_port=opts.client_port,
-                           raft_port=opts.raft_port, faketime=clock)
-    if why := getattr(backend, "redirect_unsupported", None):
-        print(f"network patterns left out: {why}", file=sys.stderr, flush=True)
-        patterns = [p for p in patterns if PATTERNS[p][1] not in _NETWORK_ACTIONS]
-    patterns = patterns or ["pause-leader"]
+                           raft_port=opts.raft_port,
+                           faketime=any(PATTERNS[p][1] == "clock" for p in patterns))
     rng = random.Random(opts.seed)
     rounds: list[Round] = []
     t0 = time.monotonic()
@@ -435,6 +450,7 @@ async def run_torture(opts: TortureOptions) -> list[Round]:
                                           "topics": opts.topics, "keep_topics": opts.keep_topics,
                                           "started": round(time.time(), 3)}}) + "\n")
             created: list[str] = []
+            batch = _batch(opts)
             stop = trio.Event()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_stop_on_signal, stop)
@@ -446,9 +462,9 @@ async def run_torture(opts: TortureOptions) -> list[Round]:
                     rounds.append(rec)
                     # a during-fault create that timed out may still have committed: named too
                     created += [f"tq-{r}-during", f"tq-{r}"] if PATTERNS[rec.pattern][0] != "all" else [f"tq-{r}"]
-                    if opts.keep_topics is not None and len(created) >= opts.keep_topics + _batch(opts):
-                        await _delete_topics(bootstrap, created[:_batch(opts)])
-                        del created[:_batch(opts)]
+                    if opts.keep_topics is not None and len(created) >= opts.keep_topics + batch:
+                        await _delete_topics(bootstrap, created[:batch])
+                        del created[:batch]
                 nursery.cancel_scope.cancel()
         await backend.kill_all()
     return rounds
@@ -583,9 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               time_limit_s=a.time_limit, client_port=a.client_port,
                               raft_port=a.raft_port, topics=a.topics, keep_topics=a.keep_topics)
         trio.run(run_torture, opts)
-    lines = [json.loads(line) for line in a.out.read_text().splitlines() if line.strip()]
-    runs = [x["run"] for x in lines if "run" in x]
-    rounds = [x for x in lines if "pattern" in x]
+    runs, rounds = read_out(a.out)
     codes = sorted({str(r.get("node_code")) for r in runs})
     if runs:
         print(f"{len(runs)} run(s) in {a.out}; node code: {', '.join(codes)}"

@@ -15,7 +15,14 @@ import socket
 from pathlib import Path
 
 import pytest
-from rafka.chaos_tests.quorum_torture import PATTERNS, Round, TortureOptions, run_torture, summarize
+from rafka.chaos_tests.quorum_torture import (
+    PATTERNS,
+    Round,
+    TortureOptions,
+    run_torture,
+    runnable_patterns,
+    summarize,
+)
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -72,15 +79,7 @@ async def test_quorum_torture_short_slice(tmp_path: Path) -> None:
 
 def _runnable() -> set[str]:
     """The patterns this machine can run (make os-deps installs libfaketime as root)."""
-    from rafka.chaos_tests.backends.preload import (
-        clock_skew_unsupported,
-        connect_redirect_unsupported,
-    )
-
-    left_out = {"clock"} if clock_skew_unsupported() else set()
-    if connect_redirect_unsupported():
-        left_out |= {"isolate", "oneway-out", "oneway-in", "delay", "flap"}
-    return {p for p, (_, action, _) in PATTERNS.items() if action not in left_out}
+    return set(runnable_patterns(PATTERNS)[0])
 
 
 @pytest.mark.slow
