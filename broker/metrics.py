@@ -483,5 +483,8 @@ def _quorum_watchdog(stats: dict[str, Any]) -> Iterator[Metric]:
                            ("raft_term_notices_sent", "rafka_raft_term_notices_sent",
                             "Appends of a leader behind this voter's term answered with its term"),
                            ("raft_term_notices_adopted", "rafka_raft_term_notices_adopted",
-                            "Higher terms this voter learnt from a term notice (a leader steps down)")):
+                            "Higher terms this voter learnt from a term notice (a leader steps down)"),
+                           ("raft_chunk_pieces_deferred", "rafka_raft_chunk_pieces_deferred",
+                            "Early 'finish' pieces of a large Raft entry held for the last piece "
+                            "(kraft/chunked_append.py)")):
         yield CounterMetricFamily(name, doc, stats.get(key, 0))

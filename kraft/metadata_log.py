@@ -256,6 +256,11 @@ class MetadataLog:
 
     # -- the write path -------------------------------------------------------------------
 
+    def holds_raft_index(self, raft_index: int) -> bool:
+        """Is the command at this Raft index already recorded here (a replay)? Read without
+        the lock: only the tick thread, the one writer of ``last_raft_index``, asks."""
+        return 0 < raft_index <= self.sm.last_raft_index
+
     def apply(self, command: Command, raft_index: int = 0) -> Applied:
         """Apply one committed command; write its frame (no fsync: see ``sync``)."""
         with self._lock:
