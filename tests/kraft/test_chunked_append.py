@@ -1,8 +1,8 @@
 """A Raft entry larger than one append reaches every follower whole (kraft/chunked_append.py).
 
-Three pysyncobj voters in this process on loopback, ticked by hand from one thread (as in
-test_prevote.py), with ``appendEntriesBatchSizeBytes`` cut to 4 KiB so a 12 KiB command is sent
-in pieces. pysyncobj marks a piece ``finish`` by comparing with the command's length, but cuts
+Three pysyncobj voters in this process on loopback, ticked by hand from one thread
+(tests/kraft/handticked.py), with ``appendEntriesBatchSizeBytes`` cut to 4 KiB so a 12 KiB
+command is sent in pieces. pysyncobj marks a piece ``finish`` by comparing with the command's length, but cuts
 the pickled entry, which protocol 2 makes ~1.5x longer for random bytes: the follower gets
 ``finish`` early and its unpickling raises out of the tick. With the plain class the first
 such tick raises here (``EOFError`` / ``UnpicklingError``), kept as an expected failure.
@@ -13,16 +13,17 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from collections.abc import Iterator
 
 import pytest
-from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj import replicated
 from rafka.kraft.chunked_append import ChunkedAppendSyncObj
 from rafka.kraft.prevote import PreVoteSyncObj
 
-from tests.kraft.test_prevote import _CONF, _free_ports, _leader, _tick
+from tests.kraft.handticked import tick, wait_leader
 
 pytestmark = pytest.mark.timeout(60)
+
+_PIECE = 4096  # appendEntriesBatchSizeBytes: pysyncobj sends a larger entry in pieces
 
 
 class _Store:
@@ -45,20 +46,15 @@ class _PlainStore(_Store, PreVoteSyncObj):
     pass
 
 
-@pytest.fixture
-def make_nodes() -> Iterator[object]:
-    made: list[SyncObj] = []
-
-    def make(cls: type[SyncObj]) -> list[SyncObj]:
-        addrs = [f"127.0.0.1:{p}" for p in _free_ports(3)]
-        conf = {**_CONF, "appendEntriesBatchSizeBytes": 4096}
-        for a in addrs:
-            made.append(cls(a, [b for b in addrs if b != a], SyncObjConf(**conf)))
-        return made
-
-    yield make
-    for n in made:
-        n.destroy()
+def _replicate_large(nodes: list[_Store], leader: _Store) -> bytes:
+    """The leader replicates a 12 KiB command (three 4 KiB pieces and more); tick until every
+    voter has applied something (bounded), and return the command's data."""
+    data = os.urandom(12 * 1024)
+    leader.put(data)
+    end = time.monotonic() + 15
+    while time.monotonic() < end and not all(n.items for n in nodes):
+        tick(nodes, 0.05)
+    return data
 
 
 @pytest.mark.parametrize("cls", [
@@ -67,13 +63,9 @@ def make_nodes() -> Iterator[object]:
         strict=True, raises=(EOFError, pickle.UnpicklingError, UnicodeDecodeError), reason="the defect")),
 ])
 def test_large_entry_reaches_every_follower(make_nodes, cls) -> None:
-    nodes = make_nodes(cls)
-    leader, _term = _leader(nodes)
-    data = os.urandom(12 * 1024)
-    leader.put(data)
-    end = time.monotonic() + 15
-    while time.monotonic() < end and not all(n.items for n in nodes):
-        _tick(nodes, 0.05)
+    nodes = make_nodes(cls, appendEntriesBatchSizeBytes=_PIECE)
+    leader, _term = wait_leader(nodes)
+    data = _replicate_large(nodes, leader)
     assert [n.items for n in nodes] == [[data]] * 3
     followers = [n for n in nodes if n is not leader]
     assert all(n.chunk_pieces_deferred >= 1 for n in followers)  # the early "finish" came, and was held
@@ -87,16 +79,12 @@ def test_large_entry_reaches_every_follower(make_nodes, cls) -> None:
 def test_piece_without_start_is_dropped(make_nodes, cls) -> None:
     """A connection re-made mid-entry: the follower sees a ``finish`` piece with no ``start``
     (plain pysyncobj: ``'' + bytes`` raises TypeError). It is dropped; the next entry is whole."""
-    nodes = make_nodes(cls)
-    leader, term = _leader(nodes)
+    nodes = make_nodes(cls, appendEntriesBatchSizeBytes=_PIECE)
+    leader, term = wait_leader(nodes)
     follower = next(n for n in nodes if n is not leader)
     orphan = {"type": "append_entries", "transmission": "finish", "data": b"\x80\x02stray",
               "term": term, "commit_index": leader.raftCommitIndex, "prevLogIdx": 1, "prevLogTerm": 0}
     follower._SyncObj__onMessageReceived(leader.selfNode, orphan)
     assert follower.chunk_pieces_dropped == 1
-    data = os.urandom(12 * 1024)
-    leader.put(data)
-    end = time.monotonic() + 15
-    while time.monotonic() < end and not all(n.items for n in nodes):
-        _tick(nodes, 0.05)
+    data = _replicate_large(nodes, leader)
     assert [n.items for n in nodes] == [[data]] * 3

@@ -13,69 +13,18 @@ election), which is why the plain class is kept as an expected failure.
 
 from __future__ import annotations
 
-import random
-import socket
 import time
-from collections.abc import Iterator
 
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.syncobj import _RAFT_STATE
 from rafka.kraft.prevote import PreVoteSyncObj
 
+from tests.kraft.handticked import CONF, free_ports, tick, wait_leader
+
 pytestmark = pytest.mark.timeout(60)
 
-_CONF = dict(autoTick=False, raftMinTimeout=0.15, raftMaxTimeout=0.6, appendEntriesPeriod=0.03,
-             leaderFallbackTimeout=0.6, connectionTimeout=5.0, connectionRetryTime=0.3,
-             appendEntriesUseBatch=False, dynamicMembershipChange=False)
 _PAUSE_S = 2.0  # > raftMaxTimeout and > leaderFallbackTimeout, < connectionTimeout
-
-
-def _free_ports(n: int) -> list[int]:
-    """n free ports below the kernel's ephemeral range (no outgoing socket can take them)."""
-    for _ in range(200):
-        base = random.randrange(12000, 22000)
-        try:
-            for p in range(base, base + n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return list(range(base, base + n))
-    raise RuntimeError("no free ports")
-
-
-@pytest.fixture
-def make_nodes() -> Iterator[object]:
-    made: list[SyncObj] = []
-
-    def make(cls: type[SyncObj]) -> list[SyncObj]:
-        addrs = [f"127.0.0.1:{p}" for p in _free_ports(3)]
-        for a in addrs:
-            made.append(cls(a, [b for b in addrs if b != a], SyncObjConf(**_CONF)))
-        return made
-
-    yield make
-    for n in made:
-        n.destroy()
-
-
-def _tick(nodes: list[SyncObj], seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for n in nodes:
-            n.doTick(0.002)
-
-
-def _leader(nodes: list[SyncObj]) -> tuple[SyncObj, int]:
-    """Tick until exactly one node leads and every node names it (bounded)."""
-    end = time.monotonic() + 15
-    while time.monotonic() < end:
-        _tick(nodes, 0.1)
-        leaders = [n for n in nodes if n._isLeader()]
-        if len(leaders) == 1 and all(n._getLeader() == leaders[0].selfNode for n in nodes):
-            return leaders[0], leaders[0].raftCurrentTerm
-    raise AssertionError("no stable leader within 15 s")
 
 
 @pytest.mark.parametrize("cls", [
@@ -84,11 +33,11 @@ def _leader(nodes: list[SyncObj]) -> tuple[SyncObj, int]:
 ])
 def test_resumed_follower_keeps_leader_and_term(make_nodes, cls) -> None:
     nodes = make_nodes(cls)
-    leader, term = _leader(nodes)
+    leader, term = wait_leader(nodes)
     follower = next(n for n in nodes if n is not leader)
-    _tick([n for n in nodes if n is not follower], _PAUSE_S)  # the follower is "paused"
+    tick([n for n in nodes if n is not follower], _PAUSE_S)  # the follower is "paused"
     assert leader._isLeader() and leader.raftCurrentTerm == term  # two of three: still leads
-    _tick(nodes, 2.0)  # resumed
+    tick(nodes, 2.0)  # resumed
     assert leader._isLeader(), "the resumed follower deposed the leader"
     assert [n.raftCurrentTerm for n in nodes] == [term] * 3
     assert all(n._getLeader() == leader.selfNode for n in nodes)
@@ -99,11 +48,11 @@ def test_resumed_follower_keeps_leader_and_term(make_nodes, cls) -> None:
 
 def test_dead_leader_is_replaced(make_nodes) -> None:
     nodes = make_nodes(PreVoteSyncObj)
-    leader, term = _leader(nodes)
+    leader, term = wait_leader(nodes)
     rest = [n for n in nodes if n is not leader]
     end = time.monotonic() + 10
     while time.monotonic() < end:  # the leader is "paused" for good
-        _tick(rest, 0.1)
+        tick(rest, 0.1)
         if any(n._isLeader() for n in rest):
             break
     new = [n for n in rest if n._isLeader()]
@@ -123,12 +72,12 @@ def test_candidate_stuck_above_the_leaders_term_rejoins(make_nodes) -> None:
     new election at a higher term takes all three in.
     """
     nodes = make_nodes(PreVoteSyncObj)
-    leader, term = _leader(nodes)
+    leader, term = wait_leader(nodes)
     stuck = next(n for n in nodes if n is not leader)
     stuck._SyncObj__setCurrentTerm(term + 1, stuck.selfNode.id)  # voted for itself at term + 1
     stuck._SyncObj__setState(_RAFT_STATE.CANDIDATE)
     stuck._SyncObj__raftLeader = None
-    leader_obj, new_term = _leader(nodes)
+    leader_obj, new_term = wait_leader(nodes)
     assert new_term > term + 1 or (new_term == term + 1 and leader_obj is stuck)
     assert [n.raftCurrentTerm for n in nodes] == [new_term] * 3
     assert sum(n.term_notices_sent for n in nodes) >= 1
@@ -143,19 +92,19 @@ def test_two_voters_whose_deadlines_pass_together_elect_without_a_split(make_nod
     deadline pushed), so exactly one campaigns. Ten trials, each on fresh voters."""
     splits = []
     for _trial in range(10):
-        addrs = [f"127.0.0.1:{p}" for p in _free_ports(3)]
-        conf = SyncObjConf(**_CONF)
+        addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
+        conf = SyncObjConf(**CONF)
         nodes = [PreVoteSyncObj(a, [b for b in addrs if b != a], conf) for a in addrs[:2]]
         try:
             for n in nodes:  # not before we say so
                 n._SyncObj__raftElectionDeadline = float("inf")
-            _tick(nodes, 0.5)  # connected, no deadline reached
+            tick(nodes, 0.5)  # connected, no deadline reached
             assert all(n.raftCurrentTerm == 0 and not n._isLeader() for n in nodes)
             for n in nodes:
                 n._SyncObj__raftElectionDeadline = 0  # both pass in the same tick
             end = time.monotonic() + 10
             while time.monotonic() < end and not any(n._isLeader() for n in nodes):
-                _tick(nodes, 0.01)
+                tick(nodes, 0.01)
             leaders = [n for n in nodes if n._isLeader()]
             assert len(leaders) == 1
             splits.append(leaders[0].raftCurrentTerm > 1)
@@ -173,11 +122,11 @@ def test_a_started_voter_has_a_short_first_deadline(make_nodes) -> None:
 
     nodes = make_nodes(PreVoteSyncObj)
     now = raft_clock()
-    conf = SyncObjConf(**_CONF)
+    conf = SyncObjConf(**CONF)
     for n in nodes:
         ahead = n._SyncObj__raftElectionDeadline - now
         assert ahead <= conf.raftMinTimeout * FIRST_DEADLINE[1]
-    leader, term = _leader(nodes)  # and the cluster elects as before, at the first term
+    leader, term = wait_leader(nodes)  # and the cluster elects as before, at the first term
     # elected at the first term, and no voter's term moved. A refused pre-vote is allowed: a
     # voter whose short first deadline passes before the new leader's first heartbeat reaches
     # it asks, and the lease refuses it without a term change (prevote.py, "First deadline";

@@ -16,7 +16,7 @@ from rafka.kraft.quorum import Command
 from rafka.kraft.syncobj_engine import SyncObjQuorum
 from rafka.metadata import LeaderChange, Topic
 
-from tests.kraft.test_prevote import _free_ports
+from tests.kraft.handticked import free_ports
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,7 +30,7 @@ async def _leading(q: SyncObjQuorum) -> None:
 
 
 async def test_restart_replays_the_journal_without_decoding_held_commands(tmp_path, monkeypatch) -> None:
-    voters = [(1, ("127.0.0.1", _free_ports(1)[0]))]
+    voters = [(1, ("127.0.0.1", free_ports(1)[0]))]
     async with trio.open_nursery() as nursery:
         q = SyncObjQuorum(1, voters, tmp_path, None)
         await nursery.start(q.run)
