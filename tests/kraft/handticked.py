@@ -17,8 +17,8 @@ from typing import Any
 from pysyncobj import SyncObj, SyncObjConf
 
 CONF = dict(autoTick=False, raftMinTimeout=0.15, raftMaxTimeout=0.6, appendEntriesPeriod=0.03,
-             leaderFallbackTimeout=0.6, connectionTimeout=5.0, connectionRetryTime=0.3,
-             appendEntriesUseBatch=False, dynamicMembershipChange=False)
+            leaderFallbackTimeout=0.6, connectionTimeout=5.0, connectionRetryTime=0.3,
+            appendEntriesUseBatch=False, dynamicMembershipChange=False)
 
 
 def free_ports(n: int) -> list[int]:
