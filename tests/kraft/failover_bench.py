@@ -1,6 +1,6 @@
 """Measure controller failover after kill -9 of the active controller (not a test).
 
-    .venv/bin/python -m tests.kraft.failover_bench --kills 7
+    .venv/bin/python -m tests.kraft.failover_bench --kills 7 [--set raft.tick.ms=200 ...]
 
 Each round: find the active controller, kill -9 it, time until another voter answers as
 active controller AND commits a CREATE_TOPICS; restart the killed voter; wait until all
@@ -21,9 +21,9 @@ from rafka.wire.protocol import ApiKey
 from tests.kraft.cluster_util import VoterCluster, live_broker
 
 
-async def main(kills: int) -> None:
+async def main(kills: int, settings: dict[str, str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        c = VoterCluster(Path(tmp))
+        c = VoterCluster(Path(tmp), settings=settings)
         c.start_all()
         samples = []
         try:
@@ -55,4 +55,7 @@ async def main(kills: int) -> None:
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--kills", type=int, default=7)
-    trio.run(main, p.parse_args().kills)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a controller setting for every voter (e.g. raft.tick.ms=200)")
+    a = p.parse_args()
+    trio.run(main, a.kills, dict(kv.split("=", 1) for kv in a.set))
