@@ -31,6 +31,7 @@ import json
 import re
 import statistics
 import sys
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -83,7 +84,7 @@ def main(out_path: str, work: str) -> None:
     phases: dict[str, list[float]] = {}
     folded: list[int] = []
     steps: dict[str, list[float]] = {}  # milestone -> its time after the one before it, per restart
-    reordered: dict[str, int] = {}  # milestone -> restarts in which it came before one ORDER puts first
+    reordered: Counter[str] = Counter()  # milestone -> restarts in which it came before one ORDER puts first
     term_steps: list[int] = []
     elections: list[float] = []  # per round: the second Raft engine open -> the first raft-leader
     for i, r in enumerate(rounds):
@@ -128,7 +129,7 @@ def main(out_path: str, work: str) -> None:
             for a, b in zip(got, got[1:], strict=False):
                 steps.setdefault(b, []).append(seen[b] - seen[a])
                 if ORDER.index(a) > ORDER.index(b):
-                    reordered[b] = reordered.get(b, 0) + 1
+                    reordered[b] += 1
     print(f"{len(rounds)} kill-all rounds, {len(nodes)} nodes; seconds after the heal (spawn)")
     print(f"{'milestone':<12} {'n':>4} {'p50':>7} {'max':>7}   per restart, after the milestone before it "
           "in time: p50 / max (restarts where it came earlier than listed)")
@@ -138,7 +139,7 @@ def main(out_path: str, work: str) -> None:
             continue
         st = steps.get(name)
         step = f"{statistics.median(st):.2f} / {max(st):.2f}" if st else "-"
-        if reordered.get(name):
+        if reordered[name]:
             step += f"  ({reordered[name]} earlier)"
         print(f"{name:<12} {len(xs):>4} {statistics.median(xs):7.2f} {max(xs):7.2f}   {step}")
     if folded:

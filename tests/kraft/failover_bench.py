@@ -1,6 +1,6 @@
 """Measure controller failover after kill -9 of the active controller (not a test).
 
-    .venv/bin/python -m tests.kraft.failover_bench --kills 7 [--set raft.tick.ms=200 ...]
+    .venv/bin/python -m tests.kraft.failover_bench --kills 7 [--set raft.min.timeout.ms=700 ...]
 
 Each round: find the active controller, kill -9 it, time until another voter answers as
 active controller AND commits a CREATE_TOPICS; restart the killed voter; wait until all
@@ -56,6 +56,6 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--kills", type=int, default=7)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a controller setting for every voter (e.g. raft.tick.ms=200)")
+                   help="a controller setting for every voter (e.g. raft.min.timeout.ms=700)")
     a = p.parse_args()
     trio.run(main, a.kills, dict(kv.split("=", 1) for kv in a.set))
