@@ -486,5 +486,8 @@ def _quorum_watchdog(stats: dict[str, Any]) -> Iterator[Metric]:
                             "Higher terms this voter learnt from a term notice (a leader steps down)"),
                            ("raft_chunk_pieces_deferred", "rafka_raft_chunk_pieces_deferred",
                             "Early 'finish' pieces of a large Raft entry held for the last piece "
-                            "(kraft/chunked_append.py)")):
+                            "(kraft/chunked_append.py)"),
+                           ("raft_chunk_pieces_dropped", "rafka_raft_chunk_pieces_dropped",
+                            "Pieces of a large Raft entry with no 'start' before them, dropped for "
+                            "the leader to resend (kraft/chunked_append.py)")):
         yield CounterMetricFamily(name, doc, stats.get(key, 0))

@@ -23,7 +23,9 @@ to 22 tracebacks per node over 12 kill-all rounds, issue 27).
 
 * a ``finish`` whose concatenated bytes do not unpickle yet is handled as a ``process`` piece
   (a strict prefix of a pickle never unpickles: the STOP opcode is its last byte), so the true
-  last piece completes the entry and nothing raises;
+  last piece completes the entry and nothing raises. Only a full-size piece can be an early
+  ``finish`` (the pickle goes on after it); a shorter one is the pickle's last slice, so it is
+  not test-unpickled (pysyncobj unpickles it once anyway);
 * a ``process`` or ``finish`` piece that arrives with no ``start`` before it (the connection
   was re-made mid-entry) is dropped: appending it to nothing would corrupt the next entry. The
   follower's log is unchanged, so the leader's next append finds it behind and resends.
@@ -63,7 +65,8 @@ class ChunkedAppendSyncObj(SyncObj):
             if not isinstance(held, bytes):  # '' until a "start": nothing to append to
                 self.chunk_pieces_dropped += 1
                 return
-            if piece == "finish" and not _unpickles(held + message["data"]):
+            full = len(message["data"]) >= self._SyncObj__conf.appendEntriesBatchSizeBytes
+            if piece == "finish" and full and not _unpickles(held + message["data"]):
                 self.chunk_pieces_deferred += 1
                 message = {**message, "transmission": "process"}
         super()._SyncObj__onMessageReceived(node, message)

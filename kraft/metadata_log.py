@@ -264,7 +264,7 @@ class MetadataLog:
     def apply(self, command: Command, raft_index: int = 0) -> Applied:
         """Apply one committed command; write its frame (no fsync: see ``sync``)."""
         with self._lock:
-            if raft_index and raft_index <= self.sm.last_raft_index:
+            if self.holds_raft_index(raft_index):
                 return Applied()  # replayed by the engine after a restart: already here
             applied = self.sm.apply(command, raft_index)
             if applied.error is None and applied.result is not None and not applied.result.duplicate:

@@ -599,6 +599,7 @@ class SyncObjQuorum:
             "raft_term_notices_sent": self._node.term_notices_sent,
             "raft_term_notices_adopted": self._node.term_notices_adopted,
             "raft_chunk_pieces_deferred": self._node.chunk_pieces_deferred,
+            "raft_chunk_pieces_dropped": self._node.chunk_pieces_dropped,
             "quorum_seconds_since_commit": self.watchdog.state.seconds_since_commit,
             "quorum_stalled": self.watchdog.state.stalled,
             "raft_listener_bound": self.watchdog.state.listener_bound,
