@@ -154,6 +154,10 @@ CONTROLLER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "raft.compaction.min.entries": (_int(10), 5000),
     "raft.min.timeout.ms": (_int(10, 60_000), 350),
     "raft.max.timeout.ms": (_int(10, 60_000), 1000),
+    # the leader's AppendEntries heartbeat; at most a 3.5th of raft.min.timeout.ms (kraft/syncobj_engine.py)
+    "raft.append.entries.period.ms": (_int(10, 60_000), 100),
+    # pysyncobj's tick (its poll timeout): election deadlines and heartbeats are checked per tick
+    "raft.tick.ms": (_int(1, 1000), 50),
 }
 
 # broker setting -> topic config name (LogConfig.from_dict)

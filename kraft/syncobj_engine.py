@@ -127,7 +127,7 @@ def raft_conf_from_settings(settings: Mapping[str, Any], single_voter: bool = Fa
         "dynamicMembershipChange": True,  # rafka quorum add-voter / remove-voter (kraft/voters.py)
         "useFork": False,
         # a lone voter has no peer messages to wake its tick loop: tick faster
-        "autoTickPeriod": 0.05 if not single_voter else 0.002,
+        "autoTickPeriod": _ms(settings, "raft.tick.ms", 50) if not single_voter else 0.002,
     }
 
 

@@ -1,0 +1,77 @@
+"""ABBA of an idle 3-node cluster's CPU under Raft and broker-heartbeat timings (issue 26).
+
+Theory of operation: each arm starts a fresh ``cluster up`` with its controller / broker
+overrides (config only, no code differs between arms), lets it settle 12 s, reads every
+thread's CPU and voluntary context switches over 20 s (``bench/idle_threads.py``) and prints
+the three processes' totals with the load average; ``PER_THREAD=1`` also prints each thread.
+Give the arms in ABBA order so both see the same drift of the machine:
+
+    python -m bench.ab_idle_timing A-default,E-slow,E-slow,A-default
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.idle_threads import thread_counters
+from rafka.cluster import cluster_down, cluster_up, free_port_block
+
+_SLOW_RAFT = {"raft.append.entries.period.ms": "200", "raft.min.timeout.ms": "700",
+              "raft.max.timeout.ms": "2000"}
+# arm -> (controller overrides, broker overrides)
+ARMS: dict[str, tuple[dict[str, str] | None, dict[str, str] | None]] = {
+    "A-default": (None, None),
+    "B-heartbeat200": (_SLOW_RAFT, None),
+    "C-broker-hb1s": (_SLOW_RAFT, {"broker.heartbeat.interval.ms": "1000"}),
+    "D-tick100": ({**_SLOW_RAFT, "raft.tick.ms": "100"}, {"broker.heartbeat.interval.ms": "1000"}),
+    "E-slow": ({**_SLOW_RAFT, "raft.tick.ms": "200"}, {"broker.heartbeat.interval.ms": "1000"}),
+}
+
+
+def _delta(before: dict, after: dict, tid: str, field: int) -> float:
+    return after[tid][field] - before.get(tid, ("", 0.0, 0))[field]
+
+
+def one(arm: str, settle_s: float = 12.0, window_s: float = 20.0) -> tuple[float, float]:
+    controller, broker = ARMS[arm]
+    data = Path(tempfile.mkdtemp(prefix="rafka-ab-idle-"))
+    try:
+        state = cluster_up(data, 3, "127.0.0.1", free_port_block(3), echo=lambda _m: None,
+                           controller_config=controller, broker_config=broker)
+        pids = [n.pid for n in state["nodes"] if n.pid]
+        time.sleep(settle_s)
+        before = {p: thread_counters(p) for p in pids}
+        t0 = time.perf_counter()
+        time.sleep(window_s)
+        after = {p: thread_counters(p) for p in pids}
+        took = time.perf_counter() - t0
+        cpu = wakes = 0.0
+        for p in pids:
+            for tid in after[p]:
+                c = _delta(before[p], after[p], tid, 1) / took * 1e3
+                w = _delta(before[p], after[p], tid, 2) / took
+                cpu, wakes = cpu + c, wakes + w
+                if os.environ.get("PER_THREAD") and (c > 0.2 or w > 2):
+                    name = "trio" if tid == str(p) else after[p][tid][0]
+                    print(f"   pid {p} {name:10s} {c:5.1f} ms/s {w:5.1f} wake-ups/s")
+        return cpu, wakes
+    finally:
+        with contextlib.suppress(Exception):
+            cluster_down(data)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def main(arms: list[str]) -> None:
+    for arm in arms:
+        cpu, wakes = one(arm)
+        print(f"{arm:15s} {cpu:6.1f} ms/s {wakes:6.0f} wake-ups/s  load {os.getloadavg()[0]:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1].split(",") if len(sys.argv) > 1 else ["A-default", "E-slow", "E-slow", "A-default"])
