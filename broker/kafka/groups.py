@@ -19,8 +19,11 @@ while its assignor itself never runs.
 
 Generations. A classic generation belongs to the group, not to a member, and moves once per
 rebalance, as in Kafka: this broker (the group's coordinator) keeps a ``ClassicGroup``. A
-rebalance starts when a member joins (new, or rejoining on its own) or when a heartbeat finds
-that the controller's assignment for its member is no longer what the member was given.
+rebalance starts when a member joins (new, or rejoining on its own with other protocols or
+metadata than it joined with) or when a heartbeat finds that the controller's assignment for
+its member is no longer what the member was given. A known member of a stable group that
+rejoins with the very protocols it joined with is answered the current generation at once, as
+Kafka answers a follower whose metadata did not change: the others are not disturbed.
 Members are then answered ``REBALANCE_IN_PROGRESS`` on Heartbeat (and SyncGroup) and rejoin;
 a JoinGroup waits at the barrier until every known member has rejoined or has been silent for
 its session timeout (dropped), bounded by the rebalance timeout (members still missing are
@@ -247,6 +250,15 @@ async def _complete(ctx: Any, req: KafkaRequest, groups: ClassicGroups, group: s
         await _leave_natively(ctx, req, group, mid)
 
 
+def _unchanged_rejoin(g: ClassicGroup, m: Member, sent: tuple[tuple[str, bytes], ...]) -> bool:
+    """A rejoin that changes nothing: the group is stable, the member is in its generation and
+    its protocols (names and metadata, owned partitions included) are the ones it joined with
+    — a cooperative member that revoked partitions says so in its metadata, so its rejoin does
+    move the group on, as KIP-429's second rebalance needs."""
+    return (not g.rebalancing and not m.joining and m.generation == g.generation
+            and bool(m.protocols) and m.protocols == sent)
+
+
 def _barrier_ready(groups: ClassicGroups, group: str, g: ClassicGroup, now: float) -> bool:
     if now >= g.deadline:
         return True
@@ -283,6 +295,21 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
         code = _unknown(groups, b.group_id, b.member_id, instance)
         return {**out, "error_code": code,
                 "member_id": "" if code == UNKNOWN_MEMBER_ID else b.member_id}
+    sent = tuple((p.name, bytes(p.metadata)) for p in b.protocols)
+    if m is not None and _unchanged_rejoin(groups.group(b.group_id), m, sent):
+        # Kafka answers a known member of a stable group that rejoins with the same protocols
+        # (and is not the leader: rafka has none) the current generation at once; its
+        # SyncGroup then gives it its assignment. Unless the controller moved its partitions
+        # meanwhile: that is a rebalance, below.
+        native = await _beat(ctx, req, b.group_id, b.member_id, m.epoch, m.owned, m)
+        if native.get("error"):
+            groups.drop(b.group_id, b.member_id)
+            return {**out, "error_code": _member_error(native["error"]), "member_id": ""}
+        _absorb(m, native)
+        if m.latest == m.given:
+            m.synced = False
+            return {**out, "error_code": NONE, "generation_id": m.generation,
+                    "member_id": b.member_id, "protocol_name": m.protocol}
     # a restarted static member: it takes the place of the member holding its instance id
     predecessor_id = groups.holder(b.group_id, instance) if not b.member_id else None
     predecessor = groups.members.get((b.group_id, predecessor_id)) if predecessor_id else None
@@ -291,7 +318,7 @@ async def join_group(ctx: Any, req: KafkaRequest) -> dict[str, Any]:
     rebalance_ms = ms(getattr(b, "rebalance_timeout", b.session_timeout))
     new = Member(epoch=0 if m is None else m.epoch, topics=topics, session_timeout_ms=session_ms,
                  rebalance_timeout_ms=rebalance_ms, protocol=protocol, cooperative=cooperative,
-                 instance_id=instance)
+                 instance_id=instance, protocols=sent)
     if cooperative:  # KIP-429: a member keeps what it holds across the rebalance, and its
         # subscription says what that is (it may not have acted on its last answer yet)
         chosen = next(p for p in b.protocols if p.name == protocol)

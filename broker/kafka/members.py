@@ -43,6 +43,9 @@ class Member:
     cooperative: bool = False
     last_seen: float = 0.0
     instance_id: str = ""          # group.instance.id (KIP-345); "" for a dynamic member
+    # the JoinGroup's protocols as sent, (name, metadata bytes) each: a rejoin with the same
+    # ones to a stable group changes nothing (groups.py, "unchanged rejoin")
+    protocols: tuple[tuple[str, bytes], ...] = ()
 
     def expired(self, now: float) -> bool:
         """No request from the member for longer than its session timeout."""

@@ -142,12 +142,13 @@ class _NativeGroup:
                 "assignment": [{"name": "t", "partitions": m["parts"]}]}
 
 
-def _join_request(member_id: str, instance: str | None, version: int = 7):  # type: ignore[no-untyped-def]
+def _join_request(member_id: str, instance: str | None, version: int = 7,  # type: ignore[no-untyped-def]
+                  topics: list[str] | None = None):
     from rafka.broker.kafka.codec import KafkaRequest, request_schema
 
     sub = load_entity_schema("consumer_protocol_subscription", 0, EntityType.data)
     buf = io.BytesIO()
-    entity_writer(sub)(buf, build(sub, {"topics": ["t"], "user_data": None}))
+    entity_writer(sub)(buf, build(sub, {"topics": topics or ["t"], "user_data": None}))
     body = build(request_schema(11, version), {
         "group_id": "g", "session_timeout": 10_000, "rebalance_timeout": 10_000,
         "member_id": member_id, "group_instance_id": instance, "protocol_type": "consumer",
@@ -183,3 +184,62 @@ async def test_a_lone_static_member_restarting_keeps_the_groups_generation() -> 
     assert (await heartbeat(ctx, _heartbeat_request("m1", generation, "i")))["error_code"] == 82
     dynamic = await join_group(ctx, _join_request("", None))
     assert dynamic["error_code"] == 79 and dynamic["member_id"]  # KIP-394 for dynamic ones
+
+
+def _sync_request(member_id: str, generation: int):  # type: ignore[no-untyped-def]
+    from rafka.broker.kafka.codec import KafkaRequest, request_schema
+
+    body = build(request_schema(14, 3), {"group_id": "g", "generation_id": generation,
+                                         "member_id": member_id, "group_instance_id": None,
+                                         "assignments": []})
+    return KafkaRequest(14, 3, 3, "test", body)
+
+
+async def _dynamic_member(ctx, topics: list[str] | None = None) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    from rafka.broker.kafka.groups import join_group, sync_group
+
+    first = await join_group(ctx, _join_request("", None))
+    assert first["error_code"] == 79  # KIP-394: learn the member id first
+    joined = await join_group(ctx, _join_request(first["member_id"], None, topics=topics))
+    assert joined["error_code"] == 0
+    synced = await sync_group(ctx, _sync_request(joined["member_id"], joined["generation_id"]))
+    assert synced["error_code"] == 0
+    return joined
+
+
+async def test_a_known_member_rejoining_unchanged_keeps_the_generation(autojump_clock) -> None:  # type: ignore[no-untyped-def]
+    """A member of a stable group that rejoins with the protocols it joined with is answered
+    the current generation at once (as Kafka answers a follower with unchanged metadata): no
+    rebalance, the other member's heartbeat stays NONE. A rejoin with another subscription
+    moves the generation. Before the change every rejoin started a rebalance."""
+    from types import SimpleNamespace
+
+    import trio
+    from rafka.broker.kafka.groups import heartbeat, join_group, sync_group
+
+    native = _NativeGroup()
+    ctx = SimpleNamespace(dispatch=native.dispatch, groups=ClassicGroups())
+    a = await _dynamic_member(ctx)
+    got: dict[str, dict] = {}  # type: ignore[type-arg]
+
+    async def second() -> None:
+        got["b"] = await _dynamic_member(ctx)
+
+    async with trio.open_nursery() as nursery:  # a second member: one rebalance, a rejoins
+        nursery.start_soon(second)
+        while not ctx.groups.group("g").rebalancing:
+            await trio.sleep(0.01)
+        told = await heartbeat(ctx, _heartbeat_request(a["member_id"], a["generation_id"], None))
+        assert told["error_code"] == 27  # REBALANCE_IN_PROGRESS
+        rejoined = await join_group(ctx, _join_request(a["member_id"], None))
+        assert rejoined["error_code"] == 0
+        await sync_group(ctx, _sync_request(a["member_id"], rejoined["generation_id"]))
+    b, generation = got["b"], ctx.groups.group("g").generation
+    assert b["generation_id"] == rejoined["generation_id"] == generation == a["generation_id"] + 1
+    again = await join_group(ctx, _join_request(a["member_id"], None))  # unchanged
+    assert again["error_code"] == 0 and again["generation_id"] == generation
+    assert ctx.groups.group("g").generation == generation and not ctx.groups.group("g").rebalancing
+    assert (await sync_group(ctx, _sync_request(a["member_id"], generation)))["error_code"] == 0
+    assert (await heartbeat(ctx, _heartbeat_request(b["member_id"], generation, None)))["error_code"] == 0
+    changed = await join_group(ctx, _join_request(a["member_id"], None, topics=["t", "u"]))
+    assert changed["error_code"] == 0 and changed["generation_id"] == generation + 1
