@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.idle_threads import thread_counters
+from bench.idle_threads import thread_rates
 from rafka.cluster import cluster_down, cluster_up, free_port_block
 
 _SLOW_RAFT = {"raft.append.entries.period.ms": "200", "raft.min.timeout.ms": "700",
@@ -34,10 +34,6 @@ ARMS: dict[str, tuple[dict[str, str] | None, dict[str, str] | None]] = {
 }
 
 
-def _delta(before: dict, after: dict, tid: str, field: int) -> float:
-    return after[tid][field] - before.get(tid, ("", 0.0, 0))[field]
-
-
 def one(arm: str, settle_s: float = 12.0, window_s: float = 20.0) -> tuple[float, float]:
     controller, broker = ARMS[arm]
     data = Path(tempfile.mkdtemp(prefix="rafka-ab-idle-"))
@@ -46,21 +42,12 @@ def one(arm: str, settle_s: float = 12.0, window_s: float = 20.0) -> tuple[float
                            controller_config=controller, broker_config=broker)
         pids = [n.pid for n in state["nodes"] if n.pid]
         time.sleep(settle_s)
-        before = {p: thread_counters(p) for p in pids}
-        t0 = time.perf_counter()
-        time.sleep(window_s)
-        after = {p: thread_counters(p) for p in pids}
-        took = time.perf_counter() - t0
-        cpu = wakes = 0.0
-        for p in pids:
-            for tid in after[p]:
-                c = _delta(before[p], after[p], tid, 1) / took * 1e3
-                w = _delta(before[p], after[p], tid, 2) / took
-                cpu, wakes = cpu + c, wakes + w
-                if os.environ.get("PER_THREAD") and (c > 0.2 or w > 2):
-                    name = "trio" if tid == str(p) else after[p][tid][0]
-                    print(f"   pid {p} {name:10s} {c:5.1f} ms/s {w:5.1f} wake-ups/s")
-        return cpu, wakes
+        rows = thread_rates(pids, window_s)
+        if os.environ.get("PER_THREAD"):
+            for p, _tid, name, cpu_ms, wakes in rows:
+                if cpu_ms > 0.2 or wakes > 2:
+                    print(f"   pid {p} {name:12s} {cpu_ms:5.1f} ms/s {wakes:5.1f} wake-ups/s")
+        return sum(r[3] for r in rows), sum(r[4] for r in rows)
     finally:
         with contextlib.suppress(Exception):
             cluster_down(data)

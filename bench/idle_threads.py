@@ -43,31 +43,37 @@ def thread_counters(pid: int) -> dict[str, tuple[str, float, int]]:
     return out
 
 
+def thread_rates(pids: list[int], window_s: float) -> list[tuple[int, str, str, float, float]]:
+    """Sleep ``window_s`` and return (pid, tid, name, CPU ms/s, wake-ups/s) of every thread of
+    ``pids`` over it; the main thread is named "main (trio)"."""
+    before = {p: thread_counters(p) for p in pids}
+    t0 = time.perf_counter()
+    time.sleep(window_s)
+    after = {p: thread_counters(p) for p in pids}
+    took = time.perf_counter() - t0
+    rows = []
+    for p in pids:
+        for tid, (comm, cpu, vol) in sorted(after[p].items()):
+            _, cpu0, vol0 = before[p].get(tid, (comm, 0.0, 0))
+            name = "main (trio)" if tid == str(p) else comm
+            rows.append((p, tid, name, (cpu - cpu0) / took * 1e3, (vol - vol0) / took))
+    return rows
+
+
 def main(settle_s: float, window_s: float) -> None:
     data = Path(tempfile.mkdtemp(prefix="rafka-idle-"))
     try:
         state = cluster_up(data, 3, "127.0.0.1", free_port_block(3), echo=lambda _m: None)
         pids = [n.pid for n in state["nodes"] if n.pid]
         time.sleep(settle_s)
-        before = {p: thread_counters(p) for p in pids}
-        t0 = time.perf_counter()
-        time.sleep(window_s)
-        after = {p: thread_counters(p) for p in pids}
-        took = time.perf_counter() - t0
-        total_cpu = total_wake = 0.0
-        lines = []
-        for p in pids:
-            for tid, (comm, cpu, vol) in sorted(after[p].items()):
-                _, cpu0, vol0 = before[p].get(tid, (comm, 0.0, 0))
-                cpu_ms, wakes = (cpu - cpu0) / took * 1e3, (vol - vol0) / took
-                total_cpu += cpu_ms
-                total_wake += wakes
-                if cpu_ms > 0.2 or wakes > 2:
-                    role = "main (trio)" if tid == str(p) else comm
-                    lines.append(f"  node pid {p} thread {tid} {role:16s} {cpu_ms:6.1f} ms/s {wakes:6.1f} wake-ups/s")
+        rows = thread_rates(pids, window_s)
+        total_cpu = sum(r[3] for r in rows)
+        total_wake = sum(r[4] for r in rows)
         print(f"load {os.getloadavg()[0]:.2f}  idle 3-node cluster: {total_cpu:.1f} ms/s, "
-              f"{total_wake:.0f} wake-ups/s over {took:.0f} s")
-        print("\n".join(lines))
+              f"{total_wake:.0f} wake-ups/s over {window_s:.0f} s")
+        for p, tid, name, cpu_ms, wakes in rows:
+            if cpu_ms > 0.2 or wakes > 2:
+                print(f"  node pid {p} thread {tid} {name:16s} {cpu_ms:6.1f} ms/s {wakes:6.1f} wake-ups/s")
     finally:
         with contextlib.suppress(Exception):
             cluster_down(data)
