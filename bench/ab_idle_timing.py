@@ -31,6 +31,8 @@ ARMS: dict[str, tuple[dict[str, str] | None, dict[str, str] | None]] = {
     "C-broker-hb1s": (_SLOW_RAFT, {"broker.heartbeat.interval.ms": "1000"}),
     "D-tick100": ({**_SLOW_RAFT, "raft.tick.ms": "100"}, {"broker.heartbeat.interval.ms": "1000"}),
     "E-slow": ({**_SLOW_RAFT, "raft.tick.ms": "200"}, {"broker.heartbeat.interval.ms": "1000"}),
+    # the tick thread at a fixed raft.tick.ms, as before kraft/tick_wait.py
+    "F-fixed-tick": ({"raft.tick.until.deadline": "false"}, None),
 }
 
 

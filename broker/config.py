@@ -158,6 +158,9 @@ CONTROLLER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "raft.append.entries.period.ms": (_int(10, 60_000), 100),
     # pysyncobj's tick (its poll timeout): election deadlines and heartbeats are checked per tick
     "raft.tick.ms": (_int(1, 1000), 50),
+    # in steady state (every peer link up, nothing queued) the tick thread sleeps until its next
+    # heartbeat or election deadline instead of raft.tick.ms (kraft/tick_wait.py); false: fixed ticks
+    "raft.tick.until.deadline": (_bool, True),
 }
 
 # broker setting -> topic config name (LogConfig.from_dict)

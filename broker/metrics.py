@@ -489,5 +489,11 @@ def _quorum_watchdog(stats: dict[str, Any]) -> Iterator[Metric]:
                             "(kraft/chunked_append.py)"),
                            ("raft_chunk_pieces_dropped", "rafka_raft_chunk_pieces_dropped",
                             "Pieces of a large Raft entry with no 'start' before them, dropped for "
-                            "the leader to resend (kraft/chunked_append.py)")):
+                            "the leader to resend (kraft/chunked_append.py)"),
+                           ("raft_tick_polls_until_deadline", "rafka_raft_tick_polls_until_deadline",
+                            "Raft tick-thread sleeps that lasted until the next heartbeat or election "
+                            "deadline (kraft/tick_wait.py)"),
+                           ("raft_tick_polls_period", "rafka_raft_tick_polls_period",
+                            "Raft tick-thread sleeps of raft.tick.ms: a link down, a command queued, "
+                            "or raft.tick.until.deadline=false (kraft/tick_wait.py)")):
         yield CounterMetricFamily(name, doc, stats.get(key, 0))

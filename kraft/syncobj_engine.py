@@ -85,6 +85,7 @@ from rafka.kraft.quorum import (
 )
 from rafka.kraft.raft_guard import GuardedTransport
 from rafka.kraft.raft_watchdog import RaftSample, RaftWatchdog, bind_error
+from rafka.kraft.tick_wait import DeadlinePoller
 from rafka.kraft.voters import StaleIncarnationError, VoterRegistry
 from rafka.metadata import MetadataImage
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
@@ -145,9 +146,20 @@ class _RaftNode(ChunkedAppendSyncObj, PreVoteSyncObj):
     """pysyncobj with large entries received whole (kraft/chunked_append.py) and pre-vote +
     leader lease (kraft/prevote.py), both issue 27."""
 
-    def __init__(self, engine: SyncObjQuorum, self_addr: str, others: list[str], conf: SyncObjConf) -> None:
+    def __init__(self, engine: SyncObjQuorum, self_addr: str, others: list[str], conf: SyncObjConf,
+                 tick_until_deadline: bool = True) -> None:
         self._engine = engine
         super().__init__(self_addr, others, conf, transportClass=GuardedTransport)  # kraft/raft_guard.py
+        # the tick thread sleeps 0.1 s before its first tick: swapping the poller here is safe.
+        # Without the command pipe (appendEntriesUseBatch) a command would wait for a tick.
+        self._pipe = getattr(self, "_SyncObj__pipeNotifier", None)
+        if self._pipe is not None:
+            self._poller = DeadlinePoller(self._poller, self, tick_until_deadline)  # kraft/tick_wait.py
+
+    def destroy(self) -> None:
+        super().destroy()
+        if self._pipe is not None:
+            self._pipe.notify()  # a tick thread sleeping until a deadline stops now
 
     @replicated
     def apply_command(self, data: bytes) -> tuple[Any, ...]:
@@ -218,7 +230,8 @@ class SyncObjQuorum:
             others = [a for _vid, a in join_members if a != self_addr]
             self._addr_to_id.update({a: vid for vid, a in join_members})
         with patched_create_journal():  # main (trio) thread: the tick thread watches it
-            self._node = _RaftNode(self, self_addr, others, conf)
+            self._node = _RaftNode(self, self_addr, others, conf, tick_until_deadline=str(
+                settings.get("raft.tick.until.deadline", True)).lower() not in ("false", "0", "no", "off"))
         self._connect_timeout_s = float(raft["connectionTimeout"])
         self.connects_abandoned = 0
         self._node.addOnTickCallback(self._abandon_unanswered_connects)
@@ -600,6 +613,8 @@ class SyncObjQuorum:
             "raft_term_notices_adopted": self._node.term_notices_adopted,
             "raft_chunk_pieces_deferred": self._node.chunk_pieces_deferred,
             "raft_chunk_pieces_dropped": self._node.chunk_pieces_dropped,
+            "raft_tick_polls_until_deadline": getattr(self._node._poller, "steady_polls", 0),
+            "raft_tick_polls_period": getattr(self._node._poller, "period_polls", 0),
             "quorum_seconds_since_commit": self.watchdog.state.seconds_since_commit,
             "quorum_stalled": self.watchdog.state.stalled,
             "raft_listener_bound": self.watchdog.state.listener_bound,

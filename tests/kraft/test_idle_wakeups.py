@@ -6,6 +6,11 @@ Leadership used to be polled every 50 ms (``_leadership_poll_loop``: ~20 steps a
 voter whether anything changed or not); now the tick thread wakes trio only when (leader,
 term, is-leader) changes. The assertions are on counts: the steps taken over an idle window,
 and the leadership events each survivor receives after the leader goes away.
+
+The tick threads (kraft/tick_wait.py): over the same window each voter's pysyncobj poller counts
+its sleeps. Steady voters sleep until their next heartbeat or election deadline, so a follower
+wakes about once per leader heartbeat (100 ms) and none sleeps the 50 ms tick period; with
+``raft.tick.until.deadline=false`` every sleep is a period one (the second test).
 """
 
 from __future__ import annotations
@@ -56,6 +61,30 @@ async def _settled(quorums: list[SyncObjQuorum], old: int | None = None) -> int:
             await trio.sleep(0.1)
 
 
+def _polls(q: SyncObjQuorum) -> tuple[int, int]:
+    st = q.statistics()
+    return int(st["raft_tick_polls_until_deadline"]), int(st["raft_tick_polls_period"])
+
+
+async def test_fixed_ticks_when_switched_off(tmp_path: Path) -> None:
+    """``raft.tick.until.deadline=false``: the tick thread sleeps ``raft.tick.ms`` every time,
+    as pysyncobj does on its own (the A/B arm of bench/ab_idle_timing.py)."""
+    ports = _free_ports(3)
+    voters = [(i + 1, ("127.0.0.1", p)) for i, p in enumerate(ports)]
+    settings = {"raft.tick.until.deadline": "false"}
+    async with trio.open_nursery() as nursery:
+        quorums = [SyncObjQuorum(vid, voters, tmp_path / f"v{vid}", SECRET, settings) for vid, _ in voters]
+        for q in quorums:
+            await nursery.start(q.run)
+        await _settled(quorums)
+        polls0 = [_polls(q) for q in quorums]
+        await trio.sleep(1.0)
+        for p0, q in zip(polls0, quorums, strict=True):
+            steady, period = (b - a for a, b in zip(p0, _polls(q), strict=True))
+            assert steady == 0 and period >= 10, (q.node_id, steady, period)
+        nursery.cancel_scope.cancel()
+
+
 async def test_idle_voters_take_no_polling_steps_and_still_see_a_new_leader(tmp_path: Path) -> None:
     ports = _free_ports(3)
     voters = [(i + 1, ("127.0.0.1", p)) for i, p in enumerate(ports)]
@@ -81,9 +110,19 @@ async def test_idle_voters_take_no_polling_steps_and_still_see_a_new_leader(tmp_
             # (kraft/raft_watchdog.py), ~4 steps per voter in 2 s. The 50 ms leadership poll
             # alone took ~40 per voter.
             before = counter.quorum_steps()
+            polls0 = [_polls(q) for q in quorums]
             await trio.sleep(IDLE_WINDOW_S)
             idle_steps = counter.quorum_steps() - before
+            polls = [tuple(b - a for a, b in zip(p0, _polls(q), strict=True))
+                     for p0, q in zip(polls0, quorums, strict=True)]
             assert idle_steps <= 3 * 8, dict(counter.steps)
+            # tick threads: 2 s of 100 ms heartbeats is ~20 steady sleeps per voter (a leader
+            # also wakes for its followers' answers); fixed 50 ms ticks would be >= 40 period
+            # sleeps each. A few period sleeps are allowed: a deadline that is due right now
+            assert all(period <= 4 for _steady, period in polls), polls
+            assert all(steady >= 5 for steady, _period in polls), polls
+            followers = [p for q, p in zip(quorums, polls, strict=True) if q.node_id != leader]
+            assert all(sum(p) <= 30 for p in followers), polls
 
             # the leader goes away: both survivors' trio sides learn the new leader without a
             # poll — one through its own state change, the other (if it stayed a follower)
