@@ -33,6 +33,8 @@ ARMS: dict[str, tuple[dict[str, str] | None, dict[str, str] | None]] = {
     "E-slow": ({**_SLOW_RAFT, "raft.tick.ms": "200"}, {"broker.heartbeat.interval.ms": "1000"}),
     # the tick thread at a fixed raft.tick.ms, as before kraft/tick_wait.py
     "F-fixed-tick": ({"raft.tick.until.deadline": "false"}, None),
+    # the default Raft timing with 1 s broker heartbeats (the session timeout stays 3 s)
+    "G-broker-hb1s": (None, {"broker.heartbeat.interval.ms": "1000"}),
 }
 
 
