@@ -458,14 +458,25 @@ async def _start(nursery: trio.Nursery, conn: Connection, security: ClientSecuri
 
 @contextlib.asynccontextmanager
 async def connect(host: str, port: int, **kw: Any) -> AsyncIterator[Connection]:
-    """``async with connect(host, port) as conn: await conn.request(...)``."""
+    """``async with connect(host, port) as conn: await conn.request(...)``.
+
+    An error raised in the block leaves it as itself: the reader's nursery would otherwise hand
+    it on inside an exception group, and ``except NetworkException`` (or ``OSError``) around
+    the block would miss a connection reset while a request waited — as the quorum describe's
+    per-voter ask did. A group of more than one error (the block's and the reader's) stays a
+    group."""
     conn = await _open(host, port, **kw)
-    async with trio.open_nursery() as nursery:
-        await _start(nursery, conn, kw.get("security"))
-        try:
-            yield conn
-        finally:
-            await conn.aclose()
+    try:
+        async with trio.open_nursery() as nursery:
+            await _start(nursery, conn, kw.get("security"))
+            try:
+                yield conn
+            finally:
+                await conn.aclose()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
+            raise group.exceptions[0] from None
+        raise
 
 
 class ConnectionPool:

@@ -17,6 +17,7 @@ import trio
 from rafka.broker.server import SMALL_REPLY_BYTES, Server
 from rafka.wire.connection import connect
 from rafka.wire.dispatch import FileSlice, Reply
+from rafka.wire.errors import NetworkException
 from rafka.wire.protocol import (
     ApiKey,
     FrameDecoder,
@@ -84,6 +85,32 @@ async def test_connection_writes_the_codecs_request_frames() -> None:
     for cid, (key, body) in enumerate(bodies):
         req = decode_request(dec.next_frame())  # type: ignore[arg-type]
         assert (req.api_key, req.correlation_id, req.client_id, req.body) == (key, cid, CLIENT_ID, body)
+
+
+async def test_a_reset_while_a_request_waits_leaves_connect_as_itself() -> None:
+    """The peer closes the connection after reading a request: ``conn.request`` raises
+    NetworkException, and it leaves ``async with connect(...)`` as a NetworkException — not
+    wrapped in the reader's nursery's exception group, which ``except NetworkException`` (the
+    quorum describe's per-voter ask, tests/kraft/cluster_util.py's ``try_request``) misses."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        async def serve() -> None:
+            stream = await listeners[0].accept()
+            await stream.receive_some(65536)  # the request
+            await stream.aclose()  # no answer
+
+        nursery.start_soon(serve)
+        with trio.fail_after(10):
+            try:
+                async with connect("127.0.0.1", port, client_id=CLIENT_ID) as conn:
+                    await conn.request(ApiKey.LIST_GROUPS, {})
+            except NetworkException as exc:
+                caught: BaseException = exc
+            except BaseException as exc:  # noqa: BLE001 - the assertion names what it was
+                caught = exc
+    await listeners[0].aclose()
+    assert isinstance(caught, NetworkException), repr(caught)
 
 
 async def test_server_writes_the_codecs_response_frames(tmp_path: Path) -> None:
