@@ -35,6 +35,8 @@ ARMS: dict[str, tuple[dict[str, str] | None, dict[str, str] | None]] = {
     "F-fixed-tick": ({"raft.tick.until.deadline": "false"}, None),
     # the default Raft timing with 1 s broker heartbeats (the session timeout stays 3 s)
     "G-broker-hb1s": (None, {"broker.heartbeat.interval.ms": "1000"}),
+    # Raft frames sealed with Fernet, as pysyncobj does on its own (before kraft/raft_cipher.py)
+    "H-fernet": ({"raft.frame.cipher": "fernet"}, None),
 }
 
 

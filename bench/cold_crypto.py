@@ -7,6 +7,10 @@ by up to 20x. This puts one step in the way the tick thread meets it: a thread b
 sent: pickled, zlib-compressed, Fernet-encrypted), does the step, and echoes the message. The
 figure is that thread's CPU per message from ``/proc/self/task/TID/schedstat`` (exact run time,
 not clock ticks), the median of ``RUNS``; ``echo`` (no step) is the floor to subtract.
+A step timed alone pays the whole cold penalty; in a voter the steps of one wake-up share it,
+so the saving of a cheaper step there is smaller than the difference here (Fernet → AES-GCM:
+~170 µs a message here, ~80 µs measured in a cluster; docs/performance.md, "Raft frames sealed
+with AES-GCM").
 
     .venv/bin/python -m bench.cold_crypto [STEP,...]      (default: every step)
 """

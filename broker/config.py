@@ -161,6 +161,9 @@ CONTROLLER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     # in steady state (every peer link up, nothing queued) the tick thread sleeps until its next
     # heartbeat or election deadline instead of raft.tick.ms (kraft/tick_wait.py); false: fixed ticks
     "raft.tick.until.deadline": (_bool, True),
+    # what a voter seals its Raft frames with; every voter opens both (kraft/raft_cipher.py):
+    # "fernet" only while voters of a version that reads nothing else are being upgraded
+    "raft.frame.cipher": (_choice("aes-gcm", "fernet"), "aes-gcm"),
 }
 
 # broker setting -> topic config name (LogConfig.from_dict)

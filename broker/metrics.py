@@ -495,5 +495,10 @@ def _quorum_watchdog(stats: dict[str, Any]) -> Iterator[Metric]:
                             "deadline (kraft/tick_wait.py)"),
                            ("raft_tick_polls_period", "rafka_raft_tick_polls_period",
                             "Raft tick-thread sleeps of raft.tick.ms: a link down, a command queued, "
-                            "or raft.tick.until.deadline=false (kraft/tick_wait.py)")):
+                            "or raft.tick.until.deadline=false (kraft/tick_wait.py)"),
+                           ("raft_frames_opened_aes_gcm", "rafka_raft_frames_opened_aes_gcm",
+                            "Raft frames received sealed with AES-256-GCM (kraft/raft_cipher.py)"),
+                           ("raft_frames_opened_fernet", "rafka_raft_frames_opened_fernet",
+                            "Raft frames received sealed with Fernet: a voter still sends "
+                            "raft.frame.cipher=fernet (a rolling upgrade; kraft/raft_cipher.py)")):
         yield CounterMetricFamily(name, doc, stats.get(key, 0))

@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 pysyncobj's transport reads whatever a peer sends into one growing buffer until the frame its
 4-byte prefix declares is complete, and only then decrypts it — the first frame is where the
-cluster secret is checked (Fernet: a frame not made with the secret fails to decrypt and the
-connection is dropped). A peer that declares 2 GiB and streams zeros was therefore buffered
+cluster secret is checked (kraft/raft_cipher.py: a frame not sealed with the secret fails to open
+and the connection is dropped). A peer that declares 2 GiB and streams zeros was therefore buffered
 without limit, and kept alive by its own traffic (the library's ``connectionTimeout`` counts
 from the last read).
 

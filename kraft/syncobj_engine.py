@@ -31,7 +31,8 @@ voter receives that file and our deserializer resets its metadata log to that im
 (:meth:`MetadataLog.install`; ignored when the local log is already ahead).
 
 Security: pysyncobj pickles its messages. A multi-voter quorum refuses to start without a
-cluster secret (pysyncobj's ``password``: encrypted and authenticated transport).
+cluster secret (pysyncobj's ``password``: encrypted and authenticated transport; each frame sealed
+with AES-256-GCM, kraft/raft_cipher.py).
 
 Liveness: pysyncobj starts an election only while it counts some peer connected, and a
 follower with no connected peer keeps naming its last leader. pysyncobj 0.3.17 never times
@@ -83,6 +84,7 @@ from rafka.kraft.quorum import (
     Snapshot,
     not_controller,
 )
+from rafka.kraft.raft_cipher import RaftFrameCipher
 from rafka.kraft.raft_guard import GuardedTransport
 from rafka.kraft.raft_watchdog import RaftSample, RaftWatchdog, bind_error
 from rafka.kraft.tick_wait import DeadlinePoller
@@ -147,9 +149,19 @@ class _RaftNode(ChunkedAppendSyncObj, PreVoteSyncObj):
     leader lease (kraft/prevote.py), both issue 27."""
 
     def __init__(self, engine: SyncObjQuorum, self_addr: str, others: list[str], conf: SyncObjConf,
-                 tick_until_deadline: bool = True) -> None:
+                 tick_until_deadline: bool = True, frame_cipher: str = "aes-gcm") -> None:
         self._engine = engine
         super().__init__(self_addr, others, conf, transportClass=GuardedTransport)  # kraft/raft_guard.py
+        # Every frame sealed with AES-GCM (kraft/raft_cipher.py): an incoming connection takes
+        # the encryptor when it is accepted (on the tick thread, later), but the transport made
+        # its outgoing connections already (addNode), so those are given the new one too.
+        fernet = getattr(self, "_SyncObj__encryptor", None)
+        if fernet is not None:
+            cipher = RaftFrameCipher(conf.password, fernet, send=frame_cipher)
+            self._SyncObj__encryptor = cipher
+            for conn in getattr(self._SyncObj__transport, "_connections", {}).values():
+                if conn.encryptor is fernet:
+                    conn.encryptor = cipher
         # the tick thread sleeps 0.1 s before its first tick: swapping the poller here is safe.
         # Without the command pipe (appendEntriesUseBatch) a command would wait for a tick.
         self._pipe = getattr(self, "_SyncObj__pipeNotifier", None)
@@ -231,7 +243,8 @@ class SyncObjQuorum:
             self._addr_to_id.update({a: vid for vid, a in join_members})
         with patched_create_journal():  # main (trio) thread: the tick thread watches it
             self._node = _RaftNode(self, self_addr, others, conf, tick_until_deadline=str(
-                settings.get("raft.tick.until.deadline", True)).lower() not in ("false", "0", "no", "off"))
+                settings.get("raft.tick.until.deadline", True)).lower() not in ("false", "0", "no", "off"),
+                frame_cipher=str(settings.get("raft.frame.cipher", "aes-gcm")))
         self._connect_timeout_s = float(raft["connectionTimeout"])
         self.connects_abandoned = 0
         self._node.addOnTickCallback(self._abandon_unanswered_connects)
@@ -615,6 +628,8 @@ class SyncObjQuorum:
             "raft_chunk_pieces_dropped": self._node.chunk_pieces_dropped,
             "raft_tick_polls_until_deadline": getattr(self._node._poller, "steady_polls", 0),
             "raft_tick_polls_period": getattr(self._node._poller, "period_polls", 0),
+            **{f"raft_frames_opened_{c.replace('-', '_')}": n
+               for c, n in getattr(self._node.encryptor, "opened", {}).items()},
             "quorum_seconds_since_commit": self.watchdog.state.seconds_since_commit,
             "quorum_stalled": self.watchdog.state.stalled,
             "raft_listener_bound": self.watchdog.state.listener_bound,
