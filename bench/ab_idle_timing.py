@@ -37,6 +37,8 @@ ARMS: dict[str, tuple[dict[str, str] | None, dict[str, str] | None]] = {
     "G-broker-hb1s": (None, {"broker.heartbeat.interval.ms": "1000"}),
     # Raft frames sealed with Fernet, as pysyncobj does on its own (before kraft/raft_cipher.py)
     "H-fernet": ({"raft.frame.cipher": "fernet"}, None),
+    # every Raft message deflated, as pysyncobj does on its own (before kraft/raft_zlib.py)
+    "I-deflate-all": ({"raft.compress.min.bytes": "0"}, None),
 }
 
 
@@ -52,7 +54,7 @@ def one(arm: str, settle_s: float = 12.0, window_s: float = 20.0) -> tuple[float
         if os.environ.get("PER_THREAD"):
             for p, _tid, name, cpu_ms, wakes in rows:
                 if cpu_ms > 0.2 or wakes > 2:
-                    print(f"   pid {p} {name:12s} {cpu_ms:5.1f} ms/s {wakes:5.1f} wake-ups/s")
+                    print(f"   pid {p} {name:12s} {cpu_ms:5.2f} ms/s {wakes:5.1f} wake-ups/s")
         return sum(r[3] for r in rows), sum(r[4] for r in rows)
     finally:
         with contextlib.suppress(Exception):
@@ -63,7 +65,7 @@ def one(arm: str, settle_s: float = 12.0, window_s: float = 20.0) -> tuple[float
 def main(arms: list[str]) -> None:
     for arm in arms:
         cpu, wakes = one(arm)
-        print(f"{arm:15s} {cpu:6.1f} ms/s {wakes:6.0f} wake-ups/s  load {os.getloadavg()[0]:.2f}", flush=True)
+        print(f"{arm:15s} {cpu:6.2f} ms/s {wakes:6.0f} wake-ups/s  load {os.getloadavg()[0]:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 Theory of operation: ``bench_floor``'s ``idle_cluster_cpu_ms_per_s`` gives one number for the
 three processes; to see whether the trio thread or pysyncobj's tick thread spends it, this
 starts a cluster from the current checkout, lets it settle, and reads every thread's CPU
-(``utime + stime`` of ``/proc/<pid>/task/<tid>/stat``) and voluntary context switches before and
-after a quiet window. Prints the total and one line per thread that spent any. For an A/B, run
+(the run time in ns of ``/proc/<pid>/task/<tid>/schedstat``; ``utime + stime`` of ``stat``,
+in 10 ms clock ticks, where there is no schedstat) and voluntary context switches before and
+after a quiet window. (Clock ticks put a 0.5 ms/s step on a 20 s window: too coarse for a
+change worth 1 ms/s across three nodes.) Prints the total and one line per thread that spent any. For an A/B, run
 it with each checkout's own ``.venv/bin/python``, alternating (ABBA), with the load beside it:
 
     .venv/bin/python -m bench.idle_threads [SETTLE_S [WINDOW_S]]     (defaults 12, 20)
@@ -31,15 +33,20 @@ def thread_counters(pid: int) -> dict[str, tuple[str, float, int]]:
     for tid in os.listdir(f"/proc/{pid}/task"):
         base = f"/proc/{pid}/task/{tid}"
         try:
-            with open(f"{base}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            try:
+                with open(f"{base}/schedstat") as f:
+                    cpu_s = int(f.read().split()[0]) / 1e9
+            except OSError:
+                with open(f"{base}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                cpu_s = (int(fields[11]) + int(fields[12])) / _HZ
             with open(f"{base}/comm") as f:
                 comm = f.read().strip()
             with open(f"{base}/status") as f:
                 vol = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
         except (OSError, StopIteration):
             continue
-        out[tid] = (comm, (int(fields[11]) + int(fields[12])) / _HZ, vol)
+        out[tid] = (comm, cpu_s, vol)
     return out
 
 

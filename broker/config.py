@@ -164,6 +164,9 @@ CONTROLLER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     # what a voter seals its Raft frames with; every voter opens both (kraft/raft_cipher.py):
     # "fernet" only while voters of a version that reads nothing else are being upgraded
     "raft.frame.cipher": (_choice("aes-gcm", "fernet"), "aes-gcm"),
+    # a Raft message smaller than this goes out uncompressed (a zlib stored block, which any
+    # voter reads); larger ones are deflated as pysyncobj does. 0: deflate all (kraft/raft_zlib.py)
+    "raft.compress.min.bytes": (_int(0, 65536), 4096),
 }
 
 # broker setting -> topic config name (LogConfig.from_dict)

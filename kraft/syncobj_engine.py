@@ -71,6 +71,7 @@ from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.node import TCPNode
 from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.tcp_server import SERVER_STATE
+from rafka.kraft import raft_zlib
 from rafka.kraft.chunked_append import ChunkedAppendSyncObj
 from rafka.kraft.durable_journal import patched_create_journal
 from rafka.kraft.metadata_log import MetadataLog, decode_frames, encode_frame
@@ -149,12 +150,14 @@ class _RaftNode(ChunkedAppendSyncObj, PreVoteSyncObj):
     leader lease (kraft/prevote.py), both issue 27."""
 
     def __init__(self, engine: SyncObjQuorum, self_addr: str, others: list[str], conf: SyncObjConf,
-                 tick_until_deadline: bool = True, frame_cipher: str = "aes-gcm") -> None:
+                 tick_until_deadline: bool = True, frame_cipher: str = "aes-gcm",
+                 compress_min_bytes: int = raft_zlib.STORE_BELOW_BYTES) -> None:
         self._engine = engine
         super().__init__(self_addr, others, conf, transportClass=GuardedTransport)  # kraft/raft_guard.py
         # Every frame sealed with AES-GCM (kraft/raft_cipher.py): an incoming connection takes
         # the encryptor when it is accepted (on the tick thread, later), but the transport made
         # its outgoing connections already (addNode), so those are given the new one too.
+        raft_zlib.install(compress_min_bytes)  # small messages stored, not deflated (kraft/raft_zlib.py)
         fernet = getattr(self, "_SyncObj__encryptor", None)
         if fernet is not None:
             cipher = RaftFrameCipher(conf.password, fernet, send=frame_cipher)
@@ -244,7 +247,8 @@ class SyncObjQuorum:
         with patched_create_journal():  # main (trio) thread: the tick thread watches it
             self._node = _RaftNode(self, self_addr, others, conf, tick_until_deadline=str(
                 settings.get("raft.tick.until.deadline", True)).lower() not in ("false", "0", "no", "off"),
-                frame_cipher=str(settings.get("raft.frame.cipher", "aes-gcm")))
+                frame_cipher=str(settings.get("raft.frame.cipher", "aes-gcm")),
+                compress_min_bytes=int(settings.get("raft.compress.min.bytes", raft_zlib.STORE_BELOW_BYTES)))
         self._connect_timeout_s = float(raft["connectionTimeout"])
         self.connects_abandoned = 0
         self._node.addOnTickCallback(self._abandon_unanswered_connects)

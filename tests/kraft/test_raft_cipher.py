@@ -1,9 +1,11 @@
 """The Raft frame cipher (kraft/raft_cipher.py): what opens, what does not, and that voters
-sealing with either cipher form one quorum (a rolling upgrade from Fernet-only voters)."""
+sealing with either cipher form one quorum (a rolling upgrade from Fernet-only voters); the
+stored-block compression of small frames (kraft/raft_zlib.py)."""
 
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 from pysyncobj.encryptor import getEncryptor
 from rafka.kraft.quorum import Command
 from rafka.kraft.raft_cipher import FRAME_CIPHERS, RaftFrameCipher, RaftFrameError
+from rafka.kraft.raft_zlib import STORE_BELOW_BYTES, FrameZlib, stored
 from rafka.kraft.syncobj_engine import SyncObjQuorum
 from rafka.metadata import LeaderChange, Topic
 
@@ -112,3 +115,29 @@ async def _mixed_quorum_commits(tmp_path: Path, ciphers: list[str]) -> None:
                                      ["aes-gcm", "aes-gcm", "aes-gcm"]])
 def test_voters_sealing_with_either_cipher_form_one_quorum(tmp_path: Path, ciphers: list[str]) -> None:
     trio.run(_mixed_quorum_commits, tmp_path, ciphers)
+
+
+@settings(max_examples=200, deadline=None)
+@given(payload=st.binary(max_size=3 * STORE_BELOW_BYTES))
+def test_frame_zlib_round_trips_through_plain_zlib(payload: bytes) -> None:
+    """What any voter's ``zlib.decompress`` reads back (an older rafka's, or pysyncobj's own)."""
+    out = FrameZlib.compress(payload, 3)
+    assert zlib.decompress(out) == payload
+    if len(payload) < STORE_BELOW_BYTES:
+        assert out == stored(payload) and len(out) == len(payload) + 11
+    else:
+        assert out == zlib.compress(payload, 3)
+
+
+async def test_the_transport_uses_frame_zlib_and_its_threshold(tmp_path: Path) -> None:
+    import pysyncobj.tcp_connection
+
+    voters = [(1, ("127.0.0.1", free_ports(1)[0]))]
+    try:
+        for setting, store_below in (({"raft.compress.min.bytes": "0"}, 0), ({}, STORE_BELOW_BYTES)):
+            q = SyncObjQuorum(1, voters, tmp_path / str(store_below), None, setting)
+            q._node.destroy()
+            assert pysyncobj.tcp_connection.zlib is FrameZlib
+            assert FrameZlib.store_below == store_below
+    finally:
+        FrameZlib.store_below = STORE_BELOW_BYTES
