@@ -16,7 +16,8 @@ broker modules) and measures, each in a process of its own (``bench/floor_peers.
 * ``thread_hop_cpu_us``, ``channel_hop_cpu_us``, ``checkpoint_cpu_us`` — ``trio.to_thread``
   round trip, one memory-channel hand-off, one checkpoint (CPU of all threads);
 * ``idle_cluster_cpu_ms_per_s`` — a 3-node ``cluster up`` with no client, after it settled: CPU
-  of the three node processes per wall second, with ``wakeups_per_s`` (voluntary context
+  of the three node processes per wall second (each thread's ``schedstat`` run time,
+  ``bench/idle_threads.py``), with ``wakeups_per_s`` (voluntary context
   switches of all their threads: each is a blocking wait that returned) beside it. Issue 26's
   target is ≤ 20 ms/s.
 
@@ -38,7 +39,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.broker_cpu import cpu_seconds, voluntary_switches
+from bench.broker_cpu import cpu_seconds
+from bench.idle_threads import thread_rates
 from rafka.cluster import cluster_down, cluster_up, free_port_block
 
 ECHO_MESSAGES = 20_000
@@ -96,11 +98,9 @@ def _idle_cluster() -> tuple[float, float]:
         state = cluster_up(data, 3, "127.0.0.1", free_port_block(3), echo=lambda _m: None)
         pids = [n.pid for n in state["nodes"] if n.pid]
         time.sleep(IDLE_SETTLE_S)
-        c0, w0, t0 = sum(map(cpu_seconds, pids)), sum(map(voluntary_switches, pids)), time.perf_counter()
-        time.sleep(IDLE_S)
-        c1, w1 = sum(map(cpu_seconds, pids)), sum(map(voluntary_switches, pids))
-        took = time.perf_counter() - t0
-        return (c1 - c0) / took * 1e3, (w1 - w0) / took
+        # per thread, from schedstat (ns): /proc's clock ticks are 1 ms/s steps over 10 s
+        rows = thread_rates(pids, IDLE_S)
+        return sum(r[3] for r in rows), sum(r[4] for r in rows)
     finally:
         with contextlib.suppress(Exception):
             cluster_down(data)
