@@ -27,19 +27,25 @@ from rafka.cluster import cluster_down, cluster_up, free_port_block
 _HZ = os.sysconf("SC_CLK_TCK")
 
 
+def _thread_cpu_s(base: str) -> float:
+    """CPU seconds of the thread at ``base`` (``/proc/<pid>/task/<tid>``): schedstat's ns run
+    time, else stat's utime + stime in clock ticks."""
+    try:
+        with open(f"{base}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except OSError:
+        with open(f"{base}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _HZ
+
+
 def thread_counters(pid: int) -> dict[str, tuple[str, float, int]]:
     """tid -> (thread name, CPU seconds, voluntary context switches)."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         base = f"/proc/{pid}/task/{tid}"
         try:
-            try:
-                with open(f"{base}/schedstat") as f:
-                    cpu_s = int(f.read().split()[0]) / 1e9
-            except OSError:
-                with open(f"{base}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                cpu_s = (int(fields[11]) + int(fields[12])) / _HZ
+            cpu_s = _thread_cpu_s(base)
             with open(f"{base}/comm") as f:
                 comm = f.read().strip()
             with open(f"{base}/status") as f:

@@ -6,10 +6,10 @@ pysyncobj seals every Raft message with the cluster secret: it pickles and zlib-
 message, then calls its encryptor's ``encrypt_at_time``; a receiver calls
 ``extract_timestamp`` (and drops the connection unless the value is at least the previous
 frame's on that connection), then ``decrypt``, and unpickles only what decrypted. The library's
-encryptor is ``cryptography``'s Fernet (AES-128-CBC + HMAC-SHA256, base64 text). Touched cold,
-once per heartbeat after the tick thread slept, Fernet costs ~100 µs to seal and ~130 µs to
-open a 300-byte message — about half of what an idle voter spends per heartbeat
-(docs/performance.md, "what an idle cluster's CPU really is"). ``RaftFrameCipher`` keeps the
+encryptor is ``cryptography``'s Fernet (AES-128-CBC + HMAC-SHA256, base64 text): ~80 µs of a
+voter's CPU per message more than AES-GCM as an idle cluster meets it, once per heartbeat after
+the tick thread slept (~3 ms/s of an idle 3-node cluster's ~35; docs/performance.md, "Raft
+frames sealed with AES-GCM"). ``RaftFrameCipher`` keeps the
 interface and the guarantees (only holders of the secret can read a frame or make one that
 opens) and seals with AES-256-GCM, one AEAD call a side, binary, no base64.
 
@@ -81,6 +81,13 @@ def _sender_key(master: bytes, salt: bytes) -> AESGCM:
     return AESGCM(hkdf.derive(master))
 
 
+def _aead_header(token: bytes) -> bytes:
+    """The header of an AES-GCM frame; a frame too short for a header and a tag is refused."""
+    if len(token) < _HEADER.size + 16:
+        raise RaftFrameError(f"a Raft frame of {len(token)} bytes is shorter than its header and tag")
+    return token[: _HEADER.size]
+
+
 class RaftFrameCipher:
     """pysyncobj's encryptor interface (``encrypt_at_time``, ``extract_timestamp``,
     ``decrypt``) over AES-256-GCM frames; Fernet frames are opened too (see the module text)."""
@@ -97,7 +104,7 @@ class RaftFrameCipher:
         self._seal = _sender_key(self._master, self._salt)
         self._counter = itertools.count(1)  # next() is atomic under the GIL
         self._openers: OrderedDict[bytes, AESGCM] = OrderedDict()  # sender salt -> its key
-        self.opened = {"aes-gcm": 0, "fernet": 0}  # frames opened, by cipher (tests, A/B arms)
+        self.opened = {"aes-gcm": 0, "fernet": 0}  # frames opened, by cipher (metrics, tests)
 
     # -- sending --------------------------------------------------------------------------
 
@@ -113,9 +120,7 @@ class RaftFrameCipher:
         """The frame's counter (a Fernet frame: its time); pysyncobj refuses it going back."""
         if token[:1] != b"\x01":
             return self._fernet.extract_timestamp(token)
-        if len(token) < _HEADER.size + 16:
-            raise RaftFrameError(f"a Raft frame of {len(token)} bytes is shorter than its header and tag")
-        return int(_HEADER.unpack_from(token)[2])
+        return int(_HEADER.unpack(_aead_header(token))[2])
 
     def decrypt(self, token: bytes) -> bytes:
         if token[:1] != b"\x01":
@@ -125,9 +130,7 @@ class RaftFrameCipher:
                 raise RaftFrameError("a Fernet Raft frame did not open with the cluster secret") from None
             self.opened["fernet"] += 1
             return plain
-        if len(token) < _HEADER.size + 16:
-            raise RaftFrameError(f"a Raft frame of {len(token)} bytes is shorter than its header and tag")
-        header = token[: _HEADER.size]
+        header = _aead_header(token)
         salt = header[1:17]
         opener = self._openers.get(salt)
         if opener is None:

@@ -154,10 +154,10 @@ class _RaftNode(ChunkedAppendSyncObj, PreVoteSyncObj):
                  compress_min_bytes: int = raft_zlib.STORE_BELOW_BYTES) -> None:
         self._engine = engine
         super().__init__(self_addr, others, conf, transportClass=GuardedTransport)  # kraft/raft_guard.py
+        raft_zlib.install(compress_min_bytes)  # small messages stored, not deflated (kraft/raft_zlib.py)
         # Every frame sealed with AES-GCM (kraft/raft_cipher.py): an incoming connection takes
         # the encryptor when it is accepted (on the tick thread, later), but the transport made
         # its outgoing connections already (addNode), so those are given the new one too.
-        raft_zlib.install(compress_min_bytes)  # small messages stored, not deflated (kraft/raft_zlib.py)
         fernet = getattr(self, "_SyncObj__encryptor", None)
         if fernet is not None:
             cipher = RaftFrameCipher(conf.password, fernet, send=frame_cipher)
