@@ -32,6 +32,7 @@ from rafka.broker.metadata_listener import MetadataPublisher
 from rafka.wire.connection import backoff_ms
 from rafka.wire.errors import ErrorCode, RafkaError
 from rafka.wire.protocol import ApiKey
+from rafka.wire.wakeups import grid_deadline
 
 __all__ = ["BrokerLifecycle"]
 
@@ -72,8 +73,12 @@ class BrokerLifecycle:
             else:
                 ok = await self._heartbeat()
             attempt = 0 if ok else attempt + 1
-            delay = self.interval_s if ok else backoff_ms(attempt, 50, 1000) / 1000
-            with trio.move_on_after(delay):
+            # after a success, the next beat is at the next multiple of the interval on the
+            # trio clock (wire/wakeups.py: it shares the wake-up of the node's other periodic
+            # loops); one that started on that grid thus keeps the exact interval
+            deadline = (grid_deadline(self.interval_s) if ok
+                        else trio.current_time() + backoff_ms(attempt, 50, 1000) / 1000)
+            with trio.move_on_at(deadline):
                 if registered_now:
                     # the controller unfences us on the first heartbeat whose offset reaches our
                     # registration record: send it as soon as our image holds that record, not a

@@ -120,6 +120,7 @@ from rafka.metadata.delta import LocalChanges
 from rafka.metadata.image import MetadataImage, PartitionRegistration, TopicPartition
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
 from rafka.wire.protocol import ApiKey
+from rafka.wire.wakeups import grid_deadline, sleep_on_grid
 
 __all__ = ["ReplicaManager", "partition_dir_name", "run_in_worker_thread"]
 
@@ -518,7 +519,7 @@ class ReplicaManager:
         period = self.settings.get("replica.lag.time.max.ms", 30_000) / 2000
         async with trio.open_nursery() as nursery:
             while True:
-                with trio.move_on_after(period):
+                with trio.move_on_at(grid_deadline(period)):
                     await self._isr_poke.wait()
                 self._isr_poke = trio.Event()
                 if self.channel is None:
@@ -616,7 +617,7 @@ class ReplicaManager:
     async def _hw_checkpoint_loop(self) -> None:
         interval = self.settings.get("replica.high.watermark.checkpoint.interval.ms", 1000) / 1000
         while True:
-            await trio.sleep(interval)
+            await sleep_on_grid(interval)
             await self.checkpoint_high_watermarks()
 
     async def checkpoint_high_watermarks(self) -> None:
@@ -637,7 +638,7 @@ class ReplicaManager:
     async def _retention_loop(self) -> None:
         interval = self.settings.get("log.retention.check.interval.ms", 300_000) / 1000
         while True:
-            await trio.sleep(interval)
+            await sleep_on_grid(interval)
             for p in list(self.partitions.values()):
                 if p.deleted:
                     continue
@@ -650,7 +651,7 @@ class ReplicaManager:
     async def _cleaner_loop(self) -> None:
         interval = self.settings.get("log.cleaner.backoff.ms", 15_000) / 1000
         while True:
-            await trio.sleep(interval)
+            await sleep_on_grid(interval)
             for p in list(self.partitions.values()):
                 if p.deleted or not p.log.config.compact:
                     continue

@@ -101,6 +101,7 @@ from rafka.kraft.quorum import Command, MetadataQuorum, OffsetOutOfRange, Propos
 from rafka.metadata import LeaderChange, MetadataImage
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
 from rafka.wire.protocol import ApiKey
+from rafka.wire.wakeups import sleep_on_grid
 
 __all__ = ["ADMIN_MODULES", "ControllerService", "VoterSpec", "parse_voters"]
 
@@ -364,7 +365,7 @@ class ControllerService:
             if self._active is None:  # a standby controller has no periodic work: park
                 await self._active_changed.wait()
                 continue
-            await trio.sleep(period_s)
+            await sleep_on_grid(period_s)  # the node's 0.5 s / 1 s loops wake at these instants too
             if self._active is None:
                 continue
             # bounded like every decision (``_guard``): a proposal the quorum does not commit

@@ -92,6 +92,7 @@ from rafka.kraft.tick_wait import DeadlinePoller
 from rafka.kraft.voters import StaleIncarnationError, VoterRegistry
 from rafka.metadata import MetadataImage
 from rafka.wire.errors import ErrorCode, RafkaError, error_for
+from rafka.wire.wakeups import sleep_on_grid
 
 __all__ = ["QuorumConfigError", "SyncObjQuorum", "check_cluster_secret", "raft_conf_from_settings"]
 
@@ -387,7 +388,7 @@ class SyncObjQuorum:
         (docs/chaos-results.md, seed 9: a 271 s election stall whose cause the logs could not
         show; issue 27: a voter whose Raft port was taken sat out silently.)"""
         while True:
-            await trio.sleep(0.5)
+            await sleep_on_grid(0.5)  # shares the node's other 0.5 s / 1 s wake-ups
             for level, msg in self.watchdog.observe(self._raft_sample(), trio.current_time()):
                 log.log(level, "node %s term %s: %s", self.node_id, self.epoch(), msg)
 
@@ -525,7 +526,7 @@ class SyncObjQuorum:
         while True:
             entry = self.registry.entries.get(self.node_id)
             if entry is not None and entry.directory_id == self.directory_id:
-                await trio.sleep(1.0)
+                await sleep_on_grid(1.0)
                 continue
             if self.is_ready() and self.leader_id() is not None:
                 me = self._node.selfNode.address

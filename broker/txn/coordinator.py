@@ -72,6 +72,7 @@ from rafka.broker.txn.state import EndStep, TxnMetadata, TxnState
 from rafka.log.batch import decode_records, iter_batches
 from rafka.wire.errors import ErrorCode, Handler, RafkaError, answer_errors, error_for
 from rafka.wire.protocol import ApiKey
+from rafka.wire.wakeups import sleep_on_grid
 
 __all__ = [
     "TXN_STATE_PARTITIONS",
@@ -209,7 +210,7 @@ class TxnCoordinator:
                         await self.tick()
                     except Exception:  # the broker stays up; the next tick tries again
                         log.exception("transaction coordinator tick failed")
-                    await trio.sleep(self.check_interval_ms / 1000)
+                    await sleep_on_grid(self.check_interval_ms / 1000)
             finally:
                 self._nursery = None
 
