@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 ``BrokerLifecycle.run`` registers with the active controller (``BROKER_REGISTRATION`` with a
 fresh incarnation id; the answer's ``broker_epoch`` is the offset of the registration record)
-and then heartbeats every ``broker.heartbeat.interval.ms``, reporting the offset of its
-metadata image. The controller unfences the broker once that offset has reached its
+and then heartbeats every ``broker.heartbeat.interval.ms`` (at multiples of it on the trio
+clock, so the beat shares its wake-up with the node's other periodic loops: wire/wakeups.py),
+reporting the offset of its metadata image. The controller unfences the broker once that offset has reached its
 registration (it has seen its own registration, so it knows every partition assigned before
 it). The first heartbeat after a registration goes as soon as the image holds the
 registration record (bounded by the interval), not an interval later: a restarted broker is
