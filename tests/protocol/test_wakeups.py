@@ -9,7 +9,6 @@ import trio
 import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
-
 from rafka.wire.wakeups import next_grid_time, sleep_on_grid
 
 PERIODS = st.sampled_from([0.02, 0.1, 0.25, 0.3, 0.5, 0.7, 1.0, 15.0, 300.0])
