@@ -85,6 +85,17 @@ def _echo_cpu_us(role: str, n: int, window: int) -> float:
         return (cpu_seconds(pid) - c0) / n * 1e6
 
 
+def loopback_rtt_us(n: int = 2000) -> tuple[float, float]:
+    """(p50, p99) µs of a 100-byte round trip over loopback between two processes (a
+    blocking-socket echo server and a client sending one frame at a time): the network part of
+    any latency measured on this machine, to set beside it (issue 26's end-to-end figures)."""
+    with _server("raw-echo") as (_pid, port):
+        out = subprocess.run([sys.executable, "-m", "bench.floor_peers", "rtt", str(port), str(n),
+                              str(ECHO_SIZE)], check=True, capture_output=True, text=True).stdout
+    got = json.loads(out)
+    return float(got["p50_us"]), float(got["p99_us"])
+
+
 def _hops() -> dict[str, float]:
     out = subprocess.run([sys.executable, "-m", "bench.floor_peers", "hops", str(HOPS)],
                          check=True, capture_output=True, text=True).stdout

@@ -7,9 +7,12 @@ Figures (medians of ``runs`` unless said otherwise):
   topic of 3 partitions whose leaders sit on the 3 brokers, min.insync.replicas=2.
 * ``produce_latency_p50/p99``: send → acknowledged, at a fixed 2,000 records/s, linger 0.
 * ``e2e_latency_p50/p99``: send → seen by a consumer (another process), at 10,000 records/s,
-  with the producer's default ``linger_ms`` (5 ms, as Kafka 4.0's); ``e2e_latency_linger1_*``:
-  the same with ``linger_ms=1``. ``cpu_steal_pct`` says how much CPU the hypervisor took from
-  this VM during each of those runs.
+  with the producer's default ``linger_ms`` (5 ms, as Kafka 4.0's); ``e2e_latency_linger1_*`` /
+  ``e2e_latency_linger0_*``: the same with ``linger_ms`` 1 and 0 (issue 26's target is set at
+  linger 0). ``cpu_steal_pct`` says how much CPU the hypervisor took from this VM during each of
+  those runs. ``loopback_rtt_p50_us`` / ``p99``: a 100-byte round trip between two processes
+  over loopback (``bench/bench_floor.py``), measured right before each run's end-to-end
+  figures, so the machine's own network latency of that moment stands beside them.
 * ``broker_cpu_us_per_produce``: CPU (user + system, all three node processes, their idle rate
   subtracted: ``bench/broker_cpu.py``) per single-record ``acks=all`` produce request, one
   request at a time (``CPU_REQUESTS`` of them, linger 0), with ``ratio_of`` issue 13's target
@@ -51,6 +54,7 @@ from typing import Any
 
 from rafka.client import Admin, Consumer, Producer, TopicPartition
 
+from bench.bench_floor import loopback_rtt_us
 from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
 from bench.pacing import send_latencies_ms
 from rafka.cluster import cluster_down, cluster_up, free_port_block, is_running
@@ -332,6 +336,10 @@ def _pct(values: list[float], q: float) -> float:
 
 def run(runs: int = 3) -> dict[str, Any]:
     prod, p50, p99, e50, e99, l50, l99, steal = [], [], [], [], [], [], [], []
+    z50: list[float] = []
+    z99: list[float] = []
+    rtt50: list[float] = []
+    rtt99: list[float] = []
     cpu: list[dict[str, Any]] = []
     cpu_conc: list[dict[str, Any]] = []
     fetch_cpu: list[dict[str, Any]] = []
@@ -352,6 +360,9 @@ def run(runs: int = 3) -> dict[str, Any]:
             lat = _produce_latencies_ms(bootstrap, "lat")
             p50.append(_pct(lat, 0.5))
             p99.append(_pct(lat, 0.99))
+            rtt = loopback_rtt_us()  # the machine's own round trip, beside the e2e figures
+            rtt50.append(rtt[0])
+            rtt99.append(rtt[1])
             s0, t0 = _cpu_steal()
             e2e = _e2e_latencies_ms(bootstrap, "e2e")
             s1, t1 = _cpu_steal()
@@ -361,6 +372,9 @@ def run(runs: int = 3) -> dict[str, Any]:
             e2e = _e2e_latencies_ms(bootstrap, "e2e", linger_ms=1)
             l50.append(_pct(e2e, 0.5))
             l99.append(_pct(e2e, 0.99))
+            e2e = _e2e_latencies_ms(bootstrap, "e2e", linger_ms=0)
+            z50.append(_pct(e2e, 0.5))
+            z99.append(_pct(e2e, 0.99))
     with _cluster(broker_config={"broker.heartbeat.interval.ms": str(HEARTBEAT_MS)},
                   controller_config={"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)}) as st:
         _create(st["bootstrap"], "avail", 1)
@@ -397,8 +411,16 @@ def run(runs: int = 3) -> dict[str, Any]:
                                 cpu_steal_pct=steal, **common),
         "e2e_latency_p99": _fig(e99, "ms", rate=f"{E2E_RATE} rec/s", linger_ms=E2E_LINGER_MS,
                                 cpu_steal_pct=steal, **common),
+        "loopback_rtt_p50_us": _fig(rtt50, "µs", size_bytes=100,
+                                    note="a blocking-socket echo between two processes, measured"
+                                         " right before each end-to-end run"),
+        "loopback_rtt_p99_us": _fig(rtt99, "µs", size_bytes=100),
         "e2e_latency_linger1_p50": _fig(l50, "ms", rate=f"{E2E_RATE} rec/s", linger_ms=1, **common),
         "e2e_latency_linger1_p99": _fig(l99, "ms", rate=f"{E2E_RATE} rec/s", linger_ms=1, **common),
+        "e2e_latency_linger0_p50": _fig(z50, "ms", rate=f"{E2E_RATE} rec/s", linger_ms=0,
+                                        target="<= 3 ms (issue 26)", **common),
+        "e2e_latency_linger0_p99": _fig(z99, "ms", rate=f"{E2E_RATE} rec/s", linger_ms=0,
+                                        target="<= 10 ms (issue 26)", **common),
         "unavailability": _fig(unavail, "s", trials=len(unavail),
                                session_timeout_ms=SESSION_TIMEOUT_MS,
                                heartbeat_interval_ms=HEARTBEAT_MS, **common),

@@ -34,6 +34,14 @@ Figures (medians of ``runs``; one fresh cluster for the whole module):
   ``client_window_cpu_ms_per_txn_100_c<N>`` only their CPU from the common start to the last
   producer's end. The producers' processes share the machine's cores with the brokers: on a
   2-core box the CPU per transaction is the load-independent reading.
+* ``idempotent_concurrent_records_per_s_100_c16``: issue 26's reference for the 16-producer
+  row — the same 16 ``AsyncProducer``s in the same processes writing the same records, but
+  idempotent without transactions (``acks=all``, a flush ends each round of 100 records where a
+  commit ended each transaction), run right beside the transactional row in alternating order;
+  ``txn_to_idempotent_ratio_100_c16`` is the median of the per-run ratios (target >= 0.5), with
+  the idempotent rounds' ``broker_cpu_ms_per_round_100_idempotent_c16`` (and its requests per
+  round) to set beside ``broker_cpu_ms_per_txn_100_c16``: the difference is what a transaction
+  adds, message by message.
 * ``read_committed_offsets_per_s`` / ``read_uncommitted_offsets_per_s``: one consumer reads the
   whole topic (the records above, then ``ABORTED_SHARE`` as many as the transactional ones in
   aborted 100-record transactions, flushed before the abort so they are in the log) from the
@@ -67,6 +75,9 @@ SECONDS = 3.0
 ABORTED_SHARE = 0.1
 LINGER_MS = 5
 CONCURRENCY = (4, 16, 64)
+# issue 26: transactions at >= 0.5x the same producers writing the same records idempotently
+# without transactions; measured at this concurrency, right beside the transactional row
+IDEMPOTENT_REFERENCE = (16,)
 PROCESSES = 4
 READ_ROUNDS = 5
 TARGET_RECORDS_PER_S = 100_000
@@ -99,26 +110,32 @@ def _transactions(bootstrap: str, size: int, run: int) -> tuple[float, list[floa
 
 
 async def _producers(bootstrap: str, tids: list[str], size: int, start_at: float,
-                     out: dict[str, Any]) -> None:
+                     out: dict[str, Any], idempotent: bool = False) -> None:
     """``len(tids)`` AsyncProducers in this process: init, wait for the common start, then
-    transactions of ``size`` records for SECONDS s each; adds records and commit latencies."""
+    transactions of ``size`` records for SECONDS s each; adds records and commit latencies.
+    ``idempotent``: the same producers without transactions — idempotent, ``acks=all``, each
+    round of ``size`` records ended by a flush (its latency in place of the commit's): issue
+    26's reference for the transactional rows (the same records, the same pacing)."""
     import trio
     from rafka.client.aio import AsyncProducer
 
     async def one(tid: str) -> None:
-        async with AsyncProducer(bootstrap_servers=bootstrap, transactional_id=tid,
-                                 linger_ms=LINGER_MS) as p:
-            await p.init_transactions()
+        conf: dict[str, Any] = ({"enable_idempotence": True, "acks": "all"} if idempotent
+                                else {"transactional_id": tid})
+        async with AsyncProducer(bootstrap_servers=bootstrap, linger_ms=LINGER_MS, **conf) as p:
+            if not idempotent:
+                await p.init_transactions()
             await trio.sleep(max(0.0, start_at - time.time()))
             if out["cpu_start_s"] is None:  # the window's CPU: start-up and init left out
                 out["cpu_start_s"] = time.process_time()
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < SECONDS:
-                await p.begin_transaction()
+                if not idempotent:
+                    await p.begin_transaction()
                 for i in range(size):
                     await p.send(TOPIC, value=VALUE, partition=i % PARTITIONS)
                 t1 = time.perf_counter()
-                await p.commit_transaction()
+                await (p.flush() if idempotent else p.commit_transaction())
                 out["latencies_ms"].append((time.perf_counter() - t1) * 1000)
                 out["records"] += size
             out["seconds"] = max(out["seconds"], time.perf_counter() - t0)
@@ -129,7 +146,8 @@ async def _producers(bootstrap: str, tids: list[str], size: int, start_at: float
             nursery.start_soon(one, tid)
 
 
-def _worker(bootstrap: str, prefix: str, count: int, size: int, start_at: float) -> None:
+def _worker(bootstrap: str, prefix: str, count: int, size: int, start_at: float,
+            idempotent: bool = False) -> None:
     """One process of the concurrent rows: prints {records, seconds, latencies_ms} as JSON."""
     import json
 
@@ -137,15 +155,17 @@ def _worker(bootstrap: str, prefix: str, count: int, size: int, start_at: float)
 
     out: dict[str, Any] = {"records": 0, "seconds": 0.0, "latencies_ms": [],
                            "cpu_start_s": None, "cpu_end_s": 0.0}
-    trio.run(_producers, bootstrap, [f"{prefix}-{i}" for i in range(count)], size, start_at, out)
+    trio.run(_producers, bootstrap, [f"{prefix}-{i}" for i in range(count)], size, start_at, out,
+             idempotent)
     out["cpu_s"] = time.process_time()  # the whole process (init included): an upper bound
     print(json.dumps(out), flush=True)
 
 
 def _concurrent(bootstrap: str, meter: CpuMeter, producers: int, size: int,
-                run: int) -> tuple[float, list[float], dict[str, Any]]:
+                run: int, idempotent: bool = False) -> tuple[float, list[float], dict[str, Any]]:
     """(records/s, commit latencies, broker CPU per transaction) of ``producers`` concurrent
-    transactional AsyncProducers spread over PROCESSES processes."""
+    transactional AsyncProducers spread over PROCESSES processes (``idempotent``: the same
+    producers without transactions, a flush per ``size`` records; see ``_producers``)."""
     import json
 
     start_at = time.time() + 4.0 + 0.05 * producers  # every producer has initialised by then
@@ -154,7 +174,8 @@ def _concurrent(bootstrap: str, meter: CpuMeter, producers: int, size: int,
         count = producers // PROCESSES + (1 if k < producers % PROCESSES else 0)
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "bench.bench_txn", "--worker", bootstrap,
-             f"bench-c{producers}-{run}-{k}", str(count), str(size), str(start_at)],
+             f"bench-c{producers}-{run}-{k}", str(count), str(size), str(start_at),
+             *(["--idempotent"] if idempotent else [])],
             stdout=subprocess.PIPE, text=True))
     time.sleep(max(0.0, start_at - time.time()))
     meter.start()
@@ -237,6 +258,9 @@ def run(runs: int = 3) -> dict[str, Any]:
     conc: dict[int, list[float]] = {c: [] for c in CONCURRENCY}
     conc_lat: dict[int, list[tuple[float, float]]] = {c: [] for c in CONCURRENCY}
     conc_cpu: dict[int, list[dict[str, Any]]] = {c: [] for c in CONCURRENCY}
+    idem: dict[int, list[float]] = {c: [] for c in IDEMPOTENT_REFERENCE}
+    idem_lat: dict[int, list[float]] = {c: [] for c in IDEMPOTENT_REFERENCE}
+    idem_cpu: dict[int, list[dict[str, Any]]] = {c: [] for c in IDEMPOTENT_REFERENCE}
     rc: list[float] = []
     ru: list[float] = []
     cpu: dict[str, list[float]] = {"read_committed": [], "read_uncommitted": []}
@@ -256,10 +280,20 @@ def run(runs: int = 3) -> dict[str, Any]:
                 p99[size].append(_pct(lat, 0.99))
             plain.append(_plain(bootstrap))
             for c in CONCURRENCY:
-                rate, lat, used = _concurrent(bootstrap, meter, c, 100, r)
-                conc[c].append(rate)
-                conc_lat[c].append((_pct(lat, 0.5), _pct(lat, 0.99)))
-                conc_cpu[c].append(used)
+                # the idempotent reference beside its transactional row, in both orders
+                # across runs (ABBA), so both see the same moment of a shared machine
+                ref = c in IDEMPOTENT_REFERENCE
+                for kind in ((["idem"] if ref else []) + ["txn"])[::1 if r % 2 else -1]:
+                    rate, lat, used = _concurrent(bootstrap, meter, c, 100, r,
+                                                  idempotent=kind == "idem")
+                    if kind == "idem":
+                        idem[c].append(rate)
+                        idem_lat[c].append(_pct(lat, 0.99))
+                        idem_cpu[c].append(used)
+                        continue
+                    conc[c].append(rate)
+                    conc_lat[c].append((_pct(lat, 0.5), _pct(lat, 0.99)))
+                    conc_cpu[c].append(used)
         committed = sum(r * SECONDS for v in [*rates.values(), *conc.values()] for r in v)
         _aborted(bootstrap, int(committed * ABORTED_SHARE))
         for i in range(max(READ_ROUNDS, runs)):
@@ -297,6 +331,18 @@ def run(runs: int = 3) -> dict[str, Any]:
             note="the producers' processes from the common start to the last commit only")
         figs[f"commit_p50_ms_100_c{c}"] = _fig([p for p, _ in conc_lat[c]], "ms")
         figs[f"commit_p99_ms_100_c{c}"] = _fig([q for _, q in conc_lat[c]], "ms")
+    for c in IDEMPOTENT_REFERENCE:
+        figs[f"idempotent_concurrent_records_per_s_100_c{c}"] = _fig(
+            idem[c], "records/s", producers=c, processes=min(PROCESSES, c),
+            note="the transactional row's producers without transactions: idempotent, acks=all,"
+                 " a flush per 100 records")
+        figs[f"broker_cpu_ms_per_round_100_idempotent_c{c}"] = _fig(
+            [u["cpu_us"] / 1000 for u in idem_cpu[c]], "ms",
+            requests=[u["requests"] for u in idem_cpu[c]])
+        figs[f"flush_p99_ms_100_idempotent_c{c}"] = _fig(idem_lat[c], "ms")
+        # issue 26's target (>= 0.5): each run's pair ran back to back; the median of the pairs
+        figs[f"txn_to_idempotent_ratio_100_c{c}"] = _fig(
+            [t / i for t, i in zip(conc[c], idem[c], strict=True)], "x", target=0.5)
     figs["read_uncommitted_offsets_per_s"] = _fig(
         ru, "offsets/s", delivered=delivered["read_uncommitted"])
     figs["read_committed_offsets_per_s"] = _fig(
@@ -311,6 +357,7 @@ if __name__ == "__main__":
     import json
 
     if sys.argv[1:2] == ["--worker"]:
-        _worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
+        _worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]),
+                idempotent="--idempotent" in sys.argv[7:])
         sys.exit(0)
     print(json.dumps(run(int(sys.argv[1]) if len(sys.argv) > 1 else 3), indent=1))

@@ -9,6 +9,8 @@ own, so ``/proc/<pid>/stat`` of that process is exactly the CPU the role spent:
   each);
 * ``client PORT N WINDOW SIZE``: sends ``N`` frames of ``SIZE`` bytes with at most ``WINDOW``
   unanswered, reads every answer, prints the seconds it took;
+* ``rtt PORT N SIZE``: ``N`` round trips of one ``SIZE``-byte frame at a time, each timed; prints
+  the p50 and p99 in µs as JSON — the loopback round trip set beside end-to-end latencies;
 * ``hops N``: in one trio process, ``N`` of each of ``trio.to_thread.run_sync`` (a thread hop),
   a memory-channel round trip between two tasks (two hand-offs) and ``trio.lowlevel.checkpoint``;
   prints the CPU microseconds (``time.process_time``, all threads) per operation as JSON.
@@ -95,6 +97,22 @@ def client(port: int, n: int, window: int, size: int) -> None:
     print(time.perf_counter() - t0, flush=True)
 
 
+def rtt(port: int, n: int, size: int) -> None:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    frame = _LEN.pack(size) + b"x" * size
+    took: list[float] = []
+    buf = bytearray()
+    for _ in range(n):
+        t0 = time.perf_counter()
+        s.sendall(frame)
+        while not _cut(buf):
+            buf += s.recv(65536)
+        took.append((time.perf_counter() - t0) * 1e6)
+    took.sort()
+    print(json.dumps({"p50_us": took[n // 2], "p99_us": took[min(n - 1, n * 99 // 100)]}), flush=True)
+
+
 def hops(n: int) -> None:
     async def main() -> dict[str, float]:
         out: dict[str, float] = {}
@@ -137,6 +155,8 @@ if __name__ == "__main__":
         raw_echo(int(args[0]))
     elif role == "client":
         client(*(int(a) for a in args))
+    elif role == "rtt":
+        rtt(*(int(a) for a in args))
     elif role == "hops":
         hops(int(args[0]))
     else:
