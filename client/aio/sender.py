@@ -525,10 +525,16 @@ class Sender:
 # while a batch waits out a longer retry backoff, refresh the metadata this often (seconds)
 _BACKOFF_REFRESH_S = 0.1
 
-# answers that mean the leader validated the batch and appended nothing
+# answers that mean the leader validated the batch and appended nothing. NOT_ENOUGH_REPLICAS
+# is the up-front min-ISR refusal (broker/replication/state.py ``check_produce``; an append
+# that loses its ISR afterwards answers NOT_ENOUGH_REPLICAS_AFTER_APPEND instead): without it
+# here, a batch failing for good with it (``retries=0``, or out of retries while the ISR was
+# short) left a sequence gap, and every later batch of the partition was refused for good
+# (UNKNOWN_PRODUCER_ID / OUT_OF_ORDER_SEQUENCE_NUMBER; chaos queue seeds 3 and 5, session 21).
+# Not NOT_LEADER_OR_FOLLOWER or a timeout: those can follow an append.
 _NOT_APPENDED = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.CORRUPT_MESSAGE,
                            ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_RECORD,
-                           ErrorCode.INVALID_TIMESTAMP})
+                           ErrorCode.INVALID_TIMESTAMP, ErrorCode.NOT_ENOUGH_REPLICAS})
 
 
 _TOO_LARGE_RE = re.compile(r"batch of (\d+) bytes exceeds max\.message\.bytes=(\d+)")

@@ -196,3 +196,45 @@ async def test_async_producer_splits_pipelined_batches(bootstrap: str, topic_nam
         assert p.statistics()["batches_split"] > 0
         assert p.statistics()["buffer_used_bytes"] == 0
     assert [m.offset for m in metas] == list(range(1000))
+
+
+def test_a_send_refused_under_min_isr_leaves_no_sequence_gap(bootstrap: str, make_topic) -> None:  # type: ignore[no-untyped-def]
+    """NOT_ENOUGH_REPLICAS is answered before anything is appended (broker/replication/state.py,
+    ``check_produce``). A batch that fails for good with it — ``retries=0`` here, as in the chaos
+    queue workload — must give its sequences back, or the partition's next batch of this
+    idempotent producer leaves a gap the broker refuses for good (UNKNOWN_PRODUCER_ID for a
+    partition the producer never wrote, OUT_OF_ORDER_SEQUENCE_NUMBER after that): chaos queue
+    seeds 3 and 5 at node code 29d54827d6ea, where producers failed every send for ~80 s."""
+    from rafka.client import Admin
+
+    topic = make_topic(1, {"min.insync.replicas": "2"})  # one replica: acks=all is refused
+    with Producer(bootstrap, acks="all", enable_idempotence=True, retries=0, linger_ms=0) as p:
+        for _ in range(2):  # its first sequences, and again once the partition has its state
+            with pytest.raises(errors.RafkaError) as ei:
+                p.send(topic, value=b"refused", partition=0).result(30)
+            assert ei.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+            with Admin(bootstrap) as admin:
+                admin.alter_configs(topic, {"min.insync.replicas": "1"})
+            deadline = time.monotonic() + 30
+            while True:  # the leader applies the new config from the metadata log
+                try:
+                    meta = p.send(topic, value=b"accepted", partition=0).result(30)
+                    break
+                except errors.RafkaError as exc:
+                    assert exc.code == ErrorCode.NOT_ENOUGH_REPLICAS, exc  # not a sequence gap
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            with Admin(bootstrap) as admin:
+                admin.alter_configs(topic, {"min.insync.replicas": "2"})
+            deadline = time.monotonic() + 30
+            while True:  # wait until the leader refuses again before the next round
+                try:
+                    p.send(topic, value=b"accepted", partition=0).result(30)
+                except errors.RafkaError as exc:
+                    assert exc.code == ErrorCode.NOT_ENOUGH_REPLICAS, exc
+                    break
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert meta.offset >= 0
+    values = [v for _o, v in _offsets(bootstrap, topic, 1)]
+    assert values and set(values) == {b"accepted"}
