@@ -44,6 +44,18 @@ batch fails, with ``MessageTooLargeError`` (code MESSAGE_TOO_LARGE); its sequenc
 partition renumbered (``PartitionState.release_sequences``), so later records still go
 through.
 
+A new producer id when the broker forgot ours (an idempotent producer without transactions,
+as Kafka's KIP-360 does with an epoch bump): UNKNOWN_PRODUCER_ID / OUT_OF_ORDER_SEQUENCE_NUMBER
+that fails a batch for good means the partition's leader holds no state that continues our
+sequences — it dropped the producer after ``expiration_ms`` idle (24 h), the topic was deleted
+and created again, or a sequence gap — and every later batch of the partition would be refused
+the same way, forever. The batch fails with that error; then the sender stops taking *new*
+batches (those without a sequence) on every partition, lets every batch that has one (in
+flight or to retry) reach its outcome under the old id, and only then asks for a new producer
+id (``INIT_PRODUCER_ID``), restarts every partition's sequences at 0 and goes on. No batch is
+ever sent under two producer ids, so the reset cannot duplicate a record: whatever the broker
+appended under the old id stays deduplicated by it. ``producer_id_resets`` counts them.
+
 Leader changes during a retry backoff (the backoff doubles per attempt, up to 1 s): while a
 batch waits out a backoff longer than ``_BACKOFF_REFRESH_S``, the sender refreshes the
 metadata that often, and a batch whose partition is now led by another broker than the one its
@@ -136,6 +148,8 @@ class Sender:
         self.backoff_refresh_at = 0.0
         self.producer_id = -1
         self.producer_epoch = -1
+        self.pid_reset_wanted = False  # the broker forgot our producer id (module docstring)
+        self.producer_id_resets = 0
         self.flushing = 0  # flush() calls waiting: drain every batch, lingering or not
         self.batches_split = 0  # batches split after MESSAGE_TOO_LARGE (statistics)
         self.throttle = ThrottleMeter()  # the brokers' throttle_time_ms (byte-rate quotas)
@@ -185,6 +199,7 @@ class Sender:
             "requests_in_flight": sum(self.node_inflight.values()),
             "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch,
+            "producer_id_resets": self.producer_id_resets,
             "batches_split": self.batches_split,
             **self.throttle.statistics(),
             **(self.txn.statistics() if self.txn is not None else {}),
@@ -245,6 +260,10 @@ class Sender:
             if self.txn is not None:
                 self.txn.want_open(self._open_partitions())
             self._expire(now)
+            if self.pid_reset_wanted and not any(st.inflight or st.retry for st in self.parts.values()):
+                await self._reset_producer_id()
+                if self.gate.fatal is not None:
+                    return
             need_meta = await self._dispatch(now)
             if need_meta:
                 self.nursery.start_soon(self._refresh_for_sender)
@@ -311,6 +330,14 @@ class Sender:
                 attempt += 1
                 await trio.sleep(backoff_ms(attempt, self.config.retry_backoff_ms, 1000) / 1000)
 
+    async def _reset_producer_id(self) -> None:
+        """Every sequenced batch has its outcome: a new producer id, sequences from 0."""
+        await self._init_producer_id()
+        if self.gate.fatal is None:
+            self.set_producer_id(self.producer_id, self.producer_epoch)
+            self.pid_reset_wanted = False
+            self.producer_id_resets += 1
+
     def _expire(self, now: float) -> None:
         """Fail batches older than delivery_timeout_ms that are not in flight."""
         limit = now - self.config.delivery_timeout_ms / 1000
@@ -342,6 +369,8 @@ class Sender:
             for tp, st in self.parts.items():
                 if not (st.pending or st.retry):
                     continue
+                if self.pid_reset_wanted and not st.retry:
+                    continue  # new batches wait for the new producer id (module docstring)
                 if txn is not None and tp not in txn.partitions:  # not in the transaction yet
                     if not txn.want(tp):  # and never will be: the transaction failed
                         err = txn.error or error_for(ErrorCode.INVALID_TXN_STATE, "no open transaction")
@@ -493,6 +522,9 @@ class Sender:
             st.requeue(b, now + backoff_ms(b.attempts - 1, self.config.retry_backoff_ms, 1000) / 1000)
             return
         st.done(b)
+        if (exc.code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID)
+                and self.txn is None and self.config.enable_idempotence):
+            self.pid_reset_wanted = True  # the broker forgot us: a new id (module docstring)
         if exc.code in _NOT_APPENDED:
             # the broker refused the batch without appending it: give its sequences back (and
             # move later batches' down), or the partition's next batch would leave a gap the
