@@ -95,16 +95,19 @@ def _cluster(broker_config: dict[str, str] | None = None,
         shutil.rmtree(data, ignore_errors=True)
 
 
-def _create(bootstrap: str, name: str, partitions: int) -> None:
+def _create(bootstrap: str, name: str, partitions: int, replication_factor: int = 3,
+            config: dict[str, str] | None = None) -> None:
+    """Create the topic and wait until every partition has a leader and a full ISR."""
     with Admin(bootstrap_servers=bootstrap) as admin:
-        admin.create_topic(name, partitions=partitions, replication_factor=3, config=TOPIC_CONFIG)
+        admin.create_topic(name, partitions=partitions, replication_factor=replication_factor,
+                           config=TOPIC_CONFIG if config is None else config)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             d = admin.describe_topic(name)
-            if all(p.leader >= 0 and len(p.isr) == 3 for p in d.partitions):
+            if all(p.leader >= 0 and len(p.isr) == replication_factor for p in d.partitions):
                 return
             time.sleep(0.1)
-    raise RuntimeError(f"{name}: ISR never reached 3")
+    raise RuntimeError(f"{name}: ISR never reached {replication_factor}")
 
 
 def _producer_rate(bootstrap: str, topic: str, n: int) -> float:

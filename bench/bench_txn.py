@@ -282,8 +282,8 @@ def run(runs: int = 3) -> dict[str, Any]:
             for c in CONCURRENCY:
                 # the idempotent reference beside its transactional row, in both orders
                 # across runs (ABBA), so both see the same moment of a shared machine
-                ref = c in IDEMPOTENT_REFERENCE
-                for kind in ((["idem"] if ref else []) + ["txn"])[::1 if r % 2 else -1]:
+                kinds = ["txn", "idem"] if c in IDEMPOTENT_REFERENCE else ["txn"]
+                for kind in kinds if r % 2 == 0 else kinds[::-1]:
                     rate, lat, used = _concurrent(bootstrap, meter, c, 100, r,
                                                   idempotent=kind == "idem")
                     if kind == "idem":

@@ -27,10 +27,9 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 from typing import Any
 
-from rafka.client import Admin, Producer
+from rafka.client import Producer
 
 from bench.bench_floor import loopback_rtt_us
 from bench.bench_replication import (
@@ -38,6 +37,7 @@ from bench.bench_replication import (
     KEYS,
     VALUE,
     _cluster,
+    _create,
     _e2e_latencies_ms,
     _pct,
 )
@@ -52,24 +52,11 @@ ARMS: dict[str, tuple[dict[str, str] | None, int, int]] = {
 }
 
 
-def _create(bootstrap: str, rf: int, min_isr: int) -> None:
-    with Admin(bootstrap_servers=bootstrap) as admin:
-        admin.create_topic(TOPIC, partitions=1, replication_factor=rf,
-                           config={"min.insync.replicas": str(min_isr)})
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            d = admin.describe_topic(TOPIC)
-            if all(p.leader >= 0 and len(p.isr) == rf for p in d.partitions):
-                return
-            time.sleep(0.1)
-    raise RuntimeError(f"{TOPIC}: ISR never reached {rf}")
-
-
 def one(arm: str) -> dict[str, float]:
     broker, rf, min_isr = ARMS[arm]
     with _cluster(broker_config=broker) as st:
         bootstrap = st["bootstrap"]
-        _create(bootstrap, rf, min_isr)
+        _create(bootstrap, TOPIC, 1, rf, {"min.insync.replicas": str(min_isr)})
         with Producer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
                       linger_ms=0) as p:
             ack = send_latencies_ms(p, TOPIC, E2E_RATE, 3.0, VALUE, KEYS, partition=0)

@@ -59,6 +59,24 @@ def test_a_send_refused_under_min_isr_leaves_no_sequence_gap(bootstrap: str, mak
     assert values and set(values) == {b"accepted"}
 
 
+def _recreate(bootstrap: str, topic: str) -> None:
+    """Delete ``topic`` and create it again under the same name (one partition, one replica):
+    its new partition holds no producer state."""
+    from rafka.client import Admin
+
+    with Admin(bootstrap) as admin:
+        admin.delete_topic(topic)
+        deadline = time.monotonic() + 30
+        while True:  # the deletion completes, then the name can be taken again
+            try:
+                admin.create_topic(topic, 1, 1)
+                return
+            except errors.RafkaError as exc:
+                assert exc.code == ErrorCode.TOPIC_ALREADY_EXISTS, exc
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+
+
 def test_a_producer_the_broker_forgot_gets_a_new_id_and_goes_on(bootstrap: str, topic_name: str) -> None:
     """The partition's leader holds no state for the producer (here: the topic was deleted and
     created again under the same name; in production also a producer idle past the 24 h
@@ -73,17 +91,7 @@ def test_a_producer_the_broker_forgot_gets_a_new_id_and_goes_on(bootstrap: str, 
         assert [p.send(topic_name, value=b"old%d" % i, partition=0).result(30).offset
                 for i in range(3)] == [0, 1, 2]
         first_id = p.statistics()["producer_id"]
-        with Admin(bootstrap) as admin:
-            admin.delete_topic(topic_name)
-            deadline = time.monotonic() + 30
-            while True:  # the deletion completes, then the name can be taken again
-                try:
-                    admin.create_topic(topic_name, 1, 1)
-                    break
-                except errors.RafkaError as exc:
-                    assert exc.code == ErrorCode.TOPIC_ALREADY_EXISTS, exc
-                    assert time.monotonic() < deadline
-                    time.sleep(0.1)
+        _recreate(bootstrap, topic_name)
         with pytest.raises(errors.RafkaError) as ei:  # sequence 3 on a partition that never saw us
             p.send(topic_name, value=b"refused", partition=0).result(60)
         assert ei.value.code in (ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
@@ -107,17 +115,7 @@ def test_pipelined_sends_around_a_producer_id_reset_are_neither_lost_silently_no
     with Producer(bootstrap, acks="all", enable_idempotence=True, linger_ms=0,
                   batch_size=512) as p:
         p.send(topic_name, value=b"old", partition=0).result(30)
-        with Admin(bootstrap) as admin:
-            admin.delete_topic(topic_name)
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    admin.create_topic(topic_name, 1, 1)
-                    break
-                except errors.RafkaError as exc:
-                    assert exc.code == ErrorCode.TOPIC_ALREADY_EXISTS, exc
-                    assert time.monotonic() < deadline
-                    time.sleep(0.1)
+        _recreate(bootstrap, topic_name)
         futs = [p.send(topic_name, value=b"%04d" % i, partition=0) for i in range(300)]
         acked: list[tuple[int, bytes]] = []
         failed = 0
