@@ -27,6 +27,9 @@ repetition, fresh topics, and for RF 1 and RF 3 in turn:
   comparison with identical raw-socket clients sending the same records at the same pace, one
   batch per request, four in flight (``bench/kafka_raw_produce.py``, its own single-node
   cluster): what a Kafka batch costs the broker against a native one, and nothing else;
+* ``broker_cpu_per_record_raw_{native,kafka}_fetch`` and their ratio (target ≤ 1.2): the same
+  for reading — identical raw-socket readers fetching the same records, stored as each
+  protocol's clients write them, 1 MiB per fetch (``bench/kafka_raw_fetch.py``);
 * ``{native_send,kafka_produce}_client_cpu_rf{1,3}``: the producing process's CPU µs per record
   (all threads) — a producer at 1 / its CPU per record is client-bound.
 
@@ -46,6 +49,7 @@ from rafka.client import Admin, Consumer, Producer, TopicPartition
 
 from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
 from bench.cluster import cluster_dir
+from bench.kafka_raw_fetch import measure as measure_raw_fetch
 from bench.kafka_raw_produce import measure as measure_raw
 
 N = 300_000
@@ -243,11 +247,12 @@ def run(runs: int = 3) -> dict[str, Any]:
             if kcat is not None:
                 add("kcat_consume", kcat)
                 add("kcat_vs_native_consume", kcat / nc)
-    raw = measure_raw(rounds=max(4, 2 * runs))
-    figs["broker_cpu_per_record_raw_native_produce"] = raw["native"]
-    figs["broker_cpu_per_record_raw_kafka_produce"] = raw["kafka"]
-    figs["broker_cpu_raw_kafka_vs_native_produce"] = [
-        k / max(nv, 1e-9) for k, nv in zip(raw["kafka"], raw["native"], strict=True)]
+    for phase, measure in (("produce", measure_raw), ("fetch", measure_raw_fetch)):
+        raw = measure(rounds=max(4, 2 * runs))
+        figs[f"broker_cpu_per_record_raw_native_{phase}"] = raw["native"]
+        figs[f"broker_cpu_per_record_raw_kafka_{phase}"] = raw["kafka"]
+        figs[f"broker_cpu_raw_kafka_vs_native_{phase}"] = [
+            k / max(nv, 1e-9) for k, nv in zip(raw["kafka"], raw["native"], strict=True)]
     out: dict[str, Any] = {}
     for rf in (1, 3):
         out[f"native_send_rf{rf}"] = _fig(figs[f"native_send_rf{rf}"], "rec/s", acks="all")
@@ -286,16 +291,16 @@ def run(runs: int = 3) -> dict[str, Any]:
     out["broker_cpu_kafka_vs_native_produce"] = _fig(
         figs["broker_cpu_kafka_vs_native_produce"], "x",
         what="median of per-repetition ratios; each client at its own pace (see the doc)")
-    out["broker_cpu_per_record_raw_native_produce"] = _fig(
-        figs["broker_cpu_per_record_raw_native_produce"], "us/rec", rf=1,
-        client="raw socket, the same requests at the same pace (bench/kafka_raw_produce.py)")
-    out["broker_cpu_per_record_raw_kafka_produce"] = _fig(
-        figs["broker_cpu_per_record_raw_kafka_produce"], "us/rec", rf=1,
-        client="raw socket, the same requests at the same pace (bench/kafka_raw_produce.py)",
-        ratio_of="broker_cpu_per_record_raw_native_produce")
-    out["broker_cpu_raw_kafka_vs_native_produce"] = _fig(
-        figs["broker_cpu_raw_kafka_vs_native_produce"], "x", target="<= 1.2",
-        what="median of per-round ratios")
+    for phase, script in (("produce", "bench/kafka_raw_produce.py"), ("fetch", "bench/kafka_raw_fetch.py")):
+        client = f"raw socket, the same requests at the same pace ({script})"
+        out[f"broker_cpu_per_record_raw_native_{phase}"] = _fig(
+            figs[f"broker_cpu_per_record_raw_native_{phase}"], "us/rec", rf=1, client=client)
+        out[f"broker_cpu_per_record_raw_kafka_{phase}"] = _fig(
+            figs[f"broker_cpu_per_record_raw_kafka_{phase}"], "us/rec", rf=1, client=client,
+            ratio_of=f"broker_cpu_per_record_raw_native_{phase}")
+        out[f"broker_cpu_raw_kafka_vs_native_{phase}"] = _fig(
+            figs[f"broker_cpu_raw_kafka_vs_native_{phase}"], "x", target="<= 1.2",
+            what="median of per-round ratios")
     return out
 
 

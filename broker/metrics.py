@@ -99,6 +99,7 @@ class NodeMetrics:
         self.pool = pool
         self.server = server
         self.secured_server: Any = None  # the [security] listener's Server, when there is one
+        self.kafka_listeners: list[Any] = []  # broker/kafka/listener.py, when configured
         disable_created_metrics()  # no *_created series: they double the output and help nobody here
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
@@ -322,6 +323,15 @@ class _StateCollector:
                                       st.tls_connections)
             yield CounterMetricFamily("rafka_secured_node_connections",
                                       "Of those, peer nodes by their certificate", st.node_connections)
+        if m.kafka_listeners:  # docs/kafka-compat.md: how a Kafka fetch's records leave
+            fam = CounterMetricFamily(
+                "rafka_kafka_fetch_records_bytes", "Record bytes in Kafka fetch answers, by path: "
+                "sendfile from the segment, or read into memory", labels=["path"])
+            fam.add_metric(["sendfile"], sum(k.fetch_stats.sendfile_bytes for k in m.kafka_listeners))
+            fam.add_metric(["memory"], sum(k.fetch_stats.memory_bytes for k in m.kafka_listeners))
+            yield fam
+            yield GaugeMetricFamily("rafka_kafka_connections_open", "Open Kafka-protocol connections",
+                                    sum(k.connections for k in m.kafka_listeners))
         stats = getattr(m.pool, "stats", None)
         if stats is not None and hasattr(stats, "tls_connections"):  # security/peer_pool.py
             yield CounterMetricFamily("rafka_peer_tls_connections",

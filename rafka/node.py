@@ -186,7 +186,8 @@ class _Node:
                     from rafka.broker.kafka.listener import start_kafka_listeners
 
                     kafka_advertised = await start_kafka_listeners(
-                        nursery, cfg, main_dispatch, dispatch, lambda: self.publisher.image, self.rm)
+                        nursery, cfg, main_dispatch, dispatch, lambda: self.publisher.image, self.rm,
+                        started=metrics.kafka_listeners if cfg.metrics_listener is not None else None)
                 if cfg.metrics_listener is not None:
                     metrics.server, metrics.secured_server = server, secured
                     mport = await nursery.start(metrics.serve, *cfg.metrics_listener)

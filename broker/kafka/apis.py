@@ -59,6 +59,7 @@ from rafka.broker.kafka.context import (
     kafka_error,
     ms,
 )
+from rafka.broker.kafka.file_records import close_all, take_file_records
 from rafka.broker.kafka.records import (
     KafkaBatchError,
     UnsupportedCompressionError,
@@ -221,19 +222,24 @@ async def fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
     }
     reply = await call_native(ctx, req, ApiKey.FETCH, body)
     native, raw = (reply.body, list(reply.raw)) if isinstance(reply, Reply) else (reply, [])
+    responses: list[dict[str, Any]] = []
     try:
-        responses = []
         for t in native.get("topics") or []:
-            parts = []
+            parts: list[dict[str, Any]] = []
+            responses.append({"topic": t["name"], "partitions": parts})
             for p in t["partitions"]:
-                records = b""
+                records: Any = b""
                 if p.get("records_len"):
                     part = raw.pop(0)
-                    # a fresh bytearray this answer owns: to_kafka patches it in place (a raw
-                    # part that is a view of the log's own memory must never be patched)
-                    data = (bytearray(part) if isinstance(part, (bytes, bytearray, memoryview))
-                            else part.read_bytearray())
-                    records = to_kafka(data)
+                    # a large slice of the file: the listener sends its stored Kafka batches
+                    # with sendfile, or reads it in after all (file_records.py)
+                    records = take_file_records(part)
+                    if records is None:
+                        # a fresh bytearray this answer owns: to_kafka patches it in place (a
+                        # raw part that is a view of the log's own memory must never be patched)
+                        data = (bytearray(part) if isinstance(part, (bytes, bytearray, memoryview))
+                                else part.read_bytearray())
+                        records = to_kafka(data)
                 aborted = p.get("aborted_transactions")
                 parts.append({
                     "partition_index": p["partition"], "error_code": kafka_error(p["error"]),
@@ -243,7 +249,9 @@ async def fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
                     "aborted_transactions": None if aborted is None else [
                         {"producer_id": pid, "first_offset": first} for pid, first in aborted],
                     "preferred_read_replica": -1, "records": records})
-            responses.append({"topic": t["name"], "partitions": parts})
+    except BaseException:
+        close_all({"responses": responses})
+        raise
     finally:
         if isinstance(reply, Reply):
             reply.close()

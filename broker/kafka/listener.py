@@ -69,6 +69,14 @@ from rafka.broker.kafka.answer_templates import ProduceAnswers
 from rafka.broker.kafka.apis import READABLE_FROM, SERVED, served_versions
 from rafka.broker.kafka.context import KafkaContext
 from rafka.broker.kafka.fetch_sessions import FetchSessionCache
+from rafka.broker.kafka.file_records import (
+    FetchStats,
+    FileFrame,
+    ShortFileError,
+    close_all,
+    frame_with_files,
+    materialize_all,
+)
 from rafka.broker.kafka.sasl import PLAIN_CHECK_THREADS, KafkaSasl
 from rafka.broker.server import _UntilFirstWait
 from rafka.security.listener import ANONYMOUS, ListenerSecurity
@@ -95,6 +103,7 @@ class _Conn:
     principal: str | None = None  # None on PLAINTEXT: the node's main dispatch decides
     sasl: KafkaSasl | None = None  # SASL listeners: the login, until it is done
     muted_until: float = 0.0  # trio time: no request is started before it (a quota's throttle)
+    sendfile: bool = False  # plain TCP: a fetch's stored Kafka batches leave by sendfile
 
 
 class KafkaListener:
@@ -135,10 +144,13 @@ class KafkaListener:
         self.connections = 0
         self.supported = {k: (READABLE_FROM.get(k, lo), hi) for k, (lo, hi, _) in SERVED.items()}
         self.produce_answers = ProduceAnswers()  # produce answers from templates (answer_templates.py)
+        self.fetch_stats = FetchStats()  # records bytes by how they left (file_records.py)
 
     def statistics(self) -> dict[str, int]:
         return {"connections": self.connections, "auth_failures": self.auth_failures,
-                "produce_answers_from_templates": self.produce_answers.hits}
+                "produce_answers_from_templates": self.produce_answers.hits,
+                "fetch_sendfile_bytes": self.fetch_stats.sendfile_bytes,
+                "fetch_memory_bytes": self.fetch_stats.memory_bytes}
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
@@ -211,13 +223,19 @@ class KafkaListener:
         if self.sasl and not await self._login(stream, reader, conn):
             return
         pipe = _Pipe(self.max_in_flight, getattr(stream, "socket", None))
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._writer, stream, pipe, nursery.cancel_scope)
-            nursery.start_soon(self._idle_deadline, reader, pipe, conn)
-            try:
-                await self._reader(reader, pipe, nursery, conn)
-            finally:  # the answers still owed are written, then the connection closes
-                pipe.close()
+        conn.sendfile = pipe.sock is not None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer, stream, pipe, nursery.cancel_scope)
+                nursery.start_soon(self._idle_deadline, reader, pipe, conn)
+                try:
+                    await self._reader(reader, pipe, nursery, conn)
+                finally:  # the answers still owed are written, then the connection closes
+                    pipe.close()
+        finally:  # answers never written (the peer left first) give their files back
+            for answer in pipe.order:
+                if isinstance(answer.frame, FileFrame):
+                    answer.frame.close()
 
     async def _login(self, stream: trio.abc.Stream, reader: FrameReader, conn: _Conn) -> bool:
         """Serve a SASL listener's connection until it has logged in (True) or is to be closed
@@ -369,13 +387,17 @@ class KafkaListener:
                         head = pipe.order[0]
                         if head.frame is _CLOSE:
                             return
-                        if head.frame:
+                        if isinstance(head.frame, FileFrame):
+                            await head.frame.send(pipe.sock)
+                        elif head.frame:
                             await stream.send_all(head.frame)  # type: ignore[arg-type]
                         pipe.written()
                 finally:
                     pipe.writing = False
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        except ShortFileError as exc:  # half an answer is out: only closing is left
+            log.warning("kafka: a fetch answer could not be completed (%s): closing", exc)
         finally:
             scope.cancel()
 
@@ -414,6 +436,7 @@ class KafkaListener:
             log.info("kafka %s: %s: closing", peer, exc)
             return _CLOSE
         adapter = SERVED[req.api_key][2]
+        answer: dict[str, Any] | None = None
         try:
             answer = await adapter(self.ctx, req)
             if answer is None:
@@ -425,9 +448,18 @@ class KafkaListener:
                 frame = self.produce_answers.encode(req.api_version, req.correlation_id, answer)
                 if frame is not None:
                     return frame
-            entity = codec.build(codec.response_schema(req.api_key, req.api_version), answer)
+            schema = codec.response_schema(req.api_key, req.api_version)
+            if req.api_key == FETCH_KEY:
+                if conn is not None and conn.sendfile:  # records from their files (file_records.py)
+                    return frame_with_files(answer, schema.__flexible__, lambda a: codec.encode_response(
+                        req.api_key, req.api_version, req.correlation_id, codec.build(schema, a)),
+                        self.fetch_stats)
+                materialize_all(answer, self.fetch_stats)
+            entity = codec.build(schema, answer)
             return codec.encode_response(req.api_key, req.api_version, req.correlation_id, entity)
         except Exception:
+            if answer is not None:
+                close_all(answer)
             log.exception("kafka %s: api key %d v%d failed: closing", peer, req.api_key,
                           req.api_version)
             return _CLOSE
@@ -435,6 +467,7 @@ class KafkaListener:
 
 _CLOSE = object()
 PRODUCE_KEY = 0
+FETCH_KEY = 1
 LINGER_S = 1.0  # how long a refused login's answer waits for the peer to read it
 
 
@@ -502,7 +535,16 @@ class _Pipe:
             if self.writing or frame is _CLOSE or self.sock is None:
                 self.kick.set()
                 return
-            if frame:
+            if isinstance(frame, FileFrame):
+                try:
+                    done = frame.write_some(self.sock.fileno())
+                except OSError:  # the writer meets it again and ends the connection
+                    done = False
+                if not done:
+                    self.kick.set()
+                    return
+                frame.close()
+            elif frame:
                 fd = self.sock.fileno()
                 try:
                     n = os.write(fd, frame) if fd >= 0 else 0  # type: ignore[arg-type]
@@ -542,13 +584,15 @@ def _settings_of(config: Any) -> dict[str, Any]:
 
 
 async def start_kafka_listeners(nursery: trio.Nursery, config: Any, main_dispatch: Any,
-                                dispatch: Any, image: Any, replicas: Any = None) -> str | None:
+                                dispatch: Any, image: Any, replicas: Any = None,
+                                started: list[KafkaListener] | None = None) -> str | None:
     """Start every Kafka listener of a node (``rafka/node.py``) in ``nursery``: the PLAINTEXT
     one (``kafka.listener``) on ``main_dispatch`` — the main native listener's, so as
     ``User:ANONYMOUS`` under the ACLs where that one is — and the secured ones
     (``kafka.ssl_listener``, ``kafka.sasl_plaintext_listener``, ``kafka.sasl_ssl_listener``) on
     ``dispatch`` behind the ACLs when ``[security] authorizer`` is on, with the connection's
-    principal. Returns what the broker registers (``context.kafka_listeners``): ``HOST:PORT``
+    principal. Each started listener is appended to ``started`` (the node's metrics read their
+    statistics). Returns what the broker registers (``context.kafka_listeners``): ``HOST:PORT``
     for a lone PLAINTEXT listener, else ``NAME://HOST:PORT,...``; None without any."""
     from rafka.security.authz import authorizing_dispatch
     from rafka.security.listener import image_credentials, node_bypass
@@ -561,6 +605,8 @@ async def start_kafka_listeners(nursery: trio.Nursery, config: Any, main_dispatc
     if config.kafka_listener is not None:
         host, port = config.kafka_listener
         listener = KafkaListener(base, host, port, budget=budget, **_settings_of(config))
+        if started is not None:
+            started.append(listener)
         named.append(("PLAINTEXT", _advertised(config, host, await nursery.start(listener.serve))))
     sec = config.security
     if config.kafka_secured_listeners:
@@ -575,6 +621,8 @@ async def start_kafka_listeners(nursery: trio.Nursery, config: Any, main_dispatc
             listener = KafkaListener(ctx, host, port, protocol=protocol, security=security,
                                      sasl_mechanisms=config.kafka_sasl_mechanisms, budget=budget,
                                      **_settings_of(config))
+            if started is not None:
+                started.append(listener)
             named.append((protocol, _advertised(config, host, await nursery.start(listener.serve))))
     if not named:
         return None
