@@ -153,8 +153,15 @@ class FileFrame:
         self._done = 0  # bytes of it written
         self._fds = owned
 
-    def write_some(self, fd: int) -> bool:
-        """Write on until the socket would block (``False``) or the frame is out (``True``)."""
+    def write_some(self, sock: Any) -> bool:
+        """Write on until the socket would block (``False``) or the frame is out (``True``).
+
+        Each small head goes out as its own packet (``TCP_NODELAY``), which py-spy shows
+        costing about what the ``sendfile`` calls cost. ``TCP_CORK`` around the frame and
+        ``MSG_MORE`` on the head writes were both tried (session 22) and both stalled the
+        answers — ``bench/kafka_raw_fetch.py`` fell from ~2.8M to 12–17k records/s — so
+        neither is used; why they stall was not looked into."""
+        fd = sock.fileno()
         parts = self.parts
         while self._at < len(parts):
             part = parts[self._at]
@@ -179,8 +186,7 @@ class FileFrame:
 
     async def send(self, sock: Any) -> None:
         """Write the whole frame to a trio socket, waiting whenever its buffer is full."""
-        fd = sock.fileno()
-        while not self.write_some(fd):
+        while not self.write_some(sock):
             await trio.lowlevel.wait_writable(sock)
         self.close()
 

@@ -537,7 +537,7 @@ class _Pipe:
                 return
             if isinstance(frame, FileFrame):
                 try:
-                    done = frame.write_some(self.sock.fileno())
+                    done = frame.write_some(self.sock)
                 except OSError:  # the writer meets it again and ends the connection
                     done = False
                 if not done:

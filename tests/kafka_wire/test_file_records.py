@@ -188,7 +188,7 @@ def test_a_segment_that_shrank_under_a_planned_frame_is_a_short_file(tmp_path: P
     a, b = socket.socketpair()
     a.setblocking(False)
     with pytest.raises(fr.ShortFileError):
-        while not frame.write_some(a.fileno()):
+        while not frame.write_some(a):
             b.recv(1 << 20)
     frame.close()
     a.close()
