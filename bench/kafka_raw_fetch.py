@@ -18,22 +18,15 @@ every record must be read: a run that serves a wrong byte fails instead of repor
 
 from __future__ import annotations
 
-import os
 import socket
-import statistics
 import struct
 import sys
-import time
-from pathlib import Path
 
 from crc32c import crc32c
 from rafka.broker.kafka import codec
-from rafka.client import Admin
 from rafka.wire.protocol import ApiKey, Request, decode_response, encode_request
 
-from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
-from bench.cluster import cluster_dir
-from bench.kafka_raw_produce import _frames, _phase, _recv_exact
+from bench.kafka_raw_produce import _frames, _phase, _recv_exact, alternate, raw_cluster, report
 
 PARTITION_MAX_BYTES = 1 << 20
 PASSES = 10  # reads of the whole topic per phase: ~0.4 s of broker CPU, against /proc's 10 ms ticks
@@ -115,44 +108,24 @@ def measure(rounds: int = 4, requests: int = 250, records: int = 1200,
     """Per round, broker CPU µs per record fetched for each protocol (``native``, ``kafka``)
     and the reading socket's records/s (``*_rate``), on a fresh single-node cluster."""
     n = requests * records
-    out: dict[str, list[float]] = {"native": [], "kafka": [], "native_rate": [], "kafka_rate": []}
-    with cluster_dir(1) as (bootstrap, data, port):
-        pids, urls = cluster_pids_and_metrics(Path(data))
-        meter = CpuMeter(pids, urls)
-        addrs = {"native": ("127.0.0.1", port), "kafka": ("127.0.0.1", port + 5000)}
-        with Admin(bootstrap_servers=bootstrap) as a:
-            for kind in addrs:
-                a.create_topic(f"rawf-{kind}", 1, 1)
+    with raw_cluster("rawf") as (_, meter, addrs):
         for kind, addr in addrs.items():
             _phase(addr, kind, _frames(kind, f"rawf-{kind}", records, requests))
-        for kind, addr in addrs.items():  # warm-up: connections, page cache, code paths
-            _read_all(addr, kind, f"rawf-{kind}", n)
+        # warm-up: connections, page cache, code paths
+        fetches = {kind: _read_all(addr, kind, f"rawf-{kind}", n) for kind, addr in addrs.items()}
         meter.idle(2.0)
-        order = ["native", "kafka"]
-        for r in range(rounds):
-            for kind in (order if r % 2 == 0 else order[::-1]):
-                meter.start()
-                t0 = time.perf_counter()
-                fetches = sum(_read_all(addrs[kind], kind, f"rawf-{kind}", n)
-                              for _ in range(PASSES))
-                secs = time.perf_counter() - t0
-                us = meter.stop(n * PASSES)["cpu_us"]
-                out[kind].append(us)
-                out[f"{kind}_rate"].append(n * PASSES / secs)
-                if echo:
-                    print(f"round {r} {kind:6} {n * PASSES / secs:10,.0f} rec/s  broker "
-                          f"{us:.3f} µs/rec {us * n * PASSES / fetches:7.1f} µs/fetch "
-                          f"({fetches} fetches)  "
-                          f"load {os.getloadavg()[0]:.2f}", flush=True)
+
+        def phase(kind: str) -> None:
+            for _ in range(PASSES):
+                _read_all(addrs[kind], kind, f"rawf-{kind}", n)
+
+        out = alternate(rounds, meter, n * PASSES, phase, echo,
+                        per=("fetch", n // max(1, fetches["native"])))
     return out
 
 
 def main(rounds: int = 4, requests: int = 250, records: int = 1200) -> None:
-    cpu = measure(rounds, requests, records, echo=True)
-    nat, kaf = statistics.median(cpu["native"]), statistics.median(cpu["kafka"])
-    ratios = [k / nv for k, nv in zip(cpu["kafka"], cpu["native"], strict=True)]
-    print(f"median broker µs/record fetched: native {nat:.3f}, kafka {kaf:.3f}; ratio of "
-          f"medians {kaf / nat:.2f}, median of per-round ratios {statistics.median(ratios):.2f}")
+    report(measure(rounds, requests, records, echo=True), "fetched")
 
 
 if __name__ == "__main__":

@@ -21,12 +21,14 @@ record fails instead of reporting. ``bench_kafka.py`` runs ``measure`` as part o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import statistics
 import struct
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rafka.broker.kafka import codec
@@ -97,38 +99,33 @@ def _phase(addr: tuple[str, int], kind: str, frames: list[bytes]) -> None:
             answered += 1
 
 
+@contextlib.contextmanager
+def raw_cluster(prefix: str) -> Iterator[tuple[str, CpuMeter, dict[str, tuple[str, int]]]]:
+    """A fresh single-node cluster with one single-partition topic per protocol
+    (``{prefix}-native``, ``{prefix}-kafka``): (bootstrap, a meter of its node, each
+    protocol's listener address)."""
+    with cluster_dir(1) as (bootstrap, data, port):
+        pids, urls = cluster_pids_and_metrics(Path(data))
+        addrs = {"native": ("127.0.0.1", port), "kafka": ("127.0.0.1", port + 5000)}
+        with Admin(bootstrap_servers=bootstrap) as a:
+            for kind in addrs:
+                a.create_topic(f"{prefix}-{kind}", 1, 1)
+        yield bootstrap, CpuMeter(pids, urls), addrs
+
+
 def measure(rounds: int = 4, requests: int = 250, records: int = 1200,
             echo: bool = False) -> dict[str, list[float]]:
     """Per round, broker CPU µs per record of each protocol (``native``, ``kafka``) and the
     producing socket's records/s (``*_rate``), on a fresh single-node cluster (module doc)."""
     n = requests * records
-    out: dict[str, list[float]] = {"native": [], "kafka": [], "native_rate": [], "kafka_rate": []}
-    with cluster_dir(1) as (bootstrap, data, port):
-        pids, urls = cluster_pids_and_metrics(Path(data))
-        meter = CpuMeter(pids, urls)
-        addrs = {"native": ("127.0.0.1", port), "kafka": ("127.0.0.1", port + 5000)}
-        with Admin(bootstrap_servers=bootstrap) as a:
-            for kind in addrs:
-                a.create_topic(f"raw-{kind}", 1, 1)
+    with raw_cluster("raw") as (bootstrap, meter, addrs):
         frames = {kind: _frames(kind, f"raw-{kind}", records, requests) for kind in addrs}
         for kind, addr in addrs.items():  # warm-up: connections, leader state, code paths
             _phase(addr, kind, frames[kind][:20])
         time.sleep(1.0)
         meter.idle(2.0)
-        order = ["native", "kafka"]
-        for r in range(rounds):
-            for kind in (order if r % 2 == 0 else order[::-1]):
-                meter.start()
-                t0 = time.perf_counter()
-                _phase(addrs[kind], kind, frames[kind])
-                secs = time.perf_counter() - t0
-                us = meter.stop(n)["cpu_us"]
-                out[kind].append(us)
-                out[f"{kind}_rate"].append(n / secs)
-                if echo:
-                    print(f"round {r} {kind:6} {n / secs:10,.0f} rec/s  broker {us:.3f} µs/rec "
-                          f"{us * records:7.1f} µs/request  load {os.getloadavg()[0]:.2f}",
-                          flush=True)
+        out = alternate(rounds, meter, n, lambda kind: _phase(addrs[kind], kind, frames[kind]),
+                        echo, per=("request", records))
         expected = (20 + rounds * requests) * records
         with Consumer(bootstrap_servers=bootstrap) as c:
             ends = c.end_offsets([TopicPartition(f"raw-{kind}", 0) for kind in addrs])
@@ -137,12 +134,37 @@ def measure(rounds: int = 4, requests: int = 250, records: int = 1200,
     return out
 
 
-def main(rounds: int = 4, requests: int = 250, records: int = 1200) -> None:
-    cpu = measure(rounds, requests, records, echo=True)
+def alternate(rounds: int, meter: CpuMeter, n: int, phase: Callable[[str], object], echo: bool,
+              per: tuple[str, int]) -> dict[str, list[float]]:
+    """Run ``phase(kind)`` (``n`` records) for native and Kafka in turn, ABBA across rounds;
+    per round and kind the broker's CPU µs per record and the records/s (``{kind}_rate``).
+    ``per``: (unit, records in one) for the echoed CPU per request or fetch."""
+    out: dict[str, list[float]] = {"native": [], "kafka": [], "native_rate": [], "kafka_rate": []}
+    order = ["native", "kafka"]
+    for r in range(rounds):
+        for kind in (order if r % 2 == 0 else order[::-1]):
+            meter.start()
+            t0 = time.perf_counter()
+            phase(kind)
+            secs = time.perf_counter() - t0
+            us = meter.stop(n)["cpu_us"]
+            out[kind].append(us)
+            out[f"{kind}_rate"].append(n / secs)
+            if echo:
+                print(f"round {r} {kind:6} {n / secs:10,.0f} rec/s  broker {us:.3f} µs/rec "
+                      f"{us * per[1]:7.1f} µs/{per[0]}  load {os.getloadavg()[0]:.2f}", flush=True)
+    return out
+
+
+def report(cpu: dict[str, list[float]], what: str) -> None:
     nat, kaf = statistics.median(cpu["native"]), statistics.median(cpu["kafka"])
     ratios = [k / nv for k, nv in zip(cpu["kafka"], cpu["native"], strict=True)]
-    print(f"median broker µs/record: native {nat:.3f}, kafka {kaf:.3f}; ratio of medians "
+    print(f"median broker µs/record {what}: native {nat:.3f}, kafka {kaf:.3f}; ratio of medians "
           f"{kaf / nat:.2f}, median of per-round ratios {statistics.median(ratios):.2f}")
+
+
+def main(rounds: int = 4, requests: int = 250, records: int = 1200) -> None:
+    report(measure(rounds, requests, records, echo=True), "produced")
 
 
 if __name__ == "__main__":
