@@ -507,7 +507,7 @@ class Sender:
         tp = TopicPartition(b.topic, b.partition)
         now = time.monotonic()
         retriable = exc.retriable or exc.code in REFRESH_CODES
-        if exc.code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
+        if exc.code in _SEQUENCE_REFUSED:
             # an earlier batch was unacknowledged when this one was sent (or still is): it
             # probably failed first, so go again in sequence order; otherwise it is fatal
             retriable = b.after_earlier or st.has_earlier(b)
@@ -522,8 +522,8 @@ class Sender:
             st.requeue(b, now + backoff_ms(b.attempts - 1, self.config.retry_backoff_ms, 1000) / 1000)
             return
         st.done(b)
-        if (exc.code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID)
-                and self.txn is None and self.config.enable_idempotence):
+        if (exc.code in _SEQUENCE_REFUSED and self.txn is None
+                and self.config.enable_idempotence):
             self.pid_reset_wanted = True  # the broker forgot us: a new id (module docstring)
         if exc.code in _NOT_APPENDED:
             # the broker refused the batch without appending it: give its sequences back (and
@@ -556,6 +556,9 @@ class Sender:
 
 # while a batch waits out a longer retry backoff, refresh the metadata this often (seconds)
 _BACKOFF_REFRESH_S = 0.1
+
+# the leader refused the batch's sequence: a gap before it, or a producer id it no longer knows
+_SEQUENCE_REFUSED = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID})
 
 # answers that mean the leader validated the batch and appended nothing. NOT_ENOUGH_REPLICAS
 # is the up-front min-ISR refusal (broker/replication/state.py ``check_produce``; an append
