@@ -53,7 +53,7 @@ from rafka.broker.kafka.records import to_kafka
 from rafka.log.batch import HEADER_SIZE, KAFKA_MAGIC, MAGIC
 
 __all__ = ["FileRecords", "FileFrame", "ShortFileError", "MIN_AVG_BATCH_BYTES",
-           "MIN_SLICE_BYTES", "take_file_records", "frame_with_files", "materialize_all",
+           "MIN_SLICE_BYTES", "take_file_records", "frame_with_files",
            "close_all", "FetchStats"]
 
 MIN_SLICE_BYTES = 64 * 1024  # below it one copy is cheaper than the syscalls per batch
@@ -202,86 +202,98 @@ def _records_of(answer: dict[str, Any]) -> list[dict[str, Any]]:
             if isinstance(p.get("records"), FileRecords)]
 
 
-def materialize_all(answer: dict[str, Any], stats: FetchStats | None = None) -> None:
-    """Every ``FileRecords`` of ``answer`` read into memory (TLS, a fallback)."""
-    for p in _records_of(answer):
-        p["records"] = p["records"].materialize()
-    if stats is not None:
-        stats.memory_bytes += sum(len(p.get("records") or b"") for t in answer.get("responses") or ()
-                                  for p in t["partitions"])
-
-
 def close_all(answer: dict[str, Any]) -> None:
     for p in _records_of(answer):
         p["records"].close()
 
 
+Piece = bytes | bytearray | memoryview | tuple[int, int, int]  # bytes, or (fd, position, length)
+
+
 def frame_with_files(answer: dict[str, Any], flexible: bool,
                      encode: Callable[[dict[str, Any]], bytes | memoryview],
-                     stats: FetchStats | None = None) -> bytes | memoryview | FileFrame:
-    """The answer frame: a ``FileFrame`` when some partition's records can leave from their
-    file, else the ordinary frame (every other partition's records read into memory).
-    ``encode(answer)`` is kio's encoding of the whole frame; ``answer`` is changed."""
-    entries = _records_of(answer)
-    planned: list[tuple[dict[str, Any], FileRecords, list[bytes | tuple[int, int, int]]]] = []
+                     stats: FetchStats | None = None, *,
+                     skeleton: Callable[[dict[str, Any]], bytes | None] | None = None,
+                     sendfile: bool = True) -> bytes | bytearray | memoryview | FileFrame:
+    """The whole answer frame: a ``FileFrame`` when some partition's records leave from their
+    file (``sendfile``: a plain TCP connection), else one buffer. Each partition's records are
+    replaced by a sentinel, the rest of the answer is encoded — by ``skeleton`` (a patched
+    template, ``answer_templates.FetchAnswers``) when it has one, else by ``encode`` (kio) —
+    and the records are spliced in where the sentinels are. ``answer`` is changed."""
+    entries = [p for t in answer.get("responses") or () for p in t["partitions"] if p.get("records")]
+    pieces: list[tuple[list[Piece], int]] = []
+    owned: list[FileRecords] = []
+    originals: list[Any] = []
     try:
         for p in entries:
-            fr: FileRecords = p["records"]
-            parts = fr.plan()
-            if parts is None:
-                p["records"] = fr.materialize()
+            rec = p["records"]
+            parts = rec.plan() if sendfile and isinstance(rec, FileRecords) else None
+            if parts is not None:
+                owned.append(rec)
+                pieces.append((parts, rec.length))
             else:
-                planned.append((p, fr, parts))
-        if not planned:
-            materialize_all(answer, stats)  # counts what is in memory (nothing is left to read)
-            return encode(answer)
-        for i, (p, _, _) in enumerate(planned):
-            p["records"] = _SENTINEL[:12] + i.to_bytes(4, "big")
-        frame = bytes(encode(answer))
-        out = _splice(frame, [(fr, parts) for _, fr, parts in planned], flexible)
-        if out is None:  # not where it was expected: answer from memory instead
-            for p, fr, _ in planned:
-                p["records"] = fr.materialize()
-            materialize_all(answer, stats)
-            return encode(answer)
+                if isinstance(rec, FileRecords):
+                    rec = rec.materialize()
+                pieces.append(([rec], len(rec)))
+            originals.append(rec)
+            p["records"] = _sentinel(len(pieces) - 1)
+        frame = skeleton(answer) if skeleton is not None else None
+        out = _splice(bytes(encode(answer)) if frame is None else frame, pieces, flexible, owned)
+        if out is None:  # not where it was expected (a bug): answer from memory instead
+            for p, rec in zip(entries, originals, strict=True):
+                p["records"] = rec.materialize() if isinstance(rec, FileRecords) else rec
+            owned.clear()
+            out = encode(answer)
         if stats is not None:
-            sent = sum(fr.length for _, fr, _ in planned)
+            sent = sum(fr.length for fr in owned)
             stats.sendfile_bytes += sent
-            stats.memory_bytes += sum(len(p.get("records") or b"") for t in answer["responses"]
-                                      for p in t["partitions"]) - 16 * len(planned)
+            stats.memory_bytes += sum(n for _, n in pieces) - sent
         return out
     except BaseException:
-        for _, fr, _ in planned:
+        for fr in owned:
             fr.close()
         close_all(answer)
         raise
 
 
-def _splice(frame: bytes, planned: list[tuple[FileRecords, list[bytes | tuple[int, int, int]]]],
-            flexible: bool) -> FileFrame | None:
+def _sentinel(i: int) -> bytes:
+    return _SENTINEL[:12] + i.to_bytes(4, "big")
+
+
+def _splice(frame: bytes, pieces: list[tuple[list[Piece], int]], flexible: bool,
+            owned: list[FileRecords]) -> bytearray | FileFrame | None:
+    """``frame`` with sentinel *i* (and its 16-byte length prefix) replaced by ``pieces[i]``:
+    one buffer when every piece is bytes, else a ``FileFrame``; None when a sentinel is not
+    where it should be."""
     prefix = bytes((17,)) if flexible else _LEN.pack(16)
     parts: list[bytes | tuple[int, int, int]] = []
-    pending = bytearray()  # bytes not yet emitted as a part (joined with the batch heads)
+    pending = bytearray(4)  # the frame's own length, set at the end
     start = 4
-    for i, (fr, file_parts) in enumerate(planned):
-        at = frame.find(_SENTINEL[:12] + i.to_bytes(4, "big"), start)
-        if at < 0 or frame[at - len(prefix):at] != prefix:
-            return None
-        pending += frame[start:at - len(prefix)]
-        pending += _uvarint(fr.length + 1) if flexible else _LEN.pack(fr.length)
-        for part in file_parts:
-            if isinstance(part, bytes):
-                pending += part
-            else:
-                parts.append(bytes(pending))
-                pending.clear()
-                parts.append(part)
-        start = at + len(_SENTINEL)
-    pending += frame[start:]
+    with memoryview(frame) as view:
+        for i, (items, length) in enumerate(pieces):
+            at = frame.find(_sentinel(i), start)
+            if at < 0 or frame[at - len(prefix):at] != prefix:
+                return None
+            pending += view[start:at - len(prefix)]
+            pending += _uvarint(length + 1) if flexible else _LEN.pack(length)
+            for item in items:
+                if isinstance(item, tuple):
+                    parts.append(bytes(pending))
+                    pending = bytearray()
+                    parts.append(item)
+                else:
+                    pending += item
+            start = at + len(_SENTINEL)
+        pending += view[start:]
+    if not parts:
+        _LEN.pack_into(pending, 0, len(pending) - 4)
+        return pending
     parts.append(bytes(pending))
-    total = sum(len(p) if isinstance(p, bytes) else p[2] for p in parts)
-    parts[0] = _LEN.pack(total) + parts[0]  # type: ignore[operator]  # always bytes: the head
-    return FileFrame(parts, [fr for fr, _ in planned])
+    total = sum(len(p) if isinstance(p, bytes) else p[2] for p in parts) - 4
+    head = bytearray(parts[0])  # type: ignore[arg-type]  # always bytes: the answer's head
+    _LEN.pack_into(head, 0, total)
+    parts[0] = bytes(head)
+    return FileFrame(parts, owned)
 
 
 def _uvarint(n: int) -> bytes:

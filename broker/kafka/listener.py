@@ -65,7 +65,7 @@ from typing import Any
 
 import trio
 from rafka.broker.kafka import codec
-from rafka.broker.kafka.answer_templates import ProduceAnswers
+from rafka.broker.kafka.answer_templates import FetchAnswers, ProduceAnswers
 from rafka.broker.kafka.apis import READABLE_FROM, SERVED, served_versions
 from rafka.broker.kafka.context import KafkaContext
 from rafka.broker.kafka.fetch_sessions import FetchSessionCache
@@ -75,7 +75,6 @@ from rafka.broker.kafka.file_records import (
     ShortFileError,
     close_all,
     frame_with_files,
-    materialize_all,
 )
 from rafka.broker.kafka.sasl import PLAIN_CHECK_THREADS, KafkaSasl
 from rafka.broker.server import _UntilFirstWait
@@ -144,11 +143,13 @@ class KafkaListener:
         self.connections = 0
         self.supported = {k: (READABLE_FROM.get(k, lo), hi) for k, (lo, hi, _) in SERVED.items()}
         self.produce_answers = ProduceAnswers()  # produce answers from templates (answer_templates.py)
+        self.fetch_answers = FetchAnswers()  # fetch answers around their records, likewise
         self.fetch_stats = FetchStats()  # records bytes by how they left (file_records.py)
 
     def statistics(self) -> dict[str, int]:
         return {"connections": self.connections, "auth_failures": self.auth_failures,
                 "produce_answers_from_templates": self.produce_answers.hits,
+                "fetch_answers_from_templates": self.fetch_answers.hits,
                 "fetch_sendfile_bytes": self.fetch_stats.sendfile_bytes,
                 "fetch_memory_bytes": self.fetch_stats.memory_bytes}
 
@@ -449,12 +450,13 @@ class KafkaListener:
                 if frame is not None:
                     return frame
             schema = codec.response_schema(req.api_key, req.api_version)
-            if req.api_key == FETCH_KEY:
-                if conn is not None and conn.sendfile:  # records from their files (file_records.py)
-                    return frame_with_files(answer, schema.__flexible__, lambda a: codec.encode_response(
-                        req.api_key, req.api_version, req.correlation_id, codec.build(schema, a)),
-                        self.fetch_stats)
-                materialize_all(answer, self.fetch_stats)
+            if req.api_key == FETCH_KEY:  # records spliced in, from files on plain TCP (file_records.py)
+                return frame_with_files(
+                    answer, schema.__flexible__,
+                    lambda a: codec.encode_response(req.api_key, req.api_version, req.correlation_id,
+                                                    codec.build(schema, a)),
+                    self.fetch_stats, sendfile=conn is not None and conn.sendfile,
+                    skeleton=lambda a: self.fetch_answers.encode(req.api_version, req.correlation_id, a))
             entity = codec.build(schema, answer)
             return codec.encode_response(req.api_key, req.api_version, req.correlation_id, entity)
         except Exception:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from rafka.broker.kafka import codec
 from rafka.broker.kafka import file_records as fr
 from rafka.broker.kafka import records as kr
+from rafka.broker.kafka.answer_templates import FetchAnswers
 from rafka.log import batch as nb
 
 
@@ -72,14 +73,32 @@ def _bytes_of(frame: Any) -> bytes:
     return out
 
 
-@settings(max_examples=25, deadline=None)
+def _in_memory(answer: dict[str, Any]) -> dict[str, Any]:
+    """What the frame must carry: every partition's records read and converted in memory."""
+    for t in answer["responses"]:
+        for p in t["partitions"]:
+            if isinstance(p["records"], fr.FileRecords):
+                p["records"] = p["records"].materialize()
+    return answer
+
+
+@settings(max_examples=40, deadline=None)
 @given(version=st.sampled_from([4, 7, 11, 12]),
-       layout=st.lists(st.sampled_from(["big", "small", "native", "bytes"]), min_size=1, max_size=4))
-def test_the_file_frame_is_the_in_memory_frame_byte_for_byte(tmp_path_factory: Any, version: int,
-                                                               layout: list[str]) -> None:
+       layout=st.lists(st.sampled_from(["big", "small", "native", "bytes", "none"]), min_size=1,
+                       max_size=4),
+       sendfile=st.booleans(), templates=st.booleans())
+def test_the_spliced_frame_is_kios_frame_byte_for_byte(tmp_path_factory: Any, version: int,
+                                                         layout: list[str], sendfile: bool,
+                                                         templates: bool) -> None:
+    """Whatever way each partition's records come in (sendfile, read in, converted, already
+    bytes, none) and whoever encodes the rest (kio or a template), the frame is the one kio
+    writes for the same answer with every record in memory."""
     tmp = tmp_path_factory.mktemp("fr")
     kinds: list[Any] = []
     for i, kind in enumerate(layout):
+        if kind == "none":
+            kinds.append(("bytes", b""))
+            continue
         if kind == "bytes":  # a small answer the adapter already read (inline slice)
             kinds.append(("bytes", kr.to_kafka(bytearray(_stored(_kafka_batch(0, 3, 10, i))))))
             continue
@@ -105,23 +124,28 @@ def test_the_file_frame_is_the_in_memory_frame_byte_for_byte(tmp_path_factory: A
         return _answer(recs)
 
     flexible, encode = _encode(version)
-    expected = build()
-    fr.materialize_all(expected)
-    want = bytes(encode(expected))
+    want = bytes(encode(_in_memory(build())))
     stats = fr.FetchStats()
-    frame = fr.frame_with_files(build(), flexible, encode, stats)
-    try:
-        assert _bytes_of(frame) == want
-        assert isinstance(frame, fr.FileFrame) == ("big" in layout)
-        assert stats.sendfile_bytes == sum(v[2] for (k, v), name in zip(kinds, layout, strict=True)
-                                           if name == "big")
-    finally:
-        if isinstance(frame, fr.FileFrame):
-            frame.close()
-    # and the answer decodes as a client reads it, each big batch's magic back to 2
+    answers = FetchAnswers()
+    for _ in range(2 if templates else 1):  # the second answer of a shape is the template's
+        skeleton = ((lambda a: answers.encode(version, 7, a)) if templates else None)
+        frame = fr.frame_with_files(build(), flexible, encode, stats, sendfile=sendfile,
+                                    skeleton=skeleton)
+        try:
+            assert _bytes_of(frame) == want
+            assert isinstance(frame, fr.FileFrame) == (sendfile and "big" in layout)
+        finally:
+            if isinstance(frame, fr.FileFrame):
+                frame.close()
+    if templates and version >= 7:  # the throttle time and session id are patchable from v7
+        assert answers.hits >= 1
+    rounds = 2 if templates else 1
+    assert stats.sendfile_bytes == rounds * sum(
+        v[2] for (k, v), name in zip(kinds, layout, strict=True) if name == "big" and sendfile)
+    # and the answer decodes as a client reads it, each batch's magic 2
     _, body = codec.decode_response(want[4:], 1, version)
     for t in body.responses:
-        for b in kr.iter_kafka_batches(t.partitions[0].records):
+        for b in kr.iter_kafka_batches(t.partitions[0].records or b""):
             assert t.partitions[0].records[b + 16] == 2
 
 
