@@ -22,12 +22,16 @@ first 17 bytes of each batch (offset, length, leader epoch, magic), which are re
   inline (already in memory), a native batch (converted per record for a Kafka reader), or
   batches averaging under ``MIN_AVG_BATCH_BYTES``: each batch costs three syscalls here
   (``pread``, ``write``, ``sendfile``), which for small batches cost more than the copies.
-* **The answer around them.** kio still encodes the whole answer (no protocol table written
-  by hand): each planned partition's records are a unique 16-byte sentinel, found in kio's
-  output in order; its length prefix (int32 16 before Fetch v12, unsigned varint 17 from
-  v12) is replaced by the real length, and the frame's own length is set to the total. A
-  sentinel not found where expected (it cannot be in the names or numbers around it, but the
-  check costs nothing) makes the caller fall back to the in-memory answer.
+* **The answer around them.** Every fetch answer is built the same way, whatever its
+  records are (``frame_with_files``): each partition's records become a unique 16-byte
+  sentinel, the rest of the answer is encoded — by a patched template when its shape has one
+  (``answer_templates.FetchAnswers``: ~3 µs against kio's ~22 µs), else by kio, so no
+  protocol table is written by hand — and each sentinel, found in that output in order, has
+  its length prefix (int32 16 before Fetch v12, unsigned varint 17 from v12) replaced by the
+  real length and is itself replaced by the records: bytes already in memory, or the parts
+  above. The frame's own length is set to the total. A sentinel not found where expected (it
+  cannot be in the names or numbers around it, but the check costs nothing) makes the caller
+  fall back to kio with every record in memory.
 * **Ownership.** A ``FileRecords`` owns the slice's file descriptor from the moment the
   adapter takes it out of the native reply; a ``FileFrame`` owns those of its parts until it
   is written or closed — by the writer when the frame is out, by the listener when the
@@ -35,8 +39,8 @@ first 17 bytes of each batch (offset, length, leader epoch, magic), which are re
 * **A segment that shrank** between planning and sending (a truncation: only a leader change
   does it) makes ``sendfile`` come up short: ``ShortFileError``, and the listener closes the
   connection — half a frame cannot be taken back, exactly as on the native listener.
-* Plain TCP only: a TLS stream has no socket to ``sendfile`` to, so its answers are built in
-  memory (``FileRecords.materialize``).
+* ``sendfile`` on plain TCP only: a TLS stream has no socket to ``sendfile`` to, so its
+  answers carry every record in memory (``FileRecords.materialize``), spliced the same way.
 """
 
 from __future__ import annotations
