@@ -46,6 +46,7 @@ first 17 bytes of each batch (offset, length, leader epoch, magic), which are re
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import struct
 from collections.abc import Callable
@@ -53,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
+from kio.serial.writers import write_unsigned_varint
 from rafka.broker.kafka.records import to_kafka
 from rafka.log.batch import HEADER_SIZE, KAFKA_MAGIC, MAGIC
 
@@ -99,7 +101,7 @@ class FileRecords:
     def plan(self) -> list[bytes | tuple[int, int, int]] | None:
         """The parts to send (bytes, or ``(fd, position, length)`` of the file), when every
         batch is a stored Kafka batch and they are large enough; else ``None``."""
-        if self.fd < 0 or self.length < MIN_SLICE_BYTES:
+        if self.fd < 0:  # closed
             return None
         parts: list[bytes | tuple[int, int, int]] = []
         pos, end, batches = self.position, self.position + self.length, 0
@@ -136,10 +138,9 @@ class FileRecords:
 
 def take_file_records(part: Any) -> FileRecords | None:
     """A ``FileRecords`` owning ``part`` (a native fetch reply's file slice) when it is one
-    this module may send from the file; ``None`` for bytes or an inline slice."""
-    if getattr(part, "fd", -1) < 0 or getattr(part, "data", None) is not None:
-        return None
-    if part.length < MIN_SLICE_BYTES:
+    this module may send from the file; ``None`` for bytes, an inline slice (no fd) or a
+    small one."""
+    if getattr(part, "fd", -1) < 0 or part.length < MIN_SLICE_BYTES:
         return None
     return FileRecords(part)
 
@@ -148,11 +149,10 @@ class FileFrame:
     """A whole answer frame as parts: bytes, and ranges of files sent with ``sendfile``.
     ``write_some`` writes as much as a non-blocking socket takes and remembers where it is."""
 
-    __slots__ = ("parts", "length", "_at", "_done", "_fds")
+    __slots__ = ("parts", "_at", "_done", "_fds")
 
     def __init__(self, parts: list[bytes | tuple[int, int, int]], owned: list[FileRecords]) -> None:
         self.parts = parts
-        self.length = sum(len(p) if isinstance(p, bytes) else p[2] for p in parts)
         self._at = 0  # index of the part being written
         self._done = 0  # bytes of it written
         self._fds = owned
@@ -279,7 +279,7 @@ def _splice(frame: bytes, pieces: list[tuple[list[Piece], int]], flexible: bool,
             if at < 0 or frame[at - len(prefix):at] != prefix:
                 return None
             pending += view[start:at - len(prefix)]
-            pending += _uvarint(length + 1) if flexible else _LEN.pack(length)
+            pending += _compact_len(length + 1) if flexible else _LEN.pack(length)
             for item in items:
                 if isinstance(item, tuple):
                     parts.append(bytes(pending))
@@ -300,10 +300,8 @@ def _splice(frame: bytes, pieces: list[tuple[list[Piece], int]], flexible: bool,
     return FileFrame(parts, owned)
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+def _compact_len(n: int) -> bytes:
+    """A compact field's length prefix (unsigned varint of length + 1), by kio's writer."""
+    out = io.BytesIO()
+    write_unsigned_varint(out, n)
+    return out.getvalue()
