@@ -14,16 +14,23 @@ loop, so five loops cost the wake-ups of the fastest one (timer coalescing, as t
 timer slack does for processes). Periods that share no multiple still work; they just share
 fewer wake-ups.
 
+The grid is the host's, not the process's: its origin is ``CLOCK_MONOTONIC``'s zero, which
+every process on a host shares (trio's ``SystemClock`` is ``perf_counter`` — that clock on
+Linux — plus a random offset, which is taken out). So the nodes of one host wake at the same
+instants too: the three brokers' heartbeats of a local cluster reach the active controller
+together, and its loop takes them in one wake-up instead of three (issue 26: the active
+controller's trio thread woke ~10 times a second, four of them for the other brokers'
+heartbeats). Nodes on different hosts keep unrelated phases, as before. Under any other clock
+(trio's ``MockClock`` in tests) the grid's origin is that clock's zero.
+
 A round that starts at a grid point and ends before the next keeps its exact period; one that
 overruns a grid point waits for the following one (it never runs twice back to back). The
-first sleep of a loop is shorter than a period: it only waits for the next grid point. The
-trio clock's offset is random per run, so grids of different processes are unrelated; only
-the loops of one process coalesce.
-"""
+first sleep of a loop is shorter than a period: it only waits for the next grid point. """
 
 from __future__ import annotations
 
 import math
+import time
 
 import trio
 
@@ -39,10 +46,21 @@ def next_grid_time(period_s: float, now: float) -> float:
     return (math.floor(now / period_s + _EPS) + 1) * period_s
 
 
+def _grid_origin() -> float:
+    """Where the host's grid starts on the trio clock: the ``SystemClock``'s offset from
+    ``perf_counter`` (CLOCK_MONOTONIC here), or 0 under another clock."""
+    clock = trio.lowlevel.current_clock()
+    offset = getattr(clock, "offset", None)
+    if isinstance(offset, float) and abs(clock.current_time() - offset - time.perf_counter()) < 0.01:
+        return offset
+    return 0.0
+
+
 def grid_deadline(period_s: float) -> float:
     """The trio-clock deadline of the next grid point of ``period_s``
     (for ``trio.move_on_at`` where a loop also waits on an event)."""
-    return next_grid_time(period_s, trio.current_time())
+    origin = _grid_origin()
+    return next_grid_time(period_s, trio.current_time() - origin) + origin
 
 
 async def sleep_on_grid(period_s: float) -> None:

@@ -9,7 +9,7 @@ import trio
 import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
-from rafka.wire.wakeups import next_grid_time, sleep_on_grid
+from rafka.wire.wakeups import grid_deadline, next_grid_time, sleep_on_grid
 
 PERIODS = st.sampled_from([0.02, 0.1, 0.25, 0.3, 0.5, 0.7, 1.0, 15.0, 300.0])
 NOW = st.floats(min_value=0.0, max_value=300_000.0, allow_nan=False)
@@ -81,3 +81,26 @@ def test_a_round_that_overruns_waits_for_the_next_grid_point() -> None:
     gaps = {round(b - a, 9) for a, b in zip(seen, seen[1:], strict=False)}
     assert gaps == {1.0}  # skipped one grid point each time, never ran back to back
 
+
+
+def _host_grid_point(period: float) -> tuple[float, float]:
+    """In a fresh ``trio.run`` (a new random clock offset, as a new node process has): the next
+    grid deadline on the host's monotonic clock, and this run's offset."""
+
+    async def main() -> tuple[float, float]:
+        offset = trio.lowlevel.current_clock().offset  # type: ignore[attr-defined]
+        return grid_deadline(period) - offset, offset
+
+    return trio.run(main)
+
+
+def test_processes_on_one_host_share_the_grid() -> None:
+    # every node process has its own random trio offset; their loops must still wake at the
+    # same host instants (the three brokers' heartbeats reach the active controller together)
+    a, off_a = _host_grid_point(0.5)
+    b, off_b = _host_grid_point(0.5)
+    assert off_a != off_b  # two unrelated trio clocks
+    for host_deadline in (a, b):
+        k = host_deadline / 0.5
+        assert math.isclose(k, round(k), abs_tol=1e-6), host_deadline
+    assert abs(a - b) in (0.0, pytest.approx(0.5))  # the same point, or the next if one crossed it
