@@ -152,10 +152,10 @@ CONTROLLER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "auto.leader.rebalance.enable": (_bool, True),
     "controller.propose.timeout.ms": (_int(100, 600_000), 10_000),
     "raft.compaction.min.entries": (_int(10), 5000),
-    "raft.min.timeout.ms": (_int(10, 60_000), 350),
-    "raft.max.timeout.ms": (_int(10, 60_000), 1000),
+    "raft.min.timeout.ms": (_int(10, 60_000), 700),
+    "raft.max.timeout.ms": (_int(10, 60_000), 2000),
     # the leader's AppendEntries heartbeat; at most a 3.5th of raft.min.timeout.ms (kraft/syncobj_engine.py)
-    "raft.append.entries.period.ms": (_int(10, 60_000), 100),
+    "raft.append.entries.period.ms": (_int(10, 60_000), 200),
     # pysyncobj's tick (its poll timeout): election deadlines and heartbeats are checked per tick
     "raft.tick.ms": (_int(1, 1000), 50),
     # in steady state (every peer link up, nothing queued) the tick thread sleeps until its next

@@ -23,9 +23,10 @@ leader change after a mere follower pause, issue 27).
 * **Lease (leader stickiness).** A voter that heard from a current leader within
   ``raftMinTimeout``, or that is the leader, ignores ``request_vote`` messages of a higher term
   and refuses pre-votes. Check-quorum proper — a leader that has not heard from a majority
-  steps down — is pysyncobj's ``leaderFallbackTimeout`` (rafka sets it near
-  ``raftMaxTimeout``, kraft/syncobj_engine.py), so a leader's lease is only as long as it can
-  prove it still leads.
+  steps down — is pysyncobj's ``leaderFallbackTimeout`` (rafka sets it to five heartbeat
+  periods, at least 600 ms: between ``raftMinTimeout`` and ``raftMaxTimeout`` at the default
+  timing; kraft/syncobj_engine.py), so a leader's lease is only as long as it can prove it
+  still leads.
 
 * **Term notice (etcd raft's answer to a lower-term leader).** The lease opens one race: a
   voter grants a pre-vote while it has no leader, then hears from one before the candidate's
@@ -50,7 +51,7 @@ leader change after a mere follower pause, issue 27).
   If the one it stood back for does not win, it campaigns itself after that timeout.
 
 * **First deadline.** pysyncobj gives a voter that starts the same deadline as one that lost
-  its leader: ``raftMinTimeout``–``raftMaxTimeout`` (350–1000 ms) ahead. After a kill-all the
+  its leader: ``raftMinTimeout``–``raftMaxTimeout`` (700–2000 ms by default) ahead. After a kill-all the
   voter with the longest log — the one the others' pre-votes wait for — is often the second
   one up, and the election then waited out that whole fresh timeout (second engine open →
   active controller: 0.29–1.06 s, p50 0.60 s over 30 rounds, docs/quorum.md "Run E"). A

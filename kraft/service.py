@@ -75,7 +75,7 @@ Settings (Kafka-style names; unknown names are ignored here): ``broker.session.t
 ``metadata.snapshot.records`` / ``metadata.snapshot.min.records`` (10000),
 ``metadata.snapshot.interval.ms`` (3600000), ``leader.imbalance.check.interval.ms`` (300000),
 ``auto.leader.rebalance.enable`` (true), ``num.partitions`` (1), ``default.replication.factor``
-(1), ``raft.min.timeout.ms`` (350), ``raft.max.timeout.ms`` (1000),
+(1), ``raft.min.timeout.ms`` (700), ``raft.max.timeout.ms`` (2000),
 ``controller.propose.timeout.ms`` (10000), ``raft.compaction.min.entries`` (5000).
 """
 

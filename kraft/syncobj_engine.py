@@ -108,23 +108,28 @@ def _ms(settings: Mapping[str, Any], name: str, default: int) -> float:
 
 
 def raft_conf_from_settings(settings: Mapping[str, Any], single_voter: bool = False) -> dict[str, Any]:
-    """pysyncobj's timing. Defaults (issue 26): elections after 350–1000 ms without a leader,
-    the leader's AppendEntries heartbeat every 100 ms (at most a 3.5th of the minimum). It was
-    150–600 / 30 ms, which the 50 ms tick period made ~55 ms in practice: ~18 heartbeat rounds a
-    second, each message pickled, compressed, encrypted and authenticated, were most of an idle
-    cluster's CPU once the trio side stopped polling (A/B, docs/performance.md: 58 -> 39 ms/s
-    for three voters). The cost: failover after kill -9 of the leader, median 0.43 -> 0.73–0.87 s
-    (Kafka's KRaft: a 1 s election timeout). The raft.* settings restore the old timing."""
-    min_s = _ms(settings, "raft.min.timeout.ms", 350)
-    max_s = max(_ms(settings, "raft.max.timeout.ms", 1000), min_s + 0.05)
-    period_s = min(_ms(settings, "raft.append.entries.period.ms", 100), min_s / 3.5)
+    """pysyncobj's timing. Defaults (issue 26): elections after 700–2000 ms without a leader,
+    the leader's AppendEntries heartbeat every 200 ms (at most a 3.5th of the minimum).
+
+    History: 150–600 / 30 ms at first (the 50 ms tick made the 30 ms ~55 ms in practice: ~18
+    heartbeat rounds a second), then 350–1000 / 100 ms (58 -> 39 ms/s of CPU for an idle
+    3-voter cluster), now 700–2000 / 200 ms: each Raft message costs a voter's tick thread
+    ~400 µs of cold CPU, and heartbeats were most of what an idle cluster spends (~26 -> ~17
+    ms/s with the host-wide wake-up grid; docs/performance.md, "Kafka-like Raft timing"). The
+    price is failover after kill -9 of the active controller: median ~0.5 s -> ~1-1.4 s. Kafka's
+    KRaft detects a lost leader only after ``controller.quorum.fetch.timeout.ms`` (2 s) and
+    then waits a 1-2 s election timeout, so rafka still fails over faster than Kafka. The
+    raft.* settings give any other timing (150 / 600 / 30 for a test that wants it fast)."""
+    min_s = _ms(settings, "raft.min.timeout.ms", 700)
+    max_s = max(_ms(settings, "raft.max.timeout.ms", 2000), min_s + 0.05)
+    period_s = min(_ms(settings, "raft.append.entries.period.ms", 200), min_s / 3.5)
     return {
         "raftMinTimeout": min_s,
         "raftMaxTimeout": max_s,
         "appendEntriesPeriod": period_s,
         "connectionTimeout": max(_ms(settings, "raft.connection.timeout.ms", 2000), max_s),
         "connectionRetryTime": _ms(settings, "raft.connection.retry.ms", 300),
-        "leaderFallbackTimeout": max(_ms(settings, "raft.leader.fallback.timeout.ms", 600), period_s * 2),
+        "leaderFallbackTimeout": max(_ms(settings, "raft.leader.fallback.timeout.ms", 600), period_s * 5),
         "appendEntriesUseBatch": str(settings.get("raft.append.entries.batch", "false")).lower() == "true",
         "logCompactionMinEntries": max(2, int(settings.get("raft.compaction.min.entries", 5000))),
         "logCompactionMinTime": max(1, int(settings.get("raft.compaction.min.time.s", 300))),

@@ -17,11 +17,11 @@ def test_default_heartbeat_is_a_third_or_less_of_the_election_timeout_and_not_be
     conf = raft_conf_from_settings({})
     assert conf["appendEntriesPeriod"] <= conf["raftMinTimeout"] / 3
     assert conf["appendEntriesPeriod"] >= 2 * conf["autoTickPeriod"] - 1e-9
-    assert (conf["raftMinTimeout"], conf["raftMaxTimeout"], conf["appendEntriesPeriod"]) == pytest.approx((0.35, 1.0, 0.1))
+    assert (conf["raftMinTimeout"], conf["raftMaxTimeout"], conf["appendEntriesPeriod"]) == pytest.approx((0.7, 2.0, 0.2))
     assert conf["leaderFallbackTimeout"] >= 5 * conf["appendEntriesPeriod"]
     # the node's settings table says the same defaults as the engine
-    assert CONTROLLER_SETTINGS["raft.min.timeout.ms"][1] == 350
-    assert CONTROLLER_SETTINGS["raft.max.timeout.ms"][1] == 1000
+    assert CONTROLLER_SETTINGS["raft.min.timeout.ms"][1] == 700
+    assert CONTROLLER_SETTINGS["raft.max.timeout.ms"][1] == 2000
 
 
 def test_explicit_settings_win_and_the_heartbeat_is_clamped_to_the_minimum() -> None:
