@@ -7,6 +7,9 @@ the three processes' totals with the load average; ``PER_THREAD=1`` also prints 
 Give the arms in ABBA order so both see the same drift of the machine:
 
     python -m bench.ab_idle_timing A-default,E-slow,E-slow,A-default
+
+Since session 23 the default Raft timing is ``_SLOW_RAFT``'s (arm B adds nothing to A); arm
+``O-raft100`` is the timing before it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ _SLOW_RAFT = {"raft.append.entries.period.ms": "200", "raft.min.timeout.ms": "70
 # arm -> (controller overrides, broker overrides)
 ARMS: dict[str, tuple[dict[str, str] | None, dict[str, str] | None]] = {
     "A-default": (None, None),
+    # session 13-22's Raft timing (the default until session 23's 700-2000 ms / 200 ms)
+    "O-raft100": ({"raft.append.entries.period.ms": "100", "raft.min.timeout.ms": "350",
+                   "raft.max.timeout.ms": "1000"}, None),
     "B-heartbeat200": (_SLOW_RAFT, None),
     "C-broker-hb1s": (_SLOW_RAFT, {"broker.heartbeat.interval.ms": "1000"}),
     "D-tick100": ({**_SLOW_RAFT, "raft.tick.ms": "100"}, {"broker.heartbeat.interval.ms": "1000"}),

@@ -25,7 +25,8 @@ heartbeats). Nodes on different hosts keep unrelated phases, as before. Under an
 
 A round that starts at a grid point and ends before the next keeps its exact period; one that
 overruns a grid point waits for the following one (it never runs twice back to back). The
-first sleep of a loop is shorter than a period: it only waits for the next grid point. """
+first sleep of a loop is shorter than a period: it only waits for the next grid point.
+"""
 
 from __future__ import annotations
 
