@@ -235,6 +235,10 @@ class ControllerService:
         self._observers: dict[int, int] = {}  # node id -> metadata offset seen in fetches
         self._active_changed = trio.Event()
         self._probe_wake = trio.Event()  # _wake_probes: activation, a new contact, a shorter threshold
+        # _reactivation_watch: set when this node stopped being (or failed to become) active
+        # without a leadership event that would tell _leadership_loop to look again
+        self._recheck = trio.Event()
+        self._activation: trio.CancelScope | None = None  # the activation in progress, if any
         self.fresh_start_pending = False  # the empty-disk guard is asking the voters (kraft/voters.py)
         self._start: tuple[str, Any] = ("", None)  # (directory id, FreshStart | None)
         self.handlers: dict[ApiKey, Handler] = {
@@ -307,18 +311,50 @@ class ControllerService:
             self._active = None
 
     async def _leadership_loop(self) -> None:
+        """Follow the engine's leadership events: a new leader or term cancels any activation
+        and deactivates; an event naming this node starts ``_activate`` for its term.
+
+        Events come only when (leader, term, is-self) changes. A controller can also stop being
+        active *within* a term it still leads — a proposal answered NOT_CONTROLLER deposes it
+        (``propose``), or its activation gives up — and then no event follows. It was left
+        inactive for good while Raft, healthy, kept it leader (a fresh-clone run, session 23:
+        two minutes with no active controller until the test gave up, every watchdog silent).
+        ``_reactivation_watch`` covers that case."""
         assert self.quorum is not None
         events = self.quorum.leadership_events()
-        activation: trio.CancelScope | None = None
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._reactivation_watch, nursery)
             async for ev in events:
-                if activation is not None:
-                    activation.cancel()
-                    activation = None
+                if self._activation is not None:
+                    self._activation.cancel()
+                    self._activation = None
                 self._set_active(None)
                 if ev.is_self:
-                    activation = trio.CancelScope()
-                    nursery.start_soon(self._activate, ev.epoch, activation)
+                    self._start_activation(nursery, ev.epoch)
+
+    def _start_activation(self, nursery: trio.Nursery, epoch: int) -> None:
+        self._activation = scope = trio.CancelScope()
+        nursery.start_soon(self._activate, epoch, scope)
+
+    async def _reactivation_watch(self, nursery: trio.Nursery) -> None:
+        """When ``_recheck`` is set: if the engine still names this node leader and nothing is
+        active or activating, activate again for the current term. Its LeaderChange is usually
+        committed already (the request id dedups it), so this costs one round trip. Backs off
+        0.05 → 1 s while it keeps failing, so a refusal that persists costs little."""
+        assert self.quorum is not None
+        delay = 0.05
+        while True:
+            await self._recheck.wait()
+            self._recheck = trio.Event()
+            await trio.sleep(delay)
+            if (self._active is None and self._activation is None
+                    and self.quorum.leader_id() == self.node_id):
+                log.warning("node %s: Raft leader in term %s but not the active controller: "
+                            "activating again", self.node_id, self.quorum.epoch())
+                self._start_activation(nursery, self.quorum.epoch())
+                delay = min(delay * 2, 1.0)
+            else:
+                delay = 0.05
 
     def _set_active(self, active: _Active | None) -> None:
         if (self._active is None) != (active is None):
@@ -334,6 +370,16 @@ class ControllerService:
         self._probe_wake = trio.Event()
 
     async def _activate(self, epoch: int, scope: trio.CancelScope) -> None:
+        assert self.quorum is not None
+        try:
+            await self._activate_once(epoch, scope)
+        finally:
+            if self._activation is scope:
+                self._activation = None
+                if self._active is None:
+                    self._recheck.set()  # gave up without a new event: look again
+
+    async def _activate_once(self, epoch: int, scope: trio.CancelScope) -> None:
         assert self.quorum is not None
         with scope:
             cmd = Command(
@@ -508,6 +554,7 @@ class ControllerService:
         except RafkaError as exc:
             if exc.code == ErrorCode.NOT_CONTROLLER and self._active is active:
                 self._set_active(None)  # deposed: the log says someone else leads
+                self._recheck.set()  # unless the engine still says we lead (_reactivation_watch)
             if request_id and exc.code == ErrorCode.UNKNOWN_SERVER_ERROR:
                 active.undecided.add(request_id)  # "command replayed, outcome unknown"
             raise

@@ -9,6 +9,7 @@ import trio
 import trio.testing
 from rafka.kraft.memory import MemoryQuorumCluster
 from rafka.kraft.service import ControllerService
+from rafka.kraft.quorum import not_controller
 from rafka.wire.errors import ErrorCode
 from rafka.wire.protocol import ApiKey
 
@@ -232,4 +233,35 @@ async def test_a_quorum_that_commits_nothing_does_not_hold_the_decision_lock(aut
             for b in (1, 2):
                 await heartbeat(s1, b, epochs[b], cluster.state_machine.image.offset)
         assert cluster.state_machine.image.cluster.unfenced_ids() == [1, 2]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_controller_deposed_by_a_refusal_is_active_again_while_it_still_leads(autojump_clock):
+    # A proposal answered NOT_CONTROLLER deactivates the controller ("deposed"). When the
+    # engine still names it leader in the same term, no leadership event follows; it used to
+    # stay inactive for good with a healthy Raft leader (session 23's fresh-clone stall: no
+    # active controller for 120 s). It must activate again by itself.
+    cluster = MemoryQuorumCluster([1, 2])
+    async with trio.open_nursery() as nursery:
+        s1 = await start(nursery, cluster, 1)
+        cluster.elect(1)
+        await wait_active(s1)
+        quorum = cluster.voters[1]
+        real_propose = quorum.propose
+        refusals = [1]
+
+        async def refuse_once(command):
+            if refusals:
+                refusals.pop()
+                raise not_controller(1, "a refusal while this node still leads")
+            return await real_propose(command)
+
+        quorum.propose = refuse_once
+        r = await s1.handlers[ApiKey.BROKER_REGISTRATION](
+            {"broker_id": 4, "incarnation_id": "inc-4", "host": "h", "port": 9004})
+        assert r["error"] == ErrorCode.NOT_CONTROLLER
+        assert not s1.is_active and cluster.voters[1].leader_id() == 1  # deposed, still leader
+        with trio.fail_after(5):
+            await wait_active(s1)
+        assert await register(s1, 4) >= 1  # and it decides again
         nursery.cancel_scope.cancel()
