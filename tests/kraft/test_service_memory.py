@@ -8,8 +8,8 @@ import pytest
 import trio
 import trio.testing
 from rafka.kraft.memory import MemoryQuorumCluster
-from rafka.kraft.service import ControllerService
 from rafka.kraft.quorum import not_controller
+from rafka.kraft.service import ControllerService
 from rafka.wire.errors import ErrorCode
 from rafka.wire.protocol import ApiKey
 

@@ -82,7 +82,6 @@ def test_a_round_that_overruns_waits_for_the_next_grid_point() -> None:
     assert gaps == {1.0}  # skipped one grid point each time, never ran back to back
 
 
-
 def _host_grid_point(period: float) -> tuple[float, float]:
     """In a fresh ``trio.run`` (a new random clock offset, as a new node process has): the next
     grid deadline on the host's monotonic clock, and this run's offset."""
