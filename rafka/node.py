@@ -29,6 +29,10 @@ and so does the death of the foreground ``rafka cluster up`` that owns the node 
 cluster is stopping, so there is no quorum left to hand leadership to, and the node exits in
 well under 5 s instead of waiting out the controlled-shutdown timeout.
 Logs go to ``DATA_DIR/node.log`` and stderr; node events to ``DATA_DIR/events.jsonl``.
+
+A node process never imports Hypothesis (``_keep_test_tools_out``): kio, the Kafka listener's
+codec, imports it whenever it is installed, and importing it switches trio's scheduler into
+its deterministic test mode for the whole process.
 """
 
 from __future__ import annotations
@@ -372,7 +376,26 @@ async def run_node(config: NodeConfig, *, task_status: Any = trio.TASK_STATUS_IG
     await _Node(config).run(task_status=task_status)
 
 
+def _keep_test_tools_out() -> None:
+    """Make ``import hypothesis`` fail in this node process, unless something already imported it.
+
+    kio (``broker/kafka/codec.py``) imports ``hypothesis.strategies`` whenever Hypothesis is
+    installed, to register strategies for its types, and it is installed wherever the test
+    extras are (the ``make run`` venv included). Importing Hypothesis runs its entry-point
+    plugins, and trio's plugin switches trio's scheduler to its test mode for the whole
+    process: every batch of runnable tasks is sorted and shuffled with a seeded ``Random``
+    instead of reversed half of the time. In a node that was ~12 ``random`` calls per produce
+    request on the leader, and the import added ~0.2 s to the Kafka listener's start, inside
+    the running trio loop (docs/performance.md, "A node imported Hypothesis"). kio falls back
+    to its plain types on ``ImportError``. Called only from ``main``, the process entry of
+    ``rafka server`` and ``python -m rafka.node``; a test process that runs a node on its own trio loop
+    (pytest running a node in-process) keeps its Hypothesis."""
+    if "hypothesis" not in sys.modules:
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]  # import -> ImportError
+
+
 def main(argv: list[str] | None = None) -> int:
+    _keep_test_tools_out()
     parser = argparse.ArgumentParser(prog="rafka server", description="run one rafka node")
     parser.add_argument("--config", required=True, help="the node's TOML config")
     args = parser.parse_args(argv)
