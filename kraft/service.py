@@ -395,6 +395,9 @@ class ControllerService:
                     break
                 except RafkaError as exc:
                     if self.quorum.epoch() != epoch or self.quorum.leader_id() != self.node_id:
+                        log.info("activation for epoch %s given up: the engine is at epoch %s "
+                                 "with leader %s (%s)", epoch, self.quorum.epoch(),
+                                 self.quorum.leader_id(), exc)
                         return
                     log.warning("LeaderChange for epoch %s not applied yet: %s", epoch, exc)
                     await trio.sleep(delay)
@@ -404,6 +407,9 @@ class ControllerService:
                 self._set_active(_Active(epoch, self.quorum.image(), self._now_ms(), groups))
                 if self.events is not None:  # chaos_tests/node_events.py: one leader per epoch
                     self.events.emit("raft-leader", epoch=epoch)
+            else:  # a later LeaderChange was applied meanwhile: this term's is stale
+                log.info("activation for epoch %s given up: the image's quorum epoch is %s",
+                         epoch, self.quorum.image().quorum.epoch)
 
     async def _periodic_loop(self) -> None:
         period_s = max(0.02, min(0.25, self.session_timeout_ms / 4000))
@@ -553,6 +559,8 @@ class ControllerService:
             return await self.require_quorum().propose(cmd)
         except RafkaError as exc:
             if exc.code == ErrorCode.NOT_CONTROLLER and self._active is active:
+                log.warning("controller %d deposed in epoch %s by a refusal: %s",
+                            self.node_id, active.epoch, exc)
                 self._set_active(None)  # deposed: the log says someone else leads
                 self._recheck.set()  # unless the engine still says we lead (_reactivation_watch)
             if request_id and exc.code == ErrorCode.UNKNOWN_SERVER_ERROR:
