@@ -49,6 +49,12 @@ def _append(p: Partition, n: int) -> list[int]:
             for i in range(n)]
 
 
+def _leader_with(d: Path, n: int) -> tuple[CountingPartition, list[int], dict[int, ErrorCode]]:
+    """A leader holding ``n`` appended records, their offsets, and a map for waiters' answers."""
+    p = _leader(d)
+    return p, _append(p, n), {}
+
+
 async def _waiters(nursery: trio.Nursery, p: Partition, offsets: list[int], acks: int,
                    out: dict[int, ErrorCode]) -> None:
     for off in offsets:
@@ -59,9 +65,7 @@ async def _waiters(nursery: trio.Nursery, p: Partition, offsets: list[int], acks
 
 
 async def test_waiters_wake_only_once_their_offsets_are_decided(tmp_path: Path) -> None:
-    p = _leader(tmp_path)
-    offsets = _append(p, 10)
-    done: dict[int, ErrorCode] = {}
+    p, offsets, done = _leader_with(tmp_path, 10)
     async with trio.open_nursery() as nursery:
         await _waiters(nursery, p, offsets, -1, done)
         looks = p.looks.copy()
@@ -88,9 +92,7 @@ async def test_waiters_wake_only_once_their_offsets_are_decided(tmp_path: Path) 
 
 
 async def test_an_acks1_waiter_is_not_held_behind_an_acks_all_one(tmp_path: Path) -> None:
-    p = _leader(tmp_path)
-    first, second = _append(p, 2)
-    done: dict[int, ErrorCode] = {}
+    p, (first, second), done = _leader_with(tmp_path, 2)
     async with trio.open_nursery() as nursery:
         await _waiters(nursery, p, [first], -1, done)
         await _waiters(nursery, p, [second], 1, done)
@@ -102,9 +104,7 @@ async def test_an_acks1_waiter_is_not_held_behind_an_acks_all_one(tmp_path: Path
 
 
 async def test_a_new_leader_epoch_wakes_every_waiter(tmp_path: Path) -> None:
-    p = _leader(tmp_path)
-    offsets = _append(p, 5)
-    done: dict[int, ErrorCode] = {}
+    p, offsets, done = _leader_with(tmp_path, 5)
     async with trio.open_nursery() as nursery:
         await _waiters(nursery, p, offsets, -1, done)
         p.apply_registration(PartitionRegistration(replicas=(1, 2), isr=(1, 2), leader=2,
