@@ -384,12 +384,13 @@ def _keep_test_tools_out() -> None:
     extras are (the ``make run`` venv included). Importing Hypothesis runs its entry-point
     plugins, and trio's plugin switches trio's scheduler to its test mode for the whole
     process: every batch of runnable tasks is sorted and shuffled with a seeded ``Random``
-    instead of reversed half of the time. In a node that was ~12 ``random`` calls per produce
-    request on the leader, and the import added ~0.2 s to the Kafka listener's start, inside
-    the running trio loop (docs/performance.md, "A node imported Hypothesis"). kio falls back
-    to its plain types on ``ImportError``. Called only from ``main``, the process entry of
-    ``rafka server`` and ``python -m rafka.node``; a test process that runs a node on its own trio loop
-    (pytest running a node in-process) keeps its Hypothesis."""
+    instead of reversed half of the time. In a node that was ~8 ``getrandbits`` calls per
+    produce request on the leader, and the import added ~0.2 s to the Kafka listener's start,
+    inside the running trio loop (docs/performance.md, "A busy leader's CPU, a node in trio's
+    test mode, and the produce waiters' herd"). kio falls back to its plain types on
+    ``ImportError``. Called only from ``main``, the process entry of ``rafka server`` and
+    ``python -m rafka.node``; a test process that runs a node on its own trio loop (pytest
+    running a node in-process) keeps its Hypothesis."""
     if "hypothesis" not in sys.modules:
         sys.modules["hypothesis"] = None  # type: ignore[assignment]  # import -> ImportError
 

@@ -34,8 +34,12 @@ def test_a_node_with_a_kafka_listener_does_not_import_hypothesis(
     node = c.info()["nodes"][0]
     assert node.get("kafka"), "the node has no Kafka listener, so kio was never imported"
     log = c.data_dir / "node-1" / "stdout.log"
-    modules = wait_until(lambda: (lambda m: m if "kio.static.primitive" in m else None)(
-        _imported(log.read_text(errors="replace"))), "the node's import trace names kio", 30)
+
+    def traced_kio() -> set[str] | None:
+        modules = _imported(log.read_text(errors="replace"))
+        return modules if "kio.static.primitive" in modules else None
+
+    modules = wait_until(traced_kio, "the node's import trace names kio", 30)
     assert "kio.schema.request_header.v1.header" in modules
     # kio still *tries* ``import hypothesis.strategies`` (the trace lists the attempt, which
     # fails at once); what must not happen is the package itself being imported, since its
