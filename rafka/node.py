@@ -66,7 +66,7 @@ from rafka.security.listener import (
     secured_dispatch,
 )
 from rafka.wire.connection import ConnectionPool
-from rafka.wire.gc_freeze import freeze_startup_objects
+from rafka.wire.gc_freeze import freeze_startup_objects, raise_young_threshold
 
 __all__ = ["run_node", "main", "setup_logging"]
 
@@ -225,6 +225,7 @@ class _Node:
                 log.info("node %d up: roles %s, listener %s:%d", cfg.node_id, sorted(cfg.roles),
                          cfg.listener[0], port)
                 freeze_startup_objects()  # full GC passes later walk only what came since
+                raise_young_threshold()  # young passes only past a busy broker's working set
                 if self.rm is not None and cfg.broker["unsafe.ack.before.replication"]:
                     _warn_unsafe(cfg.node_id)
                     self.events.emit("unsafe", setting="unsafe.ack.before.replication")

@@ -79,3 +79,28 @@ def test_a_client_opening_freezes(switch: str, frozen: str) -> None:
         print(gc.get_freeze_count() > 0)
     """, RAFKA_GC_FREEZE=switch)
     assert out == frozen
+
+
+def test_young_threshold_raised_never_lowered() -> None:
+    """A broker node starts young GC passes only past ``NODE_YOUNG_THRESHOLD`` net allocations
+    (wire/gc_freeze.py, "Young passes in a node"); the older generations keep theirs."""
+    out = _run("""
+        import gc
+        from rafka.wire.gc_freeze import NODE_YOUNG_THRESHOLD, raise_young_threshold
+        gc.set_threshold(700, 11, 12)
+        first = raise_young_threshold()
+        after = gc.get_threshold()
+        gc.set_threshold(50_000, 11, 12)
+        raise_young_threshold()
+        print(first, after == (NODE_YOUNG_THRESHOLD, 11, 12), gc.get_threshold()[0])
+    """)
+    assert out == "True True 50000"
+
+
+def test_young_threshold_switched_off_by_environment() -> None:
+    out = _run("""
+        import gc
+        from rafka.wire.gc_freeze import raise_young_threshold
+        print(raise_young_threshold(), gc.get_threshold()[0])
+    """, RAFKA_GC_FREEZE="0")
+    assert out == "False 700"
