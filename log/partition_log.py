@@ -355,16 +355,18 @@ class PartitionLog(LogReader):
             expected = h.next_offset
             pos += h.size
         self._write(buf, metas, self._now_ms())
-        overlay = self.producer_state.begin()
+        # The batches are in the log now, so the producer state is updated in place, with no
+        # overlay of copied entries to commit (the leader's append needs one: its checks come
+        # before the write, which may still fail): no entry copy per batch on a follower.
+        state = self.producer_state
         completed: list[CompletedTxn] = []
         for h, (mtype, cepoch) in zip(headers, types, strict=True):
-            done = self.producer_state.update(h, h.base_offset, overlay, marker_type=mtype,
-                                              coordinator_epoch=cepoch)
+            done = state.update(h, h.base_offset, marker_type=mtype, coordinator_epoch=cepoch)
             if done is not None:
                 completed.append(done)
             if h.partition_leader_epoch >= 0:
                 self.epochs.assign(h.partition_leader_epoch, h.base_offset)
-        self.producer_state.commit(overlay)
+        state.trim()
         self._index_aborted(completed)
         return AppendInfo(headers[0].base_offset, headers[-1].last_offset,
                           max(h.max_timestamp for h in headers), -1)
