@@ -91,6 +91,12 @@ async def running_broker(tmp_path: Path, *, topics: dict[str, int] | None = None
         events.close()
 
 
+def next_offsets(n: int) -> list[int]:
+    """``n`` increasing metadata offsets after every one this process's brokers have used (a
+    test publishing records of its own must not reuse an offset an earlier test took)."""
+    return [next(_offsets) for _ in range(n)]
+
+
 def batch(*values: bytes, key: bytes | None = None) -> bytes:
     now = int(time.time() * 1000)
     return build_batch([(key, v, [], now) for v in values])

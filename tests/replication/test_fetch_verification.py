@@ -47,7 +47,7 @@ from rafka.metadata.records import Partition, RegisterBroker, Topic, UnfenceBrok
 from rafka.wire.errors import ErrorCode
 from rafka.wire.protocol import ApiKey
 
-from tests.broker.harness import batch, part, produce_body, running_broker
+from tests.broker.harness import batch, next_offsets, part, produce_body, running_broker
 
 # --------------------------------------------------------------------------- the real broker
 
@@ -66,11 +66,12 @@ def follower_fetch(offset: int, last_epoch: int | None, current_epoch: int | Non
 
 async def test_broker_counts_only_verified_follower_positions(tmp_path: Any) -> None:
     async with running_broker(tmp_path) as b, b.connect() as conn:
+        o = next_offsets(5)
         await b.publisher.publish_records([
-            (500, 1, RegisterBroker(2, "inc-2", "127.0.0.1", 1)), (501, 1, UnfenceBroker(2)),
-            (502, 1, Topic("t", TID)),
+            (o[0], 1, RegisterBroker(2, "inc-2", "127.0.0.1", 1)), (o[1], 1, UnfenceBroker(2)),
+            (o[2], 1, Topic("t", TID)),
             # epoch 0: broker 1 leads alone (broker 2 was cut off) and appends 5 records
-            (503, 1, Partition(TID, 0, (1, 2), (1,), 1, 0, 0)),
+            (o[3], 1, Partition(TID, 0, (1, 2), (1,), 1, 0, 0)),
         ])
         r = (await conn.request(ApiKey.PRODUCE, produce_body("t", batch(*[b"e0"] * 5), acks=1))).body
         assert part(r)["error"] == 0
@@ -78,7 +79,7 @@ async def test_broker_counts_only_verified_follower_positions(tmp_path: Any) -> 
         assert p.high_watermark == 5
         # Leader change: broker 1 leads again in epoch 1 with broker 2 in the ISR. Broker 2
         # holds 7 records of epoch 0 — two that broker 1 never had (another leader's suffix).
-        await b.publisher.publish_records([(504, 1, Partition(TID, 0, (1, 2), (1, 2), 1, 1, 1))])
+        await b.publisher.publish_records([(o[4], 1, Partition(TID, 0, (1, 2), (1, 2), 1, 1, 1))])
         r = (await conn.request(ApiKey.PRODUCE, produce_body("t", batch(b"e1a", b"e1b", b"e1c"),
                                                              acks=1))).body
         assert part(r)["error"] == 0 and part(r)["base_offset"] == 5
@@ -120,8 +121,9 @@ async def test_broker_counts_an_empty_follower_at_the_log_start(tmp_path: Any) -
     """No ``last_fetched_epoch`` is fine for an empty follower log at our log start (a new
     replica, or one that started over there): nothing below it to disagree about."""
     async with running_broker(tmp_path) as b, b.connect() as conn:
+        o = next_offsets(2)
         await b.publisher.publish_records([
-            (500, 1, Topic("t", TID)), (501, 1, Partition(TID, 0, (1, 2), (1, 2), 1, 0, 0))])
+            (o[0], 1, Topic("t", TID)), (o[1], 1, Partition(TID, 0, (1, 2), (1, 2), 1, 0, 0))])
         e = part((await conn.request(ApiKey.FETCH, follower_fetch(0, None, 0))).body)
         assert e["error"] == 0 and e["diverging_epoch"] is None
         assert b.rm.get("t", 0).leader_state.followers[2].log_end_offset == 0
