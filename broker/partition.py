@@ -64,20 +64,25 @@ only to park it again — 4.1 resumes per produce request where 2 decide it. The
 waiter once its outcome is decided (``produce_outcome`` is not None), which is monotone in the
 offset within one heap while the leadership stays the same; everything that breaks that (a new
 leader epoch, a deletion, an offline log) goes through ``notify``. A waiter that gives up
-(deadline, cancelled connection) leaves its entry behind, marked by setting its own event; such
-entries are dropped when they reach the top or when they outnumber the live ones.
+(deadline, cancelled connection) leaves its entry behind, marked settled; such entries are
+dropped when they reach the top or when they outnumber the live ones. A waiter is a
+``broker.produce_wait.ParkedProduce``, not an event in a cancel scope: the wake hands it the
+outcome decided, and its deadline is kept by the replica manager's one ``ProduceDeadlines``
+timer (that module's docstring).
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
 
 import trio
 from rafka.broker.events import EventLog
+from rafka.broker.produce_wait import ParkedProduce, ProduceDeadlines
 from rafka.broker.replication.state import (
     HighWatermarkAdvanced,
     IsrChanged,
@@ -137,7 +142,8 @@ class Partition:
     def __init__(self, topic: str, partition: int, plog: PartitionLog, broker_id: int,
                  events: EventLog, *, fsync_acks: bool, min_insync_replicas: int = 1,
                  replica_lag_time_max_ms: int = 30_000,
-                 unsafe_ack_before_replication: bool = False) -> None:
+                 unsafe_ack_before_replication: bool = False,
+                 deadlines: ProduceDeadlines | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.log = plog
@@ -158,9 +164,10 @@ class Partition:
                                   min(self.checkpointed_hw, plog.log_end_offset))
         self.follower_hw = self.high_watermark
         events.hw(topic, partition, self.high_watermark, -1)
-        # produce waiters (module docstring): heaps of (last offset, seq, acks, epoch, event)
-        self._acks1_waiters: list[tuple[int, int, int, int | None, trio.Event]] = []
-        self._acks_all_waiters: list[tuple[int, int, int, int | None, trio.Event]] = []
+        # produce waiters (module docstring): heaps of (last offset, seq, acks, epoch, parked)
+        self._acks1_waiters: list[tuple[int, int, int, int | None, ParkedProduce]] = []
+        self._acks_all_waiters: list[tuple[int, int, int, int | None, ParkedProduce]] = []
+        self.deadlines = deadlines
         self._waiter_seq = 0
         self._abandoned_waiters = 0
         self.data_changed = trio.Event()  # follower fetches
@@ -440,32 +447,50 @@ class Partition:
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND if st.under_min_isr else ErrorCode.NONE
         return st.produce_outcome(last_offset)
 
-    async def wait_produce(self, last_offset: int, acks: int,
-                           leader_epoch: int | None = None) -> ErrorCode:
+    async def wait_produce(self, last_offset: int, acks: int, leader_epoch: int | None = None,
+                           deadline: float = math.inf) -> ErrorCode:
+        """The final outcome of an appended produce, waiting for it while undecided;
+        ``REQUEST_TIMED_OUT`` once the trio time ``deadline`` passes first."""
         while True:
             out = self.produce_outcome(last_offset, acks, leader_epoch)
             if out is not None:
                 return out
-            ev = trio.Event()
+            parked = ParkedProduce()
             self._waiter_seq += 1
             heap = self._acks1_waiters if acks == 1 or self.unsafe_ack_before_replication \
                 else self._acks_all_waiters
-            heapq.heappush(heap, (last_offset, self._waiter_seq, acks, leader_epoch, ev))
+            heapq.heappush(heap, (last_offset, self._waiter_seq, acks, leader_epoch, parked))
             try:
-                await ev.wait()
-            finally:
-                if not ev.is_set():  # gave up (deadline, cancelled): its entry is dead now
-                    ev.set()
-                    self._abandoned_waiters += 1
-                    if self._abandoned_waiters > 64 and self._abandoned_waiters * 2 > \
-                            len(self._acks1_waiters) + len(self._acks_all_waiters):
-                        self._drop_abandoned_waiters()
+                if deadline == math.inf:
+                    out = await parked.park()
+                elif self.deadlines is not None:
+                    if deadline <= trio.current_time():
+                        parked.settled = True
+                        out = ErrorCode.REQUEST_TIMED_OUT
+                    else:
+                        self.deadlines.add(deadline, parked)
+                        out = await parked.park()
+                else:  # a partition outside a replica manager: no shared timer
+                    out = ErrorCode.REQUEST_TIMED_OUT
+                    with trio.move_on_at(deadline):
+                        out = await parked.park()
+            except BaseException:  # cancelled: the abort marked its entry settled
+                self._note_abandoned()
+                raise
+            if out is ErrorCode.REQUEST_TIMED_OUT:
+                self._note_abandoned()  # its entry is still in the heap, settled
+            if out is not None:
+                return out
+            # None: woken by notify() (role, log or partition changed): look again
 
-    def _drop_abandoned_waiters(self) -> None:
-        for heap in (self._acks1_waiters, self._acks_all_waiters):
-            heap[:] = [w for w in heap if not w[4].is_set()]
-            heapq.heapify(heap)
-        self._abandoned_waiters = 0
+    def _note_abandoned(self) -> None:
+        self._abandoned_waiters += 1
+        if self._abandoned_waiters > 64 and self._abandoned_waiters * 2 > \
+                len(self._acks1_waiters) + len(self._acks_all_waiters):
+            for heap in (self._acks1_waiters, self._acks_all_waiters):
+                heap[:] = [w for w in heap if not w[4].settled]
+                heapq.heapify(heap)
+            self._abandoned_waiters = 0
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -514,7 +539,7 @@ class Partition:
         """Wake every waiter: the role, the log's state or the partition itself changed."""
         for heap in (self._acks1_waiters, self._acks_all_waiters):
             for w in heap:
-                w[4].set()
+                w[4].settle(None)  # look again
             heap.clear()
         self._abandoned_waiters = 0
         self._wake_data()
@@ -529,13 +554,15 @@ class Partition:
         """The durable end or the HW moved: wake the produce waiters now decided, lowest first."""
         for heap in (self._acks1_waiters, self._acks_all_waiters):
             while heap:
-                last, _, acks, epoch, ev = heap[0]
-                if ev.is_set():  # abandoned
+                last, _, acks, epoch, parked = heap[0]
+                if parked.settled:  # abandoned
                     self._abandoned_waiters = max(0, self._abandoned_waiters - 1)
-                elif self.produce_outcome(last, acks, epoch) is None:
-                    break
+                else:
+                    out = self.produce_outcome(last, acks, epoch)
+                    if out is None:
+                        break
+                    parked.settle(out)
                 heapq.heappop(heap)
-                ev.set()
 
     def _wake_data(self) -> None:
         self.data_changed.set()

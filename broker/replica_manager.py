@@ -113,6 +113,7 @@ import trio
 from rafka.broker.config import effective_topic_config
 from rafka.broker.events import EventLog
 from rafka.broker.partition import Partition, write_hw_checkpoint
+from rafka.broker.produce_wait import ProduceDeadlines
 from rafka.log.compaction import compact
 from rafka.log.errors import LogError
 from rafka.log.partition_log import PartitionLog
@@ -186,6 +187,8 @@ class ReplicaManager:
         self.inline_flushes = 0  # rounds run on the trio thread (log.flush.inline.max.records)
         # called with each flush round's duration in seconds (broker/metrics.py)
         self.flush_observer: Callable[[float], None] | None = None
+        # produce requests' timeout_ms, for every partition: one timer (broker/produce_wait.py)
+        self.produce_deadlines = ProduceDeadlines()
         # replication seam (broker/replication): set by attach_replication()
         self.fetcher: Any = None
         self.channel: Any = None
@@ -366,7 +369,8 @@ class ReplicaManager:
                           fsync_acks=self.flush_policy == "batch",
                           min_insync_replicas=cfg.min_insync_replicas,
                           replica_lag_time_max_ms=self.settings.get("replica.lag.time.max.ms", 30_000),
-                          unsafe_ack_before_replication=self.unsafe_ack_before_replication)
+                          unsafe_ack_before_replication=self.unsafe_ack_before_replication,
+                          deadlines=self.produce_deadlines)
             p.alter_poke = self._isr_poke_set
             self.partitions[tp] = p
         p.apply_registration(reg)
@@ -560,6 +564,7 @@ class ReplicaManager:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._flusher)
+            nursery.start_soon(self.produce_deadlines.run)
             if self.flush_policy == "interval":
                 nursery.start_soon(self._interval_flusher)
             nursery.start_soon(self._retention_loop)

@@ -180,17 +180,14 @@ async def wait_outcomes(waits: list[tuple[dict[str, Any], Partition, int, int]],
     """Wait (until the trio time ``deadline``) for each appended partition's outcome —
     ``(answer entry, partition, last offset, leader epoch of the append)`` — and write it into
     the entry; what is still undecided at the deadline is ``REQUEST_TIMED_OUT``."""
-    with trio.move_on_at(deadline):
-        for entry, p, last, epoch in waits:
-            code = await p.wait_produce(last, acks, epoch)
-            entry["error"] = int(code)
-            if code:
-                entry["message"] = f"{p.name}: {code.name}"
-            entry["done"] = True
-    for entry, p, _, _ in waits:
-        if not entry.pop("done", False):
-            entry.update(error=int(ErrorCode.REQUEST_TIMED_OUT),
-                         message=f"{p.name}: not replicated/durable within timeout_ms")
+    for entry, p, last, epoch in waits:
+        # the deadline is the partition's to keep (broker/produce_wait.py): no cancel scope here
+        code = await p.wait_produce(last, acks, epoch, deadline=deadline)
+        entry["error"] = int(code)
+        if code == ErrorCode.REQUEST_TIMED_OUT:
+            entry["message"] = f"{p.name}: not replicated/durable within timeout_ms"
+        elif code:
+            entry["message"] = f"{p.name}: {code.name}"
 
 
 # --------------------------------------------------------------------------- transactional produce
