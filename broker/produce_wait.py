@@ -5,8 +5,9 @@ Theory of operation
 A produce request with ``acks`` 1 or all whose append is not yet decided waits until its
 partition decides it or its ``timeout_ms`` passes. It used to wait on a ``trio.Event`` inside
 ``trio.move_on_at(deadline)``; entering and leaving that cancel scope alone costs ~5 µs of CPU
-per request (warm, on this VM; more in a busy broker), the largest single item of trio's own work
-per produce on a leader (docs/performance.md, "Produce waits without a cancel scope").
+per request (warm, on this VM; more in a busy broker), the largest single item of trio's own
+work per produce on a leader (docs/performance.md, "Produce waits without a cancel scope, and
+rarer young GC passes").
 
 Here a wait is a ``ParkedProduce``: the task, parked with ``trio.lowlevel.wait_task_rescheduled``,
 and a flag that it was settled. Exactly one party settles it, whoever comes first, and hands

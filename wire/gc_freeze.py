@@ -32,9 +32,10 @@ window of 32 produces in flight collected nothing): each pass walks and promotes
 flight, and they die in generation 1 by reference counting. Measured on the leader at 32
 single-record produces in flight: 71 young passes a second at ~175 µs each (~2 % of its CPU);
 with the threshold at 7,000, 2 passes in 11.6 s, and 1.7 % less broker CPU per request
-(docs/performance.md, "Young GC passes in a node"). ``NODE_YOUNG_THRESHOLD`` is 10,000, above
-the swings of that load with room for more connections; cyclic garbage, when some code makes
-it, waits for at most that many allocations. ``RAFKA_GC_FREEZE=0`` leaves this alone too.
+(docs/performance.md, "Produce waits without a cancel scope, and rarer young GC passes").
+``NODE_YOUNG_THRESHOLD`` is 10,000, above the swings of that load with room for more
+connections; cyclic garbage, when some code makes it, waits for at most that many allocations.
+``RAFKA_GC_FREEZE=0`` leaves this alone too.
 """
 
 from __future__ import annotations
