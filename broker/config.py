@@ -108,6 +108,10 @@ BROKER_SETTINGS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     # trio thread instead of a worker thread; 0: never (broker/replica_manager.py, "Inline
     # flushes"; docs/performance.md, issue 26)
     "log.flush.inline.max.records": (_int(0, 2**31 - 1), 1),
+    # the same for a follower's sync of a fetch answer before its next fetch (the fetcher waits
+    # for it either way): small answers skip the worker-thread hop (docs/performance.md,
+    # "A follower's small syncs on its own thread")
+    "log.flush.follower.inline.max.records": (_int(0, 2**31 - 1), 64),
     "log.retention.check.interval.ms": (_int(100), 300_000),
     "log.cleaner.backoff.ms": (_int(100), 15_000),
     # committed offsets of empty groups (broker/groups/offsets.py, KIP-211); Kafka's defaults

@@ -72,6 +72,12 @@ disk syncs. So only small rounds — a lone request, nobody else waiting for the
 with 32 producers in flight every fsync inline cut the throughput by a third (the loop could
 no longer take the next requests while the disk worked), and those rounds cover many records.
 Durability is the same: the same ``_flush_all`` runs before the same ``on_flushed``.
+A follower's sync has its own limit, ``log.flush.follower.inline.max.records`` (default 64): its
+fetcher waits for the sync before the next fetch whichever thread runs it, so for the small
+answers of a busy partition (5–11 records at 32 single-record produces in flight) the hop only
+cost CPU: ~5 % of the cluster's per request (docs/performance.md, "A follower's small syncs on
+its own thread"). Large answers (a catch-up, a bulk producer) still go to the worker, so a node
+that also leads other partitions does not stop serving them while a big sync runs.
 
 High-watermark checkpoints: every ``replica.high.watermark.checkpoint.interval.ms`` (1 s) one
 worker-thread round writes ``high-watermark-checkpoint`` for every partition whose HW moved, and
@@ -167,6 +173,9 @@ class ReplicaManager:
         self.flush_policy: str = settings.get("log.flush.policy", "batch")
         # a round covering at most this many records runs inline (0: never; "Inline flushes")
         self.flush_inline_max_records: int = int(settings.get("log.flush.inline.max.records", 1))
+        # the same for a follower's sync of what a fetch answer appended
+        self.follower_flush_inline_max_records: int = int(
+            settings.get("log.flush.follower.inline.max.records", 64))
         self._follower_records = 0  # appended by fetch responses since the last follower sync
         self.unsafe_ack_before_replication: bool = bool(
             settings.get("unsafe.ack.before.replication", False))
@@ -484,7 +493,8 @@ class ReplicaManager:
             return ok
         self.flush_rounds += 1
         records, self._follower_records = self._follower_records, 0
-        results = await self._run_flush([p for _, p in work], records)
+        results = await self._run_flush([p for _, p in work], records,
+                                        self.follower_flush_inline_max_records)
         for (tp, p), res in zip(work, results, strict=True):
             if isinstance(res, BaseException):
                 log.error("follower flush of %s failed: %s", p.name, res)
@@ -582,11 +592,14 @@ class ReplicaManager:
             self._dirty = trio.Event()
             await self.flush_dirty()
 
-    async def _run_flush(self, parts: list[Partition], records: int) -> list[int | BaseException]:
+    async def _run_flush(self, parts: list[Partition], records: int,
+                         inline_max: int | None = None) -> list[int | BaseException]:
         """``_flush_all(parts)`` for a round covering ``records`` appended records: inline on the
-        trio thread after one checkpoint when ``records <= log.flush.inline.max.records``,
-        otherwise in a worker thread."""
-        if 0 < records <= self.flush_inline_max_records:
+        trio thread after one checkpoint when ``records <= inline_max`` (by default
+        ``log.flush.inline.max.records``; a follower's sync passes its own limit), otherwise in
+        a worker thread."""
+        limit = self.flush_inline_max_records if inline_max is None else inline_max
+        if 0 < records <= limit:
             await trio.lowlevel.cancel_shielded_checkpoint()
             self.inline_flushes += 1
             return _flush_all(parts)

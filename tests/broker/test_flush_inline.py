@@ -60,3 +60,18 @@ async def test_round_over_the_limit_goes_to_a_worker_thread(tmp_path) -> None:  
         assert part(body)["error"] == 0
         assert log.recovery_point == log.log_end_offset == 6
         assert threads and threading.get_ident() not in threads
+
+
+@pytest.mark.parametrize("records, inline", [(64, True), (65, False)])
+async def test_follower_sync_thread_follows_its_own_limit(tmp_path, records: int,  # type: ignore[no-untyped-def]
+                                                          inline: bool) -> None:
+    """A follower's sync of a fetch answer (``_sync_follower_logs``, which the fetcher awaits
+    before its next fetch) runs inline up to ``log.flush.follower.inline.max.records`` (default
+    64) records, whatever the leader's limit (0 here: its rounds never run inline)."""
+    settings: dict[str, Any] = {"log.flush.policy": "batch", "log.flush.inline.max.records": 0}
+    async with running_broker(tmp_path, topics={"t": 1}, **settings) as b, b.connect() as conn:
+        log, threads = await _watch_flush_threads(b, conn)
+        b.rm._follower_records = records  # what the fetch answers appended since the last sync
+        assert await b.rm._sync_follower_logs([("t", 0)]) == {("t", 0)}
+        assert threads and (threading.get_ident() in threads) is inline
+        assert log.recovery_point == log.log_end_offset
