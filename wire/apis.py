@@ -492,10 +492,96 @@ def _check(spec: Any, value: Any, path: str) -> None:
         raise TypeError(f"bad schema spec {spec!r}")
 
 
+# --------------------------------------------------------------------------- compiled checks
+#
+# ``_check`` walks a spec and builds the path of every field it visits, so that its error can
+# name the first mismatch: ~3.4 µs for a one-partition PRODUCE body, ~13 calls and ~50
+# ``isinstance`` on every request (issue 26's profile of a busy leader). Each schema is
+# therefore also compiled, once at import, into one Python function of plain statements (no
+# call per field, no path) that only answers "valid or not": ~0.5 µs for the same body. A body
+# it refuses goes through ``_check`` again, which raises the named error; ``_check`` stays the
+# reference, and tests/protocol/test_schema_compiled.py checks that both accept exactly the
+# same bodies.
+
+_MISSING = object()
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+def _emit(spec: Any, var: str, indent: int, out: list[str], names: dict[str, Any],
+          fresh: list[int]) -> None:
+    """Statements that ``return False`` unless ``var`` matches ``spec`` (``_check``'s rules)."""
+    pad = "    " * indent
+
+    def new_var() -> str:
+        fresh[0] += 1
+        return f"v{fresh[0]}"
+
+    if isinstance(spec, Opt):
+        out.append(f"{pad}if {var} is not None:")
+        _emit(spec.spec, var, indent + 1, out, names, fresh)
+    elif spec is int:  # an int, never a bool (msgpack's ints are exact ``int``: the first test)
+        out.append(f"{pad}if type({var}) is not int and (not isinstance({var}, int) "
+                   f"or isinstance({var}, bool)):")
+        out.append(f"{pad}    return False")
+    elif spec is bytes:
+        out.append(f"{pad}if not isinstance({var}, _BYTES_TYPES):")
+        out.append(f"{pad}    return False")
+    elif isinstance(spec, type):
+        name = f"T_{spec.__name__}"
+        names[name] = spec
+        out.append(f"{pad}if not isinstance({var}, {name}):")
+        out.append(f"{pad}    return False")
+    elif isinstance(spec, list):
+        item = new_var()
+        out.append(f"{pad}if not isinstance({var}, list):")
+        out.append(f"{pad}    return False")
+        out.append(f"{pad}for {item} in {var}:")
+        _emit(spec[0], item, indent + 1, out, names, fresh)
+    elif isinstance(spec, MapOf):
+        k, v = new_var(), new_var()
+        out.append(f"{pad}if not isinstance({var}, dict):")
+        out.append(f"{pad}    return False")
+        out.append(f"{pad}for {k}, {v} in {var}.items():")
+        _emit(spec.key, k, indent + 1, out, names, fresh)
+        _emit(spec.value, v, indent + 1, out, names, fresh)
+    elif isinstance(spec, dict):
+        out.append(f"{pad}if not isinstance({var}, dict):")
+        out.append(f"{pad}    return False")
+        for field, sub in spec.items():
+            x = new_var()
+            out.append(f"{pad}{x} = {var}.get({field!r}, _MISSING)")
+            if isinstance(sub, Opt):  # missing or None: fine
+                out.append(f"{pad}if {x} is not _MISSING and {x} is not None:")
+                _emit(sub.spec, x, indent + 1, out, names, fresh)
+            else:
+                out.append(f"{pad}if {x} is _MISSING:")
+                out.append(f"{pad}    return False")
+                _emit(sub, x, indent, out, names, fresh)
+    else:  # pragma: no cover - a bug in SCHEMAS
+        raise TypeError(f"bad schema spec {spec!r}")
+
+
+def compile_spec(spec: Any) -> Any:
+    """A function ``f(value) -> bool``: True exactly when ``_check(spec, value, ...)`` passes."""
+    out = ["def check(v0):"]
+    names: dict[str, Any] = {"_MISSING": _MISSING, "_BYTES_TYPES": _BYTES_TYPES}
+    _emit(spec, "v0", 1, out, names, [0])
+    out.append("    return True")
+    exec("\n".join(out), names)  # noqa: S102 - source built above from SCHEMAS only
+    return names["check"]
+
+
+_COMPILED: dict[int, Any] = {int(key): compile_spec(spec) for key, spec in SCHEMAS.items()}
+
+
 def validate_request(api_key: int, body: Any) -> None:
     """Check ``body`` against the schema of ``api_key``; raise ``ProtocolError`` naming the path."""
+    check = _COMPILED.get(api_key) if type(api_key) is int else None
+    if check is not None and check(body):
+        return
     try:
         key = ApiKey(api_key)
     except ValueError:
         raise UnknownApiError(f"unknown api key {api_key}") from None
-    _check(SCHEMAS[key], body, key.name.lower())
+    _check(SCHEMAS[key], body, key.name.lower())  # the named error (or, were the compiled
+    # check ever stricter than the reference, the reference's verdict)

@@ -274,7 +274,8 @@ def decode_request(payload: bytes, *, validate: bool = True) -> Request:
     if not isinstance(obj, list) or len(obj) != 5:
         raise MalformedFrameError("request must be [api_key, api_version, correlation_id, client_id, body]")
     api_key, api_version, cid, client_id, body = obj
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (api_key, api_version, cid)):
+    if not (type(api_key) is type(api_version) is type(cid) is int) and not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in (api_key, api_version, cid)):
         raise MalformedFrameError("api_key, api_version and correlation_id must be integers")
     if not isinstance(client_id, str) or not isinstance(body, dict):
         raise MalformedFrameError("client_id must be a string and body a map")
