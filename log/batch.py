@@ -49,7 +49,6 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
@@ -128,12 +127,18 @@ _HEAD = struct.Struct(">qiibI")  # base_offset .. crc, bytes [0, 21)
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
+_LENGTH_AND_CRC = struct.Struct(">i5xI")  # batch_length, (leader epoch, magic), crc: bytes [8, 21)
 assert _HEADER.size == HEADER_SIZE and _HEAD.size + _TAIL.size == HEADER_SIZE
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """Every field of the fixed batch header, in wire order."""
+class BatchHeader(NamedTuple):
+    """Every field of the fixed batch header, in wire order.
+
+    A named tuple rather than a frozen dataclass: ``parse_header`` builds one per batch on
+    every append, follower append and fetch read (~6 per single-record produce on a 3-node
+    cluster), and a frozen dataclass's ``__init__`` sets its 13 fields one
+    ``object.__setattr__`` at a time — 1.57 µs a header against 0.5 µs from ``struct``'s
+    tuple (issue 26). Immutable either way."""
 
     base_offset: int
     batch_length: int
@@ -185,6 +190,9 @@ class BatchHeader:
         return bool(self.attributes & CONTROL_BIT)
 
 
+_new_header = tuple.__new__  # BatchHeader from the unpacked fields, without __new__'s arguments
+
+
 class Record(NamedTuple):
     offset: int
     timestamp: int
@@ -211,20 +219,21 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
         raise CorruptBatchError(f"negative offset delta, record count or base offset at byte {pos}")
     if f[5] & _COMPRESSION_MASK not in codecs:
         raise CorruptBatchError(f"unknown compression {f[5] & _COMPRESSION_MASK} at byte {pos}")
-    return BatchHeader(*f)
+    return _new_header(BatchHeader, f)
 
 
 def crc_ok(buf: bytes | bytearray | memoryview, pos: int = 0) -> bool:
     """True if the batch at ``pos`` is whole and its CRC-32C matches."""
     if len(buf) - pos < HEADER_SIZE:
         return False
-    (length,) = _INT32.unpack_from(buf, pos + 8)
+    length, stored = _LENGTH_AND_CRC.unpack_from(buf, pos + 8)
     end = pos + 12 + length
     if length < _MIN_BATCH_LENGTH or end > len(buf):
         return False
-    (stored,) = _UINT32.unpack_from(buf, pos + 17)
-    with memoryview(buf) as mv:
-        return crc32c(mv[pos + _CRC_START:end]) == stored
+    # a slice of a view: no copy; the views go with this frame (a bytearray caller may
+    # resize its buffer afterwards)
+    mv = buf if type(buf) is memoryview else memoryview(buf)
+    return crc32c(mv[pos + _CRC_START:end]) == stored
 
 
 def stamp(buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int) -> None:

@@ -120,7 +120,7 @@ def _header(buf: bytes | bytearray | memoryview, pos: int) -> BatchHeader:
         raise KafkaBatchError(f"record batch magic {f[3]} at byte {pos} (only magic 2 is served)")
     if f[1] < HEADER_SIZE - 12 or pos + 12 + f[1] > len(buf):
         raise KafkaBatchError(f"bad batch_length {f[1]} at byte {pos}")
-    return BatchHeader(*f)
+    return BatchHeader._make(f)
 
 
 def _check(buf: bytes | bytearray | memoryview, pos: int, check_crc: bool = True) -> BatchHeader:
