@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from rafka.broker.detached import to_task
 from rafka.broker.events import EventLog
 from rafka.broker.produce_wait import ParkedProduce, ProduceDeadlines
 from rafka.broker.replication.state import (
@@ -472,6 +473,7 @@ class Partition:
                         out = await parked.park()
                 else:  # a partition outside a replica manager: no shared timer
                     out = ErrorCode.REQUEST_TIMED_OUT
+                    await to_task()  # a cancel scope needs a task (broker/detached.py)
                     with trio.move_on_at(deadline):
                         out = await parked.park()
             except BaseException:  # cancelled: the abort marked its entry settled

@@ -9,8 +9,9 @@ per request (warm, on this VM; more in a busy broker), the largest single item o
 work per produce on a leader (docs/performance.md, "Produce waits without a cancel scope, and
 rarer young GC passes").
 
-Here a wait is a ``ParkedProduce``: the task, parked with ``trio.lowlevel.wait_task_rescheduled``,
-and a flag that it was settled. Exactly one party settles it, whoever comes first, and hands
+Here a wait is a ``ParkedProduce``: the task, parked with ``trio.lowlevel.wait_task_rescheduled``
+(or, for a produce the listener steps without a task, its ``broker.detached.Runner``), and a
+flag that it was settled. Exactly one party settles it, whoever comes first, and hands
 the task its answer:
 
 * its partition, with the outcome, once the durable end or the high watermark moves past it
@@ -40,6 +41,7 @@ from typing import Any
 
 import outcome
 import trio
+from rafka.broker.detached import Runner, driving, park
 from rafka.wire.errors import ErrorCode
 from trio.lowlevel import Abort, Task, current_task, reschedule, wait_task_rescheduled
 
@@ -51,20 +53,31 @@ _SLACK = 1024  # settled entries tolerated in the deadline heap beyond twice the
 class ParkedProduce:
     """One parked wait; ``settle`` wakes it once, later calls do nothing."""
 
-    __slots__ = ("task", "settled")
+    __slots__ = ("task", "runner", "settled")
 
     def __init__(self) -> None:
-        self.task: Task = current_task()
+        self.task: Task | None = None
+        self.runner: Runner | None = None
         self.settled = False
 
     def settle(self, answer: ErrorCode | None) -> None:
-        """Wake the parked task with ``answer`` (None: look again), unless already settled."""
+        """Wake the parked waiter with ``answer`` (None: look again), unless already settled."""
         if not self.settled:
             self.settled = True
-            reschedule(self.task, outcome.Value(answer))
+            if self.runner is not None:
+                self.runner.wake(answer)
+            else:
+                assert self.task is not None, "settled before it parked"
+                reschedule(self.task, outcome.Value(answer))
 
     async def park(self) -> ErrorCode | None:
-        """Wait to be settled; a cancellation marks it settled and raises as usual."""
+        """Wait to be settled; a cancellation marks it settled and raises as usual. Stepped by
+        a ``broker.detached.Runner`` (a task-less produce), the runner is parked instead."""
+        runner = driving()
+        if runner is not None:
+            self.runner = runner
+            return await park(runner, self)  # type: ignore[no-any-return]
+        self.task = current_task()
         return await wait_task_rescheduled(self._abort)  # type: ignore[no-any-return]
 
     def _abort(self, _raise_cancel: Any) -> Abort:

@@ -21,6 +21,15 @@ connection runs in its own nursery (``_Connection.run``):
   order (correlation ids match them up). ``_UntilFirstWait`` is the seam: it drives the
   handler coroutine inside the request's task exactly as ``await`` would, and reports its
   first suspension;
+* **a PRODUCE has no task** (``broker/detached.py``): the reader steps its whole chain
+  (``_run_request``: metrics, quotas, ACLs, dispatch, the append) inline, in arrival order, up
+  to its wait for the partition; the partition wakes it through the listener's one
+  ``Completer`` task, which writes the answer, many answers per scheduler pass. The ~8.5 µs a
+  task costs per request is gone; what needs a task after all (a transactional produce's
+  verification, a throttle hold, a send that would block) gets one from the connection's
+  nursery at that point (``to_task``). A connection that ends gives up its parked produces
+  (``close_all``). Since the reader does not yield for such a frame, it yields once after it
+  when the frame arrived without a wait (``FrameReader.yields``);
 * a request task calls ``dispatch(request)`` and writes the ``Reply`` under the connection's
   send lock, so responses leave in completion order, never interleaved. A small reply finds the
   lock free almost always and then goes out with one non-blocking write without taking it
@@ -83,6 +92,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
+from rafka.broker.detached import Completer, Runner, forward, to_task
 from rafka.security.connections import ConnectionCounter
 from rafka.security.sasl import SASL_APIS, SaslGate
 from rafka.security.tls import PlaintextOnTlsPortError, accept_tls, certificate_principal, peer_host
@@ -175,6 +185,16 @@ class _ShortFileError(Exception):
     pass
 
 
+# how _on_frame handled a frame
+_ANSWERED = object()  # answered in the read loop (an error, SASL)
+_STARTED = object()  # dispatched to a request task
+_STEPPED = object()  # stepped by a runner, without a task (broker/detached.py)
+
+
+def _nothing() -> None:
+    pass
+
+
 class _UntilFirstWait:
     """``await _UntilFirstWait(coro, on_wait)`` is ``await coro``, plus one call to ``on_wait()``
     when ``coro`` first suspends (yields a trio trap), returns or raises.
@@ -201,22 +221,7 @@ class _UntilFirstWait:
             self.on_wait()
             raise
         self.on_wait()
-        while True:
-            try:
-                sent = yield trap
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # thrown in by the scheduler: pass it on
-                try:
-                    trap = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-                continue
-            try:
-                trap = coro.send(sent)
-            except StopIteration as done:
-                return done.value
+        return (yield from forward(coro, trap))
 
 
 @dataclass
@@ -234,6 +239,8 @@ class Server:
     budget: FrameBudget = field(init=False)
 
     def __post_init__(self) -> None:
+        # steps the task-less produce requests of every connection (broker/detached.py)
+        self.completer = Completer()
         self.budget = FrameBudget(self.limits.partial_frame_budget_bytes)
         if self.connections is None:
             self.connections = ConnectionCounter(self.limits.max_connections,
@@ -247,6 +254,7 @@ class Server:
         port = listeners[0].socket.getsockname()[1]
         log.info("listening on %s:%d", self.host, port)
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.completer.run)
             await nursery.start(trio.serve_listeners, self._handle, listeners)
             task_status.started(port)
 
@@ -307,6 +315,7 @@ class _Connection:
         self.send_lock = trio.Lock()
         self.sock = getattr(stream, "socket", None)  # plain TCP: answers try _send_now first
         self.in_flight = 0
+        self.runners: set[Runner] = set()  # its task-less requests still parked (Home)
         self.prefix_done = trio.Event()  # the last started request's handler reached its first wait
         self.prefix_done.set()
         self.nursery: trio.Nursery | None = None
@@ -339,9 +348,11 @@ class _Connection:
                 log.debug("connection closed while reading: %r", exc)
             finally:
                 nursery.cancel_scope.cancel()
+                self.close_all()
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
         reader = self.reader
+        yields = -1
         while True:
             try:
                 payload = await reader.next_frame()
@@ -356,11 +367,14 @@ class _Connection:
                 await self.prefix_done.wait()
             if self.muted_until > trio.current_time():  # a throttled client: hold its next request
                 await trio.sleep_until(self.muted_until)
-            if not await self._on_frame(payload, nursery):
-                # answered here (an error, SASL): the eager reader and _send_now need not yield,
-                # so yield once per frame, or a client sending garbage nonstop would starve the
-                # rest (after a dispatched frame the loop waits for its prefix: _on_frame)
+            how = await self._on_frame(payload, nursery)
+            if how is _ANSWERED or (how is _STEPPED and reader.yields == yields):
+                # answered or stepped here (an error, SASL, a produce): the eager reader and
+                # _send_now need not yield, so yield once per frame that arrived without a
+                # wait, or a client sending nonstop would starve the rest (after a frame
+                # dispatched to a task the loop waits for its prefix: _on_frame)
                 await trio.lowlevel.checkpoint()
+            yields = reader.yields
 
     async def _authentication_deadline(self) -> None:
         assert self.server.security is not None and self.gate is not None
@@ -388,10 +402,12 @@ class _Connection:
     def _unauthenticated(self) -> bool:
         return self.gate is not None and not self.gate.authenticated
 
-    async def _on_frame(self, payload: bytes | memoryview, nursery: trio.Nursery) -> bool:
-        """Answer or dispatch one frame; True if dispatched to a request task. A task started
-        in this scheduler batch runs in the next one, so the read loop yields (waiting for its
-        prefix) before it can start another: at most one start per pass and connection."""
+    async def _on_frame(self, payload: bytes | memoryview, nursery: trio.Nursery) -> object:
+        """Answer or dispatch one frame: ``_ANSWERED`` here, ``_STARTED`` in a request task,
+        ``_STEPPED`` by a runner without a task (PRODUCE: broker/detached.py; its first step,
+        the append included, runs here and now). A task started in this scheduler batch runs
+        in the next one, so the read loop yields (waiting for its prefix) before it can start
+        another: at most one start per pass and connection."""
         stats = self.server.stats
         stats.requests += 1
         try:
@@ -401,21 +417,26 @@ class _Connection:
             await self._send_error(peek_correlation_id(payload), exc.code, exc.message)  # type: ignore[arg-type]
             if self._unauthenticated():
                 self._close()  # garbage before authentication: no second chance
-            return False
+            return _ANSWERED
         if req.api_key in SASL_APIS or (self._unauthenticated() and req.api_key != ApiKey.API_VERSIONS):
             await self._authenticate(req)
-            return False
+            return _ANSWERED
         if self.server.security is not None:
             req = dataclasses.replace(req, principal=self.principal, client_host=self.peer_host)
         if self.in_flight >= self.server.limits.max_in_flight:
             stats.request_errors += 1
             msg = f"more than {self.server.limits.max_in_flight} requests in flight on this connection"
             await self._send_error(req.correlation_id, ErrorCode.TOO_MANY_IN_FLIGHT, msg)
-            return False
+            return _ANSWERED
         self.in_flight += 1
+        if req.api_key == ApiKey.PRODUCE:
+            runner = Runner(self._run_request(req, _nothing), self, self.server.completer)
+            self.runners.add(runner)
+            runner.step()
+            return _STEPPED
         first_wait = self.prefix_done = trio.Event()
         nursery.start_soon(self._run_request, req, first_wait.set)
-        return True
+        return _STARTED
 
     async def _run_request(self, req: Request, on_first_wait: Callable[[], None]) -> None:
         try:
@@ -442,6 +463,7 @@ class _Connection:
         until = trio.current_time() + min(throttle_ms, MAX_THROTTLE_MS) / 1000
         self.muted_until = max(self.muted_until, until)
         self.server.stats.throttled += 1
+        await to_task()  # a sleep needs a task (broker/detached.py)
         try:
             await trio.sleep_until(until)
         except BaseException:
@@ -467,9 +489,40 @@ class _Connection:
         if self.nursery is not None:
             self.nursery.cancel_scope.cancel()
 
+    # -- Home of the task-less requests (broker/detached.py) -----------------------------------
+
+    def adopt(self, runner: Runner) -> None:
+        """``runner``'s request needs a task from here on: one in this connection's nursery."""
+        try:
+            assert self.nursery is not None
+            self.nursery.start_soon(self._run_adopted, runner)
+        except RuntimeError:  # the connection is closing: its nursery takes no new task
+            runner.close()
+
+    async def _run_adopted(self, runner: Runner) -> None:
+        await runner.adopted()
+
+    def forget(self, runner: Runner) -> None:
+        self.runners.discard(runner)
+
+    def stray(self, runner: Runner, exc: BaseException) -> None:
+        self.server.stats.handler_crashes += 1
+        log.error("a task-less request broke the runner's rule; closing its connection",
+                  exc_info=exc)
+        self._close()
+
+    def close_all(self) -> None:
+        """The connection ended: give up the task-less requests still parked."""
+        runners, self.runners = self.runners, set()
+        for runner in runners:
+            runner.close()
+
     async def _call(self, req: Request, on_first_wait: Callable[[], None]) -> Reply | None:
         try:
-            out = await _UntilFirstWait(self.server.dispatch(req), on_first_wait)
+            if on_first_wait is _nothing:  # stepped by a runner: nobody waits for the prefix
+                out = await self.server.dispatch(req)
+            else:
+                out = await _UntilFirstWait(self.server.dispatch(req), on_first_wait)
         except RafkaError as exc:
             self.server.stats.request_errors += 1
             return Reply(error_body(exc.code, exc.message))
@@ -499,9 +552,11 @@ class _Connection:
                     self.server.stats.sent_at_once += 1
                     return
                 self.server.stats.sent_queued += 1
+                await to_task()  # a lock and a wait for room need a task (broker/detached.py)
                 async with self.send_lock:  # free if part was sent: taken without a wait
                     await self.stream.send_all(memoryview(frame)[sent:])
                 return
+            await to_task()
             async with self.send_lock:
                 await self.stream.send_all(head)
                 for part in reply.raw:

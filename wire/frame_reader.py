@@ -25,8 +25,8 @@ reader falls back to one record per ``receive_some``.
 yields to the scheduler once more *after* a successful receive, one extra scheduler pass (an
 ``epoll_wait``) per request a broker handles. Only for a caller that yields
 per frame anyway (the broker waits for each request's handler to start before it dispatches
-the next, and yields after a frame it answers itself), so a socket that always has data cannot
-starve the other tasks.
+the next, and yields after a frame it answers itself or steps without a task unless the reader
+yielded for it: ``yields``), so a socket that always has data cannot starve the other tasks.
 A declared length above ``max_frame_bytes`` raises ``FrameTooLargeError`` before anything of it
 is buffered.
 
@@ -111,7 +111,7 @@ class FrameReader:
     """Frames off one trio stream: ``await next_frame()`` → payload, ``None`` at end of stream."""
 
     __slots__ = ("stream", "sock", "tls", "buf", "pos", "max_frame_bytes", "big", "reuse",
-                 "eager", "budget", "frames", "grow_min_bytes")
+                 "eager", "budget", "frames", "yields", "grow_min_bytes")
 
     def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  *, reuse: bool = False, eager: bool = False,
@@ -128,6 +128,9 @@ class FrameReader:
         self.big = bytearray()  # with reuse: the buffer for large frames up to _REUSE_MAX_BYTES
         self.budget = budget
         self.frames = 0  # complete frames returned (the server's idle clock reads it)
+        # receives that went through trio's scheduler (a caller that answers frames without
+        # yielding checks it: a frame that arrived without one must be followed by a yield)
+        self.yields = 0
         # a large frame's first buffer: a client that trusts its broker may pass the frame limit
         # (one buffer of the declared size, the pre-issue-24 behaviour)
         self.grow_min_bytes = grow_min_bytes
@@ -136,6 +139,7 @@ class FrameReader:
         if self.eager:
             data = await self._receive_eager()
         else:
+            self.yields += 1
             data = await self.stream.receive_some(_READ_CHUNK)
         if not data:
             return False
@@ -152,6 +156,7 @@ class FrameReader:
         while True:
             fd = sock.fileno()
             if fd < 0:  # closed under us: receive_some raises the stream's own error
+                self.yields += 1
                 return await self.stream.receive_some(_READ_CHUNK)
             try:
                 return os.read(fd, _READ_CHUNK)
@@ -159,6 +164,7 @@ class FrameReader:
                 pass
             except OSError as exc:  # as receive_some would (a reset connection...)
                 raise trio.BrokenResourceError(f"socket read failed: {exc!r}") from exc
+            self.yields += 1
             await trio.lowlevel.wait_readable(sock)
 
     async def next_frame(self) -> bytes | memoryview | None:

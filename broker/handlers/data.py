@@ -64,6 +64,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
+from rafka.broker.detached import to_task
 from rafka.broker.error_map import wire_error
 from rafka.broker.partition import Partition
 from rafka.broker.replica_manager import ReplicaManager
@@ -137,6 +138,7 @@ async def produce(rm: ReplicaManager, body: Mapping[str, Any],
                     continue
             todo.append((entry, t["name"], pd, flags))
     if openings:
+        await to_task()  # a cancel scope and a network wait need a task (broker/detached.py)
         with trio.move_on_at(deadline):
             await _verify_openings(verifier, tid or "", openings)
         for o in openings:
