@@ -6,8 +6,8 @@ Theory of operation
 connection runs in its own nursery (``_Connection.run``):
 
 * one reader loop cuts frames (``wire.frame_reader.FrameReader``: large frames are received
-  straight into a reused buffer) and starts one task per request in the
-  connection's nursery, at most ``max_in_flight`` at a time (an excess request is answered at
+  straight into a reused buffer) and starts one task per request (a PRODUCE: none, see below)
+  in the connection's nursery, at most ``max_in_flight`` at a time (an excess request is answered at
   once with ``TOO_MANY_IN_FLIGHT``);
 * **arrival order up to the first wait**: the reader starts a request's task, and before it
   starts the next one it waits until that task's handler has first suspended (or returned) —
