@@ -158,3 +158,31 @@ async def test_code_that_needs_a_task_gets_one_and_forgetting_to_ask_is_loud() -
         assert bad.closed and len(home.strays) == 1
         assert isinstance(home.strays[0], StrayTrapError)
     assert done == ["closed", "asked"]  # the stray one was closed at once (its finally ran)
+
+
+async def test_a_connection_sending_nonstop_does_not_starve_another(tmp_path: Path) -> None:
+    """acks=0 produces finish inside the reader's own step, so only the reader's yield per
+    frame that arrived without a wait (``FrameReader.yields``) lets other connections in."""
+    n = 4000
+    async with running_broker(tmp_path, topics={"a": 1, "b": 1}) as b:
+        flood = b"".join(raw_request(ApiKey.PRODUCE, cid, produce_body("a", batch(b"x"), acks=0))
+                         for cid in range(n))
+        pa = b.rm.get_leader("a", 0, None)
+        seen_at_answer: list[int] = []
+        async with b.connect() as conn:
+            stream = await trio.open_tcp_stream("127.0.0.1", b.port)
+
+            async def other() -> None:
+                resp = await conn.request(ApiKey.PRODUCE, produce_body("b", batch(b"y"), acks=1))
+                assert part(resp.body)["error"] == 0, resp.body
+                seen_at_answer.append(pa.log.log_end_offset)
+
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    await stream.send_all(flood[:len(flood) // 2])
+                    nursery.start_soon(other)
+                    await stream.send_all(flood[len(flood) // 2:])
+                while pa.log.log_end_offset < n:
+                    await trio.sleep(0.01)
+            await stream.aclose()
+        assert seen_at_answer and seen_at_answer[0] < n, seen_at_answer
