@@ -163,29 +163,29 @@ class Runner:
         try:
             trap = self.coro.send(value)
         except StopIteration:
-            self.closed = True
-            self.home.forget(self)
+            self._end()
             return
         except Exception as exc:  # the server's chain answers every Exception itself: a bug
-            self.closed = True
-            self.home.forget(self)
+            self._end()
             self.home.stray(self, exc)
             return
         except BaseException:  # KeyboardInterrupt and the like: not ours to keep
-            self.closed = True
-            self.home.forget(self)
+            self._end()
             raise
         finally:
             _driving = outer
         if trap is _PARK:
             return
+        self._end()  # finished here either way: a task owns it now, or nobody does
         if trap is _TO_TASK:
-            self.closed = True  # the task owns it now
-            self.home.forget(self)
             self.home.adopt(self)
             return
-        self.close()
+        self.coro.close()
         self.home.stray(self, StrayTrapError(f"a task-less request yielded the trio trap {trap!r}"))
+
+    def _end(self) -> None:
+        self.closed = True
+        self.home.forget(self)
 
     def wake(self, value: Any) -> None:
         """The parked wait was settled with ``value``: the completer steps it soon."""
@@ -211,7 +211,6 @@ class Completer:
         self._task: Task | None = None
         self._idle = False
         self.steps = 0  # runner steps taken (statistics, tests)
-        self.passes = 0  # scheduler passes that took them
 
     def push(self, runner: Runner, value: Any) -> None:
         self._ready.append((runner, value))
@@ -233,7 +232,6 @@ class Completer:
                 if not ready:
                     self._idle = True
                     await wait_task_rescheduled(self._abort)
-                self.passes += 1
                 while ready:
                     runner, value = ready.popleft()
                     self.steps += 1
