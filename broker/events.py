@@ -23,6 +23,9 @@ holds a partial line — and counted in ``dropped``; ``emit`` never raises. The 
     {"event": "partition", "node": 1, "tp": "t/0", "leader": 2, "leader_epoch": 3,
      "partition_epoch": 7, "replicas": [1, 2, 3], "isr": [1, 2]}
     {"event": "delete-partition", "node": 1, "tp": "t/0"}
+    {"event": "stray-partition", "node": 1, "tp": "t/0", "topic_id": "...", "created_at": 40,
+     "image": 812, "verdict": "stray"}   (a directory of a topic deleted or moved away while
+                                          this broker was down, removed: broker/partition_dirs.py)
     {"event": "metadata-image", "node": 1, "offset": 812, "local_changes": 200, "first": true}
      (broker/metadata_listener.py: this image became current — the first one after a start,
      and any that changed a local partition's role)

@@ -51,6 +51,16 @@ unfences the broker). The order chosen:
 
 ``wait_logs_open`` returns once the queue is empty (tests, shutdown ordering).
 
+Stray directories (``broker/partition_dirs.py``, docs/durability.md). Every directory this
+manager creates gets an identity file (topic id, the image offset that placed it here) before
+its first segment. A directory no partition object holds is judged against the image before it
+is opened: the partitions a delta places here, and — on the first image, which after a restart
+is compared with the empty one and so carries no deletes — every partition directory on disk.
+One whose topic id the image (at least as new as the directory) no longer places here is
+removed; one of another topic of the same name is removed and its successor created empty; one
+the image is too old to decide (``undecided``) is left, unopened, and judged again with every
+later image. A delete removes a directory only if it holds the deleted topic's id.
+
 Durability (``log.flush.policy``):
 
 * ``batch`` (default) — group commit: every append marks its partition dirty and pokes the
@@ -119,6 +129,15 @@ import trio
 from rafka.broker.config import effective_topic_config
 from rafka.broker.events import EventLog
 from rafka.broker.partition import Partition, write_hw_checkpoint
+from rafka.broker.partition_dirs import (
+    IDENTITY_FILE,
+    DirIdentity,
+    Verdict,
+    judge,
+    parse_dir_name,
+    read_identity,
+    write_identity,
+)
 from rafka.broker.produce_wait import ProduceDeadlines
 from rafka.log.compaction import compact
 from rafka.log.errors import LogError
@@ -190,6 +209,12 @@ class ReplicaManager:
         self._opening: TopicPartition | None = None  # in a worker thread (open_logs_in_thread)
         self._opening_deleted = False  # ... and deleted meanwhile: the opener removes it
         self.logs_opened_queued = 0  # statistics: logs opened by _open_queued
+        # stray directories (broker/partition_dirs.py): the first image sweeps the data
+        # directory; those an image was too old to decide are judged again by the next ones
+        self._swept = False
+        self.undecided: set[TopicPartition] = set()
+        self._legacy_warned: set[TopicPartition] = set()
+        self.strays_removed = 0  # statistics
         self._dirty = trio.Event()
         self._unflushed_messages = 0
         self.flush_rounds = 0
@@ -250,15 +275,39 @@ class ReplicaManager:
         previous, self.image = self.image, image
         self._apply_config_changes(previous, image)
         for tp in sorted(changes.deletes):
-            self._delete(tp)
+            self._delete(tp, previous)
+        placed = {**changes.followers, **changes.leaders}
+        # directories no delta names: on the first image every one on disk (a topic deleted
+        # or moved away while this broker was down), then those not yet decided ("Stray
+        # directories" in the module docstring)
+        if self._swept:
+            unexplained = set(self.undecided)
+        else:
+            self._swept = True
+            unexplained = self._partition_dirs_on_disk()
         queue: list[TopicPartition] = []
-        for tp, reg in sorted({**changes.followers, **changes.leaders}.items()):
-            if tp not in self.partitions:
-                if tp in self.logs_to_open or tp == self._opening:
-                    continue  # the opener applies the registration current when it opens it
-                if (self.data_dir / partition_dir_name(tp.topic, tp.partition)).exists():
-                    queue.append(tp)  # a log to recover: the opener's (module docstring)
+        for tp in sorted(placed.keys() | unexplained):
+            if tp in self.partitions:
+                self.undecided.discard(tp)
+                if tp not in placed:
                     continue
+            elif tp in self.logs_to_open or tp == self._opening:
+                continue  # the opener applies the registration current when it opens it
+            else:
+                directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
+                if directory.exists():
+                    verdict = self._judge_dir(image, tp, directory)
+                    if verdict is Verdict.OPEN:
+                        queue.append(tp)  # a log to recover: the opener's (module docstring)
+                        continue
+                    if verdict is not Verdict.REPLACE:
+                        continue  # removed (STRAY), or left for a later image (WAIT, KEEP)
+                elif tp not in placed:
+                    self.undecided.discard(tp)
+                    continue
+            reg = placed.get(tp) or image.topics.partition(tp.topic, tp.partition)
+            if reg is None:
+                continue
             try:
                 self._apply(image, tp, reg)
             except (LogError, OSError) as exc:
@@ -266,6 +315,46 @@ class ReplicaManager:
             await trio.lowlevel.checkpoint()
         if queue:
             self._queue_opens(image, queue)
+
+    def _partition_dirs_on_disk(self) -> set[TopicPartition]:
+        try:
+            entries = list(self.data_dir.iterdir()) if self.data_dir.is_dir() else []
+        except OSError as exc:
+            log.error("cannot list %s: %s", self.data_dir, exc)
+            return set()
+        return {tp for e in entries if (tp := parse_dir_name(e.name)) is not None and e.is_dir()}
+
+    def _judge_dir(self, image: MetadataImage, tp: TopicPartition, directory: Path) -> Verdict:
+        """Judge an existing directory that no partition object holds; remove it if it is
+        stray (or another topic's, of the same name, that the image replaced)."""
+        identity = read_identity(directory)
+        verdict = judge(identity, image, tp, self.broker_id)
+        if verdict in (Verdict.WAIT, Verdict.KEEP):
+            if identity is not None:
+                self.undecided.add(tp)
+                log.info("%s/%d: directory of topic id %s created at metadata offset %d, the "
+                         "image (offset %d) is older: left alone (%s)", tp.topic, tp.partition,
+                         identity.topic_id, identity.created_at, image.offset, verdict.value)
+            elif tp not in self._legacy_warned:
+                self._legacy_warned.add(tp)
+                log.warning("%s: a partition directory without %s that the image does not place "
+                            "here: left alone", directory, IDENTITY_FILE)
+            return verdict
+        self.undecided.discard(tp)
+        if verdict is Verdict.OPEN:
+            return verdict
+        assert identity is not None
+        shutil.rmtree(directory, ignore_errors=True)
+        self.strays_removed += 1
+        current = image.topics.by_name.get(tp.topic)
+        self.events.emit("stray-partition", tp=f"{tp.topic}/{tp.partition}", topic_id=identity.topic_id,
+                         created_at=identity.created_at, image=image.offset, verdict=verdict.value)
+        log.warning("%s/%d: removed the directory of topic id %s (created at metadata offset %d): "
+                    "the image at offset %d %s", tp.topic, tp.partition, identity.topic_id,
+                    identity.created_at, image.offset,
+                    "places no replica of it here" if current is None or current.topic_id == identity.topic_id
+                    else f"places topic id {current.topic_id} of that name here")
+        return verdict
 
     def _queue_opens(self, image: MetadataImage, tps: list[TopicPartition]) -> None:
         """Queue existing logs for ``_open_queued``: internal topics, then led, then followed."""
@@ -371,9 +460,19 @@ class ReplicaManager:
         if p is None:
             topic = image.topics.by_name.get(tp.topic)
             cfg = effective_topic_config(topic, self.topic_defaults)
+            directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
+            topic_id = topic.topic_id if topic is not None else ""
             if plog is None:
-                directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
+                if not directory.exists():  # a new replica: its identity before its first segment
+                    directory.mkdir(parents=True)
+                    write_identity(directory, DirIdentity(topic_id, image.offset))
                 plog = PartitionLog.open(directory, cfg)
+            if read_identity(directory) is None:  # a directory from before identity files
+                try:
+                    write_identity(directory, DirIdentity(topic_id, image.offset))
+                except OSError:
+                    plog.close()
+                    raise
             p = Partition(tp.topic, tp.partition, plog, self.broker_id, self.events,
                           fsync_acks=self.flush_policy == "batch",
                           min_insync_replicas=cfg.min_insync_replicas,
@@ -399,8 +498,10 @@ class ReplicaManager:
         if p.pending_alter is not None:
             self._isr_poke.set()
 
-    def _delete(self, tp: TopicPartition) -> None:
+    def _delete(self, tp: TopicPartition, previous: MetadataImage) -> None:
+        """``tp`` of the topic ``previous`` names is deleted here, or moved away from here."""
         p = self.partitions.pop(tp, None)
+        self.undecided.discard(tp)
         self.logs_to_open.pop(tp, None)  # never opened: nothing holds its files
         if self.fetcher is not None:
             self.fetcher.remove_partitions([tp])
@@ -417,6 +518,14 @@ class ReplicaManager:
                 p.log.close()
             except (LogError, OSError) as exc:
                 log.warning("closing deleted %s: %s", p.name, exc)
+        gone = previous.topics.by_name.get(tp.topic)
+        identity = read_identity(directory) if directory.exists() else None
+        if identity is not None and gone is not None and identity.topic_id != gone.topic_id:
+            # another topic of that name, newer than the image (Verdict.WAIT): not this delete's
+            log.warning("%s/%d: the delete of topic id %s leaves the directory of topic id %s",
+                        tp.topic, tp.partition, gone.topic_id, identity.topic_id)
+            self.undecided.add(tp)
+            return
         if directory.exists():
             shutil.rmtree(directory, ignore_errors=True)
         self.events.emit("delete-partition", tp=f"{tp.topic}/{tp.partition}")
