@@ -330,9 +330,9 @@ class ReplicaManager:
         identity = read_identity(directory)
         verdict = judge(identity, image, tp, self.broker_id)
         if verdict in (Verdict.WAIT, Verdict.KEEP):
-            if identity is not None:
+            if identity is not None and tp not in self.undecided:  # logged once, judged on
                 self.undecided.add(tp)
-                log.info("%s/%d: directory of topic id %s created at metadata offset %d, the "
+                log.warning("%s/%d: directory of topic id %s created at metadata offset %d, the "
                          "image (offset %d) is older: left alone (%s)", tp.topic, tp.partition,
                          identity.topic_id, identity.created_at, image.offset, verdict.value)
             elif tp not in self._legacy_warned:
