@@ -464,8 +464,8 @@ class ReplicaManager:
             topic_id = topic.topic_id if topic is not None else ""
             if plog is None:
                 if not directory.exists():  # a new replica: its identity before its first segment
-                    directory.mkdir(parents=True)
-                    write_identity(directory, DirIdentity(topic_id, image.offset))
+                    directory.mkdir(parents=True)  # (whose creation fsyncs the directory)
+                    write_identity(directory, DirIdentity(topic_id, image.offset), sync_dir=False)
                 plog = PartitionLog.open(directory, cfg)
             if read_identity(directory) is None:  # a directory from before identity files
                 try:
