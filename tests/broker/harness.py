@@ -65,9 +65,12 @@ class Broker:
 @contextlib.asynccontextmanager
 async def running_broker(tmp_path: Path, *, topics: dict[str, int] | None = None,
                          limits: ServerLimits | None = None, first_image: list[Any] | None = None,
+                         first_entries: list[tuple[int, int, Any]] | None = None,
                          **broker: Any) -> AsyncIterator[Broker]:
     """``first_image``: records published with the registration, in the broker's first image
-    (a restarted broker's first image is the whole committed state, topics included)."""
+    (a restarted broker's first image is the whole committed state, topics included);
+    ``first_entries``: the same as ``(offset, epoch, record)`` entries at offsets of the
+    test's choosing, after the registration's."""
     cfg = node_config(tmp_path, **broker)
     events = EventLog(cfg.data_dir / "events.jsonl", BROKER_ID)
     rm = ReplicaManager(BROKER_ID, cfg.data_dir, dict(cfg.broker), cfg.topic_defaults(), events)
@@ -85,6 +88,7 @@ async def running_broker(tmp_path: Path, *, topics: dict[str, int] | None = None
                 (next(_offsets), 1, RegisterBroker(BROKER_ID, "inc", "127.0.0.1", port)),
                 (next(_offsets), 1, UnfenceBroker(BROKER_ID)),
                 *((next(_offsets), 1, r) for r in first_image or ()),
+                *(first_entries or ()),
             ])
             for name, n in (topics or {}).items():
                 await b.add_topic(name, n)
