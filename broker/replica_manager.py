@@ -330,21 +330,29 @@ class ReplicaManager:
         identity = read_identity(directory)
         verdict = judge(identity, image, tp, self.broker_id)
         if verdict in (Verdict.WAIT, Verdict.KEEP):
-            if identity is not None and tp not in self.undecided:  # logged once, judged on
+            if identity is None:
+                if tp not in self._legacy_warned:
+                    self._legacy_warned.add(tp)
+                    log.warning("%s: a partition directory without %s that the image does not "
+                                "place here: left alone", directory, IDENTITY_FILE)
+            elif tp not in self.undecided:  # logged once, judged again by every later image
                 self.undecided.add(tp)
                 log.warning("%s/%d: directory of topic id %s created at metadata offset %d, the "
-                         "image (offset %d) is older: left alone (%s)", tp.topic, tp.partition,
-                         identity.topic_id, identity.created_at, image.offset, verdict.value)
-            elif tp not in self._legacy_warned:
-                self._legacy_warned.add(tp)
-                log.warning("%s: a partition directory without %s that the image does not place "
-                            "here: left alone", directory, IDENTITY_FILE)
+                            "image (offset %d) is older: left alone (%s)", tp.topic, tp.partition,
+                            identity.topic_id, identity.created_at, image.offset, verdict.value)
             return verdict
         self.undecided.discard(tp)
         if verdict is Verdict.OPEN:
             return verdict
         assert identity is not None
         shutil.rmtree(directory, ignore_errors=True)
+        if directory.exists():
+            # an I/O error: never open what is left of it as the image's topic; the next image
+            # tries again
+            log.error("%s: cannot remove the directory of topic id %s; its partition stays "
+                      "unhosted here", directory, identity.topic_id)
+            self.undecided.add(tp)
+            return Verdict.WAIT
         self.strays_removed += 1
         current = image.topics.by_name.get(tp.topic)
         self.events.emit("stray-partition", tp=f"{tp.topic}/{tp.partition}", topic_id=identity.topic_id,
