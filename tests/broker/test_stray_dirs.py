@@ -16,14 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rafka.broker.partition_dirs import (
-    IDENTITY_FILE,
-    DirIdentity,
-    Verdict,
-    judge,
-    parse_dir_name,
-    read_identity,
-)
+from rafka.broker import partition_dirs as pd
 from rafka.broker.replica_manager import partition_dir_name
 from rafka.metadata.image import TopicPartition
 from rafka.metadata.records import Partition, RegisterBroker, RemoveTopic, Topic
@@ -61,7 +54,7 @@ async def _fill(tmp_path: Path, topics: dict[str, str], *, offset: int | None = 
         for name in topics:
             await _produce(b, name, b"old-1", b"old-2", b"old-3")
         for name, tid in topics.items():
-            assert read_identity(_dir(tmp_path, name)) == DirIdentity(tid, b.publisher.image.offset)
+            assert pd.read_identity(_dir(tmp_path, name)) == pd.DirIdentity(tid, b.publisher.image.offset)
 
 
 def _stray_events(tmp_path: Path) -> list[dict[str, Any]]:
@@ -83,7 +76,7 @@ async def test_the_first_image_removes_what_was_deleted_or_moved_and_a_same_name
         # created again under the same name: a new, empty log with the new identity
         again = b.rm.get_leader("again", 0)
         assert again.log.log_end_offset == 0
-        assert read_identity(_dir(tmp_path, "again")) == DirIdentity("id-again-new", b.publisher.image.offset)
+        assert pd.read_identity(_dir(tmp_path, "again")) == pd.DirIdentity("id-again-new", b.publisher.image.offset)
         await _produce(b, "again", b"new-1")
         assert again.log.log_end_offset == 1
         assert b.rm.get_leader("kept", 0).log.log_end_offset == 3  # its own log, untouched
@@ -123,11 +116,11 @@ async def test_an_image_older_than_the_directories_decides_nothing_until_a_newer
 async def test_a_directory_from_before_identity_files_is_adopted_never_removed(tmp_path: Path) -> None:
     await _fill(tmp_path, {"legacy": "id-legacy", "orphan": "id-orphan"})
     for name in ("legacy", "orphan"):
-        (_dir(tmp_path, name) / IDENTITY_FILE).unlink()
+        (_dir(tmp_path, name) / pd.IDENTITY_FILE).unlink()
     async with running_broker(tmp_path, first_image=_topic("legacy", "id-legacy")) as b:
         await b.rm.wait_logs_open()
         assert b.rm.get_leader("legacy", 0).log.log_end_offset == 3
-        assert read_identity(_dir(tmp_path, "legacy")) == DirIdentity("id-legacy", b.publisher.image.offset)
+        assert pd.read_identity(_dir(tmp_path, "legacy")) == pd.DirIdentity("id-legacy", b.publisher.image.offset)
         # no identity: its topic cannot be known, so it is left (and logged), not removed
         assert _dir(tmp_path, "orphan").exists() and b.rm.strays_removed == 0
 
@@ -135,24 +128,24 @@ async def test_a_directory_from_before_identity_files_is_adopted_never_removed(t
 def test_judge_and_names() -> None:
     image = records_to_image([*_topic("t", "id-t"), *_topic("u", "id-u", (OTHER,))], offset=50, epoch=1)
     tp = TopicPartition("t", 0)
-    assert judge(DirIdentity("id-t", 10), image, tp, BROKER_ID) is Verdict.OPEN
-    assert judge(DirIdentity("id-t", 99), image, tp, BROKER_ID) is Verdict.OPEN  # same topic
-    assert judge(DirIdentity("id-old", 10), image, tp, BROKER_ID) is Verdict.REPLACE
-    assert judge(DirIdentity("id-new", 99), image, tp, BROKER_ID) is Verdict.WAIT
-    assert judge(DirIdentity("id-u", 10), image, TopicPartition("u", 0), BROKER_ID) is Verdict.STRAY
-    assert judge(DirIdentity("id-v", 50), image, TopicPartition("v", 0), BROKER_ID) is Verdict.STRAY
-    assert judge(DirIdentity("id-v", 51), image, TopicPartition("v", 0), BROKER_ID) is Verdict.KEEP
-    assert judge(None, image, tp, BROKER_ID) is Verdict.OPEN
-    assert judge(None, image, TopicPartition("v", 0), BROKER_ID) is Verdict.KEEP
-    assert parse_dir_name("my-topic-12") == TopicPartition("my-topic", 12)
+    assert pd.judge(pd.DirIdentity("id-t", 10), image, tp, BROKER_ID) is pd.Verdict.OPEN
+    assert pd.judge(pd.DirIdentity("id-t", 99), image, tp, BROKER_ID) is pd.Verdict.OPEN  # same topic
+    assert pd.judge(pd.DirIdentity("id-old", 10), image, tp, BROKER_ID) is pd.Verdict.REPLACE
+    assert pd.judge(pd.DirIdentity("id-new", 99), image, tp, BROKER_ID) is pd.Verdict.WAIT
+    assert pd.judge(pd.DirIdentity("id-u", 10), image, TopicPartition("u", 0), BROKER_ID) is pd.Verdict.STRAY
+    assert pd.judge(pd.DirIdentity("id-v", 50), image, TopicPartition("v", 0), BROKER_ID) is pd.Verdict.STRAY
+    assert pd.judge(pd.DirIdentity("id-v", 51), image, TopicPartition("v", 0), BROKER_ID) is pd.Verdict.KEEP
+    assert pd.judge(None, image, tp, BROKER_ID) is pd.Verdict.OPEN
+    assert pd.judge(None, image, TopicPartition("v", 0), BROKER_ID) is pd.Verdict.KEEP
+    assert pd.parse_dir_name("my-topic-12") == TopicPartition("my-topic", 12)
     for name in ("topic", "-3", "t-", "t-01", "t-x", "high-watermark-checkpoint"):
-        assert parse_dir_name(name) is None, name
+        assert pd.parse_dir_name(name) is None, name
 
 
 def test_a_malformed_identity_file_is_no_identity(tmp_path: Path) -> None:
-    (tmp_path / IDENTITY_FILE).write_text("version: 7\ntopic_id: a\ncreated_at: 1\n")
-    assert read_identity(tmp_path) is None
-    (tmp_path / IDENTITY_FILE).write_bytes(b"\xff\xfe")
-    assert read_identity(tmp_path) is None
-    (tmp_path / IDENTITY_FILE).write_text("version: 0\ntopic_id: a\ncreated_at: 12\n")
-    assert read_identity(tmp_path) == DirIdentity("a", 12)
+    (tmp_path / pd.IDENTITY_FILE).write_text("version: 7\ntopic_id: a\ncreated_at: 1\n")
+    assert pd.read_identity(tmp_path) is None
+    (tmp_path / pd.IDENTITY_FILE).write_bytes(b"\xff\xfe")
+    assert pd.read_identity(tmp_path) is None
+    (tmp_path / pd.IDENTITY_FILE).write_text("version: 0\ntopic_id: a\ncreated_at: 12\n")
+    assert pd.read_identity(tmp_path) == pd.DirIdentity("a", 12)
