@@ -35,24 +35,36 @@ here (the best that can be known of it).
 Removal therefore needs positive knowledge: an image that already contains the directory's
 creation and no longer places that topic id's partition here. A directory without an
 identity (older than this file) is never removed by this rule.
+
+Removing a directory (``remove_dir``, for a delete as for a stray) first renames it to
+``<topic>-<partition>.<random>-delete``, then removes that tree, as Kafka does. A process killed
+part-way through a plain recursive removal left the partition's name holding some of its files
+but no longer its identity file, a directory this rule then had to leave alone for good (seen in
+session 28's chaos campaign: a node killed while deleting a topic). Now a crash leaves either
+the whole directory, identity included, or a name no partition has; the first image after a
+restart removes every such leftover (``is_leftover``).
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import os
+import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from rafka.log.index import fsync_dir, write_file_atomic
 from rafka.metadata.image import MetadataImage, TopicPartition
 
-__all__ = ["IDENTITY_FILE", "DirIdentity", "Verdict", "judge", "parse_dir_name", "read_identity",
-           "write_identity"]
+__all__ = ["DELETE_SUFFIX", "IDENTITY_FILE", "DirIdentity", "Verdict", "is_leftover", "judge",
+           "parse_dir_name", "read_identity", "remove_dir", "write_identity"]
 
 log = logging.getLogger("rafka.replica_manager")
 
 IDENTITY_FILE = "partition.metadata"
+DELETE_SUFFIX = "-delete"
 _VERSION = 0
 
 
@@ -123,3 +135,26 @@ def judge(identity: DirIdentity | None, image: MetadataImage, tp: TopicPartition
     if image.offset < identity.created_at:
         return Verdict.WAIT if placed else Verdict.KEEP
     return Verdict.REPLACE if placed else Verdict.STRAY
+
+
+def remove_dir(directory: Path) -> bool:
+    """Remove a partition directory, renaming it out of the way first (module docstring).
+    True once nothing is left under its name; False (logged) when it could not be renamed."""
+    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    try:
+        os.rename(directory, doomed)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        log.error("%s: cannot rename it for removal: %s", directory, exc)
+        return False
+    shutil.rmtree(doomed, ignore_errors=True)
+    if doomed.exists():
+        log.error("%s: could not be removed entirely; the next start removes the rest", doomed)
+    return True
+
+
+def is_leftover(name: str) -> bool:
+    """A directory name ``remove_dir`` gave a partition directory it was removing."""
+    base, dot, rest = name.rpartition(".")
+    return bool(dot) and parse_dir_name(base) is not None and rest.endswith(DELETE_SUFFIX)

@@ -133,9 +133,11 @@ from rafka.broker.partition_dirs import (
     IDENTITY_FILE,
     DirIdentity,
     Verdict,
+    is_leftover,
     judge,
     parse_dir_name,
     read_identity,
+    remove_dir,
     write_identity,
 )
 from rafka.broker.produce_wait import ProduceDeadlines
@@ -317,11 +319,16 @@ class ReplicaManager:
             self._queue_opens(image, queue)
 
     def _partition_dirs_on_disk(self) -> set[TopicPartition]:
+        """The partition directories on disk; removes what a removal cut short left behind."""
         try:
             entries = list(self.data_dir.iterdir()) if self.data_dir.is_dir() else []
         except OSError as exc:
             log.error("cannot list %s: %s", self.data_dir, exc)
             return set()
+        for e in entries:
+            if is_leftover(e.name) and e.is_dir():
+                log.info("%s: removing what an interrupted removal left", e)
+                shutil.rmtree(e, ignore_errors=True)
         return {tp for e in entries if (tp := parse_dir_name(e.name)) is not None and e.is_dir()}
 
     def _judge_dir(self, image: MetadataImage, tp: TopicPartition, directory: Path) -> Verdict:
@@ -345,8 +352,7 @@ class ReplicaManager:
         if verdict is Verdict.OPEN:
             return verdict
         assert identity is not None
-        shutil.rmtree(directory, ignore_errors=True)
-        if directory.exists():
+        if not remove_dir(directory) or directory.exists():
             # an I/O error: never open what is left of it as the image's topic; the next image
             # tries again
             log.error("%s: cannot remove the directory of topic id %s; its partition stays "
@@ -436,7 +442,7 @@ class ReplicaManager:
             except (LogError, OSError) as exc:
                 log.warning("closing deleted %s/%d: %s", tp.topic, tp.partition, exc)
             if self._opening_deleted:
-                shutil.rmtree(directory, ignore_errors=True)
+                remove_dir(directory)
                 if reg is not None:  # deleted and placed here again: a new, empty log
                     self.logs_to_open[tp] = None
             return
@@ -534,8 +540,7 @@ class ReplicaManager:
                         tp.topic, tp.partition, gone.topic_id, identity.topic_id)
             self.undecided.add(tp)
             return
-        if directory.exists():
-            shutil.rmtree(directory, ignore_errors=True)
+        remove_dir(directory)
         self.events.emit("delete-partition", tp=f"{tp.topic}/{tp.partition}")
         log.info("deleted partition %s/%d", tp.topic, tp.partition)
 

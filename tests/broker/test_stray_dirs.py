@@ -149,3 +149,38 @@ def test_a_malformed_identity_file_is_no_identity(tmp_path: Path) -> None:
     assert pd.read_identity(tmp_path) is None
     (tmp_path / pd.IDENTITY_FILE).write_text("version: 0\ntopic_id: a\ncreated_at: 12\n")
     assert pd.read_identity(tmp_path) == pd.DirIdentity("a", 12)
+
+
+async def test_a_removal_cut_short_leaves_no_partition_directory_and_the_next_start_finishes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node killed part-way through removing a directory (session 28's campaign: a topic
+    deleted while the node died) used to leave ``<topic>-<p>`` with some files but no identity,
+    which the stray rule must leave alone. The removal renames the directory away first: here
+    the tree removal stops after the identity file (as a kill would), and what is left has a
+    name no partition has; the next start removes it."""
+    await _fill(tmp_path, {"doomed": "id-doomed", "kept": "id-kept"})
+    killed: list[Path] = []
+
+    def cut_short(path: Path, ignore_errors: bool = False) -> None:
+        (Path(path) / pd.IDENTITY_FILE).unlink()
+        killed.append(Path(path))
+
+    both = [*_topic("kept", "id-kept"), *_topic("doomed", "id-doomed")]
+    async with running_broker(tmp_path, first_image=both) as b:
+        await b.rm.wait_logs_open()
+        monkeypatch.setattr(pd.shutil, "rmtree", cut_short)
+        await b.publisher.publish_records([(next_offsets(1)[0], 1, RemoveTopic("id-doomed"))])
+        monkeypatch.undo()
+    assert not _dir(tmp_path, "doomed").exists()  # no partition directory without an identity
+    assert len(killed) == 1 and killed[0].exists() and pd.is_leftover(killed[0].name)
+    assert (killed[0] / f"{0:020d}.log").exists()  # the old records are still in there
+    async with running_broker(tmp_path, first_image=_topic("kept", "id-kept")) as b:
+        await b.rm.wait_logs_open()
+        assert not killed[0].exists()  # the first image's sweep finished the removal
+        assert b.rm.get_leader("kept", 0).log.log_end_offset == 3
+
+
+def test_leftover_names() -> None:
+    assert pd.is_leftover("my-topic-3.0123abcd-delete")
+    for name in ("my-topic-3", "my-topic-3-delete", "x.abc-delete", "my-topic-3.abc", "@metadata-image.ckpt"):
+        assert not pd.is_leftover(name), name
