@@ -213,7 +213,6 @@ class ReplicaManager:
         self.logs_opened_queued = 0  # statistics: logs opened by _open_queued
         # stray directories (broker/partition_dirs.py): the first image sweeps the data
         # directory; those an image was too old to decide are judged again by the next ones
-        self._swept = False
         self.undecided: set[TopicPartition] = set()
         self._legacy_warned: set[TopicPartition] = set()
         self.strays_removed = 0  # statistics
@@ -282,11 +281,10 @@ class ReplicaManager:
         # directories no delta names: on the first image every one on disk (a topic deleted
         # or moved away while this broker was down), then those not yet decided ("Stray
         # directories" in the module docstring)
-        if self._swept:
-            unexplained = set(self.undecided)
-        else:
-            self._swept = True
+        if previous is MetadataImage.EMPTY:
             unexplained = self._partition_dirs_on_disk()
+        else:
+            unexplained = set(self.undecided)
         queue: list[TopicPartition] = []
         for tp in sorted(placed.keys() | unexplained):
             if tp in self.partitions:
@@ -350,9 +348,15 @@ class ReplicaManager:
             return verdict
         self.undecided.discard(tp)
         if verdict is Verdict.OPEN:
+            if identity is None:  # a directory from before identity files, placed here: adopt it
+                topic = image.topics.by_name[tp.topic]
+                try:
+                    write_identity(directory, DirIdentity(topic.topic_id, image.offset))
+                except OSError as exc:  # a full disk: open it as before; the next start adopts it
+                    log.warning("%s: cannot write %s: %s", directory, IDENTITY_FILE, exc)
             return verdict
         assert identity is not None
-        if not remove_dir(directory) or directory.exists():
+        if not remove_dir(directory):
             # an I/O error: never open what is left of it as the image's topic; the next image
             # tries again
             log.error("%s: cannot remove the directory of topic id %s; its partition stays "
@@ -474,19 +478,13 @@ class ReplicaManager:
         if p is None:
             topic = image.topics.by_name.get(tp.topic)
             cfg = effective_topic_config(topic, self.topic_defaults)
-            directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
-            topic_id = topic.topic_id if topic is not None else ""
             if plog is None:
+                directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
                 if not directory.exists():  # a new replica: its identity before its first segment
                     directory.mkdir(parents=True)  # (whose creation fsyncs the directory)
+                    topic_id = topic.topic_id if topic is not None else ""
                     write_identity(directory, DirIdentity(topic_id, image.offset), sync_dir=False)
-                plog = PartitionLog.open(directory, cfg)
-            if read_identity(directory) is None:  # a directory from before identity files
-                try:
-                    write_identity(directory, DirIdentity(topic_id, image.offset))
-                except OSError:
-                    plog.close()
-                    raise
+                plog = PartitionLog.open(directory, cfg)  # (an existing one: judged, _judge_dir)
             p = Partition(tp.topic, tp.partition, plog, self.broker_id, self.events,
                           fsync_acks=self.flush_policy == "batch",
                           min_insync_replicas=cfg.min_insync_replicas,
@@ -515,6 +513,7 @@ class ReplicaManager:
     def _delete(self, tp: TopicPartition, previous: MetadataImage) -> None:
         """``tp`` of the topic ``previous`` names is deleted here, or moved away from here."""
         p = self.partitions.pop(tp, None)
+        undecided = tp in self.undecided  # the only kind that can hold another topic's id
         self.undecided.discard(tp)
         self.logs_to_open.pop(tp, None)  # never opened: nothing holds its files
         if self.fetcher is not None:
@@ -533,7 +532,7 @@ class ReplicaManager:
             except (LogError, OSError) as exc:
                 log.warning("closing deleted %s: %s", p.name, exc)
         gone = previous.topics.by_name.get(tp.topic)
-        identity = read_identity(directory) if directory.exists() else None
+        identity = read_identity(directory) if undecided else None
         if identity is not None and gone is not None and identity.topic_id != gone.topic_id:
             # another topic of that name, newer than the image (Verdict.WAIT): not this delete's
             log.warning("%s/%d: the delete of topic id %s leaves the directory of topic id %s",

@@ -70,7 +70,7 @@ class Truth:
         return new
 
 
-async def _check_open_partitions(b: Broker, data: Path) -> None:
+def _check_open_partitions(b: Broker, data: Path) -> None:
     for tp in b.rm.partitions:
         topic = b.publisher.image.topics.by_name[tp.topic]
         identity = read_identity(data / partition_dir_name(tp.topic, tp.partition))
@@ -98,18 +98,18 @@ async def _run(tmp_path: Path, script: list[tuple[Any, ...]]) -> None:
             if b is not None:
                 await b.publisher.publish_records(entries)
                 await b.rm.wait_logs_open()
-                await _check_open_partitions(b, data)
+                _check_open_partitions(b, data)
 
         async def start(lag: float) -> Broker:
             # the first image: the history up to a point at or before its end, then the rest
             cut = round(lag * len(truth.entries))
             new = await stack.enter_async_context(running_broker(tmp_path, first_entries=truth.entries[:cut]))
             await new.rm.wait_logs_open()
-            await _check_open_partitions(new, data)
+            _check_open_partitions(new, data)
             for entry in truth.entries[cut:]:
                 await new.publisher.publish_records([entry])
                 await new.rm.wait_logs_open()
-                await _check_open_partitions(new, data)
+                _check_open_partitions(new, data)
             return new
 
         b = await start(1.0)
