@@ -56,8 +56,8 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import trio
 from rafka.client.aio._core import ClientCore
@@ -81,6 +81,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("rafka.client.groups")
+T = TypeVar("T")
 
 _COORDINATOR_RETRY = frozenset({
     ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -135,19 +136,27 @@ def _from_tp_list(entries: Iterable[dict[str, Any]] | None) -> set[TopicPartitio
 
 
 async def fetch_committed(core: ClientCore, group_id: str, tps: Iterable[TopicPartition] | None,
-                          *, require_stable: bool = False) -> dict[TopicPartition, int | None]:
+                          *, require_stable: bool = False,
+                          member: Mapping[str, Any] | None = None) -> dict[TopicPartition, int | None]:
     """The group's committed offsets (``fetch_committed_metadata`` for their metadata too)."""
-    found = await fetch_committed_metadata(core, group_id, tps, require_stable=require_stable)
+    found = await fetch_committed_metadata(core, group_id, tps, require_stable=require_stable,
+                                           member=member)
     return {tp: (None if e is None else e.offset) for tp, e in found.items()}
 
 
 async def fetch_committed_metadata(core: ClientCore, group_id: str, tps: Iterable[TopicPartition] | None,
-                                   *, require_stable: bool = False) -> dict[TopicPartition, OffsetAndMetadata | None]:
+                                   *, require_stable: bool = False, member: Mapping[str, Any] | None = None
+                                   ) -> dict[TopicPartition, OffsetAndMetadata | None]:
     """The group's committed offsets. ``require_stable`` (read_committed consumers, KIP-447):
     while a transaction holding offsets of a partition is open, wait for its outcome (the
     coordinator answers UNSTABLE_OFFSET_COMMIT) instead of taking the older offset, which would
-    make a new owner re-process what the transaction is about to commit."""
-    request = {"group_id": group_id, "topics": None if tps is None else _tp_list(tps)}
+    make a new owner re-process what the transaction is about to commit. ``member``: the
+    asking member's ``member_id``, ``member_epoch`` and ``min_metadata_offset`` (as a commit
+    carries them): the coordinator then answers only once its image has the member's
+    assignment, after which the partitions' previous owner can no longer commit there."""
+    request: dict[str, Any] = {"group_id": group_id, "topics": None if tps is None else _tp_list(tps)}
+    if member is not None:
+        request.update(member)
     if require_stable:
         request["require_stable"] = True
     deadline = trio.current_time() + core.request_timeout_ms / 1000
@@ -241,9 +250,24 @@ class GroupMembership:
                         ) -> dict[TopicPartition, Any]:
         """Committed offsets of ``tps`` (None: none); ``metadata``: as ``OffsetAndMetadata``."""
         fetch = fetch_committed_metadata if metadata else fetch_committed
-        got: dict[TopicPartition, Any] = await fetch(self.core, self.group_id, tps,
-                                                     require_stable=bool(self.consumer._isolation))
+        got: dict[TopicPartition, Any] = await self._as_member(lambda member: fetch(
+            self.core, self.group_id, tps, require_stable=bool(self.consumer._isolation), member=member))
         return {tp: got.get(tp) for tp in tps}
+
+    async def _as_member(self, request: Callable[[dict[str, Any] | None], Awaitable[T]]) -> T:
+        """``request(member)`` with who asks (OFFSET_COMMIT, OFFSET_FETCH): ``member_id``,
+        ``member_epoch`` and ``min_metadata_offset``, None from outside the group. Sent again
+        (3 tries in all) when a heartbeat advanced our epoch while it was in flight."""
+        for attempt in range(3):
+            epoch = self.member_epoch
+            member = None if epoch <= 0 else {"member_id": self.member_id, "member_epoch": epoch,
+                                              "min_metadata_offset": self.metadata_offset}
+            try:
+                return await request(member)
+            except RafkaError as exc:
+                if exc.code != ErrorCode.FENCED_MEMBER_EPOCH or self.member_epoch in (epoch, 0) or attempt == 2:
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def commit(self, offsets: CommitOffsets) -> None:
         """Commit as the current member (or from outside the group when not a member); an
@@ -252,23 +276,9 @@ class GroupMembership:
         if not entries:
             return
         topics = offsets_body(entries)
-        for attempt in range(3):
-            epoch = self.member_epoch
-            member = epoch > 0
-            body = {
-                "group_id": self.group_id,
-                "member_id": self.member_id if member else None,
-                "member_epoch": epoch if member else -1,
-                "min_metadata_offset": self.metadata_offset if member else None,
-                "topics": topics,
-            }
-            try:
-                resp = await coordinator_request(self.core, self.group_id, ApiKey.OFFSET_COMMIT, body)
-                break
-            except RafkaError as exc:
-                # a heartbeat advanced our epoch while the commit was in flight: send it again
-                if exc.code != ErrorCode.FENCED_MEMBER_EPOCH or self.member_epoch in (epoch, 0) or attempt == 2:
-                    raise
+        resp = await self._as_member(lambda member: coordinator_request(
+            self.core, self.group_id, ApiKey.OFFSET_COMMIT,
+            {"group_id": self.group_id, "member_epoch": -1, **(member or {}), "topics": topics}))
         for t in resp.get("topics", ()):
             for p in t["partitions"]:
                 if p.get("error"):

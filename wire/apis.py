@@ -307,7 +307,13 @@ SCHEMAS: dict[ApiKey, dict[str, Any]] = {
     # -> OffsetFetchResponse
     # require_stable (KIP-447; read_committed consumers): a partition with offsets pending in
     # an open transaction answers UNSTABLE_OFFSET_COMMIT (retriable) instead of the older offset
-    ApiKey.OFFSET_FETCH: {"group_id": str, "topics": Opt(_TP_LIST), "require_stable": Opt(bool)},
+    # member_id / member_epoch / min_metadata_offset (as OFFSET_COMMIT's; all absent from outside
+    # the group): a member's fetch waits until the coordinator's image has its last heartbeat
+    # and is validated like its commits, so no commit of the partitions' previous owner can be
+    # accepted after the new owner read the committed offsets (broker/groups/offsets.py)
+    ApiKey.OFFSET_FETCH: {"group_id": str, "topics": Opt(_TP_LIST), "require_stable": Opt(bool),
+                          "member_id": Opt(str), "member_epoch": Opt(int),
+                          "min_metadata_offset": Opt(int)},
     # any broker: groups in its image + groups with offsets it coordinates
     # -> ListGroupsResponse
     ApiKey.LIST_GROUPS: {},

@@ -31,6 +31,16 @@ its previous one (a commit racing the heartbeat that advanced it) → ``FENCED_M
 → ``STALE_MEMBER`` for that partition. A commit from outside the group (``member_epoch -1``, e.g.
 ``assign()`` consumers, admin resets) is accepted only while the group has no members.
 
+That image can lag the controller (a broker cut off from the controllers while clients still
+reach it), so a member the controller has expired can go on committing here. What keeps the
+committed offset from moving back is OFFSET_FETCH: a member's fetch carries its epoch and
+``min_metadata_offset`` too, waits for the image the same way and is validated the same way;
+then — as every fetch does — it passes the read barrier and waits for the commits that were in
+flight when it arrived (``_inflight``). Once a new owner has read the offsets, the image here
+includes its assignment, hence the old owner's expiry or revocation, and the old owner's
+commits are refused; every commit accepted before was acknowledged and is in what it read
+(queue chaos seed 3, session 28; docs/groups.md).
+
 Offsets in a transaction (docs/transactions.md): TXN_OFFSET_COMMIT is validated like
 OFFSET_COMMIT and appended as a *transactional* batch (the producer's id and epoch, base sequence
 -1, appended by this coordinator: ``from_coordinator``). Its offsets stay pending per producer id
@@ -168,7 +178,9 @@ class GroupOffsetsManager:
         # its state table: partition index -> the cache of the leader epoch it was loaded in
         self.offsets_topic: InternalTopic[OffsetsCache] = InternalTopic(replica_manager, OFFSETS_TOPIC)
         self.caches = self.offsets_topic.states
-        self._inflight: dict[str, int] = {}  # group -> commits appended, not yet acknowledged
+        # group -> its commits appended and not acknowledged yet, each with the event its
+        # ``_append`` sets when it ends (OFFSET_FETCH waits for those it finds: ``_settled``)
+        self._inflight: dict[str, set[trio.Event]] = {}
         self._had_members: set[str] = set()  # groups seen with members at the last expiry pass
         self._empty_since: dict[str, int] = {}  # group -> wall ms its last member was seen gone
         self.expired = 0  # offsets tombstoned by expiry since start (metrics, tests)
@@ -258,13 +270,16 @@ class GroupOffsetsManager:
             batch = build_batch(records, producer_id=producer[0], producer_epoch=producer[1],
                                 base_sequence=-1, transactional=True)
             info = self.rm.append(p, batch, _ACKS_ALL, from_coordinator=True)
-        self._inflight[group_id] = self._inflight.get(group_id, 0) + 1
+        done = trio.Event()
+        self._inflight.setdefault(group_id, set()).add(done)
         try:
             await self._acknowledged(group_id, p, cache, entries, info, producer)
         finally:
-            left = self._inflight.pop(group_id) - 1
-            if left:
-                self._inflight[group_id] = left
+            done.set()
+            left = self._inflight[group_id]
+            left.discard(done)
+            if not left:
+                del self._inflight[group_id]
 
     async def _acknowledged(self, group_id: str, p: LedPartition, cache: OffsetsCache,
                             entries: list[tuple[Key, OffsetValue | None]], info: Any,
@@ -296,7 +311,7 @@ class GroupOffsetsManager:
         return GroupOffsetsStatistics(
             offsets_topic=self.offsets_topic.statistics(),
             committed=committed,
-            commits_in_flight=sum(self._inflight.values()),
+            commits_in_flight=sum(len(s) for s in self._inflight.values()),
             offsets_expired=self.expired,
             read_barrier=self.barrier.statistics(),
         )
@@ -382,20 +397,29 @@ class GroupOffsetsManager:
                 log.info("%s/%d: %s %d offsets of producer %d", topic, partition,
                          "committed" if commit else "dropped", n, producer_id)
 
+    async def _member_image(self, body: Mapping[str, Any]) -> MetadataImage:
+        """The image to validate a member's request against: for a member (``member_epoch >= 0``)
+        with ``min_metadata_offset``, once the image includes it (bounded wait), else now's."""
+        epoch = body.get("member_epoch")
+        wanted = body.get("min_metadata_offset")
+        if epoch is None or epoch < 0 or wanted is None:
+            return self.rm.image
+        image = self.rm.image
+        with trio.move_on_after(self.metadata_wait_ms / 1000):
+            image = await self.publisher.wait_for_offset(wanted)
+        if image.offset < wanted:
+            raise error_for(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "this broker's metadata is behind the group's",
+            )
+        return image
+
     async def _commit(self, body: dict[str, Any], producer: tuple[int, int] | None) -> dict[str, Any]:
         group_id: str = body["group_id"]
         epoch = body.get("member_epoch")
         epoch = -1 if epoch is None else epoch
         member_id = body.get("member_id") or ""
-        image = self.rm.image
-        if epoch >= 0 and body.get("min_metadata_offset") is not None:
-            with trio.move_on_after(self.metadata_wait_ms / 1000):
-                image = await self.publisher.wait_for_offset(body["min_metadata_offset"])
-            if image.offset < body["min_metadata_offset"]:
-                raise error_for(
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    "this broker's metadata is behind the group's",
-                )
+        image = await self._member_image(body)
         self._coordinator(group_id)  # NOT_COORDINATOR before anything else
         group = image.groups.get(group_id)
         owns = _validate_member(group, group_id, member_id, epoch)
@@ -438,8 +462,21 @@ class GroupOffsetsManager:
         return {"topics": out}
 
     async def offset_fetch(self, body: dict[str, Any]) -> dict[str, Any]:
-        cache = await self._confirmed(body["group_id"])
-        committed = cache.group(body["group_id"])
+        group_id: str = body["group_id"]
+        epoch = body.get("member_epoch")
+        if epoch is not None and epoch >= 0:
+            # a member reading the offsets of partitions it was just given: first this broker's
+            # image must include the assignment (hence the previous owner's expiry or
+            # revocation), so that owner's later commits are refused here (module docstring)
+            image = await self._member_image(body)
+            self._coordinator(group_id)
+            _validate_member(image.groups.get(group_id), group_id, body.get("member_id") or "", epoch)
+        settling = list(self._inflight.get(group_id, ()))
+        await self._confirmed(group_id)
+        for done in settling:  # commits accepted before this read: their answers come first
+            await done.wait()
+        cache = self._coordinator(group_id)[1]
+        committed = cache.group(group_id)
         wanted = body.get("topics")
         if wanted is None:
             keys = sorted(committed)
@@ -447,7 +484,7 @@ class GroupOffsetsManager:
             keys = [(t["name"], p) for t in wanted for p in t["partitions"]]
         topics = _offsets_body(committed, keys, with_error=True)
         if body.get("require_stable"):
-            unstable = cache.pending_partitions(body["group_id"])
+            unstable = cache.pending_partitions(group_id)
             for t in topics:
                 for p in t["partitions"]:
                     if (t["name"], p["partition"]) in unstable:

@@ -47,8 +47,23 @@ class DirectChannel:
         return await self.request(api_key, body)
 
 
+class MetadataGate:
+    """Holds the broker's metadata image where it is while closed: a broker cut off from the
+    controllers whose clients and followers still reach it (queue chaos seed 3, session 28)."""
+
+    def __init__(self) -> None:
+        self.opened = trio.Event()
+        self.opened.set()
+
+    def close(self) -> None:
+        self.opened = trio.Event()
+
+    def open(self) -> None:
+        self.opened.set()
+
+
 @contextlib.asynccontextmanager
-async def cluster(tmp_path):
+async def cluster(tmp_path, gate: MetadataGate | None = None):
     q = MemoryQuorumCluster([1])
     svc = ControllerService(
         1,
@@ -79,6 +94,8 @@ async def cluster(tmp_path):
         while True:
             entries = q.voters[1].read(nxt, 1000)
             if entries:
+                if gate is not None:
+                    await gate.opened.wait()
                 await pub.publish_records([(e.offset, e.epoch, e.record) for e in entries])
                 nxt = entries[-1].offset + 1
             else:
@@ -302,3 +319,88 @@ async def test_a_removed_member_rejoins_under_a_new_id_so_its_old_commits_are_re
                     **body, "member_id": new.member_id, "member_epoch": new.member_epoch,
                     "min_metadata_offset": new.min_metadata_offset})).body
                 assert fresh.get("error", 0) == 0, fresh
+
+
+async def test_an_expired_member_cannot_commit_after_its_successor_read_the_offsets(tmp_path):
+    """Queue chaos seed 3 at 9f9f5a441b6a (session 28): the controller expired member A while
+    the offsets coordinator's image lagged (the broker was cut off from the controllers, not
+    from its clients). B was given A's partitions and read the committed offsets; A, not
+    knowing it was gone, went on committing, and the coordinator — validating against its old
+    image — accepted A's higher offsets. B's next commit then moved the committed offset back.
+
+    Now B's OFFSET_FETCH carries its member epoch and metadata offset: the coordinator answers
+    only once its image has B's assignment (so A's expiry too), and after every commit it
+    accepted before. A's commits before that point are read by B; after it, refused."""
+    from rafka.wire.connection import connect
+
+    gate = MetadataGate()
+    async with cluster(tmp_path, gate) as (bootstrap, svc, pub):
+        from rafka.broker.groups.offsets_cache import OFFSETS_TOPIC, offsets_topic_spec
+
+        created = await svc.handlers[ApiKey.CREATE_TOPICS](
+            {"topics": [offsets_topic_spec(1)], "timeout_ms": 5000})
+        assert created["topics"][0]["error"] == 0, created
+        await pub.wait_for(lambda img: OFFSETS_TOPIC in img.topics.by_name)
+        heartbeat = svc.handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT]
+
+        async def join(session_ms: int) -> dict[str, Any]:
+            r = await heartbeat({"group_id": "z", "member_id": "", "member_epoch": 0,
+                                 "subscribed_topics": ["t"], "session_timeout_ms": session_ms})
+            assert r["error"] == 0, r
+            return r
+
+        async def owning_all(r: dict[str, Any]) -> dict[str, Any]:
+            """Heartbeat as ``r``'s member until it owns the six partitions of ``t``."""
+            with trio.fail_after(20):
+                while sum(len(t["partitions"]) for t in r.get("assignment") or ()) < 6:
+                    await trio.sleep(0.05)
+                    r = {**r, **await heartbeat({"group_id": "z", "member_id": r["member_id"],
+                                                 "member_epoch": r["member_epoch"]})}
+                    assert r["error"] == 0, r
+            return r
+
+        def as_member(r: dict[str, Any]) -> dict[str, Any]:
+            return {"group_id": "z", "member_id": r["member_id"], "member_epoch": r["member_epoch"],
+                    "min_metadata_offset": r["metadata_offset"]}
+
+        host, port = bootstrap.split(":")
+        async with connect(host, int(port)) as conn:
+
+            async def commit(member: dict[str, Any], offset: int) -> int:
+                body = {**member, "topics": [{"name": "t", "partitions": [
+                    {"partition": 0, "offset": offset}]}]}
+                r = (await conn.request(ApiKey.OFFSET_COMMIT, body)).body
+                return r.get("error") or r["topics"][0]["partitions"][0]["error"]
+
+            a = await owning_all(await join(1000))
+            member_a = as_member(a)
+            await pub.wait_for_offset(a["metadata_offset"])
+            assert await commit(member_a, 10) == 0
+
+            gate.close()  # the broker's image stops here: A owns every partition in it
+            b = await join(30_000)  # A stops heartbeating: expired after 1 s, B takes over
+            b = await owning_all(b)
+            assert await commit(member_a, 20) == 0  # the broker cannot know yet: accepted
+
+            fetched: list[dict[str, Any]] = []
+
+            async def fetch() -> None:
+                body = {**as_member(b), "topics": [{"name": "t", "partitions": [0]}]}
+                fetched.append((await conn.request(ApiKey.OFFSET_FETCH, body)).body)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(fetch)
+                await trio.sleep(0.3)
+                # B's read waits for an image with its assignment: it has not been answered,
+                # and a commit A makes meanwhile is still ordered before it
+                assert not fetched
+                assert await commit(member_a, 25) == 0
+                gate.open()
+            assert fetched[0].get("error", 0) == 0, fetched
+            assert fetched[0]["topics"][0]["partitions"][0]["offset"] == 25
+            # from here on the broker knows A is gone: its commits are refused, B's go on
+            assert await commit(member_a, 30) == ErrorCode.UNKNOWN_MEMBER_ID
+            assert await commit(as_member(b), 26) == 0
+            r = (await conn.request(ApiKey.OFFSET_FETCH, {
+                **as_member(b), "topics": [{"name": "t", "partitions": [0]}]})).body
+            assert r["topics"][0]["partitions"][0]["offset"] == 26

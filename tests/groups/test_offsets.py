@@ -300,3 +300,27 @@ def test_committed_leader_epoch_is_kept_and_old_values_still_read() -> None:
     old = msgpack.packb([7, "m", 123, 2])  # written before the leader epoch was kept
     assert decode_value(old) == OffsetValue(7, "m", 123, 2, -1)
     assert len(msgpack.unpackb(encode_value(OffsetValue(7, "m", 123, 2)))) == 4
+
+
+async def test_a_fetch_answers_after_the_commits_accepted_before_it(setup):
+    """A commit accepted (validated, appended) but not yet acknowledged when an OFFSET_FETCH
+    arrives is part of what that fetch reads: a new owner must not start from the offset before
+    it (queue chaos seed 3, session 28). The fetch's read barrier alone would leave the order
+    to the scheduler once both are acknowledged together, so it is tried many times."""
+    rm, mgr = setup
+    for i in range(1, 25):
+        rm.p.gate = trio.Event()  # the ISR has not acknowledged yet
+        got: list[dict] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): i}))
+            await trio.testing.wait_all_tasks_blocked()
+
+            async def fetch() -> None:
+                got.append(await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "g", "topics": None}))
+
+            nursery.start_soon(fetch)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not got
+            rm.p.gate.set()
+        assert fetched(got[0]) == {("t", 0): i}, f"round {i}"
+    rm.p.gate = None
