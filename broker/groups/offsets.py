@@ -398,11 +398,10 @@ class GroupOffsetsManager:
                          "committed" if commit else "dropped", n, producer_id)
 
     async def _member_image(self, body: Mapping[str, Any]) -> MetadataImage:
-        """The image to validate a member's request against: for a member (``member_epoch >= 0``)
-        with ``min_metadata_offset``, once the image includes it (bounded wait), else now's."""
-        epoch = body.get("member_epoch")
+        """The image to validate a member's request against: with ``min_metadata_offset``, once
+        the image includes it (bounded wait), else now's."""
         wanted = body.get("min_metadata_offset")
-        if epoch is None or epoch < 0 or wanted is None:
+        if wanted is None:
             return self.rm.image
         image = self.rm.image
         with trio.move_on_after(self.metadata_wait_ms / 1000):
@@ -463,12 +462,12 @@ class GroupOffsetsManager:
 
     async def offset_fetch(self, body: dict[str, Any]) -> dict[str, Any]:
         group_id: str = body["group_id"]
+        # a member reading the offsets of partitions it was just given: first this broker's
+        # image must include the assignment (hence the previous owner's expiry or revocation),
+        # so that owner's later commits are refused here (module docstring)
+        image = await self._member_image(body)
         epoch = body.get("member_epoch")
         if epoch is not None and epoch >= 0:
-            # a member reading the offsets of partitions it was just given: first this broker's
-            # image must include the assignment (hence the previous owner's expiry or
-            # revocation), so that owner's later commits are refused here (module docstring)
-            image = await self._member_image(body)
             self._coordinator(group_id)
             _validate_member(image.groups.get(group_id), group_id, body.get("member_id") or "", epoch)
         settling = list(self._inflight.get(group_id, ()))

@@ -434,6 +434,9 @@ async def offset_fetch(ctx: KafkaContext, req: KafkaRequest) -> dict[str, Any]:
 async def _fetch_group(ctx: KafkaContext, req: KafkaRequest, group_id: str, asked: Any,
                        require_stable: bool) -> tuple[list[dict[str, Any]], int]:
     body: dict[str, Any] = {"group_id": group_id, "require_stable": require_stable}
+    known = groups.metadata_offset(ctx, group_id)
+    if known is not None:  # classic members: the coordinator's image must have their assignments
+        body["min_metadata_offset"] = known
     if asked is not None:
         body["topics"] = [{"name": t.name, "partitions": list(t.partition_indexes)}
                           for t in asked]

@@ -482,6 +482,20 @@ def group_protocol(ctx: Any, group: str) -> str | None:
     return None
 
 
+def metadata_offset(ctx: Any, group: str) -> int | None:
+    """The newest metadata offset any classic member of ``group`` known here was answered.
+    OffsetFetch v1–8 names no member, so the fetch waits for all of them: once the coordinator's
+    image has the asking member's assignment, the partitions' previous owner can no longer
+    commit there (broker/groups/offsets.py)."""
+    groups: ClassicGroups = ctx.groups
+    g = groups.groups.get(group)
+    if g is None:
+        return None
+    offsets = [m.metadata_offset for mid in g.members
+               if (m := groups.members.get((group, mid))) is not None and m.metadata_offset is not None]
+    return max(offsets, default=None)
+
+
 def commit_member(ctx: Any, group: str, member_id: str) -> Member | None:
     """The classic member an OffsetCommit names (its current epoch and metadata offset)."""
     groups: ClassicGroups = ctx.groups

@@ -308,17 +308,17 @@ async def test_a_fetch_answers_after_the_commits_accepted_before_it(setup):
     it (queue chaos seed 3, session 28). The fetch's read barrier alone would leave the order
     to the scheduler once both are acknowledged together, so it is tried many times."""
     rm, mgr = setup
+
+    async def fetch(into: list[dict]) -> None:
+        into.append(await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "g", "topics": None}))
+
     for i in range(1, 25):
         rm.p.gate = trio.Event()  # the ISR has not acknowledged yet
         got: list[dict] = []
         async with trio.open_nursery() as nursery:
             nursery.start_soon(call, mgr, ApiKey.OFFSET_COMMIT, commit_body("g", {("t", 0): i}))
             await trio.testing.wait_all_tasks_blocked()
-
-            async def fetch() -> None:
-                got.append(await call(mgr, ApiKey.OFFSET_FETCH, {"group_id": "g", "topics": None}))
-
-            nursery.start_soon(fetch)
+            nursery.start_soon(fetch, got)
             await trio.testing.wait_all_tasks_blocked()
             assert not got
             rm.p.gate.set()

@@ -243,3 +243,31 @@ async def test_a_known_member_rejoining_unchanged_keeps_the_generation(autojump_
     assert (await heartbeat(ctx, _heartbeat_request(b["member_id"], generation, None)))["error_code"] == 0
     changed = await join_group(ctx, _join_request(a["member_id"], None, topics=["t", "u"]))
     assert changed["error_code"] == 0 and changed["generation_id"] == generation + 1
+
+
+async def test_a_classic_members_offset_fetch_waits_for_the_groups_newest_assignment() -> None:
+    """OffsetFetch v1–8 names no member, so the native fetch carries the newest metadata offset
+    any classic member of the group was answered: the coordinator answers once its image has
+    that assignment, after which the partitions' previous owner cannot commit there (queue
+    chaos seed 3, session 28; broker/groups/offsets.py)."""
+    from types import SimpleNamespace
+
+    from rafka.broker.kafka import apis
+    from rafka.broker.kafka.codec import KafkaRequest, request_schema
+
+    groups = ClassicGroups()
+    groups.put("g", "a", Member(epoch=3, topics=["t"], session_timeout_ms=10_000, metadata_offset=40))
+    groups.put("g", "b", Member(epoch=1, topics=["t"], session_timeout_ms=10_000, metadata_offset=57))
+    groups.put("g", "c", Member(epoch=1, topics=["t"], session_timeout_ms=10_000))  # not answered yet
+    groups.put("h", "d", Member(epoch=9, topics=["t"], session_timeout_ms=10_000, metadata_offset=99))
+    sent: list[dict] = []
+
+    async def dispatch(request):  # type: ignore[no-untyped-def]
+        sent.append(request.body)
+        return {"topics": []}
+
+    ctx = SimpleNamespace(groups=groups, dispatch=dispatch)
+    for group, wanted in (("g", 57), ("other", None)):
+        body = build(request_schema(9, 7), {"group_id": group, "topics": None, "require_stable": False})
+        await apis.offset_fetch(ctx, KafkaRequest(9, 7, 1, "c", body))  # type: ignore[arg-type]
+        assert sent[-1].get("min_metadata_offset") == wanted, sent[-1]
