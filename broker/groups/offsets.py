@@ -179,7 +179,7 @@ class GroupOffsetsManager:
         self.offsets_topic: InternalTopic[OffsetsCache] = InternalTopic(replica_manager, OFFSETS_TOPIC)
         self.caches = self.offsets_topic.states
         # group -> its commits appended and not acknowledged yet, each with the event its
-        # ``_append`` sets when it ends (OFFSET_FETCH waits for those it finds: ``_settled``)
+        # ``_append`` sets when it ends (an OFFSET_FETCH waits for those it finds on arrival)
         self._inflight: dict[str, set[trio.Event]] = {}
         self._had_members: set[str] = set()  # groups seen with members at the last expiry pass
         self._empty_since: dict[str, int] = {}  # group -> wall ms its last member was seen gone
