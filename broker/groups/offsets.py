@@ -35,11 +35,11 @@ That image can lag the controller (a broker cut off from the controllers while c
 reach it), so a member the controller has expired can go on committing here. What keeps the
 committed offset from moving back is OFFSET_FETCH: a member's fetch carries its epoch and
 ``min_metadata_offset`` too, waits for the image the same way and is validated the same way;
-then — as every fetch does — it passes the read barrier and waits for the commits that were in
-flight when it arrived (``_inflight``). Once a new owner has read the offsets, the image here
-includes its assignment, hence the old owner's expiry or revocation, and the old owner's
-commits are refused; every commit accepted before was acknowledged and is in what it read
-(queue chaos seed 3, session 28; docs/groups.md).
+then — as every read from the cache does (``_confirmed``) — it passes the read barrier and waits
+for the commits that were in flight when it arrived (``_inflight``). Once a new owner has read
+the offsets, the image here includes its assignment, hence the old owner's expiry or
+revocation, and the old owner's commits are refused; every commit accepted before was
+acknowledged and is in what it read (queue chaos seed 3, session 28; docs/groups.md).
 
 Offsets in a transaction (docs/transactions.md): TXN_OFFSET_COMMIT is validated like
 OFFSET_COMMIT and appended as a *transactional* batch (the producer's id and epoch, base sequence
@@ -179,7 +179,7 @@ class GroupOffsetsManager:
         self.offsets_topic: InternalTopic[OffsetsCache] = InternalTopic(replica_manager, OFFSETS_TOPIC)
         self.caches = self.offsets_topic.states
         # group -> its commits appended and not acknowledged yet, each with the event its
-        # ``_append`` sets when it ends (an OFFSET_FETCH waits for those it finds on arrival)
+        # ``_append`` sets when it ends (a read waits for those it finds on arrival: _confirmed)
         self._inflight: dict[str, set[trio.Event]] = {}
         self._had_members: set[str] = set()  # groups seen with members at the last expiry pass
         self._empty_since: dict[str, int] = {}  # group -> wall ms its last member was seen gone
@@ -223,9 +223,15 @@ class GroupOffsetsManager:
     async def _confirmed(self, group_id: str) -> OffsetsCache:
         """The group's cache, for a read: only after a read barrier (``broker/read_barrier.py``)
         proved this broker still leads the offsets partition — a broker paused or cut off while
-        it led it would answer from a stale cache (txn chaos seed 25)."""
+        it led it would answer from a stale cache (txn chaos seed 25) — and after the group's
+        commits that were in flight when the read arrived have been answered, so the read holds
+        every commit accepted before it (a new owner must not start below one: queue chaos
+        seed 3, session 28)."""
         p, _ = self._coordinator(group_id)
+        settling = list(self._inflight.get(group_id, ()))
         await self.barrier.confirm(p)
+        for done in settling:
+            await done.wait()
         return self._coordinator(group_id)[1]
 
     def _cache(self, n: int, p: LedPartition) -> OffsetsCache:
@@ -470,11 +476,7 @@ class GroupOffsetsManager:
         if epoch is not None and epoch >= 0:
             self._coordinator(group_id)
             _validate_member(image.groups.get(group_id), group_id, body.get("member_id") or "", epoch)
-        settling = list(self._inflight.get(group_id, ()))
-        await self._confirmed(group_id)
-        for done in settling:  # commits accepted before this read: their answers come first
-            await done.wait()
-        cache = self._coordinator(group_id)[1]
+        cache = await self._confirmed(group_id)
         committed = cache.group(group_id)
         wanted = body.get("topics")
         if wanted is None:
