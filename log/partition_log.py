@@ -153,7 +153,7 @@ class PartitionLog(LogReader):
         self.writeback_count = 0  # start_writeback calls that started one (statistics, tests)
         self._writeback: tuple[Segment | None, int] = (None, 0)
         self.epochs = LeaderEpochCache(directory / CHECKPOINT_NAME, lambda: self.log_end_offset)
-        self.producer_state = ProducerStateManager(directory)
+        self.producer_state = ProducerStateManager(directory, clock=now_ms)
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *,
@@ -270,7 +270,7 @@ class PartitionLog(LogReader):
                     return AppendInfo(dup.base_offset, dup.last_offset, dup.timestamp, -1, True)
                 done = state.update(h, offset, overlay, timestamp=ts,
                                     marker_type=self._marker_type(buf, pos, h),
-                                    coordinator_epoch=cepoch)
+                                    coordinator_epoch=cepoch, now_ms=now)
                 if done is not None:
                     completed.append(done)
             head = bytearray(buf[pos:pos + HEADER_SIZE])
@@ -354,14 +354,16 @@ class PartitionLog(LogReader):
                          if h.is_control else (None, -1))
             expected = h.next_offset
             pos += h.size
-        self._write(buf, metas, self._now_ms())
+        now = self._now_ms()
+        self._write(buf, metas, now)
         # The batches are in the log now, so the producer state is updated in place, with no
         # overlay of copied entries to commit (the leader's append needs one: its checks come
         # before the write, which may still fail): no entry copy per batch on a follower.
         state = self.producer_state
         completed: list[CompletedTxn] = []
         for h, (mtype, cepoch) in zip(headers, types, strict=True):
-            done = state.update(h, h.base_offset, marker_type=mtype, coordinator_epoch=cepoch)
+            done = state.update(h, h.base_offset, marker_type=mtype, coordinator_epoch=cepoch,
+                                now_ms=now)
             if done is not None:
                 completed.append(done)
             if h.partition_leader_epoch >= 0:

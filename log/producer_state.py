@@ -35,13 +35,25 @@ scan of the batches after it.  Snapshots are written on segment roll and on clos
 CRC-32C protected, temp file + rename); ``truncate_to`` drops the snapshots above the new end
 and rebuilds the same way.  The table is bounded (``max_producers``, oldest evicted first) and
 producers idle for ``expiration_ms`` are dropped by ``expire``.
+
+Idle is measured on the broker's clock, never the batch's: each entry keeps ``last_seen_ms``,
+the wall-clock time of the last append that touched it on *this* replica (a follower's own
+append time; snapshots keep it; batches found by a log scan after the snapshot, which carry
+no broker time, count as seen at the scan — later, never earlier, than they were).  ``last_timestamp`` (the batch's
+max timestamp, what DESCRIBE_PRODUCERS shows) is client time: a mirror replaying week-old
+records, or a producer with a clock a day behind, would otherwise have its sequence window
+dropped at the next retention pass, and its next retry appended a second time (CI found this:
+a retry with timestamp-0 batches duplicated on a new leader whose retention pass ran between
+the append and the retry).  ``trim`` evicts by ``last_seen_ms`` for the same reason.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -65,7 +77,7 @@ __all__ = ["ProducerStateManager", "ProducerEntry", "BatchMetadata", "DuplicateI
            "BATCHES_PER_PRODUCER", "last_sequence"]
 
 SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_VERSION = 3  # 2 adds txn_first_offset, 3 coordinator_epoch per producer; 1, 2 still load
+SNAPSHOT_VERSION = 4  # 2 adds txn_first_offset, 3 coordinator_epoch, 4 last_seen_ms; 1-3 load
 BATCHES_PER_PRODUCER = 5
 _SEQ_MAX = 2**31 - 1
 _SNAPSHOT_KEEP = 3
@@ -120,10 +132,12 @@ class ProducerEntry:
     last_timestamp: int = -1
     txn_first_offset: int = -1
     coordinator_epoch: int = -1  # the highest coordinator epoch of this producer's markers
+    last_seen_ms: int = -1  # broker wall clock of the last append touching it (expiry, trim)
 
     def copy(self) -> ProducerEntry:
         return ProducerEntry(self.epoch, deque(self.batches, maxlen=BATCHES_PER_PRODUCER),
-                             self.last_timestamp, self.txn_first_offset, self.coordinator_epoch)
+                             self.last_timestamp, self.txn_first_offset, self.coordinator_epoch,
+                             self.last_seen_ms)
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
@@ -137,10 +151,16 @@ def _next_sequence(seq: int) -> int:
     return 0 if seq == _SEQ_MAX else seq + 1
 
 
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class ProducerStateManager:
     def __init__(self, directory: Path, *, max_producers: int = 100_000,
-                 expiration_ms: int = 24 * 3600 * 1000) -> None:
+                 expiration_ms: int = 24 * 3600 * 1000,
+                 clock: Callable[[], int] = _wall_clock_ms) -> None:
         self.directory = directory
+        self._clock = clock
         self.max_producers = max_producers
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerEntry] = {}
@@ -266,10 +286,11 @@ class ProducerStateManager:
     def update(self, header: BatchHeader, base_offset: int,
                overlay: dict[int, ProducerEntry] | None = None, *,
                timestamp: int | None = None, marker_type: int | None = None,
-               coordinator_epoch: int = -1) -> CompletedTxn | None:
+               coordinator_epoch: int = -1, now_ms: int | None = None) -> CompletedTxn | None:
         """Record an appended batch (``base_offset`` as assigned, the header may predate it).
 
-        ``timestamp`` overrides the header's max timestamp (LogAppendTime stamping).  A control
+        ``timestamp`` overrides the header's max timestamp (LogAppendTime stamping);
+        ``now_ms`` is the broker's time of the append (the clock's when None).  A control
         batch needs its ``marker_type`` (``log.batch.control_type``); when it closes an open
         transaction the ``CompletedTxn`` is returned."""
         pid = header.producer_id
@@ -304,6 +325,7 @@ class ProducerStateManager:
                     last_sequence(header.base_sequence, header.last_offset_delta),
                     base_offset, base_offset + header.last_offset_delta, ts))
         entry.last_timestamp = max(entry.last_timestamp, ts)
+        entry.last_seen_ms = self._clock() if now_ms is None else now_ms
         if overlay is None:
             self._set(pid, entry)
         if completed is None:
@@ -323,15 +345,16 @@ class ProducerStateManager:
         excess = len(self.producers) - self.max_producers
         if excess > 0:
             idle = [p for p in self.producers if p not in self._open]
-            idle.sort(key=lambda p: self.producers[p].last_timestamp)
+            idle.sort(key=lambda p: self.producers[p].last_seen_ms)
             for pid in idle[:excess]:
                 self._forget(pid)
 
     def expire(self, now_ms: int) -> int:
-        """Forget producers idle for ``expiration_ms`` (none with an open transaction)."""
+        """Forget producers with no append for ``expiration_ms`` of broker time (none with an
+        open transaction)."""
         horizon = now_ms - self.expiration_ms
         dead = [pid for pid, e in self.producers.items()
-                if e.last_timestamp < horizon and pid not in self._open]
+                if e.last_seen_ms < horizon and pid not in self._open]
         for pid in dead:
             self._forget(pid)
         return len(dead)
@@ -358,7 +381,7 @@ class ProducerStateManager:
         """Persist the state covering every batch below ``offset``; keeps the newest few."""
         body = msgpack.packb([SNAPSHOT_VERSION, offset, [
             [pid, e.epoch, e.last_timestamp, [list(b) for b in e.batches], e.txn_first_offset,
-             e.coordinator_epoch]
+             e.coordinator_epoch, e.last_seen_ms]
             for pid, e in self.producers.items()]])
         write_file_atomic(self._snapshot_path(offset), _CRC.pack(crc32c(body)) + body,
                           fsync=fsync)
@@ -373,6 +396,7 @@ class ProducerStateManager:
     def load_latest_snapshot(self, max_offset: int) -> int | None:
         """Load the newest readable snapshot at or below ``max_offset``; its offset or None."""
         self.clear()
+        loaded_at = self._clock()
         for off in reversed(self.snapshot_offsets()):
             if off > max_offset:
                 continue
@@ -382,16 +406,18 @@ class ProducerStateManager:
                 if len(data) < 4 or _CRC.unpack_from(data)[0] != crc32c(data[4:]):
                     raise ValueError("CRC mismatch")
                 version, snap_off, producers = msgpack.unpackb(data[4:])
-                if version not in (1, 2, SNAPSHOT_VERSION) or snap_off != off:
+                if version not in (1, 2, 3, SNAPSHOT_VERSION) or snap_off != off:
                     raise ValueError(f"bad version/offset {version}/{snap_off}")
                 for row in producers:
                     pid, epoch, last_ts, batches = row[:4]
                     txn_first = row[4] if version >= 2 else -1
                     coord_epoch = row[5] if version >= 3 else -1
+                    # a version 1-3 snapshot has no broker time: seen at the load
+                    seen = row[6] if version >= 4 else loaded_at
                     self._set(pid, ProducerEntry(
                         epoch, deque((BatchMetadata(*b) for b in batches),
                                      maxlen=BATCHES_PER_PRODUCER), last_ts, txn_first,
-                        coord_epoch))
+                        coord_epoch, seen))
             except (OSError, ValueError, TypeError, msgpack.UnpackException) as exc:
                 logger.warning("ignoring unreadable producer snapshot %s: %s", path, exc)
                 self.clear()

@@ -198,6 +198,7 @@ def rebuild_producer_state(log: PartitionLog, rebuild_from: int | None = None) -
     start = snap if snap is not None else log.log_start_offset
     for seg in log.segments:
         seg.txn_index.truncate(start)
+    now = log._now_ms()  # the scanned batches carry no broker time: seen now (producer_state.py)
     for seg, pos, h in log.iter_headers(start):
         if h.base_offset < start or h.producer_id < 0:
             continue
@@ -211,7 +212,8 @@ def rebuild_producer_state(log: PartitionLog, rebuild_from: int | None = None) -
                 logger.warning("%s: unreadable transaction marker at offset %d: %s",
                                log.directory, h.base_offset, exc)
                 continue
-        done = ps.update(h, h.base_offset, marker_type=mtype, coordinator_epoch=cepoch)
+        done = ps.update(h, h.base_offset, marker_type=mtype, coordinator_epoch=cepoch,
+                         now_ms=now)
         if done is not None and done.aborted:
             seg.txn_index.append(AbortedTxn(done.producer_id, done.first_offset,
                                             done.last_offset, done.last_stable_offset))

@@ -441,8 +441,13 @@ async def test_old_leader_truncates_records_that_never_replicated(cluster_factor
 async def test_idempotent_retry_after_leader_change_is_not_duplicated(cluster_factory: Any) -> None:
     """An idempotent batch acknowledged by the old leader (response "lost"), resent to the new
     leader after the old one is killed: the original offsets come back, one copy in the log —
-    the new leader rebuilt the producer's sequence state from the replicated log."""
-    c = cluster_factory(3, broker_config=FAST)
+    the new leader rebuilt the producer's sequence state from the replicated log.
+
+    The batches carry timestamp 0 (client time, as a mirror replaying old records sends) and a
+    retention pass runs every 100 ms on every node: producer expiry counts broker time, so the
+    sequence window outlives them (CI once caught the 5-minute pass between the append and the
+    retry, and the retry was appended a second time)."""
+    c = cluster_factory(3, broker_config={**FAST, "log.retention.check.interval.ms": 100})
     topic = "idem"
     await create_topic(c, topic)
     md = await wait_isr(c, topic, 3)

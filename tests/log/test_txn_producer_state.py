@@ -151,10 +151,10 @@ def test_overlay_last_stable_offset_counts_committed_and_pending(ps):
 
 
 def test_open_transactions_survive_trim_and_expire(tmp_path):
-    ps = ProducerStateManager(tmp_path, max_producers=2, expiration_ms=1000)
+    ps = ProducerStateManager(tmp_path, max_producers=2, expiration_ms=1000, clock=lambda: T0)
     put(ps, txn(1, 0), 0)  # oldest, but open
-    ps.update(txn(2, 0, transactional=False), 1, timestamp=T0 + 5)
-    ps.update(txn(3, 0, transactional=False), 2, timestamp=T0 + 6)
+    ps.update(txn(2, 0, transactional=False), 1, now_ms=T0 + 5)
+    ps.update(txn(3, 0, transactional=False), 2, now_ms=T0 + 6)
     ps.trim()
     assert set(ps.producers) == {1, 3}
     assert ps.expire(T0 + 10_000) == 1 and set(ps.producers) == {1}
@@ -171,7 +171,19 @@ def test_snapshot_round_trip(tmp_path):
     assert again.load_latest_snapshot(3) == 3
     assert again.open_transactions() == {1: 0}
     assert again.producers == ps.producers
-    assert msgpack.unpackb((tmp_path / f"{3:020d}.snapshot").read_bytes()[4:])[0] == 3
+    assert msgpack.unpackb((tmp_path / f"{3:020d}.snapshot").read_bytes()[4:])[0] == 4
+
+
+def test_version_3_snapshot_loads_as_seen_at_the_load(tmp_path):
+    """Versions 1-3 have no broker time: the producers count as seen when the snapshot loads
+    (their batch timestamps, client time, are never used for expiry)."""
+    body = msgpack.packb([3, 7, [[9, 2, 0, [[0, 1, 5, 6, 0]], -1, 4]]])
+    (tmp_path / f"{7:020d}.snapshot").write_bytes(crc32c(body).to_bytes(4, "big") + body)
+    ps = ProducerStateManager(tmp_path, expiration_ms=1000, clock=lambda: T0)
+    assert ps.load_latest_snapshot(100) == 7
+    e = ps.producers[9]
+    assert (e.coordinator_epoch, e.last_timestamp, e.last_seen_ms) == (4, 0, T0)
+    assert ps.expire(T0 + 999) == 0 and ps.expire(T0 + 1001) == 1
 
 
 def test_version_2_snapshot_still_loads(tmp_path):
