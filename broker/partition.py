@@ -35,8 +35,8 @@ the metadata image (leader, leader epoch, partition epoch, replicas, ISR).
 * ``unsafe_ack_before_replication`` (TEST ONLY, broker setting ``unsafe.ack.before.replication``)
   answers ``acks=all`` like ``acks=1``; see docs/durability.md.
 
-Waiting is event driven, never polled, with one ``trio.Event`` per kind of waiter (each is set
-and replaced when it fires):
+Waiting is event driven, never polled (the fetches' signals: ``broker/fetch_wait.py``; the
+others: one ``trio.Event`` per kind of waiter, set and replaced when it fires):
 
 * produce requests waiting for their ``acks`` — not one shared event but one per waiter, in two
   heaps ordered by the waiter's last offset (``acks=1``: decided once the durable end passes
@@ -83,6 +83,7 @@ from typing import Any
 import trio
 from rafka.broker.detached import to_task
 from rafka.broker.events import EventLog
+from rafka.broker.fetch_wait import Signal
 from rafka.broker.produce_wait import ParkedProduce, ProduceDeadlines
 from rafka.broker.replication.state import (
     HighWatermarkAdvanced,
@@ -171,8 +172,8 @@ class Partition:
         self.deadlines = deadlines
         self._waiter_seq = 0
         self._abandoned_waiters = 0
-        self.data_changed = trio.Event()  # follower fetches
-        self.hw_changed = trio.Event()  # consumer fetches
+        self.data_changed = Signal()  # follower fetches (broker/fetch_wait.py)
+        self.hw_changed = Signal()  # consumer fetches
         self.starts_changed = trio.Event()  # DeleteRecords waiting for followers' log starts
         self.pending_flush = False
         self.pending_alter: Any = None  # an AlterPartitionRequest for the replication glue
@@ -567,12 +568,10 @@ class Partition:
                 heapq.heappop(heap)
 
     def _wake_data(self) -> None:
-        self.data_changed.set()
-        self.data_changed = trio.Event()
+        self.data_changed.fire()
 
     def _wake_hw(self) -> None:
-        self.hw_changed.set()
-        self.hw_changed = trio.Event()
+        self.hw_changed.fire()
 
     def statistics(self) -> dict[str, Any]:
         return {"leader": self.is_leader, "leader_epoch": self.leader_epoch,

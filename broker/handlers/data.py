@@ -32,8 +32,8 @@ the high watermark for consumers and the log end offset for followers, bounded b
 KIP-74). A slice of at most ``SMALL_REPLY_BYTES`` (a tailing follower's or consumer's usual
 answer) carries the bytes the log already read to check their CRCs and goes out as bytes: no
 ``dup``/``close`` of the segment's fd and no second ``pread`` by the server. Until ``min_bytes`` are available it long-polls: it sleeps on the partitions'
-``changed`` events (set on append, flush and HW moves) until one fires or ``max_wait_ms``
-passes, then reads again. The reply's raw parts are the slices, written with ``sendfile``.
+signals (``broker/fetch_wait.py``: fired on append, flush and HW moves) until one fires or
+``max_wait_ms`` passes, then reads again. The reply's raw parts are the slices, written with ``sendfile``.
 A follower fetch (``replica_id >= 0``) also reports the follower's position to the leader state
 and is answered with ``diverging_epoch`` instead of data when its last fetched epoch shows
 that its log diverged (KIP-101/279 via ``rafka.broker.replication.epochs.verify_follower_fetch``,
@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from rafka.broker.detached import to_task
 from rafka.broker.error_map import wire_error
+from rafka.broker.fetch_wait import wait_any
 from rafka.broker.partition import Partition
 from rafka.broker.replica_manager import ReplicaManager
 from rafka.broker.replication.epochs import verify_follower_fetch
@@ -401,22 +402,8 @@ async def fetch(rm: ReplicaManager, body: Mapping[str, Any]) -> Reply:
                          [sl if sl.data is None else sl.data for sl in slices])
         for sl in slices:
             sl.close()
-        events = [p.hw_changed if st.consumer else p.data_changed for p in parts]
-        with trio.move_on_at(deadline):
-            await _wait_any(events)
-
-
-async def _wait_any(events: list[trio.Event]) -> None:
-    if len(events) == 1:
-        await events[0].wait()
-        return
-    async with trio.open_nursery() as nursery:
-        async def waiter(ev: trio.Event) -> None:
-            await ev.wait()
-            nursery.cancel_scope.cancel()
-
-        for ev in events:
-            nursery.start_soon(waiter, ev)
+        await wait_any([p.hw_changed if st.consumer else p.data_changed for p in parts],
+                       deadline)
 
 
 # --------------------------------------------------------------------------- list offsets
