@@ -17,6 +17,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 import trio
 from rafka.broker.fetch_wait import Signal, wait_any
@@ -38,13 +39,14 @@ async def _old_wait_any(events: list[trio.Event], deadline: float) -> None:
                 nursery.start_soon(waiter, ev)
 
 
-async def _old(n: int) -> float:
-    events = [trio.Event() for _ in range(n)]
+async def _cycles(park: Callable[[], Awaitable[None]], fire: Callable[[int], None],
+                  n: int) -> float:
+    """CPU µs per cycle: a fetch task parks, the driver fires partition ``i % n``, repeat."""
     done = trio.Event()
 
     async def fetch() -> None:
         for _ in range(CYCLES):
-            await _old_wait_any(list(events), trio.current_time() + 60)
+            await park()
         done.set()
 
     async with trio.open_nursery() as nursery:
@@ -54,34 +56,26 @@ async def _old(n: int) -> float:
         i = 0
         while not done.is_set():
             await trio.sleep(0)
-            k = i % n
-            events[k].set()
-            events[k] = trio.Event()
+            fire(i % n)
             i += 1
             await trio.sleep(0)
         return (time.process_time() - t0) / CYCLES * 1e6
+
+
+async def _old(n: int) -> float:
+    events = [trio.Event() for _ in range(n)]
+
+    def fire(k: int) -> None:
+        events[k].set()
+        events[k] = trio.Event()
+
+    return await _cycles(lambda: _old_wait_any(list(events), trio.current_time() + 60), fire, n)
 
 
 async def _new(n: int) -> float:
     signals = [Signal() for _ in range(n)]
-    done = trio.Event()
-
-    async def fetch() -> None:
-        for _ in range(CYCLES):
-            await wait_any(signals, trio.current_time() + 60)
-        done.set()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(fetch)
-        await trio.sleep(0)
-        t0 = time.process_time()
-        i = 0
-        while not done.is_set():
-            await trio.sleep(0)
-            signals[i % n].fire()
-            i += 1
-            await trio.sleep(0)
-        return (time.process_time() - t0) / CYCLES * 1e6
+    return await _cycles(lambda: wait_any(signals, trio.current_time() + 60),
+                         lambda k: signals[k].fire(), n)
 
 
 def main(argv: list[str]) -> int:
