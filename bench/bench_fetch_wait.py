@@ -2,8 +2,9 @@
 ``trio.Event`` per partition, a task per event in a nursery that cancels the rest) against
 ``broker/fetch_wait.py`` (one event, registered with every partition's ``Signal``).
 
-``python -m bench.fetch_wait_cost [ROUNDS]``: for N in 1, 4, 16, 64, ABBA rounds of 2,000 cycles
-each. A cycle is what a follower's fetch costs the leader's trio thread between two produces:
+``python -m bench.bench_fetch_wait [ROUNDS]``: for N in 1, 4, 16, 64, ABBA rounds of 2,000
+cycles each. ``make bench`` (``run``) reports N = 1 and 16: ``parked_fetch_wake_cpu_us_<N>p``
+with its ratio to ``…_old_wait`` measured beside it. A cycle is what a follower's fetch costs the leader's trio thread between two produces:
 the fetch parks on its N partitions, a produce to one of them fires that partition, the fetch
 wakes and returns. The process's CPU per cycle (``time.process_time``) is reported per arm as
 the median of the rounds, and the ratio new / old. In-process, nothing else runs: what it
@@ -18,6 +19,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 from rafka.broker.fetch_wait import Signal, wait_any
@@ -78,16 +80,34 @@ async def _new(n: int) -> float:
                          lambda k: signals[k].fire(), n)
 
 
+def _medians(n: int, rounds: int) -> tuple[list[float], list[float]]:
+    """(old, new) CPU µs per cycle over ``rounds`` ABBA rounds."""
+    old: list[float] = []
+    new: list[float] = []
+    for r in range(rounds):
+        order = (_old, _new) if r % 2 == 0 else (_new, _old)
+        for arm in order:
+            (old if arm is _old else new).append(trio.run(arm, n))
+    return old, new
+
+
+def run(runs: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n in (1, 16):
+        old, new = _medians(n, max(2, runs))
+        out[f"parked_fetch_wake_cpu_us_{n}p_old_wait"] = {
+            "median": statistics.median(old), "unit": "µs", "runs": old}
+        out[f"parked_fetch_wake_cpu_us_{n}p"] = {
+            "median": statistics.median(new), "unit": "µs", "runs": new,
+            "ratio_of": f"parked_fetch_wake_cpu_us_{n}p_old_wait"}
+    return out
+
+
 def main(argv: list[str]) -> int:
     rounds = int(argv[0]) if argv else 4
     print(f"{'partitions':>10} {'old µs/cycle':>13} {'new µs/cycle':>13} {'new/old':>8}")
     for n in (1, 4, 16, 64):
-        old: list[float] = []
-        new: list[float] = []
-        for r in range(rounds):  # ABBA
-            order = (_old, _new) if r % 2 == 0 else (_new, _old)
-            for arm in order:
-                (old if arm is _old else new).append(trio.run(arm, n))
+        old, new = _medians(n, rounds)
         o, w = statistics.median(old), statistics.median(new)
         print(f"{n:>10} {o:>13.1f} {w:>13.1f} {w / o:>8.2f}")
     return 0
