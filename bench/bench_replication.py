@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from rafka.client import Admin, Consumer, Producer, TopicPartition
+from rafka.wire.errors import UnknownTopicOrPartitionError
 
 from bench.bench_floor import loopback_rtt_us
 from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
@@ -103,8 +104,12 @@ def _create(bootstrap: str, name: str, partitions: int, replication_factor: int 
                            config=TOPIC_CONFIG if config is None else config)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            d = admin.describe_topic(name)
-            if all(p.leader >= 0 and len(p.isr) == replication_factor for p in d.partitions):
+            try:
+                d = admin.describe_topic(name)
+            except UnknownTopicOrPartitionError:  # the answering broker's image is behind
+                d = None
+            if d is not None and all(p.leader >= 0 and len(p.isr) == replication_factor
+                                     for p in d.partitions):
                 return
             time.sleep(0.1)
     raise RuntimeError(f"{name}: ISR never reached {replication_factor}")
