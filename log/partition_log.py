@@ -72,7 +72,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -102,7 +101,7 @@ from .errors import (
 )
 from .index import fsync_dir, write_file_atomic
 from .log_reader import FetchSlice, LogReader
-from .producer_state import CompletedTxn, ProducerStateManager
+from .producer_state import CompletedTxn, ProducerStateManager, wall_clock_ms
 from .segment import Segment
 from .txn_index import AbortedTxn
 from .writeback import start_writeback
@@ -124,10 +123,6 @@ class AppendInfo(NamedTuple):
     max_timestamp: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     duplicate: bool = False  # an idempotent retry: offsets are those of the original
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class PartitionLog(LogReader):
@@ -164,7 +159,7 @@ class PartitionLog(LogReader):
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create {directory}", exc) from exc
-        log = cls(directory, config, now_ms or _wall_clock_ms)
+        log = cls(directory, config, now_ms or wall_clock_ms)
         recovery.recover(log)
         return log
 

@@ -39,8 +39,8 @@ producers idle for ``expiration_ms`` are dropped by ``expire``.
 Idle is measured on the broker's clock, never the batch's: each entry keeps ``last_seen_ms``,
 the wall-clock time of the last append that touched it on *this* replica (a follower's own
 append time; snapshots keep it; batches found by a log scan after the snapshot, which carry
-no broker time, count as seen at the scan — later, never earlier, than they were).  ``last_timestamp`` (the batch's
-max timestamp, what DESCRIBE_PRODUCERS shows) is client time: a mirror replaying week-old
+no broker time, count as seen at the scan — later, never earlier, than they were).
+``last_timestamp`` (the batch's max timestamp, what DESCRIBE_PRODUCERS shows) is client time: a mirror replaying week-old
 records, or a producer with a clock a day behind, would otherwise have its sequence window
 dropped at the next retention pass, and its next retry appended a second time (CI found this:
 a retry with timestamp-0 batches duplicated on a new leader whose retention pass ran between
@@ -151,14 +151,15 @@ def _next_sequence(seq: int) -> int:
     return 0 if seq == _SEQ_MAX else seq + 1
 
 
-def _wall_clock_ms() -> int:
+def wall_clock_ms() -> int:
+    """The wall clock in ms: the default clock of the producer state and of a partition log."""
     return time.time_ns() // 1_000_000
 
 
 class ProducerStateManager:
     def __init__(self, directory: Path, *, max_producers: int = 100_000,
                  expiration_ms: int = 24 * 3600 * 1000,
-                 clock: Callable[[], int] = _wall_clock_ms) -> None:
+                 clock: Callable[[], int] = wall_clock_ms) -> None:
         self.directory = directory
         self._clock = clock
         self.max_producers = max_producers
