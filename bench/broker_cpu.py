@@ -20,7 +20,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,17 +95,28 @@ class SyscallCounter:
         return None
 
 
+def _scrapes(urls: Sequence[str]) -> Iterator[str]:
+    """The text of each node's metrics endpoint that answers."""
+    for url in urls:
+        try:
+            yield urllib.request.urlopen(url, timeout=5).read().decode()
+        except OSError:
+            continue
+
+
 def request_counts(urls: Sequence[str]) -> dict[str, float]:
     """Requests handled so far per api name, summed over the nodes' metrics endpoints."""
     out: dict[str, float] = {}
-    for url in urls:
-        try:
-            text = urllib.request.urlopen(url, timeout=5).read().decode()
-        except OSError:
-            continue
+    for text in _scrapes(urls):
         for m in _COUNT.finditer(text):
             out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
     return out
+
+
+def metric_total(urls: Sequence[str], name: str) -> float:
+    """The samples of metric ``name`` (any labels), summed over the nodes' metrics endpoints."""
+    return sum(float(line.split()[-1]) for text in _scrapes(urls)
+               for line in text.splitlines() if line.startswith(name))
 
 
 def cluster_pids_and_metrics(data_dir: Path) -> tuple[list[int], list[str]]:

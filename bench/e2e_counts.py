@@ -15,23 +15,11 @@ from __future__ import annotations
 import json
 import statistics
 import time
-import urllib.request
 
 import bench.bench_replication as br
-from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
+from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics, metric_total
 
-
-def _flush_rounds(urls: list[str]) -> float:
-    n = 0.0
-    for u in urls:
-        try:
-            text = urllib.request.urlopen(u, timeout=5).read().decode()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if line.startswith("rafka_log_flush_duration_seconds_count"):
-                n += float(line.split()[-1])
-    return n
+FLUSH_ROUNDS = "rafka_log_flush_duration_seconds_count"
 
 
 def main() -> None:
@@ -42,12 +30,12 @@ def main() -> None:
         pids, urls = cluster_pids_and_metrics(st["data_dir"])
         meter = CpuMeter(pids, urls)
         meter.idle(1.0)
-        f0 = _flush_rounds(urls)
+        f0 = metric_total(urls, FLUSH_ROUNDS)
         meter.start()
         lat = br._e2e_latencies_ms(st["bootstrap"], "e2e", seconds, linger_ms=0)
         n = int(br.E2E_RATE * seconds)
         res = meter.stop(n)
-        f1 = _flush_rounds(urls)
+        f1 = metric_total(urls, FLUSH_ROUNDS)
     print(json.dumps({"p50_ms": statistics.median(lat), "p99_ms": sorted(lat)[int(0.99 * len(lat))],
                       "requests_per_record": res["requests"], "cpu_us_per_record": res["cpu_us"],
                       "flush_rounds_per_record": (f1 - f0) / n}))
