@@ -33,7 +33,8 @@ KIP-74). A slice of at most ``SMALL_REPLY_BYTES`` (a tailing follower's or consu
 answer) carries the bytes the log already read to check their CRCs and goes out as bytes: no
 ``dup``/``close`` of the segment's fd and no second ``pread`` by the server. Until ``min_bytes`` are available it long-polls: it sleeps on the partitions'
 signals (``broker/fetch_wait.py``: fired on append, flush and HW moves) until one fires or
-``max_wait_ms`` passes, then reads again. The reply's raw parts are the slices, written with ``sendfile``.
+``max_wait_ms`` passes, then reads again. The reply's raw parts are the slices, written with
+``sendfile``.
 A follower fetch (``replica_id >= 0``) also reports the follower's position to the leader state
 and is answered with ``diverging_epoch`` instead of data when its last fetched epoch shows
 that its log diverged (KIP-101/279 via ``rafka.broker.replication.epochs.verify_follower_fetch``,
