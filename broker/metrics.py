@@ -355,6 +355,10 @@ class _StateCollector:
                 under_by_topic[tp.topic] = under_by_topic.get(tp.topic, 0) + 1
         yield GaugeMetricFamily("rafka_partitions", "Partitions hosted by this broker", len(rm.partitions))
         yield GaugeMetricFamily("rafka_leader_partitions", "Partitions this broker leads", led)
+        yield CounterMetricFamily(
+            "rafka_log_flush_rounds", "fsync rounds of this broker's logs: leader group commits "
+            "and a follower's syncs before its next fetch (each may cover many partitions)",
+            rm.flush_rounds)
         yield GaugeMetricFamily("rafka_partition_logs_to_open",
                                 "Partitions placed here whose log is still to open (after a restart)",
                                 len(rm.logs_to_open))
