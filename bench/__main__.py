@@ -6,7 +6,8 @@ comparisons measured side by side in the same run, ``{"ratio_of": "<other metric
 are computed here. Figures are medians of ``runs`` repetitions; machines are noisy, so ratios
 taken in one run matter more than absolute numbers. The table is printed and the same figures
 are written to ``bench/results/latest.json`` (metric → median, unit, runs, ratios) so they can
-be tracked over time.
+be tracked over time. A figure that carries ``path_counts`` is also divided by its path floor
+(``bench.bench_floor.path_floor_us``: its messages and fsyncs at this run's floor prices).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from bench.bench_floor import path_floor_us
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -87,6 +90,17 @@ def main(argv: list[str] | None = None) -> int:
         for key, fig in results.items():
             if "cpu_us" in key and not key.startswith("floor.") and fig.get("median") is not None:
                 fig["x_echo_floor"] = fig["median"] / floor
+    # ...and of its own path floor: its messages and fsyncs at this run's floor prices
+    prices = {k[len("floor."):]: f.get("median") for k, f in results.items() if k.startswith("floor.")}
+    for fig in results.values():
+        counts = fig.get("path_counts")
+        if counts and fig.get("median") is not None:
+            path_floor = path_floor_us(counts, prices)
+            if path_floor:
+                fig["path_floor_us"] = path_floor
+                fig["x_path_floor"] = fig["median"] / path_floor
+                if floor:
+                    fig["path_floor_x_echo_floor"] = path_floor / floor
     print()
     print(f"{'metric':58} {'median':>14} {'unit':<10} {'ratio':>8}  vs")
     for key, fig in results.items():
@@ -94,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         vs = fig.get("ratio_of", "")
         if "x_echo_floor" in fig:
             vs = f"{vs}  [{fig['x_echo_floor']:.1f}x echo floor]".strip()
+        if "x_path_floor" in fig:
+            vs = (f"{vs}  [{fig['x_path_floor']:.1f}x its path floor of {fig['path_floor_us']:.0f} µs"
+                  f" = {fig.get('path_floor_x_echo_floor', 0):.1f}x echo]")
         print(f"{key:58} {_fmt(fig['median']):>14} {fig.get('unit',''):<10} {ratio:>8}  {vs}")
     RESULTS.mkdir(exist_ok=True)
     doc = {

@@ -11,8 +11,16 @@ broker modules) and measures, each in a process of its own (``bench/floor_peers.
   and prints the multiple beside it (``x_echo_floor``);
 * ``echo_cpu_us_per_message_window32`` — the same with 32 requests in flight (what batching of
   wake-ups buys);
+* ``echo_cpu_us_per_message_32conns`` — the same server with 32 connections, each with one
+  request in flight at a time: the price of a produce exchange when 32 producers wait at once
+  (a window on one connection is cheaper: one read and one write serve all 32);
 * ``raw_echo_cpu_us_per_message`` — a blocking-socket server (a thread per connection): what the
   kernel and the interpreter cost without an event loop;
+* ``echo_client_cpu_us_per_message`` — the other side of the echo, a trio client sending one
+  frame at a time: what a follower's fetch costs the follower;
+* ``fdatasync_cpu_us`` (``fdatasync_wall_p50_us`` beside it) — CPU, kernel included, of a
+  120-byte append and ``fdatasync`` to a growing file on the filesystem the bench clusters use:
+  one single-record group commit;
 * ``thread_hop_cpu_us``, ``channel_hop_cpu_us``, ``checkpoint_cpu_us`` — ``trio.to_thread``
   round trip, one memory-channel hand-off, one checkpoint (CPU of all threads);
 * ``idle_cluster_cpu_ms_per_s`` — a 3-node ``cluster up`` with no client, after it settled: CPU
@@ -22,6 +30,15 @@ broker modules) and measures, each in a process of its own (``bench/floor_peers.
   target is ≤ 20 ms/s.
 
 Figures are medians of ``runs``; the load average is recorded beside each by the runner.
+
+**The path floor.** A broker figure that carries ``path_counts`` (what one operation took:
+produce exchanges and how many were in flight, follower fetch exchanges, fsync rounds, all
+counted by the nodes' own metrics in the same measurement) is also set beside
+:func:`path_floor_us`: those messages and fsyncs at this run's floor prices, with no broker work
+at all — each produce exchange a server echo (one connection, or 32 at once), each follower fetch a server echo
+plus a client echo, each fsync round one ``fdatasync``. ``bench/__main__.py`` prints the
+figure's multiple of it (``x_path_floor``) beside its multiple of the echo floor: the part of a
+target the messages and fsyncs alone already take, and the part left to the broker's own code.
 """
 
 from __future__ import annotations
@@ -47,6 +64,7 @@ ECHO_MESSAGES = 20_000
 ECHO_WINDOW_MESSAGES = 100_000
 ECHO_SIZE = 100
 HOPS = 20_000
+FSYNC_ROUNDS = 500
 IDLE_SETTLE_S = 5.0
 IDLE_S = 10.0
 
@@ -76,13 +94,52 @@ def _server(role: str) -> Iterator[tuple[int, int]]:
         proc.wait()
 
 
-def _echo_cpu_us(role: str, n: int, window: int) -> float:
-    """Server CPU µs per message: ``n`` messages, ``window`` in flight (one connection)."""
+def _echo_cpu_us(role: str, n: int, window: int, conns: int = 1) -> float:
+    """Server CPU µs per message: ``n`` messages, ``window`` in flight on one connection, or
+    one in flight on each of ``conns``."""
+    client = ["client", str(n), str(window)] if conns == 1 else ["clients", str(n), str(conns)]
     with _server(role) as (pid, port):
         c0 = cpu_seconds(pid)
-        subprocess.run([sys.executable, "-m", "bench.floor_peers", "client", str(port), str(n),
-                        str(window), str(ECHO_SIZE)], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "bench.floor_peers", client[0], str(port), *client[1:],
+                        str(ECHO_SIZE)], check=True, capture_output=True)
         return (cpu_seconds(pid) - c0) / n * 1e6
+
+
+def _echo_client_cpu_us(n: int) -> float:
+    """The trio client's own CPU µs per round trip (one frame at a time)."""
+    with _server("trio-echo") as (_pid, port):
+        out = subprocess.run([sys.executable, "-m", "bench.floor_peers", "trio-client", str(port),
+                              str(n), str(ECHO_SIZE)], check=True, capture_output=True, text=True).stdout
+    return float(json.loads(out)["echo_client_cpu_us_per_message"])
+
+
+def _fsync() -> dict[str, float]:
+    """CPU and wall p50 of one 120-byte append + ``fdatasync``, in the temporary directory the
+    bench clusters put their data in (the same filesystem)."""
+    d = tempfile.mkdtemp(prefix="rafka-bench-floor-fsync-")
+    try:
+        out = subprocess.run([sys.executable, "-m", "bench.floor_peers", "fsync", d, str(FSYNC_ROUNDS)],
+                             check=True, capture_output=True, text=True).stdout
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return {k: float(v) for k, v in json.loads(out).items()}
+
+
+def path_floor_us(counts: dict[str, float], floor: dict[str, float]) -> float | None:
+    """What the messages and fsyncs of one operation cost at the floor's prices, with no broker
+    work: ``counts`` (``produce_exchanges``, ``produce_window`` 1 or 32 — producers in flight, each on
+    its own connection, ``fetch_exchanges``,
+    ``fsyncs``) priced by ``floor`` (this run's ``floor.*`` medians, by name without the
+    prefix). None when a price is missing."""
+    window = "echo_cpu_us_per_message_32conns" if counts.get("produce_window", 1) > 1 \
+        else "echo_cpu_us_per_message"
+    need = (window, "echo_cpu_us_per_message", "echo_client_cpu_us_per_message", "fdatasync_cpu_us")
+    if any(floor.get(k) is None for k in need):
+        return None
+    return (counts.get("produce_exchanges", 0.0) * floor[window]
+            + counts.get("fetch_exchanges", 0.0) * (floor["echo_cpu_us_per_message"]
+                                                   + floor["echo_client_cpu_us_per_message"])
+            + counts.get("fsyncs", 0.0) * floor["fdatasync_cpu_us"])
 
 
 def loopback_rtt_us(n: int = 2000) -> tuple[float, float]:
@@ -127,7 +184,11 @@ def run(runs: int) -> dict[str, Any]:
     for _ in range(runs):
         add("echo_cpu_us_per_message", _echo_cpu_us("trio-echo", ECHO_MESSAGES, 1))
         add("echo_cpu_us_per_message_window32", _echo_cpu_us("trio-echo", ECHO_WINDOW_MESSAGES, 32))
+        add("echo_cpu_us_per_message_32conns", _echo_cpu_us("trio-echo", ECHO_WINDOW_MESSAGES, 1, 32))
         add("raw_echo_cpu_us_per_message", _echo_cpu_us("raw-echo", ECHO_MESSAGES, 1))
+        add("echo_client_cpu_us_per_message", _echo_client_cpu_us(ECHO_MESSAGES))
+        for k, v in _fsync().items():
+            add(k, v)
         for k, v in _hops().items():
             add(k, v)
         cpu, wakeups = _idle_cluster()
@@ -137,7 +198,8 @@ def run(runs: int) -> dict[str, Any]:
     for name, values in got.items():
         unit = "ms/s" if name.endswith("ms_per_s") else "/s" if name.endswith("_per_s") else "µs"
         extra: dict[str, Any] = {}
-        if name not in ("echo_cpu_us_per_message", "idle_cluster_cpu_ms_per_s", "idle_cluster_wakeups_per_s"):
+        if name not in ("echo_cpu_us_per_message", "idle_cluster_cpu_ms_per_s", "idle_cluster_wakeups_per_s",
+                        "fdatasync_wall_p50_us"):
             extra["ratio_of"] = "echo_cpu_us_per_message"
         out[name] = _fig(values, unit, **extra)
     out["idle_cluster_cpu_ms_per_s"]["target"] = "<= 20 ms/s (issue 26)"

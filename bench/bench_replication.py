@@ -24,7 +24,9 @@ Figures (medians of ``runs`` unless said otherwise):
   follower fetches are shared by the requests in flight instead of paid one request at a time.
   ``broker_cpu_us_per_idle_fetch``: the same per long-poll FETCH of a consumer on an empty
   partition (``max_wait_ms`` 10: many, so they outweigh the idle CPU subtracted) that times out;
-  noisy on a loaded machine.
+  noisy on a loaded machine. Both produce figures carry ``flush_rounds`` (every node's fsync
+  rounds per produce) and ``path_counts``: the runner prices those messages and fsyncs at the
+  same run's floor (``bench.bench_floor.path_floor_us``) and prints the figure's multiple of it.
 * ``unavailability``: kill -9 of a partition's leader → the next acknowledged acks=all write
   (one writer sending record after record). Median of ``UNAVAIL_TRIALS`` kills in one run, on a
   second cluster with ``broker.session.timeout.ms`` = ``SESSION_TIMEOUT_MS`` (the controller
@@ -333,6 +335,16 @@ def _unavailability_s(state: dict[str, Any], topic: str, trials: int) -> list[fl
     return out
 
 
+def _path_counts(runs: list[dict[str, Any]], window: int) -> dict[str, float]:
+    """The messages and fsyncs of one produce (medians over ``runs``, each ``CpuMeter.stop``),
+    for ``bench.bench_floor.path_floor_us``: the producer's exchange with the leader (``window``
+    of them in flight), the follower fetches, every node's fsync rounds."""
+    return {"produce_exchanges": statistics.median(r["requests"].get("produce", 0.0) for r in runs),
+            "produce_window": window,
+            "fetch_exchanges": statistics.median(r["requests"].get("fetch", 0.0) for r in runs),
+            "fsyncs": statistics.median(r["flush_rounds"] for r in runs)}
+
+
 def _fig(values: list[float], unit: str, **extra: Any) -> dict[str, Any]:
     return {"median": statistics.median(values), "unit": unit, "runs": values, **extra}
 
@@ -396,7 +408,8 @@ def run(runs: int = 3) -> dict[str, Any]:
             requests=[c["requests"] for c in cpu], produces_per_s=[c["ops_per_s"] for c in cpu],
             wakeups=[c["wakeups"] for c in cpu], syscalls=[c["syscalls"] for c in cpu],
             idle_cpu_ms_per_s=[c["idle_cpu_ms_per_s"] for c in cpu],
-            **common),
+            flush_rounds=[c["flush_rounds"] for c in cpu], path_counts=_path_counts(cpu, 1),
+            target="<= 10x the echo floor (issue 26)", **common),
         "broker_cpu_busiest_node_us_per_produce": _fig([c["busiest_node_us"] for c in cpu], "µs",
                                                        **common),
         "broker_cpu_us_per_produce_concurrent": _fig(
@@ -405,7 +418,9 @@ def run(runs: int = 3) -> dict[str, Any]:
             produces_per_s=[c["ops_per_s"] for c in cpu_conc],
             wakeups=[c["wakeups"] for c in cpu_conc], syscalls=[c["syscalls"] for c in cpu_conc],
             idle_cpu_ms_per_s=[c["idle_cpu_ms_per_s"] for c in cpu_conc],
-            producers=CONCURRENT_PRODUCERS, **common),
+            flush_rounds=[c["flush_rounds"] for c in cpu_conc],
+            path_counts=_path_counts(cpu_conc, CONCURRENT_PRODUCERS),
+            target="<= 2x the echo floor (issue 26)", producers=CONCURRENT_PRODUCERS, **common),
         "broker_cpu_target_us_per_produce": _fig([CPU_TARGET_US], "µs",
                                                  note="issue 13's target, not a measurement"),
         "broker_cpu_us_per_idle_fetch": _fig([c["cpu_us"] for c in fetch_cpu], "µs",

@@ -28,6 +28,7 @@ from rafka.cluster import load_cluster, metrics_urls
 
 __all__ = ["CpuMeter", "SyscallCounter", "cluster_pids_and_metrics", "cpu_seconds", "request_counts", "voluntary_switches"]
 
+FLUSH_ROUNDS = "rafka_log_flush_rounds_total"  # every fsync round, leader or follower
 _COUNT = re.compile(r'rafka_request_duration_seconds_count\{api="(\w+)"\} (\S+)')
 
 
@@ -137,6 +138,8 @@ class CpuMeter:
         self.idle_requests: dict[str, float] = {}  # requests per second, idle (per api)
         self.idle_wakeups = 0.0  # voluntary context switches per second, idle, all nodes
         self.idle_syscalls: float | None = None  # per second, idle, all nodes (perf; None without)
+        self.idle_flush_rounds = 0.0  # fsync rounds per second, idle, all nodes
+        self._flush0 = 0.0
         self._syscalls = SyscallCounter(self.pids)
         self._cpu0: list[float] = []
         self._wake0 = 0
@@ -151,6 +154,7 @@ class CpuMeter:
 
     def idle(self, seconds: float) -> float:
         """Measure the idle CPU (and request) rate over ``seconds`` of sleep; returns the CPU."""
+        f0 = metric_total(self.urls, FLUSH_ROUNDS)
         r0, c0, t0 = request_counts(self.urls), sum(self._cpu()), time.perf_counter()
         w0 = self._wakeups()
         self._syscalls.start()
@@ -158,6 +162,7 @@ class CpuMeter:
         n_sys = self._syscalls.stop()
         c1, r1, w1 = sum(self._cpu()), request_counts(self.urls), self._wakeups()
         took = time.perf_counter() - t0
+        self.idle_flush_rounds = max(0.0, (metric_total(self.urls, FLUSH_ROUNDS) - f0) / took)
         self.idle_syscalls = None if n_sys is None else n_sys / took
         self.idle_rate = max(0.0, (c1 - c0) / took)
         self.idle_wakeups = max(0.0, (w1 - w0) / took)
@@ -166,6 +171,7 @@ class CpuMeter:
 
     def start(self) -> None:
         self._req0 = request_counts(self.urls)
+        self._flush0 = metric_total(self.urls, FLUSH_ROUNDS)
         self._syscalls.start()
         self._wake0 = self._wakeups()
         self._cpu0, self._t0 = self._cpu(), time.perf_counter()
@@ -175,12 +181,14 @@ class CpuMeter:
         (the node that spent most — the leader, usually), ``wakeups`` (voluntary context
         switches of all the nodes' threads, idle rate subtracted), ``syscalls`` (the same, from
         perf; ``None`` without it), ``requests`` (api → count, the idle
-        rate subtracted). ``per_api``: the operations are that api's requests (e.g. "fetch")."""
+        rate subtracted), ``flush_rounds`` (fsync rounds of all the nodes, leaders' group
+        commits and followers' syncs: ``rafka_log_flush_rounds_total``, idle rate subtracted). ``per_api``: the operations are that api's requests (e.g. "fetch")."""
         cpu1, elapsed = self._cpu(), time.perf_counter() - self._t0
         wake1 = self._wakeups()
         n_sys = self._syscalls.stop()
         per_node = [b - a for a, b in zip(self._cpu0, cpu1, strict=True)]
         req = request_counts(self.urls)
+        flushes = metric_total(self.urls, FLUSH_ROUNDS) - self._flush0 - self.idle_flush_rounds * elapsed
         caused = {k: v - self._req0.get(k, 0.0) - self.idle_requests.get(k, 0.0) * elapsed
                   for k, v in req.items()}
         if per_api is not None:
@@ -194,6 +202,7 @@ class CpuMeter:
             "syscalls": (None if n_sys is None or self.idle_syscalls is None
                          else max(0.0, n_sys - self.idle_syscalls * elapsed) / ops),
             "requests": {k: round(v / ops, 2) for k, v in caused.items() if v / ops >= 0.01},
+            "flush_rounds": max(0.0, flushes) / ops,
             "ops": ops,
             "ops_per_s": ops / elapsed,
             "idle_cpu_ms_per_s": self.idle_rate * 1e3,

@@ -9,6 +9,16 @@ own, so ``/proc/<pid>/stat`` of that process is exactly the CPU the role spent:
   each);
 * ``client PORT N WINDOW SIZE``: sends ``N`` frames of ``SIZE`` bytes with at most ``WINDOW``
   unanswered, reads every answer, prints the seconds it took;
+* ``clients PORT N CONNS SIZE``: ``CONNS`` connections, each with one frame in flight at a time
+  (sent again as soon as its answer is read), ``N`` frames in all: what 32 producers waiting
+  for their answers ask of a server, unlike a window of 32 on one connection (one read and one
+  write for all of them);
+* ``trio-client PORT N SIZE``: the client side of the echo, in trio, one frame at a time (what a
+  follower's fetch costs the follower: send a request, wait, read the answer); prints its own
+  CPU microseconds per round trip as JSON;
+* ``fsync DIR N``: ``N`` rounds of a 120-byte append and ``fdatasync`` to a new file in ``DIR`` (a
+  one-record group commit of a growing segment); prints the CPU microseconds per round (kernel
+  included: ``time.process_time``) and the wall p50 as JSON;
 * ``rtt PORT N SIZE``: ``N`` round trips of one ``SIZE``-byte frame at a time, each timed; prints
   the p50 and p99 in µs as JSON — the loopback round trip set beside end-to-end latencies;
 * ``hops N``: in one trio process, ``N`` of each of ``trio.to_thread.run_sync`` (a thread hop),
@@ -21,6 +31,8 @@ Nothing here imports rafka: the floor is trio's and the kernel's, not ours.
 from __future__ import annotations
 
 import json
+import os
+import selectors
 import socket
 import struct
 import sys
@@ -97,6 +109,68 @@ def client(port: int, n: int, window: int, size: int) -> None:
     print(time.perf_counter() - t0, flush=True)
 
 
+def clients(port: int, n: int, conns: int, size: int) -> None:
+    frame = _LEN.pack(size) + b"x" * size
+    socks = []
+    for _ in range(conns):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        socks.append(s)
+    bufs = {s: bytearray() for s in socks}
+    sel = selectors.DefaultSelector()
+    t0 = time.perf_counter()
+    sent = got = 0
+    for s in socks[:n]:
+        s.sendall(frame)
+        sel.register(s, selectors.EVENT_READ)
+        sent += 1
+    while got < n:
+        for key, _ in sel.select():
+            s = key.fileobj
+            bufs[s] += s.recv(65536)  # type: ignore[union-attr]
+            for _frame in _cut(bufs[s]):
+                got += 1
+                if sent < n:
+                    s.sendall(frame)  # type: ignore[union-attr]
+                    sent += 1
+    print(time.perf_counter() - t0, flush=True)
+
+
+def trio_client(port: int, n: int, size: int) -> None:
+    async def main() -> float:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        frame = _LEN.pack(size) + b"x" * size
+        buf = bytearray()
+        c0 = time.process_time()
+        for _ in range(n):
+            await stream.send_all(frame)
+            while not _cut(buf):
+                buf += await stream.receive_some(65536)
+        return (time.process_time() - c0) / n * 1e6
+
+    print(json.dumps({"echo_client_cpu_us_per_message": trio.run(main)}), flush=True)
+
+
+def fsync(directory: str, n: int) -> None:
+    path = os.path.join(directory, "floor-fsync.log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    record = b"x" * 120
+    took: list[float] = []
+    try:
+        c0 = time.process_time()
+        for _ in range(n):
+            t0 = time.perf_counter()
+            os.write(fd, record)
+            os.fdatasync(fd)
+            took.append((time.perf_counter() - t0) * 1e6)
+        cpu = (time.process_time() - c0) / n * 1e6
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    took.sort()
+    print(json.dumps({"fdatasync_cpu_us": cpu, "fdatasync_wall_p50_us": took[n // 2]}), flush=True)
+
+
 def rtt(port: int, n: int, size: int) -> None:
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -155,6 +229,12 @@ if __name__ == "__main__":
         raw_echo(int(args[0]))
     elif role == "client":
         client(*(int(a) for a in args))
+    elif role == "clients":
+        clients(*(int(a) for a in args))
+    elif role == "trio-client":
+        trio_client(*(int(a) for a in args))
+    elif role == "fsync":
+        fsync(args[0], int(args[1]))
     elif role == "rtt":
         rtt(*(int(a) for a in args))
     elif role == "hops":
