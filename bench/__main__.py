@@ -98,9 +98,14 @@ def main(argv: list[str] | None = None) -> int:
             path_floor = path_floor_us(counts, prices)
             if path_floor:
                 fig["path_floor_us"] = path_floor
-                fig["x_path_floor"] = fig["median"] / path_floor
+                fig["x_path_floor"] = fig["median"] * counts.get("unit_us", 1.0) / path_floor
                 if floor:
                     fig["path_floor_x_echo_floor"] = path_floor / floor
+    # a pair of figures may compare their path floors (the ratio left if brokers cost nothing)
+    for key, fig in results.items():
+        other = results.get(f"{key.split('.', 1)[0]}.{fig.get('path_floor_ratio_of', '')}")
+        if other and fig.get("path_floor_us") and other.get("path_floor_us"):
+            fig["path_floor_ratio"] = fig["path_floor_us"] / other["path_floor_us"]
     print()
     print(f"{'metric':58} {'median':>14} {'unit':<10} {'ratio':>8}  vs")
     for key, fig in results.items():
@@ -111,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         if "x_path_floor" in fig:
             vs = (f"{vs}  [{fig['x_path_floor']:.1f}x its path floor of {fig['path_floor_us']:.0f} µs"
                   f" = {fig.get('path_floor_x_echo_floor', 0):.1f}x echo]")
+        if "path_floor_ratio" in fig:
+            vs = f"{vs}  [path floor {fig['path_floor_ratio']:.2f}x {fig['path_floor_ratio_of']}'s]"
         print(f"{key:58} {_fmt(fig['median']):>14} {fig.get('unit',''):<10} {ratio:>8}  {vs}")
     RESULTS.mkdir(exist_ok=True)
     doc = {

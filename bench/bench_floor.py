@@ -32,11 +32,10 @@ broker modules) and measures, each in a process of its own (``bench/floor_peers.
 Figures are medians of ``runs``; the load average is recorded beside each by the runner.
 
 **The path floor.** A broker figure that carries ``path_counts`` (what one operation took:
-produce exchanges and how many were in flight, follower fetch exchanges, fsync rounds, all
-counted by the nodes' own metrics in the same measurement) is also set beside
+client exchanges and how many clients waited at once, exchanges between nodes, fsync rounds,
+all counted by the nodes' own metrics in the same measurement) is also set beside
 :func:`path_floor_us`: those messages and fsyncs at this run's floor prices, with no broker work
-at all — each produce exchange a server echo (one connection, or 32 at once), each follower fetch a server echo
-plus a client echo, each fsync round one ``fdatasync``. ``bench/__main__.py`` prints the
+at all. ``bench/__main__.py`` prints the
 figure's multiple of it (``x_path_floor``) beside its multiple of the echo floor: the part of a
 target the messages and fsyncs alone already take, and the part left to the broker's own code.
 """
@@ -127,18 +126,20 @@ def _fsync() -> dict[str, float]:
 
 def path_floor_us(counts: dict[str, float], floor: dict[str, float]) -> float | None:
     """What the messages and fsyncs of one operation cost at the floor's prices, with no broker
-    work: ``counts`` (``produce_exchanges``, ``produce_window`` 1 or 32 — producers in flight, each on
-    its own connection, ``fetch_exchanges``,
-    ``fsyncs``) priced by ``floor`` (this run's ``floor.*`` medians, by name without the
-    prefix). None when a price is missing."""
-    window = "echo_cpu_us_per_message_32conns" if counts.get("produce_window", 1) > 1 \
+    work: ``counts`` (``bench.broker_cpu.path_counts``: ``client_exchanges``, answered with
+    ``client_window`` clients waiting at once, each on its own connection; ``node_exchanges``,
+    one node asking another; ``fsyncs``) priced by ``floor`` (this run's ``floor.*`` medians, by
+    name without the prefix): a client exchange is a server echo (one connection, or the
+    32-connection echo when many clients wait at once), a node exchange a server echo plus the
+    trio client's side, an fsync round one ``fdatasync``. None when a price is missing."""
+    window = "echo_cpu_us_per_message_32conns" if counts.get("client_window", 1) > 1 \
         else "echo_cpu_us_per_message"
     need = (window, "echo_cpu_us_per_message", "echo_client_cpu_us_per_message", "fdatasync_cpu_us")
     if any(floor.get(k) is None for k in need):
         return None
-    return (counts.get("produce_exchanges", 0.0) * floor[window]
-            + counts.get("fetch_exchanges", 0.0) * (floor["echo_cpu_us_per_message"]
-                                                   + floor["echo_client_cpu_us_per_message"])
+    return (counts.get("client_exchanges", 0.0) * floor[window]
+            + counts.get("node_exchanges", 0.0) * (floor["echo_cpu_us_per_message"]
+                                                  + floor["echo_client_cpu_us_per_message"])
             + counts.get("fsyncs", 0.0) * floor["fdatasync_cpu_us"])
 
 

@@ -58,7 +58,7 @@ from rafka.client import Admin, Consumer, Producer, TopicPartition
 from rafka.wire.errors import UnknownTopicOrPartitionError
 
 from bench.bench_floor import loopback_rtt_us
-from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
+from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics, path_counts
 from bench.pacing import send_latencies_ms
 from rafka.cluster import cluster_down, cluster_up, free_port_block, is_running
 
@@ -335,16 +335,6 @@ def _unavailability_s(state: dict[str, Any], topic: str, trials: int) -> list[fl
     return out
 
 
-def _path_counts(runs: list[dict[str, Any]], window: int) -> dict[str, float]:
-    """The messages and fsyncs of one produce (medians over ``runs``, each ``CpuMeter.stop``),
-    for ``bench.bench_floor.path_floor_us``: the producer's exchange with the leader (``window``
-    of them in flight), the follower fetches, every node's fsync rounds."""
-    return {"produce_exchanges": statistics.median(r["requests"].get("produce", 0.0) for r in runs),
-            "produce_window": window,
-            "fetch_exchanges": statistics.median(r["requests"].get("fetch", 0.0) for r in runs),
-            "fsyncs": statistics.median(r["flush_rounds"] for r in runs)}
-
-
 def _fig(values: list[float], unit: str, **extra: Any) -> dict[str, Any]:
     return {"median": statistics.median(values), "unit": unit, "runs": values, **extra}
 
@@ -408,7 +398,7 @@ def run(runs: int = 3) -> dict[str, Any]:
             requests=[c["requests"] for c in cpu], produces_per_s=[c["ops_per_s"] for c in cpu],
             wakeups=[c["wakeups"] for c in cpu], syscalls=[c["syscalls"] for c in cpu],
             idle_cpu_ms_per_s=[c["idle_cpu_ms_per_s"] for c in cpu],
-            flush_rounds=[c["flush_rounds"] for c in cpu], path_counts=_path_counts(cpu, 1),
+            flush_rounds=[c["flush_rounds"] for c in cpu], path_counts=path_counts(cpu, 1),
             target="<= 10x the echo floor (issue 26)", **common),
         "broker_cpu_busiest_node_us_per_produce": _fig([c["busiest_node_us"] for c in cpu], "µs",
                                                        **common),
@@ -419,7 +409,7 @@ def run(runs: int = 3) -> dict[str, Any]:
             wakeups=[c["wakeups"] for c in cpu_conc], syscalls=[c["syscalls"] for c in cpu_conc],
             idle_cpu_ms_per_s=[c["idle_cpu_ms_per_s"] for c in cpu_conc],
             flush_rounds=[c["flush_rounds"] for c in cpu_conc],
-            path_counts=_path_counts(cpu_conc, CONCURRENT_PRODUCERS),
+            path_counts=path_counts(cpu_conc, CONCURRENT_PRODUCERS),
             target="<= 2x the echo floor (issue 26)", producers=CONCURRENT_PRODUCERS, **common),
         "broker_cpu_target_us_per_produce": _fig([CPU_TARGET_US], "µs",
                                                  note="issue 13's target, not a measurement"),

@@ -41,7 +41,11 @@ Figures (medians of ``runs``; one fresh cluster for the whole module):
   ``txn_to_idempotent_ratio_100_c16`` is the median of the per-run ratios (target >= 0.5), with
   the idempotent rounds' ``broker_cpu_ms_per_round_100_idempotent_c16`` (and its requests per
   round) to set beside ``broker_cpu_ms_per_txn_100_c16``: the difference is what a transaction
-  adds, message by message.
+  adds, message by message. Both carry ``flush_rounds`` (every node's fsync rounds per
+  transaction / round) and ``path_counts``; the runner prices them at the run's floor
+  (``bench.bench_floor.path_floor_us``), and the idempotent row's ``path_floor_ratio`` is its
+  path floor over the transaction's: the ratio a transaction could reach if the brokers' own
+  code cost nothing.
 * ``read_committed_offsets_per_s`` / ``read_uncommitted_offsets_per_s``: one consumer reads the
   whole topic (the records above, then ``ABORTED_SHARE`` as many as the transactional ones in
   aborted 100-record transactions, flushed before the abort so they are in the log) from the
@@ -64,7 +68,7 @@ from typing import Any
 from rafka.client import Consumer, Producer, TopicPartition
 
 from bench.bench_replication import _create
-from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics
+from bench.broker_cpu import CpuMeter, cluster_pids_and_metrics, path_counts
 from bench.cluster import cluster_dir
 
 TOPIC = "txbench"
@@ -322,7 +326,9 @@ def run(runs: int = 3) -> dict[str, Any]:
             times_single=statistics.median(conc[c]) / statistics.median(rates[100]))
         figs[f"broker_cpu_ms_per_txn_100_c{c}"] = _fig(
             [u["cpu_us"] / 1000 for u in conc_cpu[c]], "ms",
-            requests=[u["requests"] for u in conc_cpu[c]])
+            requests=[u["requests"] for u in conc_cpu[c]],
+            flush_rounds=[u["flush_rounds"] for u in conc_cpu[c]],
+            path_counts=path_counts(conc_cpu[c], c, unit_us=1000))
         figs[f"client_cpu_ms_per_txn_100_c{c}"] = _fig(
             [u["client_cpu_us"] / 1000 for u in conc_cpu[c]], "ms",
             note="the producers' processes, start-up included (an upper bound)")
@@ -338,7 +344,11 @@ def run(runs: int = 3) -> dict[str, Any]:
                  " a flush per 100 records")
         figs[f"broker_cpu_ms_per_round_100_idempotent_c{c}"] = _fig(
             [u["cpu_us"] / 1000 for u in idem_cpu[c]], "ms",
-            requests=[u["requests"] for u in idem_cpu[c]])
+            requests=[u["requests"] for u in idem_cpu[c]],
+            flush_rounds=[u["flush_rounds"] for u in idem_cpu[c]],
+            path_counts=path_counts(idem_cpu[c], c, unit_us=1000),
+            # the ratio a transaction could reach if the brokers' own code cost nothing
+            path_floor_ratio_of=f"broker_cpu_ms_per_txn_100_c{c}")
         figs[f"flush_p99_ms_100_idempotent_c{c}"] = _fig(idem_lat[c], "ms")
         # issue 26's target (>= 0.5): each run's pair ran back to back; the median of the pairs
         figs[f"txn_to_idempotent_ratio_100_c{c}"] = _fig(

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import time
 import urllib.request
@@ -26,7 +27,8 @@ from typing import Any
 
 from rafka.cluster import load_cluster, metrics_urls
 
-__all__ = ["CpuMeter", "SyscallCounter", "cluster_pids_and_metrics", "cpu_seconds", "request_counts", "voluntary_switches"]
+__all__ = ["CpuMeter", "SyscallCounter", "cluster_pids_and_metrics", "cpu_seconds", "metric_total", "path_counts",
+           "request_counts", "voluntary_switches"]
 
 FLUSH_ROUNDS = "rafka_log_flush_rounds_total"  # every fsync round, leader or follower
 _COUNT = re.compile(r'rafka_request_duration_seconds_count\{api="(\w+)"\} (\S+)')
@@ -118,6 +120,27 @@ def metric_total(urls: Sequence[str], name: str) -> float:
     """The samples of metric ``name`` (any labels), summed over the nodes' metrics endpoints."""
     return sum(float(line.split()[-1]) for text in _scrapes(urls)
                for line in text.splitlines() if line.startswith(name))
+
+
+# APIs one node asks of another in the figures that use path_counts (no consumer runs there):
+# follower fetches and transaction markers. A leader's KIP-890 verification is an
+# ADD_PARTITIONS_TO_TXN like the client's, so it is priced as a client exchange (the cheaper).
+NODE_APIS = frozenset({"fetch", "write_txn_markers"})
+
+
+def path_counts(runs: Sequence[dict[str, Any]], client_window: int, unit_us: float = 1.0
+                ) -> dict[str, float]:
+    """The messages and fsyncs of one operation, medians over ``runs`` (each a ``CpuMeter.stop``),
+    for ``bench.bench_floor.path_floor_us``: client exchanges (``client_window`` clients waiting
+    at once), exchanges between nodes (``NODE_APIS``), every node's fsync rounds; ``unit_us``:
+    µs per unit of the figure they go with (1000 for a figure in ms)."""
+    def med(f: Any) -> float:
+        return statistics.median(f(r) for r in runs)
+    return {"client_exchanges": med(lambda r: sum(v for k, v in r["requests"].items() if k not in NODE_APIS)),
+            "client_window": client_window,
+            "node_exchanges": med(lambda r: sum(v for k, v in r["requests"].items() if k in NODE_APIS)),
+            "fsyncs": med(lambda r: r["flush_rounds"]),
+            "unit_us": unit_us}
 
 
 def cluster_pids_and_metrics(data_dir: Path) -> tuple[list[int], list[str]]:
