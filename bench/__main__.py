@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                     fig["path_floor_x_echo_floor"] = path_floor / floor
     # a pair of figures may compare their path floors (the ratio left if brokers cost nothing)
     for key, fig in results.items():
-        other = results.get(f"{key.split('.', 1)[0]}.{fig.get('path_floor_ratio_of', '')}")
+        name = fig.get("path_floor_ratio_of")
+        other = results.get(f"{key.split('.', 1)[0]}.{name}") if name else None
         if other and fig.get("path_floor_us") and other.get("path_floor_us"):
             fig["path_floor_ratio"] = fig["path_floor_us"] / other["path_floor_us"]
     print()

@@ -96,11 +96,11 @@ def _server(role: str) -> Iterator[tuple[int, int]]:
 def _echo_cpu_us(role: str, n: int, window: int, conns: int = 1) -> float:
     """Server CPU µs per message: ``n`` messages, ``window`` in flight on one connection, or
     one in flight on each of ``conns``."""
-    client = ["client", str(n), str(window)] if conns == 1 else ["clients", str(n), str(conns)]
+    client, spread = ("client", window) if conns == 1 else ("clients", conns)
     with _server(role) as (pid, port):
         c0 = cpu_seconds(pid)
-        subprocess.run([sys.executable, "-m", "bench.floor_peers", client[0], str(port), *client[1:],
-                        str(ECHO_SIZE)], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "bench.floor_peers", client, str(port), str(n),
+                        str(spread), str(ECHO_SIZE)], check=True, capture_output=True)
         return (cpu_seconds(pid) - c0) / n * 1e6
 
 

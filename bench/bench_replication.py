@@ -50,7 +50,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -242,17 +242,19 @@ def _broker_cpu(state: dict[str, Any], topic: str, idle_topic: str) -> tuple[dic
     return produce, idle_fetch
 
 
-def _broker_cpu_concurrent(state: dict[str, Any], topic: str) -> dict[str, Any]:
-    """Per single-record acks=all produce request with CONCURRENT_PRODUCERS in flight at once."""
+def concurrent_produces(bootstrap: str, topic: str, producers: int, seconds: float,
+                        on_start: Callable[[], None]) -> int:
+    """``producers`` AsyncProducers each sending single-record acks=all produces to partition 0
+    of ``topic``, one at a time and waiting for each answer, for ``seconds``; ``on_start()``
+    runs once every producer is connected, right before they start together. Returns when
+    every request sent has been answered, with how many were sent."""
     import trio
     from rafka.client.aio import AsyncProducer
 
-    pids, urls = cluster_pids_and_metrics(state["data_dir"])
-    meter = CpuMeter(pids, urls)
-    meter.idle(2.0)
+    sent = [0]
 
     async def one(start: trio.Event, stop_at: list[float]) -> None:
-        async with AsyncProducer(bootstrap_servers=state["bootstrap"], acks="all",
+        async with AsyncProducer(bootstrap_servers=bootstrap, acks="all",
                                  enable_idempotence=True, linger_ms=0) as p:
             await (await p.send(topic, value=VALUE, partition=0))  # connected, metadata known
             await start.wait()
@@ -260,19 +262,29 @@ def _broker_cpu_concurrent(state: dict[str, Any], topic: str) -> dict[str, Any]:
             while time.perf_counter() < stop_at[0]:
                 await (await p.send(topic, value=VALUE, key=KEYS[i & 1023], partition=0))
                 i += 1
+            sent[0] += i
 
     async def main() -> None:
         start, stop_at = trio.Event(), [0.0]
         async with trio.open_nursery() as nursery:
-            for _ in range(CONCURRENT_PRODUCERS):
+            for _ in range(producers):
                 nursery.start_soon(one, start, stop_at)
             await trio.sleep(1.0)  # every producer has sent its first record
-            meter.start()
-            stop_at[0] = time.perf_counter() + CONCURRENT_S
+            on_start()
+            stop_at[0] = time.perf_counter() + seconds
             start.set()
-        # the nursery has joined: every request counted below has been answered
+        # the nursery has joined: every request counted has been answered
 
     trio.run(main)
+    return sent[0]
+
+
+def _broker_cpu_concurrent(state: dict[str, Any], topic: str) -> dict[str, Any]:
+    """Per single-record acks=all produce request with CONCURRENT_PRODUCERS in flight at once."""
+    pids, urls = cluster_pids_and_metrics(state["data_dir"])
+    meter = CpuMeter(pids, urls)
+    meter.idle(2.0)
+    concurrent_produces(state["bootstrap"], topic, CONCURRENT_PRODUCERS, CONCURRENT_S, meter.start)
     return meter.stop(per_api="produce")
 
 

@@ -21,14 +21,14 @@ import statistics
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from rafka.cluster import load_cluster, metrics_urls
 
-__all__ = ["CpuMeter", "SyscallCounter", "cluster_pids_and_metrics", "cpu_seconds", "metric_total", "path_counts",
-           "request_counts", "voluntary_switches"]
+__all__ = ["CpuMeter", "SyscallCounter", "cluster_pids_and_metrics", "counters", "cpu_seconds", "metric_total",
+           "path_counts", "request_counts", "voluntary_switches"]
 
 FLUSH_ROUNDS = "rafka_log_flush_rounds_total"  # every fsync round, leader or follower
 _COUNT = re.compile(r'rafka_request_duration_seconds_count\{api="(\w+)"\} (\S+)')
@@ -107,19 +107,30 @@ def _scrapes(urls: Sequence[str]) -> Iterator[str]:
             continue
 
 
-def request_counts(urls: Sequence[str]) -> dict[str, float]:
-    """Requests handled so far per api name, summed over the nodes' metrics endpoints."""
+def counters(urls: Sequence[str]) -> tuple[dict[str, float], float]:
+    """(requests handled so far per api name, fsync rounds so far), summed over the nodes'
+    metrics endpoints, from one scrape of each."""
     out: dict[str, float] = {}
+    flushes = 0.0
     for text in _scrapes(urls):
         for m in _COUNT.finditer(text):
             out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
-    return out
+        flushes += _total(text, FLUSH_ROUNDS)
+    return out, flushes
+
+
+def request_counts(urls: Sequence[str]) -> dict[str, float]:
+    """Requests handled so far per api name, summed over the nodes' metrics endpoints."""
+    return counters(urls)[0]
+
+
+def _total(text: str, name: str) -> float:
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
 
 
 def metric_total(urls: Sequence[str], name: str) -> float:
     """The samples of metric ``name`` (any labels), summed over the nodes' metrics endpoints."""
-    return sum(float(line.split()[-1]) for text in _scrapes(urls)
-               for line in text.splitlines() if line.startswith(name))
+    return sum(_total(text, name) for text in _scrapes(urls))
 
 
 # APIs one node asks of another in the figures that use path_counts (no consumer runs there):
@@ -134,7 +145,7 @@ def path_counts(runs: Sequence[dict[str, Any]], client_window: int, unit_us: flo
     for ``bench.bench_floor.path_floor_us``: client exchanges (``client_window`` clients waiting
     at once), exchanges between nodes (``NODE_APIS``), every node's fsync rounds; ``unit_us``:
     µs per unit of the figure they go with (1000 for a figure in ms)."""
-    def med(f: Any) -> float:
+    def med(f: Callable[[dict[str, Any]], float]) -> float:
         return statistics.median(f(r) for r in runs)
     return {"client_exchanges": med(lambda r: sum(v for k, v in r["requests"].items() if k not in NODE_APIS)),
             "client_window": client_window,
@@ -177,15 +188,14 @@ class CpuMeter:
 
     def idle(self, seconds: float) -> float:
         """Measure the idle CPU (and request) rate over ``seconds`` of sleep; returns the CPU."""
-        f0 = metric_total(self.urls, FLUSH_ROUNDS)
-        r0, c0, t0 = request_counts(self.urls), sum(self._cpu()), time.perf_counter()
+        (r0, f0), c0, t0 = counters(self.urls), sum(self._cpu()), time.perf_counter()
         w0 = self._wakeups()
         self._syscalls.start()
         time.sleep(seconds)
         n_sys = self._syscalls.stop()
-        c1, r1, w1 = sum(self._cpu()), request_counts(self.urls), self._wakeups()
+        c1, (r1, f1), w1 = sum(self._cpu()), counters(self.urls), self._wakeups()
         took = time.perf_counter() - t0
-        self.idle_flush_rounds = max(0.0, (metric_total(self.urls, FLUSH_ROUNDS) - f0) / took)
+        self.idle_flush_rounds = max(0.0, (f1 - f0) / took)
         self.idle_syscalls = None if n_sys is None else n_sys / took
         self.idle_rate = max(0.0, (c1 - c0) / took)
         self.idle_wakeups = max(0.0, (w1 - w0) / took)
@@ -193,8 +203,7 @@ class CpuMeter:
         return self.idle_rate
 
     def start(self) -> None:
-        self._req0 = request_counts(self.urls)
-        self._flush0 = metric_total(self.urls, FLUSH_ROUNDS)
+        self._req0, self._flush0 = counters(self.urls)
         self._syscalls.start()
         self._wake0 = self._wakeups()
         self._cpu0, self._t0 = self._cpu(), time.perf_counter()
@@ -205,13 +214,14 @@ class CpuMeter:
         switches of all the nodes' threads, idle rate subtracted), ``syscalls`` (the same, from
         perf; ``None`` without it), ``requests`` (api → count, the idle
         rate subtracted), ``flush_rounds`` (fsync rounds of all the nodes, leaders' group
-        commits and followers' syncs: ``rafka_log_flush_rounds_total``, idle rate subtracted). ``per_api``: the operations are that api's requests (e.g. "fetch")."""
+        commits and followers' syncs: ``rafka_log_flush_rounds_total``, idle rate subtracted).
+        ``per_api``: the operations are that api's requests (e.g. "fetch")."""
         cpu1, elapsed = self._cpu(), time.perf_counter() - self._t0
         wake1 = self._wakeups()
         n_sys = self._syscalls.stop()
         per_node = [b - a for a, b in zip(self._cpu0, cpu1, strict=True)]
-        req = request_counts(self.urls)
-        flushes = metric_total(self.urls, FLUSH_ROUNDS) - self._flush0 - self.idle_flush_rounds * elapsed
+        req, flush1 = counters(self.urls)
+        flushes = flush1 - self._flush0 - self.idle_flush_rounds * elapsed
         caused = {k: v - self._req0.get(k, 0.0) - self.idle_requests.get(k, 0.0) * elapsed
                   for k, v in req.items()}
         if per_api is not None:

@@ -27,7 +27,14 @@ from pathlib import Path
 
 from rafka.client import Producer
 
-from bench.bench_replication import KEYS, VALUE, _cluster, _create, _leader_and_isr
+from bench.bench_replication import (
+    KEYS,
+    VALUE,
+    _cluster,
+    _create,
+    _leader_and_isr,
+    concurrent_produces,
+)
 from rafka.cluster import load_cluster
 
 TOPIC = "calls"
@@ -67,38 +74,6 @@ def report(prof: Path, n: int, top: int) -> list[str]:
     return out
 
 
-def _concurrent(bootstrap: str, producers: int, seconds: float, on_start: object, on_stop: object) -> int:
-    import trio
-    from rafka.client.aio import AsyncProducer
-
-    done = [0]
-
-    async def one(start: trio.Event, stop_at: list[float]) -> None:
-        async with AsyncProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-                                 linger_ms=0) as p:
-            await (await p.send(TOPIC, value=VALUE, partition=0))
-            await start.wait()
-            i = 0
-            while time.perf_counter() < stop_at[0]:
-                await (await p.send(TOPIC, value=VALUE, key=KEYS[i & 1023], partition=0))
-                i += 1
-            done[0] += i
-
-    async def main() -> None:
-        start, stop_at = trio.Event(), [0.0]
-        async with trio.open_nursery() as nursery:
-            for _ in range(producers):
-                nursery.start_soon(one, start, stop_at)
-            await trio.sleep(1.0)
-            on_start()  # type: ignore[operator]
-            stop_at[0] = time.perf_counter() + seconds
-            start.set()
-        on_stop()  # type: ignore[operator]
-
-    trio.run(main)
-    return done[0]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=2000, help="produces one at a time")
@@ -119,8 +94,9 @@ def main() -> None:
                 os.kill(pid, sig)
 
         if args.concurrent:
-            n = _concurrent(st["bootstrap"], args.concurrent, 5.0,
-                            lambda: signal_all(signal.SIGUSR1), lambda: signal_all(signal.SIGUSR2))
+            n = concurrent_produces(st["bootstrap"], TOPIC, args.concurrent, 5.0,
+                                    lambda: signal_all(signal.SIGUSR1))
+            signal_all(signal.SIGUSR2)
         else:
             n = args.n
             with Producer(bootstrap_servers=st["bootstrap"], acks="all", enable_idempotence=True,
