@@ -23,6 +23,17 @@ broker modules) and measures, each in a process of its own (``bench/floor_peers.
   one single-record group commit;
 * ``thread_hop_cpu_us``, ``channel_hop_cpu_us``, ``checkpoint_cpu_us`` — ``trio.to_thread``
   round trip, one memory-channel hand-off, one checkpoint (CPU of all threads);
+* ``skeleton_cpu_us_per_produce`` (one at a time) and ``…_32conns`` (one in flight on each of
+  32 connections), ``skeleton_produces_per_s…`` beside them — the least a replicated acks=all
+  broker can do per single-record produce in trio (``bench/skeleton_broker.py``: a leader and
+  two followers, group commit, parked fetches, a high watermark and nothing else), with rafka's
+  durability (every replica fsyncs before the record counts). Each carries its own path counts,
+  so the runner sets it beside its path floor too: the code a broker cannot do without, over
+  the messages and fsyncs it took. ``skeleton_ack_p50_us_at_10k`` (and p99): the same
+  skeleton's send → acknowledged latency with single records sent at 10k a second on one
+  connection, linger 0 — the least the end-to-end target's setting costs with three fsyncs.
+  ``skeleton_leader_cpu_us_per_produce…``: the leader's share, to set beside
+  ``replication.broker_cpu_busiest_node_…``;
 * ``idle_cluster_cpu_ms_per_s`` — a 3-node ``cluster up`` with no client, after it settled: CPU
   of the three node processes per wall second (each thread's ``schedstat`` run time,
   ``bench/idle_threads.py``), with ``wakeups_per_s`` (voluntary context
@@ -47,6 +58,7 @@ import json
 import shutil
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -66,6 +78,11 @@ HOPS = 20_000
 FSYNC_ROUNDS = 500
 IDLE_SETTLE_S = 5.0
 IDLE_S = 10.0
+SKELETON_WARMUP = 200
+SKELETON_ONE = 3_000
+SKELETON_32 = 30_000
+SKELETON_ACK_RATE = 10_000  # bench_replication.E2E_RATE
+SKELETON_ACK_MS = 3_000
 
 
 def _fig(values: list[float], unit: str, **extra: Any) -> dict[str, Any]:
@@ -143,6 +160,69 @@ def path_floor_us(counts: dict[str, float], floor: dict[str, float]) -> float | 
             + counts.get("fsyncs", 0.0) * floor["fdatasync_cpu_us"])
 
 
+def _skeleton_stats(port: int) -> dict[str, int]:
+    """The skeleton leader's counts so far (a fetch frame of offset -1 on its follower port)."""
+    with socket.create_connection(("127.0.0.1", port + 1), timeout=10) as s:
+        s.sendall(struct.pack(">iq", 8, -1))
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + struct.unpack_from(">i", buf)[0]:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise RuntimeError("skeleton leader closed the stats connection")
+            buf += chunk
+    return json.loads(buf[4:])
+
+
+def _skeleton_ack_us(port: int) -> tuple[float, float]:
+    """(p50, p99) µs from sending a single record to its answer, records sent at
+    ``SKELETON_ACK_RATE`` a second on one connection (``floor_peers paced``)."""
+    out = subprocess.run([sys.executable, "-m", "bench.floor_peers", "paced", str(port),
+                          str(SKELETON_ACK_RATE), str(SKELETON_ACK_MS), str(ECHO_SIZE)],
+                         check=True, capture_output=True, text=True).stdout
+    got = json.loads(out)
+    return float(got["p50_us"]), float(got["p99_us"])
+
+
+def _skeleton(n: int, conns: int) -> dict[str, float]:
+    """The skeleton broker (``bench/skeleton_broker.py``: a leader and two followers, each a
+    process) under ``n`` single-record produces, one at a time (``conns`` 1) or one in flight on
+    each of ``conns`` connections: CPU µs per produce of the three processes and of the leader
+    alone, produces a second, and the follower fetches and fsync rounds per produce it took
+    (its own path counts); for ``conns`` 1 also the acknowledgement latency at
+    ``SKELETON_ACK_RATE`` records a second (issue 26's end-to-end rate, linger 0). The
+    processes are parked between requests (no timers), so there is no idle CPU to subtract."""
+    d = tempfile.mkdtemp(prefix="rafka-bench-floor-skeleton-")
+    port = free_port_block(2)
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.skeleton_broker", role, str(port), d])
+             for role in ("leader", "follower", "follower")]
+
+    def produce(k: int) -> float:
+        shape = ["client", str(port), str(k), "1"] if conns == 1 else ["clients", str(port), str(k), str(conns)]
+        return float(subprocess.run([sys.executable, "-m", "bench.floor_peers", *shape, str(ECHO_SIZE)],
+                                    check=True, capture_output=True, text=True).stdout)
+    try:
+        _wait_port(port)
+        produce(SKELETON_WARMUP)  # also waits until both followers fetch
+        before, c0 = _skeleton_stats(port), [cpu_seconds(p.pid) for p in procs]
+        wall = produce(n)
+        cpu, after = [cpu_seconds(p.pid) - c for p, c in zip(procs, c0, strict=True)], _skeleton_stats(port)
+        ack = _skeleton_ack_us(port) if conns == 1 else None
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+    if after["produces"] - before["produces"] != n:  # every produce appended once, no more
+        raise RuntimeError(f"skeleton leader appended {after['produces'] - before['produces']} of {n}")
+    per = {k: (after[k] - before[k]) / n for k in after}
+    out = {"cpu_us": sum(cpu) / n * 1e6, "leader_cpu_us": cpu[0] / n * 1e6,
+           "produces_per_s": n / wall, "fetches": per["fetches"],
+           "fsyncs": per["leader_fsyncs"] + per["fetches_with_records"]}
+    if ack is not None:
+        out["ack_p50_us"], out["ack_p99_us"] = ack
+    return out
+
+
 def loopback_rtt_us(n: int = 2000) -> tuple[float, float]:
     """(p50, p99) µs of a 100-byte round trip over loopback between two processes (a
     blocking-socket echo server and a client sending one frame at a time): the network part of
@@ -178,6 +258,7 @@ def _idle_cluster() -> tuple[float, float]:
 
 def run(runs: int) -> dict[str, Any]:
     got: dict[str, list[float]] = {}
+    skeleton_counts: dict[str, list[dict[str, float]]] = {}
 
     def add(name: str, v: float) -> None:
         got.setdefault(name, []).append(v)
@@ -192,16 +273,30 @@ def run(runs: int) -> dict[str, Any]:
             add(k, v)
         for k, v in _hops().items():
             add(k, v)
+        for suffix, n, conns in (("", SKELETON_ONE, 1), ("_32conns", SKELETON_32, 32)):
+            sk = _skeleton(n, conns)
+            add(f"skeleton_cpu_us_per_produce{suffix}", sk["cpu_us"])
+            add(f"skeleton_leader_cpu_us_per_produce{suffix}", sk["leader_cpu_us"])
+            add(f"skeleton_produces_per_s{suffix}", sk["produces_per_s"])
+            skeleton_counts.setdefault(suffix, []).append(sk)
+            for k in ("ack_p50_us", "ack_p99_us"):
+                if k in sk:
+                    add(f"skeleton_{k}_at_10k", sk[k])
         cpu, wakeups = _idle_cluster()
         add("idle_cluster_cpu_ms_per_s", cpu)
         add("idle_cluster_wakeups_per_s", wakeups)
     out: dict[str, Any] = {}
     for name, values in got.items():
-        unit = "ms/s" if name.endswith("ms_per_s") else "/s" if name.endswith("_per_s") else "µs"
+        unit = "ms/s" if name.endswith("ms_per_s") else "/s" if "_per_s" in name else "µs"
         extra: dict[str, Any] = {}
-        if name not in ("echo_cpu_us_per_message", "idle_cluster_cpu_ms_per_s", "idle_cluster_wakeups_per_s",
-                        "fdatasync_wall_p50_us"):
+        if unit == "µs" and name not in ("echo_cpu_us_per_message", "fdatasync_wall_p50_us") \
+                and not name.startswith("skeleton_ack"):
             extra["ratio_of"] = "echo_cpu_us_per_message"
         out[name] = _fig(values, unit, **extra)
     out["idle_cluster_cpu_ms_per_s"]["target"] = "<= 20 ms/s (issue 26)"
+    for suffix, runs_ in skeleton_counts.items():  # its own messages and fsyncs, as a broker figure's
+        out[f"skeleton_cpu_us_per_produce{suffix}"]["path_counts"] = {
+            "client_exchanges": 1.0, "client_window": 32 if suffix else 1,
+            "node_exchanges": statistics.median(r["fetches"] for r in runs_),
+            "fsyncs": statistics.median(r["fsyncs"] for r in runs_), "unit_us": 1.0}
     return out

@@ -423,6 +423,8 @@ def run(runs: int = 3) -> dict[str, Any]:
             flush_rounds=[c["flush_rounds"] for c in cpu_conc],
             path_counts=path_counts(cpu_conc, CONCURRENT_PRODUCERS),
             target="<= 2x the echo floor (issue 26)", producers=CONCURRENT_PRODUCERS, **common),
+        "broker_cpu_busiest_node_us_per_produce_concurrent": _fig(
+            [c["busiest_node_us"] for c in cpu_conc], "µs", producers=CONCURRENT_PRODUCERS, **common),
         "broker_cpu_target_us_per_produce": _fig([CPU_TARGET_US], "µs",
                                                  note="issue 13's target, not a measurement"),
         "broker_cpu_us_per_idle_fetch": _fig([c["cpu_us"] for c in fetch_cpu], "µs",

@@ -21,6 +21,10 @@ own, so ``/proc/<pid>/stat`` of that process is exactly the CPU the role spent:
   included: ``time.process_time``) and the wall p50 as JSON;
 * ``rtt PORT N SIZE``: ``N`` round trips of one ``SIZE``-byte frame at a time, each timed; prints
   the p50 and p99 in µs as JSON — the loopback round trip set beside end-to-end latencies;
+* ``paced PORT RATE MILLIS SIZE``: on one connection, single ``SIZE``-byte frames at ``RATE`` a
+  second for ``MILLIS`` ms, sent when due whatever is still unanswered; each answer (in order)
+  timed from its frame's sending; prints the p50 and p99 in µs as JSON — the acknowledgement
+  latency of a producer at linger 0 against ``bench/skeleton_broker.py``;
 * ``hops N``: in one trio process, ``N`` of each of ``trio.to_thread.run_sync`` (a thread hop),
   a memory-channel round trip between two tasks (two hand-offs) and ``trio.lowlevel.checkpoint``;
   prints the CPU microseconds (``time.process_time``, all threads) per operation as JSON.
@@ -187,6 +191,34 @@ def rtt(port: int, n: int, size: int) -> None:
     print(json.dumps({"p50_us": took[n // 2], "p99_us": took[min(n - 1, n * 99 // 100)]}), flush=True)
 
 
+def paced(port: int, rate: int, millis: int, size: int) -> None:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.setblocking(False)
+    frame = _LEN.pack(size) + b"x" * size
+    n = rate * millis // 1000
+    sent_at: list[float] = []
+    took: list[float] = []
+    buf = bytearray()
+    sel = selectors.DefaultSelector()
+    sel.register(s, selectors.EVENT_READ)
+    t0 = time.perf_counter()
+    while len(took) < n:
+        now = time.perf_counter()
+        due = min(n, int((now - t0) * rate) + 1)
+        if due > len(sent_at):
+            s.sendall(frame * (due - len(sent_at)))  # a 100-byte burst never fills the buffer
+            sent_at.extend([now] * (due - len(sent_at)))
+        wait = t0 + len(sent_at) / rate - time.perf_counter() if len(sent_at) < n else 1.0
+        if sel.select(max(0.0, wait)):
+            buf += s.recv(65536)
+            done = time.perf_counter()
+            for _ in _cut(buf):
+                took.append((done - sent_at[len(took)]) * 1e6)
+    took.sort()
+    print(json.dumps({"p50_us": took[n // 2], "p99_us": took[min(n - 1, n * 99 // 100)]}), flush=True)
+
+
 def hops(n: int) -> None:
     async def main() -> dict[str, float]:
         out: dict[str, float] = {}
@@ -237,6 +269,8 @@ if __name__ == "__main__":
         fsync(args[0], int(args[1]))
     elif role == "rtt":
         rtt(*(int(a) for a in args))
+    elif role == "paced":
+        paced(*(int(a) for a in args))
     elif role == "hops":
         hops(int(args[0]))
     else:
