@@ -32,6 +32,7 @@ flight per connection); their CPU is not counted, as in the broker figures.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import json
@@ -155,7 +156,7 @@ def leader(port: int, directory: str) -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(node.flusher)
-            nursery.start_soon(trio.serve_tcp, node.follower, port + 1)
+            nursery.start_soon(functools.partial(trio.serve_tcp, node.follower, port + 1, host="127.0.0.1"))
             await trio.serve_tcp(node.producer, port, host="127.0.0.1")
 
     trio.run(main)
