@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker_cpu import cpu_seconds
+from bench.floor_peers import _cut
 from bench.idle_threads import thread_rates
 from rafka.cluster import cluster_down, cluster_up, free_port_block
 
@@ -98,6 +99,12 @@ def _wait_port(port: int, deadline_s: float = 10.0) -> None:
     raise RuntimeError(f"echo server on {port} never listened")
 
 
+def _peer(*args: object) -> str:
+    """Run ``bench.floor_peers`` with ``args`` (one role) in a process of its own; its stdout."""
+    return subprocess.run([sys.executable, "-m", "bench.floor_peers", *map(str, args)],
+                          check=True, capture_output=True, text=True).stdout
+
+
 @contextlib.contextmanager
 def _server(role: str) -> Iterator[tuple[int, int]]:
     port = free_port_block(1)
@@ -116,16 +123,14 @@ def _echo_cpu_us(role: str, n: int, window: int, conns: int = 1) -> float:
     client, spread = ("client", window) if conns == 1 else ("clients", conns)
     with _server(role) as (pid, port):
         c0 = cpu_seconds(pid)
-        subprocess.run([sys.executable, "-m", "bench.floor_peers", client, str(port), str(n),
-                        str(spread), str(ECHO_SIZE)], check=True, capture_output=True)
+        _peer(client, port, n, spread, ECHO_SIZE)
         return (cpu_seconds(pid) - c0) / n * 1e6
 
 
 def _echo_client_cpu_us(n: int) -> float:
     """The trio client's own CPU µs per round trip (one frame at a time)."""
     with _server("trio-echo") as (_pid, port):
-        out = subprocess.run([sys.executable, "-m", "bench.floor_peers", "trio-client", str(port),
-                              str(n), str(ECHO_SIZE)], check=True, capture_output=True, text=True).stdout
+        out = _peer("trio-client", port, n, ECHO_SIZE)
     return float(json.loads(out)["echo_client_cpu_us_per_message"])
 
 
@@ -134,8 +139,7 @@ def _fsync() -> dict[str, float]:
     bench clusters put their data in (the same filesystem)."""
     d = tempfile.mkdtemp(prefix="rafka-bench-floor-fsync-")
     try:
-        out = subprocess.run([sys.executable, "-m", "bench.floor_peers", "fsync", d, str(FSYNC_ROUNDS)],
-                             check=True, capture_output=True, text=True).stdout
+        out = _peer("fsync", d, FSYNC_ROUNDS)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return {k: float(v) for k, v in json.loads(out).items()}
@@ -164,22 +168,19 @@ def _skeleton_stats(port: int) -> dict[str, int]:
     """The skeleton leader's counts so far (a fetch frame of offset -1 on its follower port)."""
     with socket.create_connection(("127.0.0.1", port + 1), timeout=10) as s:
         s.sendall(struct.pack(">iq", 8, -1))
-        buf = b""
-        while len(buf) < 4 or len(buf) < 4 + struct.unpack_from(">i", buf)[0]:
+        buf = bytearray()
+        while not (frames := _cut(buf)):
             chunk = s.recv(65536)
             if not chunk:
                 raise RuntimeError("skeleton leader closed the stats connection")
             buf += chunk
-    return json.loads(buf[4:])
+    return json.loads(frames[0][4:])
 
 
 def _skeleton_ack_us(port: int) -> tuple[float, float]:
     """(p50, p99) µs from sending a single record to its answer, records sent at
     ``SKELETON_ACK_RATE`` a second on one connection (``floor_peers paced``)."""
-    out = subprocess.run([sys.executable, "-m", "bench.floor_peers", "paced", str(port),
-                          str(SKELETON_ACK_RATE), str(SKELETON_ACK_MS), str(ECHO_SIZE)],
-                         check=True, capture_output=True, text=True).stdout
-    got = json.loads(out)
+    got = json.loads(_peer("paced", port, SKELETON_ACK_RATE, SKELETON_ACK_MS, ECHO_SIZE))
     return float(got["p50_us"]), float(got["p99_us"])
 
 
@@ -196,10 +197,9 @@ def _skeleton(n: int, conns: int) -> dict[str, float]:
     procs = [subprocess.Popen([sys.executable, "-m", "bench.skeleton_broker", role, str(port), d])
              for role in ("leader", "follower", "follower")]
 
-    def produce(k: int) -> float:
-        shape = ["client", str(port), str(k), "1"] if conns == 1 else ["clients", str(port), str(k), str(conns)]
-        return float(subprocess.run([sys.executable, "-m", "bench.floor_peers", *shape, str(ECHO_SIZE)],
-                                    check=True, capture_output=True, text=True).stdout)
+    def produce(k: int) -> float:  # the clients print the seconds they took
+        return float(_peer("client", port, k, 1, ECHO_SIZE) if conns == 1
+                     else _peer("clients", port, k, conns, ECHO_SIZE))
     try:
         _wait_port(port)
         produce(SKELETON_WARMUP)  # also waits until both followers fetch
@@ -228,16 +228,13 @@ def loopback_rtt_us(n: int = 2000) -> tuple[float, float]:
     blocking-socket echo server and a client sending one frame at a time): the network part of
     any latency measured on this machine, to set beside it (issue 26's end-to-end figures)."""
     with _server("raw-echo") as (_pid, port):
-        out = subprocess.run([sys.executable, "-m", "bench.floor_peers", "rtt", str(port), str(n),
-                              str(ECHO_SIZE)], check=True, capture_output=True, text=True).stdout
+        out = _peer("rtt", port, n, ECHO_SIZE)
     got = json.loads(out)
     return float(got["p50_us"]), float(got["p99_us"])
 
 
 def _hops() -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-m", "bench.floor_peers", "hops", str(HOPS)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    return json.loads(_peer("hops", HOPS))
 
 
 def _idle_cluster() -> tuple[float, float]:

@@ -42,7 +42,8 @@ import sys
 
 import trio
 
-_LEN = struct.Struct(">i")
+from bench.floor_peers import _LEN, _cut
+
 _OFFSET = struct.Struct(">q")
 _COUNT = struct.Struct(">i")
 FOLLOWERS = 2
@@ -50,21 +51,12 @@ FOLLOWERS = 2
 
 async def _frames(stream: trio.SocketStream, buf: bytearray) -> list[bytes]:
     """The next whole frames (payloads, prefix removed); ``[]`` when the peer closed."""
-    while True:
-        frames, pos = [], 0
-        while len(buf) - pos >= 4:
-            (n,) = _LEN.unpack_from(buf, pos)
-            if len(buf) - pos - 4 < n:
-                break
-            frames.append(bytes(buf[pos + 4:pos + 4 + n]))
-            pos += 4 + n
-        del buf[:pos]
-        if frames:
-            return frames
+    while not (frames := _cut(buf)):
         data = await stream.receive_some(65536)
         if not data:
             return []
         buf += data
+    return [f[4:] for f in frames]
 
 
 def _frame(payload: bytes) -> bytes:
