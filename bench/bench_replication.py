@@ -167,11 +167,13 @@ def _produce_latencies_ms(bootstrap: str, topic: str, seconds: float = 3.0) -> l
         return send_latencies_ms(p, topic, LATENCY_RATE, seconds, VALUE, KEYS, partition=0)
 
 
-def _e2e_consumer(bootstrap: str, topic: str, n: int, seconds: float, out: Any, ready: Any) -> None:
+def _e2e_consumer(bootstrap: str, topic: str, n: int, seconds: float, out: Any, ready: Any,
+                  detail: bool = False) -> None:
     """The consumer process of ``_e2e_latencies_ms``: poll partition 0 from its end; for each
-    record, now − the send time the producer wrote into its first 8 bytes."""
+    record, now − the send time the producer wrote into its first 8 bytes (``detail``: the
+    record's offset, send time and receive time instead, ``bench/e2e_timeline.py``)."""
     tp = TopicPartition(topic, 0)
-    seen: list[float] = []
+    seen: list[Any] = []
     with Consumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                   fetch_max_wait_ms=100) as c:
         c.assign([tp])
@@ -182,12 +184,15 @@ def _e2e_consumer(bootstrap: str, topic: str, n: int, seconds: float, out: Any, 
         while len(seen) < n and time.monotonic() < deadline:
             for recs in c.poll(timeout_ms=100, max_records=10_000).values():
                 now = time.perf_counter()
-                seen.extend((now - struct.unpack_from(">d", r.value)[0]) * 1000 for r in recs)
+                if detail:
+                    seen.extend((r.offset, struct.unpack_from(">d", r.value)[0], now) for r in recs)
+                else:
+                    seen.extend((now - struct.unpack_from(">d", r.value)[0]) * 1000 for r in recs)
     out.put(seen)
 
 
 def _e2e_latencies_ms(bootstrap: str, topic: str, seconds: float = 3.0,
-                      linger_ms: float = E2E_LINGER_MS) -> list[float]:
+                      linger_ms: float = E2E_LINGER_MS, detail: bool = False) -> list[Any]:
     """A consumer *process* polls partition 0 while this one produces at ``E2E_RATE``.
 
     Two processes, as producers and consumers are deployed: in one process the producer's and
@@ -197,7 +202,7 @@ def _e2e_latencies_ms(bootstrap: str, topic: str, seconds: float = 3.0,
     n = int(E2E_RATE * seconds)
     ctx = multiprocessing.get_context("spawn")
     out, ready = ctx.Queue(), ctx.Event()
-    proc = ctx.Process(target=_e2e_consumer, args=(bootstrap, topic, n, seconds, out, ready))
+    proc = ctx.Process(target=_e2e_consumer, args=(bootstrap, topic, n, seconds, out, ready, detail))
     proc.start()
     try:
         if not ready.wait(60):
