@@ -21,6 +21,12 @@ broker modules) and measures, each in a process of its own (``bench/floor_peers.
 * ``fdatasync_cpu_us`` (``fdatasync_wall_p50_us`` beside it) — CPU, kernel included, of a
   120-byte append and ``fdatasync`` to a growing file on the filesystem the bench clusters use:
   one single-record group commit;
+* ``fdatasync_wall_p50_us_cores_busy`` and ``loopback_rtt_p50_us_cores_busy`` — the same
+  ``fdatasync`` and a 100-byte loopback round trip (``loopback_rtt_p50_us`` beside them, quiet)
+  while one spinning process per core keeps every core busy: what a blocking wait costs in wall
+  time when no core is idle. On this VM the round trip stays at its quiet figure and the
+  ``fdatasync`` does not (docs/performance.md, "Where a record's end-to-end time goes"), so on
+  a busy machine every fsync round of a broker waits for a core to go idle;
 * ``thread_hop_cpu_us``, ``channel_hop_cpu_us``, ``checkpoint_cpu_us`` — ``trio.to_thread``
   round trip, one memory-channel hand-off, one checkpoint (CPU of all threads);
 * ``skeleton_cpu_us_per_produce`` (one at a time) and ``…_32conns`` (one in flight on each of
@@ -55,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import socket
 import statistics
@@ -77,6 +84,10 @@ ECHO_WINDOW_MESSAGES = 100_000
 ECHO_SIZE = 100
 HOPS = 20_000
 FSYNC_ROUNDS = 500
+# wall-clock figures: not CPU, so not set beside the echo floor
+_WALL_FIGURES = ("fdatasync_wall_p50_us", "fdatasync_wall_p50_us_cores_busy", "loopback_rtt_p50_us",
+                 "loopback_rtt_p50_us_cores_busy")
+FSYNC_BUSY_ROUNDS = 200  # ~10 ms each on this VM with every core busy
 IDLE_SETTLE_S = 5.0
 IDLE_S = 10.0
 SKELETON_WARMUP = 200
@@ -134,15 +145,40 @@ def _echo_client_cpu_us(n: int) -> float:
     return float(json.loads(out)["echo_client_cpu_us_per_message"])
 
 
-def _fsync() -> dict[str, float]:
+def _fsync(rounds: int = FSYNC_ROUNDS) -> dict[str, float]:
     """CPU and wall p50 of one 120-byte append + ``fdatasync``, in the temporary directory the
     bench clusters put their data in (the same filesystem)."""
     d = tempfile.mkdtemp(prefix="rafka-bench-floor-fsync-")
     try:
-        out = _peer("fsync", d, FSYNC_ROUNDS)
+        out = _peer("fsync", d, rounds)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return {k: float(v) for k, v in json.loads(out).items()}
+
+
+@contextlib.contextmanager
+def _cores_busy() -> Iterator[None]:
+    """One spinning process per core for the duration (``floor_peers spin``)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.floor_peers", "spin"])
+             for _ in range(os.cpu_count() or 2)]
+    try:
+        time.sleep(0.3)  # every spinner started and running
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
+def _busy_waits() -> dict[str, float]:
+    """What a blocking wait costs in wall time while every core is busy: an ``fdatasync`` and a
+    loopback round trip (``*_cores_busy``), each beside its quiet twin in the same run."""
+    with _cores_busy():
+        fs = _fsync(FSYNC_BUSY_ROUNDS)
+        rtt50, _rtt99 = loopback_rtt_us()
+    return {"fdatasync_wall_p50_us_cores_busy": fs["fdatasync_wall_p50_us"],
+            "loopback_rtt_p50_us_cores_busy": rtt50}
 
 
 def path_floor_us(counts: dict[str, float], floor: dict[str, float]) -> float | None:
@@ -268,6 +304,9 @@ def run(runs: int) -> dict[str, Any]:
         add("echo_client_cpu_us_per_message", _echo_client_cpu_us(ECHO_MESSAGES))
         for k, v in _fsync().items():
             add(k, v)
+        add("loopback_rtt_p50_us", loopback_rtt_us()[0])
+        for k, v in _busy_waits().items():
+            add(k, v)
         for k, v in _hops().items():
             add(k, v)
         for suffix, n, conns in (("", SKELETON_ONE, 1), ("_32conns", SKELETON_32, 32)):
@@ -286,7 +325,7 @@ def run(runs: int) -> dict[str, Any]:
     for name, values in got.items():
         unit = "ms/s" if name.endswith("ms_per_s") else "/s" if "_per_s" in name else "µs"
         extra: dict[str, Any] = {}
-        if unit == "µs" and name not in ("echo_cpu_us_per_message", "fdatasync_wall_p50_us") \
+        if unit == "µs" and name not in ("echo_cpu_us_per_message", *_WALL_FIGURES) \
                 and not name.startswith("skeleton_ack"):
             extra["ratio_of"] = "echo_cpu_us_per_message"
         out[name] = _fig(values, unit, **extra)

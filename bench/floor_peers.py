@@ -175,6 +175,13 @@ def fsync(directory: str, n: int) -> None:
     print(json.dumps({"fdatasync_cpu_us": cpu, "fdatasync_wall_p50_us": took[n // 2]}), flush=True)
 
 
+def spin() -> None:
+    """Keep one core busy until killed (``bench_floor._cores_busy``)."""
+    x = 0
+    while True:
+        x = (x + 1) & 0xFFFF
+
+
 def rtt(port: int, n: int, size: int) -> None:
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -267,6 +274,8 @@ if __name__ == "__main__":
         trio_client(*(int(a) for a in args))
     elif role == "fsync":
         fsync(args[0], int(args[1]))
+    elif role == "spin":
+        spin()
     elif role == "rtt":
         rtt(*(int(a) for a in args))
     elif role == "paced":
