@@ -364,6 +364,13 @@ class SyncObjQuorum:
         if ev != self._last_event:
             if ev[0] is not None and (self._last_event is None or ev[0] != self._last_event[0]):
                 self.leader_changes += 1  # a new known leader (statistics(): broker/metrics.py)
+            if self._last_event is None or ev[:2] != self._last_event[:2]:
+                # one line per leader or term change, with the pre-vote counters so far: a slow
+                # failover can be read from the node logs (an election's rounds and refusals)
+                n = self._node
+                log.info("Raft: leader %s in term %s (pre-votes started %d, refused %d, stood "
+                         "back %d; votes ignored in a lease %d)", ev[0], ev[1], n.prevote_rounds,
+                         n.prevotes_refused, n.prevotes_deferred, n.votes_ignored_in_lease)
             self._last_event = ev
             self._leader_changed.set()
             self._leader_changed = trio.Event()
