@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import json
 import os
 import signal
@@ -36,6 +37,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import bench.bench_replication as br
 from bench.bench_floor import _fsync
@@ -50,18 +52,15 @@ class _Steps:
     """One node's events: for each kind, when its value first exceeded each offset."""
 
     def __init__(self, events: Iterable[tuple[str, int, float]]) -> None:
-        by_kind: dict[str, list[tuple[int, float]]] = defaultdict(list)
         self.raw: dict[str, list[tuple[int, float]]] = defaultdict(list)
         for kind, value, t in events:
             self.raw[kind].append((value, t))
-            by_kind[kind].append((value, t))
         self.values: dict[str, list[int]] = {}
         self.times: dict[str, list[float]] = {}
-        for kind, xs in by_kind.items():
-            xs.sort(key=lambda x: x[1])
+        for kind, xs in self.raw.items():
             vals: list[int] = []
             times: list[float] = []
-            for v, t in xs:  # the running maximum: when each new highest value appeared
+            for v, t in sorted(xs, key=lambda x: x[1]):  # the running maximum: when each new highest value appeared
                 if not vals or v > vals[-1]:
                     vals.append(v)
                     times.append(t)
@@ -74,11 +73,6 @@ class _Steps:
             return None
         i = bisect.bisect_right(vals, offset)
         return self.times[kind][i] if i < len(vals) else None
-
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def hops(seen: list[tuple[int, float, float]], leader: _Steps,
@@ -148,39 +142,26 @@ def measure(seconds: float, broker_config: dict[str, str] | None) -> dict[str, A
     out_dir = Path(tempfile.mkdtemp(prefix="rafka-e2e-timeline-"))
     env = {"RAFKA_TIMELINE_DIR": str(out_dir), "RAFKA_TIMELINE_TOPIC": TOPIC,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(SITE), os.environ.get("PYTHONPATH")]))}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the nodes inherit it; restored before the consumer starts
-    try:
-        with br._cluster(broker_config) as st:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            br._create(st["bootstrap"], TOPIC, 1, 3, {"min.insync.replicas": "2"})
-            time.sleep(1)
-            leader_id, _ = br._leader_and_isr(st["bootstrap"], TOPIC)
-            nodes = {n.pid: n.id for n in load_cluster(st["data_dir"])["nodes"] if n.pid}
-            for pid in nodes:
-                os.kill(pid, signal.SIGUSR1)
-            time.sleep(0.2)
-            errors = [p.read_text() for p in out_dir.glob("*.error")]
-            if errors:
-                raise RuntimeError(f"the timeline hooks did not install: {errors}")
-            seen = br._e2e_latencies_ms(st["bootstrap"], TOPIC, seconds, linger_ms=0, detail=True)
-            for pid in nodes:
-                os.kill(pid, signal.SIGUSR2)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and not all(
-                    (out_dir / f"{pid}.json").exists() for pid in nodes):
-                time.sleep(0.1)
-            time.sleep(0.2)  # let the last file be written whole
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with contextlib.ExitStack() as stack:
+        with mock.patch.dict(os.environ, env):  # the nodes inherit it, the consumer process not
+            st = stack.enter_context(br._cluster(broker_config))
+        br._create(st["bootstrap"], TOPIC, 1, 3, {"min.insync.replicas": "2"})
+        time.sleep(1)
+        leader_id, _ = br._leader_and_isr(st["bootstrap"], TOPIC)
+        nodes = {n.pid: n.id for n in load_cluster(st["data_dir"])["nodes"] if n.pid}
+        for pid in nodes:
+            os.kill(pid, signal.SIGUSR1)
+        time.sleep(0.2)
+        errors = [p.read_text() for p in out_dir.glob("*.error")]
+        if errors:
+            raise RuntimeError(f"the timeline hooks did not install: {errors}")
+        seen = br._e2e_latencies_ms(st["bootstrap"], TOPIC, seconds, linger_ms=0, detail=True)
+        for pid in nodes:
+            os.kill(pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 10  # each file appears whole (written, then renamed)
+        while time.monotonic() < deadline and not all(
+                (out_dir / f"{pid}.json").exists() for pid in nodes):
+            time.sleep(0.1)
     steps = {nodes[pid]: _Steps(json.loads((out_dir / f"{pid}.json").read_text())) for pid in nodes}
     leader = steps.pop(leader_id)
     table = hops(seen, leader, steps)
@@ -188,12 +169,12 @@ def measure(seconds: float, broker_config: dict[str, str] | None) -> dict[str, A
     durations, records = _rounds(leader)
     res: dict[str, Any] = {
         "records": len(seen),
-        "hops_ms": {k: {"p50": round(statistics.median(v), 3), "p90": round(_pct(v, 0.9), 3),
+        "hops_ms": {k: {"p50": round(statistics.median(v), 3), "p90": round(br._pct(v, 0.9), 3),
                         "n": len(v)} for k, v in table.items()},
         "hw_last_waited_for_leader_flush": round(statistics.mean(last_flush), 2) if last_flush else None,
         "idle_disk_fdatasync_p50_ms": round(disk["fdatasync_wall_p50_us"] / 1000, 3),
         "fdatasync_ms": {("leader" if n == leader_id else f"follower {n}"): {
-            "p50": round(statistics.median(xs), 3), "p90": round(_pct(xs, 0.9), 3), "n": len(xs)}
+            "p50": round(statistics.median(xs), 3), "p90": round(br._pct(xs, 0.9), 3), "n": len(xs)}
             for n, xs in [(leader_id, _node_fsyncs(leader))] + [(n, _node_fsyncs(s)) for n, s in steps.items()]
             if xs},
         "leader_rounds": {"n": len(durations),

@@ -3,7 +3,8 @@
 Theory of operation: when ``RAFKA_TIMELINE_DIR`` is set, the node's main thread gets two signal
 handlers. ``SIGUSR1`` wraps a few methods of the node's classes (once) so that each call
 appends ``(event, value, time.perf_counter())`` to an in-memory list, and clears the list;
-``SIGUSR2`` writes the list to ``$RAFKA_TIMELINE_DIR/<pid>.json``. Only the partitions of
+``SIGUSR2`` writes the list to ``$RAFKA_TIMELINE_DIR/<pid>.json`` (through a rename, so the file
+appears whole). Only the partitions of
 topic ``$RAFKA_TIMELINE_TOPIC`` are recorded. ``perf_counter`` is CLOCK_MONOTONIC, one clock
 for every process on the machine, so the driver can set the nodes' events beside the
 producer's send times and the consumer's receive times. The events (``value``: an offset
@@ -127,12 +128,12 @@ if os.environ.get("RAFKA_TIMELINE_DIR") and threading.current_thread() is thread
         def flush_dirty(orig: Any) -> Any:
             async def w(self: Any) -> None:
                 records = self._unflushed_messages
-                if any(p.pending_flush for p in self.partitions.values()):
+                runs = any(p.pending_flush for p in self.partitions.values())  # else it returns at once
+                if runs:
                     _note("round", records)
-                    await orig(self)
+                await orig(self)
+                if runs:
                     _note("round-end", records)
-                else:
-                    await orig(self)
             return w
 
         _wrap(Partition, "after_append", after_append)
@@ -158,8 +159,9 @@ if os.environ.get("RAFKA_TIMELINE_DIR") and threading.current_thread() is thread
 
     def _dump(_sig: int, _frame: FrameType | None) -> None:
         path = os.path.join(os.environ["RAFKA_TIMELINE_DIR"], f"{os.getpid()}.json")
-        with open(path, "w") as f:
+        with open(path + ".tmp", "w") as f:
             json.dump(list(_events), f)
+        os.replace(path + ".tmp", path)  # the driver waits for the file: it appears whole
 
     signal.signal(signal.SIGUSR1, _start)
     signal.signal(signal.SIGUSR2, _dump)
