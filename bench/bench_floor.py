@@ -39,7 +39,9 @@ broker modules) and measures, each in a process of its own (``bench/floor_peers.
   skeleton's send → acknowledged latency with single records sent at 10k a second on one
   connection, linger 0 — the least the end-to-end target's setting costs with three fsyncs.
   ``skeleton_leader_cpu_us_per_produce…``: the leader's share, to set beside
-  ``replication.broker_cpu_busiest_node_…``;
+  ``replication.broker_cpu_busiest_node_…``. The ``…_nofsync`` figures are the same skeleton
+  with every ``fdatasync`` left out (Kafka's default durability, ``log.flush.policy=none``):
+  what the fsyncs alone cost the least broker, in CPU and in acknowledgement time;
 * ``idle_cluster_cpu_ms_per_s`` — a 3-node ``cluster up`` with no client, after it settled: CPU
   of the three node processes per wall second (each thread's ``schedstat`` run time,
   ``bench/idle_threads.py``), with ``wakeups_per_s`` (voluntary context
@@ -94,6 +96,9 @@ SKELETON_WARMUP = 200
 SKELETON_ONE = 3_000
 SKELETON_32 = 30_000
 SKELETON_ACK_RATE = 10_000  # bench_replication.E2E_RATE
+# (figure suffix, produces, connections, fsync): with rafka's durability, then without fsyncs
+SKELETON_RUNS = (("", SKELETON_ONE, 1, True), ("_32conns", SKELETON_32, 32, True),
+                 ("_nofsync", SKELETON_ONE, 1, False), ("_nofsync_32conns", SKELETON_32, 32, False))
 SKELETON_ACK_MS = 3_000
 
 
@@ -220,17 +225,19 @@ def _skeleton_ack_us(port: int) -> tuple[float, float]:
     return float(got["p50_us"]), float(got["p99_us"])
 
 
-def _skeleton(n: int, conns: int) -> dict[str, float]:
+def _skeleton(n: int, conns: int, fsync: bool = True) -> dict[str, float]:
     """The skeleton broker (``bench/skeleton_broker.py``: a leader and two followers, each a
     process) under ``n`` single-record produces, one at a time (``conns`` 1) or one in flight on
     each of ``conns`` connections: CPU µs per produce of the three processes and of the leader
     alone, produces a second, and the follower fetches and fsync rounds per produce it took
     (its own path counts); for ``conns`` 1 also the acknowledgement latency at
     ``SKELETON_ACK_RATE`` records a second (issue 26's end-to-end rate, linger 0). The
-    processes are parked between requests (no timers), so there is no idle CPU to subtract."""
+    processes are parked between requests (no timers), so there is no idle CPU to subtract.
+    ``fsync`` False: the same skeleton with every ``fdatasync`` left out (its ``nofsync`` mode)."""
     d = tempfile.mkdtemp(prefix="rafka-bench-floor-skeleton-")
     port = free_port_block(2)
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.skeleton_broker", role, str(port), d])
+    mode = [] if fsync else ["nofsync"]
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.skeleton_broker", role, str(port), d, *mode])
              for role in ("leader", "follower", "follower")]
 
     def produce(k: int) -> float:  # the clients print the seconds they took
@@ -253,7 +260,7 @@ def _skeleton(n: int, conns: int) -> dict[str, float]:
     per = {k: (after[k] - before[k]) / n for k in after}
     out = {"cpu_us": sum(cpu) / n * 1e6, "leader_cpu_us": cpu[0] / n * 1e6,
            "produces_per_s": n / wall, "fetches": per["fetches"],
-           "fsyncs": per["leader_fsyncs"] + per["fetches_with_records"]}
+           "fsyncs": per["leader_fsyncs"] + (per["fetches_with_records"] if fsync else 0)}
     if ack is not None:
         out["ack_p50_us"], out["ack_p99_us"] = ack
     return out
@@ -309,15 +316,15 @@ def run(runs: int) -> dict[str, Any]:
             add(k, v)
         for k, v in _hops().items():
             add(k, v)
-        for suffix, n, conns in (("", SKELETON_ONE, 1), ("_32conns", SKELETON_32, 32)):
-            sk = _skeleton(n, conns)
+        for suffix, n, conns, fsync in SKELETON_RUNS:
+            sk = _skeleton(n, conns, fsync)
             add(f"skeleton_cpu_us_per_produce{suffix}", sk["cpu_us"])
             add(f"skeleton_leader_cpu_us_per_produce{suffix}", sk["leader_cpu_us"])
             add(f"skeleton_produces_per_s{suffix}", sk["produces_per_s"])
             skeleton_counts.setdefault(suffix, []).append(sk)
             for k in ("ack_p50_us", "ack_p99_us"):
                 if k in sk:
-                    add(f"skeleton_{k}_at_10k", sk[k])
+                    add(f"skeleton_{k}_at_10k{suffix}", sk[k])
         cpu, wakeups = _idle_cluster()
         add("idle_cluster_cpu_ms_per_s", cpu)
         add("idle_cluster_wakeups_per_s", wakeups)
@@ -332,7 +339,7 @@ def run(runs: int) -> dict[str, Any]:
     out["idle_cluster_cpu_ms_per_s"]["target"] = "<= 20 ms/s (issue 26)"
     for suffix, runs_ in skeleton_counts.items():  # its own messages and fsyncs, as a broker figure's
         out[f"skeleton_cpu_us_per_produce{suffix}"]["path_counts"] = {
-            "client_exchanges": 1.0, "client_window": 32 if suffix else 1,
+            "client_exchanges": 1.0, "client_window": 32 if suffix.endswith("32conns") else 1,
             "node_exchanges": statistics.median(r["fetches"] for r in runs_),
             "fsyncs": statistics.median(r["fsyncs"] for r in runs_), "unit_us": 1.0}
     return out

@@ -26,6 +26,11 @@ is its CPU):
 * ``follower PORT DIR``: fetches from the leader's ``PORT + 1`` in a loop: appends what came to
   ``DIR/follower-<pid>.log``, ``fdatasync``s, asks from the new end.
 
+A fourth argument ``nofsync`` (both roles) leaves every ``fdatasync`` out and nothing else: the
+leader's flusher still wakes once per batch and a follower still asks only after its append, so
+the difference is the fsyncs alone. That is Kafka's default durability (``log.flush.policy=none``
+in rafka: a record counts once it is in every in-sync replica's page cache).
+
 Producers are ``bench/floor_peers.py``'s blocking ``client`` / ``clients`` roles (one frame in
 flight per connection); their CPU is not counted, as in the broker figures.
 """
@@ -64,8 +69,9 @@ def _frame(payload: bytes) -> bytes:
 
 
 class Leader:
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, fsync: bool = True) -> None:
         self.fd = fd
+        self.fsync = fsync
         self.records: list[bytes] = []  # offset = index
         self.flushed = 0  # records [0, flushed) are on the leader's disk
         self.positions: dict[int, int] = {}  # follower connection -> its next offset
@@ -105,8 +111,9 @@ class Leader:
             if self.flushed == len(self.records):
                 await self.appended.wait()
             end = len(self.records)
-            os.fdatasync(self.fd)
-            self.counts["leader_fsyncs"] += 1
+            if self.fsync:
+                os.fdatasync(self.fd)
+                self.counts["leader_fsyncs"] += 1
             self.flushed = end
             self.update_hw()
             await trio.lowlevel.checkpoint()  # let the appends of the next round in
@@ -141,9 +148,9 @@ class Leader:
             self.positions.pop(me, None)
 
 
-def leader(port: int, directory: str) -> None:
+def leader(port: int, directory: str, fsync: bool = True) -> None:
     fd = os.open(os.path.join(directory, "leader.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    node = Leader(fd)
+    node = Leader(fd, fsync)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -154,7 +161,7 @@ def leader(port: int, directory: str) -> None:
     trio.run(main)
 
 
-def follower(port: int, directory: str) -> None:
+def follower(port: int, directory: str, fsync: bool = True) -> None:
     path = os.path.join(directory, f"follower-{os.getpid()}.log")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
@@ -173,12 +180,15 @@ def follower(port: int, directory: str) -> None:
                 return
             (count,) = _COUNT.unpack_from(frames[0])
             os.write(fd, memoryview(frames[0])[4:])
-            os.fdatasync(fd)
+            if fsync:
+                os.fdatasync(fd)
             offset += count
 
     trio.run(main)
 
 
 if __name__ == "__main__":
-    role, port_arg, dir_arg = sys.argv[1:4]
-    {"leader": leader, "follower": follower}[role](int(port_arg), dir_arg)
+    role, port_arg, dir_arg, *mode = sys.argv[1:]
+    if mode not in ([], ["nofsync"]):
+        raise SystemExit(f"unknown mode {mode!r}: give nothing or 'nofsync'")
+    {"leader": leader, "follower": follower}[role](int(port_arg), dir_arg, fsync=not mode)
