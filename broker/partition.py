@@ -8,10 +8,14 @@ the metadata image (leader, leader epoch, partition epoch, replicas, ISR).
 * As **leader** it owns a ``broker.replication.state.LeaderState`` (the replication engineer's
   pure state machine) fed with the log end offset after each append and with follower fetch
   positions; the state computes the replicated high watermark. Durability is layered on top:
-  with flush policy ``batch`` a record is exposed only once fsynced, so the partition's high
-  watermark is ``min(state.high_watermark, durable_end)`` where ``durable_end`` is the log end
-  offset the last group-commit flush covered (for other policies ``durable_end`` is the log end
+  under a flush rule with ``fsync_acks`` (``broker/flush_rule.py``: the node's ``batch`` policy,
+  or the topic's ``flush.messages=1``) a record is exposed only once fsynced, so the partition's
+  high watermark is ``min(state.high_watermark, durable_end)`` where ``durable_end`` is the log
+  end offset the last group-commit flush covered (for other rules ``durable_end`` is the log end
   offset at once). Both terms never decrease within a leader epoch, so neither does the HW.
+  A rule changed by a topic config (``set_flush_rule``) keeps that: turned on, the durable end
+  goes back to what is fsynced but the HW stays where it was (what it exposed was acknowledged
+  under the old rule) until the group commit passes it.
   With a single replica the HW is simply the durable log end offset.
 * **HW checkpoint** (as Kafka's ``replication-offset-checkpoint``): the replica manager writes
   ``high-watermark-checkpoint`` in the partition directory (tmp + fsync + rename) about once a
@@ -84,6 +88,7 @@ import trio
 from rafka.broker.detached import to_task
 from rafka.broker.events import EventLog
 from rafka.broker.fetch_wait import Signal
+from rafka.broker.flush_rule import FlushRule
 from rafka.broker.produce_wait import ParkedProduce, ProduceDeadlines
 from rafka.broker.replication.state import (
     HighWatermarkAdvanced,
@@ -151,7 +156,14 @@ class Partition:
         self.log = plog
         self.broker_id = broker_id
         self.events = events
-        self.fsync_acks = fsync_acks  # flush policy "batch": expose only fsynced records
+        self.fsync_acks = fsync_acks  # expose only fsynced records (broker/flush_rule.py)
+        # the rule the replica manager flushes this partition by, and its state for the
+        # ``every_messages`` / ``every_ms`` rules: records appended since the last flush, and
+        # when that flush was taken (trio clock)
+        self.flush_rule = FlushRule(fsync_acks)
+        self.unflushed_records = 0
+        self.flushed_at = 0.0
+        self.flush_due = False  # an every_messages / every_ms rule came due: the next round takes it
         self.min_insync_replicas = min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         # TEST ONLY (chaos): answer acks=all like acks=1, before the followers have the records
@@ -303,6 +315,22 @@ class Partition:
             self._closing_txns.append((info.last_offset, first))
         self.after_append()
         return info
+
+    def set_flush_rule(self, rule: FlushRule) -> None:
+        """Follow ``rule`` from now on (a topic config changed). ``fsync_acks`` turned on: only
+        fsynced records count, so the durable end is what is fsynced, and the tail is left
+        ``pending_flush`` for the group commit. Turned off: everything appended counts."""
+        self.flush_rule = rule
+        on = rule.fsync_acks
+        if on == self.fsync_acks:
+            return
+        self.fsync_acks = on
+        if on:
+            self.durable_end = min(self.durable_end, self.log.recovery_point)
+            self.pending_flush = self.log.log_end_offset > self.durable_end
+        else:
+            self.durable_end = self.log.log_end_offset
+            self.refresh_hw(durable_moved=True)
 
     def after_append(self) -> None:
         leo = self.log.log_end_offset

@@ -61,16 +61,21 @@ removed; one of another topic of the same name is removed and its successor crea
 the image is too old to decide (``undecided``) is left, unopened, and judged again with every
 later image. A delete removes a directory only if it holds the deleted topic's id.
 
-Durability (``log.flush.policy``):
+Durability: each partition follows a ``FlushRule`` (``broker/flush_rule.py``): the node's
+``log.flush.policy``, or its topic's own ``flush.messages`` / ``flush.ms``. It is computed when
+the partition is opened and again when its topic's configs change (``_apply_config_changes``):
 
-* ``batch`` (default) — group commit: every append marks its partition dirty and pokes the
-  flusher; the flusher takes *all* dirty partitions, fsyncs them in one worker thread and then
-  advances each one's durable end. Appends that arrive during a flush ride the next one, so a
-  busy broker does one fsync per partition per flush round, not per request. ``acks >= 1``
-  answers wait for the durable end (``Partition.produce_outcome``).
-* ``messages`` / ``interval`` — fsync when ``flush.messages`` records are unflushed / every
-  ``flush.ms``; answers do not wait for it.
-* ``none`` — the OS decides.
+* ``fsync_acks`` (``batch``, the default; a topic's ``flush.messages=1``) — group commit:
+  every append marks its partition dirty and pokes the flusher; the flusher takes *all* dirty
+  partitions of this rule, fsyncs them in one worker thread and then advances each one's durable
+  end. Appends that arrive during a flush ride the next one, so a busy broker does one fsync per
+  partition per flush round, not per request. ``acks >= 1`` answers wait for the durable end
+  (``Partition.produce_outcome``), and a follower fsyncs before its next fetch reports them.
+* ``every_messages`` / ``every_ms`` (``messages`` / ``interval``, or a topic's other values) — a
+  partition is fsynced, in the same rounds, once that many of its records are unflushed or that
+  long after its last flush (``_interval_flusher``, parked while no partition has such a rule);
+  answers do not wait for it.
+* neither (``none``) — the OS decides.
 
 Inline flushes (``log.flush.inline.max.records``, batch policy only): a group-commit round
 (leader) or a follower's per-fetch-response sync that covers at most that many records calls
@@ -128,6 +133,7 @@ from typing import Any
 import trio
 from rafka.broker.config import effective_topic_config
 from rafka.broker.events import EventLog
+from rafka.broker.flush_rule import FlushRule, flush_rule
 from rafka.broker.partition import Partition, write_hw_checkpoint
 from rafka.broker.partition_dirs import (
     IDENTITY_FILE,
@@ -191,7 +197,6 @@ class ReplicaManager:
         self.settings = settings
         self.topic_defaults = topic_defaults
         self.events = events
-        self.flush_policy: str = settings.get("log.flush.policy", "batch")
         # a round covering at most this many records runs inline (0: never; "Inline flushes")
         self.flush_inline_max_records: int = int(settings.get("log.flush.inline.max.records", 1))
         # the same for a follower's sync of what a fetch answer appended
@@ -217,7 +222,9 @@ class ReplicaManager:
         self._legacy_warned: set[TopicPartition] = set()
         self.strays_removed = 0  # statistics
         self._dirty = trio.Event()
-        self._unflushed_messages = 0
+        self._unflushed_messages = 0  # appended to fsync_acks partitions since the last round
+        self._rules_changed = trio.Event()  # wakes _interval_flusher: an every_ms rule came or went
+        self._node_rule = flush_rule(None, settings)  # a topic that sets no flush.* key follows it
         self.flush_rounds = 0
         self.inline_flushes = 0  # rounds run on the trio thread (log.flush.inline.max.records)
         # called with each flush round's duration in seconds (broker/metrics.py)
@@ -241,8 +248,8 @@ class ReplicaManager:
         fetcher.on_append = self._on_follower_append
         fetcher.on_high_watermark = self._on_follower_hw
         fetcher.on_truncate = self._on_follower_truncate
-        if self.flush_policy == "batch":
-            fetcher.sync_appended = self._sync_follower_logs
+        fetcher.sync_appended = self._sync_follower_logs
+        fetcher.needs_sync = self._follower_needs_sync
 
     # -- lookup -------------------------------------------------------------------------------
 
@@ -467,10 +474,28 @@ class ReplicaManager:
         for tp, p in self.partitions.items():
             if tp.topic not in changed:
                 continue
-            cfg = effective_topic_config(image.topics.by_name[tp.topic], self.topic_defaults)
+            topic = image.topics.by_name[tp.topic]
+            cfg = effective_topic_config(topic, self.topic_defaults)
             p.log.config = cfg
             p.set_min_insync_replicas(cfg.min_insync_replicas)
-            log.info("%s: topic config changed: %s", p.name, dict(image.topics.by_name[tp.topic].configs))
+            self._set_rule(tp, p, flush_rule(topic.configs, self.settings))
+            log.info("%s: topic config changed: %s", p.name, dict(topic.configs))
+
+    def _set_rule(self, tp: TopicPartition, p: Partition, rule: FlushRule) -> None:
+        """``p`` follows ``rule`` from now on (module docstring, "Durability")."""
+        if rule == p.flush_rule:
+            return
+        was = p.flush_rule
+        p.set_flush_rule(rule)
+        log.info("%s: flush rule: %s (was: %s)", p.name, rule.describe(), was.describe())
+        if rule.fsync_acks and not was.fsync_acks:
+            if p.pending_flush:
+                self._dirty.set()  # the unflushed tail: the next group commit takes it
+            follower = None if self.fetcher is None else self.fetcher.partitions.get(tp)
+            if follower is not None:  # what it appended unsynced is synced before it is reported
+                follower.unsynced = True
+        if rule.every_ms != was.every_ms:
+            self._rules_changed.set()
 
     def _apply(self, image: MetadataImage, tp: TopicPartition, reg: PartitionRegistration,
                plog: PartitionLog | None = None) -> None:
@@ -478,6 +503,7 @@ class ReplicaManager:
         if p is None:
             topic = image.topics.by_name.get(tp.topic)
             cfg = effective_topic_config(topic, self.topic_defaults)
+            rule = flush_rule(None if topic is None else topic.configs, self.settings)
             if plog is None:
                 directory = self.data_dir / partition_dir_name(tp.topic, tp.partition)
                 if not directory.exists():  # a new replica: its identity before its first segment
@@ -486,12 +512,17 @@ class ReplicaManager:
                     write_identity(directory, DirIdentity(topic_id, image.offset), sync_dir=False)
                 plog = PartitionLog.open(directory, cfg)  # (an existing one: judged, _judge_dir)
             p = Partition(tp.topic, tp.partition, plog, self.broker_id, self.events,
-                          fsync_acks=self.flush_policy == "batch",
+                          fsync_acks=rule.fsync_acks,
                           min_insync_replicas=cfg.min_insync_replicas,
                           replica_lag_time_max_ms=self.settings.get("replica.lag.time.max.ms", 30_000),
                           unsafe_ack_before_replication=self.unsafe_ack_before_replication,
                           deadlines=self.produce_deadlines)
             p.alter_poke = self._isr_poke_set
+            p.set_flush_rule(rule)
+            if rule != self._node_rule:
+                log.info("%s: flush rule from its topic's config: %s", p.name, rule.describe())
+            if rule.every_ms is not None:
+                self._rules_changed.set()
             self.partitions[tp] = p
         p.apply_registration(reg)
         if p.is_leader and p.durable_end < p.log.log_end_offset:
@@ -573,14 +604,16 @@ class ReplicaManager:
                               p.name, listener, producer_id, marker_offset)
 
     def appended(self, p: Partition, records: int) -> None:
-        self._unflushed_messages += records
-        if self.flush_policy == "batch":
+        rule = p.flush_rule
+        if rule.fsync_acks:
+            self._unflushed_messages += records
             # the next group-commit round fsyncs it: let the disk start now (log/writeback.py)
             p.log.start_writeback()
-        if self.flush_policy == "batch" or (
-            self.flush_policy == "messages"
-            and self._unflushed_messages >= self.settings.get("log.flush.interval.messages", 10_000)
-        ):
+            self._dirty.set()
+            return
+        p.unflushed_records += records
+        if rule.every_messages is not None and p.unflushed_records >= rule.every_messages:
+            p.flush_due = True
             self._dirty.set()
 
     # -- follower callbacks (ReplicaFetcherManager, trio thread) -------------------------------
@@ -590,14 +623,20 @@ class ReplicaManager:
         if p is not None:
             p.after_append()
             self._follower_records += info.last_offset - info.base_offset + 1
-            if self.flush_policy != "batch":
+            if not p.fsync_acks:
                 self.appended(p, info.last_offset - info.base_offset + 1)
-            # "batch": the fetcher fsyncs (``_sync_follower_logs``) before its next fetch
+            # fsync_acks: the fetcher fsyncs (``_sync_follower_logs``) before its next fetch
             # reports the new log end offset; pending_flush stays set as a fallback for the
             # group commit in case this broker becomes leader first.
 
+    def _follower_needs_sync(self, tp: tuple[str, int]) -> bool:
+        """Whether the fetcher must have ``_sync_follower_logs`` fsync what it appended to
+        ``tp`` before its next fetch reports it: the partition's rule has ``fsync_acks``."""
+        p = self.partitions.get(TopicPartition(*tp))
+        return p is not None and p.fsync_acks
+
     async def _sync_follower_logs(self, tps: list[tuple[str, int]]) -> set[tuple[str, int]]:
-        """Follower group commit (flush policy ``batch``): one worker-thread round fsyncs every
+        """Follower group commit (rule ``fsync_acks``): one worker-thread round fsyncs every
         partition a fetch response appended to; returns those now durable (or gone). The
         fetcher reports a partition's new log end offset to its leader only after this, so a
         record counted in the leader's high watermark — and so every ``acks=all`` record — is
@@ -696,8 +735,7 @@ class ReplicaManager:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._flusher)
             nursery.start_soon(self.produce_deadlines.run)
-            if self.flush_policy == "interval":
-                nursery.start_soon(self._interval_flusher)
+            nursery.start_soon(self._interval_flusher)
             nursery.start_soon(self._retention_loop)
             nursery.start_soon(self._cleaner_loop)
             nursery.start_soon(self._isr_loop)
@@ -727,18 +765,42 @@ class ReplicaManager:
         return await run_in_worker_thread(_flush_all, parts)
 
     async def _interval_flusher(self) -> None:
+        """Fsyncs each partition whose rule has ``every_ms`` once that long has passed since its
+        last flush, checking at the shortest such period. While no partition has such a rule
+        (the default) it waits for one without a timer, so it costs an idle broker nothing."""
         while True:
-            await trio.sleep(self.settings.get("log.flush.interval.ms", 1000) / 1000)
-            await self.flush_dirty()
+            periods = [p.flush_rule.every_ms for p in self.partitions.values()
+                       if p.flush_rule.every_ms is not None]
+            if not periods:
+                await self._rules_changed.wait()
+                self._rules_changed = trio.Event()
+                continue
+            await trio.sleep(min(periods) / 1000)
+            now = trio.current_time()
+            due = False
+            for p in self.partitions.values():
+                ms = p.flush_rule.every_ms
+                if ms is not None and p.pending_flush and (now - p.flushed_at) * 1000 >= ms:
+                    p.flush_due = due = True
+            if due:
+                await self.flush_dirty()
 
     async def flush_dirty(self) -> None:
-        """One group-commit round: fsync every partition appended to since the last round."""
-        work = [p for p in self.partitions.values() if p.pending_flush]
+        """One group-commit round: fsync every partition whose rule wants it now. That is every
+        ``fsync_acks`` partition appended to since the last round, and every other one whose
+        ``every_messages`` / ``every_ms`` came due (``flush_due``)."""
+        work = [p for p in self.partitions.values()
+                if p.pending_flush and (p.fsync_acks or p.flush_due)]
         if not work:
             return
         records, self._unflushed_messages = self._unflushed_messages, 0
+        now = trio.current_time()
         for p in work:
-            p.pending_flush = False
+            p.pending_flush = p.flush_due = False
+            p.flushed_at = now
+            if not p.fsync_acks:  # (an fsync_acks partition's records are in _unflushed_messages)
+                records += p.unflushed_records
+            p.unflushed_records = 0
         self.flush_rounds += 1
         start = time.perf_counter()
         results = await self._run_flush(work, records)

@@ -39,8 +39,8 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
     max_message_bytes: int = 1024 * 1024 + 12  # as Kafka: 1 MiB + the v2 log overhead
     message_timestamp_type: str = "CreateTime"  # CreateTime | LogAppendTime
-    flush_messages: int = _INT64_MAX  # accepted topic config; the broker applies log.flush.* node-wide
-    flush_ms: int = _INT64_MAX  # accepted topic config; the broker applies log.flush.* node-wide
+    flush_messages: int = _INT64_MAX  # set on a topic: overrides log.flush.policy (broker/flush_rule.py)
+    flush_ms: int = _INT64_MAX  # set on a topic: overrides log.flush.policy (broker/flush_rule.py)
     file_delete_delay_ms: int = 60_000
     min_insync_replicas: int = 1  # broker's business, carried along
     unclean_leader_election_enable: bool = False  # broker's business, carried along

@@ -47,10 +47,11 @@ fetcher task (as Kafka's ``ReplicaFetcherThread``) that loops:
      (``add_partitions`` with a new leader or epoch) the backoff is dropped and the link woken
      (or its fetch interrupted, step 2): it is fetched at once.
 
-4. durability before reporting: with ``sync_appended`` set (flush policy ``batch``), every
-   partition the response appended to is synced in one call (one worker-thread round: group
-   commit, one fsync per partition per fetch response) *before* the next fetch names its new
-   log end offset. The leader counts a follower's records in the high watermark only from that
+4. durability before reporting: with ``sync_appended`` set, every partition the response
+   appended to whose flush rule has ``fsync_acks`` (``needs_sync``: flush policy ``batch``, or
+   the topic's ``flush.messages=1``; broker/flush_rule.py) is synced in one call (one
+   worker-thread round: group commit, one fsync per partition per fetch response) *before* the
+   next fetch names its new log end offset. The leader counts a follower's records in the high watermark only from that
    next fetch, so whatever ``acks=all`` acknowledged is on disk on every ISR member.
 
 5. reassignment throttle (``set_throttle``, kraft/reassign.py): a partition this broker is
@@ -205,6 +206,9 @@ class ReplicaFetcherManager:
         # ``await sync_appended([tp, ...]) -> {tp synced}``: make appended records durable before
         # the next fetch reports them (flush policy ``batch``); None: report at once.
         self.sync_appended: Callable[[list[TP]], Awaitable[set[TP]]] | None = None
+        # ``needs_sync(tp)``: whether what was appended to ``tp`` must go through
+        # ``sync_appended`` first (its flush rule, broker/flush_rule.py); None: every partition
+        self.needs_sync: Callable[[TP], bool] | None = None
         self.partitions: dict[TP, FollowerPartition] = {}
         self._links: dict[int, _Link] = {}  # leader id -> its fetcher task's state
         self._nursery: trio.Nursery | None = None
@@ -460,7 +464,7 @@ class ReplicaFetcherManager:
                 return
             if len(chunk):
                 info = plog.append_as_follower(chunk)
-                p.unsynced = True
+                p.unsynced = self.needs_sync is None or self.needs_sync(p.tp)
                 self.stats["appended_batches_bytes"] += len(chunk)
                 if p.throttle_bytes_per_s:
                     self._throttle(p, len(chunk))

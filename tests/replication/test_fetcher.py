@@ -135,13 +135,15 @@ class MemPool:
 
 
 async def replicate(leader: MiniLeader, follower_log: PartitionLog, leader_epoch: int,
-                    until: Any) -> tuple[ReplicaFetcherManager, list[tuple[Any, ...]]]:
+                    until: Any, *, sync_appended: Any = None, needs_sync: Any = None,
+                    ) -> tuple[ReplicaFetcherManager, list[tuple[Any, ...]]]:
     truncations: list[tuple[Any, ...]] = []
     async with trio.open_nursery() as nursery:
         pool = MemPool(nursery, leader)
         mgr = ReplicaFetcherManager(2, pool, lambda b: ("leader", 1) if b == 1 else None,
                                     broker_epoch=7, max_wait_ms=10,
                                     on_truncate=lambda *a: truncations.append(a))
+        mgr.sync_appended, mgr.needs_sync = sync_appended, needs_sync
         await nursery.start(mgr.run)
         mgr.add_partitions({TP: (1, leader_epoch, follower_log)})
         with trio.fail_after(10):
@@ -165,6 +167,31 @@ async def test_follower_catches_up_and_tracks_hw(tmp_path: Path) -> None:
     req = lead.requests[0]
     assert req["replica_id"] == 2 and req["broker_epoch"] == 7
     assert req["topics"][0]["partitions"][0]["current_leader_epoch"] == 1
+
+
+@pytest.mark.parametrize("needs", [True, False])
+async def test_a_follower_reports_what_it_appended_after_the_sync_its_rule_asks_for(
+        tmp_path: Path, needs: bool) -> None:
+    """``needs_sync`` (the partition's flush rule, broker/flush_rule.py): True, what a fetch
+    answer appended is synced before a fetch names the new end; False, it is named at once and
+    ``sync_appended`` is never called."""
+    lead = MiniLeader(open_log(tmp_path / "leader"), 1, isr=(1, 2))
+    lead.append(batch(b"a", b"b", b"c"))
+    flog = open_log(tmp_path / "follower")
+    syncs: list[tuple[list[Any], int]] = []  # (partitions, fetches the leader had seen by then)
+
+    async def sync_appended(tps: list[Any]) -> set[Any]:
+        syncs.append((list(tps), len(lead.requests)))
+        return set(tps)
+
+    await replicate(lead, flog, 1, lambda m: lead.state.high_watermark == 3,
+                    sync_appended=sync_appended, needs_sync=lambda tp: needs)
+    offsets = [r["topics"][0]["partitions"][0]["fetch_offset"] for r in lead.requests]
+    first_at_3 = offsets.index(3)
+    if needs:
+        assert syncs and syncs[0][0] == [TP] and syncs[0][1] <= first_at_3
+    else:
+        assert syncs == [] and first_at_3 == 1  # the very next fetch
 
 
 async def test_old_leader_truncates_its_unreplicated_tail(tmp_path: Path) -> None:
