@@ -313,6 +313,8 @@ class CampaignOptions:
     warmup_s: float = 3.0
     png: bool = True
     secure: bool = False  # TLS + SCRAM listeners, workloads as an ACL'd user (secure.py)
+    # broker settings over DEFAULT_BROKER_SETTINGS (the CLI's --flush: log.flush.policy)
+    broker_config: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -626,7 +628,7 @@ async def run(opts: CampaignOptions) -> CampaignResult:
         shutil.rmtree(work_dir)
     notes: dict[str, Any] = {"seed": opts.seed}
     queue = opts.queue
-    broker_overrides: dict[str, Any] = {}
+    broker_overrides: dict[str, Any] = dict(opts.broker_config)
     acks = "all"
     if opts.unsafe_ack_before_replication:
         if broker_supports(UNSAFE_SETTING):

@@ -68,13 +68,20 @@ def chaos() -> None:
 @click.option("--secure", is_flag=True,
               help="TLS + SASL/SCRAM: a SASL_SSL listener with the authorizer on every node; "
                    "the workloads connect to it as an ACL'd user (chaos_tests/secure.py).")
+@click.option("--flush", type=click.Choice(["node", "topic", "off"]), default="node",
+              show_default=True,
+              help="Which flush rule keeps the workload's records on disk (broker/flush_rule.py). "
+                   "node: the nodes' log.flush.policy=batch. topic: nodes at none, the workload's "
+                   "topics set flush.messages=1. off: nodes at none, topics set nothing (Kafka's "
+                   "default; a crash of several nodes may lose acknowledged records: the "
+                   "checker's control). Internal topics always follow the nodes.")
 @click.option("--no-png", is_flag=True, help="Skip timeline.png (no matplotlib needed).")
 @click.option("-v", "--verbose", count=True)
 def run_cmd(backend: str, nemesis: str, time_limit_s: float, seed: int,
             results_dir: Path | None, work_dir: Path, nodes: int, partitions: int,
             producers: int, group_consumers: int, static_members: bool, no_metadata: bool, quiet_s: float,
             unsafe_ack_before_replication: bool, workload: str, unsafe_txn_offsets: bool,
-            secure: bool, no_png: bool, verbose: int) -> None:
+            secure: bool, flush: str, no_png: bool, verbose: int) -> None:
     """Run one campaign; exit 0 = valid, 1 = anomalies found, 2 = could not run."""
     logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -83,15 +90,18 @@ def run_cmd(backend: str, nemesis: str, time_limit_s: float, seed: int,
         expand_nemesis(names)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--nemesis") from None
+    topic_config = {"flush.messages": "1"} if flush == "topic" else {}
+    txn = TxnSpec(partitions=partitions, topic_config=topic_config)
     opts = CampaignOptions(
         backend=backend, nemesis=tuple(names), time_limit_s=time_limit_s, seed=seed,
         work_dir=work_dir, results_dir=results_dir, nodes=nodes,
         unsafe_ack_before_replication=unsafe_ack_before_replication,
         queue=QueueSpec(partitions=partitions, producers=producers,
-                        group_consumers=group_consumers, static_members=static_members),
-        workload=workload, txn=unsafe(TxnSpec(partitions=partitions)) if unsafe_txn_offsets
-        else TxnSpec(partitions=partitions),
-        metadata=not no_metadata, quiet_s=quiet_s, png=not no_png, secure=secure)
+                        group_consumers=group_consumers, static_members=static_members,
+                        topic_config=topic_config),
+        workload=workload, txn=unsafe(txn) if unsafe_txn_offsets else txn,
+        metadata=not no_metadata, quiet_s=quiet_s, png=not no_png, secure=secure,
+        broker_config={} if flush == "node" else {"log.flush.policy": "none"})
     sys.exit(main_run(opts))
 
 

@@ -46,7 +46,8 @@ import functools
 import inspect
 import logging
 import random
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -99,6 +100,7 @@ class TxnSpec:
     feed_pause_s: float = 0.05
     crash_probability: float = 0.1
     unsafe_offsets_outside_txn: bool = False
+    topic_config: Mapping[str, str] = field(default_factory=dict)  # every topic of the workload's
 
     @property
     def topic(self) -> str:
@@ -119,7 +121,7 @@ class TxnSpec:
         return QueueSpec(topic=topic, partitions=self.partitions,
                          replication_factor=self.replication_factor,
                          min_insync_replicas=self.min_insync_replicas, producers=1,
-                         send_pause_s=self.feed_pause_s)
+                         send_pause_s=self.feed_pause_s, topic_config=self.topic_config)
 
 
 async def create_txn_topics(ctx: RunContext, spec: TxnSpec, *, timeout_s: float = 60.0) -> None:
