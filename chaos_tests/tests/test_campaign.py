@@ -174,13 +174,23 @@ def test_lose_unfsynced_writes_keeps_exactly_the_fsynced_state(tmp_path):
         with open(mnt / "old", "ab") as f:
             f.write(b"+")
         (mnt / "events.jsonl").write_text("{}\n")  # evidence: exempt
+        (mnt / "node.log").write_text("line\n")  # evidence: exempt
+        # a segment file ends in .log like the node's log, and is cut like any file
+        fd = os.open(mnt / "00000000000000000000.log", os.O_CREAT | os.O_WRONLY)
+        os.write(fd, b"r" * 30)
+        os.fsync(fd)
+        os.write(fd, b"s" * 30)
+        os.close(fd)
         report = control(sock, "crash")
-        assert {f["file"] for f in report["files"]} >= {"seg", "never", "over", "old"}
+        assert {f["file"] for f in report["files"]} >= {"seg", "never", "over", "old",
+                                                        "00000000000000000000.log"}
         assert (mnt / "seg").read_bytes() == b"a" * 100
         assert (mnt / "never").read_bytes() == b""
         assert (mnt / "over").read_bytes() == b"A" * 20
         assert (mnt / "old").read_bytes() == b"o" * 10
         assert (mnt / "events.jsonl").read_text() == "{}\n"
+        assert (mnt / "node.log").read_text() == "line\n"
+        assert (mnt / "00000000000000000000.log").read_bytes() == b"r" * 30
     finally:
         try:
             control(sock, "exit", 5)
