@@ -270,6 +270,37 @@ async def test_unsafe_acks_are_caught(tmp_path):
 
 @pytest.mark.chaos
 @pytest.mark.slow
+async def test_crashes_lose_unfsynced_acks_unless_a_flush_rule_keeps_them(tmp_path):
+    """Crash (lose-unfsynced-writes) and kill on nodes at ``log.flush.policy=none``, with the
+    CLI's options for ``--seed 3``, whose schedule crashes the whole cluster three times: with
+    the workload topic at ``flush.messages=1`` (broker/flush_rule.py) the run is valid; with no
+    fsync at all (Kafka's default, the control) the checker finds acknowledged records lost.
+    The control failed to fail until the nemesis stopped exempting segment files (session 34)."""
+    if not ROOT or fuse_available() is not None:
+        pytest.skip(f"needs root and FUSE: {fuse_available()}")
+    for flush, topic_config in (("topic", {"flush.messages": "1"}), ("off", {})):
+        opts = CampaignOptions(
+            backend=_backend_name(), nemesis=("crash", "kill"), time_limit_s=120.0, seed=3,
+            work_dir=tmp_path / flush / "work", results_dir=tmp_path / flush / "results",
+            queue=QueueSpec(partitions=4, producers=3, group_consumers=0,
+                            topic_config=topic_config),
+            broker_config={"log.flush.policy": "none"}, png=False)
+        with trio.fail_after(600):
+            result = await run(opts)
+        summary = (tmp_path / flush / "results" / "summary.txt").read_text()
+        assert result.error is None, result.error
+        assert result.notes["faults"]["lose-unfsynced-writes"]["cut_files"] > 0, summary
+        if flush == "topic":
+            assert result.valid, summary
+        else:
+            assert result.summary is not None
+            checkers = result.summary.checkers
+            assert sum(checkers[k].stats["anomalies"] for k in (
+                "lost-write", "unseen", "inconsistent-offsets", "acked-not-truncated")) > 0, summary
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
 async def test_local_backend_campaign_with_partitions(tmp_path):
     """The local backend (no netns): partitions reach replication through the connect()
     redirect shim, and the campaign is valid."""
