@@ -156,10 +156,9 @@ class Partition:
         self.log = plog
         self.broker_id = broker_id
         self.events = events
-        self.fsync_acks = fsync_acks  # expose only fsynced records (broker/flush_rule.py)
-        # the rule the replica manager flushes this partition by, and its state for the
-        # ``every_messages`` / ``every_ms`` rules: records appended since the last flush, and
-        # when that flush was taken (trio clock)
+        # the rule the replica manager flushes this partition by (``fsync_acks``: expose only
+        # fsynced records), and its state for the ``every_messages`` / ``every_ms`` rules:
+        # records appended since the last flush, and when that flush was taken (trio clock)
         self.flush_rule = FlushRule(fsync_acks)
         self.unflushed_records = 0
         self.flushed_at = 0.0
@@ -197,6 +196,11 @@ class Partition:
         self._closing_txns: list[tuple[int, int]] = []
 
     # -- role ---------------------------------------------------------------------------------
+
+    @property
+    def fsync_acks(self) -> bool:
+        """Only fsynced records count (acknowledgements, the HW): the flush rule's own flag."""
+        return self.flush_rule.fsync_acks
 
     @property
     def is_leader(self) -> bool:
@@ -320,11 +324,10 @@ class Partition:
         """Follow ``rule`` from now on (a topic config changed). ``fsync_acks`` turned on: only
         fsynced records count, so the durable end is what is fsynced, and the tail is left
         ``pending_flush`` for the group commit. Turned off: everything appended counts."""
-        self.flush_rule = rule
+        was, self.flush_rule = self.fsync_acks, rule
         on = rule.fsync_acks
-        if on == self.fsync_acks:
+        if on == was:
             return
-        self.fsync_acks = on
         if on:
             self.durable_end = min(self.durable_end, self.log.recovery_point)
             self.pending_flush = self.log.log_end_offset > self.durable_end
